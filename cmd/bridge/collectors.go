@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
+	"github.com/bridge-dev/bridge/metrics/gpu"
+	"github.com/bridge-dev/bridge/metrics/node"
+	"github.com/bridge-dev/bridge/metrics/process"
+)
+
+// sources is the one place that lists bridge's collectors.
+type sources struct {
+	collectors []metrics.Collector
+	cgroup     *cgroup.Collector // nil when the container scope is off or unavailable
+	gpu        *gpu.Collector    // nil when the gpu scope is off
+	childPID   *atomic.Int64     // the process collector's root
+	notes      map[string]any    // why a scope is missing, for `bridge sample`
+}
+
+// buildSources creates the collectors the configuration asks for. A source
+// that is unavailable here is left out with a note, never an error.
+func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
+	s := &sources{childPID: &atomic.Int64{}, notes: map[string]any{}}
+	if cfg.HasScope("container") {
+		switch {
+		case cfg.NoContainer:
+			s.notes["cgroup"] = "container awareness turned off (--no-container / BRIDGE_NO_CONTAINER)"
+		default:
+			c, err := cgroup.New(cgroup.Options{Log: log.With("collector", "cgroup")})
+			if err != nil {
+				level := slog.LevelWarn
+				if errors.Is(err, cgroup.ErrUnavailable) {
+					level = slog.LevelInfo
+				}
+				log.Log(context.Background(), level, "container metrics are off", "err", err)
+				s.notes["cgroup"] = "off: " + err.Error()
+			} else {
+				s.cgroup = c
+				s.collectors = append(s.collectors, c)
+			}
+		}
+	}
+	if cfg.HasScope("node") || cfg.HasScope("rootfs") || cfg.HasScope("netns") {
+		n, err := node.New(node.Options{Log: log.With("collector", "node")})
+		if err != nil {
+			log.Warn("node metrics are off", "err", err)
+			s.notes["node"] = "off: " + err.Error()
+		} else {
+			s.collectors = append(s.collectors, n)
+		}
+	}
+	if cfg.HasScope("process") {
+		p, err := process.New(process.Options{
+			Log:     log.With("collector", "process"),
+			RootPID: func() int { return int(s.childPID.Load()) },
+		})
+		if err != nil {
+			log.Warn("process metrics are off", "err", err)
+			s.notes["process"] = "off: " + err.Error()
+		} else {
+			s.collectors = append(s.collectors, p)
+		}
+	}
+	if cfg.HasScope("gpu") {
+		g, err := newGPUSource(cfg, s.childPID, log)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --gpus / BRIDGE_GPUS: %w", errUsage, err)
+		}
+		s.gpu = g
+		s.collectors = append(s.collectors, g)
+	}
+	s.collectors = filterScopes(s.collectors, cfg)
+	return s, nil
+}
+
+// detected is what `bridge sample` and the run tags report about the machine.
+func (s *sources) detected(ctx context.Context, smp *metrics.Sampler) map[string]any {
+	d := smp.Detect(ctx)
+	for k, v := range s.notes {
+		if _, ok := d[k]; !ok {
+			d[k] = v
+		}
+	}
+	return d
+}
+
+// scopeFilter drops points of scopes the user turned off (the node collector
+// serves node, rootfs and netns).
+type scopeFilter struct {
+	metrics.Collector
+	keep map[metrics.Scope]bool
+}
+
+func (f scopeFilter) Collect(ctx context.Context) ([]metrics.Point, error) {
+	pts, err := f.Collector.Collect(ctx)
+	out := pts[:0]
+	for _, p := range pts {
+		if f.keep[p.Scope] {
+			out = append(out, p)
+		}
+	}
+	return out, err
+}
+
+func (f scopeFilter) Detect(ctx context.Context) map[string]any {
+	if d, ok := f.Collector.(metrics.Detector); ok {
+		return d.Detect(ctx)
+	}
+	return nil
+}
+
+func (f scopeFilter) Close() error {
+	if c, ok := f.Collector.(metrics.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+func filterScopes(cs []metrics.Collector, cfg config.Config) []metrics.Collector {
+	if len(cfg.Scopes) == len(config.AllScopes) {
+		return cs
+	}
+	keep := map[metrics.Scope]bool{}
+	for _, s := range cfg.Scopes {
+		keep[metrics.Scope(s)] = true
+	}
+	out := make([]metrics.Collector, len(cs))
+	for i, c := range cs {
+		out[i] = scopeFilter{Collector: c, keep: keep}
+	}
+	return out
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}

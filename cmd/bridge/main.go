@@ -1,0 +1,115 @@
+// Command bridge runs a training command as its child and sends scope-correct
+// system metrics (container cgroup, node, rootfs, GPUs) to MLflow or W&B.
+//
+//	bridge [flags] -- CMD [ARGS...]   run CMD and sample while it runs
+//	bridge sample [--json]            print one sample of every collector
+//	bridge attach --pid PID           sample beside a running process (notebooks)
+//	bridge sync FILE                  upload a spool file to its run
+//	bridge version                    print the version
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/bridge-dev/bridge/config"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+// Exit codes of bridge's own failures (a child's status passes through).
+const (
+	exitUsage    = 2   // bad flags, variables or config file
+	exitInternal = 70  // EX_SOFTWARE: bridge could not start the child
+	exitNoCmd    = 127 // the command was not found, as a shell says
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	cmd := ""
+	if len(args) > 0 {
+		switch args[0] {
+		case "version", "sample", "attach", "sync", "help":
+			cmd, args = args[0], args[1:]
+		}
+	}
+	switch cmd {
+	case "version":
+		fmt.Fprintf(stdout, "bridge %s\n", version)
+		return 0
+	case "help":
+		usage(stderr, pflag.NewFlagSet("bridge", pflag.ContinueOnError))
+		return 0
+	case "sample":
+		return runSample(args, stdout, stderr)
+	case "attach":
+		return runAttach(args, stderr)
+	case "sync":
+		return runSync(args, stdout, stderr)
+	default:
+		return runSupervise(args, stderr)
+	}
+}
+
+// parse registers the shared options plus extra, parses args and loads the
+// configuration. It reports usage errors itself and returns ok=false.
+func parse(name string, args []string, stderr io.Writer, extra func(*pflag.FlagSet)) (*pflag.FlagSet, config.Config, bool) {
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.SetInterspersed(false) // everything after the command belongs to it
+	config.RegisterFlags(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			usage(stderr, fs)
+			return nil, config.Config{}, false
+		}
+		fmt.Fprintf(stderr, "bridge: %v (see bridge --help)\n", err)
+		return nil, config.Config{}, false
+	}
+	cfg, err := config.Load(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), config.ErrUsage.Error()+": "))
+		return nil, cfg, false
+	}
+	return fs, cfg, true
+}
+
+func usage(w io.Writer, fs *pflag.FlagSet) {
+	if fs.Lookup("interval") == nil {
+		config.RegisterFlags(fs)
+	}
+	fmt.Fprintf(w, `bridge %s: scope-correct system metrics for training jobs in containers
+
+usage:
+  bridge [flags] -- CMD [ARGS...]   run CMD as a child, sample, send to MLflow/W&B
+  bridge sample [--json] [flags]    print one sample of every collector
+  bridge attach --pid PID [flags]   sample beside a running process (notebooks)
+  bridge sync FILE [--run-id ID]    upload a spool file to its MLflow run
+  bridge version
+
+Every flag can also be set as BRIDGE_<FLAG> (e.g. BRIDGE_INTERVAL=5s) or in a
+YAML file given with --config / BRIDGE_CONFIG; flags win over the environment,
+which wins over the file.
+
+flags:
+%s`, version, fs.FlagUsages())
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})).With("app", "bridge")
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// sampleOutput is the JSON form of `bridge sample --json`.
+type sampleOutput struct {
+	Detected map[string]any `json:"detected"`
+	Metrics  []jsonPoint     `json:"metrics"`
+}
+
+// jsonPoint keeps non-finite values representable (encoding/json rejects NaN).
+type jsonPoint struct {
+	Name   string `json:"name"`
+	Value  any    `json:"value"`
+	Unit   string `json:"unit"`
+	Scope  string `json:"scope"`
+	Source string `json:"source"`
+}
+
+func runSample(args []string, stdout, stderr io.Writer) int {
+	var asJSON bool
+	fs, cfg, ok := parse("sample", args, stderr, func(fs *pflag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
+	})
+	if !ok {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "bridge: sample takes no arguments (got %q)\n", fs.Args())
+		return exitUsage
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	src, err := buildSources(cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return exitUsage
+	}
+	smp := metrics.NewSampler(src.collectors, cfg.CollectTimeout, log)
+	defer smp.Close()
+	ctx := context.Background()
+
+	detected := src.detected(ctx, smp)
+	// Rates (CPU cores, throttling) need two readings: take one, wait, take
+	// the one that is printed.
+	smp.Sample(ctx)
+	time.Sleep(cfg.Window)
+	sample := smp.Sample(ctx)
+
+	if asJSON {
+		out := sampleOutput{Detected: detected, Metrics: make([]jsonPoint, 0, len(sample.Points))}
+		for _, p := range sample.Points {
+			out.Metrics = append(out.Metrics, jsonPoint{p.Name, jsonValue(p.Value), p.Unit, string(p.Scope), p.Source})
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			fmt.Fprintf(stderr, "bridge: writing JSON: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	writeDetected(stdout, detected)
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight*0)
+	fmt.Fprintln(tw, "NAME\tVALUE\tUNIT\tSCOPE\tSOURCE")
+	for _, p := range sample.Points {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, formatValue(p.Value), p.Unit, p.Scope, p.Source)
+	}
+	tw.Flush()
+	return 0
+}
+
+func jsonValue(v float64) any {
+	switch {
+	case math.IsNaN(v):
+		return "NaN"
+	case math.IsInf(v, 1):
+		return "Infinity"
+	case math.IsInf(v, -1):
+		return "-Infinity"
+	}
+	return v
+}
+
+func formatValue(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.3f", v)
+}
+
+// writeDetected prints what the collectors found, the cgroup first.
+func writeDetected(w io.Writer, d map[string]any) {
+	fmt.Fprintln(w, "detected:")
+	keys := make([]string, 0, len(d))
+	for k := range d {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if (keys[i] == "cgroup") != (keys[j] == "cgroup") {
+			return keys[i] == "cgroup"
+		}
+		return keys[i] < keys[j]
+	})
+	for _, k := range keys {
+		switch v := d[k].(type) {
+		case map[string]any:
+			fmt.Fprintf(w, "  %s:\n", k)
+			sub := make([]string, 0, len(v))
+			for sk := range v {
+				sub = append(sub, sk)
+			}
+			sort.Strings(sub)
+			for _, sk := range sub {
+				fmt.Fprintf(w, "    %-22s %s\n", sk+":", flat(v[sk]))
+			}
+		default:
+			fmt.Fprintf(w, "  %s: %s\n", k, flat(v))
+		}
+	}
+}
+
+func flat(v any) string {
+	switch t := v.(type) {
+	case map[string]string:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + t[k]
+		}
+		return strings.Join(parts, " ")
+	case float64:
+		return formatValue(t)
+	case string:
+		return t
+	default:
+		b, err := json.Marshal(t)
+		if err != nil {
+			return fmt.Sprint(t)
+		}
+		return string(b)
+	}
+}

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/summary"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// session is one job's sampling: collectors -> bounded queue -> spool ->
+// forwarders -> sinks. Sampling never waits on the network: the only thing
+// between a sample and the disk is a bounded channel.
+type session struct {
+	cfg     config.Config
+	log     *slog.Logger
+	src     *sources
+	sampler *metrics.Sampler
+	spool   *spool.Spool
+	sinks   []sinkRun
+	acc     *summary.Accumulator
+	started time.Time
+
+	queue   chan metrics.Sample
+	stopS   chan struct{} // closes the sampling loop
+	doneS   chan struct{} // the sampling loop has returned
+	doneW   chan struct{} // the spool writer has returned
+	dropped int
+	running bool // run was called
+
+	fwdCancel context.CancelFunc
+	fwdWG     sync.WaitGroup
+
+	mu     sync.Mutex // guards acc between the writer and readers
+	appErr error      // first spool write error
+}
+
+// sinkRun is a started sink and its forwarder.
+type sinkRun struct {
+	sink  tracker.Sink
+	runID string
+	fwd   *tracker.Forwarder
+}
+
+// startSinks starts every sink (finding or creating its run) and returns the
+// environment the child needs. A sink that cannot start is dropped with a
+// clear message; its samples stay in the spool.
+func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, log *slog.Logger) ([]sinkRun, []string) {
+	var runs []sinkRun
+	var env []string
+	for _, s := range sinks {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		e, err := s.Start(sctx, info)
+		cancel()
+		env = append(env, e...)
+		id := runIDOf(s)
+		switch {
+		case err == nil:
+		case errors.Is(err, tracker.ErrPermanent) || id == "":
+			log.Error("cannot start the tracker run; samples go to the spool only (upload later with `bridge sync`)",
+				"tracker", s.Name(), "err", err)
+			continue
+		default:
+			// The run is known (given, or generated for the child): keep
+			// the sink, and let the forwarder retry until the tracker is up.
+			log.Warn("tracker not reachable at start; samples are spooled and sent when it is",
+				"tracker", s.Name(), "run", id, "err", err)
+		}
+		runs = append(runs, sinkRun{sink: s, runID: id})
+	}
+	return runs, env
+}
+
+func runIDOf(s tracker.Sink) string {
+	if r, ok := s.(interface{ RunID() string }); ok {
+		return r.RunID()
+	}
+	return ""
+}
+
+// spoolPath is the configured path or a default in the working directory
+// named after the run, so that a restarted bridge with the same run id finds
+// what its predecessor left.
+func spoolPath(cfg config.Config, runs []sinkRun, now time.Time) string {
+	if cfg.Spool != "" {
+		return cfg.Spool
+	}
+	for _, r := range runs {
+		if r.runID != "" {
+			return "bridge-spool-" + safeName(r.runID) + ".jsonl"
+		}
+	}
+	return fmt.Sprintf("bridge-spool-%s-%d.jsonl", now.UTC().Format("20060102T150405"), os.Getpid())
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// openSession opens the spool, records the attempt and starts forwarding.
+func openSession(cfg config.Config, log *slog.Logger, src *sources, runs []sinkRun, startTags map[string]string) (*session, error) {
+	now := time.Now()
+	path := spoolPath(cfg, runs, now)
+	sp, err := spool.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	s := &session{
+		cfg: cfg, log: log, src: src, spool: sp, sinks: runs, acc: summary.New(), started: now,
+		sampler: metrics.NewSampler(src.collectors, cfg.CollectTimeout, log),
+		queue:   make(chan metrics.Sample, cfg.QueueSize),
+		stopS:   make(chan struct{}),
+		doneS:   make(chan struct{}),
+		doneW:   make(chan struct{}),
+	}
+	s.sampler.SetNextSeq(sp.NextSeq())
+	ids := map[string]string{}
+	for _, r := range runs {
+		ids[r.sink.Name()] = r.runID
+	}
+	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: version, Runs: ids, Info: startTags}); err != nil {
+		sp.Close()
+		return nil, err
+	}
+	abs, _ := filepath.Abs(path)
+	log.Info("spooling samples", "path", abs)
+
+	fctx, cancel := context.WithCancel(context.Background())
+	s.fwdCancel = cancel
+	for i := range s.sinks {
+		r := &s.sinks[i]
+		if err := sp.Track(r.sink.Name(), r.runID); err != nil {
+			log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
+		}
+		r.fwd = &tracker.Forwarder{Sink: r.sink, RunID: r.runID, Queue: sp, Wake: sp.Notify(), Log: log}
+		s.fwdWG.Add(1)
+		go func() {
+			defer s.fwdWG.Done()
+			defer s.recoverGo("forwarder " + r.sink.Name())
+			r.fwd.Run(fctx)
+		}()
+	}
+	return s, nil
+}
+
+func (s *session) recoverGo(what string) {
+	if p := recover(); p != nil {
+		s.log.Error("internal error; the job goes on", "in", what, "panic", p, "stack", string(debug.Stack()))
+	}
+}
+
+// run starts the sampling loop and the spool writer.
+func (s *session) run() {
+	s.running = true
+	go s.writer()
+	go s.loop()
+}
+
+func (s *session) loop() {
+	defer close(s.doneS)
+	defer s.recoverGo("sampling loop")
+	for {
+		smp := s.sampler.Sample(context.Background())
+		s.enqueue(smp)
+		wait := s.cfg.Interval
+		if s.nearLimit(smp) {
+			wait = s.cfg.FastInterval
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.stopS:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// nearLimit reports whether the working set is above the fast-sampling
+// threshold of the limit: near an OOM kill, samples are taken (and, through
+// the spool's notification, sent) every FastInterval.
+func (s *session) nearLimit(smp metrics.Sample) bool {
+	if s.cfg.FastInterval <= 0 || s.cfg.FastInterval >= s.cfg.Interval {
+		return false
+	}
+	pct, ok := smp.Value(summary.MemPercent)
+	return ok && pct >= s.cfg.FastThreshold
+}
+
+func (s *session) enqueue(smp metrics.Sample) {
+	select {
+	case s.queue <- smp:
+	default:
+		// Only a stalled disk fills this queue; sampling must not block on it.
+		s.dropped++
+		s.log.Warn("spool writer is behind; sample dropped", "seq", smp.Seq, "dropped", s.dropped)
+	}
+}
+
+func (s *session) writer() {
+	defer close(s.doneW)
+	defer s.recoverGo("spool writer")
+	for smp := range s.queue {
+		if err := s.spool.Append(smp); err != nil {
+			s.mu.Lock()
+			if s.appErr == nil {
+				s.appErr = err
+				s.log.Error("cannot write the spool; samples are sent without durability", "err", err)
+			}
+			s.mu.Unlock()
+		}
+		s.mu.Lock()
+		s.acc.Add(smp)
+		s.mu.Unlock()
+	}
+}
+
+// stop ends sampling with one final sample (taken right after the child's
+// exit, so OOM counters and the last working set are current), waits for the
+// spool writer, then gives the forwarders up to FlushTimeout (or until abort
+// is closed) to send what is left.
+func (s *session) stop(abort <-chan struct{}) {
+	if s.running {
+		close(s.stopS)
+		<-s.doneS
+		s.enqueue(s.sampler.Sample(context.Background()))
+		close(s.queue)
+		<-s.doneW
+	}
+	s.fwdCancel()
+	s.fwdWG.Wait()
+
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FlushTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-abort:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, r := range s.sinks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer s.recoverGo("drain " + r.sink.Name())
+			if !r.fwd.Drain(ctx) {
+				n := s.spool.PendingCount(r.sink.Name(), r.runID)
+				if n > 0 {
+					s.log.Warn("tracker did not take every sample before bridge exits; they stay in the spool",
+						"tracker", r.sink.Name(), "unsent", n, "spool", s.spool.Path(),
+						"upload_with", "bridge sync "+s.spool.Path())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s.sampler.Close()
+}
+
+// finish records the end on every sink and in the spool.
+func (s *session) finish(end tracker.EndInfo) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for _, r := range s.sinks {
+		func() {
+			defer s.recoverGo("finish " + r.sink.Name())
+			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped {
+				return
+			}
+			if err := r.sink.Finish(ctx, end); err != nil {
+				s.log.Warn("cannot record the end of the job on the tracker", "tracker", r.sink.Name(), "err", err)
+			}
+		}()
+	}
+	code := end.ExitCode
+	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: end.Tags}); err != nil {
+		s.log.Warn("cannot write the end record to the spool", "err", err)
+	}
+	s.spool.Close()
+}
+
+// trackerRows says, per tracker, where the samples went.
+func (s *session) trackerRows() []summary.Row {
+	var rows []summary.Row
+	if len(s.sinks) == 0 {
+		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: samples are in " + s.spool.Path()})
+	}
+	for _, r := range s.sinks {
+		st, err, sent := r.fwd.Status()
+		v := fmt.Sprintf("%s run %s: %d samples sent", st, r.runID, sent)
+		if n := s.spool.PendingCount(r.sink.Name(), r.runID); n > 0 {
+			v += fmt.Sprintf(", %d unsent (in %s; bridge sync uploads them)", n, s.spool.Path())
+		}
+		if err != nil && st != tracker.StateOK {
+			v += ": " + err.Error()
+		}
+		rows = append(rows, summary.Row{What: r.sink.Name(), Value: v})
+	}
+	return rows
+}
+
+// startTags describe the job at start, for the run and the spool.
+func startTags(cfg config.Config, src *sources) map[string]string {
+	t := map[string]string{
+		"bridge.version":  version,
+		"bridge.hostname": hostname(),
+	}
+	if cfg.NodeID != "" {
+		t["bridge.node_id"] = cfg.NodeID
+	}
+	if cfg.NoContainer {
+		t["bridge.container_awareness"] = "off"
+	}
+	if c := src.cgroup; c != nil {
+		info := c.Info()
+		t["bridge.cgroup.version"] = string(info.Version)
+		var paths []string
+		for k, v := range info.Paths {
+			paths = append(paths, k+"="+v)
+		}
+		sort.Strings(paths)
+		t["bridge.cgroup.path"] = strings.Join(paths, " ")
+		if info.MemoryLimitBytes > 0 {
+			t["bridge.memory_limit_megabytes"] = strconv.FormatFloat(metrics.MB(float64(info.MemoryLimitBytes)), 'f', 1, 64)
+		} else {
+			t["bridge.memory_limit_megabytes"] = "no limit"
+		}
+		t["bridge.memory_limit_set_by"] = info.MemoryLimitSetBy
+		if info.CPULimitCores > 0 {
+			t["bridge.cpu_limit_cores"] = strconv.FormatFloat(info.CPULimitCores, 'f', 2, 64)
+		} else {
+			t["bridge.cpu_limit_cores"] = "no limit"
+		}
+		t["bridge.cpu_limit_set_by"] = info.CPULimitSetBy
+	}
+	if src.gpu != nil {
+		for k, v := range src.gpu.Tags() {
+			t[k] = v
+		}
+	}
+	return t
+}
+
+// errUsage is returned by builders for configuration the user must fix.
+var errUsage = errors.New("usage")

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/summary"
+	"github.com/bridge-dev/bridge/supervisor"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// runSupervise is `bridge [flags] -- CMD [ARGS...]`.
+func runSupervise(args []string, stderr io.Writer) int {
+	fs, cfg, ok := parse("bridge", args, stderr, nil)
+	if !ok {
+		return exitUsage
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fmt.Fprintln(stderr, "bridge: no command given: usage is bridge [flags] -- CMD [ARGS...] (see bridge --help)")
+		return exitUsage
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+
+	// A command that cannot run is reported before any run is created.
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		fmt.Fprintf(stderr, "bridge: cannot run %q: %v\n", argv[0], err)
+		return startFailureCode(err)
+	}
+	sinks, err := buildSinks(cfg, overrides{}, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return exitUsage
+	}
+	src, err := buildSources(cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+		return exitUsage
+	}
+	tags := startTags(cfg, src)
+	tags["bridge.command"] = truncate(strings.Join(argv, " "), 500)
+	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
+	runs, env := startSinks(context.Background(), sinks, info, log)
+
+	sess, err := openSession(cfg, log, src, runs, tags)
+	if err != nil {
+		// The job matters more than its metrics: run it without a spool.
+		log.Error("cannot open the spool; running the command without sampling", "err", err)
+		return runBare(argv, mergeEnv(os.Environ(), env), log)
+	}
+	// A second subscription that outlives the supervisor's: signals that
+	// arrive after the child has exited cut the final flush short instead of
+	// killing bridge (which would lose the child's exit status).
+	late := make(chan os.Signal, 1)
+	signal.Notify(late, supervisor.Forwarded...)
+	defer signal.Stop(late)
+
+	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log})
+	if err != nil {
+		code := startFailureCode(err)
+		fmt.Fprintf(stderr, "bridge: %v\n", err)
+		sess.stop(nil)
+		sess.finish(tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": err.Error()}})
+		return code
+	}
+	src.childPID.Store(int64(child.PID()))
+	sess.run()
+
+	// Drain the late channel while the child runs: those signals were
+	// forwarded by the supervisor already.
+	go func() {
+		for {
+			select {
+			case <-late:
+			case <-child.Done():
+				return
+			}
+		}
+	}()
+	exit := child.Wait()
+
+	abort := make(chan struct{})
+	stopReaping := make(chan struct{})
+	go supervisor.ReapOrphans(stopReaping)
+	go func() {
+		select {
+		case <-late:
+			close(abort)
+		case <-stopReaping:
+		}
+	}()
+	sess.stop(abort)
+	end := endInfo(exit)
+	sess.finish(end)
+	close(stopReaping)
+
+	rows := sess.acc.Rows()
+	rows = append(rows, summary.Row{What: "exit status", Value: describeExit(exit)})
+	rows = append(rows, sess.trackerRows()...)
+	summary.Write(stderr, "bridge: end of run", rows)
+	return exit.Code
+}
+
+func endInfo(exit supervisor.Exit) tracker.EndInfo {
+	tags := map[string]string{"bridge.exit_code": strconv.Itoa(exit.Code)}
+	if exit.Signal != 0 {
+		tags["bridge.exit_signal"] = unixSignalName(exit.Signal)
+	}
+	return tracker.EndInfo{ExitCode: exit.Code, Signal: int(exit.Signal), Time: exit.Time, Tags: tags}
+}
+
+func describeExit(exit supervisor.Exit) string {
+	if exit.Signal != 0 {
+		s := fmt.Sprintf("%d (killed by %s)", exit.Code, unixSignalName(exit.Signal))
+		for _, f := range exit.Forwarded {
+			if f.Signal == exit.Signal {
+				s += ", forwarded by bridge"
+				break
+			}
+		}
+		return s
+	}
+	return strconv.Itoa(exit.Code)
+}
+
+func unixSignalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+		syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
+		syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2", syscall.SIGPIPE: "SIGPIPE",
+		syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU", syscall.SIGWINCH: "SIGWINCH",
+	}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return "signal " + strconv.Itoa(int(s))
+}
+
+// startFailureCode follows the shell: 127 when the command is not found,
+// 126 when it cannot be executed.
+func startFailureCode(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return exitNoCmd
+	}
+	return 126
+}
+
+// runBare runs the command under the supervisor without any sampling.
+func runBare(argv, env []string, log interface{ Error(string, ...any) }) int {
+	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: env})
+	if err != nil {
+		log.Error("cannot start the command", "err", err)
+		return startFailureCode(err)
+	}
+	return child.Wait().Code
+}
+
+// runName is --run-name, or the command's base name and first arguments.
+func runName(cfg config.Config, argv []string) string {
+	if cfg.RunName != "" {
+		return cfg.RunName
+	}
+	parts := []string{filepath.Base(argv[0])}
+	for _, a := range argv[1:] {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		parts = append(parts, filepath.Base(a))
+		if len(parts) == 3 {
+			break
+		}
+	}
+	return truncate(strings.Join(parts, " "), 100)
+}
+
+// mergeEnv adds or replaces variables of add in base.
+func mergeEnv(base, add []string) []string {
+	out := append([]string(nil), base...)
+	for _, kv := range add {
+		k, _, _ := strings.Cut(kv, "=")
+		replaced := false
+		for i, o := range out {
+			if ok, _, _ := strings.Cut(o, "="); ok == k {
+				out[i], replaced = kv, true
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

@@ -1,0 +1,660 @@
+//go:build linux && cgo
+
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// Library is the NVML API the collector calls (go-nvml's nvml.Interface, which
+// its mock package implements).
+type Library = nvml.Interface
+
+// target is one device or MIG slice readings are taken from.
+type target struct {
+	label  string // "GPU 0", "GPU 0 MIG 1": for errors and logs
+	prefix string // "gpu_0_", "gpu_0_mig_1_": for metric names
+	uuid   string
+	name   string
+	h      nvml.Device
+	skip   map[string]bool // readings it does not support: not asked again
+}
+
+type device struct {
+	target
+	index  int
+	mig    bool // MIG mode on: memory and processes per slice
+	slices []*slice
+	xid    bool // Xid events are watched
+}
+
+type slice struct {
+	target
+	index int // MIG device index on the parent
+}
+
+type skippedDevice struct {
+	Index  int    `json:"index"`
+	Slice  *int   `json:"mig,omitempty"`
+	Reason string `json:"reason"`
+}
+
+// Collector reads NVIDIA GPUs through NVML.
+//
+// Contract: as metrics.Collector. Collect, Detect and Tags are called from one
+// goroutine at a time; XidEvents may be called from any goroutine; Close may
+// be called while a timed-out Collect is still running (no NVML call starts
+// after Close begins).
+type Collector struct {
+	lib  nvml.Interface
+	real bool // the system library, not a mock
+	opts Options
+	log  *slog.Logger
+	g    *guard
+
+	off        string // why the collector is off; "" when on
+	inited     bool   // Init succeeded, so Shutdown is owed
+	driver     string
+	nvmlVer    string
+	cudaDriver string
+	devices    []*device
+	skipped    []skippedDevice
+	notes      []string
+	symbols    map[string]bool
+	memV2      bool // nvmlDeviceGetMemoryInfo_v2 (Used excludes reserved memory)
+	evReasons  bool // nvmlDeviceGetCurrentClocksEventReasons (R535+)
+	tempV      bool // nvmlDeviceGetTemperatureV (R555+)
+
+	watch *xidWatch
+
+	mu              sync.Mutex // guards the fields below
+	xids            []XidEvent
+	xidCount        map[int]int // NVML index -> Xid events seen
+	procNote        string
+	unmatchedLogged bool
+
+	closeOnce sync.Once
+}
+
+// New initializes NVML and finds the GPUs to collect. Without a usable NVML
+// (no driver library, driver not loaded, no GPU selected) it returns a
+// collector that is off, logs why once at info, and makes no further NVML
+// call. The error is for invalid options only.
+func New(opts Options) (*Collector, error) {
+	opts.defaults()
+	sels, err := parseSelect(opts.Select)
+	if err != nil {
+		return nil, err
+	}
+	c := &Collector{
+		lib:      opts.Lib,
+		opts:     opts,
+		log:      opts.Log.With("source", Name),
+		g:        newGuard(opts.CallTimeout),
+		symbols:  map[string]bool{},
+		xidCount: map[int]int{},
+	}
+	if c.lib == nil {
+		c.lib = nvml.New()
+		c.real = true
+	}
+	ctx := context.Background()
+	if _, err := get(ctx, c.g, "nvmlInit", func() (struct{}, nvml.Return) { return struct{}{}, c.lib.Init() }); err != nil {
+		// No call may follow a failed Init: the library may not be loaded.
+		c.g.closeDown()
+		c.off = initFailure(err)
+		c.log.Info("GPU metrics off", "reason", c.off)
+		return c, nil
+	}
+	c.inited = true
+	c.discover(ctx, sels)
+	if c.off != "" {
+		c.log.Info("GPU metrics off", "reason", c.off)
+		return c, nil
+	}
+	c.startXidWatch(ctx)
+	return c, nil
+}
+
+func initFailure(err error) string {
+	switch {
+	case errors.Is(err, nvml.ERROR_LIBRARY_NOT_FOUND):
+		return "NVML library libnvidia-ml.so.1 not found (no NVIDIA driver, or it is not mounted into this container)"
+	case errors.Is(err, nvml.ERROR_DRIVER_NOT_LOADED):
+		return "NVIDIA kernel driver not loaded"
+	case errors.Is(err, nvml.ERROR_NO_PERMISSION):
+		return "no permission to use NVML"
+	case errors.Is(err, nvml.ERROR_LIB_RM_VERSION_MISMATCH):
+		return "NVML library and kernel driver versions differ (driver updated without a reboot?)"
+	default:
+		return fmt.Sprintf("NVML init failed: %v", err)
+	}
+}
+
+// rerr turns an NVML status into an error; nvml.Return is one, so callers can
+// test errors.Is(err, nvml.ERROR_NOT_SUPPORTED).
+func rerr(r nvml.Return) error {
+	if r == nvml.SUCCESS {
+		return nil
+	}
+	return r
+}
+
+// get runs one NVML getter under the guard.
+func get[T any](ctx context.Context, g *guard, what string, f func() (T, nvml.Return)) (T, error) {
+	return call(ctx, g, what, func() (T, error) {
+		v, r := f()
+		return v, rerr(r)
+	})
+}
+
+// unsupported reports whether err means "this device cannot give this
+// reading", which is remembered rather than retried.
+func unsupported(err error) bool {
+	return errors.Is(err, nvml.ERROR_NOT_SUPPORTED) || errors.Is(err, nvml.ERROR_NO_PERMISSION) ||
+		errors.Is(err, nvml.ERROR_FUNCTION_NOT_FOUND)
+}
+
+func (c *Collector) hasSymbol(ctx context.Context, name string) bool {
+	ok, err := call(ctx, c.g, "LookupSymbol "+name, func() (bool, error) {
+		return c.lib.Extensions().LookupSymbol(name) == nil, nil
+	})
+	c.symbols[name] = ok && err == nil
+	return c.symbols[name]
+}
+
+// discover lists devices and MIG slices and applies the selection.
+func (c *Collector) discover(ctx context.Context, sels []selector) {
+	c.driver, _ = get(ctx, c.g, "nvmlSystemGetDriverVersion", c.lib.SystemGetDriverVersion)
+	c.nvmlVer, _ = get(ctx, c.g, "nvmlSystemGetNVMLVersion", c.lib.SystemGetNVMLVersion)
+	if v, err := get(ctx, c.g, "nvmlSystemGetCudaDriverVersion", c.lib.SystemGetCudaDriverVersion); err == nil && v > 0 {
+		c.cudaDriver = fmt.Sprintf("%d.%d", v/1000, v%1000/10)
+	}
+	n, err := get(ctx, c.g, "nvmlDeviceGetCount", c.lib.DeviceGetCount)
+	if err != nil {
+		c.off = fmt.Sprintf("listing GPUs: %v", err)
+		return
+	}
+	if n == 0 {
+		c.off = "NVML sees no GPU (in a container, NVML sees only the GPUs mounted into it)"
+		return
+	}
+	c.memV2 = c.hasSymbol(ctx, "nvmlDeviceGetMemoryInfo_v2")
+	c.evReasons = c.hasSymbol(ctx, "nvmlDeviceGetCurrentClocksEventReasons")
+	// The temperature handler calls C directly and cannot be mocked: only the
+	// system library gets the newer call.
+	c.tempV = c.hasSymbol(ctx, "nvmlDeviceGetTemperatureV") && c.real
+
+	var all []*device
+	for i := 0; i < n; i++ {
+		h, err := get(ctx, c.g, "nvmlDeviceGetHandleByIndex", func() (nvml.Device, nvml.Return) { return c.lib.DeviceGetHandleByIndex(i) })
+		if err != nil {
+			c.skipDevice(i, nil, err)
+			continue
+		}
+		uuid, err := get(ctx, c.g, "nvmlDeviceGetUUID", h.GetUUID)
+		if err != nil {
+			c.skipDevice(i, nil, err)
+			continue
+		}
+		name, _ := get(ctx, c.g, "nvmlDeviceGetName", h.GetName)
+		d := &device{index: i, target: newTarget(fmt.Sprintf("GPU %d", i), fmt.Sprintf("gpu_%d_", i), uuid, name, h)}
+		c.discoverMIG(ctx, d)
+		all = append(all, d)
+	}
+
+	infos := make([]devInfo, 0, len(all))
+	for _, d := range all {
+		di := devInfo{Index: d.index, UUID: d.uuid}
+		for _, s := range d.slices {
+			di.Slices = append(di.Slices, s.uuid)
+		}
+		infos = append(infos, di)
+	}
+	ch, notes := choose(infos, sels, c.opts.MatchCUDAVisible, c.opts.CUDAVisibleDevices)
+	for _, n := range notes {
+		c.log.Warn("GPU selection", "note", n)
+	}
+	c.notes = notes
+	for _, d := range all {
+		keep, ok := ch[d.index]
+		if !ok {
+			continue
+		}
+		if keep != nil {
+			var kept []*slice
+			for _, s := range d.slices {
+				if keep[s.uuid] {
+					kept = append(kept, s)
+				}
+			}
+			d.slices = kept
+		}
+		c.devices = append(c.devices, d)
+	}
+	if len(c.devices) == 0 {
+		c.off = fmt.Sprintf("no GPU selected (NVML sees %d, %d usable)", n, len(all))
+	}
+}
+
+func newTarget(label, prefix, uuid, name string, h nvml.Device) target {
+	return target{label: label, prefix: prefix, uuid: uuid, name: name, h: h, skip: map[string]bool{}}
+}
+
+func (c *Collector) skipDevice(i int, mig *int, err error) {
+	reason := err.Error()
+	if errors.Is(err, nvml.ERROR_NO_PERMISSION) {
+		reason = "no permission (a container may see a GPU it is not allowed to query): " + reason
+	}
+	c.skipped = append(c.skipped, skippedDevice{Index: i, Slice: mig, Reason: reason})
+	if mig != nil {
+		c.log.Info("GPU MIG slice skipped", "gpu", i, "mig", *mig, "err", err)
+		return
+	}
+	c.log.Info("GPU skipped", "gpu", i, "err", err)
+}
+
+func (c *Collector) discoverMIG(ctx context.Context, d *device) {
+	mode, err := get(ctx, c.g, "nvmlDeviceGetMigMode", func() (int, nvml.Return) {
+		cur, _, r := d.h.GetMigMode()
+		return cur, r
+	})
+	if err != nil || mode != nvml.DEVICE_MIG_ENABLE {
+		return // NOT_SUPPORTED on GPUs without MIG
+	}
+	d.mig = true
+	max, err := get(ctx, c.g, "nvmlDeviceGetMaxMigDeviceCount", d.h.GetMaxMigDeviceCount)
+	if err != nil {
+		c.log.Info("GPU MIG slices not listed", "gpu", d.index, "err", err)
+		return
+	}
+	for m := 0; m < max; m++ {
+		h, err := get(ctx, c.g, "nvmlDeviceGetMigDeviceHandleByIndex", func() (nvml.Device, nvml.Return) {
+			return d.h.GetMigDeviceHandleByIndex(m)
+		})
+		if errors.Is(err, nvml.ERROR_NOT_FOUND) {
+			continue // an empty slot
+		}
+		if err != nil {
+			c.skipDevice(d.index, &m, err)
+			continue
+		}
+		uuid, err := get(ctx, c.g, "nvmlDeviceGetUUID", h.GetUUID)
+		if err != nil {
+			c.skipDevice(d.index, &m, err)
+			continue
+		}
+		name, _ := get(ctx, c.g, "nvmlDeviceGetName", h.GetName)
+		d.slices = append(d.slices, &slice{index: m, target: newTarget(
+			fmt.Sprintf("GPU %d MIG %d", d.index, m), fmt.Sprintf("gpu_%d_mig_%d_", d.index, m), uuid, name, h)})
+	}
+}
+
+// Name returns "gpu".
+func (c *Collector) Name() string { return Name }
+
+// reading collects the points and errors of one Collect.
+type reading struct {
+	ctx  context.Context
+	c    *Collector
+	pts  []metrics.Point
+	errs []error
+}
+
+// take runs one NVML reading of t; a reading t does not support is dropped
+// and remembered so it is not asked again.
+func take[T any](r *reading, t *target, what string, f func() (T, nvml.Return)) (T, bool) {
+	var zero T
+	if t.skip[what] {
+		return zero, false
+	}
+	v, err := get(r.ctx, r.c.g, what, f)
+	if err == nil {
+		return v, true
+	}
+	if unsupported(err) {
+		t.skip[what] = true
+		r.c.log.Debug("GPU reading not supported; not asked again", "target", t.label, "err", err)
+		return zero, false
+	}
+	r.errs = append(r.errs, fmt.Errorf("%s: %w", t.label, err))
+	return zero, false
+}
+
+func (r *reading) add(t *target, name string, v float64, unit, source string) {
+	r.pts = append(r.pts, metrics.Point{Name: t.prefix + name, Value: v, Unit: unit, Scope: metrics.ScopeGPU, Source: source})
+}
+
+// Collect reads every selected GPU and MIG slice.
+func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
+	if c.off != "" {
+		return nil, nil
+	}
+	if what, _, stuck := c.g.stuckOn(); stuck {
+		return nil, fmt.Errorf("GPU metrics: %w (%s)", ErrStuck, what)
+	}
+	if c.g.isClosed() {
+		return nil, fmt.Errorf("GPU metrics: %w", ErrClosed)
+	}
+	r := &reading{ctx: ctx, c: c}
+	for _, d := range c.devices {
+		c.readDevice(r, d)
+		if ctx.Err() != nil || c.g.isStuck() {
+			break // the rest would fail the same way
+		}
+	}
+	if c.opts.ProcessTree != nil && ctx.Err() == nil && !c.g.isStuck() {
+		c.readProcesses(r)
+	}
+	return r.pts, errors.Join(r.errs...)
+}
+
+func (c *Collector) readDevice(r *reading, d *device) {
+	t := &d.target
+	// Not supported on a MIG-enabled GPU: NVML has no per-slice utilization.
+	if u, ok := take(r, t, "nvmlDeviceGetUtilizationRates", t.h.GetUtilizationRates); ok {
+		r.add(t, "utilization_percentage", float64(u.Gpu), metrics.UnitPercentage, "nvmlDeviceGetUtilizationRates")
+		r.add(t, "memory_controller_utilization_percentage", float64(u.Memory), metrics.UnitPercentage, "nvmlDeviceGetUtilizationRates")
+	}
+	c.readMemory(r, t)
+	power, okP := take(r, t, "nvmlDeviceGetPowerUsage", t.h.GetPowerUsage)
+	limit, okL := take(r, t, "nvmlDeviceGetEnforcedPowerLimit", t.h.GetEnforcedPowerLimit)
+	if okP {
+		r.add(t, "power_usage_watts", float64(power)/1000, metrics.UnitWatts, "nvmlDeviceGetPowerUsage")
+	}
+	if okL && limit > 0 {
+		r.add(t, "power_limit_watts", float64(limit)/1000, metrics.UnitWatts, "nvmlDeviceGetEnforcedPowerLimit")
+		if okP {
+			r.add(t, "power_usage_percentage", 100*float64(power)/float64(limit), metrics.UnitPercentage, "nvmlDeviceGetPowerUsage/nvmlDeviceGetEnforcedPowerLimit")
+		}
+	}
+	if c.tempV {
+		if v, ok := take(r, t, "nvmlDeviceGetTemperatureV", func() (nvml.Temperature, nvml.Return) { return t.h.GetTemperatureV().V1() }); ok {
+			r.add(t, "temperature_celsius", float64(v.Temperature), metrics.UnitCelsius, "nvmlDeviceGetTemperatureV")
+		}
+	} else if v, ok := take(r, t, "nvmlDeviceGetTemperature", func() (uint32, nvml.Return) { return t.h.GetTemperature(nvml.TEMPERATURE_GPU) }); ok {
+		r.add(t, "temperature_celsius", float64(v), metrics.UnitCelsius, "nvmlDeviceGetTemperature")
+	}
+	if v, ok := take(r, t, "nvmlDeviceGetClockInfo(SM)", func() (uint32, nvml.Return) { return t.h.GetClockInfo(nvml.CLOCK_SM) }); ok {
+		r.add(t, "sm_clock_mhz", float64(v), metrics.UnitMHz, "nvmlDeviceGetClockInfo")
+	}
+	if v, ok := take(r, t, "nvmlDeviceGetClockInfo(MEM)", func() (uint32, nvml.Return) { return t.h.GetClockInfo(nvml.CLOCK_MEM) }); ok {
+		r.add(t, "memory_clock_mhz", float64(v), metrics.UnitMHz, "nvmlDeviceGetClockInfo")
+	}
+	c.readThrottle(r, t)
+	c.readErrors(r, d)
+	for _, s := range d.slices {
+		c.readMemory(r, &s.target)
+	}
+}
+
+func (c *Collector) readMemory(r *reading, t *target) {
+	const v2 = "nvmlDeviceGetMemoryInfo_v2"
+	if c.memV2 && !t.skip[v2] {
+		// v2: Used is what processes allocated; Reserved is the driver's own.
+		m, ok := take(r, t, v2, t.h.GetMemoryInfo_v2)
+		if ok {
+			c.addMemory(r, t, m.Used, m.Total, v2)
+			r.add(t, "memory_reserved_megabytes", metrics.MB(float64(m.Reserved)), metrics.UnitMegabytes, v2)
+			return
+		}
+		if !t.skip[v2] {
+			return // an error, not "unsupported": reported by take
+		}
+	}
+	// v1 (drivers before R510): Used includes reserved memory.
+	m, ok := take(r, t, "nvmlDeviceGetMemoryInfo", t.h.GetMemoryInfo)
+	if ok {
+		c.addMemory(r, t, m.Used, m.Total, "nvmlDeviceGetMemoryInfo")
+	}
+}
+
+func (c *Collector) addMemory(r *reading, t *target, used, total uint64, source string) {
+	r.add(t, "memory_used_megabytes", metrics.MB(float64(used)), metrics.UnitMegabytes, source)
+	r.add(t, "memory_total_megabytes", metrics.MB(float64(total)), metrics.UnitMegabytes, source)
+	if total > 0 {
+		r.add(t, "memory_usage_percentage", 100*float64(used)/float64(total), metrics.UnitPercentage, source)
+	}
+}
+
+func (c *Collector) readThrottle(r *reading, t *target) {
+	what, f := "nvmlDeviceGetCurrentClocksEventReasons", t.h.GetCurrentClocksEventReasons
+	if !c.evReasons {
+		what, f = "nvmlDeviceGetCurrentClocksThrottleReasons", t.h.GetCurrentClocksThrottleReasons
+	}
+	mask, ok := take(r, t, what, f)
+	if !ok {
+		return
+	}
+	flags, active := decodeThrottle(mask)
+	r.add(t, "throttle_reasons_count", float64(active), metrics.UnitCount, what)
+	for i, tr := range throttleReasons {
+		r.add(t, "throttle_"+tr.name, flags[i], metrics.UnitCount, what)
+	}
+}
+
+func (c *Collector) readErrors(r *reading, d *device) {
+	t := &d.target
+	// Volatile counters: since the driver was loaded, so a job sees errors of
+	// its own era rather than the board's lifetime.
+	if v, ok := take(r, t, "nvmlDeviceGetTotalEccErrors(corrected)", func() (uint64, nvml.Return) {
+		return t.h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC)
+	}); ok {
+		r.add(t, "ecc_corrected_errors_count", float64(v), metrics.UnitCount, "nvmlDeviceGetTotalEccErrors")
+	}
+	if v, ok := take(r, t, "nvmlDeviceGetTotalEccErrors(uncorrected)", func() (uint64, nvml.Return) {
+		return t.h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
+	}); ok {
+		r.add(t, "ecc_uncorrected_errors_count", float64(v), metrics.UnitCount, "nvmlDeviceGetTotalEccErrors")
+	}
+	type rows struct {
+		corr, unc        int
+		pending, failure bool
+	}
+	if v, ok := take(r, t, "nvmlDeviceGetRemappedRows", func() (rows, nvml.Return) {
+		a, b, p, f, ret := t.h.GetRemappedRows()
+		return rows{a, b, p, f}, ret
+	}); ok {
+		r.add(t, "remapped_rows_corrected_count", float64(v.corr), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
+		r.add(t, "remapped_rows_uncorrected_count", float64(v.unc), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
+		r.add(t, "remapped_rows_pending", b2f(v.pending), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
+		r.add(t, "remapped_rows_failed", b2f(v.failure), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
+	}
+	if d.xid {
+		c.mu.Lock()
+		n := c.xidCount[d.index]
+		c.mu.Unlock()
+		r.add(t, "xid_errors_count", float64(n), metrics.UnitCount, "nvmlEventSetWait")
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// readProcesses sums the GPU memory of the child's tree over every collected
+// device (per slice on MIG devices: the parent's list would repeat them).
+func (c *Collector) readProcesses(r *reading) {
+	var procs []gpuProc
+	listed := false
+	for _, d := range c.devices {
+		targets := []*target{&d.target}
+		if d.mig {
+			targets = targets[:0]
+			for _, s := range d.slices {
+				targets = append(targets, &s.target)
+			}
+		}
+		for _, t := range targets {
+			ps, ok := take(r, t, "nvmlDeviceGetComputeRunningProcesses", t.h.GetComputeRunningProcesses)
+			if !ok {
+				continue
+			}
+			listed = true
+			for _, p := range ps {
+				procs = append(procs, gpuProc{PID: p.Pid, Used: p.UsedGpuMemory})
+			}
+		}
+	}
+	if !listed {
+		return
+	}
+	tree, err := c.opts.ProcessTree()
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("listing the child's processes: %w", err))
+		return
+	}
+	if len(tree) == 0 {
+		return // no child yet, or it has exited: nothing to match
+	}
+	set, err := treePIDs(c.opts.ProcRoot, tree)
+	if err != nil {
+		r.errs = append(r.errs, err) // the set still holds every PID that could be read
+	}
+	m := matchProcs(set, procs)
+	c.noteProcs(m)
+	src := "nvmlDeviceGetComputeRunningProcesses"
+	r.pts = append(r.pts,
+		metrics.Point{Name: "process_gpu_processes_count", Value: float64(m.Matched), Unit: metrics.UnitCount, Scope: metrics.ScopeProcess, Source: src},
+		metrics.Point{Name: "process_gpu_unmatched_processes_count", Value: float64(m.Processes - m.Matched), Unit: metrics.UnitCount, Scope: metrics.ScopeProcess, Source: src})
+	// No figure when processes exist but none is the child's (the PIDs may be
+	// unmappable host PIDs: 0 would be a guess), or NVML has none for them.
+	if (m.Processes > 0 && m.Matched == 0) || (m.Matched > 0 && m.NoValue == m.Matched) {
+		return
+	}
+	r.pts = append(r.pts, metrics.Point{Name: "process_gpu_memory_megabytes", Value: metrics.MB(float64(m.UsedBytes)),
+		Unit: metrics.UnitMegabytes, Scope: metrics.ScopeProcess, Source: src})
+}
+
+func (c *Collector) noteProcs(m procMatch) {
+	note := m.note()
+	c.mu.Lock()
+	c.procNote = note
+	first := m.Processes > 0 && m.Matched == 0 && !c.unmatchedLogged
+	if first {
+		c.unmatchedLogged = true
+	}
+	c.mu.Unlock()
+	if first {
+		c.log.Info("GPU processes not matched to the child's tree; process_gpu_memory_megabytes omitted while so", "note", note)
+	}
+}
+
+// Detect says which GPUs are collected, or why the collector is off.
+func (c *Collector) Detect(ctx context.Context) map[string]any {
+	if c.off != "" {
+		return map[string]any{"status": "off: " + c.off}
+	}
+	devs := make([]map[string]any, 0, len(c.devices))
+	for _, d := range c.devices {
+		m := map[string]any{"index": d.index, "uuid": d.uuid, "name": d.name, "mig": d.mig}
+		if d.mig {
+			var ss []map[string]any
+			for _, s := range d.slices {
+				ss = append(ss, map[string]any{"index": s.index, "uuid": s.uuid, "name": s.name})
+			}
+			m["mig_slices"] = ss
+		}
+		m["xid_events"] = map[bool]string{true: "watched", false: "not supported"}[d.xid]
+		devs = append(devs, m)
+	}
+	out := map[string]any{
+		"status":      "on",
+		"driver":      c.driver,
+		"nvml":        c.nvmlVer,
+		"cuda_driver": c.cudaDriver,
+		"devices":     devs,
+		"symbols":     c.symbols,
+	}
+	if len(c.skipped) > 0 {
+		out["skipped"] = c.skipped
+	}
+	if len(c.notes) > 0 {
+		out["notes"] = c.notes
+	}
+	if what, since, stuck := c.g.stuckOn(); stuck {
+		out["stuck"] = fmt.Sprintf("%s has not returned since %s", what, since.Format("15:04:05"))
+	}
+	if c.opts.ProcessTree == nil {
+		out["process_pids"] = "no child process tree"
+	} else {
+		c.mu.Lock()
+		note := c.procNote
+		c.mu.Unlock()
+		if note == "" {
+			r := &reading{ctx: ctx, c: c}
+			c.readProcesses(r)
+			c.mu.Lock()
+			note = c.procNote
+			c.mu.Unlock()
+		}
+		out["process_pids"] = note
+	}
+	return out
+}
+
+// Tags returns the run tags naming the collected GPUs: bridge.gpu.status,
+// bridge.gpu.driver, bridge.gpu.cuda_driver, bridge.gpu.count,
+// bridge.gpu.N.uuid, bridge.gpu.N.name and, for MIG slices,
+// bridge.gpu.N.mig.M.uuid and bridge.gpu.N.mig.M.name.
+func (c *Collector) Tags() map[string]string {
+	if c.off != "" {
+		return map[string]string{"bridge.gpu.status": "off: " + c.off}
+	}
+	t := map[string]string{
+		"bridge.gpu.status": "on",
+		"bridge.gpu.count":  strconv.Itoa(len(c.devices)),
+	}
+	if c.driver != "" {
+		t["bridge.gpu.driver"] = c.driver
+	}
+	if c.cudaDriver != "" {
+		t["bridge.gpu.cuda_driver"] = c.cudaDriver
+	}
+	for _, d := range c.devices {
+		p := fmt.Sprintf("bridge.gpu.%d.", d.index)
+		t[p+"uuid"] = d.uuid
+		t[p+"name"] = d.name
+		for _, s := range d.slices {
+			sp := fmt.Sprintf("%smig.%d.", p, s.index)
+			t[sp+"uuid"] = s.uuid
+			t[sp+"name"] = s.name
+		}
+	}
+	return t
+}
+
+// Close stops the Xid watcher and shuts NVML down. It makes no NVML call when
+// Init failed, and leaves NVML loaded when a call is still hung (a shutdown
+// under a running call could crash the process).
+func (c *Collector) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		ctx := context.Background()
+		if c.watch != nil && !c.watch.stop(c.opts.CallTimeout) {
+			c.g.closeDown()
+			c.log.Warn("GPU Xid watcher did not stop; NVML left loaded")
+			return
+		}
+		if c.watch != nil {
+			_, _ = get(ctx, c.g, "nvmlEventSetFree", func() (struct{}, nvml.Return) { return struct{}{}, c.watch.set.Free() })
+		}
+		if !c.inited {
+			return
+		}
+		err = c.g.last(ctx, "nvmlShutdown", func() error { return rerr(c.lib.Shutdown()) })
+	})
+	return err
+}

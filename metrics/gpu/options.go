@@ -1,0 +1,84 @@
+package gpu
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Name is the collector's name, the key of its entry in `bridge sample`.
+const Name = "gpu"
+
+// DefaultCallTimeout bounds one NVML call when Options.CallTimeout is zero.
+// Healthy calls take microseconds to a few milliseconds; listing processes
+// on a busy GPU can take tens of milliseconds.
+const DefaultCallTimeout = 2 * time.Second
+
+// Options configure a Collector.
+type Options struct {
+	// Lib is the NVML library; nil means the system's libnvidia-ml.so.1.
+	// Tests pass go-nvml's mock. (Library is nvml.Interface in cgo builds.)
+	Lib Library
+	// Select restricts collection to these GPUs: UUIDs ("GPU-…", or "MIG-…"
+	// for one slice) or NVML indexes ("0"). Empty means every GPU NVML sees.
+	Select []string
+	// MatchCUDAVisible restricts collection to the UUIDs listed in
+	// CUDAVisibleDevices. Indexes there are CUDA's numbering, not NVML's,
+	// and are not matched.
+	MatchCUDAVisible bool
+	// CUDAVisibleDevices is the child's CUDA_VISIBLE_DEVICES ("" = unset).
+	CUDAVisibleDevices string
+	// ProcessTree returns the PIDs of the child's process tree, as seen in
+	// the PID namespace of ProcRoot; none while there is no child. nil: no
+	// process_gpu_* metrics (bridge sample).
+	ProcessTree func() ([]int, error)
+	// ProcRoot is the procfs of the namespace ProcessTree's PIDs live in; its
+	// <pid>/status NSpid lines map them to the PIDs NVML may report. "" = /proc.
+	ProcRoot string
+	// CallTimeout bounds each NVML call; 0 means DefaultCallTimeout.
+	CallTimeout time.Duration
+	// Log receives one info line when NVML is absent and notes about skipped
+	// devices; nil discards them.
+	Log *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// XidEvent is one Xid critical error reported by the driver (Xid 79: the GPU
+// fell off the bus, 48: double-bit ECC error, 999: unknown; see NVIDIA's Xid
+// catalog). Exit forensics read them to classify a death as a GPU error.
+type XidEvent struct {
+	Time  time.Time `json:"time"` // when bridge received it
+	GPU   int       `json:"gpu"`  // NVML index of the (parent) device
+	UUID  string    `json:"uuid"`
+	Xid   uint64    `json:"xid"`
+	Slice *MIGSlice `json:"mig,omitempty"` // set when the driver names a MIG slice
+}
+
+// MIGSlice names a MIG slice by its GPU and compute instance IDs.
+type MIGSlice struct {
+	GPUInstance     uint32 `json:"gpu_instance"`
+	ComputeInstance uint32 `json:"compute_instance"`
+}
+
+func (e XidEvent) String() string {
+	s := fmt.Sprintf("Xid %d on GPU %d (%s)", e.Xid, e.GPU, e.UUID)
+	if e.Slice != nil {
+		s += fmt.Sprintf(" MIG GI %d CI %d", e.Slice.GPUInstance, e.Slice.ComputeInstance)
+	}
+	return s
+}
+
+// maxXidEvents caps the events kept for forensics; the per-GPU counters keep
+// counting past it. A failing GPU can repeat an Xid thousands of times.
+const maxXidEvents = 256

@@ -1,0 +1,100 @@
+// Package metrics holds the sample model shared by every collector and sink,
+// and the Sampler that runs the collectors.
+//
+// A metric's name states its scope (container_, node_, rootfs_, netns_, gpu_N_,
+// process_) and its unit, as MLflow's own system metrics do (_megabytes means
+// 10^6 bytes). Names are sent to MLflow as "system/<name>" and to W&B as
+// "system.<name>".
+package metrics
+
+import (
+	"context"
+	"time"
+)
+
+// Scope says what a value was measured against.
+type Scope string
+
+// Scopes used in metric names.
+const (
+	ScopeContainer Scope = "container" // the cgroup bridge and its child run in
+	ScopeNode      Scope = "node"      // host-wide /proc files
+	ScopeRootfs    Scope = "rootfs"    // statfs("/"), an overlay shows the node's disk
+	ScopeNetns     Scope = "netns"     // /proc/net/dev: the network namespace (the pod in Kubernetes)
+	ScopeProcess   Scope = "process"   // the child's process tree
+	ScopeGPU       Scope = "gpu"       // one GPU or MIG slice, through NVML
+)
+
+// Units, as they appear at the end of metric names.
+const (
+	UnitMegabytes          = "megabytes" // 10^6 bytes, as MLflow
+	UnitMegabytesPerSecond = "megabytes_per_second"
+	UnitPercentage         = "percentage"
+	UnitCores              = "cores"
+	UnitSeconds            = "seconds"
+	UnitCount              = "count"
+	UnitRatio              = "ratio"
+	UnitWatts              = "watts"
+	UnitCelsius            = "celsius"
+	UnitMHz                = "mhz"
+	UnitLoad               = "load"
+)
+
+// Megabyte is the unit of every _megabytes metric (decimal, as MLflow).
+const Megabyte = 1e6
+
+// Point is one value of one metric in one sample.
+type Point struct {
+	Name   string  `json:"name"`   // e.g. container_memory_working_set_megabytes, without "system/"
+	Value  float64 `json:"value"`  // in Unit
+	Unit   string  `json:"unit"`   // one of the Unit constants
+	Scope  Scope   `json:"scope"`  // what it was measured against
+	Source string  `json:"source"` // the file or call it came from
+}
+
+// Sample is the set of points taken at one instant. Seq numbers samples from 0
+// in the order they were taken; sinks send it as the MLflow step.
+type Sample struct {
+	Seq    int64     `json:"seq"`
+	Time   time.Time `json:"time"`
+	Points []Point   `json:"points"`
+}
+
+// Value returns the value of the named point and whether it is present.
+func (s Sample) Value(name string) (float64, bool) {
+	for _, p := range s.Points {
+		if p.Name == name {
+			return p.Value, true
+		}
+	}
+	return 0, false
+}
+
+// Collector reads one source.
+//
+// Contract: Collect is called from one goroutine at a time (the Sampler's);
+// it must return promptly when ctx is done. Values that need two readings (CPU
+// usage) are computed from the previous call's reading: the first call returns
+// none of them, never a value averaged since boot. A source that is absent on
+// this machine returns no points and a nil error; an error means the source
+// exists and could not be read. The returned slice belongs to the caller.
+type Collector interface {
+	Name() string
+	Collect(ctx context.Context) ([]Point, error)
+}
+
+// Detector is implemented by collectors that can say what they found (cgroup
+// version and paths, limits and where they were set, GPUs). Detect is called
+// once, before sampling starts, from the same goroutine as Collect; values
+// must marshal to JSON.
+type Detector interface {
+	Detect(ctx context.Context) map[string]any
+}
+
+// Closer is implemented by collectors that hold resources (NVML, event fds).
+type Closer interface {
+	Close() error
+}
+
+// Point helper: mb converts bytes to the _megabytes unit.
+func MB(bytes float64) float64 { return bytes / Megabyte }

@@ -1,0 +1,31 @@
+package node
+
+import (
+	"fmt"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// collectLoad reads /proc/loadavg.
+func (c *Collector) collectLoad() ([]metrics.Point, error) {
+	src := c.path("loadavg")
+	la, err := c.fs.LoadAvg()
+	if err != nil {
+		if isAbsent(err) {
+			c.noteAbsent(src, err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading node load average from %s: %w", src, err)
+	}
+	return loadPoints(*la, src), nil
+}
+
+func loadPoints(la procfs.LoadAvg, src string) []metrics.Point {
+	return []metrics.Point{
+		point("node_load_1m", la.Load1, metrics.UnitLoad, metrics.ScopeNode, src),
+		point("node_load_5m", la.Load5, metrics.UnitLoad, metrics.ScopeNode, src),
+		point("node_load_15m", la.Load15, metrics.UnitLoad, metrics.ScopeNode, src),
+	}
+}

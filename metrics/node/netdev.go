@@ -1,0 +1,86 @@
+package node
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+
+// netTracker accumulates traffic of the network namespace since the first
+// reading, per interface, so that an interface that appears, disappears or
+// has its counters reset never makes the totals go backwards.
+type netTracker struct {
+	started  bool
+	prev     map[string]procfs.NetDevLine
+	prevTime time.Time
+	rx, tx   float64 // bytes since the first reading
+}
+
+// update takes a reading of /proc/net/dev taken at now and returns the growth
+// since the previous one. ok is false on the first reading (the baseline).
+func (t *netTracker) update(nd procfs.NetDev, now time.Time) (rxDelta, txDelta, seconds float64, ok bool) {
+	cur := make(map[string]procfs.NetDevLine, len(nd))
+	for name, l := range nd {
+		if name == "lo" { // loopback never leaves the namespace
+			continue
+		}
+		cur[name] = l
+	}
+	defer func() { t.prev, t.prevTime, t.started = cur, now, true }()
+	if !t.started {
+		return 0, 0, 0, false
+	}
+	for name, l := range cur {
+		p, seen := t.prev[name]
+		rxDelta += counterDelta(p.RxBytes, l.RxBytes, seen)
+		txDelta += counterDelta(p.TxBytes, l.TxBytes, seen)
+	}
+	t.rx += rxDelta
+	t.tx += txDelta
+	seconds = now.Sub(t.prevTime).Seconds()
+	return rxDelta, txDelta, seconds, true
+}
+
+// counterDelta is the growth of a byte counter between two readings. An
+// interface not seen before was created since the previous reading, so all
+// its traffic is new; a counter that went down was reset (interface
+// recreated), so it counts from zero.
+func counterDelta(prev, cur uint64, seen bool) float64 {
+	if !seen || cur < prev {
+		return float64(cur)
+	}
+	return float64(cur - prev)
+}
+
+// collectNet reads <ProcRoot>/net/dev (a link to self/net/dev: the namespace
+// of the reading process, which the child shares).
+func (c *Collector) collectNet(now time.Time) ([]metrics.Point, error) {
+	src := c.path("net/dev")
+	nd, err := c.fs.NetDev()
+	if err != nil {
+		if isAbsent(err) {
+			c.noteAbsent(src, err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading network counters from %s: %w", src, err)
+	}
+	rx, tx, secs, ok := c.net.update(nd, now)
+	if !ok {
+		return nil, nil
+	}
+	pts := []metrics.Point{
+		point("netns_network_receive_megabytes", metrics.MB(c.net.rx), metrics.UnitMegabytes, metrics.ScopeNetns, src),
+		point("netns_network_transmit_megabytes", metrics.MB(c.net.tx), metrics.UnitMegabytes, metrics.ScopeNetns, src),
+	}
+	if secs > 0 {
+		pts = append(pts,
+			point("netns_network_receive_megabytes_per_second", metrics.MB(rx)/secs, metrics.UnitMegabytesPerSecond, metrics.ScopeNetns, src),
+			point("netns_network_transmit_megabytes_per_second", metrics.MB(tx)/secs, metrics.UnitMegabytesPerSecond, metrics.ScopeNetns, src),
+		)
+	}
+	return pts, nil
+}

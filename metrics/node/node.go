@@ -1,0 +1,162 @@
+// Package node collects host-wide figures from /proc (CPU, memory, load,
+// pressure), the root filesystem from statfs, and network traffic of the
+// network namespace from /proc/net/dev.
+//
+// Scopes: node_* series describe the whole host (these /proc files are not
+// isolated by any namespace: inside a pod they describe the node), rootfs_*
+// the filesystem under RootfsPath (an overlay root reports the node's disk),
+// netns_* the network namespace bridge runs in (the pod's, in Kubernetes).
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// Options configure a Collector.
+type Options struct {
+	// ProcRoot is where procfs is mounted; "" means /proc.
+	ProcRoot string
+	// RootfsPath is the path whose filesystem rootfs_* describes; "" means /.
+	RootfsPath string
+	// Log receives debug notes about absent sources; nil discards them.
+	Log *slog.Logger
+}
+
+// Collector reads the node, rootfs and netns sources. It keeps the previous
+// /proc/stat and /proc/net/dev readings to compute deltas.
+//
+// Contract: as metrics.Collector; Collect and Detect must not be called
+// concurrently with each other (the Sampler calls them from one goroutine).
+type Collector struct {
+	fs         procfs.FS
+	procRoot   string
+	rootfsPath string
+	log        *slog.Logger
+	now        func() time.Time
+
+	prevCPU *procfs.CPUStat
+	net     netTracker
+
+	mu     sync.Mutex
+	absent map[string]bool // sources already logged as absent
+}
+
+// New returns a Collector reading under opts.ProcRoot.
+func New(opts Options) (*Collector, error) {
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = procfs.DefaultMountPoint
+	}
+	if opts.RootfsPath == "" {
+		opts.RootfsPath = "/"
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pfs, err := procfs.NewFS(opts.ProcRoot)
+	if err != nil {
+		return nil, fmt.Errorf("node metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
+	}
+	return &Collector{
+		fs:         pfs,
+		procRoot:   opts.ProcRoot,
+		rootfsPath: opts.RootfsPath,
+		log:        log.With("source", "node"),
+		now:        time.Now,
+		absent:     map[string]bool{},
+	}, nil
+}
+
+// Name implements metrics.Collector.
+func (c *Collector) Name() string { return "node" }
+
+// Collect implements metrics.Collector. Each source is read independently: one
+// that fails is reported in the joined error while the others' points are
+// still returned.
+func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
+	now := c.now()
+	var pts []metrics.Point
+	var errs []error
+	steps := []func() ([]metrics.Point, error){
+		c.collectCPU,
+		c.collectMemory,
+		c.collectLoad,
+		c.collectPressure,
+		c.collectRootfs,
+		func() ([]metrics.Point, error) { return c.collectNet(now) },
+	}
+	for _, step := range steps {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		p, err := step()
+		pts = append(pts, p...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return pts, errors.Join(errs...)
+}
+
+// Detect implements metrics.Detector.
+func (c *Collector) Detect(ctx context.Context) map[string]any {
+	out := map[string]any{
+		"proc_root":   c.procRoot,
+		"rootfs_path": c.rootfsPath,
+		"net_dev":     c.path("net/dev"),
+	}
+	if st, err := c.fs.Stat(); err == nil {
+		out["cpu_count"] = len(st.CPU)
+	} else {
+		out["cpu_count_error"] = fmt.Sprintf("reading %s: %v", c.path("stat"), err)
+	}
+	if mi, err := c.fs.Meminfo(); err == nil && mi.MemTotalBytes != nil {
+		out["memory_total_megabytes"] = metrics.MB(float64(*mi.MemTotalBytes))
+	}
+	var psi []string
+	for _, res := range pressureResources {
+		if _, err := c.fs.PSIStatsForResource(res); err == nil {
+			psi = append(psi, res)
+		}
+	}
+	out["pressure"] = psi // the /proc/pressure files present; empty: kernel without PSI
+	return out
+}
+
+// path is the file under ProcRoot that a metric's Source names.
+func (c *Collector) path(rel string) string { return filepath.Join(c.procRoot, rel) }
+
+// isAbsent reports whether err means "this machine has no such source": a
+// missing file, or a kernel that refuses it (PSI built in but disabled).
+func isAbsent(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EOPNOTSUPP)
+}
+
+// noteAbsent logs once, at debug, that a source is missing.
+func (c *Collector) noteAbsent(src string, err error) {
+	c.mu.Lock()
+	first := !c.absent[src]
+	c.absent[src] = true
+	c.mu.Unlock()
+	if first {
+		c.log.Debug("source not available; its metrics are omitted", "path", src, "err", err)
+	}
+}
+
+// point builds one point.
+func point(name string, v float64, unit string, scope metrics.Scope, src string) metrics.Point {
+	return metrics.Point{Name: name, Value: v, Unit: unit, Scope: scope, Source: src}
+}

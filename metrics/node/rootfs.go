@@ -1,0 +1,63 @@
+package node
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// fsUsage is the part of a statfs result the rootfs metrics use, in bytes.
+type fsUsage struct {
+	total, free, avail float64
+}
+
+// readFsUsage calls statfs(path). Block counts are in units of f_frsize, as
+// df uses them.
+func readFsUsage(path string) (fsUsage, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fsUsage{}, err
+	}
+	bs := float64(st.Frsize)
+	if bs == 0 {
+		bs = float64(st.Bsize)
+	}
+	return fsUsage{
+		total: float64(st.Blocks) * bs,
+		free:  float64(st.Bfree) * bs,
+		avail: float64(st.Bavail) * bs,
+	}, nil
+}
+
+// collectRootfs reads statfs(RootfsPath).
+func (c *Collector) collectRootfs() ([]metrics.Point, error) {
+	src := "statfs(" + c.rootfsPath + ")"
+	u, err := readFsUsage(c.rootfsPath)
+	if err != nil {
+		if isAbsent(err) {
+			c.noteAbsent(src, err)
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading root filesystem usage with statfs(%s): %w", c.rootfsPath, err)
+	}
+	return rootfsPoints(u, src), nil
+}
+
+// rootfsPoints computes the figures df shows: used = total - free; available
+// = what a non-root user may still write (excludes the reserved blocks);
+// usage = used / (used + available), so a full disk reads 100% even when
+// reserved blocks remain.
+func rootfsPoints(u fsUsage, src string) []metrics.Point {
+	used := max(u.total-u.free, 0)
+	pts := []metrics.Point{
+		point("rootfs_disk_total_megabytes", metrics.MB(u.total), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
+		point("rootfs_disk_used_megabytes", metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
+		point("rootfs_disk_available_megabytes", metrics.MB(u.avail), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
+	}
+	if used+u.avail > 0 {
+		pts = append(pts, point("rootfs_disk_usage_percentage", used/(used+u.avail)*100, metrics.UnitPercentage, metrics.ScopeRootfs, src))
+	}
+	return pts
+}

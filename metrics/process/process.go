@@ -1,0 +1,179 @@
+// Package process measures the child's whole process tree (the training
+// command and everything it started: DataLoader workers, compilers, shells)
+// from /proc/<pid>/stat.
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// userHZ is the unit of the time fields in /proc/<pid>/stat. The kernel fixes
+// it at 100 for user space on every architecture Linux supports today.
+const userHZ = 100
+
+// Options configure a Collector.
+type Options struct {
+	// ProcRoot is where procfs is mounted; "" means /proc. Its pids must be
+	// those of bridge's pid namespace.
+	ProcRoot string
+	// RootPID returns the child's pid, 0 until it has started. Required. It is
+	// called once per Collect, from the Sampler's goroutine.
+	RootPID func() int
+	// Log receives debug notes; nil discards them.
+	Log *slog.Logger
+}
+
+// Collector sums the process tree rooted at RootPID.
+//
+// Contract: as metrics.Collector. It keeps the previous reading to compute
+// process_cpu_usage_cores; a change of root pid starts over.
+type Collector struct {
+	fs      procfs.FS
+	src     string
+	rootPID func() int
+	log     *slog.Logger
+	now     func() time.Time
+
+	prev *reading
+}
+
+// reading is one scan of the tree.
+type reading struct {
+	root  int
+	at    time.Time
+	procs map[int]procTimes
+}
+
+// procTimes is what CPU accounting needs of one process, in clock ticks.
+type procTimes struct {
+	start    uint64 // start time: tells a reused pid from the process seen before
+	ppid     int
+	self     uint64 // utime + stime, all its threads
+	children uint64 // cutime + cstime: children it has waited for
+}
+
+// New returns a Collector reading under opts.ProcRoot.
+func New(opts Options) (*Collector, error) {
+	if opts.RootPID == nil {
+		return nil, errors.New("process metrics: Options.RootPID is required")
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = procfs.DefaultMountPoint
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pfs, err := procfs.NewFS(opts.ProcRoot)
+	if err != nil {
+		return nil, fmt.Errorf("process metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
+	}
+	return &Collector{
+		fs:      pfs,
+		src:     filepath.Join(opts.ProcRoot, "*", "stat"),
+		rootPID: opts.RootPID,
+		log:     log.With("source", "process"),
+		now:     time.Now,
+	}, nil
+}
+
+// Name implements metrics.Collector.
+func (c *Collector) Name() string { return "process" }
+
+// Collect implements metrics.Collector. Before the child starts, and after its
+// tree is gone, there is nothing to measure: no points.
+func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
+	root := c.rootPID()
+	if root <= 0 {
+		c.prev = nil
+		return nil, nil
+	}
+	now := c.now()
+	stats, err := treeStats(c.fs, root)
+	if err != nil {
+		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", root, c.src, err)
+	}
+	if len(stats) == 0 {
+		if c.prev != nil {
+			c.log.Debug("process tree is gone", "pid", root)
+		}
+		c.prev = nil
+		return nil, nil
+	}
+	cur := &reading{root: root, at: now, procs: make(map[int]procTimes, len(stats))}
+	var rss, threads float64
+	for _, s := range stats {
+		rss += float64(s.ResidentMemory())
+		threads += float64(s.NumThreads)
+		cur.procs[s.PID] = procTimes{
+			start:    s.Starttime,
+			ppid:     s.PPID,
+			self:     uint64(s.UTime) + uint64(s.STime),
+			children: uint64(max(s.CUTime, 0)) + uint64(max(s.CSTime, 0)),
+		}
+	}
+	pts := []metrics.Point{
+		point("process_memory_rss_megabytes", metrics.MB(rss), metrics.UnitMegabytes, c.src),
+		point("process_count", float64(len(stats)), metrics.UnitCount, c.src),
+		point("process_threads_count", threads, metrics.UnitCount, c.src),
+	}
+	if p := c.prev; p != nil && p.root == root {
+		if wall := now.Sub(p.at).Seconds(); wall > 0 {
+			cores := float64(cpuTicks(p.procs, cur.procs)) / userHZ / wall
+			pts = append(pts, point("process_cpu_usage_cores", cores, metrics.UnitCores, c.src))
+		}
+	}
+	c.prev = cur
+	return pts, nil
+}
+
+// cpuTicks is the CPU time the tree used between two readings.
+//
+// A process seen in both readings adds the growth of its own time, plus the
+// growth of its children's time (children it reaped in the interval) less
+// what those children had already been counted for in prev. A process new in
+// cur was started in the interval: all its time, and that of children it
+// reaped, is new. A process that exited and was reaped by a parent in the tree
+// is thus counted to its end; one whose parent is gone too (or that was
+// auto-reaped, SIGCHLD ignored) loses its time after prev, at most one
+// interval of it. Nothing is ever negative.
+func cpuTicks(prev, cur map[int]procTimes) uint64 {
+	alreadyCounted := map[int]uint64{} // parent pid -> prev totals of its children gone since
+	for pid, p := range prev {
+		if c, ok := cur[pid]; !ok || c.start != p.start {
+			alreadyCounted[p.ppid] += p.self + p.children
+		}
+	}
+	var ticks uint64
+	for pid, c := range cur {
+		p, ok := prev[pid]
+		if !ok || p.start != c.start {
+			ticks += c.self + c.children
+			continue
+		}
+		ticks += sub(c.self, p.self)
+		ticks += sub(sub(c.children, p.children), alreadyCounted[pid])
+	}
+	return ticks
+}
+
+// sub is a - b, clamped at 0.
+func sub(a, b uint64) uint64 {
+	if a < b {
+		return 0
+	}
+	return a - b
+}
+
+func point(name string, v float64, unit, src string) metrics.Point {
+	return metrics.Point{Name: name, Value: v, Unit: unit, Scope: metrics.ScopeProcess, Source: src}
+}

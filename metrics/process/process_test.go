@@ -1,0 +1,265 @@
+package process
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// family: root 100 with children 101 and 102, grandchild 103 under 101;
+// unrelated 1 (init), 200 and its child 300.
+var family = []fakeProc{
+	{pid: 1, ppid: 0, comm: "init"},
+	{pid: 100, ppid: 1, comm: "python"},
+	{pid: 101, ppid: 100, comm: "pt_data_worker"},
+	{pid: 102, ppid: 100, comm: "pt_data_worker"},
+	{pid: 103, ppid: 101, comm: "sh -c (x) y"}, // spaces and parentheses in comm
+	{pid: 200, ppid: 1, comm: "sshd"},
+	{pid: 300, ppid: 200, comm: "bash"},
+}
+
+func TestTree(t *testing.T) {
+	tests := []struct {
+		name  string
+		procs []fakeProc
+		root  int
+		want  []int
+	}{
+		{"whole tree, root first", family, 100, []int{100, 101, 102, 103}},
+		{"a leaf", family, 103, []int{103}},
+		{"root missing", family, 999, nil},
+		{"pid exited between listing and reading is skipped", append(slices.Clone(family),
+			fakeProc{pid: 104, ppid: 100, noStat: true}), 100, []int{100, 101, 102, 103}},
+		{"zombie child still counts", append(slices.Clone(family),
+			fakeProc{pid: 105, ppid: 100, comm: "worker", state: "Z"}), 100, []int{100, 101, 102, 105, 103}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			writeProcs(t, root, tt.procs...)
+			got, err := Tree(newFS(t, root), tt.root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Tree(%d) = %v, want %v", tt.root, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestTreeGarbledStatIsAnError(t *testing.T) {
+	root := t.TempDir()
+	writeProcs(t, root, append(slices.Clone(family), fakeProc{pid: 104, ppid: 100, garbledStat: true})...)
+	if _, err := Tree(newFS(t, root), 100); err == nil || !strings.Contains(err.Error(), "104") {
+		t.Errorf("Tree with a garbled stat of a live process: err = %v, want one naming pid 104", err)
+	}
+}
+
+func TestCPUTicks(t *testing.T) {
+	pt := func(start uint64, ppid int, self, children uint64) procTimes {
+		return procTimes{start: start, ppid: ppid, self: self, children: children}
+	}
+	tests := []struct {
+		name      string
+		prev, cur map[int]procTimes
+		want      uint64
+	}{
+		{"survivors add their growth",
+			map[int]procTimes{100: pt(5, 1, 100, 0), 101: pt(6, 100, 50, 0)},
+			map[int]procTimes{100: pt(5, 1, 130, 0), 101: pt(6, 100, 120, 0)}, 30 + 70},
+		{"a process started in the interval counts whole",
+			map[int]procTimes{100: pt(5, 1, 100, 0)},
+			map[int]procTimes{100: pt(5, 1, 110, 0), 102: pt(9, 100, 40, 0)}, 10 + 40},
+		{"child reaped by a tree parent is counted to its end, not twice",
+			// 101 had 50 ticks at prev, ran 20 more and was reaped: 100's cutime grows by 70.
+			map[int]procTimes{100: pt(5, 1, 100, 0), 101: pt(6, 100, 50, 0)},
+			map[int]procTimes{100: pt(5, 1, 110, 70)}, 10 + 20},
+		{"short-lived child born and reaped within the interval",
+			map[int]procTimes{100: pt(5, 1, 100, 0)},
+			map[int]procTimes{100: pt(5, 1, 100, 35)}, 35},
+		{"auto-reaped child: its tail is lost, the survivor's time kept",
+			// SIGCHLD ignored: no cutime growth; 101's last 50 ticks must not be subtracted.
+			map[int]procTimes{100: pt(5, 1, 100, 0), 101: pt(6, 100, 50, 0)},
+			map[int]procTimes{100: pt(5, 1, 125, 0)}, 25},
+		{"parent and child gone together: survivors keep their time",
+			map[int]procTimes{100: pt(5, 1, 100, 0), 101: pt(6, 100, 50, 0), 103: pt(7, 101, 10, 0)},
+			map[int]procTimes{100: pt(5, 1, 140, 0)}, 40},
+		{"reused pid is a new process",
+			map[int]procTimes{100: pt(5, 1, 100, 0), 101: pt(6, 100, 500, 0)},
+			map[int]procTimes{100: pt(5, 1, 100, 0), 101: pt(99, 100, 7, 0)}, 7},
+		{"counters never make it negative",
+			map[int]procTimes{100: pt(5, 1, 100, 90)},
+			map[int]procTimes{100: pt(5, 1, 80, 10)}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := cpuTicks(tt.prev, tt.cur); got != tt.want {
+				t.Errorf("cpuTicks = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCollectFixture(t *testing.T) {
+	root := t.TempDir()
+	pid := 0
+	c, err := New(Options{ProcRoot: root, RootPID: func() int { return pid }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(1764682500, 0)
+	c.now = func() time.Time { return at }
+
+	writeProcs(t, root,
+		fakeProc{pid: 1, comm: "init", utime: 9999, rssPages: 99999},
+		fakeProc{pid: 100, ppid: 1, comm: "python", utime: 100, stime: 20, threads: 8, start: 500, rssPages: 1000},
+		fakeProc{pid: 101, ppid: 100, comm: "worker", utime: 50, threads: 2, start: 600, rssPages: 300},
+	)
+	pts, err := c.Collect(context.Background())
+	if err != nil || len(pts) != 0 {
+		t.Fatalf("before the child starts: %v, %v; want no points", pts, err)
+	}
+
+	pid = 100
+	m := collect(t, c)
+	page := float64(os.Getpagesize())
+	if got, want := m["process_memory_rss_megabytes"].Value, metrics.MB(1300*page); got != want {
+		t.Errorf("rss = %v MB, want %v", got, want)
+	}
+	if m["process_count"].Value != 2 || m["process_threads_count"].Value != 10 {
+		t.Errorf("count %v threads %v, want 2 and 10", m["process_count"].Value, m["process_threads_count"].Value)
+	}
+	if _, ok := m["process_cpu_usage_cores"]; ok {
+		t.Error("first Collect has process_cpu_usage_cores; it needs two readings")
+	}
+	if p := m["process_count"]; p.Scope != metrics.ScopeProcess || p.Unit != metrics.UnitCount {
+		t.Errorf("process_count scope %q unit %q", p.Scope, p.Unit)
+	}
+
+	// 2 s later: 100 used 150 ticks, 101 exited after 30 more and was reaped (cutime +80),
+	// 102 started and used 70. (150 + 30 + 70) ticks / 100 Hz / 2 s = 1.25 cores.
+	at = at.Add(2 * time.Second)
+	writeProcs(t, root,
+		fakeProc{pid: 1, comm: "init", utime: 19999},
+		fakeProc{pid: 100, ppid: 1, comm: "python", utime: 200, stime: 70, cutime: 80, threads: 8, start: 500, rssPages: 1000},
+		fakeProc{pid: 102, ppid: 100, comm: "worker", utime: 70, threads: 1, start: 700, rssPages: 100},
+	)
+	m = collect(t, c)
+	if got := m["process_cpu_usage_cores"].Value; got != 1.25 {
+		t.Errorf("process_cpu_usage_cores = %v, want 1.25", got)
+	}
+
+	// The root is gone: no points, and the next tree starts over.
+	at = at.Add(2 * time.Second)
+	writeProcs(t, root, fakeProc{pid: 1, comm: "init"})
+	if m := collect(t, c); len(m) != 0 {
+		t.Errorf("after the tree is gone: %v", m)
+	}
+}
+
+func TestNewNeedsRootPID(t *testing.T) {
+	if _, err := New(Options{ProcRoot: t.TempDir()}); err == nil {
+		t.Error("New without RootPID succeeded")
+	}
+}
+
+func collect(t *testing.T, c *Collector) map[string]metrics.Point {
+	t.Helper()
+	pts, err := c.Collect(context.Background())
+	if err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	m := map[string]metrics.Point{}
+	for _, p := range pts {
+		m[p.Name] = p
+	}
+	return m
+}
+
+// --- Real machine ---
+
+// startBusyTree starts sh with two sleeping children and a busy loop in sh
+// itself; it is killed with its process group when the test ends.
+func startBusyTree(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", "sleep 30 & sleep 30 & while :; do :; done")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start sh: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+// waitForTree polls until root has n processes (sh forks its children
+// asynchronously); the deadline only guards against a hang.
+func waitForTree(t *testing.T, root, n int) []int {
+	t.Helper()
+	fs := newFS(t, "/proc")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids, err := Tree(fs, root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pids) >= n || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRealTree(t *testing.T) {
+	cmd := startBusyTree(t)
+	pids := waitForTree(t, cmd.Process.Pid, 3)
+	if len(pids) != 3 || pids[0] != cmd.Process.Pid {
+		t.Fatalf("Tree = %v, want sh (%d) and its two sleeps", pids, cmd.Process.Pid)
+	}
+	fs := newFS(t, "/proc")
+	for _, pid := range pids[1:] {
+		p, err := fs.Proc(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if comm, _ := p.Comm(); comm != "sleep" {
+			t.Errorf("descendant %d is %q, want sleep", pid, comm)
+		}
+	}
+}
+
+func TestRealBusyLoopReadsOneCore(t *testing.T) {
+	cmd := startBusyTree(t)
+	waitForTree(t, cmd.Process.Pid, 3)
+	c, err := New(Options{RootPID: func() int { return cmd.Process.Pid }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := collect(t, c)
+	if first["process_count"].Value != 3 {
+		t.Errorf("process_count = %v, want 3", first["process_count"].Value)
+	}
+	if rss := first["process_memory_rss_megabytes"].Value; rss <= 0 {
+		t.Errorf("process_memory_rss_megabytes = %v", rss)
+	}
+	time.Sleep(time.Second)
+	m := collect(t, c)
+	cores, ok := m["process_cpu_usage_cores"]
+	if !ok {
+		t.Fatal("no process_cpu_usage_cores on the second Collect")
+	}
+	t.Logf("busy loop: %.3f cores over 1 s", cores.Value)
+	if cores.Value < 0.6 || cores.Value > 1.2 {
+		t.Errorf("process_cpu_usage_cores = %.3f, want about 1 (0.6..1.2)", cores.Value)
+	}
+}

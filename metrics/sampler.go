@@ -1,0 +1,155 @@
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Sampler runs a fixed list of collectors and merges their points into one
+// Sample. Each collector runs in its own goroutine under a timeout and with
+// recover(): a collector that panics loses its points for that sample only, and
+// one that hangs (an NVML call, a stuck NFS statfs) is skipped until its call
+// returns, so it can never stall sampling or start a second concurrent call.
+//
+// Contract: Sample is not safe for concurrent use; one goroutine drives it.
+type Sampler struct {
+	collectors []Collector
+	timeout    time.Duration
+	log        *slog.Logger
+	now        func() time.Time
+
+	mu      sync.Mutex
+	busy    map[int]bool // collector index -> a call is still running
+	warned  map[int]bool // collector index -> an error was logged at warn once
+	nextSeq int64
+}
+
+// NewSampler returns a Sampler over cs. timeout bounds each collector's call.
+func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sampler {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Sampler{
+		collectors: cs,
+		timeout:    timeout,
+		log:        log,
+		now:        time.Now,
+		busy:       map[int]bool{},
+		warned:     map[int]bool{},
+	}
+}
+
+// SetNextSeq makes the next sample's Seq n (used when a spool is resumed).
+func (s *Sampler) SetNextSeq(n int64) { s.nextSeq = n }
+
+// Collectors returns the collectors in the order they run.
+func (s *Sampler) Collectors() []Collector { return s.collectors }
+
+type result struct {
+	idx    int
+	points []Point
+	err    error
+}
+
+// Sample takes one sample. The sample's Time is taken before the collectors run.
+// Points are sorted by name so that output and posted bodies are stable.
+func (s *Sampler) Sample(ctx context.Context) Sample {
+	smp := Sample{Seq: s.nextSeq, Time: s.now()}
+	s.nextSeq++
+
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	results := make(chan result, len(s.collectors))
+	started := 0
+	for i, c := range s.collectors {
+		s.mu.Lock()
+		if s.busy[i] {
+			s.mu.Unlock()
+			s.log.Debug("collector still busy from an earlier sample; skipped", "collector", c.Name())
+			continue
+		}
+		s.busy[i] = true
+		s.mu.Unlock()
+		started++
+		go s.run(cctx, i, c, results)
+	}
+	for n := 0; n < started; n++ {
+		select {
+		case r := <-results:
+			s.take(&smp, r)
+		case <-cctx.Done():
+			s.log.Warn("collectors did not answer in time; their points are missing from this sample",
+				"timeout", s.timeout, "pending", started-n)
+			n = started // stop waiting; late results are dropped
+		}
+	}
+	sort.SliceStable(smp.Points, func(a, b int) bool { return smp.Points[a].Name < smp.Points[b].Name })
+	return smp
+}
+
+func (s *Sampler) run(ctx context.Context, i int, c Collector, out chan<- result) {
+	defer func() {
+		s.mu.Lock()
+		s.busy[i] = false
+		s.mu.Unlock()
+	}()
+	defer func() {
+		if p := recover(); p != nil {
+			out <- result{idx: i, err: fmt.Errorf("collector %s panicked: %v\n%s", c.Name(), p, debug.Stack())}
+		}
+	}()
+	pts, err := c.Collect(ctx)
+	out <- result{idx: i, points: pts, err: err}
+}
+
+func (s *Sampler) take(smp *Sample, r result) {
+	c := s.collectors[r.idx]
+	if r.err != nil {
+		s.mu.Lock()
+		first := !s.warned[r.idx]
+		s.warned[r.idx] = true
+		s.mu.Unlock()
+		lvl := slog.LevelDebug
+		if first {
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(context.Background(), lvl, "collector failed", "collector", c.Name(), "err", r.err)
+	}
+	smp.Points = append(smp.Points, r.points...)
+}
+
+// Detect asks every Detector for what it found, keyed by collector name.
+func (s *Sampler) Detect(ctx context.Context) map[string]any {
+	out := map[string]any{}
+	for _, c := range s.collectors {
+		d, ok := c.(Detector)
+		if !ok {
+			continue
+		}
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					out[c.Name()] = map[string]any{"error": fmt.Sprint(p)}
+				}
+			}()
+			out[c.Name()] = d.Detect(ctx)
+		}()
+	}
+	return out
+}
+
+// Close closes every collector that holds resources.
+func (s *Sampler) Close() {
+	for _, c := range s.collectors {
+		if cl, ok := c.(Closer); ok {
+			if err := cl.Close(); err != nil {
+				s.log.Debug("closing collector", "collector", c.Name(), "err", err)
+			}
+		}
+	}
+}

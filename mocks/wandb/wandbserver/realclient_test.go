@@ -1,0 +1,142 @@
+package wandbserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var script, _ = filepath.Abs(filepath.Join("testdata", "log_run.py"))
+
+// pythonOrSkip returns BRIDGE_TEST_PYTHON, a python with wandb installed.
+func pythonOrSkip(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(script); err != nil {
+		t.Fatal(err)
+	}
+	t.Helper()
+	py := os.Getenv("BRIDGE_TEST_PYTHON")
+	if py == "" {
+		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to check the mock against the real client")
+	}
+	return py
+}
+
+// TestRealClient is the mock's faithfulness check: the real wandb client
+// runs wandb.init, N wandb.log calls and wandb.finish against it and must
+// finish cleanly (exit 0, no error or warning in its output or its debug
+// logs), and the mock must hold exactly what was logged.
+func TestRealClient(t *testing.T) {
+	py := pythonOrSkip(t)
+	srv := StartTest(t, Options{APIKey: testKey})
+	dir := t.TempDir()
+	const steps = 7
+	const project, runID = "faithful", "fa17hfu1"
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, script, project, runID, strconv.Itoa(steps))
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, srv.ClientEnv(dir, "")...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("client stderr:\n%s", stderr.String())
+	if err != nil {
+		t.Fatalf("wandb client failed: %v\nstdout:\n%s", err, stdout.String())
+	}
+	problems, err := ClientProblems(dir, stderr.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("client reported a problem: %s", p)
+	}
+	if u := srv.UnknownOperations(); len(u) > 0 {
+		t.Errorf("client used GraphQL operations the mock lacks: %q", u)
+	}
+	for _, r := range srv.Requests() {
+		if r.Status >= 400 && r.Operation != "otel" {
+			t.Errorf("request %s %s (%s) got %d", r.Method, r.Path, r.Operation, r.Status)
+		}
+	}
+
+	run, ok := srv.Run(srv.Entity(), project, runID)
+	if !ok {
+		t.Fatalf("mock has no run %s/%s/%s; runs: %+v", srv.Entity(), project, runID, srv.Runs())
+	}
+	hist := run.File(Primary, HistoryFile)
+	if len(hist.Lines) != steps || !hist.Contiguous() || hist.Overwrites != 0 {
+		t.Fatalf("history: %d lines (want %d), contiguous %v, overwrites %d", len(hist.Lines), steps, hist.Contiguous(), hist.Overwrites)
+	}
+	for i, line := range hist.Contents() {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("history line %d: %v: %s", i, err, line)
+		}
+		if m["loss"] != 1.0/float64(i+1) || m["step"] != float64(i) || m["_step"] != float64(i) {
+			t.Errorf("history line %d = %s, want loss %v step %d", i, line, 1.0/float64(i+1), i)
+		}
+	}
+	ev := run.File(Primary, EventsFile)
+	if len(ev.Lines) == 0 || !ev.Contiguous() {
+		t.Errorf("events: %d lines, contiguous %v", len(ev.Lines), ev.Contiguous())
+	}
+	for _, line := range ev.Contents() {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil || m["_wandb"] != true || !hasSystemKey(m) {
+			t.Errorf("events line is not a system-metrics line: %s", line)
+		}
+	}
+	if s := run.Summary(); s["loss"] != 1.0/steps {
+		t.Errorf("summary loss %v, want %v", s["loss"], 1.0/steps)
+	}
+	if !run.Complete || run.ExitCode == nil || *run.ExitCode != 0 || run.FinishedBy == nil || *run.FinishedBy != Primary {
+		t.Errorf("finish: complete %v exit %v by %v", run.Complete, run.ExitCode, run.FinishedBy)
+	}
+	if run.Config["lr"] == nil {
+		t.Errorf("config lacks lr: %v", run.Config)
+	}
+	if len(run.Uploads) == 0 {
+		t.Errorf("no file uploads recorded (CreateRunFiles %v)", run.RunFiles)
+	}
+}
+
+func hasSystemKey(m map[string]any) bool {
+	for k := range m {
+		if strings.HasPrefix(k, "system.") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRealClientBadKey: the mock rejects a wrong key as W&B does, and the
+// real client fails on it.
+func TestRealClientBadKey(t *testing.T) {
+	py := pythonOrSkip(t)
+	srv := StartTest(t, Options{APIKey: testKey})
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, script, "p", "badkey01", "1")
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, srv.ClientEnv(dir, strings.Repeat("x", 40))...)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("client succeeded with a wrong key:\n%s", out)
+	}
+	if !strings.Contains(string(out), "not logged in") {
+		t.Errorf("client output does not carry the server's message:\n%s", out)
+	}
+	if len(srv.Runs()) != 0 {
+		t.Errorf("a run was created with a wrong key")
+	}
+}

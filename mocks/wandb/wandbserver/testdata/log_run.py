@@ -1,0 +1,14 @@
+"""Logs a short run with the real wandb client, for the mock's faithfulness test.
+
+usage: log_run.py PROJECT RUN_ID STEPS
+Logs {"loss": 1/(i+1), "step": i} for i in 0..STEPS-1, then finishes.
+"""
+import sys
+
+import wandb
+
+project, run_id, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+run = wandb.init(project=project, id=run_id, config={"lr": 0.01})
+for i in range(steps):
+    wandb.log({"loss": 1.0 / (i + 1), "step": i})
+wandb.finish()

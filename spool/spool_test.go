@@ -1,0 +1,150 @@
+package spool
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+func sample(seq int64, v float64) metrics.Sample {
+	return metrics.Sample{Seq: seq, Time: time.UnixMilli(1_700_000_000_000 + seq*1000), Points: []metrics.Point{
+		{Name: "container_memory_working_set_megabytes", Value: v},
+		{Name: "node_memory_used_megabytes", Value: v * 10},
+	}}
+}
+
+func TestAppendAckReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r1"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Track("mlflow", "r1")
+	for i := int64(0); i < 5; i++ {
+		if err := s.Append(sample(i, float64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.Pending("mlflow", "r1", 2); len(got) != 2 || got[0].Seq != 0 || got[1].Seq != 1 {
+		t.Fatalf("pending = %+v, want seq 0,1", got)
+	}
+	if err := s.Ack("mlflow", "r1", 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.PendingCount("mlflow", "r1"); n != 2 {
+		t.Fatalf("pending after ack = %d, want 2", n)
+	}
+	s.Close() // no end record: a crash
+
+	// A restarted bridge sees the unacknowledged samples, in order, and the
+	// attempt that ended without a clean shutdown.
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if s2.NextSeq() != 5 {
+		t.Errorf("next seq = %d, want 5", s2.NextSeq())
+	}
+	s2.Track("mlflow", "r1")
+	got := s2.Pending("mlflow", "r1", 100)
+	if len(got) != 2 || got[0].Seq != 3 || got[1].Seq != 4 {
+		t.Fatalf("pending after reopen = %+v, want seq 3,4", got)
+	}
+	if v, _ := got[1].Value("node_memory_used_megabytes"); v != 40 {
+		t.Errorf("value after reopen = %v, want 40", v)
+	}
+	if !got[0].Time.Equal(time.UnixMilli(1_700_000_003_000)) {
+		t.Errorf("time after reopen = %v", got[0].Time)
+	}
+	at := s2.Attempts()
+	if len(at) != 1 || at[0].End != nil || at[0].LastSample == nil || at[0].LastSample.Seq != 4 {
+		t.Fatalf("attempts = %+v, want one unfinished attempt whose last sample is seq 4", at)
+	}
+	// Another sink/run starts from nothing.
+	s2.Track("mlflow", "other")
+	if n := s2.PendingCount("mlflow", "other"); n != 5 {
+		t.Errorf("pending for a new run = %d, want all 5", n)
+	}
+}
+
+func TestTornLastLineIgnored(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	s, _ := Open(path)
+	s.Append(sample(0, 1))
+	s.Close()
+	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"type":"sample","seq":1,"ts":17`)
+	f.Close()
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatalf("torn last line must not fail Open: %v", err)
+	}
+	defer s2.Close()
+	if s2.NextSeq() != 1 {
+		t.Errorf("next seq = %d, want 1", s2.NextSeq())
+	}
+}
+
+func TestCorruptMiddleLineFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	os.WriteFile(path, []byte("{\"type\":\"sample\",\"seq\":0,\"ts\":1,\"metrics\":{}}\nnot json\n{\"type\":\"end\"}\n"), 0o644)
+	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("err = %v, want one naming line 2", err)
+	}
+}
+
+func TestNonFiniteValuesRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	s, _ := Open(path)
+	s.Track("x", "")
+	smp := metrics.Sample{Seq: 0, Time: time.UnixMilli(5), Points: []metrics.Point{
+		{Name: "a", Value: math.NaN()}, {Name: "b", Value: math.Inf(1)}, {Name: "c", Value: math.Inf(-1)},
+	}}
+	if err := s.Append(smp); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), `"a":"NaN","b":"Infinity","c":"-Infinity"`) {
+		t.Errorf("file = %s", b)
+	}
+	samples, _, _, err := ReadFile(path)
+	if err != nil || len(samples) != 1 {
+		t.Fatalf("read: %v %v", samples, err)
+	}
+	a, _ := samples[0].Value("a")
+	bv, _ := samples[0].Value("b")
+	c, _ := samples[0].Value("c")
+	if !math.IsNaN(a) || !math.IsInf(bv, 1) || !math.IsInf(c, -1) {
+		t.Errorf("values = %v %v %v", a, bv, c)
+	}
+}
+
+// Samples every tracked sink acknowledged are dropped from memory; an
+// untracked (given up) sink does not hold them.
+func TestTrimmingAndUntrack(t *testing.T) {
+	s, _ := Open(filepath.Join(t.TempDir(), "s.jsonl"))
+	defer s.Close()
+	s.Track("a", "")
+	s.Track("b", "")
+	for i := int64(0); i < 4; i++ {
+		s.Append(sample(i, 1))
+	}
+	s.Ack("a", "", 3)
+	if n := len(s.samples); n != 4 {
+		t.Fatalf("in memory = %d, want 4 (b has acked nothing)", n)
+	}
+	s.Untrack("b", "")
+	if n := len(s.samples); n != 0 {
+		t.Fatalf("in memory after untrack = %d, want 0", n)
+	}
+}

@@ -1,0 +1,176 @@
+// Package summary accumulates what bridge measured during a job and renders
+// the end-of-run table: peak working set against the limit, peak CPU against
+// the limit, throttled share, OOM events and the exit status.
+package summary
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// Metric names the summary reads.
+const (
+	WorkingSet     = "container_memory_working_set_megabytes"
+	MemLimit       = "container_memory_limit_megabytes"
+	MemPercent     = "container_memory_usage_percentage"
+	CPUUsage       = "container_cpu_usage_cores"
+	CPULimit       = "container_cpu_limit_cores"
+	Throttled      = "container_cpu_throttled_periods_percentage"
+	ThrottledSecs  = "container_cpu_throttled_seconds"
+	OOMEvents      = "container_memory_oom_events_count"
+	OOMKills       = "container_memory_oom_kill_events_count"
+	NodeAvailable  = "node_memory_available_megabytes"
+	ProcessRSS     = "process_memory_rss_megabytes"
+	PSIMemorySome  = "container_pressure_memory_some_avg10_percentage"
+	PSIMemoryFull  = "container_pressure_memory_full_avg10_percentage"
+	ProcessCPU     = "process_cpu_usage_cores"
+	NodeMemPercent = "node_memory_usage_percentage"
+)
+
+// Stat follows one metric over the job.
+type Stat struct {
+	First, Last, Peak float64
+	PeakAt           time.Time
+	Sum              float64
+	N                int
+}
+
+// Mean is the average of the values seen.
+func (s Stat) Mean() float64 {
+	if s.N == 0 {
+		return 0
+	}
+	return s.Sum / float64(s.N)
+}
+
+// Accumulator keeps a Stat per metric name. Not safe for concurrent use.
+type Accumulator struct {
+	stats   map[string]*Stat
+	samples int
+	first   time.Time
+	last    metrics.Sample
+	// recent keeps the last few samples for forensics (values near the end).
+	recent []metrics.Sample
+}
+
+// New returns an empty Accumulator.
+func New() *Accumulator { return &Accumulator{stats: map[string]*Stat{}} }
+
+// Add takes one sample into account.
+func (a *Accumulator) Add(s metrics.Sample) {
+	if a.samples == 0 {
+		a.first = s.Time
+	}
+	a.samples++
+	a.last = s
+	a.recent = append(a.recent, s)
+	if len(a.recent) > 10 {
+		a.recent = a.recent[1:]
+	}
+	for _, p := range s.Points {
+		st := a.stats[p.Name]
+		if st == nil {
+			st = &Stat{First: p.Value, Peak: p.Value, PeakAt: s.Time}
+			a.stats[p.Name] = st
+		}
+		st.Last = p.Value
+		st.Sum += p.Value
+		st.N++
+		if p.Value > st.Peak {
+			st.Peak, st.PeakAt = p.Value, s.Time
+		}
+	}
+}
+
+// Get returns the Stat of a metric and whether it was seen.
+func (a *Accumulator) Get(name string) (Stat, bool) {
+	st, ok := a.stats[name]
+	if !ok {
+		return Stat{}, false
+	}
+	return *st, true
+}
+
+// Samples is how many samples were added.
+func (a *Accumulator) Samples() int { return a.samples }
+
+// Last is the last sample added.
+func (a *Accumulator) Last() metrics.Sample { return a.last }
+
+// Recent returns up to the last 10 samples, oldest first.
+func (a *Accumulator) Recent() []metrics.Sample { return append([]metrics.Sample(nil), a.recent...) }
+
+// Row is one line of the table.
+type Row struct{ What, Value string }
+
+// Rows renders the measured part of the table; callers append their own rows
+// (exit status, tracker state, forensics).
+func (a *Accumulator) Rows() []Row {
+	var rows []Row
+	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
+	if ws, ok := a.Get(WorkingSet); ok {
+		v := fmt.Sprintf("%.1f MB", ws.Peak)
+		if lim, ok := a.Get(MemLimit); ok && lim.Last > 0 {
+			v += fmt.Sprintf(" of limit %.1f MB (%.1f%%)", lim.Last, 100*ws.Peak/lim.Last)
+		} else {
+			v += " (no memory limit)"
+		}
+		rows = append(rows, Row{"peak working set", v})
+	}
+	if cpu, ok := a.Get(CPUUsage); ok {
+		v := fmt.Sprintf("%.2f cores (mean %.2f)", cpu.Peak, cpu.Mean())
+		if lim, ok := a.Get(CPULimit); ok && lim.Last > 0 {
+			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
+		} else {
+			v += " (no CPU limit)"
+		}
+		rows = append(rows, Row{"peak container CPU", v})
+	}
+	if th, ok := a.Get(Throttled); ok {
+		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
+		if ts, ok := a.Get(ThrottledSecs); ok {
+			v += fmt.Sprintf(", %.2f s throttled", ts.Sum)
+		}
+		rows = append(rows, Row{"CPU throttled", v})
+	}
+	if k, ok := a.Get(OOMKills); ok {
+		v := fmt.Sprintf("%.0f during the job", k.Last-k.First)
+		if e, ok := a.Get(OOMEvents); ok {
+			v += fmt.Sprintf(" (OOM events %.0f)", e.Last-e.First)
+		}
+		rows = append(rows, Row{"OOM kills", v})
+	}
+	if rss, ok := a.Get(ProcessRSS); ok {
+		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB", rss.Peak)})
+	}
+	if psi, ok := a.Get(PSIMemorySome); ok {
+		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
+	}
+	var gpus []string
+	for name, st := range a.stats {
+		if strings.HasPrefix(name, "gpu_") && strings.HasSuffix(name, "_memory_used_megabytes") {
+			gpus = append(gpus, fmt.Sprintf("%s peak %.0f MB", strings.TrimSuffix(name, "_memory_used_megabytes"), st.Peak))
+		}
+	}
+	sort.Strings(gpus)
+	if len(gpus) > 0 {
+		rows = append(rows, Row{"GPU memory", strings.Join(gpus, ", ")})
+	}
+	return rows
+}
+
+// Write renders rows as an aligned two-column table under a title.
+func Write(w io.Writer, title string, rows []Row) {
+	fmt.Fprintf(w, "\n%s\n", title)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "  %s\t%s\n", r.What, r.Value)
+	}
+	tw.Flush()
+}

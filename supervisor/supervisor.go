@@ -1,0 +1,245 @@
+// Package supervisor runs the training command as bridge's child, the way tini
+// and dumb-init do: signals forwarded to the child's process group, orphaned
+// processes reaped (bridge is PID 1 or a child subreaper), and the child's exit
+// status mirrored (128+N when it died of signal N).
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Forwarded are the signals bridge passes on to the child's process group.
+var Forwarded = []os.Signal{
+	syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+	syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH,
+}
+
+// Options describe the child.
+type Options struct {
+	Argv []string    // command and arguments, run directly (no shell)
+	Env  []string    // full environment of the child
+	Log  *slog.Logger
+	// Grace is how long leftover processes of the child's group get after
+	// SIGTERM, once the main child has exited, before bridge exits anyway.
+	Grace time.Duration
+}
+
+// SignalRecord is one signal bridge forwarded.
+type SignalRecord struct {
+	Signal syscall.Signal
+	Time   time.Time
+}
+
+// Exit is how the child ended.
+type Exit struct {
+	Code      int            // what bridge exits with: the child's status, or 128+signal
+	Signal    syscall.Signal // the signal that killed the child, 0 if it exited
+	Forwarded []SignalRecord // signals bridge forwarded to the child, in order
+	Time      time.Time      // when the child's exit was reaped
+}
+
+// Child is a running child process.
+type Child struct {
+	pid  int
+	log  *slog.Logger
+	opts Options
+
+	sigs chan os.Signal
+	done chan struct{}
+	exit Exit
+
+	mu        sync.Mutex
+	forwarded []SignalRecord
+}
+
+// Start starts the child. The child gets a process group of its own so that a
+// signal reaches its workers too; when stdin is a terminal the child's group is
+// made the terminal's foreground group, so Ctrl-C and interactive reads (pdb)
+// behave as without bridge.
+func Start(opts Options) (*Child, error) {
+	if len(opts.Argv) == 0 {
+		return nil, errors.New("no command given: usage is bridge [flags] -- CMD [ARGS...]")
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 2 * time.Second
+	}
+	path, err := exec.LookPath(opts.Argv[0])
+	if err != nil {
+		return nil, fmt.Errorf("cannot run %q: %w", opts.Argv[0], err)
+	}
+	if os.Getpid() != 1 {
+		// Orphaned grandchildren (DataLoader workers whose parent died) are
+		// reparented to us, so that we can reap them.
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			opts.Log.Debug("cannot become child subreaper", "err", err)
+		}
+	}
+
+	c := &Child{log: opts.Log, opts: opts, sigs: make(chan os.Signal, 32), done: make(chan struct{})}
+	// Subscribe before the child exists so that no signal is lost in between.
+	signal.Notify(c.sigs, append([]os.Signal{syscall.SIGCHLD}, Forwarded...)...)
+
+	attr := &syscall.SysProcAttr{Setpgid: true}
+	if isTerminal(0) {
+		attr.Foreground = true
+		attr.Ctty = 0
+	}
+	proc, err := os.StartProcess(path, opts.Argv, &os.ProcAttr{
+		Env:   opts.Env,
+		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Sys:   attr,
+	})
+	if err != nil {
+		signal.Stop(c.sigs)
+		return nil, fmt.Errorf("cannot start %q: %w", opts.Argv[0], err)
+	}
+	c.pid = proc.Pid
+	// The process is reaped by our own wait4(-1) loop, never by proc.Wait,
+	// so that orphans and the child are reaped by one owner without races.
+	_ = proc.Release()
+	go c.loop()
+	return c, nil
+}
+
+// PID is the child's process id (and process group id).
+func (c *Child) PID() int { return c.pid }
+
+// Done is closed when the child has exited and been reaped.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Wait blocks until the child exits, then gives leftover processes in its
+// group SIGTERM and up to Grace to go, and returns how the child ended.
+func (c *Child) Wait() Exit {
+	<-c.done
+	return c.exit
+}
+
+// Signal sends sig to the child's process group (as a forwarded signal).
+func (c *Child) Signal(sig syscall.Signal) {
+	c.forward(sig)
+}
+
+func (c *Child) forward(sig syscall.Signal) {
+	c.mu.Lock()
+	c.forwarded = append(c.forwarded, SignalRecord{Signal: sig, Time: time.Now()})
+	c.mu.Unlock()
+	if err := syscall.Kill(-c.pid, sig); err != nil {
+		// The group may be gone already (the child exited); fall back to the pid.
+		if err2 := syscall.Kill(c.pid, sig); err2 != nil && !errors.Is(err2, syscall.ESRCH) {
+			c.log.Warn("cannot forward signal", "signal", sig, "pid", c.pid, "err", err2)
+		}
+	}
+	c.log.Debug("forwarded signal", "signal", sig, "pgid", c.pid)
+}
+
+func (c *Child) loop() {
+	defer signal.Stop(c.sigs)
+	var mainDone bool
+	var status syscall.WaitStatus
+	reap := func() {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if err == syscall.EINTR {
+				continue
+			}
+			if pid <= 0 || err != nil {
+				return
+			}
+			if pid == c.pid {
+				mainDone, status = true, ws
+			} else {
+				c.log.Debug("reaped orphan", "pid", pid)
+			}
+		}
+	}
+	// SIGCHLD can coalesce or arrive before Notify; a slow tick covers both.
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for !mainDone {
+		select {
+		case s := <-c.sigs:
+			if s == syscall.SIGCHLD {
+				reap()
+				continue
+			}
+			c.forward(s.(syscall.Signal))
+		case <-tick.C:
+			reap()
+		}
+	}
+	exitTime := time.Now()
+	c.cleanupGroup(reap)
+
+	c.mu.Lock()
+	c.exit = Exit{Time: exitTime, Forwarded: append([]SignalRecord(nil), c.forwarded...)}
+	c.mu.Unlock()
+	switch {
+	case status.Exited():
+		c.exit.Code = status.ExitStatus()
+	case status.Signaled():
+		c.exit.Signal = status.Signal()
+		c.exit.Code = 128 + int(status.Signal())
+	default:
+		c.exit.Code = 1
+	}
+	close(c.done)
+}
+
+// cleanupGroup sends SIGTERM to processes left in the child's group (as
+// dumb-init does) and reaps them for up to Grace.
+func (c *Child) cleanupGroup(reap func()) {
+	if err := syscall.Kill(-c.pid, 0); err != nil {
+		return // group empty
+	}
+	c.log.Debug("main child exited; sending SIGTERM to its leftover process group", "pgid", c.pid)
+	_ = syscall.Kill(-c.pid, syscall.SIGTERM)
+	deadline := time.Now().Add(c.opts.Grace)
+	for time.Now().Before(deadline) {
+		reap()
+		if err := syscall.Kill(-c.pid, 0); err != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.log.Warn("processes of the child's group outlived it and SIGTERM", "pgid", c.pid)
+}
+
+// ReapOrphans keeps reaping orphans after the child is gone until stop is
+// closed (bridge as PID 1 stays up while it flushes to the tracker).
+func ReapOrphans(stop <-chan struct{}) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		for {
+			var ws syscall.WaitStatus
+			pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, nil)
+			if pid <= 0 || (err != nil && err != syscall.EINTR) {
+				break
+			}
+		}
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func isTerminal(fd int) bool {
+	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+	return err == nil
+}

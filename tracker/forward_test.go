@@ -1,0 +1,191 @@
+package tracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// memQueue is an in-memory Queue with the spool's semantics.
+type memQueue struct {
+	mu      sync.Mutex
+	samples []metrics.Sample
+	acked   int64
+	untrack bool
+}
+
+func (q *memQueue) Pending(_, _ string, max int) []metrics.Sample {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []metrics.Sample
+	for _, s := range q.samples {
+		if s.Seq > q.acked && len(out) < max {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+func (q *memQueue) Ack(_, _ string, seq int64) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if seq > q.acked {
+		q.acked = seq
+	}
+	return nil
+}
+func (q *memQueue) Untrack(_, _ string) { q.mu.Lock(); q.untrack = true; q.mu.Unlock() }
+
+// scriptSink answers Send with the errors of its script, then succeeds,
+// recording every seq it accepted.
+type scriptSink struct {
+	mu       sync.Mutex
+	script   []error
+	partial  int // on the first call, ack only this many and fail
+	accepted []int64
+	calls    int
+	gaps     []time.Time
+}
+
+func (s *scriptSink) Name() string { return "script" }
+func (s *scriptSink) Start(context.Context, StartInfo) ([]string, error) {
+	return nil, nil
+}
+func (s *scriptSink) SetTags(context.Context, map[string]string) error { return nil }
+func (s *scriptSink) Finish(context.Context, EndInfo) error            { return nil }
+func (s *scriptSink) Send(_ context.Context, b []metrics.Sample) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	s.gaps = append(s.gaps, time.Now())
+	if s.partial > 0 {
+		n := s.partial
+		s.partial = 0
+		for _, x := range b[:n] {
+			s.accepted = append(s.accepted, x.Seq)
+		}
+		return n, errors.New("connection reset")
+	}
+	if len(s.script) > 0 {
+		err := s.script[0]
+		s.script = s.script[1:]
+		return 0, err
+	}
+	for _, x := range b {
+		s.accepted = append(s.accepted, x.Seq)
+	}
+	return len(b), nil
+}
+
+func queueOf(n int) *memQueue {
+	q := &memQueue{acked: -1}
+	for i := 0; i < n; i++ {
+		q.samples = append(q.samples, metrics.Sample{Seq: int64(i)})
+	}
+	return q
+}
+
+func TestForwarderRetriesInOrderWithoutDuplicates(t *testing.T) {
+	q := queueOf(25)
+	sink := &scriptSink{script: []error{errors.New("dial tcp: connection refused"), fmt.Errorf("HTTP 503")}, partial: 0}
+	f := &Forwarder{Sink: sink, Queue: q, Batch: 10, MinGap: time.Millisecond, MaxGap: 5 * time.Millisecond}
+	if !f.Drain(context.Background()) {
+		t.Fatal("drain did not finish")
+	}
+	if len(sink.accepted) != 25 {
+		t.Fatalf("accepted %d samples, want 25: %v", len(sink.accepted), sink.accepted)
+	}
+	for i, s := range sink.accepted {
+		if s != int64(i) {
+			t.Fatalf("accepted out of order or twice: %v", sink.accepted)
+		}
+	}
+	if _, _, sent := f.Status(); sent != 25 {
+		t.Errorf("sent = %d", sent)
+	}
+}
+
+func TestForwarderPartialAckResumesAfterAckedPart(t *testing.T) {
+	q := queueOf(10)
+	sink := &scriptSink{partial: 4}
+	f := &Forwarder{Sink: sink, Queue: q, Batch: 10, MinGap: time.Millisecond}
+	f.Drain(context.Background())
+	want := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	if fmt.Sprint(sink.accepted) != fmt.Sprint(want) {
+		t.Fatalf("accepted = %v, want %v", sink.accepted, want)
+	}
+}
+
+func TestForwarderStopsOnPermanent(t *testing.T) {
+	q := queueOf(3)
+	sink := &scriptSink{script: []error{Permanent(errors.New("401 UNAUTHENTICATED"))}}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond}
+	if f.Drain(context.Background()) {
+		t.Fatal("drain reported success after a permanent error")
+	}
+	st, err, _ := f.Status()
+	if st != StateStopped || !errors.Is(err, ErrPermanent) {
+		t.Fatalf("state %q err %v", st, err)
+	}
+	if sink.calls != 1 || !q.untrack {
+		t.Errorf("calls = %d (want 1: no retry of a permanent error), untracked = %v", sink.calls, q.untrack)
+	}
+	if len(q.Pending("", "", 10)) != 3 {
+		t.Error("samples must stay pending for bridge sync")
+	}
+}
+
+func TestForwarderHonoursRetryAfter(t *testing.T) {
+	q := queueOf(1)
+	sink := &scriptSink{script: []error{&RetryAfterError{After: 300 * time.Millisecond, Err: errors.New("429")}}}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, MaxGap: time.Millisecond}
+	f.Drain(context.Background())
+	if len(sink.gaps) != 2 {
+		t.Fatalf("calls = %d", len(sink.gaps))
+	}
+	// The backoff alone (MaxGap 1ms) would retry at once; only Retry-After
+	// explains a gap this long.
+	if gap := sink.gaps[1].Sub(sink.gaps[0]); gap < 300*time.Millisecond {
+		t.Errorf("retried after %v, before the server's Retry-After of 300ms", gap)
+	}
+}
+
+func TestForwarderGivesUpWhenContextEnds(t *testing.T) {
+	q := queueOf(2)
+	errs := make([]error, 1000)
+	for i := range errs {
+		errs[i] = errors.New("connection refused")
+	}
+	sink := &scriptSink{script: errs}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: 5 * time.Millisecond, MaxGap: 10 * time.Millisecond}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if f.Drain(ctx) {
+		t.Fatal("drain reported success while the tracker was down")
+	}
+	if st, _, _ := f.Status(); st != StateRetrying {
+		t.Errorf("state = %q", st)
+	}
+	if len(q.Pending("", "", 10)) != 2 {
+		t.Error("nothing may be lost")
+	}
+}
+
+func TestForwarderRecoversSinkPanic(t *testing.T) {
+	q := queueOf(1)
+	f := &Forwarder{Sink: &panicSink{}, Queue: q, MinGap: time.Millisecond}
+	if f.Drain(context.Background()) {
+		t.Fatal("a panicking sink cannot have sent")
+	}
+	if st, _, _ := f.Status(); st != StateStopped {
+		t.Errorf("state = %q", st)
+	}
+}
+
+type panicSink struct{ scriptSink }
+
+func (*panicSink) Send(context.Context, []metrics.Sample) (int, error) { panic("boom") }

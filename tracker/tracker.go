@@ -1,0 +1,91 @@
+// Package tracker defines the one interface every tracker sink implements
+// (MLflow, W&B) and the errors they use to tell the forwarder what to do.
+package tracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// StartInfo describes the job to a sink before the child starts.
+type StartInfo struct {
+	Command []string          // the child's argv
+	RunName string            // from a flag, or derived from the command line
+	NodeID  string            // empty for single-node jobs
+	Tags    map[string]string // bridge.* tags recorded at start (version, cgroup, limits, node id)
+}
+
+// EndInfo describes how the child ended.
+type EndInfo struct {
+	ExitCode int               // the status bridge exits with (128+N for signal N)
+	Signal   int               // the signal that killed the child, 0 if it exited
+	Tags     map[string]string // bridge.* tags recorded at the end (exit code, forensics)
+	Time     time.Time
+}
+
+// Sink sends samples to one tracker.
+//
+// Contract: all methods are called from one goroutine (the forwarder's), in
+// the order Start, Send..., Finish; Send may be called again with the same
+// samples after an error, so it must be safe to repeat (MLflow drops exact
+// duplicate points; W&B offsets make a resend overwrite the same lines). Every
+// call makes at most one attempt per request and honours ctx: retries, backoff
+// and the outage behaviour live in the forwarder, shared by every sink. The
+// samples passed in are read-only and owned by the caller.
+type Sink interface {
+	// Name is a short lowercase name ("mlflow", "wandb") used in logs and in
+	// the spool's acknowledgement records.
+	Name() string
+
+	// Start finds or creates the run and returns the environment the child
+	// needs to attach to it (e.g. MLFLOW_RUN_ID=...). It is called before the
+	// child starts and must not wait for the tracker longer than ctx allows: a
+	// sink that cannot reach its tracker still returns the variables it can
+	// (a generated run id) together with the error.
+	Start(ctx context.Context, info StartInfo) (env []string, err error)
+
+	// Send posts samples, in order. It returns how many of them, from the
+	// first, the tracker acknowledged, and an error when that is fewer than
+	// all. Errors wrap ErrPermanent when retrying cannot help.
+	Send(ctx context.Context, samples []metrics.Sample) (acked int, err error)
+
+	// SetTags records tags on the run (forensics, end-of-run summary).
+	SetTags(ctx context.Context, tags map[string]string) error
+
+	// Finish records the end of the job (terminal status where the sink owns
+	// it). It is called once, after the last Send.
+	Finish(ctx context.Context, end EndInfo) error
+}
+
+// ErrPermanent marks an error that retrying cannot fix (401, 403, a deleted
+// run). The forwarder reports it once and stops sending to that sink; the
+// samples stay in the spool for `bridge sync`.
+var ErrPermanent = errors.New("permanent tracker error")
+
+// ErrNotReady marks a run that does not exist yet (W&B: the child has not
+// called wandb.init). The forwarder waits and tries again, quietly.
+var ErrNotReady = errors.New("run not ready")
+
+// RetryAfterError carries a server's Retry-After hint (HTTP 429/503).
+type RetryAfterError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("%v (server asked to retry after %s)", e.Err, e.After)
+}
+
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that errors.Is(err, ErrPermanent) holds.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrPermanent, err)
+}

@@ -1,0 +1,479 @@
+package wandb
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+const testKey = "testtesttesttesttesttesttesttesttesttest"
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+func newSink(t *testing.T, srv *wandbserver.Server, mod func(*Config)) *Sink {
+	t.Helper()
+	cfg := Config{BaseURL: srv.URL(), APIKey: testKey, KeySource: "test", Project: "demo", Label: "node-a", Timeout: 10 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func start(t *testing.T, s *Sink) {
+	t.Helper()
+	if _, err := s.Start(context.Background(), tracker.StartInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	// Pin _runtime's origin so that the lines are reproducible.
+	s.start = t0
+}
+
+// createRun does what the child's wandb.init does first: UpsertBucket with
+// wandb's _wandb.t in the config (withT false: a run created by someone
+// else, which wandb counts as not started).
+func createRun(t *testing.T, srv *wandbserver.Server, project, id string, withT bool) {
+	t.Helper()
+	cfg := `{"lr":{"value":0.1}}`
+	if withT {
+		cfg = `{"_wandb":{"value":{"t":{"1":[1,55]}}}}`
+	}
+	body, _ := json.Marshal(map[string]any{
+		"query":         "mutation UpsertBucket($name: String, $project: String, $config: JSONString) { upsertBucket { bucket { id } } }",
+		"operationName": "UpsertBucket",
+		"variables":     map[string]any{"name": id, "project": project, "config": cfg},
+	})
+	req, _ := http.NewRequest("POST", srv.URL()+"/graphql", bytes.NewReader(body))
+	req.SetBasicAuth("api", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("UpsertBucket: %s", resp.Status)
+	}
+}
+
+func samples(from, n int) []metrics.Sample {
+	var out []metrics.Sample
+	for i := from; i < from+n; i++ {
+		out = append(out, metrics.Sample{
+			Seq:  int64(i),
+			Time: t0.Add(time.Duration(i) * 10 * time.Second),
+			Points: []metrics.Point{
+				{Name: "container_memory_working_set_megabytes", Value: float64(100 + i), Unit: metrics.UnitMegabytes, Scope: metrics.ScopeContainer},
+				{Name: "gpu_0_utilization_percentage", Value: float64(i), Unit: metrics.UnitPercentage, Scope: metrics.ScopeGPU},
+			},
+		})
+	}
+	return out
+}
+
+func events(t *testing.T, srv *wandbserver.Server, s *Sink) wandbserver.File {
+	t.Helper()
+	r, ok := srv.Run(srv.Entity(), "demo", s.RunID())
+	if !ok {
+		t.Fatalf("no run %s", s.RunID())
+	}
+	return r.File(s.ClientID(), wandbserver.EventsFile)
+}
+
+func TestNew(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want error
+	}{
+		{"offline", Config{Mode: ModeOffline, APIKey: "k"}, ErrOff},
+		{"disabled", Config{Mode: ModeDisabled}, ErrOff},
+		{"no key", Config{}, ErrNoAPIKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(tc.cfg, nil)
+			if !errors.Is(err, tc.want) || s != nil {
+				t.Errorf("New = %v, %v; want nil, %v", s, err, tc.want)
+			}
+		})
+	}
+	if _, err := New(Config{APIKey: "k", BaseURL: "ftp://x"}, nil); err == nil || !strings.Contains(err.Error(), `"ftp://x"`) {
+		t.Errorf("bad URL: %v", err)
+	}
+}
+
+func TestStartRunID(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, func(c *Config) { c.Label = "" })
+	env, err := s.Start(context.Background(), tracker.StartInfo{NodeID: "rank 1/node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(env) != 1 || !regexp.MustCompile(`^WANDB_RUN_ID=[a-z0-9]{8}$`).MatchString(env[0]) || env[0] != "WANDB_RUN_ID="+s.RunID() {
+		t.Errorf("env %q, run id %q", env, s.RunID())
+	}
+	if s.Label() != "rank_1_node" {
+		t.Errorf("label %q, want the node id made one key segment", s.Label())
+	}
+	if !regexp.MustCompile(`^[a-z0-9]{32}$`).MatchString(s.ClientID()) {
+		t.Errorf("client id %q", s.ClientID())
+	}
+
+	given := newSink(t, srv, func(c *Config) { c.RunID = "given123" })
+	env, err = given.Start(context.Background(), tracker.StartInfo{NodeID: "ignored"})
+	if err != nil || len(env) != 1 || env[0] != "WANDB_RUN_ID=given123" || given.Label() != "node-a" {
+		t.Errorf("env %q err %v label %q", env, err, given.Label())
+	}
+	// Start creates nothing.
+	for _, r := range srv.Requests() {
+		if r.Operation != "Viewer" {
+			t.Errorf("Start sent %s %s (%s)", r.Method, r.Path, r.Operation)
+		}
+	}
+	if len(srv.Runs()) != 0 {
+		t.Errorf("Start created a run")
+	}
+}
+
+func TestStartBadKeyIsPermanentWithEnv(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, func(c *Config) { c.APIKey = strings.Repeat("z", 40) })
+	env, err := s.Start(context.Background(), tracker.StartInfo{})
+	if !errors.Is(err, tracker.ErrPermanent) || !strings.Contains(err.Error(), "API key was rejected") {
+		t.Errorf("err %v", err)
+	}
+	if len(env) != 1 {
+		t.Errorf("env %q: Start must return the run id even when the key is bad", env)
+	}
+}
+
+func TestStartServerDownIsRetryableWithEnv(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	env, err := s.Start(context.Background(), tracker.StartInfo{})
+	if err == nil || errors.Is(err, tracker.ErrPermanent) || len(env) != 1 {
+		t.Errorf("env %q err %v", env, err)
+	}
+}
+
+func TestSendWaitsForTheRun(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	start(t, s)
+	ctx := context.Background()
+
+	n, err := s.Send(ctx, samples(0, 2))
+	if n != 0 || !errors.Is(err, tracker.ErrNotReady) {
+		t.Fatalf("no project: %d, %v", n, err)
+	}
+	createRun(t, srv, "demo", "someone", true)
+	if n, err = s.Send(ctx, samples(0, 2)); n != 0 || !errors.Is(err, tracker.ErrNotReady) {
+		t.Fatalf("no run: %d, %v", n, err)
+	}
+	createRun(t, srv, "demo", s.RunID(), false)
+	if n, err = s.Send(ctx, samples(0, 2)); n != 0 || !errors.Is(err, tracker.ErrNotReady) {
+		t.Fatalf("run without _wandb.t: %d, %v", n, err)
+	}
+	createRun(t, srv, "demo", s.RunID(), true)
+	if n, err = s.Send(ctx, samples(0, 2)); n != 2 || err != nil {
+		t.Fatalf("run started: %d, %v", n, err)
+	}
+	if got := len(events(t, srv, s).Lines); got != 2 {
+		t.Errorf("%d lines", got)
+	}
+}
+
+func TestSendLinesOffsetsHeaders(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	start(t, s)
+	createRun(t, srv, "demo", s.RunID(), true)
+	ctx := context.Background()
+	if n, err := s.Send(ctx, samples(0, 3)); n != 3 || err != nil {
+		t.Fatalf("first: %d %v", n, err)
+	}
+	if n, err := s.Send(ctx, samples(3, 2)); n != 2 || err != nil {
+		t.Fatalf("second: %d %v", n, err)
+	}
+	if err := s.Finish(ctx, tracker.EndInfo{ExitCode: 1}); err != nil {
+		t.Fatal(err)
+	}
+
+	f := events(t, srv, s)
+	if len(f.Lines) != 5 || !f.Contiguous() || f.Overwrites != 0 || f.Resent != 0 || f.Gaps != 0 {
+		t.Fatalf("file %+v", f)
+	}
+	for i, line := range f.Contents() {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{
+			"_wandb":     true,
+			"_timestamp": float64(t0.Unix() + int64(10*i)),
+			"_runtime":   float64(10 * i),
+			"system.container_memory_working_set_megabytes/l:node-a": float64(100 + i),
+			"system.gpu_0_utilization_percentage/l:node-a":           float64(i),
+		}
+		if len(m) != len(want) {
+			t.Errorf("line %d has keys %v", i, m)
+		}
+		for k, v := range want {
+			if m[k] != v {
+				t.Errorf("line %d: %s = %v, want %v", i, k, m[k], v)
+			}
+		}
+	}
+
+	var offsets []int
+	for _, r := range srv.Requests() {
+		if r.Operation == "UpsertBucket" {
+			continue // the test's own stand-in for the child
+		}
+		if r.Operation != "RunResumeStatus" && r.Operation != "Viewer" && r.Operation != "file_stream" {
+			t.Errorf("sink sent %s %s", r.Path, r.Operation)
+		}
+		if r.Header.Get("X-Wandb-Use-Async-Filestream") != "true" {
+			t.Errorf("%s without X-WANDB-USE-ASYNC-FILESTREAM", r.Operation)
+		}
+		if r.Operation == "file_stream" {
+			if r.Writer != s.ClientID() {
+				t.Errorf("file_stream with client id %q, want %q", r.Writer, s.ClientID())
+			}
+			var body map[string]any
+			if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []string{"complete", "exitcode", "preempting", "uploaded"} {
+				if _, ok := body[k]; ok {
+					t.Errorf("file_stream body carries %q: %s", k, r.Body)
+				}
+			}
+			files := body["files"].(map[string]any)
+			if len(files) != 1 || files[wandbserver.EventsFile] == nil {
+				t.Errorf("files %v", files)
+			}
+			offsets = append(offsets, int(files[wandbserver.EventsFile].(map[string]any)["offset"].(float64)))
+		} else if r.Header.Get("X-Wandb-Client-Id") != s.ClientID() {
+			t.Errorf("%s with X-WANDB-CLIENT-ID %q", r.Operation, r.Header.Get("X-Wandb-Client-Id"))
+		}
+	}
+	if len(offsets) != 2 || offsets[0] != 0 || offsets[1] != 3 {
+		t.Errorf("offsets %v, want [0 3]", offsets)
+	}
+	if r, _ := srv.Run(srv.Entity(), "demo", s.RunID()); r.Complete || r.ExitCode != nil {
+		t.Errorf("the sink finished the run: %+v", r)
+	}
+}
+
+func TestResendIsIdempotent(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	start(t, s)
+	createRun(t, srv, "demo", s.RunID(), true)
+	ctx := context.Background()
+	if _, err := s.Send(ctx, samples(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The request is lost before the server: nothing acked.
+	srv.FailNext(1, 502, nil, wandbserver.IsFileStream)
+	n, err := s.Send(ctx, samples(2, 2))
+	if n != 0 || err == nil || errors.Is(err, tracker.ErrPermanent) {
+		t.Fatalf("502: %d %v", n, err)
+	}
+	// The server applies the request but the answer is lost.
+	srv.FailAfterHandling(1, 502, wandbserver.IsFileStream)
+	if n, err = s.Send(ctx, samples(2, 2)); n != 0 || err == nil {
+		t.Fatalf("lost answer: %d %v", n, err)
+	}
+	// The forwarder resends, with one more sample now pending.
+	if n, err = s.Send(ctx, samples(2, 3)); n != 3 || err != nil {
+		t.Fatalf("resend: %d %v", n, err)
+	}
+	// And samples already acked (an ack the spool failed to record).
+	if n, err = s.Send(ctx, samples(3, 3)); n != 3 || err != nil {
+		t.Fatalf("resend of acked + new: %d %v", n, err)
+	}
+
+	f := events(t, srv, s)
+	if len(f.Lines) != 6 || !f.Contiguous() || f.Overwrites != 0 {
+		t.Fatalf("lines %d contiguous %v overwrites %d", len(f.Lines), f.Contiguous(), f.Overwrites)
+	}
+	if f.Resent != 2 {
+		t.Errorf("resent %d, want the 2 lines of the lost answer", f.Resent)
+	}
+	for i, line := range f.Contents() {
+		if !strings.Contains(line, `"system.gpu_0_utilization_percentage/l:node-a":`+itoa(i)+`,`) &&
+			!strings.Contains(line, `"system.gpu_0_utilization_percentage/l:node-a":`+itoa(i)+`}`) {
+			t.Errorf("line %d holds another sample: %s", i, line)
+		}
+	}
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+func TestSendErrorsClassified(t *testing.T) {
+	for _, tc := range []struct {
+		status     int
+		retryAfter string
+		permanent  bool
+		after      time.Duration
+	}{
+		{401, "", true, 0},
+		{403, "", true, 0},
+		{404, "", true, 0},
+		{400, "", true, 0},
+		{429, "7", false, 7 * time.Second},
+		{503, "2", false, 2 * time.Second},
+		{429, "", false, 0},
+		{500, "", false, 0},
+		{502, "", false, 0},
+	} {
+		t.Run(http.StatusText(tc.status)+tc.retryAfter, func(t *testing.T) {
+			srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+			s := newSink(t, srv, nil)
+			start(t, s)
+			createRun(t, srv, "demo", s.RunID(), true)
+			h := http.Header{}
+			if tc.retryAfter != "" {
+				h.Set("Retry-After", tc.retryAfter)
+			}
+			srv.FailNext(1, tc.status, h, wandbserver.IsFileStream)
+			n, err := s.Send(context.Background(), samples(0, 1))
+			if n != 0 || err == nil {
+				t.Fatalf("%d %v", n, err)
+			}
+			if errors.Is(err, tracker.ErrPermanent) != tc.permanent {
+				t.Errorf("permanent %v, want %v: %v", errors.Is(err, tracker.ErrPermanent), tc.permanent, err)
+			}
+			var ra *tracker.RetryAfterError
+			if got := errors.As(err, &ra); got != (tc.after > 0) || (got && ra.After != tc.after) {
+				t.Errorf("retry-after %v %+v, want %v", got, ra, tc.after)
+			}
+			if errors.Is(err, tracker.ErrNotReady) {
+				t.Errorf("classified as not ready: %v", err)
+			}
+		})
+	}
+}
+
+func TestSendBadKeyIsPermanent(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, func(c *Config) { c.APIKey = strings.Repeat("y", 40) })
+	if _, err := s.Start(context.Background(), tracker.StartInfo{}); !errors.Is(err, tracker.ErrPermanent) {
+		t.Fatalf("start: %v", err)
+	}
+	n, err := s.Send(context.Background(), samples(0, 1))
+	if n != 0 || !errors.Is(err, tracker.ErrPermanent) || errors.Is(err, tracker.ErrNotReady) {
+		t.Errorf("%d %v", n, err)
+	}
+}
+
+func TestSendServerDownIsRetryable(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	start(t, s)
+	createRun(t, srv, "demo", s.RunID(), true)
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Send(context.Background(), samples(0, 1))
+	if n != 0 || err == nil || errors.Is(err, tracker.ErrPermanent) || errors.Is(err, tracker.ErrNotReady) {
+		t.Errorf("%d %v", n, err)
+	}
+}
+
+func TestSendSplitsLargeBatches(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	s.maxBytes = 400 // about two lines
+	start(t, s)
+	createRun(t, srv, "demo", s.RunID(), true)
+	if n, err := s.Send(context.Background(), samples(0, 7)); n != 7 || err != nil {
+		t.Fatalf("%d %v", n, err)
+	}
+	f := events(t, srv, s)
+	if len(f.Lines) != 7 || !f.Contiguous() || f.Overwrites != 0 {
+		t.Errorf("file %+v", f)
+	}
+	streams := 0
+	for _, r := range srv.Requests() {
+		if r.Operation == "file_stream" {
+			streams++
+			if len(r.Body) > 2*s.maxBytes {
+				t.Errorf("request of %d bytes", len(r.Body))
+			}
+		}
+	}
+	if streams < 3 {
+		t.Errorf("%d file_stream requests for 7 lines of ~200 bytes under a 400-byte cap", streams)
+	}
+}
+
+func TestSendSkipsNonFinite(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	start(t, s)
+	createRun(t, srv, "demo", s.RunID(), true)
+	in := []metrics.Sample{
+		{Seq: 0, Time: t0, Points: []metrics.Point{{Name: "a", Value: math.NaN()}}},
+		{Seq: 1, Time: t0, Points: []metrics.Point{{Name: "a", Value: math.Inf(1)}, {Name: "b", Value: 2}}},
+	}
+	if n, err := s.Send(context.Background(), in); n != 2 || err != nil {
+		t.Fatalf("%d %v", n, err)
+	}
+	f := events(t, srv, s)
+	if len(f.Lines) != 1 || strings.Contains(f.Lines[0].Content, "system.a/") || !strings.Contains(f.Lines[0].Content, `"system.b/l:node-a":2`) {
+		t.Errorf("lines %+v", f.Lines)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"5", 5 * time.Second, true},
+		{" 0 ", 0, true},
+		{"Thu, 01 Jan 2026 00:00:30 GMT", 30 * time.Second, true},
+		{"Wed, 31 Dec 2025 23:00:00 GMT", 0, true},
+		{"", 0, false},
+		{"-3", 0, false},
+		{"soon", 0, false},
+	} {
+		got, ok := retryAfter(tc.in, now)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("retryAfter(%q) = %v %v, want %v %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestKey(t *testing.T) {
+	if got := Key("container_cpu_utilization_percentage", "node-a"); got != "system.container_cpu_utilization_percentage/l:node-a" {
+		t.Errorf("Key = %q", got)
+	}
+	for in, want := range map[string]string{"host-1.example": "host-1.example", "a/b c": "a_b_c", "": "bridge"} {
+		if got := sanitizeLabel(in); got != want {
+			t.Errorf("sanitizeLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
