@@ -36,9 +36,9 @@ const (
 // Stat follows one metric over the job.
 type Stat struct {
 	First, Last, Peak float64
-	PeakAt           time.Time
-	Sum              float64
-	N                int
+	PeakAt            time.Time
+	Sum               float64
+	N                 int
 }
 
 // Mean is the average of the values seen.

@@ -26,8 +26,8 @@ var Forwarded = []os.Signal{
 
 // Options describe the child.
 type Options struct {
-	Argv []string    // command and arguments, run directly (no shell)
-	Env  []string    // full environment of the child
+	Argv []string // command and arguments, run directly (no shell)
+	Env  []string // full environment of the child
 	Log  *slog.Logger
 	// Grace is how long leftover processes of the child's group get after
 	// SIGTERM, once the main child has exited, before bridge exits anyway.

@@ -54,17 +54,18 @@ func (s realSample) value(t *testing.T, name string) float64 {
 	return 0
 }
 
-// sampleIn runs `sh -c '<join the group>; <before>; exec bridge sample --json
-// ARGS'` in its own process group, which is killed at cleanup so that
-// anything `before` left running dies before the cgroups are removed.
+// sampleIn runs `sh -c '<join the group> && { <before> exec bridge sample
+// --json ARGS; }'` in its own process group, which is killed at cleanup so
+// that anything `before` left running dies before the cgroups are removed.
 func sampleIn(t *testing.T, g *cgrouptest.Group, before string, args ...string) realSample {
 	t.Helper()
 	bin := testbin.Bridge(t)
-	script := g.ShellEnter() + before + `exec "$0" sample --json "$@"`
+	script := g.ShellEnter() + "{ " + before + `exec "$0" sample --json "$@"; }`
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard, not a timing check
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", script, bin}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 10 * time.Second // a background child must not hold Wait on stderr
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -119,7 +120,7 @@ func TestSampleRealCgroupLimits(t *testing.T) {
 
 func TestSampleRealCgroupBusyLoop(t *testing.T) {
 	g := cgrouptest.NewV1(t, realLimits)
-	s := sampleIn(t, g, "(while :; do :; done) & ", "--window", "2s")
+	s := sampleIn(t, g, "(while :; do :; done) </dev/null >/dev/null 2>&1 & ", "--window", "2s")
 	if v := s.value(t, "container_cpu_usage_cores"); v < 0.3 || v > 0.6 {
 		t.Errorf("busy loop under a 0.5 CPU quota: container_cpu_usage_cores = %v, want 0.3..0.6", v)
 	}

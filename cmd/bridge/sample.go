@@ -19,7 +19,7 @@ import (
 // sampleOutput is the JSON form of `bridge sample --json`.
 type sampleOutput struct {
 	Detected map[string]any `json:"detected"`
-	Metrics  []jsonPoint     `json:"metrics"`
+	Metrics  []jsonPoint    `json:"metrics"`
 }
 
 // jsonPoint keeps non-finite values representable (encoding/json rejects NaN).

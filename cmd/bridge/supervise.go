@@ -121,17 +121,17 @@ func endInfo(exit supervisor.Exit) tracker.EndInfo {
 }
 
 func describeExit(exit supervisor.Exit) string {
-	if exit.Signal != 0 {
-		s := fmt.Sprintf("%d (killed by %s)", exit.Code, unixSignalName(exit.Signal))
-		for _, f := range exit.Forwarded {
-			if f.Signal == exit.Signal {
-				s += ", forwarded by bridge"
-				break
-			}
-		}
-		return s
+	if exit.Signal == 0 {
+		return strconv.Itoa(exit.Code)
 	}
-	return strconv.Itoa(exit.Code)
+	how := ""
+	for _, f := range exit.Forwarded {
+		if f.Signal == exit.Signal {
+			how = ", forwarded by bridge"
+			break
+		}
+	}
+	return fmt.Sprintf("%d (killed by %s%s)", exit.Code, unixSignalName(exit.Signal), how)
 }
 
 func unixSignalName(s syscall.Signal) string {

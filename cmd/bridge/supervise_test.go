@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/internal/testbin"
+)
+
+// bridgeCmd prepares the real binary with no tracker and the spool in a temp
+// dir, in an environment without the trackers' variables.
+func bridgeCmd(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	t.Helper()
+	bin := testbin.Bridge(t)
+	dir := t.TempDir()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv("BRIDGE_SPOOL=" + filepath.Join(dir, "spool.jsonl"))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	return cmd, &out, &errb
+}
+
+// cleanEnv is the test process's environment without tracker or bridge
+// variables, plus extra.
+func cleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "MLFLOW_") || strings.HasPrefix(k, "WANDB_") || strings.HasPrefix(k, "BRIDGE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("running bridge: %v", err)
+	}
+	return ee.ExitCode()
+}
+
+func TestExitCodePassedThrough(t *testing.T) {
+	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--", "sh", "-c", "sleep 0.5; exit 3")
+	if code := exitCode(t, cmd.Run()); code != 3 {
+		t.Fatalf("exit code = %d, want 3; stderr:\n%s", code, errb)
+	}
+	if !strings.Contains(errb.String(), "end of run") || !strings.Contains(errb.String(), "exit status") {
+		t.Errorf("no end-of-run summary on stderr:\n%s", errb)
+	}
+}
+
+func TestStdioAndEnvironmentPassThrough(t *testing.T) {
+	cmd, out, errb := bridgeCmd(t, "--", "sh", "-c", `read line; echo "got $line $MY_VAR"; echo to-stderr >&2`)
+	cmd.Env = append(cmd.Env, "MY_VAR=kept")
+	cmd.Stdin = strings.NewReader("hello\n")
+	if code := exitCode(t, cmd.Run()); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, errb)
+	}
+	if got := out.String(); got != "got hello kept\n" {
+		t.Errorf("stdout = %q, want the child's line only", got)
+	}
+	if !strings.Contains(errb.String(), "to-stderr") {
+		t.Errorf("child's stderr missing:\n%s", errb)
+	}
+}
+
+// SIGTERM sent to bridge reaches the child, which traps it, then dies of it:
+// bridge exits 128+15.
+func TestSIGTERMForwardedAnd143(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "trapped")
+	ready := filepath.Join(dir, "ready")
+	script := `trap 'echo trapped > ` + marker + `; trap - TERM; kill -TERM $$' TERM; touch ` + ready + `; while :; do sleep 0.05; done`
+	cmd, _, errb := bridgeCmd(t, "--", "sh", "-c", script)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, ready, 10*time.Second)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := exitCode(t, cmd.Wait())
+	if code != 143 {
+		t.Fatalf("exit code = %d, want 143; stderr:\n%s", code, errb)
+	}
+	if b, err := os.ReadFile(marker); err != nil || strings.TrimSpace(string(b)) != "trapped" {
+		t.Fatalf("the child's trap did not run (marker: %q, %v)", b, err)
+	}
+	if !strings.Contains(errb.String(), "killed by SIGTERM, forwarded by bridge") {
+		t.Errorf("summary does not say the signal was forwarded:\n%s", errb)
+	}
+}
+
+func TestSignalDeathIs128PlusN(t *testing.T) {
+	cmd, _, errb := bridgeCmd(t, "--", "sh", "-c", "kill -KILL $$")
+	if code := exitCode(t, cmd.Run()); code != 137 {
+		t.Fatalf("exit code = %d, want 137; stderr:\n%s", code, errb)
+	}
+}
+
+// Usage errors exit 2 before the child starts, naming the flag or variable.
+func TestUsageErrorsExit2BeforeChild(t *testing.T) {
+	cases := []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"--interval=-5s"}, "", "--interval"},
+		{[]string{"--scopes=node,bogus"}, "", "bogus"},
+		{nil, "BRIDGE_INTERVAL=soon", "BRIDGE_INTERVAL"},
+		{[]string{"--config=/nonexistent/bridge.yaml"}, "", "/nonexistent/bridge.yaml"},
+		{[]string{"--no-such-flag"}, "", "no-such-flag"},
+	}
+	for _, tc := range cases {
+		t.Run(strings.Join(tc.args, " ")+tc.env, func(t *testing.T) {
+			dir := t.TempDir()
+			marker := filepath.Join(dir, "ran")
+			args := append(append([]string{}, tc.args...), "--", "touch", marker)
+			cmd, _, errb := bridgeCmd(t, args...)
+			if tc.env != "" {
+				cmd.Env = append(cmd.Env, tc.env)
+			}
+			if code := exitCode(t, cmd.Run()); code != 2 {
+				t.Fatalf("exit code = %d, want 2; stderr:\n%s", code, errb)
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Errorf("message does not name %q:\n%s", tc.want, errb)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Error("the child ran despite the usage error")
+			}
+		})
+	}
+	cmd, _, errb := bridgeCmd(t)
+	if code := exitCode(t, cmd.Run()); code != 2 || !strings.Contains(errb.String(), "no command given") {
+		t.Errorf("no command: code %d, stderr:\n%s", code, errb)
+	}
+	cmd, _, errb = bridgeCmd(t, "--", "/nonexistent/train")
+	if code := exitCode(t, cmd.Run()); code != 127 {
+		t.Errorf("missing command: code %d, want 127; stderr:\n%s", code, errb)
+	}
+}
+
+// When bridge is not PID 1 it is the child subreaper: an orphaned
+// grandchild is reparented to bridge (and reaped by it).
+func TestSubreaperAdoptsOrphans(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "grandchild")
+	ppidFile := filepath.Join(dir, "ppid")
+	script := `sh -c 'sleep 3 & echo $! > ` + pidFile + `'; sleep 0.5; awk '/^PPid:/{print $2}' /proc/$(cat ` + pidFile + `)/status > ` + ppidFile
+	cmd, _, errb := bridgeCmd(t, "--", "sh", "-c", script)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cmd.Wait()); code != 0 {
+		t.Fatalf("code %d; stderr:\n%s", code, errb)
+	}
+	b, err := os.ReadFile(ppidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(b)); got != strconv.Itoa(cmd.Process.Pid) {
+		t.Fatalf("orphan's parent = %s, want bridge (pid %d)", got, cmd.Process.Pid)
+	}
+}
+
+// As PID 1 of a new pid namespace bridge reaps orphaned zombies. The control
+// run (python's subprocess.run as PID 1, which waits for its own child only)
+// shows that the check can fail.
+func TestPID1ReapsZombies(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare(1) not installed")
+	}
+	if out, err := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "true").CombinedOutput(); err != nil {
+		t.Skipf("cannot create a pid namespace here (needs root): %v %s", err, out)
+	}
+	// The orphan exits after 0.2 s; 1 s later, count zombies in the namespace.
+	check := `sh -c 'sleep 0.2 &'; sleep 1.2; n=0; for s in /proc/[0-9]*/stat; do case "$(cut -d" " -f3 $s 2>/dev/null)" in Z) n=$((n+1));; esac; done; echo zombies=$n`
+	bin := testbin.Bridge(t)
+	dir := t.TempDir()
+
+	ctl := exec.Command("unshare", "--pid", "--fork", "--mount-proc", "python3", "-c",
+		"import subprocess, sys; subprocess.run(['sh', '-c', sys.argv[1]])", check)
+	ctlOut, err := ctl.CombinedOutput()
+	if err != nil {
+		t.Fatalf("control: %v\n%s", err, ctlOut)
+	}
+	if !strings.Contains(string(ctlOut), "zombies=1") {
+		t.Fatalf("control without bridge should leave one zombie, got: %s", ctlOut)
+	}
+
+	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", bin, "--trackers=none", "--spool", filepath.Join(dir, "s.jsonl"), "--", "sh", "-c", check)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bridge as PID 1: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "zombies=0") {
+		t.Fatalf("bridge as PID 1 left a zombie:\n%s", out)
+	}
+}
+
+func waitFile(t *testing.T, path string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear within %v", path, d)
+}

@@ -1,0 +1,297 @@
+// Package cgroup reads the container scope: the cgroup that bridge (and so its
+// child, which inherits it) runs in, on cgroup v2, v1 and hybrid hosts.
+//
+// The leaf cgroup comes from <proc>/<pid>/cgroup and the mount points from
+// <proc>/<pid>/mountinfo, so cgroup namespaces ("0::/") and bind-mounted
+// subtrees resolve to the directories this process can actually see. Stats
+// come from github.com/containerd/cgroups/v3; limits (memory.max, cpu.max,
+// cpu.cfs_quota_us, cpusets) are read directly, from the leaf and every
+// visible ancestor, because the kernel enforces the tightest of them.
+// Formulas follow cAdvisor/kubelet (working set = usage - inactive file).
+package cgroup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/containerd/cgroups/v3"
+	"github.com/prometheus/procfs"
+)
+
+// Mode is the cgroup layout of a host.
+type Mode string
+
+// Modes. The zero Mode in Options means DetectMode().
+const (
+	ModeV1          Mode = "v1"          // legacy: one hierarchy per controller
+	ModeV2          Mode = "v2"          // unified
+	ModeHybrid      Mode = "hybrid"      // v1 controllers plus a (often empty) v2 at <root>/unified
+	ModeUnavailable Mode = "unavailable" // no cgroupfs
+)
+
+// ErrUnavailable is returned by New when the process has no cgroup this
+// collector can read (no cgroupfs, no /proc/<pid>/cgroup).
+var ErrUnavailable = errors.New("no readable cgroup")
+
+// DetectMode returns the real host's mode. It statfs()es /sys/fs/cgroup
+// (through containerd's cgroups.Mode, which cannot be pointed elsewhere), so
+// fixture tests pass their Mode in Options instead.
+func DetectMode() Mode {
+	switch cgroups.Mode() {
+	case cgroups.Unified:
+		return ModeV2
+	case cgroups.Hybrid:
+		return ModeHybrid
+	case cgroups.Legacy:
+		return ModeV1
+	default:
+		return ModeUnavailable
+	}
+}
+
+// Options configures a Collector. Zero values take the defaults shown.
+type Options struct {
+	ProcRoot   string       // "/proc"
+	CgroupRoot string       // "/sys/fs/cgroup"; only cgroup mounts at or under it count
+	PID        int          // os.Getpid(): the child shares bridge's cgroup
+	Mode       Mode         // DetectMode()
+	Log        *slog.Logger // slog.Default()
+}
+
+// Info is what the collector found, typed for run tags.
+type Info struct {
+	Version Mode
+	// Paths maps a controller (memory, cpu, cpuacct, cpuset, pids, unified)
+	// to the absolute directory read for it.
+	Paths map[string]string
+	// MemoryLimitBytes is the tightest memory limit of the leaf and its
+	// visible ancestors; 0 when there is none.
+	MemoryLimitBytes uint64
+	// MemoryLimitSetBy is the file that set it, or "no limit".
+	MemoryLimitSetBy string
+	// CPULimitCores is min(quota/period, cpuset size) over the leaf and its
+	// visible ancestors; 0 when there is none.
+	CPULimitCores float64
+	// CPULimitSetBy is "<dir>/cpu.max quota", "<dir>/cpu.cfs_quota_us quota",
+	// "cpuset <dir>" or "no limit".
+	CPULimitSetBy string
+}
+
+// NoLimit is the SetBy value when no limit was found.
+const NoLimit = "no limit"
+
+// Collector reads the container scope. It follows metrics.Collector's
+// contract: one goroutine at a time calls Collect. Info and Detect only read
+// files and may be called from another goroutine.
+type Collector struct {
+	opts   Options
+	log    *slog.Logger
+	lay    layout
+	procFS procfs.FS
+	now    func() time.Time
+
+	prev *cpuReading
+
+	mu     sync.Mutex
+	logged map[string]bool // "no data" debug lines already written
+}
+
+// New locates the process's cgroup. It fails with ErrUnavailable when there is
+// none to read; the caller then leaves the container scope out.
+func New(opts Options) (*Collector, error) {
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	if opts.CgroupRoot == "" {
+		opts.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if opts.PID == 0 {
+		opts.PID = os.Getpid()
+	}
+	if opts.Mode == "" {
+		opts.Mode = DetectMode()
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	log := opts.Log.With("source", "cgroup")
+	switch opts.Mode {
+	case ModeV1, ModeV2, ModeHybrid:
+	case ModeUnavailable:
+		return nil, fmt.Errorf("%w: no cgroup filesystem at %s", ErrUnavailable, opts.CgroupRoot)
+	default:
+		return nil, fmt.Errorf("cgroup mode %q: want v1, v2 or hybrid", opts.Mode)
+	}
+
+	pfs, err := procfs.NewFS(opts.ProcRoot)
+	if err != nil {
+		return nil, fmt.Errorf("%w: proc root %s: %w", ErrUnavailable, opts.ProcRoot, err)
+	}
+	proc, err := pfs.Proc(opts.PID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: process %d under %s: %w", ErrUnavailable, opts.PID, opts.ProcRoot, err)
+	}
+	cgs, err := proc.Cgroups()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading %s: %w", ErrUnavailable,
+			filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "cgroup"), err)
+	}
+	mounts, err := pfs.GetProcMounts(opts.PID)
+	if err != nil {
+		// Without mountinfo the conventional layout under CgroupRoot is
+		// still a good guess; resolve notes what it assumed.
+		log.Debug("no mountinfo; assuming the usual mount points",
+			"path", filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "mountinfo"), "err", err)
+	}
+	lay := resolve(opts.Mode, cgs, mounts, opts.CgroupRoot)
+	for _, n := range lay.notes {
+		log.Debug(n)
+	}
+	if len(lay.places) == 0 {
+		return nil, fmt.Errorf("%w: %s lists no %s hierarchy", ErrUnavailable,
+			filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "cgroup"), opts.Mode)
+	}
+	return &Collector{
+		opts:   opts,
+		log:    log,
+		lay:    lay,
+		procFS: pfs,
+		now:    time.Now,
+		logged: map[string]bool{},
+	}, nil
+}
+
+// Name implements metrics.Collector.
+func (c *Collector) Name() string { return "cgroup" }
+
+// Info returns what was found; limits are read afresh (they can be resized).
+func (c *Collector) Info() Info {
+	inf := Info{Version: c.opts.Mode, Paths: map[string]string{}}
+	for name, p := range c.lay.places {
+		inf.Paths[name] = p.dir
+	}
+	ml, err := c.memoryLimit()
+	if err != nil {
+		c.log.Debug("reading memory limit", "err", err)
+	}
+	inf.MemoryLimitSetBy = NoLimit
+	if ml.ok {
+		inf.MemoryLimitBytes, inf.MemoryLimitSetBy = ml.bytes, ml.setBy
+	}
+	cl, err := c.cpuLimit()
+	if err != nil {
+		c.log.Debug("reading cpu limit", "err", err)
+	}
+	inf.CPULimitSetBy = NoLimit
+	if cl.ok {
+		inf.CPULimitCores, inf.CPULimitSetBy = cl.cores, cl.setBy
+	}
+	return inf
+}
+
+// Detect implements metrics.Detector. Keys: version, paths,
+// memory_limit_bytes (absent without a limit), memory_limit_set_by,
+// cpu_limit_cores (absent without a limit), cpu_limit_set_by.
+func (c *Collector) Detect(ctx context.Context) map[string]any {
+	inf := c.Info()
+	out := map[string]any{
+		"version":             string(inf.Version),
+		"paths":               inf.Paths,
+		"memory_limit_set_by": inf.MemoryLimitSetBy,
+		"cpu_limit_set_by":    inf.CPULimitSetBy,
+	}
+	if inf.MemoryLimitBytes > 0 {
+		out["memory_limit_bytes"] = inf.MemoryLimitBytes
+	}
+	if inf.CPULimitCores > 0 {
+		out["cpu_limit_cores"] = inf.CPULimitCores
+	}
+	return out
+}
+
+// Collect implements metrics.Collector. A missing file is no data (logged
+// once at debug); the error joins what could not be read or parsed, and the
+// points that could be read are returned with it.
+func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &round{c: c, v2: map[string]*v2Result{}}
+	r.memory()
+	r.cpu()
+	r.pressure()
+	r.pids()
+	return r.pts, errors.Join(r.errs...)
+}
+
+// round is the state of one Collect.
+type round struct {
+	c    *Collector
+	pts  []metrics.Point
+	errs []error
+	v2   map[string]*v2Result // dir -> its containerd Stat, read once per round
+}
+
+func (r *round) add(name string, v float64, unit, source string) {
+	r.pts = append(r.pts, metrics.Point{Name: name, Value: v, Unit: unit, Scope: metrics.ScopeContainer, Source: source})
+}
+
+func (r *round) fail(err error) {
+	if err != nil {
+		r.errs = append(r.errs, err)
+	}
+}
+
+// noData logs once at debug that a file is not there.
+func (c *Collector) noData(path, what string) {
+	c.mu.Lock()
+	seen := c.logged[path]
+	c.logged[path] = true
+	c.mu.Unlock()
+	if !seen {
+		c.log.Debug("no data", "what", what, "path", path)
+	}
+}
+
+// exists reports whether path exists, logging once when it does not.
+func (c *Collector) exists(path, what string) bool {
+	if _, err := os.Stat(path); err != nil {
+		c.noData(path, what)
+		return false
+	}
+	return true
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// readFile reads a small cgroup file. A missing file is (false, nil).
+func readFile(path string) (string, bool, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return string(b), true, nil
+}
+
+// src names the files a point came from: the first with its directory.
+func src(dir string, files ...string) string {
+	if len(files) == 0 {
+		return dir
+	}
+	return filepath.Join(dir, files[0]) + strings.Join(append([]string{""}, files[1:]...), ", ")
+}

@@ -1,0 +1,172 @@
+package cgroup
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrFormat is wrapped by every parse error: the file exists but its content
+// is not what the kernel writes.
+var ErrFormat = errors.New("unexpected cgroup file format")
+
+// v1NoLimit is where v1 limits start to mean "unlimited": the kernel writes
+// PAGE_COUNTER_MAX rounded to pages (9223372036854771712 with 4 KiB pages),
+// and cAdvisor/kubelet treat anything above 1<<62 as no limit.
+const v1NoLimit = uint64(1) << 62
+
+// parseMemoryMax parses a v2 memory.max (or pids.max): a number of bytes or
+// "max". ok is false for "max".
+func parseMemoryMax(s string) (v uint64, ok bool, err error) {
+	s = strings.TrimSpace(s)
+	if s == "max" {
+		return 0, false, nil
+	}
+	v, err = strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: %q is neither a number nor \"max\"", ErrFormat, s)
+	}
+	return v, true, nil
+}
+
+// parseV1Limit parses a v1 memory.limit_in_bytes. ok is false when the value
+// means no limit.
+func parseV1Limit(s string) (v uint64, ok bool, err error) {
+	v, err = strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: %q is not a number", ErrFormat, strings.TrimSpace(s))
+	}
+	if v >= v1NoLimit {
+		return 0, false, nil
+	}
+	return v, true, nil
+}
+
+// parseCPUMax parses a v2 cpu.max, "$QUOTA $PERIOD" in microseconds with
+// QUOTA "max" for none. ok is false without a quota.
+func parseCPUMax(s string) (cores float64, ok bool, err error) {
+	f := strings.Fields(s)
+	if len(f) != 2 {
+		return 0, false, fmt.Errorf("%w: %q is not \"$QUOTA $PERIOD\"", ErrFormat, strings.TrimSpace(s))
+	}
+	period, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil || period == 0 {
+		return 0, false, fmt.Errorf("%w: period %q is not a positive number", ErrFormat, f[1])
+	}
+	if f[0] == "max" {
+		return 0, false, nil
+	}
+	quota, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: quota %q is neither a number nor \"max\"", ErrFormat, f[0])
+	}
+	return float64(quota) / float64(period), true, nil
+}
+
+// parseV1Quota parses v1 cpu.cfs_quota_us and cpu.cfs_period_us; a quota of
+// -1 (any negative) is no limit.
+func parseV1Quota(quota, period string) (cores float64, ok bool, err error) {
+	q, err := strconv.ParseInt(strings.TrimSpace(quota), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: quota %q is not a number", ErrFormat, strings.TrimSpace(quota))
+	}
+	if q < 0 {
+		return 0, false, nil
+	}
+	p, err := strconv.ParseUint(strings.TrimSpace(period), 10, 64)
+	if err != nil || p == 0 {
+		return 0, false, fmt.Errorf("%w: period %q is not a positive number", ErrFormat, strings.TrimSpace(period))
+	}
+	return float64(q) / float64(p), true, nil
+}
+
+// parseCPUList counts the CPUs of a cpuset list such as "0-3,8,10-11".
+func parseCPUList(s string) (int, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	n := 0
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return 0, fmt.Errorf("%w: %q in cpu list %q", ErrFormat, part, s)
+		}
+		b := a
+		if isRange {
+			b, err = strconv.Atoi(hi)
+			if err != nil || b < a {
+				return 0, fmt.Errorf("%w: %q in cpu list %q", ErrFormat, part, s)
+			}
+		}
+		n += b - a + 1
+	}
+	return n, nil
+}
+
+// parseFlatKeyed parses "key value" lines (memory.events, memory.oom_control).
+// The map says which keys the kernel wrote: absent and zero differ.
+func parseFlatKeyed(s string) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("%w: line %q is not \"key value\"", ErrFormat, line)
+		}
+		v, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("%w: value in line %q", ErrFormat, line)
+		}
+		out[f[0]] = v
+	}
+	return out, sc.Err()
+}
+
+// psiLine is one line of a PSI file ("some avg10=0.00 avg60=0.00 avg300=0.00
+// total=0"); only avg10 is kept.
+type psiLine struct {
+	avg10 float64
+}
+
+// parsePSI parses a cgroup v2 *.pressure file: "some" and "full" lines (cpu
+// has "full" only since Linux 5.13). The map holds the lines present.
+func parsePSI(s string) (map[string]psiLine, error) {
+	out := map[string]psiLine{}
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] != "some" && f[0] != "full" {
+			return nil, fmt.Errorf("%w: PSI line %q starts with neither some nor full", ErrFormat, line)
+		}
+		found := false
+		for _, kv := range f[1:] {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				return nil, fmt.Errorf("%w: PSI field %q in line %q", ErrFormat, kv, line)
+			}
+			if k != "avg10" {
+				continue
+			}
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: PSI avg10 %q in line %q", ErrFormat, v, line)
+			}
+			out[f[0]] = psiLine{avg10: x}
+			found = true
+		}
+		if !found {
+			return nil, fmt.Errorf("%w: PSI line %q has no avg10", ErrFormat, line)
+		}
+	}
+	return out, nil
+}

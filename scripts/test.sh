@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Sets up everything the tests use on a fresh machine and runs them:
+#   a Python venv with pinned mlflow and wandb (.venv), Debian's chromium and
+#   playwright-core for the MLflow UI test, one MLflow server on 127.0.0.1 for
+#   the suite (stopped however the tests end), then go vet and go test -race.
+# Extra arguments go to `go test` (e.g. scripts/test.sh -run TestMLflow ./cmd/...).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# Python clients (reused when the pins are already installed).
+if ! .venv/bin/python -c 'import mlflow, wandb, sys; sys.exit(0 if (mlflow.__version__, wandb.__version__) == ("3.17.2", "0.31.0") else 1)' 2>/dev/null; then
+  log "creating .venv with $(grep -v '^#' scripts/requirements-test.txt | xargs)"
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
+fi
+export BRIDGE_TEST_PYTHON="$root/.venv/bin/python"
+
+# Browser for the MLflow UI test (skipped by the test itself if missing).
+if [ -d e2e/browser ]; then
+  if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "installing Debian chromium"
+      apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+      log "chromium missing and cannot be installed here: the browser test will skip"
+    fi
+  fi
+  if [ -f e2e/browser/package.json ] && [ ! -d e2e/browser/node_modules ]; then
+    log "installing playwright-core"
+    (cd e2e/browser && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
+
+# One MLflow server for the suite; tests that stop and restart a server start
+# their own.
+tmp=$(mktemp -d)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+log "starting mlflow server on 127.0.0.1:$port"
+setsid "$BRIDGE_TEST_PYTHON" -m mlflow server --host 127.0.0.1 --port "$port" \
+  --backend-store-uri "sqlite:///$tmp/mlflow.db" --default-artifact-root "$tmp/artifacts" \
+  --workers 1 >"$tmp/mlflow.log" 2>&1 &
+server=$!
+cleanup() {
+  kill -TERM -- "-$server" 2>/dev/null || true
+  sleep 1
+  kill -KILL -- "-$server" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+for i in $(seq 1 120); do
+  if curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$server" 2>/dev/null; then log "mlflow server died:"; tail -50 "$tmp/mlflow.log" >&2; exit 1; fi
+  sleep 0.5
+done
+curl -fsS "http://127.0.0.1:$port/health" >/dev/null || { log "mlflow server did not answer in 60 s"; tail -50 "$tmp/mlflow.log" >&2; exit 1; }
+export BRIDGE_TEST_MLFLOW_URI="http://127.0.0.1:$port"
+
+log "go vet ./... && go test -race ./..."
+go vet ./...
+if [ $# -gt 0 ]; then
+  go test -race "$@"
+else
+  go test -race -timeout 15m ./...
+fi
