@@ -9,7 +9,6 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-
 // netTracker accumulates traffic of the network namespace since the first
 // reading, per interface, so that an interface that appears, disappears or
 // has its counters reset never makes the totals go backwards.
