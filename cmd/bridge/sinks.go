@@ -44,7 +44,9 @@ func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Si
 		case err != nil:
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		default:
-			mc.NodeID = cfg.NodeID
+			if cfg.NodeID != "" { // else MLFLOW_SYSTEM_METRICS_NODE_ID, as read by ConfigFromEnv
+				mc.NodeID = cfg.NodeID
+			}
 			if cfg.RunName != "" {
 				mc.RunName = cfg.RunName
 			}

@@ -20,5 +20,5 @@
 // collector is compiled out.
 //
 // Metric names, units and the NVML call behind each are listed in
-// docs/metrics-gpu.md; selection, MIG, PIDs and safety in docs/gpu.md.
+// docs/metrics.md; selection, MIG, PIDs and safety in docs/gpu.md.
 package gpu
