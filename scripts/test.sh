@@ -40,7 +40,7 @@ fi
 tmp=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 log "starting mlflow server on 127.0.0.1:$port"
-setsid "$BRIDGE_TEST_PYTHON" -m mlflow server --host 127.0.0.1 --port "$port" \
+MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false setsid "$BRIDGE_TEST_PYTHON" -m mlflow server --host 127.0.0.1 --port "$port" \
   --backend-store-uri "sqlite:///$tmp/mlflow.db" --default-artifact-root "$tmp/artifacts" \
   --workers 1 >"$tmp/mlflow.log" 2>&1 &
 server=$!

@@ -1,0 +1,297 @@
+package mlflowtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// This file reads and prepares runs over REST with net/http only, so that
+// checks do not go through the sink they check.
+
+// RunInfo is a run's identity and status as runs/get answers it.
+type RunInfo struct {
+	RunID          string
+	RunName        string
+	ExperimentID   string
+	Status         string
+	LifecycleStage string
+	StartTime      int64
+	EndTime        int64
+}
+
+// Run is a run's info, tags and latest value per metric key.
+type Run struct {
+	Info   RunInfo
+	Tags   map[string]string
+	Latest map[string]Metric
+}
+
+// Metric is one stored point.
+type Metric struct {
+	Key       string
+	Value     float64
+	Timestamp int64
+	Step      int64
+}
+
+type wireMetric struct {
+	Key       string          `json:"key"`
+	Value     json.RawMessage `json:"value"`
+	Timestamp json.Number     `json:"timestamp"`
+	Step      json.Number     `json:"step"`
+}
+
+func (w wireMetric) metric() (Metric, error) {
+	m := Metric{Key: w.Key}
+	var err error
+	var s string
+	if json.Unmarshal(w.Value, &s) == nil {
+		switch s {
+		case "NaN":
+			m.Value = math.NaN()
+		case "Infinity":
+			m.Value = math.Inf(1)
+		case "-Infinity":
+			m.Value = math.Inf(-1)
+		default:
+			m.Value, err = strconv.ParseFloat(s, 64)
+		}
+	} else {
+		err = json.Unmarshal(w.Value, &m.Value)
+	}
+	if err != nil {
+		return m, fmt.Errorf("metric %s value %s: %w", w.Key, w.Value, err)
+	}
+	if w.Timestamp != "" {
+		if m.Timestamp, err = w.Timestamp.Int64(); err != nil {
+			return m, err
+		}
+	}
+	if w.Step != "" {
+		if m.Step, err = w.Step.Int64(); err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+// do calls one REST endpoint and decodes the answer into out; a non-2xx
+// answer fails the test with MLflow's message.
+func (s *Server) do(t testing.TB, method, endpoint string, query url.Values, body, out any) {
+	t.Helper()
+	if code, msg := s.try(method, endpoint, query, body, out); code/100 != 2 {
+		t.Fatalf("MLflow %s %s: %d %s", method, endpoint, code, msg)
+	}
+}
+
+// try is do without failing: it returns the HTTP status (0 on a transport
+// error) and the body or error text when not 2xx.
+func (s *Server) try(method, endpoint string, query url.Values, body, out any) (int, string) {
+	u := s.URL + "/api/2.0/mlflow/" + endpoint
+	if query != nil {
+		u += "?" + query.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err.Error()
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, u, rd)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	c := http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err.Error()
+	}
+	if resp.StatusCode/100 != 2 {
+		return resp.StatusCode, string(raw)
+	}
+	if out != nil {
+		d := json.NewDecoder(bytes.NewReader(raw))
+		d.UseNumber()
+		if err := d.Decode(out); err != nil {
+			return 0, fmt.Sprintf("decoding %s: %v", raw, err)
+		}
+	}
+	return resp.StatusCode, ""
+}
+
+// GetRun reads a run's info, tags and latest metrics.
+func (s *Server) GetRun(t testing.TB, runID string) Run {
+	t.Helper()
+	var out struct {
+		Run struct {
+			Info struct {
+				RunID          string      `json:"run_id"`
+				RunName        string      `json:"run_name"`
+				ExperimentID   string      `json:"experiment_id"`
+				Status         string      `json:"status"`
+				LifecycleStage string      `json:"lifecycle_stage"`
+				StartTime      json.Number `json:"start_time"`
+				EndTime        json.Number `json:"end_time"`
+			} `json:"info"`
+			Data struct {
+				Metrics []wireMetric `json:"metrics"`
+				Tags    []struct {
+					Key   string `json:"key"`
+					Value string `json:"value"`
+				} `json:"tags"`
+			} `json:"data"`
+		} `json:"run"`
+	}
+	s.do(t, http.MethodGet, "runs/get", url.Values{"run_id": {runID}}, nil, &out)
+	in := out.Run.Info
+	r := Run{
+		Info:   RunInfo{RunID: in.RunID, RunName: in.RunName, ExperimentID: in.ExperimentID, Status: in.Status, LifecycleStage: in.LifecycleStage},
+		Tags:   map[string]string{},
+		Latest: map[string]Metric{},
+	}
+	r.Info.StartTime, _ = in.StartTime.Int64()
+	r.Info.EndTime, _ = in.EndTime.Int64()
+	for _, tg := range out.Run.Data.Tags {
+		r.Tags[tg.Key] = tg.Value
+	}
+	for _, w := range out.Run.Data.Metrics {
+		m, err := w.metric()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Latest[m.Key] = m
+	}
+	return r
+}
+
+// MetricKeys lists a run's metric keys, sorted; with prefix, only those
+// starting with it (e.g. "system/").
+func (s *Server) MetricKeys(t testing.TB, runID, prefix string) []string {
+	t.Helper()
+	var keys []string
+	for k := range s.GetRun(t, runID).Latest {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// History returns every point of key in the run, in the server's order,
+// following next_page_token as the Python client does.
+func (s *Server) History(t testing.TB, runID, key string) []Metric {
+	t.Helper()
+	var all []Metric
+	token := ""
+	for {
+		q := url.Values{"run_id": {runID}, "metric_key": {key}, "max_results": {"25000"}}
+		if token != "" {
+			q.Set("page_token", token)
+		}
+		var out struct {
+			Metrics       []wireMetric `json:"metrics"`
+			NextPageToken string       `json:"next_page_token"`
+		}
+		s.do(t, http.MethodGet, "metrics/get-history", q, nil, &out)
+		for _, w := range out.Metrics {
+			m, err := w.metric()
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, m)
+		}
+		if out.NextPageToken == "" || len(out.Metrics) == 0 {
+			return all
+		}
+		token = out.NextPageToken
+	}
+}
+
+// CreateExperiment creates an experiment and returns its id.
+func (s *Server) CreateExperiment(t testing.TB, name string) string {
+	t.Helper()
+	var out struct {
+		ExperimentID string `json:"experiment_id"`
+	}
+	s.do(t, http.MethodPost, "experiments/create", nil, map[string]string{"name": name}, &out)
+	return out.ExperimentID
+}
+
+// ExperimentID returns the id of the named experiment, "" if none.
+func (s *Server) ExperimentID(t testing.TB, name string) string {
+	t.Helper()
+	var out struct {
+		Experiment struct {
+			ExperimentID string `json:"experiment_id"`
+		} `json:"experiment"`
+	}
+	code, msg := s.try(http.MethodGet, "experiments/get-by-name", url.Values{"experiment_name": {name}}, nil, &out)
+	switch {
+	case code == http.StatusNotFound:
+		return ""
+	case code/100 != 2:
+		t.Fatalf("MLflow experiments/get-by-name %q: %d %s", name, code, msg)
+	}
+	return out.Experiment.ExperimentID
+}
+
+// DeleteExperiment marks an experiment deleted.
+func (s *Server) DeleteExperiment(t testing.TB, id string) {
+	t.Helper()
+	s.do(t, http.MethodPost, "experiments/delete", nil, map[string]string{"experiment_id": id}, nil)
+}
+
+// CreateRun creates a RUNNING run in the experiment, as a user's own code
+// would, and returns its id.
+func (s *Server) CreateRun(t testing.TB, experimentID, name string) string {
+	t.Helper()
+	var out struct {
+		Run struct {
+			Info struct {
+				RunID string `json:"run_id"`
+			} `json:"info"`
+		} `json:"run"`
+	}
+	s.do(t, http.MethodPost, "runs/create", nil, map[string]any{
+		"experiment_id": experimentID, "run_name": name, "start_time": time.Now().UnixMilli(),
+	}, &out)
+	return out.Run.Info.RunID
+}
+
+// DeleteRun marks a run deleted.
+func (s *Server) DeleteRun(t testing.TB, runID string) {
+	t.Helper()
+	s.do(t, http.MethodPost, "runs/delete", nil, map[string]string{"run_id": runID}, nil)
+}
+
+// SetStatus sets a run's status (and end time for terminal ones), as a
+// child's mlflow.end_run() would.
+func (s *Server) SetStatus(t testing.TB, runID, status string) {
+	t.Helper()
+	body := map[string]any{"run_id": runID, "status": status}
+	if status != "RUNNING" {
+		body["end_time"] = time.Now().UnixMilli()
+	}
+	s.do(t, http.MethodPost, "runs/update", nil, body, nil)
+}

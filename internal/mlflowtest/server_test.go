@@ -1,0 +1,58 @@
+package mlflowtest
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestStartStopRestart(t *testing.T) {
+	s := Start(t)
+	exp := s.CreateExperiment(t, "restart-check")
+	run := s.CreateRun(t, exp, "r")
+
+	s.Stop(t)
+	if _, err := http.Get(s.URL + "/health"); err == nil {
+		t.Fatalf("server at %s still answers after Stop", s.URL)
+	}
+	url := s.URL
+	s.Restart(t)
+	if s.URL != url {
+		t.Errorf("URL changed from %s to %s", url, s.URL)
+	}
+	// Same store: what was written before the outage is still there.
+	if got := s.ExperimentID(t, "restart-check"); got != exp {
+		t.Errorf("experiment id after restart %q, want %q", got, exp)
+	}
+	if r := s.GetRun(t, run); r.Info.Status != "RUNNING" || r.Info.RunName != "r" {
+		t.Errorf("run after restart: %+v", r.Info)
+	}
+	if tail := s.LogTail(5); !strings.Contains(tail, "GET") {
+		t.Errorf("log tail has no request lines:\n%s", tail)
+	}
+}
+
+func TestSharedExternalCannotStop(t *testing.T) {
+	s := &Server{URL: "http://127.0.0.1:1"}
+	ft := &fakeT{TB: t}
+	func() {
+		defer func() { recover() }()
+		s.Stop(ft)
+	}()
+	if !strings.Contains(ft.msg, "mlflowtest.Start") {
+		t.Errorf("Stop on a server not started here: %q, want a message pointing to Start", ft.msg)
+	}
+}
+
+// fakeT records Fatalf instead of ending the test.
+type fakeT struct {
+	testing.TB
+	msg string
+}
+
+func (f *fakeT) Helper() {}
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	panic("fatal")
+}

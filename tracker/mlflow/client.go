@@ -1,0 +1,244 @@
+package mlflow
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-resty/resty/v2"
+
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+const apiPrefix = "/api/2.0/mlflow/"
+
+// APIError is an answer of the MLflow server other than 2xx. Its text names
+// the server (password redacted), what bridge was doing, and MLflow's
+// error_code and message; it never contains a credential.
+type APIError struct {
+	URL     string // tracking URI, redacted
+	Op      string // what bridge was doing, e.g. "posting metrics to run 3f2a..."
+	Status  int    // HTTP status
+	Code    string // MLflow error_code (RESOURCE_DOES_NOT_EXIST, ...); empty if the body was not MLflow's JSON
+	Message string // MLflow's message, or the start of the body
+	Hint    string // what the user can do, when bridge knows
+}
+
+func (e *APIError) Error() string {
+	status := strconv.Itoa(e.Status)
+	if e.Code != "" {
+		status += " " + e.Code
+	}
+	var b strings.Builder
+	switch e.Status {
+	case http.StatusUnauthorized:
+		fmt.Fprintf(&b, "MLflow rejected the credentials (%s) at %s while %s", status, e.URL, e.Op)
+	case http.StatusForbidden:
+		fmt.Fprintf(&b, "MLflow denied permission (%s) at %s while %s", status, e.URL, e.Op)
+	default:
+		fmt.Fprintf(&b, "MLflow at %s answered %s while %s", e.URL, status, e.Op)
+	}
+	if e.Message != "" {
+		fmt.Fprintf(&b, ": %s", e.Message)
+	}
+	if e.Hint != "" {
+		fmt.Fprintf(&b, "; %s", e.Hint)
+	}
+	return b.String()
+}
+
+// mlflowError is the JSON body of MLflow's errors (mlflow/exceptions.py).
+type mlflowError struct {
+	ErrorCode string `json:"error_code"`
+	Message   string `json:"message"`
+}
+
+// newClient builds the resty client: one attempt per request (retries belong
+// to the forwarder), auth and TLS as the Python client sets them up.
+func newClient(cfg Config, log *slog.Logger) (*resty.Client, error) {
+	c := resty.New().
+		SetBaseURL(cfg.TrackingURI).
+		SetTimeout(cfg.Timeout).
+		SetRetryCount(0).
+		SetLogger(restyLogger{log}).
+		SetHeader("User-Agent", "bridge (mlflow sink)")
+	// Basic wins over Bearer when both are set, as in rest_utils.http_request.
+	switch {
+	case cfg.Username != "" && cfg.Password != "":
+		c.SetBasicAuth(cfg.Username, cfg.Password)
+		// resty warns about Basic over plain http on every request; the user
+		// chose the server, bridge does not repeat that warning per request.
+		c.SetDisableWarn(true)
+	case cfg.Token != "":
+		c.SetAuthToken(cfg.Token)
+		c.SetDisableWarn(true)
+	}
+
+	if strings.HasPrefix(cfg.TrackingURI, "https:") {
+		tc, err := tlsConfig(cfg)
+		if err != nil {
+			return nil, err
+		}
+		c.SetTLSClientConfig(tc)
+	}
+	return c, nil
+}
+
+func tlsConfig(cfg Config) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureTLS} //nolint:gosec // the user asked for it with MLFLOW_TRACKING_INSECURE_TLS
+	if cfg.ServerCertPath != "" {
+		// requests' verify=<path> trusts that bundle only, not the system roots.
+		pem, err := os.ReadFile(cfg.ServerCertPath)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvServerCertPath, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s=%s: no PEM certificate found", EnvServerCertPath, cfg.ServerCertPath)
+		}
+		tc.RootCAs = pool
+	}
+	if cfg.ClientCertPath != "" {
+		// requests' cert=<path>: one PEM file with the certificate and its key.
+		cert, err := tls.LoadX509KeyPair(cfg.ClientCertPath, cfg.ClientCertPath)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%s: want one PEM file with the certificate and its private key: %w", EnvClientCertPath, cfg.ClientCertPath, err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// call makes one request to endpoint (e.g. "runs/log-batch"). body, when not
+// nil, is sent as JSON (a []byte is sent as is); out, when not nil, receives
+// the decoded answer. Errors are classified for the forwarder: see classify.
+func (s *Sink) call(ctx context.Context, method, endpoint string, query map[string]string, body, out any, op string) error {
+	req := s.client.R().SetContext(ctx)
+	if query != nil {
+		req.SetQueryParams(query)
+	}
+	if body != nil {
+		raw, ok := body.([]byte)
+		if !ok {
+			var err error
+			if raw, err = json.Marshal(body); err != nil {
+				return fmt.Errorf("%s: encoding request: %w", op, err)
+			}
+		}
+		// MLflow answers 400 to a POST without this content type.
+		req.SetHeader("Content-Type", "application/json").SetBody(raw)
+	}
+	resp, err := req.Execute(method, apiPrefix+endpoint)
+	if err := s.classify(op, resp, err); err != nil {
+		return err
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(resp.Body(), out); err != nil {
+		return tracker.Permanent(fmt.Errorf("%s: MLflow at %s sent an answer bridge cannot read (is %s an `mlflow server`?): %w",
+			op, s.url, EnvTrackingURI, err))
+	}
+	return nil
+}
+
+// classify turns one HTTP exchange into what the forwarder acts on:
+//   - nil for 2xx;
+//   - *tracker.RetryAfterError for 429/503 with a Retry-After header;
+//   - a plain error (retry with backoff) for connection errors, 408, 429, 5xx;
+//   - tracker.Permanent(*APIError) for other 4xx (401, 403, 404, 400 on the
+//     run): retrying the same request cannot succeed.
+func (s *Sink) classify(op string, resp *resty.Response, err error) error {
+	if err != nil {
+		// http.Client strips the password from the URL in its errors.
+		return fmt.Errorf("%s: MLflow at %s unreachable: %w", op, s.url, err)
+	}
+	code := resp.StatusCode()
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	apiErr := &APIError{URL: s.url, Op: op, Status: code}
+	var me mlflowError
+	if json.Unmarshal(resp.Body(), &me) == nil && (me.ErrorCode != "" || me.Message != "") {
+		apiErr.Code, apiErr.Message = me.ErrorCode, shorten(me.Message)
+	} else {
+		apiErr.Message = shorten(string(resp.Body()))
+	}
+
+	switch {
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		if after, ok := parseRetryAfter(resp.Header().Get("Retry-After"), time.Now()); ok {
+			return &tracker.RetryAfterError{After: after, Err: apiErr}
+		}
+		return apiErr
+	case code == http.StatusRequestTimeout || code >= 500:
+		return apiErr
+	case code == http.StatusUnauthorized:
+		apiErr.Hint = s.credentialHint()
+	case code == http.StatusNotFound && (apiErr.Code == "" || apiErr.Code == "ENDPOINT_NOT_FOUND"):
+		apiErr.Hint = fmt.Sprintf("no MLflow REST API under %s: check %s (the address of `mlflow server`, with its path prefix if any)", s.url, EnvTrackingURI)
+	}
+	return tracker.Permanent(apiErr)
+}
+
+func (s *Sink) credentialHint() string {
+	switch {
+	case s.cfg.Username != "" && s.cfg.Password != "":
+		return fmt.Sprintf("check %s / %s (or ~/.mlflow/credentials)", EnvUsername, EnvPassword)
+	case s.cfg.Token != "":
+		return fmt.Sprintf("check %s", EnvToken)
+	}
+	return fmt.Sprintf("no credentials are set: set %s, or %s and %s", EnvToken, EnvUsername, EnvPassword)
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 10.2.3).
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), 0), true
+}
+
+// shorten keeps error bodies (an HTML page from a proxy) readable in one line.
+func shorten(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	const limit = 300
+	if len(s) > limit {
+		s = s[:limit] + "..."
+	}
+	return s
+}
+
+// isCode reports whether err is an MLflow answer with the given error_code.
+func isCode(err error, code string) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Code == code
+}
+
+// restyLogger sends resty's own messages to slog at debug level: bridge
+// reports request failures itself, once, through the forwarder.
+type restyLogger struct{ log *slog.Logger }
+
+func (l restyLogger) Errorf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l restyLogger) Warnf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
+func (l restyLogger) Debugf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }

@@ -1,0 +1,176 @@
+package mlflow
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envFunc(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func writeCredentials(t *testing.T, content string) string {
+	t.Helper()
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, ".mlflow"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, ".mlflow", "credentials"), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return home
+}
+
+func TestConfigFromEnvNotHTTP(t *testing.T) {
+	for _, uri := range []string{"", "sqlite:///mlflow.db", "file:///tmp/mlruns", "./mlruns", "/abs/mlruns", "databricks", "http://", "ftp://user:hunter2@host/x"} {
+		t.Run(uri, func(t *testing.T) {
+			cfg, err := ConfigFromEnv(envFunc(map[string]string{EnvTrackingURI: uri, EnvRunID: "abc"}), t.TempDir())
+			if !errors.Is(err, ErrNotHTTP) {
+				t.Fatalf("err = %v, want ErrNotHTTP", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "mlflow server") || !strings.Contains(msg, EnvTrackingURI) {
+				t.Errorf("message %q should say bridge needs `mlflow server` and name %s", msg, EnvTrackingURI)
+			}
+			if strings.Contains(msg, "hunter2") {
+				t.Errorf("message leaks the password: %q", msg)
+			}
+			if cfg.RunID != "abc" {
+				t.Errorf("RunID = %q: the rest of the config should still be read", cfg.RunID)
+			}
+		})
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	const uri = "http://127.0.0.1:5000"
+	tests := []struct {
+		name  string
+		env   map[string]string
+		creds string // ~/.mlflow/credentials, "" for none
+		want  Config
+	}{
+		{
+			name: "uri only, trailing slash removed",
+			env:  map[string]string{EnvTrackingURI: uri + "/"},
+			want: Config{TrackingURI: uri, Timeout: DefaultTimeout},
+		},
+		{
+			name: "https with path prefix",
+			env:  map[string]string{EnvTrackingURI: "https://mlflow.example.com/tracking/"},
+			want: Config{TrackingURI: "https://mlflow.example.com/tracking", Timeout: DefaultTimeout},
+		},
+		{
+			name: "everything from the environment",
+			env: map[string]string{
+				EnvTrackingURI: uri, EnvToken: "tok", EnvUsername: "u", EnvPassword: "p",
+				EnvInsecureTLS: "True", EnvClientCertPath: "/c.pem", EnvRunID: " r1 ",
+				EnvExperimentName: "exp", EnvExperimentID: "7", EnvRequestTimeout: "30", EnvNodeID: "node-3",
+			},
+			want: Config{
+				TrackingURI: uri, Token: "tok", Username: "u", Password: "p", InsecureTLS: true,
+				ClientCertPath: "/c.pem", RunID: "r1", ExperimentName: "exp", ExperimentID: "7", NodeID: "node-3", Timeout: 30 * time.Second,
+			},
+		},
+		{
+			name: "insecure 0",
+			env:  map[string]string{EnvTrackingURI: uri, EnvInsecureTLS: "0"},
+			want: Config{TrackingURI: uri, Timeout: DefaultTimeout},
+		},
+		{
+			name:  "credentials file",
+			env:   map[string]string{EnvTrackingURI: uri},
+			creds: "[default]\nmlflow_tracking_username = other\n\n[mlflow]\n# comment\nMLFLOW_TRACKING_USERNAME = fileuser\nmlflow_tracking_password: filepass\n",
+			want:  Config{TrackingURI: uri, Username: "fileuser", Password: "filepass", Timeout: DefaultTimeout},
+		},
+		{
+			name:  "environment wins over the file, variable by variable",
+			env:   map[string]string{EnvTrackingURI: uri, EnvUsername: "envuser"},
+			creds: "[mlflow]\nmlflow_tracking_username=fileuser\nmlflow_tracking_password=filepass\n",
+			want:  Config{TrackingURI: uri, Username: "envuser", Password: "filepass", Timeout: DefaultTimeout},
+		},
+		{
+			name:  "file without an mlflow section",
+			env:   map[string]string{EnvTrackingURI: uri, EnvToken: "tok"},
+			creds: "[other]\nmlflow_tracking_username=x\n",
+			want:  Config{TrackingURI: uri, Token: "tok", Timeout: DefaultTimeout},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			home := t.TempDir()
+			if tc.creds != "" {
+				home = writeCredentials(t, tc.creds)
+			}
+			got, err := ConfigFromEnv(envFunc(tc.env), home)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("got  %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestConfigFromEnvErrors(t *testing.T) {
+	const uri = "https://127.0.0.1:5000"
+	tests := []struct {
+		name  string
+		env   map[string]string
+		creds string
+		names []string // what the message must name
+	}{
+		{"insecure with CA bundle", map[string]string{EnvTrackingURI: uri, EnvInsecureTLS: "true", EnvServerCertPath: "/ca.pem"},
+			"", []string{EnvInsecureTLS, EnvServerCertPath}},
+		{"bad boolean", map[string]string{EnvTrackingURI: uri, EnvInsecureTLS: "yes"}, "", []string{EnvInsecureTLS, `"yes"`}},
+		{"bad timeout", map[string]string{EnvTrackingURI: uri, EnvRequestTimeout: "1.5"}, "", []string{EnvRequestTimeout}},
+		{"zero timeout", map[string]string{EnvTrackingURI: uri, EnvRequestTimeout: "0"}, "", []string{EnvRequestTimeout}},
+		{"broken credentials file", map[string]string{EnvTrackingURI: uri}, "[mlflow\n", []string{"credentials", "line 1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			home := t.TempDir()
+			if tc.creds != "" {
+				home = writeCredentials(t, tc.creds)
+			}
+			_, err := ConfigFromEnv(envFunc(tc.env), home)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if errors.Is(err, ErrNotHTTP) {
+				t.Fatalf("err %v wraps ErrNotHTTP for an http URI", err)
+			}
+			for _, n := range tc.names {
+				if !strings.Contains(err.Error(), n) {
+					t.Errorf("error %q does not name %s", err, n)
+				}
+			}
+		})
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"not http", Config{TrackingURI: "sqlite:///x.db"}, "mlflow server"},
+		{"slash in node id", Config{TrackingURI: "http://127.0.0.1:1", NodeID: "a/b"}, "node id"},
+		{"missing CA bundle", Config{TrackingURI: "https://127.0.0.1:1", ServerCertPath: "/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
+		{"missing client cert", Config{TrackingURI: "https://127.0.0.1:1", ClientCertPath: "/nonexistent/c.pem"}, EnvClientCertPath},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.cfg, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,451 @@
+package mlflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-resty/resty/v2"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// Run statuses (mlflow/protos/service.proto RunStatus).
+const (
+	StatusRunning  = "RUNNING"
+	StatusFinished = "FINISHED"
+	StatusFailed   = "FAILED"
+	StatusKilled   = "KILLED"
+)
+
+// DefaultExperimentID is where a run goes when no experiment is named, as in
+// the Python client.
+const DefaultExperimentID = "0"
+
+// Server limits (mlflow/utils/validation.py).
+const (
+	maxMetricsPerBatch = 1000
+	maxTagsPerBatch    = 100
+	maxBodyBytes       = 1_000_000
+	maxKeyLength       = 250
+)
+
+// keyRe is MLflow's key check (_validate_metric_name); normpath rules are
+// checked separately in validKey.
+var (
+	keyRe    = regexp.MustCompile(`^[\w./\- :]+$`)
+	nodeIDRe = regexp.MustCompile(`^[\w.\- :]+$`)
+)
+
+// Sink posts samples to one MLflow run. It implements tracker.Sink; as that
+// contract says, its methods are called from one goroutine.
+type Sink struct {
+	cfg    Config
+	log    *slog.Logger
+	client *resty.Client
+	url    string // redacted tracking URI for messages
+
+	runID        string
+	experimentID string
+	created      bool
+	prefix       string // "system/" or "system/<node_id>/"
+
+	// Overridable in tests so that splitting is exercised with small inputs.
+	maxMetrics int
+	maxBody    int
+
+	keyOK map[string]bool // keys checked so far; a bad one is reported once
+}
+
+var _ tracker.Sink = (*Sink)(nil)
+
+// New checks cfg and builds the sink; it makes no request.
+func New(cfg Config, log *slog.Logger) (*Sink, error) {
+	cfg.TrackingURI = strings.TrimRight(cfg.TrackingURI, "/")
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("sink", "mlflow")
+	client, err := newClient(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sink{
+		cfg:        cfg,
+		log:        log,
+		client:     client,
+		url:        redactURI(cfg.TrackingURI),
+		maxMetrics: maxMetricsPerBatch,
+		maxBody:    maxBodyBytes,
+		keyOK:      map[string]bool{},
+	}
+	s.setPrefix(cfg.NodeID)
+	return s, nil
+}
+
+func (s *Sink) setPrefix(nodeID string) {
+	s.prefix = "system/"
+	if nodeID != "" {
+		s.prefix = "system/" + nodeID + "/"
+	}
+}
+
+// Name implements tracker.Sink.
+func (s *Sink) Name() string { return "mlflow" }
+
+// RunID is the run the sink posts to; empty before Start.
+func (s *Sink) RunID() string { return s.runID }
+
+// ExperimentID is the run's experiment; empty before Start.
+func (s *Sink) ExperimentID() string { return s.experimentID }
+
+// Created reports whether Start created the run (bridge then owns its
+// terminal status).
+func (s *Sink) Created() bool { return s.created }
+
+// Key is the MLflow key a metric name is posted under.
+func (s *Sink) Key(name string) string { return s.prefix + name }
+
+// Start implements tracker.Sink. With Config.RunID (MLFLOW_RUN_ID) it checks
+// that the run exists and is active; otherwise it finds or creates the
+// experiment and creates a run. The returned environment carries
+// MLFLOW_RUN_ID (the child's mlflow.start_run() resumes that run) and, when
+// bridge created the run, MLFLOW_EXPERIMENT_ID, so that a later start_run()
+// in the child lands in the same experiment. Only a
+// set_experiment() call in the child naming another experiment still clashes:
+// MLflow refuses to resume a run of a different experiment.
+//
+// info.Tags are recorded on the run. When the server cannot be reached and
+// the run id is known (MLFLOW_RUN_ID), the sink keeps it, so Send works once
+// the server is back, and Start returns the environment with the error.
+func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, error) {
+	// bridge's own node id (StartInfo) wins over MLFLOW_SYSTEM_METRICS_NODE_ID.
+	if info.NodeID != "" {
+		if !nodeIDRe.MatchString(info.NodeID) {
+			return nil, tracker.Permanent(fmt.Errorf("node id %q: MLflow keys allow only letters, digits, '_', '-', '.', ' ' and ':' here (no '/')", info.NodeID))
+		}
+		s.setPrefix(info.NodeID)
+	}
+	if s.cfg.RunID != "" {
+		return s.attach(ctx, info)
+	}
+	return s.create(ctx, info)
+}
+
+func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, error) {
+	s.runID = s.cfg.RunID
+	env := []string{EnvRunID + "=" + s.runID}
+	run, err := s.getRun(ctx, s.runID)
+	if err != nil {
+		if isCode(err, "RESOURCE_DOES_NOT_EXIST") {
+			err = fmt.Errorf("%s=%s names no run on this server: %w", EnvRunID, s.runID, err)
+		}
+		return env, err
+	}
+	if run.Info.LifecycleStage == "deleted" {
+		return env, tracker.Permanent(fmt.Errorf("%s=%s: run is deleted on MLflow at %s: restore it in the UI (or `mlflow runs restore --run-id %s`) or unset %s",
+			EnvRunID, s.runID, s.url, s.runID, EnvRunID))
+	}
+	s.experimentID = run.Info.ExperimentID
+	if len(info.Tags) > 0 {
+		if err := s.SetTags(ctx, info.Tags); err != nil {
+			return env, err
+		}
+	}
+	return env, nil
+}
+
+func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, error) {
+	expID, err := s.experiment(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := s.cfg.RunName
+	if name == "" {
+		name = info.RunName
+	}
+	tags := map[string]string{}
+	if len(info.Command) > 0 {
+		// What the UI shows as the run's source, as the Python client does.
+		tags["mlflow.source.name"] = strings.Join(info.Command, " ")
+		tags["mlflow.source.type"] = "LOCAL"
+	}
+	maps.Copy(tags, info.Tags)
+	// A mlflow.runName tag that differs from run_name is a 400.
+	if name != "" {
+		delete(tags, "mlflow.runName")
+	}
+	req := createRunRequest{
+		ExperimentID: expID,
+		RunName:      name,
+		StartTime:    time.Now().UnixMilli(),
+		Tags:         tagList(tags),
+	}
+	var out runResponse
+	if err := s.call(ctx, http.MethodPost, "runs/create", nil, req, &out, fmt.Sprintf("creating a run in experiment %s", expID)); err != nil {
+		return nil, err
+	}
+	if out.Run.Info.RunID == "" {
+		return nil, tracker.Permanent(fmt.Errorf("creating a run in experiment %s: MLflow at %s answered without a run id", expID, s.url))
+	}
+	s.runID, s.experimentID, s.created = out.Run.Info.RunID, expID, true
+	s.log.Info("created MLflow run", "run_id", s.runID, "experiment_id", expID, "run_name", out.Run.Info.RunName)
+	// The experiment id goes along even when the user named the experiment
+	// (MLFLOW_EXPERIMENT_NAME, which the Python client checks against it, or
+	// a bridge flag the child never sees): a second start_run() in the child
+	// then lands in the same experiment.
+	return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
+}
+
+// experiment returns the id of the experiment to create the run in, creating
+// it by name when needed. Two jobs creating the same experiment at once is
+// normal (a multi-node job): the loser gets RESOURCE_ALREADY_EXISTS and looks
+// the experiment up again.
+func (s *Sink) experiment(ctx context.Context) (string, error) {
+	name, id := s.cfg.ExperimentName, s.cfg.ExperimentID
+	if name == "" {
+		if id == "" {
+			return DefaultExperimentID, nil
+		}
+		return id, nil
+	}
+	exp, err := s.experimentByName(ctx, name)
+	if err == nil {
+		if exp.LifecycleStage == "deleted" {
+			return "", tracker.Permanent(fmt.Errorf("experiment %q (id %s) is deleted on MLflow at %s: restore it (`mlflow experiments restore --experiment-id %s`) or set another %s",
+				name, exp.ExperimentID, s.url, exp.ExperimentID, EnvExperimentName))
+		}
+		if id != "" && id != exp.ExperimentID {
+			return "", tracker.Permanent(fmt.Errorf("%s=%s does not match experiment %q, whose id is %s: set only one of %s and %s",
+				EnvExperimentID, id, name, exp.ExperimentID, EnvExperimentID, EnvExperimentName))
+		}
+		return exp.ExperimentID, nil
+	}
+	if !isCode(err, "RESOURCE_DOES_NOT_EXIST") {
+		return "", err
+	}
+	var out struct {
+		ExperimentID string `json:"experiment_id"`
+	}
+	err = s.call(ctx, http.MethodPost, "experiments/create", nil, map[string]string{"name": name}, &out, fmt.Sprintf("creating experiment %q", name))
+	if isCode(err, "RESOURCE_ALREADY_EXISTS") {
+		exp, err := s.experimentByName(ctx, name)
+		if err != nil {
+			return "", err
+		}
+		return exp.ExperimentID, nil
+	}
+	if err != nil {
+		return "", err
+	}
+	s.log.Info("created MLflow experiment", "experiment", name, "experiment_id", out.ExperimentID)
+	return out.ExperimentID, nil
+}
+
+func (s *Sink) experimentByName(ctx context.Context, name string) (experiment, error) {
+	var out struct {
+		Experiment experiment `json:"experiment"`
+	}
+	err := s.call(ctx, http.MethodGet, "experiments/get-by-name", map[string]string{"experiment_name": name}, nil, &out,
+		fmt.Sprintf("looking up experiment %q", name))
+	return out.Experiment, err
+}
+
+func (s *Sink) getRun(ctx context.Context, id string) (Run, error) {
+	var out runResponse
+	err := s.call(ctx, http.MethodGet, "runs/get", map[string]string{"run_id": id}, nil, &out, fmt.Sprintf("reading run %s", id))
+	return out.Run, err
+}
+
+// GetRun reads the run's info, tags and latest metrics.
+func (s *Sink) GetRun(ctx context.Context) (Run, error) {
+	if s.runID == "" {
+		return Run{}, errNoRun
+	}
+	return s.getRun(ctx, s.runID)
+}
+
+var errNoRun = fmt.Errorf("mlflow sink has no run yet (Start has not succeeded): %w", tracker.ErrNotReady)
+
+// Send implements tracker.Sink: runs/log-batch requests of at most 1000
+// metrics and under 1e6 bytes, samples packed together and split only when
+// one sample alone exceeds a request. acked counts the samples, from the
+// first, whose every point is in a request that succeeded. Resending is safe:
+// MLflow drops a point identical to a stored one.
+//
+// A point whose key MLflow would reject is skipped (reported once per key),
+// not sent: one bad name must not block every other metric.
+func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) {
+	if s.runID == "" {
+		return 0, errNoRun
+	}
+	b := newBatch(s.runID, s.maxMetrics, s.maxBody)
+	acked := 0
+	pending := 0 // samples complete once the open batch is posted
+	flush := func() error {
+		if b.count == 0 {
+			acked = pending
+			return nil
+		}
+		op := fmt.Sprintf("posting %d metrics to run %s", b.count, s.runID)
+		if err := s.call(ctx, http.MethodPost, "runs/log-batch", nil, b.body(), nil, op); err != nil {
+			return err
+		}
+		acked = pending
+		b.reset()
+		return nil
+	}
+	for i, sm := range samples {
+		ts := sm.Time.UnixMilli()
+		for _, p := range sm.Points {
+			key := s.prefix + p.Name
+			if !s.checkKey(key) {
+				continue
+			}
+			m := encodeMetric(key, p.Value, ts, sm.Seq)
+			if !b.fits(m) {
+				if err := flush(); err != nil {
+					return acked, err
+				}
+			}
+			b.add(m)
+		}
+		pending = i + 1
+	}
+	if err := flush(); err != nil {
+		return acked, err
+	}
+	return acked, nil
+}
+
+// checkKey applies MLflow's key rules, so that a bad name is dropped here
+// instead of failing a whole batch with a 400.
+func (s *Sink) checkKey(key string) bool {
+	if ok, seen := s.keyOK[key]; seen {
+		return ok
+	}
+	ok := validKey(key)
+	s.keyOK[key] = ok
+	if !ok {
+		s.log.Warn("metric key not accepted by MLflow, not sent", "key", key,
+			"rule", "at most 250 characters of letters, digits, _ - . space : /, no // or trailing /")
+	}
+	return ok
+}
+
+func validKey(key string) bool {
+	return len(key) <= maxKeyLength && keyRe.MatchString(key) &&
+		!strings.Contains(key, "//") && !strings.HasSuffix(key, "/") && !strings.HasPrefix(key, "/") &&
+		!slices.ContainsFunc(strings.Split(key, "/"), func(seg string) bool { return seg == "." || seg == ".." })
+}
+
+// SetTags implements tracker.Sink, through runs/log-batch (100 tags per
+// request). MLflow truncates values over 8000 characters itself.
+func (s *Sink) SetTags(ctx context.Context, tags map[string]string) error {
+	if s.runID == "" {
+		return errNoRun
+	}
+	list := tagList(tags)
+	for len(list) > 0 {
+		n := min(len(list), maxTagsPerBatch)
+		req := logBatchTags{RunID: s.runID, Tags: list[:n]}
+		if err := s.call(ctx, http.MethodPost, "runs/log-batch", nil, req, nil, fmt.Sprintf("setting %d tags on run %s", n, s.runID)); err != nil {
+			return err
+		}
+		list = list[n:]
+	}
+	return nil
+}
+
+// Finish implements tracker.Sink: it records end.Tags and, if bridge created
+// the run and the run is still RUNNING (the child did not end it, or was
+// killed before it could), sets KILLED when the child died of a signal,
+// FAILED on a non-zero exit and FINISHED on 0. A status the child set is
+// left alone. After an error it is safe to call again.
+func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
+	if s.runID == "" {
+		return errNoRun
+	}
+	var errs []error
+	if len(end.Tags) > 0 {
+		errs = append(errs, s.SetTags(ctx, end.Tags))
+	}
+	if !s.created {
+		return errors.Join(errs...)
+	}
+	run, err := s.getRun(ctx, s.runID)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	if run.Info.Status != StatusRunning {
+		s.log.Debug("run already ended by the child, status left as is", "run_id", s.runID, "status", run.Info.Status)
+		return errors.Join(errs...)
+	}
+	status := TerminalStatus(end)
+	endTime := end.Time
+	if endTime.IsZero() {
+		endTime = time.Now()
+	}
+	req := updateRunRequest{RunID: s.runID, Status: status, EndTime: endTime.UnixMilli()}
+	if err := s.call(ctx, http.MethodPost, "runs/update", nil, req, nil, fmt.Sprintf("setting run %s to %s", s.runID, status)); err != nil {
+		errs = append(errs, err)
+	} else {
+		s.log.Info("set MLflow run status", "run_id", s.runID, "status", status)
+	}
+	return errors.Join(errs...)
+}
+
+// TerminalStatus is the status bridge gives a run it owns: KILLED when the
+// child died of a signal, FAILED on a non-zero exit, FINISHED otherwise.
+func TerminalStatus(end tracker.EndInfo) string {
+	switch {
+	case end.Signal != 0:
+		return StatusKilled
+	case end.ExitCode != 0:
+		return StatusFailed
+	}
+	return StatusFinished
+}
+
+// MetricHistory returns every point of key in the run (key as stored, e.g.
+// "system/container_memory_working_set_megabytes"), following pages of 25000
+// as the Python client does. bridge sync and tests use it.
+func (s *Sink) MetricHistory(ctx context.Context, key string) ([]Metric, error) {
+	if s.runID == "" {
+		return nil, errNoRun
+	}
+	var all []Metric
+	token := ""
+	for {
+		q := map[string]string{"run_id": s.runID, "metric_key": key, "max_results": "25000"}
+		if token != "" {
+			q["page_token"] = token
+		}
+		var out struct {
+			Metrics       []Metric `json:"metrics"`
+			NextPageToken string   `json:"next_page_token"`
+		}
+		if err := s.call(ctx, http.MethodGet, "metrics/get-history", q, nil, &out, fmt.Sprintf("reading history of %s in run %s", key, s.runID)); err != nil {
+			return all, err
+		}
+		all = append(all, out.Metrics...)
+		if out.NextPageToken == "" || len(out.Metrics) == 0 {
+			return all, nil
+		}
+		token = out.NextPageToken
+	}
+}
