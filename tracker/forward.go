@@ -33,6 +33,8 @@ type Forwarder struct {
 	MinGap time.Duration // first backoff; default 1s
 	MaxGap time.Duration // longest backoff; default 60s
 
+	failures int // consecutive failed sends, kept across Run and Drain
+
 	mu      sync.Mutex
 	state   string
 	lastErr error
@@ -93,7 +95,6 @@ func (f *Forwarder) defaults() {
 
 func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 	log := f.Log.With("tracker", f.Sink.Name())
-	failures := 0
 	for {
 		if st, _, _ := f.Status(); st == StateStopped {
 			return false
@@ -120,10 +121,10 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			f.mu.Unlock()
 		}
 		if err == nil {
-			if failures > 0 {
+			if f.failures > 0 {
 				log.Info("tracker reachable again; sending the samples held in the spool")
 			}
-			failures = 0
+			f.failures = 0
 			f.set(StateOK, nil)
 			continue
 		}
@@ -139,7 +140,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			f.Queue.Untrack(f.Sink.Name(), f.RunID)
 			return false
 		case errors.Is(err, ErrNotReady):
-			if failures == 0 {
+			if f.failures == 0 {
 				log.Info("waiting for the run to exist before sending", "err", err)
 			}
 			f.set(StateWaiting, err)
@@ -149,15 +150,15 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			wait = ra.After
 			log.Warn("tracker asked bridge to slow down", "retry_after", ra.After)
 		default:
-			if failures == 0 {
+			if f.failures == 0 {
 				log.Warn("cannot send to the tracker; samples are kept in the spool and retried with backoff", "err", err)
 			} else {
-				log.Debug("send failed again", "err", err, "failures", failures+1)
+				log.Debug("send failed again", "err", err, "failures", f.failures+1)
 			}
 			f.set(StateRetrying, err)
-			wait = f.backoff(failures)
+			wait = f.backoff(f.failures)
 		}
-		failures++
+		f.failures++
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

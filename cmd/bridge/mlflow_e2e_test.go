@@ -1,0 +1,387 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/internal/authproxy"
+	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/spool"
+)
+
+// job is one run of the real bridge binary against an MLflow server.
+type job struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	err    bytes.Buffer
+	spool  string
+	dir    string
+	python string
+}
+
+func newJob(t *testing.T, trackingURI string, args ...string) *job {
+	t.Helper()
+	j := &job{dir: t.TempDir(), python: mlflowtest.Python(t)}
+	j.spool = filepath.Join(j.dir, "spool.jsonl")
+	j.cmd = exec.Command(testbin.Bridge(t), args...)
+	j.cmd.Dir = j.dir
+	j.cmd.Env = cleanEnv(
+		"BRIDGE_SPOOL="+j.spool,
+		"MLFLOW_TRACKING_URI="+trackingURI,
+		"MLFLOW_EXPERIMENT_NAME=bridge-e2e-"+strings.ReplaceAll(t.Name(), "/", "-"),
+	)
+	j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.err
+	return j
+}
+
+func (j *job) env(kv ...string) *job { j.cmd.Env = append(j.cmd.Env, kv...); return j }
+
+func (j *job) run(t *testing.T) int {
+	t.Helper()
+	return exitCode(t, j.cmd.Run())
+}
+
+// runID is the MLflow run recorded in the spool's first start record.
+func (j *job) runID(t *testing.T) string {
+	t.Helper()
+	_, _, attempts, err := spool.ReadFile(j.spool)
+	if err != nil || len(attempts) == 0 {
+		t.Fatalf("reading spool %s: %v (%d attempts)\nstderr:\n%s", j.spool, err, len(attempts), &j.err)
+	}
+	id := attempts[0].Start.Runs["mlflow"]
+	if id == "" {
+		t.Fatalf("no MLflow run in the spool; stderr:\n%s", &j.err)
+	}
+	return id
+}
+
+// samples are the sample seqs the spool holds.
+func (j *job) samples(t *testing.T) []int64 {
+	t.Helper()
+	ss, _, _, err := spool.ReadFile(j.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, s := range ss {
+		seqs = append(seqs, s.Seq)
+	}
+	return seqs
+}
+
+// requireHistory checks that key holds exactly one point per spooled sample
+// that carried it: steps equal to the sample seqs, none twice.
+func requireHistory(t *testing.T, srv *mlflowtest.Server, j *job, runID, key string) []mlflowtest.Metric {
+	t.Helper()
+	ss, _, _, err := spool.ReadFile(j.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int64
+	name := strings.TrimPrefix(key, "system/")
+	if i := strings.Index(name, "/"); i >= 0 {
+		name = name[i+1:]
+	}
+	for _, s := range ss {
+		if _, ok := s.Value(name); ok {
+			want = append(want, s.Seq)
+		}
+	}
+	hist := srv.History(t, runID, key)
+	var got []int64
+	for _, m := range hist {
+		got = append(got, m.Step)
+	}
+	slices.Sort(got)
+	if len(want) == 0 {
+		t.Fatalf("no spooled sample has %s", name)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: steps in MLflow %v, want one per spooled sample %v", key, got, want)
+	}
+	return hist
+}
+
+// (1) bridge creates the run; the Python child's mlflow.start_run() attaches
+// to it; the run holds the child's metric and bridge's system histories.
+func TestMLflowRunCreatedAndSharedWithChild(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	script := `import mlflow, time
+run = mlflow.start_run()
+print("child run", run.info.run_id)
+mlflow.log_metric("loss", 0.5, step=0)
+time.sleep(1.5)
+mlflow.log_metric("loss", 0.25, step=1)
+mlflow.end_run()
+`
+	j := newJob(t, srv.URL, "--interval=300ms", "--run-name=e2e-shared", "--", "PYTHON", "-c", script)
+	j.cmd.Args[len(j.cmd.Args)-3] = j.python
+	if code := j.run(t); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+	}
+	id := j.runID(t)
+	if !strings.Contains(j.out.String(), "child run "+id) {
+		t.Fatalf("the child attached to another run: stdout %q, bridge's run %s", j.out.String(), id)
+	}
+	run := srv.GetRun(t, id)
+	if run.Info.Status != "FINISHED" || run.Info.RunName != "e2e-shared" {
+		t.Errorf("run %+v, want FINISHED named e2e-shared", run.Info)
+	}
+	if loss := srv.History(t, id, "loss"); len(loss) != 2 {
+		t.Errorf("child's loss history = %+v, want 2 points", loss)
+	}
+	for _, k := range []string{
+		"system/container_memory_working_set_megabytes", "system/container_memory_usage_megabytes",
+		"system/node_memory_used_megabytes", "system/node_memory_usage_megabytes", "system/node_memory_total_megabytes",
+		"system/container_cpu_utilization_percentage", "system/node_cpu_utilization_percentage",
+	} {
+		requireHistory(t, srv, j, id, k)
+	}
+	for k, want := range map[string]string{"bridge.version": version, "bridge.exit_code": "0", "bridge.cgroup.version": "hybrid"} {
+		if k == "bridge.cgroup.version" && run.Tags[k] == "" {
+			t.Errorf("tag %s missing", k)
+			continue
+		}
+		if k != "bridge.cgroup.version" && run.Tags[k] != want {
+			t.Errorf("tag %s = %q, want %q", k, run.Tags[k], want)
+		}
+	}
+	for _, k := range []string{"bridge.memory_limit_megabytes", "bridge.cpu_limit_cores", "bridge.cgroup.path", "bridge.hostname"} {
+		if run.Tags[k] == "" {
+			t.Errorf("tag %s missing; tags: %v", k, run.Tags)
+		}
+	}
+}
+
+// (2) MLFLOW_RUN_ID given: bridge writes into that run and leaves its
+// status to its owner.
+func TestMLflowRunIDGiven(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := srv.CreateExperiment(t, "bridge-e2e-given-"+fmt.Sprint(time.Now().UnixNano()))
+	id := srv.CreateRun(t, exp, "owned-by-someone")
+	j := newJob(t, srv.URL, "--interval=300ms", "--", "sh", "-c", `echo "$MLFLOW_RUN_ID"; sleep 1`).env("MLFLOW_RUN_ID=" + id)
+	if code := j.run(t); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+	}
+	if got := strings.TrimSpace(j.out.String()); got != id {
+		t.Errorf("child saw MLFLOW_RUN_ID=%q, want %q", got, id)
+	}
+	if j.runID(t) != id {
+		t.Errorf("spool records run %s", j.runID(t))
+	}
+	requireHistory(t, srv, j, id, "system/container_memory_working_set_megabytes")
+	if st := srv.GetRun(t, id).Info.Status; st != "RUNNING" {
+		t.Errorf("status = %s: bridge must not end a run it did not create", st)
+	}
+}
+
+// (3) A node id puts every key under system/<node_id>/.
+func TestMLflowNodeID(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	j := newJob(t, srv.URL, "--interval=300ms", "--node-id=worker-1", "--", "sleep", "1")
+	if code := j.run(t); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+	}
+	id := j.runID(t)
+	keys := srv.MetricKeys(t, id, "system/")
+	if len(keys) < 10 {
+		t.Fatalf("only %d system keys: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		if !strings.HasPrefix(k, "system/worker-1/") {
+			t.Errorf("key %s is not under system/worker-1/", k)
+		}
+	}
+	requireHistory(t, srv, j, id, "system/worker-1/node_memory_used_megabytes")
+	if tag := srv.GetRun(t, id).Tags["bridge.node_id"]; tag != "worker-1" {
+		t.Errorf("bridge.node_id tag = %q", tag)
+	}
+}
+
+// (4) Exit codes and signals set the terminal status of a run bridge
+// created, and the exit status is the child's.
+func TestMLflowTerminalStatus(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	cases := []struct {
+		name   string
+		script string
+		term   bool // send SIGTERM to bridge once the child is up
+		code   int
+		status string
+	}{
+		{"exit 0", "sleep 0.5", false, 0, "FINISHED"},
+		{"exit 1", "sleep 0.5; exit 1", false, 1, "FAILED"},
+		{"SIGKILL", "sleep 0.5; kill -KILL $$", false, 137, "KILLED"},
+		{"SIGTERM to bridge", "touch ready; while :; do sleep 0.05; done", true, 143, "KILLED"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, srv.URL, "--interval=300ms", "--", "sh", "-c", tc.script)
+			if err := j.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.term {
+				waitFile(t, filepath.Join(j.dir, "ready"), 30*time.Second)
+				j.cmd.Process.Signal(syscall.SIGTERM)
+			}
+			if code := exitCode(t, j.cmd.Wait()); code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, tc.code, &j.err)
+			}
+			run := srv.GetRun(t, j.runID(t))
+			if run.Info.Status != tc.status || run.Info.EndTime == 0 {
+				t.Errorf("status %s end %d, want %s with an end time", run.Info.Status, run.Info.EndTime, tc.status)
+			}
+			if run.Tags["bridge.exit_code"] != fmt.Sprint(tc.code) {
+				t.Errorf("bridge.exit_code = %q", run.Tags["bridge.exit_code"])
+			}
+		})
+	}
+}
+
+// (5) The server goes away mid-run and comes back: every sample reaches it,
+// once, in order.
+func TestMLflowOutageLosesNothing(t *testing.T) {
+	srv := mlflowtest.Start(t)
+	j := newJob(t, srv.URL, "--interval=250ms", "--flush-timeout=90s", "--", "sh", "-c", "touch up; while [ ! -e back ]; do sleep 0.1; done; sleep 2")
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(j.dir, "up"), 30*time.Second)
+	time.Sleep(time.Second)
+	srv.Stop(t)
+	down := time.Now()
+	time.Sleep(3 * time.Second)
+	srv.Restart(t)
+	outage := time.Since(down)
+	os.WriteFile(filepath.Join(j.dir, "back"), nil, 0o644)
+	if code := exitCode(t, j.cmd.Wait()); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+	}
+	id := j.runID(t)
+	seqs := j.samples(t)
+	hist := requireHistory(t, srv, j, id, "system/node_memory_used_megabytes")
+	requireHistory(t, srv, j, id, "system/container_memory_working_set_megabytes")
+	// Timestamps are those of the samples, not of the late upload.
+	for i := 1; i < len(hist); i++ {
+		if hist[i].Step > hist[i-1].Step && hist[i].Timestamp < hist[i-1].Timestamp {
+			t.Errorf("timestamps out of step order at %d: %+v %+v", i, hist[i-1], hist[i])
+		}
+	}
+	if !strings.Contains(j.err.String(), "cannot send to the tracker") || !strings.Contains(j.err.String(), "reachable again") {
+		t.Errorf("stderr does not report the outage and the recovery:\n%s", &j.err)
+	}
+	t.Logf("outage %.1fs, %d samples, all in MLflow once", outage.Seconds(), len(seqs))
+}
+
+// (6) A wrong token on an authenticating endpoint: one clear error, no
+// secret printed, and the child's own exit status.
+func TestMLflowWrongToken(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	proxy := authproxy.Start(t, srv.URL, "the-right-token")
+	const secret = "s3cr3t-wrong-token"
+	j := newJob(t, proxy.URL, "--interval=300ms", "--", "sh", "-c", "sleep 1; exit 4").env("MLFLOW_TRACKING_TOKEN=" + secret)
+	if code := j.run(t); code != 4 {
+		t.Fatalf("exit %d, want the child's 4; stderr:\n%s", code, &j.err)
+	}
+	stderr := j.err.String()
+	if strings.Contains(stderr, secret) {
+		t.Fatalf("the token was printed:\n%s", stderr)
+	}
+	var errs []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.Contains(l, "level=ERROR") {
+			errs = append(errs, l)
+		}
+	}
+	if len(errs) != 1 || !strings.Contains(errs[0], "401") || !strings.Contains(errs[0], "MLFLOW_TRACKING_TOKEN") {
+		t.Fatalf("want one error line naming 401 and MLFLOW_TRACKING_TOKEN, got %d:\n%s", len(errs), strings.Join(errs, "\n"))
+	}
+	if len(j.samples(t)) == 0 {
+		t.Error("samples must still be spooled")
+	}
+}
+
+// (7) bridge sync uploads an offline spool; a second sync logs nothing twice.
+func TestMLflowSyncTwice(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	j := newJob(t, "", "--interval=250ms", "--trackers=none", "--", "sleep", "1.2")
+	if code := j.run(t); code != 0 {
+		t.Fatalf("offline run: exit %d; stderr:\n%s", code, &j.err)
+	}
+	n := len(j.samples(t))
+	syncOnce := func() string {
+		cmd := exec.Command(testbin.Bridge(t), "sync", j.spool)
+		cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME=bridge-e2e-sync")
+		out, err := cmd.CombinedOutput()
+		if code := exitCode(t, err); code != 0 {
+			t.Fatalf("sync: exit %d:\n%s", code, out)
+		}
+		return string(out)
+	}
+	first := syncOnce()
+	if !strings.Contains(first, fmt.Sprintf("%d samples sent", n)) {
+		t.Fatalf("first sync did not send all %d samples:\n%s", n, first)
+	}
+	_, _, attempts, _ := spool.ReadFile(j.spool)
+	id := attempts[len(attempts)-1].Start.Runs["mlflow"]
+	h1 := requireHistory(t, srv, j, id, "system/node_memory_used_megabytes")
+	second := syncOnce()
+	if !strings.Contains(second, "0 samples sent") {
+		t.Fatalf("second sync sent something:\n%s", second)
+	}
+	_, _, attempts, _ = spool.ReadFile(j.spool)
+	if id2 := attempts[len(attempts)-1].Start.Runs["mlflow"]; id2 != id {
+		t.Fatalf("second sync used run %s, the first %s", id2, id)
+	}
+	h2 := requireHistory(t, srv, j, id, "system/node_memory_used_megabytes")
+	if len(h1) != len(h2) {
+		t.Fatalf("history grew from %d to %d points", len(h1), len(h2))
+	}
+}
+
+// A non-HTTP tracking URI is explained and falls back to the spool.
+func TestMLflowNonHTTPURIFallsBack(t *testing.T) {
+	mlflowtest.Python(t)
+	j := newJob(t, "sqlite:///mlflow.db", "--interval=300ms", "--", "sh", "-c", "sleep 0.5; exit 0")
+	if code := j.run(t); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+	}
+	if !strings.Contains(j.err.String(), "mlflow server") || !strings.Contains(j.err.String(), "sqlite:") {
+		t.Errorf("stderr does not explain that bridge needs mlflow server:\n%s", &j.err)
+	}
+	if len(j.samples(t)) == 0 {
+		t.Error("no samples spooled")
+	}
+}
+
+// bridge attach samples into an existing run until the given pid exits.
+func TestMLflowAttach(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := srv.CreateExperiment(t, "bridge-e2e-attach-"+fmt.Sprint(time.Now().UnixNano()))
+	id := srv.CreateRun(t, exp, "notebook")
+	target := exec.Command("sleep", "1.5")
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go target.Wait()
+	j := newJob(t, srv.URL, "attach", "--interval=300ms", "--run-id", id, "--pid", fmt.Sprint(target.Process.Pid))
+	if code := j.run(t); code != 0 {
+		t.Fatalf("attach: exit %d; stderr:\n%s", code, &j.err)
+	}
+	requireHistory(t, srv, j, id, "system/container_memory_working_set_megabytes")
+	if st := srv.GetRun(t, id).Info.Status; st != "RUNNING" {
+		t.Errorf("attach changed the run's status to %s", st)
+	}
+	if !strings.Contains(j.err.String(), "exited") {
+		t.Errorf("attach did not say the process exited:\n%s", &j.err)
+	}
+}
