@@ -17,6 +17,7 @@ import (
 // sync's --run-id).
 type overrides struct {
 	mlflowRunID string
+	mlflowOwns  bool // bridge created mlflowRunID in an earlier attempt
 	wandbRunID  string
 }
 
@@ -51,7 +52,7 @@ func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Si
 				mc.RunName = cfg.RunName
 			}
 			if ov.mlflowRunID != "" {
-				mc.RunID = ov.mlflowRunID
+				mc.RunID, mc.OwnsRun = ov.mlflowRunID, ov.mlflowOwns
 			}
 			s, err := mlflow.New(mc, log.With("tracker", "mlflow"))
 			if err != nil {
@@ -83,7 +84,7 @@ func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Si
 			if ov.wandbRunID != "" {
 				wc.RunID = ov.wandbRunID
 			}
-			s, err := wandb.New(wc, log.With("tracker", "wandb"))
+			s, err := wandb.New(wc, log) // New adds tracker=wandb itself
 			if err != nil {
 				return nil, fmt.Errorf("%w: %w", errUsage, err)
 			}

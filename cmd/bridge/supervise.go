@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 	"github.com/bridge-dev/bridge/tracker"
@@ -38,7 +40,8 @@ func runSupervise(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: cannot run %q: %v\n", argv[0], err)
 		return startFailureCode(err)
 	}
-	sinks, err := buildSinks(cfg, overrides{}, log)
+	previous, ov := resumeFromSpool(cfg, log)
+	sinks, err := buildSinks(cfg, ov, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
 		return exitUsage
@@ -52,6 +55,12 @@ func runSupervise(args []string, stderr io.Writer) int {
 	tags["bridge.command"] = truncate(strings.Join(argv, " "), 500)
 	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
 	runs, env := startSinks(context.Background(), sinks, info, log)
+	for _, r := range runs {
+		if c, ok := r.sink.(interface{ Created() bool }); ok && c.Created() {
+			tags[createdTag(r.sink.Name())] = "true" // for a restarted bridge: see resumeFromSpool
+		}
+	}
+	_ = previous
 
 	sess, err := openSession(cfg, log, src, runs, tags)
 	if err != nil {
@@ -207,4 +216,41 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+func createdTag(sink string) string { return "bridge.created_run." + sink }
+
+// resumeFromSpool reads the attempts an explicit spool holds. When the last
+// training attempt stopped without a clean shutdown (a group OOM kill took
+// bridge too, a node failure) and recorded an MLflow run that it created,
+// the restarted bridge writes into that run again instead of creating a new
+// one, unless MLFLOW_RUN_ID says otherwise.
+func resumeFromSpool(cfg config.Config, log *slog.Logger) ([]spool.Attempt, overrides) {
+	var ov overrides
+	if cfg.Spool == "" {
+		return nil, ov
+	}
+	if _, err := os.Stat(cfg.Spool); err != nil {
+		return nil, ov
+	}
+	_, _, attempts, err := spool.ReadFile(cfg.Spool)
+	if err != nil {
+		log.Warn("cannot read the earlier attempts in the spool", "err", err)
+		return nil, ov
+	}
+	var last *spool.Attempt
+	for i := range attempts {
+		if attempts[i].Start.Info["mode"] != "sync" {
+			last = &attempts[i]
+		}
+	}
+	if last == nil || last.End != nil || os.Getenv("MLFLOW_RUN_ID") != "" {
+		return attempts, ov
+	}
+	if id := last.Start.Runs["mlflow"]; id != "" {
+		ov.mlflowRunID, ov.mlflowOwns = id, last.Start.Info[createdTag("mlflow")] == "true"
+		log.Info("an earlier attempt on this spool stopped without a clean shutdown; writing into its MLflow run again",
+			"run", id, "attempt", last.Start.Attempt)
+	}
+	return attempts, ov
 }

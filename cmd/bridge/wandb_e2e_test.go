@@ -349,10 +349,12 @@ func TestWandbBadKey(t *testing.T) {
 	if runs := srv.Runs(); len(runs) != 0 {
 		t.Errorf("runs were created: %+v", runs)
 	}
-	for _, r := range srv.Requests() {
-		if r.Operation != "Viewer" {
-			t.Errorf("bridge went on after the rejected key: %s %s (%s)", r.Method, r.Path, r.Operation)
+	// One key check (the mock answers 401 before it reads the operation).
+	if reqs := srv.Requests(); len(reqs) != 1 || reqs[0].Path != "/graphql" || reqs[0].Status != 401 {
+		for _, r := range reqs {
+			t.Errorf("request %s %s (%s) -> %d", r.Method, r.Path, r.Operation, r.Status)
 		}
+		t.Errorf("want one rejected GraphQL request, got %d", len(reqs))
 	}
 	if len(problems) > 0 {
 		t.Logf("the error line: %s", problems[0])
@@ -528,7 +530,8 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 	}
 	for _, w := range run.Writers {
 		for name, f := range w.Files {
-			if f.Overwrites != 0 {
+			// wandb rewrites its one summary line at offset 0 by design.
+			if f.Overwrites != 0 && name != wandbserver.SummaryFile {
 				t.Errorf("writer %q, %s: %d lines overwritten", w.ID, name, f.Overwrites)
 			}
 		}

@@ -58,7 +58,11 @@ type Config struct {
 	ServerCertPath string // CA bundle used instead of the system roots
 	ClientCertPath string // PEM file holding the client certificate and its key
 
-	RunID          string // attach to this run instead of creating one
+	RunID string // attach to this run instead of creating one
+	// OwnsRun says that bridge created RunID itself in an earlier attempt of
+	// the same job (recorded in the spool): it then sets its terminal status
+	// as for a run it creates now.
+	OwnsRun        bool
 	ExperimentName string // experiment to create the run in (created if missing)
 	ExperimentID   string // experiment id to create the run in
 	RunName        string // overrides StartInfo.RunName when set

@@ -148,6 +148,7 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 
 func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, error) {
 	s.runID = s.cfg.RunID
+	s.created = s.cfg.OwnsRun
 	env := []string{EnvRunID + "=" + s.runID}
 	run, err := s.getRun(ctx, s.runID)
 	if err != nil {
