@@ -242,7 +242,7 @@ func TestWandbEndToEnd(t *testing.T) {
 
 // TestWandbOutage: without --node-id (the label is the host name), the mock
 // stops mid-run while both writers send, for as long as it takes bridge to
-// spool two samples and both writers to fail, and restarts on the same
+// spool three samples and both writers to fail, and restarts on the same
 // port. Every sample bridge spooled is in the run exactly once after it
 // exits.
 func TestWandbOutage(t *testing.T) {
@@ -277,20 +277,23 @@ func TestWandbOutage(t *testing.T) {
 	stopped := time.Now()
 	j.step(ctx, t)
 	j.step(ctx, t)
-	// The outage lasts until bridge has spooled two samples it could not
-	// send and both writers have failed against the stopped server.
+	// The outage lasts until bridge has spooled three samples it could not
+	// send (about 3 s at --interval 1s) and both writers have failed against
+	// the stopped server.
+	during := func() int { return len(samplesIn(j.spooled(t), stopped, time.Now())) }
 	err = wandbserver.Wait(ctx, func() bool {
-		return len(j.spooled(t)) >= beforeSpool+2 &&
+		return during() >= 3 &&
 			strings.Count(j.stderr.String(), "cannot send to the tracker") > beforeWarn &&
 			childAttempts(t, j.dir) > beforeTries
 	})
 	if err != nil {
-		t.Fatalf("outage: spool %d->%d, child attempts %d->%d: %v", beforeSpool, len(j.spooled(t)), beforeTries, childAttempts(t, j.dir), err)
+		t.Fatalf("outage: %d samples spooled during it, child attempts %d->%d: %v", during(), beforeTries, childAttempts(t, j.dir), err)
 	}
+	restarted := time.Now()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	outage := time.Since(stopped)
+	outage := restarted.Sub(stopped)
 	atRestart := len(j.spooled(t))
 	// Bridge catches up while the child still runs.
 	if err := wandbserver.Wait(ctx, func() bool { return bridgeLineCount(t, srv, runID) >= atRestart }); err != nil {
@@ -306,15 +309,10 @@ func TestWandbOutage(t *testing.T) {
 	}
 
 	all := checkWandbRun(t, srv, runID, label, 0, j)
-	held := 0
-	for _, s := range all {
-		if !s.Time.Before(stopped) && s.Time.Before(stopped.Add(outage)) {
-			held++
-		}
-	}
+	held := len(samplesIn(all, stopped, restarted))
 	t.Logf("outage %.1fs: bridge had sent %d lines (%d spooled) before it, spooled %d samples during it (held, sent after the restart), caught up %.1fs after the restart",
 		outage.Seconds(), beforeLines, beforeSpool, held, caughtUp.Seconds())
-	if held < 2 {
+	if held < 3 {
 		t.Errorf("only %d samples fell in the outage", held)
 	}
 }
@@ -489,7 +487,8 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 	// events only, never complete or exitcode, and no GraphQL write.
 	type wf struct{ writer, file string }
 	last := map[wf]int{}
-	bridgeReqs, bridgeMaxBatch := 0, 0
+	bridgeReqs, bridgeMaxBatch, afterComplete := 0, 0, 0
+	complete := false
 	for _, r := range srv.Requests() {
 		if r.Header.Get("X-WANDB-CLIENT-ID") == bridgeID && r.Operation != "Viewer" && r.Operation != "RunResumeStatus" {
 			t.Errorf("bridge sent GraphQL %s", r.Operation)
@@ -513,7 +512,11 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 			if body.Complete != nil || body.ExitCode != nil {
 				t.Errorf("bridge sent complete/exitcode: %s", r.Body)
 			}
+			if complete {
+				afterComplete += len(body.Files[wandbserver.EventsFile].Content)
+			}
 		}
+		complete = complete || (body.Complete != nil && *body.Complete)
 		for name, f := range body.Files {
 			if r.Writer == bridgeID {
 				if name != wandbserver.EventsFile {
@@ -536,9 +539,20 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 			}
 		}
 	}
-	t.Logf("run %s: child history %d lines, wandb's own events %d lines (%d system keys), bridge %d lines in %d file_stream requests (largest %d lines, %d resent with the same content), %d spooled samples, %d metric names",
-		runID, len(hist.Lines), len(childEv.Lines), wandbKeys, len(ours.Lines), bridgeReqs, bridgeMaxBatch, ours.Resent, len(samples), len(names))
+	t.Logf("run %s: child history %d lines, wandb's own events %d lines (%d system keys), bridge %d lines in %d file_stream requests (largest %d lines, %d resent with the same content, %d after the child finished the run), %d spooled samples, %d metric names",
+		runID, len(hist.Lines), len(childEv.Lines), wandbKeys, len(ours.Lines), bridgeReqs, bridgeMaxBatch, ours.Resent, afterComplete, len(samples), len(names))
 	return samples
+}
+
+// samplesIn returns the samples taken in [from, to).
+func samplesIn(ss []metrics.Sample, from, to time.Time) []metrics.Sample {
+	var out []metrics.Sample
+	for _, s := range ss {
+		if !s.Time.Before(from) && s.Time.Before(to) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // childAttempts counts the file_stream requests the child's wandb-core has
