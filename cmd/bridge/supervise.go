@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
@@ -53,6 +54,17 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}
 	tags := startTags(cfg, src)
 	tags["bridge.command"] = truncate(strings.Join(argv, " "), 500)
+	// An earlier attempt on this spool that stopped without a clean shutdown
+	// is reported on the run from the start: this attempt may not survive
+	// either.
+	var lostRows []summary.Row
+	if lost, ok := forensics.PreviousAttemptLost(append(previous, spool.Attempt{Start: spool.Record{Time: time.Now().UnixMilli()}})); ok {
+		for k, v := range lost.Tags() {
+			tags[k] = v
+		}
+		lostRows = lost.Rows()
+		log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
+	}
 	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
 	runs, env := startSinks(context.Background(), sinks, info, log)
 	for _, r := range runs {
@@ -60,7 +72,6 @@ func runSupervise(args []string, stderr io.Writer) int {
 			tags[createdTag(r.sink.Name())] = "true" // for a restarted bridge: see resumeFromSpool
 		}
 	}
-	_ = previous
 
 	sess, err := openSession(cfg, log, src, runs, tags)
 	if err != nil {
@@ -84,6 +95,13 @@ func runSupervise(args []string, stderr io.Writer) int {
 		return code
 	}
 	src.childPID.Store(int64(child.PID()))
+	// Only bridge itself, after the child has forked: the value is inherited,
+	// and the training process must stay the OOM killer's choice.
+	if err := forensics.SetOOMScoreAdj("/proc", os.Getpid(), forensics.OOMScoreAdjMin); err != nil {
+		log.Info("bridge could not protect itself from the OOM killer (a group OOM kill may take it too; the spool keeps what it sampled)", "err", err)
+	} else {
+		log.Debug("bridge set its oom_score_adj to -1000")
+	}
 	sess.run()
 
 	// Drain the late channel while the child runs: those signals were
@@ -111,11 +129,17 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}()
 	sess.stop(abort)
 	end := endInfo(exit)
+	ev, verdict := classify(exit, src, sess.acc)
+	for k, v := range verdict.Tags(ev) {
+		end.Tags[k] = v
+	}
 	sess.finish(end)
 	close(stopReaping)
 
 	rows := sess.acc.Rows()
 	rows = append(rows, summary.Row{What: "exit status", Value: describeExit(exit)})
+	rows = append(rows, verdict.Rows(ev)...)
+	rows = append(rows, lostRows...)
 	rows = append(rows, sess.trackerRows()...)
 	summary.Write(stderr, "bridge: end of run", rows)
 	return exit.Code
@@ -253,4 +277,17 @@ func resumeFromSpool(cfg config.Config, log *slog.Logger) ([]spool.Attempt, over
 			"run", id, "attempt", last.Start.Attempt)
 	}
 	return attempts, ov
+}
+
+// classify says why the child ended, from what bridge saw at its exit.
+func classify(exit supervisor.Exit, src *sources, acc *summary.Accumulator) (forensics.Evidence, forensics.Verdict) {
+	run := forensics.Run{Exit: exit, Acc: acc}
+	if src.gpu != nil {
+		run.Xids = src.gpu.XidEvents()
+	}
+	if src.cgroup != nil {
+		run.CgroupVersion = string(src.cgroup.Info().Version)
+	}
+	ev := forensics.FromRun(run)
+	return ev, forensics.Classify(ev)
 }

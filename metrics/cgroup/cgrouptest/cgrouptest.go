@@ -76,8 +76,13 @@ func NewV1(t testing.TB, lim Limits) *Group {
 	}
 	g.Memory, g.CPU, g.CPUAcct = mk("memory"), mk("cpu"), mk("cpuacct")
 	write(t, filepath.Join(g.Memory, "memory.limit_in_bytes"), lim.MemoryBytes)
-	write(t, filepath.Join(g.CPU, "cpu.cfs_period_us"), lim.PeriodUs)
-	write(t, filepath.Join(g.CPU, "cpu.cfs_quota_us"), lim.QuotaUs)
+	// Zero values leave the kernel's defaults (no quota).
+	if lim.PeriodUs > 0 {
+		write(t, filepath.Join(g.CPU, "cpu.cfs_period_us"), lim.PeriodUs)
+	}
+	if lim.QuotaUs != 0 {
+		write(t, filepath.Join(g.CPU, "cpu.cfs_quota_us"), lim.QuotaUs)
+	}
 	return g
 }
 

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+)
+
+// inCgroup makes the job's bridge start inside g: a shell joins the group
+// and execs bridge, so bridge and its child share the cgroup, as in a pod.
+func (j *job) inCgroup(g *cgrouptest.Group) *job {
+	args := append([]string{"sh", "-c", g.ShellEnter() + `exec "$0" "$@"`, j.cmd.Path}, j.cmd.Args[1:]...)
+	j.cmd.Path = "/bin/sh"
+	j.cmd.Args = args
+	j.cmd.WaitDelay = 10 * time.Second
+	return j
+}
+
+func requireTags(t *testing.T, tags map[string]string, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if tags[k] != v {
+			t.Errorf("tag %s = %q, want %q", k, tags[k], v)
+		}
+	}
+}
+
+const mib = 1 << 20
+
+// The child allocates past a 200 MiB limit; the kernel OOM-kills it. bridge
+// exits 137 and says cgroup_oom_kill on the run, with the counter as evidence.
+func TestForensicsCgroupOOMKill(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	g := cgrouptest.NewV1(t, cgrouptest.Limits{MemoryBytes: 200 * mib})
+	alloc := `import time
+b = []
+while True:
+    b.append(b"x" * 5_000_000)
+    time.sleep(0.01)
+`
+	j := newJob(t, srv.URL, "--interval=500ms", "--", "python3", "-c", alloc).inCgroup(g)
+	if code := j.run(t); code != 137 {
+		t.Fatalf("exit %d, want 137; stderr:\n%s", code, &j.err)
+	}
+	run := srv.GetRun(t, j.runID(t))
+	requireTags(t, run.Tags, map[string]string{
+		"bridge.exit_reason":    "cgroup_oom_kill",
+		"bridge.exit_code":      "137",
+		"bridge.oom_kill_count": "1",
+	})
+	if ev := run.Tags["bridge.exit_evidence"]; !strings.Contains(ev, "oom_kill") {
+		t.Errorf("evidence does not cite the oom_kill counter: %q", ev)
+	}
+	if run.Info.Status != "KILLED" {
+		t.Errorf("status %s, want KILLED", run.Info.Status)
+	}
+	share, err := strconv.ParseFloat(run.Tags["bridge.peak_working_set_share_of_limit_percentage"], 64)
+	if err != nil || share < 50 {
+		t.Errorf("peak working set share = %q, want a large share of the limit", run.Tags["bridge.peak_working_set_share_of_limit_percentage"])
+	}
+	if !strings.Contains(j.err.String(), "cgroup_oom_kill") {
+		t.Errorf("end-of-run table does not give the reason:\n%s", &j.err)
+	}
+	t.Logf("detail: %s", run.Tags["bridge.exit_reason_detail"])
+}
+
+func TestForensicsAppError(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	j := newJob(t, srv.URL, "--interval=300ms", "--", "sh", "-c", "sleep 0.5; exit 1")
+	if code := j.run(t); code != 1 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+	}
+	requireTags(t, srv.GetRun(t, j.runID(t)).Tags, map[string]string{"bridge.exit_reason": "app_error", "bridge.exit_code": "1"})
+}
+
+func TestForensicsForwardedSIGTERM(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	j := newJob(t, srv.URL, "--interval=300ms", "--", "sh", "-c", "touch ready; while :; do sleep 0.05; done")
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(j.dir, "ready"), 30*time.Second)
+	j.cmd.Process.Signal(syscall.SIGTERM)
+	if code := exitCode(t, j.cmd.Wait()); code != 143 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+	}
+	tags := srv.GetRun(t, j.runID(t)).Tags
+	requireTags(t, tags, map[string]string{"bridge.exit_reason": "killed_by_signal"})
+	if !strings.Contains(tags["bridge.exit_evidence"], "forwarded=true") {
+		t.Errorf("evidence does not say bridge forwarded the signal: %q", tags["bridge.exit_evidence"])
+	}
+}
+
+// A SIGKILL from another process, far from the limit, is not an OOM kill.
+func TestForensicsForeignSIGKILLIsNotOOM(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	g := cgrouptest.NewV1(t, cgrouptest.Limits{MemoryBytes: 200 * mib})
+	j := newJob(t, srv.URL, "--interval=300ms", "--", "sh", "-c", "echo $$ > pid; while :; do sleep 0.05; done").inCgroup(g)
+	if err := j.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(j.dir, "pid")
+	waitFile(t, pidFile, 30*time.Second)
+	time.Sleep(time.Second) // a few samples first
+	b, _ := os.ReadFile(pidFile)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("child pid %q: %v", b, err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, j.cmd.Wait()); code != 137 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+	}
+	tags := srv.GetRun(t, j.runID(t)).Tags
+	requireTags(t, tags, map[string]string{"bridge.exit_reason": "killed_by_signal", "bridge.oom_kill_count": "0"})
+	if !strings.Contains(tags["bridge.exit_evidence"], "forwarded=false") {
+		t.Errorf("evidence should say bridge did not forward it: %q", tags["bridge.exit_evidence"])
+	}
+}
+
+// bridge itself dies without a clean shutdown (as in a group OOM kill); the
+// bridge restarted on the same spool writes into the same run and reports
+// the lost attempt with its last sample.
+func TestForensicsPreviousAttemptLost(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	first := newJob(t, srv.URL, "--interval=300ms", "--", "sh", "-c", "touch ready; sleep 30")
+	if err := first.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, filepath.Join(first.dir, "ready"), 30*time.Second)
+	time.Sleep(time.Second)
+	first.cmd.Process.Kill() // SIGKILL: no end record, run left RUNNING
+	first.cmd.Wait()
+	id := first.runID(t)
+	if st := srv.GetRun(t, id).Info.Status; st != "RUNNING" {
+		t.Fatalf("after SIGKILL of bridge the run is %s", st)
+	}
+
+	second := newJob(t, srv.URL, "--interval=300ms", "--", "sh", "-c", "sleep 0.5")
+	second.spool = first.spool
+	second.env("BRIDGE_SPOOL=" + first.spool)
+	if code := second.run(t); code != 0 {
+		t.Fatalf("second attempt: exit %d; stderr:\n%s", code, &second.err)
+	}
+	run := srv.GetRun(t, id)
+	lost := run.Tags["bridge.previous_attempt_lost"]
+	if !strings.Contains(lost, "attempt 1") || !strings.Contains(lost, "without a clean shutdown") {
+		t.Errorf("bridge.previous_attempt_lost = %q", lost)
+	}
+	if run.Tags["bridge.previous_attempt_last_sample"] == "" {
+		t.Error("no last sample of the lost attempt on the run")
+	}
+	if run.Info.Status != "FINISHED" {
+		t.Errorf("status %s: the restarted bridge owns the run it created before", run.Info.Status)
+	}
+	if !strings.Contains(second.err.String(), "previous attempt") {
+		t.Errorf("stderr does not mention the lost attempt:\n%s", &second.err)
+	}
+	fmt.Fprintln(os.Stderr) // keep the package's output readable between tests
+	t.Logf("previous_attempt_lost: %s", lost)
+}

@@ -1,0 +1,214 @@
+// Package forensics says why the training process ended, from what bridge
+// alone sees at the moment of its exit: the wait status, the signals bridge
+// forwarded, the cgroup's OOM counters in the first sample and in the final
+// one (taken right after the exit), the working set against the limit and the
+// node's available memory in the last samples, pressure, throttling and GPU
+// Xid events. It also reads the spool for an earlier attempt of the same run
+// that stopped without a clean shutdown (bridge killed with the whole
+// container), and lowers bridge's own OOM score where it may.
+//
+// Everything here is pure logic over values already measured, except
+// SetOOMScoreAdj and ReadOOMScoreAdj, which take the /proc root as a
+// parameter. docs/forensics.md explains how to read each reason.
+package forensics
+
+import (
+	"syscall"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics/gpu"
+	"github.com/bridge-dev/bridge/summary"
+	"github.com/bridge-dev/bridge/supervisor"
+)
+
+// Metric names read here besides those summary names.
+const (
+	metricOOMGroupKill = "container_memory_oom_group_kill_events_count"
+	metricPeakUsage    = "container_memory_peak_megabytes"
+	metricNodeTotal    = "node_memory_total_megabytes"
+)
+
+// Counter is a cumulative kernel counter (memory.events oom_kill, ...) in the
+// first sample of the job and in the last one that had it.
+type Counter struct {
+	Known bool    // the metric was in at least one sample
+	First float64 // value in the first sample that had it
+	Last  float64 // value in the last sample that had it
+	// AtExit is true when the last value comes from the final sample, taken
+	// after the child was reaped. Without it a zero delta proves nothing: the
+	// kill may have come after the last reading.
+	AtExit bool
+}
+
+// Delta is how much the counter rose during the job (0 when unknown).
+func (c Counter) Delta() float64 {
+	if !c.Known {
+		return 0
+	}
+	return c.Last - c.First
+}
+
+// Rose reports a known, positive delta.
+func (c Counter) Rose() bool { return c.Known && c.Delta() > 0 }
+
+// Steady reports a delta known to be zero up to the final sample.
+func (c Counter) Steady() bool { return c.Known && c.AtExit && c.Delta() == 0 }
+
+// Reading is one derived figure and whether it could be measured.
+type Reading struct {
+	Value float64
+	Known bool
+}
+
+// Memory is the container's memory near the end and over the job.
+type Memory struct {
+	Known   bool    // the working set was read at least once
+	LimitMB float64 // tightest limit of the cgroup and its ancestors; 0: no limit
+	// RecentWorkingSetMB and RecentSharePercent are the highest working set,
+	// and its share of the limit, over the last samples (Accumulator.Recent).
+	RecentWorkingSetMB float64
+	RecentSharePercent float64 // 0 without a limit
+	RecentAt           time.Time
+	PeakWorkingSetMB   float64 // over the whole job
+	PeakAt             time.Time
+	PeakSharePercent   float64 // 0 without a limit
+	// PeakUsage is the kernel's own high-water mark of usage (v1
+	// memory.max_usage_in_bytes, v2 memory.peak), page cache included.
+	PeakUsageMB Reading
+}
+
+// Node is the node's memory in the last samples.
+type Node struct {
+	Known               bool // MemAvailable was read in the last samples
+	TotalMB             float64
+	MinAvailableMB      float64 // lowest MemAvailable over the last samples
+	MinAvailableAt      time.Time
+	MinAvailablePercent float64 // of TotalMB; 0 when the total is unknown
+}
+
+// Evidence is what bridge saw at the child's exit. It is plain data: tests
+// build it directly, and FromRun fills it from a finished run.
+type Evidence struct {
+	ExitCode  int            // bridge's exit code: the child's status, or 128+signal
+	Signal    syscall.Signal // the signal that killed the child, 0 if it exited
+	ExitTime  time.Time
+	Forwarded []supervisor.SignalRecord // signals bridge forwarded, in order
+
+	CgroupVersion string // "v1", "v2", "hybrid"; "" when the cgroup was not read
+
+	// Counters of bridge's cgroup (the child inherits it).
+	OOMKill      Counter // v2 memory.events oom_kill, v1 memory.oom_control oom_kill
+	OOM          Counter // v2 memory.events oom: this cgroup reached its own limit (none on v1)
+	OOMGroupKill Counter // v2 memory.events oom_group_kill (memory.oom.group=1)
+
+	Memory Memory
+	Node   Node
+
+	PeakMemoryPressureSome Reading // container memory PSI some avg10, %, peak (v2 only)
+	PeakMemoryPressureFull Reading // container memory PSI full avg10, %, peak (v2 only)
+	ThrottledShare         Reading // mean share of CFS periods throttled, %
+
+	Xids []gpu.XidEvent // GPU Xid errors during the job
+
+	Samples    int       // samples taken, the final one included
+	LastSample time.Time // time of the last sample
+}
+
+// Run is what FromRun needs at the end of a supervised run.
+type Run struct {
+	Exit supervisor.Exit
+	// Acc is the session's accumulator after the final sample (the one taken
+	// right after the child's exit) was added. Nil means nothing was measured.
+	Acc *summary.Accumulator
+	// Xids are the GPU collector's XidEvents(); nil without a GPU collector.
+	Xids []gpu.XidEvent
+	// CgroupVersion is the cgroup collector's Info().Version; "" without one.
+	CgroupVersion string
+}
+
+// FromRun gathers the evidence of a finished run.
+func FromRun(r Run) Evidence {
+	e := Evidence{
+		ExitCode:      r.Exit.Code,
+		Signal:        r.Exit.Signal,
+		ExitTime:      r.Exit.Time,
+		Forwarded:     append([]supervisor.SignalRecord(nil), r.Exit.Forwarded...),
+		CgroupVersion: r.CgroupVersion,
+		Xids:          append([]gpu.XidEvent(nil), r.Xids...),
+	}
+	acc := r.Acc
+	if acc == nil || acc.Samples() == 0 {
+		return e
+	}
+	e.Samples = acc.Samples()
+	final := acc.Last()
+	e.LastSample = final.Time
+
+	counter := func(name string) Counter {
+		st, ok := acc.Get(name)
+		if !ok {
+			return Counter{}
+		}
+		_, atExit := final.Value(name)
+		return Counter{Known: true, First: st.First, Last: st.Last, AtExit: atExit}
+	}
+	e.OOMKill = counter(summary.OOMKills)
+	e.OOM = counter(summary.OOMEvents)
+	e.OOMGroupKill = counter(metricOOMGroupKill)
+
+	recent := acc.Recent()
+	if ws, ok := acc.Get(summary.WorkingSet); ok {
+		m := Memory{Known: true, PeakWorkingSetMB: ws.Peak, PeakAt: ws.PeakAt}
+		if lim, ok := acc.Get(summary.MemLimit); ok && lim.Last > 0 {
+			m.LimitMB = lim.Last
+			m.PeakSharePercent = 100 * ws.Peak / lim.Last
+			// The per-sample share was computed against the limit of its
+			// time; prefer it when the limit was resized during the job.
+			if pct, ok := acc.Get(summary.MemPercent); ok {
+				m.PeakSharePercent = pct.Peak
+			}
+		}
+		for _, s := range recent {
+			v, ok := s.Value(summary.WorkingSet)
+			if !ok || v < m.RecentWorkingSetMB {
+				continue
+			}
+			m.RecentWorkingSetMB, m.RecentAt = v, s.Time
+			if pct, ok := s.Value(summary.MemPercent); ok {
+				m.RecentSharePercent = pct
+			} else if m.LimitMB > 0 {
+				m.RecentSharePercent = 100 * v / m.LimitMB
+			}
+		}
+		if pk, ok := acc.Get(metricPeakUsage); ok {
+			m.PeakUsageMB = Reading{Value: pk.Peak, Known: true}
+		}
+		e.Memory = m
+	}
+
+	for _, s := range recent {
+		avail, ok := s.Value(summary.NodeAvailable)
+		if !ok {
+			continue
+		}
+		if !e.Node.Known || avail < e.Node.MinAvailableMB {
+			e.Node.Known, e.Node.MinAvailableMB, e.Node.MinAvailableAt = true, avail, s.Time
+			if total, ok := s.Value(metricNodeTotal); ok && total > 0 {
+				e.Node.TotalMB = total
+				e.Node.MinAvailablePercent = 100 * avail / total
+			}
+		}
+	}
+
+	if st, ok := acc.Get(summary.PSIMemorySome); ok {
+		e.PeakMemoryPressureSome = Reading{Value: st.Peak, Known: true}
+	}
+	if st, ok := acc.Get(summary.PSIMemoryFull); ok {
+		e.PeakMemoryPressureFull = Reading{Value: st.Peak, Known: true}
+	}
+	// The mean of per-interval shares, as the end-of-run table shows it.
+	if st, ok := acc.Get(summary.Throttled); ok {
+		e.ThrottledShare = Reading{Value: st.Mean(), Known: true}
+	}
+	return e
+}

@@ -1,0 +1,146 @@
+package forensics
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/summary"
+)
+
+// Tag keys of a lost previous attempt.
+const (
+	TagPreviousAttemptLost       = "bridge.previous_attempt_lost"
+	TagPreviousAttemptLastSample = "bridge.previous_attempt_last_sample"
+)
+
+// Lost is an earlier attempt of the run that stopped without a clean
+// shutdown: bridge was killed with its container (a group OOM kill, a
+// SIGKILL after the grace period) or the node went away.
+type Lost struct {
+	Attempt   int       // its attempt number in the spool
+	PID       int       // bridge's pid in that attempt
+	Start     time.Time // when it started
+	HasSample bool      // it left at least one sample
+	Last      metrics.Sample
+	// Next is when the attempt after it started (the one that found it).
+	// The gap Last.Time..Next bounds when it stopped: bridge cannot know
+	// the moment itself.
+	Next     time.Time
+	Sentence string
+}
+
+// PreviousAttemptLost looks at attempts as Spool.Attempts returns them after
+// this attempt's WriteStart: the last element is the current attempt and is
+// not considered. It returns the most recent earlier training attempt (a
+// `bridge sync` start, Info mode=sync, is skipped) when that one has no end
+// record. An earlier attempt that ended cleanly means nothing was lost since:
+// older lost attempts were reported by the attempt that followed them.
+func PreviousAttemptLost(attempts []spool.Attempt) (*Lost, bool) {
+	if len(attempts) < 2 {
+		return nil, false
+	}
+	for i := len(attempts) - 2; i >= 0; i-- {
+		a := attempts[i]
+		if a.Start.Info["mode"] == "sync" {
+			continue
+		}
+		if a.End != nil {
+			return nil, false
+		}
+		l := &Lost{
+			Attempt: a.Start.Attempt,
+			PID:     a.Start.PID,
+			Start:   time.UnixMilli(a.Start.Time),
+			Next:    time.UnixMilli(attempts[i+1].Start.Time),
+		}
+		if a.LastSample != nil {
+			l.HasSample, l.Last = true, *a.LastSample
+		}
+		l.Sentence = l.sentence()
+		return l, true
+	}
+	return nil, false
+}
+
+func (l *Lost) sentence() string {
+	what := fmt.Sprintf("attempt %d (bridge pid %d, started %s) stopped without a clean shutdown",
+		l.Attempt, l.PID, l.Start.UTC().Format(time.RFC3339))
+	if !l.HasSample {
+		return what + " and left no sample"
+	}
+	s := l.Last
+	var facts []string
+	ws, hasWS := s.Value(summary.WorkingSet)
+	lim, hasLim := s.Value(summary.MemLimit)
+	pct, hasPct := s.Value(summary.MemPercent)
+	switch {
+	case hasWS && hasLim && lim > 0:
+		if !hasPct {
+			pct = 100 * ws / lim
+		}
+		facts = append(facts, fmt.Sprintf("working set %.1f%% of limit (%.1f of %.1f MB)", pct, ws, lim))
+	case hasWS:
+		facts = append(facts, fmt.Sprintf("working set %.1f MB (no memory limit)", ws))
+	}
+	if v, ok := s.Value(summary.OOMKills); ok {
+		facts = append(facts, fmt.Sprintf("oom_kill counter %.0f", v))
+	}
+	if v, ok := s.Value(summary.PSIMemorySome); ok {
+		facts = append(facts, fmt.Sprintf("memory pressure some %.1f%%", v))
+	}
+	if v, ok := s.Value(summary.NodeAvailable); ok {
+		facts = append(facts, fmt.Sprintf("node MemAvailable %.0f MB", v))
+	}
+	if len(facts) == 0 {
+		facts = append(facts, fmt.Sprintf("%d metrics, none of memory,", len(s.Points)))
+	}
+	more := fmt.Sprintf("its last sample, seq %d", s.Seq)
+	if len(facts) > 1 {
+		more += ": " + strings.Join(facts[1:], ", ")
+	}
+	return fmt.Sprintf("%s %s before the next attempt started (%s); %s",
+		facts[0], duration(l.Next.Sub(s.Time)), more, what)
+}
+
+// lastSampleKeys are the metrics of a lost attempt's last sample worth a tag.
+var lastSampleKeys = []string{"container_memory_", "container_pressure_memory_", "node_memory_available", "node_memory_total",
+	"process_memory_rss"}
+
+// Tags are the run tags reporting the lost attempt. The last sample is a
+// compact JSON object of its memory figures.
+func (l *Lost) Tags() map[string]string {
+	t := map[string]string{TagPreviousAttemptLost: clip(l.Sentence)}
+	if !l.HasSample {
+		return t
+	}
+	vals := map[string]float64{}
+	for _, p := range l.Last.Points {
+		for _, k := range lastSampleKeys {
+			if strings.HasPrefix(p.Name, k) && !math.IsNaN(p.Value) && !math.IsInf(p.Value, 0) {
+				vals[p.Name] = math.Round(p.Value*10) / 10
+			}
+		}
+	}
+	// encoding/json writes map keys sorted, so the tag is stable.
+	b, err := json.Marshal(struct {
+		Attempt int                `json:"attempt"`
+		Seq     int64              `json:"seq"`
+		Time    string             `json:"time"`
+		Before  string             `json:"before_next_attempt"`
+		Metrics map[string]float64 `json:"metrics"`
+	}{l.Attempt, l.Last.Seq, l.Last.Time.UTC().Format(time.RFC3339Nano), duration(l.Next.Sub(l.Last.Time)), vals})
+	if err == nil {
+		t[TagPreviousAttemptLastSample] = clip(string(b))
+	}
+	return t
+}
+
+// Rows is the lost attempt's line of the end-of-run table.
+func (l *Lost) Rows() []summary.Row {
+	return []summary.Row{{What: "previous attempt lost", Value: l.Sentence}}
+}

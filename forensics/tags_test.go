@@ -1,0 +1,77 @@
+package forensics
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestTags(t *testing.T) {
+	e := Evidence{ExitCode: 137, Signal: syscall.SIGKILL, CgroupVersion: "v2",
+		OOMKill: counter(1, 3), OOM: counter(0, 2),
+		Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 199.8, RecentSharePercent: 95.3,
+			PeakWorkingSetMB: 205.25, PeakSharePercent: 97.87},
+		PeakMemoryPressureSome: Reading{62.5, true},
+		ThrottledShare:         Reading{12.345, true},
+	}
+	v := Classify(e)
+	got := v.Tags(e)
+	want := map[string]string{
+		"bridge.exit_reason":                                "cgroup_oom_kill",
+		"bridge.exit_reason_detail":                         v.Summary,
+		"bridge.exit_code":                                  "137",
+		"bridge.peak_working_set_megabytes":                 "205.2",
+		"bridge.peak_working_set_share_of_limit_percentage": "97.9",
+		"bridge.oom_kill_count":                             "2",
+		"bridge.peak_memory_pressure_percentage":            "62.5",
+		"bridge.throttled_share_percentage":                 "12.3",
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s = %q, want %q", k, got[k], w)
+		}
+	}
+	ev := got["bridge.exit_evidence"]
+	for _, s := range []string{"cgroup_version=v2", "oom=0 -> 2", "oom_kill=1 -> 3", "rule=oom_kill_rose+oom_rose", "signal=SIGKILL"} {
+		if !strings.Contains(ev, s) {
+			t.Errorf("bridge.exit_evidence lacks %q: %s", s, ev)
+		}
+	}
+	if len(got) != len(want)+1 {
+		t.Errorf("tags %v: want exactly %d keys", got, len(want)+1)
+	}
+
+	// Unmeasured figures are left out, not written as 0.
+	bare := Evidence{ExitCode: 1}
+	tags := Classify(bare).Tags(bare)
+	for _, k := range []string{TagPeakWorkingSet, TagPeakWorkingShare, TagOOMKillCount, TagPeakMemPressure, TagThrottledShare} {
+		if v, ok := tags[k]; ok {
+			t.Errorf("%s = %q without a measurement", k, v)
+		}
+	}
+	if tags[TagExitReason] != ReasonAppError || tags[TagExitCode] != "1" {
+		t.Errorf("tags = %v", tags)
+	}
+}
+
+func TestRows(t *testing.T) {
+	e := Evidence{ExitCode: 137, Signal: syscall.SIGKILL, OOMKill: Counter{Known: true, First: 0, Last: 1}}
+	v := Classify(e)
+	rows := v.Rows(e)
+	if len(rows) != 3 || rows[0].What != "exit reason" || rows[0].Value != v.Reason || rows[1].Value != v.Summary ||
+		!strings.Contains(rows[2].Value, "could not be read after the exit") {
+		t.Errorf("Rows = %+v", rows)
+	}
+}
+
+func TestClip(t *testing.T) {
+	long := strings.Repeat("é", maxTagValue) // two bytes each
+	c := clip(long)
+	if len(c) > maxTagValue || !utf8.ValidString(c) || !strings.HasSuffix(c, "...") {
+		t.Errorf("clip: %d bytes, valid %v", len(c), utf8.ValidString(c))
+	}
+	if clip("short") != "short" {
+		t.Error("clip changed a short string")
+	}
+}
