@@ -61,7 +61,7 @@ var options = []option{
 	{"window", "1s", "bridge sample: time between the two readings that CPU rates need", "duration"},
 	{"scopes", strings.Join(AllScopes, ","), "scopes to collect: " + strings.Join(AllScopes, ", "), "list"},
 	{"no-container", "false", "turn container awareness off: no container_ metrics, as JVM -XX:-UseContainerSupport", "bool"},
-	{"node-id", "", "node id for multi-node runs: metrics go under system/<node-id>/", "string"},
+	{"node-id", "", "node id for multi-node runs: MLflow keys go under system/<node-id>/, W&B series get the label /l:<node-id>", "string"},
 	{"log-level", "info", "log level: debug, info, warn, error", "string"},
 	{"trackers", "auto", "trackers to send to: auto, mlflow, wandb, none (comma-separated)", "list"},
 	{"run-name", "", "name of the run when bridge creates it (default: from the command line)", "string"},

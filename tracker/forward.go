@@ -33,7 +33,11 @@ type Forwarder struct {
 	MinGap time.Duration // first backoff; default 1s
 	MaxGap time.Duration // longest backoff; default 60s
 
-	failures int // consecutive failed sends, kept across Run and Drain
+	failures int  // consecutive failed sends, kept across Run and Drain
+	notReady bool // the last failure was ErrNotReady (waiting, not an outage)
+
+	stopOnce sync.Once
+	quit     chan struct{} // closed by Finish: return once nothing is pending
 
 	mu      sync.Mutex
 	state   string
@@ -72,10 +76,18 @@ func (f *Forwarder) Run(ctx context.Context) {
 }
 
 // Drain sends what is pending until nothing is left or ctx is done; it
-// reports whether everything was sent.
+// reports whether everything was sent. It must not run beside Run.
 func (f *Forwarder) Drain(ctx context.Context) bool {
 	f.defaults()
 	return f.loop(ctx, true)
+}
+
+// Finish asks a running Run to send what is pending and then return; ctx
+// (given to Run) stays the hard deadline. Unlike cancelling ctx it never cuts
+// a request in flight, which would make the tracker see it twice.
+func (f *Forwarder) Finish() {
+	f.defaults()
+	f.stopOnce.Do(func() { close(f.quit) })
 }
 
 func (f *Forwarder) defaults() {
@@ -91,6 +103,20 @@ func (f *Forwarder) defaults() {
 	if f.Log == nil {
 		f.Log = slog.Default()
 	}
+	f.mu.Lock()
+	if f.quit == nil {
+		f.quit = make(chan struct{})
+	}
+	f.mu.Unlock()
+}
+
+func (f *Forwarder) quitting() bool {
+	select {
+	case <-f.quit:
+		return true
+	default:
+		return false
+	}
 }
 
 func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
@@ -101,13 +127,14 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		}
 		batch := f.Queue.Pending(f.Sink.Name(), f.RunID, f.Batch)
 		if len(batch) == 0 {
-			if drain {
+			if drain || f.quitting() {
 				return true
 			}
 			select {
 			case <-ctx.Done():
 				return true
 			case <-f.Wake:
+			case <-f.quit:
 			}
 			continue
 		}
@@ -121,10 +148,10 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			f.mu.Unlock()
 		}
 		if err == nil {
-			if f.failures > 0 {
+			if f.failures > 0 && !f.notReady {
 				log.Info("tracker reachable again; sending the samples held in the spool")
 			}
-			f.failures = 0
+			f.failures, f.notReady = 0, false
 			f.set(StateOK, nil)
 			continue
 		}
@@ -140,6 +167,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			f.Queue.Untrack(f.Sink.Name(), f.RunID)
 			return false
 		case errors.Is(err, ErrNotReady):
+			f.notReady = true
 			if f.failures == 0 {
 				log.Info("waiting for the run to exist before sending", "err", err)
 			}
@@ -150,6 +178,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			wait = ra.After
 			log.Warn("tracker asked bridge to slow down", "retry_after", ra.After)
 		default:
+			f.notReady = false
 			if f.failures == 0 {
 				log.Warn("cannot send to the tracker; samples are kept in the spool and retried with backoff", "err", err)
 			} else {

@@ -71,8 +71,11 @@ func runAttach(args []string, stderr io.Writer) int {
 	src.childPID.Store(int64(pid))
 	tags := startTags(cfg, src)
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
-	runs, _ := startSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
+	runs, _, failed := startSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
 	sess, err := openSession(cfg, log, src, runs, tags)
+	if err == nil {
+		sess.failedStarts = failed
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return 1

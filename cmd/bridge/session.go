@@ -41,6 +41,8 @@ type session struct {
 	dropped int
 	running bool // run was called
 
+	failedStarts []summary.Row // sinks that could not start, for the table
+
 	fwdCancel context.CancelFunc
 	fwdWG     sync.WaitGroup
 
@@ -58,9 +60,10 @@ type sinkRun struct {
 // startSinks starts every sink (finding or creating its run) and returns the
 // environment the child needs. A sink that cannot start is dropped with a
 // clear message; its samples stay in the spool.
-func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, log *slog.Logger) ([]sinkRun, []string) {
+func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, log *slog.Logger) ([]sinkRun, []string, []summary.Row) {
 	var runs []sinkRun
 	var env []string
+	var failed []summary.Row
 	for _, s := range sinks {
 		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		e, err := s.Start(sctx, info)
@@ -70,8 +73,9 @@ func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 		switch {
 		case err == nil:
 		case errors.Is(err, tracker.ErrPermanent) || id == "":
-			log.Error("cannot start the tracker run; samples go to the spool only (upload later with `bridge sync`)",
+			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples stay in the spool (upload later with `bridge sync`)",
 				"tracker", s.Name(), "err", err)
+			failed = append(failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
 			continue
 		default:
 			// The run is known (given, or generated for the child): keep
@@ -81,7 +85,7 @@ func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 		}
 		runs = append(runs, sinkRun{sink: s, runID: id})
 	}
-	return runs, env
+	return runs, env, failed
 }
 
 func runIDOf(s tracker.Sink) string {
@@ -245,35 +249,31 @@ func (s *session) stop(abort <-chan struct{}) {
 		close(s.queue)
 		<-s.doneW
 	}
-	s.fwdCancel()
-	s.fwdWG.Wait()
-
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.FlushTimeout)
-	defer cancel()
+	// Forwarders send what is left, then return; the flush timeout (or a
+	// second signal) is the hard stop.
+	timer := time.AfterFunc(s.cfg.FlushTimeout, s.fwdCancel)
+	defer timer.Stop()
+	flushed := make(chan struct{})
 	go func() {
 		select {
-		case <-abort:
-			cancel()
-		case <-ctx.Done():
+		case <-abort: // nil: never
+			s.fwdCancel()
+		case <-flushed:
 		}
 	}()
-	var wg sync.WaitGroup
 	for _, r := range s.sinks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer s.recoverGo("drain " + r.sink.Name())
-			if !r.fwd.Drain(ctx) {
-				n := s.spool.PendingCount(r.sink.Name(), r.runID)
-				if n > 0 {
-					s.log.Warn("tracker did not take every sample before bridge exits; they stay in the spool",
-						"tracker", r.sink.Name(), "unsent", n, "spool", s.spool.Path(),
-						"upload_with", "bridge sync "+s.spool.Path())
-				}
-			}
-		}()
+		r.fwd.Finish()
 	}
-	wg.Wait()
+	s.fwdWG.Wait()
+	close(flushed)
+	s.fwdCancel()
+	for _, r := range s.sinks {
+		if n := s.spool.PendingCount(r.sink.Name(), r.runID); n > 0 {
+			s.log.Warn("tracker did not take every sample before bridge exits; they stay in the spool",
+				"tracker", r.sink.Name(), "unsent", n, "spool", s.spool.Path(),
+				"upload_with", "bridge sync "+s.spool.Path())
+		}
+	}
 	s.sampler.Close()
 }
 
@@ -302,7 +302,8 @@ func (s *session) finish(end tracker.EndInfo) {
 // trackerRows says, per tracker, where the samples went.
 func (s *session) trackerRows() []summary.Row {
 	var rows []summary.Row
-	if len(s.sinks) == 0 {
+	rows = append(rows, s.failedStarts...)
+	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
 		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: samples are in " + s.spool.Path()})
 	}
 	for _, r := range s.sinks {

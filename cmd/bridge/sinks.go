@@ -77,8 +77,11 @@ func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Si
 			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		case wc.Mode != wandb.ModeOnline:
 			log.Info("W&B is off for this job (WANDB_MODE); its samples stay in the spool", "mode", wc.Mode)
+		case wc.APIKey == "" && want("wandb"):
+			return nil, fmt.Errorf("%w: --trackers=wandb needs an API key: set WANDB_API_KEY or add the server to ~/.netrc (as `wandb login` does)", errUsage)
 		case wc.APIKey == "":
-			return nil, fmt.Errorf("%w: W&B needs an API key: set WANDB_API_KEY or add the server to ~/.netrc (as `wandb login` does)", errUsage)
+			// Under auto a missing key must not stop the job from running.
+			log.Warn("WANDB_PROJECT is set but no W&B API key was found (WANDB_API_KEY or ~/.netrc); W&B is off, samples stay in the spool")
 		default:
 			wc.Label = cfg.NodeID
 			if ov.wandbRunID != "" {

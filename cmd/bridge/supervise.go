@@ -66,7 +66,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 		log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
 	}
 	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
-	runs, env := startSinks(context.Background(), sinks, info, log)
+	runs, env, failed := startSinks(context.Background(), sinks, info, log)
 	for _, r := range runs {
 		if c, ok := r.sink.(interface{ Created() bool }); ok && c.Created() {
 			tags[createdTag(r.sink.Name())] = "true" // for a restarted bridge: see resumeFromSpool
@@ -74,6 +74,9 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}
 
 	sess, err := openSession(cfg, log, src, runs, tags)
+	if err == nil {
+		sess.failedStarts = failed
+	}
 	if err != nil {
 		// The job matters more than its metrics: run it without a spool.
 		log.Error("cannot open the spool; running the command without sampling", "err", err)

@@ -61,7 +61,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	info := tracker.StartInfo{RunName: "bridge sync " + path, NodeID: cfg.NodeID, Tags: map[string]string{"bridge.version": version, "bridge.synced_from": path}}
-	runs, _ := startSinks(context.Background(), sinks, info, log)
+	runs, _, _ := startSinks(context.Background(), sinks, info, log)
 	if len(runs) == 0 {
 		fmt.Fprintln(stderr, "bridge: no tracker run to upload to (see the error above)")
 		return 1

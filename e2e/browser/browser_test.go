@@ -1,45 +1,54 @@
-// Package browser checks what a user sees: the MLflow UI, served by a real
-// `mlflow server`, shows bridge's container_ and node_ series as charts on
-// the run's System metrics tab. Headless Chromium (Debian's `chromium`) is
-// driven by playwright-core (npm ci in this directory); the test skips
-// when either, node or BRIDGE_TEST_PYTHON is missing.
+// Package browser checks what a user sees: the real bridge binary runs a
+// small training script (testdata/train.py, which logs its own loss through
+// the mlflow client) inside a real cgroup with a 1 GiB memory limit and a
+// 1.5-CPU quota, and the MLflow UI, served by a real `mlflow server`, shows
+// bridge's container_ and node_ series as charts on the run's System metrics
+// tab next to the script's own metrics on the Model metrics tab. Headless
+// Chromium (Debian's `chromium`) is driven by playwright-core (npm ci in
+// this directory); the test skips when either, node or BRIDGE_TEST_PYTHON
+// is missing. Where no cgroup of the test's own can be made (not root, not
+// cgroup v1) it runs without limits and says so.
 //
 // BRIDGE_UPDATE_SCREENSHOT=1 copies the screenshot to
-// docs/mlflow-system-metrics.png.
+// docs/mlflow-system-metrics.png (only from a run inside the cgroup, so
+// that the picture shows a limit):
+//
+//	BRIDGE_TEST_PYTHON=$PWD/.venv/bin/python BRIDGE_UPDATE_SCREENSHOT=1 \
+//	  go test ./e2e/browser -run TestSystemMetricsTab -v
 package browser
 
 import (
 	"bytes"
 	"context"
-	"log/slog"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/tracker"
-	"github.com/bridge-dev/bridge/tracker/mlflow"
+	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+	"github.com/bridge-dev/bridge/spool"
 )
 
-const chromiumPath = "/usr/bin/chromium"
+const (
+	chromiumPath = "/usr/bin/chromium"
+	experiment   = "bridge-e2e-browser" // one experiment for every run of this test
+	runName      = "bridge-ui-demo"
+	trainSteps   = 8  // train.py's TRAIN_STEPS
+	trainStepMB  = 75 // train.py's TRAIN_STEP_MB: MiB added per step, 600 MiB in all
+)
+
+// demoLimits are those of a small training pod: 1 GiB, 1.5 CPUs.
+var demoLimits = cgrouptest.Limits{MemoryBytes: 1 << 30, QuotaUs: 150000, PeriodUs: 100000}
 
 func TestMain(m *testing.M) { os.Exit(mlflowtest.Main(m)) }
-
-// series are what the chart check expects, with plausible values for a pod
-// with a 4 GB limit on a 64 GB node.
-var series = []struct {
-	name  string
-	value func(step int) float64
-}{
-	{"container_memory_working_set_megabytes", func(i int) float64 { return 1200 + 230*float64(i) }},
-	{"container_memory_limit_megabytes", func(int) float64 { return 4294.967296 }},
-	{"container_cpu_utilization_percentage", func(i int) float64 { return []float64{35, 80, 160, 190, 175, 120}[i] }},
-	{"node_memory_usage_megabytes", func(i int) float64 { return 41000 + 900*float64(i) }},
-}
 
 func TestSystemMetricsTab(t *testing.T) {
 	node, err := exec.LookPath("node")
@@ -52,52 +61,128 @@ func TestSystemMetricsTab(t *testing.T) {
 	if _, err := os.Stat("node_modules/playwright-core"); err != nil {
 		t.Skip("e2e/browser/node_modules is missing: run `npm ci` in e2e/browser to run the browser test")
 	}
-	srv := mlflowtest.Shared(t)
-	ctx := context.Background()
+	d := demo{node: node, python: mlflowtest.Python(t)}
+	d.srv = mlflowtest.Shared(t)
+	d.bridge = testbin.Bridge(t)
 
-	// One experiment for every run of this test; the sink reuses it.
-	const expName = "bridge-e2e-browser"
-	sink, err := mlflow.New(mlflow.Config{TrackingURI: srv.URL, ExperimentName: expName},
-		slog.New(slog.NewTextHandler(t.Output(), nil)))
+	// cgrouptest skips the test it is given when it cannot make a group;
+	// a subtest confines that skip, and the demo then runs without limits.
+	inGroup := false
+	t.Run("cgroup", func(t *testing.T) {
+		g := cgrouptest.NewV1(t, demoLimits)
+		inGroup = true
+		t.Logf("running bridge inside %v (memory limit %d bytes, CPU quota %d/%d us)",
+			g.Dirs(), demoLimits.MemoryBytes, demoLimits.QuotaUs, demoLimits.PeriodUs)
+		d.check(t, g)
+	})
+	if !inGroup {
+		t.Log("no cgroup of the test's own could be made (see the skipped subtest): running bridge in the test's cgroup, without the 1 GiB limit and 1.5-CPU quota; the limit chart is not expected")
+		d.check(t, nil)
+	}
+}
+
+type demo struct {
+	node, python, bridge string
+	srv                  *mlflowtest.Server
+}
+
+// check runs train.py under bridge (inside g when g is not nil), then opens
+// the run in the browser and checks the charts.
+func (d demo) check(t *testing.T, g *cgrouptest.Group) {
+	dir := t.TempDir()
+	spoolPath := filepath.Join(dir, "spool.jsonl")
+	train, err := filepath.Abs(filepath.Join("testdata", "train.py"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sink.Start(ctx, tracker.StartInfo{Command: []string{"python", "train.py"}, RunName: "train.py"}); err != nil {
+	args := []string{"--interval", "1s", "--run-name", runName, "--", d.python, train}
+	// A hang guard, not a timing check.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var cmd *exec.Cmd
+	if g != nil {
+		// The shell joins the group and execs bridge, which starts the
+		// script inside it: both are charged to the group, as in a pod.
+		cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", g.ShellEnter() + `exec "$0" "$@"`, d.bridge}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, d.bridge, args...)
+	}
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(),
+		"BRIDGE_SPOOL="+spoolPath,
+		"MLFLOW_TRACKING_URI="+d.srv.URL,
+		"MLFLOW_EXPERIMENT_NAME="+experiment,
+		fmt.Sprintf("TRAIN_STEPS=%d", trainSteps),
+		fmt.Sprintf("TRAIN_STEP_MB=%d", trainStepMB),
+	)
+	// Its own process group, killed at cleanup (before the group's removal,
+	// which was registered earlier), so nothing is left inside.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 10 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// Steps 0..5, 10 s apart up to now: the UI draws a line only from step 1
-	// on, against wall-clock time.
-	const steps = 6
-	start := time.Now().Add(-steps * 10 * time.Second)
-	var samples []metrics.Sample
-	for i := range steps {
-		s := metrics.Sample{Seq: int64(i), Time: start.Add(time.Duration(i) * 10 * time.Second)}
-		for _, sr := range series {
-			s.Points = append(s.Points, metrics.Point{Name: sr.name, Value: sr.value(i)})
-		}
-		samples = append(samples, s)
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	if code := exitCode(t, cmd.Wait()); code != 0 {
+		t.Fatalf("bridge exited %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
 	}
-	if acked, err := sink.Send(ctx, samples); err != nil || acked != steps {
-		t.Fatalf("Send = %d, %v", acked, err)
+	t.Logf("bridge and train.py: exit 0\n%s", strings.TrimSpace(stdout.String()))
+
+	samples, _, attempts, err := spool.ReadFile(spoolPath)
+	if err != nil || len(attempts) == 0 {
+		t.Fatalf("reading spool %s: %v (%d attempts)\nstderr:\n%s", spoolPath, err, len(attempts), &stderr)
 	}
-	if err := sink.Finish(ctx, tracker.EndInfo{Time: time.Now()}); err != nil {
-		t.Fatal(err)
+	runID := attempts[0].Start.Runs["mlflow"]
+	if runID == "" {
+		t.Fatalf("no MLflow run in the spool; stderr:\n%s", &stderr)
+	}
+	run := d.srv.GetRun(t, runID)
+	if run.Info.Status != "FINISHED" || run.Info.RunName != runName {
+		t.Fatalf("run %+v, want FINISHED named %s", run.Info, runName)
+	}
+	if !strings.Contains(stdout.String(), "train.py: run "+runID) {
+		t.Fatalf("train.py logged into another run than bridge's %s:\n%s", runID, &stdout)
 	}
 
-	var names []string
-	for _, sr := range series {
-		names = append(names, sr.name)
+	expect := []string{
+		"container_memory_working_set_megabytes",
+		"container_memory_limit_megabytes",
+		"container_cpu_utilization_percentage",
+		"node_memory_usage_megabytes",
 	}
+	if g != nil {
+		// The limit is the one the test set, and the group's high-water mark
+		// covers what train.py held (the final sample is taken after it exits).
+		limit := d.srv.History(t, runID, "system/container_memory_limit_megabytes")
+		wantLimit := float64(demoLimits.MemoryBytes) / 1e6
+		if len(limit) == 0 || limit[len(limit)-1].Value != wantLimit {
+			t.Errorf("container_memory_limit_megabytes in MLflow = %+v, want %v (1 GiB)", limit, wantLimit)
+		}
+		peak := 0.0
+		for _, s := range samples {
+			if v, ok := s.Value("container_memory_peak_megabytes"); ok && v > peak {
+				peak = v
+			}
+		}
+		if held := float64(trainSteps*trainStepMB<<20) / 1e6; peak < held {
+			t.Errorf("container_memory_peak_megabytes reached %.1f, less than the %.1f MB train.py held", peak, held)
+		}
+		t.Logf("%d samples; limit %.1f MB, peak %.1f MB", len(samples), wantLimit, peak)
+	} else {
+		expect = slices.DeleteFunc(expect, func(n string) bool { return n == "container_memory_limit_megabytes" })
+	}
+
 	// go test -artifacts keeps the screenshots (and a .failed.png) for a look.
 	out := filepath.Join(t.ArtifactDir(), "system-metrics.png")
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(cctx, node, "shot.mjs",
-		"--url", srv.URL, "--experiment", sink.ExperimentID(), "--run", sink.RunID(),
-		"--expect", strings.Join(names, ","), "--out", out, "--chromium", chromiumPath)
+	shot := exec.CommandContext(ctx, d.node, "shot.mjs",
+		"--url", d.srv.URL, "--experiment", run.Info.ExperimentID, "--run", runID,
+		"--expect", strings.Join(expect, ","), "--model-expect", "loss",
+		"--out", out, "--chromium", chromiumPath)
 	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Run(); err != nil {
+	shot.Stdout, shot.Stderr = &output, &output
+	if err := shot.Run(); err != nil {
 		t.Fatalf("node shot.mjs: %v\n%s", err, output.String())
 	}
 	t.Log(strings.TrimSpace(output.String()))
@@ -110,10 +195,39 @@ func TestSystemMetricsTab(t *testing.T) {
 		t.Fatalf("%s is not a PNG", out)
 	}
 	if os.Getenv("BRIDGE_UPDATE_SCREENSHOT") == "1" {
+		if g == nil {
+			t.Fatal("BRIDGE_UPDATE_SCREENSHOT=1: not updating docs/mlflow-system-metrics.png from a run without the cgroup limits (run as root on a cgroup v1 host)")
+		}
 		dst := filepath.Join("..", "..", "docs", "mlflow-system-metrics.png")
 		if err := os.WriteFile(dst, png, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("updated %s", dst)
 	}
+}
+
+// cleanEnv is the test's environment without tracker or bridge settings, so
+// that nothing from the caller's shell redirects the run.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "MLFLOW_") || strings.HasPrefix(k, "WANDB_") || strings.HasPrefix(k, "BRIDGE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("running bridge: %v", err)
+	}
+	return ee.ExitCode()
 }

@@ -1,9 +1,11 @@
 // Opens one run of the MLflow UI in headless Chromium, goes to its System
 // metrics tab, waits until the charts of the expected metrics are drawn,
-// checks their names are on the page and saves a screenshot.
+// checks their names are on the page and saves a screenshot; then checks
+// that the Model metrics tab shows the training script's own metrics.
 //
 //   node shot.mjs --url http://127.0.0.1:5000 --experiment 1 --run <run_id> \
 //     --expect container_memory_working_set_megabytes,node_memory_usage_megabytes \
+//     [--model-expect loss,accuracy] \
 //     --out shot.png [--chromium /usr/bin/chromium] [--timeout-ms 90000]
 //
 // Exit status: 0 when every expected name is shown, 1 otherwise (a screenshot
@@ -20,6 +22,7 @@ const { values: opt } = parseArgs({
     experiment: { type: 'string' },
     run: { type: 'string' },
     expect: { type: 'string' },
+    'model-expect': { type: 'string', default: '' },
     out: { type: 'string' },
     chromium: { type: 'string', default: '/usr/bin/chromium' },
     'timeout-ms': { type: 'string', default: '90000' },
@@ -32,6 +35,7 @@ for (const k of ['url', 'experiment', 'run', 'expect', 'out']) {
   }
 }
 const expected = opt.expect.split(',').filter(Boolean);
+const modelExpected = opt['model-expect'].split(',').filter(Boolean);
 const timeout = Number(opt['timeout-ms']);
 const runURL = `${opt.url.replace(/\/$/, '')}/#/experiments/${opt.experiment}/runs/${opt.run}`;
 
@@ -70,39 +74,74 @@ await context.addInitScript(() => {
 let failed = null;
 const page = context.pages()[0] ?? (await context.newPage());
 page.setDefaultTimeout(timeout);
-try {
-  await page.goto(runURL, { waitUntil: 'domcontentloaded' });
-  // The run page's tabs; the UI names this one "System metrics".
-  const tab = page.getByRole('tab', { name: /system metrics/i })
-    .or(page.getByRole('link', { name: /system metrics/i }))
-    .or(page.getByText(/^system metrics$/i));
-  await tab.first().click();
-  await page.waitForURL(/system-metrics/);
 
-  // A chart is drawn when its card shows the metric's name and a plot.
-  for (const name of expected) {
-    await page.getByText(name, { exact: false }).first().waitFor({ state: 'visible' });
+// openTab clicks one of the run page's tabs ("System metrics", "Model
+// metrics") and waits for its route.
+async function openTab(label, route) {
+  const re = new RegExp(`^${label}$`, 'i');
+  const tab = page.getByRole('tab', { name: re })
+    .or(page.getByRole('link', { name: re }))
+    .or(page.getByText(re));
+  await tab.first().click();
+  await page.waitForURL(route);
+}
+
+// waitForTitles waits until a chart titled exactly each name is shown (the
+// legend under a chart reads "<run> (system/<name>)", so an exact match is
+// the title) and has drawn its line: each chart is a plotly plot, and the UI
+// polls, so the network never goes idle.
+async function waitForTitles(names) {
+  for (const name of names) {
+    await page.getByText(name, { exact: true }).first().waitFor({ state: 'visible' });
   }
-  // Each chart is a plotly plot; wait until there is one per expected name
-  // and they have drawn their lines (the UI polls, so the network never
-  // goes idle).
   await page.waitForFunction(
     (n) => document.querySelectorAll('.js-plotly-plot .scatterlayer .trace').length >= n,
-    expected.length,
+    names.length,
   );
-  await page.waitForTimeout(1000); // let the last chart finish its transition
+}
 
-  const text = await page.locator('body').innerText();
-  const missing = expected.filter((n) => !text.includes(n));
+async function missingTitles(names) {
+  const missing = [];
+  for (const name of names) {
+    if ((await page.getByText(name, { exact: true }).count()) === 0) missing.push(name);
+  }
+  return missing;
+}
+
+try {
+  await page.goto(runURL, { waitUntil: 'domcontentloaded' });
+  await openTab('system metrics', /system-metrics/);
+  // bridge logs some forty series and the UI only draws the charts scrolled
+  // into view; its chart search takes a regular expression, which keeps
+  // exactly the expected ones on the first screen.
+  const search = page.getByPlaceholder(/search metric charts/i);
+  await search.fill(expected.map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|'));
+  await waitForTitles(expected);
+  await page.waitForTimeout(1000); // let the last chart finish its transition
+  const missing = await missingTitles(expected);
   if (missing.length > 0) {
-    failed = `not on the System metrics tab: ${missing.join(', ')}`;
+    failed = `no chart titled ${missing.join(', ')} on the System metrics tab`;
+  } else {
+    await page.screenshot({ path: opt.out, fullPage: true });
+    if (modelExpected.length > 0) {
+      await openTab('model metrics', /model-metrics/);
+      await waitForTitles(modelExpected);
+      const missingModel = await missingTitles(modelExpected);
+      if (missingModel.length > 0) {
+        failed = `no chart titled ${missingModel.join(', ')} on the Model metrics tab`;
+      }
+    }
   }
 } catch (err) {
   failed = String(err);
 }
 
+// On failure, what the page showed then, beside (not over) any screenshot
+// of the System metrics tab already taken.
 const out = failed ? opt.out.replace(/\.png$/, '') + '.failed.png' : opt.out;
-await page.screenshot({ path: out, fullPage: true });
+if (failed) {
+  await page.screenshot({ path: out, fullPage: true });
+}
 await context.close();
 rmSync(profile, { recursive: true, force: true });
 
@@ -110,4 +149,4 @@ if (failed) {
   console.error(`shot.mjs: ${runURL}: ${failed} (screenshot: ${out})`);
   process.exit(1);
 }
-console.log(`shot.mjs: ${expected.length} system metric charts shown at ${runURL}; screenshot ${out}`);
+console.log(`shot.mjs: ${expected.length} system metric charts (${expected.join(', ')}) and ${modelExpected.length} model metric charts (${modelExpected.join(', ')}) shown at ${runURL}; screenshot ${out}`);
