@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,31 +28,9 @@ func bridgeCmd(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.B
 	return cmd, &out, &errb
 }
 
-// cleanEnv is the test process's environment without tracker or bridge
-// variables, plus extra.
-func cleanEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "MLFLOW_") || strings.HasPrefix(k, "WANDB_") || strings.HasPrefix(k, "BRIDGE_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, extra...)
-}
+func cleanEnv(extra ...string) []string { return testbin.CleanEnv(extra...) }
 
-func exitCode(t *testing.T, err error) int {
-	t.Helper()
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("running bridge: %v", err)
-	}
-	return ee.ExitCode()
-}
+func exitCode(t *testing.T, err error) int { t.Helper(); return testbin.ExitCode(t, err) }
 
 func TestExitCodePassedThrough(t *testing.T) {
 	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--", "sh", "-c", "sleep 0.5; exit 3")

@@ -555,21 +555,11 @@ func samplesIn(ss []metrics.Sample, from, to time.Time) []metrics.Sample {
 	return out
 }
 
-// childAttempts counts the file_stream requests the child's wandb-core has
-// started, from its debug-internal.log under dir.
 func childAttempts(t *testing.T, dir string) int {
 	t.Helper()
-	logs, err := filepath.Glob(filepath.Join(dir, "wandb", "run-*", "logs", "debug-internal.log"))
+	n, err := wandbserver.ClientStreamRequests(dir)
 	if err != nil {
 		t.Fatal(err)
-	}
-	n := 0
-	for _, p := range logs {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n += bytes.Count(b, []byte(`"msg":"filestream: sending request"`))
 	}
 	return n
 }

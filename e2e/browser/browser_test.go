@@ -20,7 +20,6 @@ package browser
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -108,7 +107,7 @@ func (d demo) check(t *testing.T, g *cgrouptest.Group) {
 		cmd = exec.CommandContext(ctx, d.bridge, args...)
 	}
 	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(),
+	cmd.Env = append(testbin.CleanEnv(),
 		"BRIDGE_SPOOL="+spoolPath,
 		"MLFLOW_TRACKING_URI="+d.srv.URL,
 		"MLFLOW_EXPERIMENT_NAME="+experiment,
@@ -125,7 +124,7 @@ func (d demo) check(t *testing.T, g *cgrouptest.Group) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	if code := exitCode(t, cmd.Wait()); code != 0 {
+	if code := testbin.ExitCode(t, cmd.Wait()); code != 0 {
 		t.Fatalf("bridge exited %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
 	}
 	t.Logf("bridge and train.py: exit 0\n%s", strings.TrimSpace(stdout.String()))
@@ -206,28 +205,3 @@ func (d demo) check(t *testing.T, g *cgrouptest.Group) {
 	}
 }
 
-// cleanEnv is the test's environment without tracker or bridge settings, so
-// that nothing from the caller's shell redirects the run.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "MLFLOW_") || strings.HasPrefix(k, "WANDB_") || strings.HasPrefix(k, "BRIDGE_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-func exitCode(t *testing.T, err error) int {
-	t.Helper()
-	if err == nil {
-		return 0
-	}
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("running bridge: %v", err)
-	}
-	return ee.ExitCode()
-}

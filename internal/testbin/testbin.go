@@ -3,10 +3,12 @@
 package testbin
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -42,4 +44,32 @@ func Bridge(t testing.TB) string {
 		t.Fatalf("building bridge: %v\n%s", err, out)
 	}
 	return path
+}
+
+// CleanEnv is the test process's environment without MLflow, W&B or bridge
+// variables (a developer's shell must not leak into a test), plus extra.
+func CleanEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "MLFLOW_") || strings.HasPrefix(k, "WANDB_") || strings.HasPrefix(k, "BRIDGE_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// ExitCode is the exit status of a finished command; any error other than a
+// non-zero exit fails the test.
+func ExitCode(t testing.TB, err error) int {
+	t.Helper()
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("running bridge: %v", err)
+	}
+	return ee.ExitCode()
 }

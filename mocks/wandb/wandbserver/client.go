@@ -96,3 +96,23 @@ func benign(line string) bool {
 	}
 	return false
 }
+
+// ClientStreamRequests counts the file_stream requests a real client's
+// wandb-core has started, from its debug-internal.log files under dir (the
+// WANDB_DIR of ClientEnv): tests wait on it to know the client has hit an
+// outage.
+func ClientStreamRequests(dir string) (int, error) {
+	logs, err := filepath.Glob(filepath.Join(dir, "wandb", "run-*", "logs", "debug-internal.log"))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range logs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return 0, err
+		}
+		n += bytes.Count(b, []byte(`"msg":"filestream: sending request"`))
+	}
+	return n, nil
+}
