@@ -204,4 +204,3 @@ func (d demo) check(t *testing.T, g *cgrouptest.Group) {
 		t.Logf("updated %s", dst)
 	}
 }
-
