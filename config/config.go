@@ -178,10 +178,10 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		if e != nil {
 			return 0, bad(key, s, "not a Go duration (e.g. 10s, 500ms, 1m)")
 		}
-		if d < min {
-			if min == 0 {
-				return 0, bad(key, s, "must not be negative")
-			}
+		switch {
+		case d < 0:
+			return 0, bad(key, s, "must not be negative")
+		case d < min:
 			return 0, bad(key, s, "must be at least "+min.String())
 		}
 		return d, nil
