@@ -12,6 +12,7 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+	"github.com/bridge-dev/bridge/spool"
 )
 
 // inCgroup makes the job's bridge start inside g: a shell joins the group
@@ -168,4 +169,43 @@ func TestForensicsPreviousAttemptLost(t *testing.T) {
 	}
 	fmt.Fprintln(os.Stderr) // keep the package's output readable between tests
 	t.Logf("previous_attempt_lost: %s", lost)
+}
+
+// Near the limit bridge samples every --fast-interval instead of --interval:
+// a job about to be OOM-killed leaves a dense record.
+func TestFastSamplingNearLimit(t *testing.T) {
+	g := cgrouptest.NewV1(t, cgrouptest.Limits{MemoryBytes: 200 * mib})
+	hold := `import time
+b = b"x" * 150_000_000
+time.sleep(4)
+`
+	cmd, _, errb := bridgeCmd(t, "--interval=30s", "--fast-interval=200ms", "--fast-threshold=60", "--", "python3", "-c", hold)
+	j := &job{cmd: cmd}
+	j.inCgroup(g)
+	if code := exitCode(t, j.cmd.Run()); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errb)
+	}
+	spoolPath := ""
+	for _, kv := range cmd.Env {
+		if v, ok := strings.CutPrefix(kv, "BRIDGE_SPOOL="); ok {
+			spoolPath = v
+		}
+	}
+	ss, _, _, err := spool.ReadFile(spoolPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := 0
+	for i := 1; i < len(ss); i++ {
+		pct, ok := ss[i-1].Value("container_memory_usage_percentage")
+		if ok && pct >= 60 && ss[i].Time.Sub(ss[i-1].Time) < time.Second {
+			fast++
+		}
+	}
+	// With a 30 s interval the 4 s job would have 2 samples; above 60% of the
+	// limit they come every 200 ms.
+	if fast < 5 {
+		t.Fatalf("%d fast samples above the threshold among %d, want at least 5", fast, len(ss))
+	}
+	t.Logf("%d samples, %d taken at the fast interval", len(ss), fast)
 }

@@ -181,19 +181,35 @@ func (s *session) run() {
 func (s *session) loop() {
 	defer close(s.doneS)
 	defer s.recoverGo("sampling loop")
+	fast := s.cfg.FastInterval > 0 && s.cfg.FastInterval < s.cfg.Interval && s.src.cgroup != nil
 	for {
 		smp := s.sampler.Sample(context.Background())
 		s.enqueue(smp)
-		wait := s.cfg.Interval
-		if s.nearLimit(smp) {
-			wait = s.cfg.FastInterval
+		next := smp.Time.Add(s.cfg.Interval)
+		if fast && s.nearLimit(smp.Points) {
+			next = smp.Time.Add(s.cfg.FastInterval)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-s.stopS:
-			t.Stop()
-			return
-		case <-t.C:
+		// Between samples, a cheap look at the memory files every
+		// FastInterval: a working set that climbs toward the limit gets the
+		// fast interval at once, not at the next regular sample.
+		for {
+			wait := time.Until(next)
+			if fast {
+				wait = min(wait, s.cfg.FastInterval)
+			}
+			t := time.NewTimer(max(wait, 0))
+			select {
+			case <-s.stopS:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if !time.Now().Before(next) {
+				break
+			}
+			if pts, err := s.src.cgroup.MemoryPoints(context.Background()); err == nil && s.nearLimit(pts) {
+				break
+			}
 		}
 	}
 }
@@ -201,12 +217,13 @@ func (s *session) loop() {
 // nearLimit reports whether the working set is above the fast-sampling
 // threshold of the limit: near an OOM kill, samples are taken (and, through
 // the spool's notification, sent) every FastInterval.
-func (s *session) nearLimit(smp metrics.Sample) bool {
-	if s.cfg.FastInterval <= 0 || s.cfg.FastInterval >= s.cfg.Interval {
-		return false
+func (s *session) nearLimit(pts []metrics.Point) bool {
+	for _, p := range pts {
+		if p.Name == summary.MemPercent {
+			return p.Value >= s.cfg.FastThreshold
+		}
 	}
-	pct, ok := smp.Value(summary.MemPercent)
-	return ok && pct >= s.cfg.FastThreshold
+	return false
 }
 
 func (s *session) enqueue(smp metrics.Sample) {

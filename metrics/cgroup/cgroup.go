@@ -233,6 +233,19 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	return r.pts, errors.Join(r.errs...)
 }
 
+// MemoryPoints reads only the memory files (working set, limit, share): no
+// CPU reading is taken, so the deltas of the next Collect are unchanged. The
+// sampling loop calls it between samples to notice early that the working
+// set nears the limit.
+func (c *Collector) MemoryPoints(ctx context.Context) ([]metrics.Point, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &round{c: c, v2: map[string]*v2Result{}}
+	r.memory()
+	return r.pts, errors.Join(r.errs...)
+}
+
 // round is the state of one Collect.
 type round struct {
 	c    *Collector
