@@ -47,9 +47,10 @@ func Bridge(t testing.TB) string {
 }
 
 // CleanEnv is the test process's environment without MLflow, W&B or bridge
-// variables (a developer's shell must not leak into a test), plus extra.
+// variables (a developer's shell must not leak into a test), with the Python
+// clients' telemetry off (tests reach only 127.0.0.1), plus extra.
 func CleanEnv(extra ...string) []string {
-	var env []string
+	env := []string{"MLFLOW_DISABLE_TELEMETRY=true", "DO_NOT_TRACK=true", "WANDB_ERROR_REPORTING=false"}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "MLFLOW_") || strings.HasPrefix(k, "WANDB_") || strings.HasPrefix(k, "BRIDGE_") {

@@ -39,6 +39,7 @@ func (s *Server) ClientEnv(dir, key string) []string {
 		"WANDB__FILE_STREAM_RETRY_WAIT_MAX_SECONDS=1",
 		"WANDB__GRAPHQL_RETRY_WAIT_MIN_SECONDS=0.2",
 		"WANDB__GRAPHQL_RETRY_WAIT_MAX_SECONDS=1",
+		"WANDB_ERROR_REPORTING=false", // no Sentry reports: tests reach only 127.0.0.1
 		"NO_PROXY=127.0.0.1,localhost",
 	}
 }
