@@ -64,7 +64,7 @@ export BRIDGE_TEST_MLFLOW_URI="http://127.0.0.1:$port"
 log "go vet ./... && go test -race ./..."
 go vet ./...
 if [ $# -gt 0 ]; then
-  go test -race "$@"
+  go test -race -count=1 "$@"
 else
-  go test -race -timeout 15m ./...
+  go test -race -count=1 -timeout 15m ./...
 fi
