@@ -127,11 +127,6 @@ func (c *Child) Wait() Exit {
 	return c.exit
 }
 
-// Signal sends sig to the child's process group (as a forwarded signal).
-func (c *Child) Signal(sig syscall.Signal) {
-	c.forward(sig)
-}
-
 func (c *Child) forward(sig syscall.Signal) {
 	c.mu.Lock()
 	c.forwarded = append(c.forwarded, SignalRecord{Signal: sig, Time: time.Now()})

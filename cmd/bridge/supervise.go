@@ -193,8 +193,8 @@ func startFailureCode(err error) int {
 }
 
 // runBare runs the command under the supervisor without any sampling.
-func runBare(argv, env []string, log interface{ Error(string, ...any) }) int {
-	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: env})
+func runBare(argv, env []string, log *slog.Logger) int {
+	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: env, Log: log})
 	if err != nil {
 		log.Error("cannot start the command", "err", err)
 		return startFailureCode(err)

@@ -1,0 +1,48 @@
+package summary
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+func TestRowsAgainstLimits(t *testing.T) {
+	a := New()
+	t0 := time.Unix(1000, 0)
+	for i, ws := range []float64{100, 180, 150} {
+		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
+			{Name: WorkingSet, Value: ws}, {Name: MemLimit, Value: 200},
+			{Name: CPUUsage, Value: float64(i) * 0.25}, {Name: CPULimit, Value: 0.5},
+			{Name: OOMKills, Value: float64(i / 2)}, {Name: Throttled, Value: 30},
+		}})
+	}
+	var b bytes.Buffer
+	Write(&b, "end", a.Rows())
+	out := b.String()
+	for _, want := range []string{
+		"peak working set    180.0 MB of limit 200.0 MB (90.0%)",
+		"0.50 cores (mean 0.25) of limit 0.50 cores",
+		"OOM kills           1 during the job",
+		"30.0% of periods",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if st, _ := a.Get(WorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
+		t.Errorf("peak at %v", st.PeakAt)
+	}
+}
+
+func TestRowsWithoutLimits(t *testing.T) {
+	a := New()
+	a.Add(metrics.Sample{Points: []metrics.Point{{Name: WorkingSet, Value: 5}, {Name: CPUUsage, Value: 1}}})
+	var b bytes.Buffer
+	Write(&b, "end", a.Rows())
+	if !strings.Contains(b.String(), "(no memory limit)") || !strings.Contains(b.String(), "(no CPU limit)") {
+		t.Errorf("limits must be said to be absent, not shown as 0:\n%s", b.String())
+	}
+}
