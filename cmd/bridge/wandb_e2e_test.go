@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
@@ -76,6 +77,12 @@ type wbJob struct {
 // scriptArgs, in the mock's client environment with the given API key.
 func startWB(ctx context.Context, t *testing.T, srv *wandbserver.Server, key string, bridgeArgs []string, scriptArgs ...string) *wbJob {
 	t.Helper()
+	return startWBEnv(ctx, t, srv, key, nil, bridgeArgs, scriptArgs...)
+}
+
+// startWBEnv is startWB with extra environment for bridge and the child.
+func startWBEnv(ctx context.Context, t *testing.T, srv *wandbserver.Server, key string, env, bridgeArgs []string, scriptArgs ...string) *wbJob {
+	t.Helper()
 	py := wbPython(t)
 	script, err := filepath.Abs(filepath.Join("testdata", "wandb_train.py"))
 	if err != nil {
@@ -91,7 +98,7 @@ func startWB(ctx context.Context, t *testing.T, srv *wandbserver.Server, key str
 	j.cmd.Cancel = func() error { return j.cmd.Process.Signal(syscall.SIGTERM) }
 	j.cmd.WaitDelay = 10 * time.Second
 	j.cmd.Dir = j.dir
-	j.cmd.Env = append(cleanEnv(srv.ClientEnv(j.dir, key)...), "WANDB_PROJECT="+wbProject)
+	j.cmd.Env = append(append(cleanEnv(srv.ClientEnv(j.dir, key)...), "WANDB_PROJECT="+wbProject), env...)
 	j.cmd.Stderr = &j.stderr
 	if j.stdin, err = j.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
@@ -562,4 +569,45 @@ func childAttempts(t *testing.T, dir string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Both trackers at once: the same samples reach the MLflow run bridge
+// creates and the W&B run the child creates, each exactly once.
+func TestBothTrackers(t *testing.T) {
+	wbPython(t)
+	mlf := mlflowtest.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
+	j := startWBEnv(ctx, t, srv, "", []string{"MLFLOW_TRACKING_URI=" + mlf.URL, "MLFLOW_EXPERIMENT_NAME=bridge-e2e-both"},
+		[]string{"--trackers", "mlflow,wandb"}, wbProject, "0")
+	wbRun := strings.TrimPrefix(j.expect(ctx, t, "ready "), "ready ")
+	for i := range 3 {
+		j.step(ctx, t)
+		if err := wandbserver.Wait(ctx, func() bool { return bridgeLineCount(t, srv, wbRun) > i }); err != nil {
+			t.Fatalf("bridge sent %d W&B lines: %v", bridgeLineCount(t, srv, wbRun), err)
+		}
+	}
+	if code := j.end(t); code != 0 {
+		t.Fatalf("bridge exited %d", code)
+	}
+	ss := j.spooled(t)
+	if n := bridgeLineCount(t, srv, wbRun); n != len(ss) {
+		t.Errorf("W&B holds %d bridge lines for %d spooled samples", n, len(ss))
+	}
+	_, _, attempts, err := spool.ReadFile(j.spool)
+	if err != nil || len(attempts) == 0 {
+		t.Fatalf("spool: %v", err)
+	}
+	if attempts[0].Start.Runs["wandb"] != wbRun {
+		t.Errorf("spool records W&B run %q, the child's is %q", attempts[0].Start.Runs["wandb"], wbRun)
+	}
+	mlRun := attempts[0].Start.Runs["mlflow"]
+	hist := mlf.History(t, mlRun, "system/node_memory_used_megabytes")
+	if len(hist) != len(ss) {
+		t.Errorf("MLflow holds %d points for %d spooled samples", len(hist), len(ss))
+	}
+	if st := mlf.GetRun(t, mlRun).Info.Status; st != "FINISHED" {
+		t.Errorf("MLflow run %s", st)
+	}
 }
