@@ -93,7 +93,9 @@ func RegisterFlags(fs *pflag.FlagSet) {
 		case "bool":
 			fs.Bool(o.key, o.def == "true", o.usage)
 		default:
-			fs.String(o.key, o.def, o.usage)
+			v := &text{s: o.def, kind: o.kind}
+			fs.Var(v, o.key, o.usage)
+			fs.Lookup(o.key).DefValue = o.def
 		}
 	}
 	fs.String("config", "", "YAML config file (also BRIDGE_CONFIG)")
@@ -313,3 +315,12 @@ func (s sources) name(key string) string {
 	}
 	return "--" + key + " (default)"
 }
+
+// text is a flag value parsed later, by Load, so that a bad value is reported
+// like one from the environment or the file; its Type names the kind for
+// --help.
+type text struct{ s, kind string }
+
+func (t *text) String() string     { return t.s }
+func (t *text) Set(v string) error { t.s = v; return nil }
+func (t *text) Type() string       { return t.kind }

@@ -3,7 +3,7 @@
 //
 //	bridge [flags] -- CMD [ARGS...]   run CMD and sample while it runs
 //	bridge sample [--json]            print one sample of every collector
-//	bridge attach --pid PID           sample beside a running process (notebooks)
+//	bridge attach --run-id ID --pid PID  sample beside a running process (notebooks)
 //	bridge sync FILE                  upload a spool file to its run
 //	bridge version                    print the version
 package main
@@ -96,7 +96,7 @@ func usage(w io.Writer, fs *pflag.FlagSet) {
 usage:
   bridge [flags] -- CMD [ARGS...]   run CMD as a child, sample, send to MLflow/W&B
   bridge sample [--json] [flags]    print one sample of every collector
-  bridge attach --pid PID [flags]   sample beside a running process (notebooks)
+  bridge attach --run-id ID --pid PID   sample beside a running process (notebooks)
   bridge sync FILE [--run-id ID]    upload a spool file to its MLflow run
   bridge version
 
