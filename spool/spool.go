@@ -341,16 +341,17 @@ func (s *Spool) WriteEnd(rec Record) error {
 	return s.write(rec)
 }
 
-// Append writes a sample durably and makes it pending for every tracked sink.
+// Append writes a sample durably and makes it pending for every tracked sink
+// (also when the write failed, which it reports).
 func (s *Spool) Append(smp metrics.Sample) error {
 	vals := make(Values, len(smp.Points))
 	for _, p := range smp.Points {
 		vals[p.Name] = p.Value
 	}
 	seq := smp.Seq
-	if err := s.write(Record{Type: TypeSample, Seq: &seq, TS: smp.Time.UnixMilli(), Metrics: vals}); err != nil {
-		return err
-	}
+	// A failed write (disk full) still hands the sample to the sinks: it is
+	// then only not durable.
+	werr := s.write(Record{Type: TypeSample, Seq: &seq, TS: smp.Time.UnixMilli(), Metrics: vals})
 	// Keep only what sinks need: name and value (and a Time at ms, as sent).
 	c := metrics.Sample{Seq: smp.Seq, Time: time.UnixMilli(smp.Time.UnixMilli())}
 	for _, p := range smp.Points {
@@ -375,7 +376,7 @@ func (s *Spool) Append(smp metrics.Sample) error {
 		default:
 		}
 	}
-	return nil
+	return werr
 }
 
 // Pending returns up to max samples that sink has not acknowledged for run,

@@ -148,3 +148,17 @@ func TestTrimmingAndUntrack(t *testing.T) {
 		t.Fatalf("in memory after untrack = %d, want 0", n)
 	}
 }
+
+// A failed write (here: the file closed under it) is reported, and the sample
+// still reaches the sinks.
+func TestAppendFailureStillPending(t *testing.T) {
+	s, _ := Open(filepath.Join(t.TempDir(), "s.jsonl"))
+	s.Track("mlflow", "r")
+	s.f.Close()
+	if err := s.Append(sample(0, 1)); err == nil {
+		t.Fatal("write to a closed file did not fail")
+	}
+	if n := s.PendingCount("mlflow", "r"); n != 1 {
+		t.Fatalf("pending = %d, want the sample anyway", n)
+	}
+}

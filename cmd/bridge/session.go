@@ -32,7 +32,6 @@ type session struct {
 	spool   *spool.Spool
 	sinks   []sinkRun
 	acc     *summary.Accumulator
-	started time.Time
 
 	queue   chan metrics.Sample
 	stopS   chan struct{} // closes the sampling loop
@@ -65,7 +64,7 @@ func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 	var env []string
 	var failed []summary.Row
 	for _, s := range sinks {
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		sctx, cancel := context.WithTimeout(ctx, 15*time.Second) // the child waits on this
 		e, err := s.Start(sctx, info)
 		cancel()
 		env = append(env, e...)
@@ -128,7 +127,7 @@ func openSession(cfg config.Config, log *slog.Logger, src *sources, runs []sinkR
 		return nil, err
 	}
 	s := &session{
-		cfg: cfg, log: log, src: src, spool: sp, sinks: runs, acc: summary.New(), started: now,
+		cfg: cfg, log: log, src: src, spool: sp, sinks: runs, acc: summary.New(),
 		sampler: metrics.NewSampler(src.collectors, cfg.CollectTimeout, log),
 		queue:   make(chan metrics.Sample, cfg.QueueSize),
 		stopS:   make(chan struct{}),
@@ -319,6 +318,9 @@ func (s *session) finish(end tracker.EndInfo) {
 // trackerRows says, per tracker, where the samples went.
 func (s *session) trackerRows() []summary.Row {
 	var rows []summary.Row
+	if s.dropped > 0 {
+		rows = append(rows, summary.Row{What: "samples dropped", Value: fmt.Sprintf("%d (the spool writer was behind: a stalled disk)", s.dropped)})
+	}
 	rows = append(rows, s.failedStarts...)
 	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
 		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: samples are in " + s.spool.Path()})
