@@ -93,15 +93,19 @@ func Start(opts Options) (*Child, error) {
 	signal.Notify(c.sigs, append([]os.Signal{syscall.SIGCHLD}, Forwarded...)...)
 
 	attr := &syscall.SysProcAttr{Setpgid: true}
-	if isTerminal(0) {
+	if inForeground(0) {
 		attr.Foreground = true
 		attr.Ctty = 0
 	}
-	proc, err := os.StartProcess(path, opts.Argv, &os.ProcAttr{
-		Env:   opts.Env,
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-		Sys:   attr,
-	})
+	pa := &os.ProcAttr{Env: opts.Env, Files: []*os.File{os.Stdin, os.Stdout, os.Stderr}, Sys: attr}
+	proc, err := os.StartProcess(path, opts.Argv, pa)
+	if err != nil && attr.Foreground {
+		// Handing the terminal over can fail in odd setups; the job matters
+		// more than Ctrl-C reaching it directly.
+		opts.Log.Debug("cannot give the terminal to the child; starting it without", "err", err)
+		attr.Foreground = false
+		proc, err = os.StartProcess(path, opts.Argv, pa)
+	}
 	if err != nil {
 		signal.Stop(c.sigs)
 		return nil, fmt.Errorf("cannot start %q: %w", opts.Argv[0], err)
@@ -234,7 +238,9 @@ func ReapOrphans(stop <-chan struct{}) {
 	}
 }
 
-func isTerminal(fd int) bool {
-	_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
-	return err == nil
+// inForeground reports whether fd is a terminal whose foreground process
+// group is bridge's: only then can the child's group take it over.
+func inForeground(fd int) bool {
+	pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	return err == nil && pgrp == syscall.Getpgrp()
 }

@@ -204,3 +204,36 @@ func waitFile(t *testing.T, path string, d time.Duration) {
 	}
 	t.Fatalf("%s did not appear within %v", path, d)
 }
+
+// In a terminal the child's process group gets the terminal: Ctrl-C reaches
+// it as it would without bridge, and interactive reads work. `script` gives
+// bridge a pseudo-terminal; the ^C byte is typed into it once the child runs.
+func TestCtrlCInTerminal(t *testing.T) {
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("script(1) not installed")
+	}
+	bin := testbin.Bridge(t)
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	child := `trap "echo got-int; exit 130" INT; read -r line; echo "read:$line"; touch ` + ready + `; while :; do sleep 0.05; done`
+	cmd := exec.Command("script", "-qec", bin+" --trackers=none --spool "+filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
+	cmd.Env = cleanEnv()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the terminal echoes only once the child reads
+	stdin.Write([]byte("typed\n"))
+	waitFile(t, ready, 30*time.Second)
+	stdin.Write([]byte{3}) // ^C
+	code := exitCode(t, cmd.Wait())
+	if code != 130 || !strings.Contains(out.String(), "read:typed") || !strings.Contains(out.String(), "got-int") {
+		errOut, _ := os.ReadFile(filepath.Join(dir, "err"))
+		t.Fatalf("exit %d, terminal output %q; bridge's stderr:\n%s", code, out.String(), errOut)
+	}
+}
