@@ -6,6 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -89,3 +93,32 @@ func Permanent(err error) error {
 	}
 	return fmt.Errorf("%w: %w", ErrPermanent, err)
 }
+
+// ParseRetryAfter reads a Retry-After header: delay-seconds or an HTTP date
+// (RFC 9110 10.2.3); a date in the past means now.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n < 0 {
+			return 0, false
+		}
+		return time.Duration(n) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), 0), true
+}
+
+// DebugLogger sends an HTTP client library's own messages (resty's) to slog
+// at debug level: bridge reports request failures itself, once, through the
+// forwarder.
+type DebugLogger struct{ Log *slog.Logger }
+
+func (l DebugLogger) Errorf(format string, v ...any) { l.Log.Debug(fmt.Sprintf(format, v...)) }
+func (l DebugLogger) Warnf(format string, v ...any)  { l.Log.Debug(fmt.Sprintf(format, v...)) }
+func (l DebugLogger) Debugf(format string, v ...any) { l.Log.Debug(fmt.Sprintf(format, v...)) }

@@ -69,7 +69,7 @@ func newClient(cfg Config, log *slog.Logger) (*resty.Client, error) {
 		SetBaseURL(cfg.TrackingURI).
 		SetTimeout(cfg.Timeout).
 		SetRetryCount(0).
-		SetLogger(restyLogger{log}).
+		SetLogger(tracker.DebugLogger{Log: log}).
 		SetHeader("User-Agent", "bridge (mlflow sink)")
 	// Basic wins over Bearer when both are set, as in rest_utils.http_request.
 	switch {
@@ -176,7 +176,7 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 
 	switch {
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		if after, ok := parseRetryAfter(resp.Header().Get("Retry-After"), time.Now()); ok {
+		if after, ok := tracker.ParseRetryAfter(resp.Header().Get("Retry-After"), time.Now()); ok {
 			return &tracker.RetryAfterError{After: after, Err: apiErr}
 		}
 		return apiErr
@@ -200,25 +200,6 @@ func (s *Sink) credentialHint() string {
 	return fmt.Sprintf("no credentials are set: set %s, or %s and %s", EnvToken, EnvUsername, EnvPassword)
 }
 
-// parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 10.2.3).
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if n < 0 {
-			return 0, false
-		}
-		return time.Duration(n) * time.Second, true
-	}
-	t, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	return max(t.Sub(now), 0), true
-}
-
 // shorten keeps error bodies (an HTML page from a proxy) readable in one line.
 func shorten(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
@@ -234,11 +215,3 @@ func isCode(err error, code string) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Code == code
 }
-
-// restyLogger sends resty's own messages to slog at debug level: bridge
-// reports request failures itself, once, through the forwarder.
-type restyLogger struct{ log *slog.Logger }
-
-func (l restyLogger) Errorf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l restyLogger) Warnf(format string, v ...any)  { l.log.Debug(fmt.Sprintf(format, v...)) }
-func (l restyLogger) Debugf(format string, v ...any) { l.log.Debug(fmt.Sprintf(format, v...)) }

@@ -393,30 +393,6 @@ func TestSendBeforeStart(t *testing.T) {
 	}
 }
 
-func TestParseRetryAfter(t *testing.T) {
-	now := time.Date(2026, 11, 5, 10, 0, 0, 0, time.UTC)
-	tests := []struct {
-		in    string
-		want  time.Duration
-		valid bool
-	}{
-		{"0", 0, true},
-		{"120", 2 * time.Minute, true},
-		{" 3 ", 3 * time.Second, true},
-		{"Thu, 05 Nov 2026 10:00:30 GMT", 30 * time.Second, true},
-		{"Thu, 05 Nov 2026 09:59:00 GMT", 0, true}, // in the past: now
-		{"-1", 0, false},
-		{"soon", 0, false},
-		{"", 0, false},
-	}
-	for _, tc := range tests {
-		got, ok := parseRetryAfter(tc.in, now)
-		if got != tc.want || ok != tc.valid {
-			t.Errorf("parseRetryAfter(%q) = %s, %v; want %s, %v", tc.in, got, ok, tc.want, tc.valid)
-		}
-	}
-}
-
 func TestTerminalStatus(t *testing.T) {
 	tests := []struct {
 		end  tracker.EndInfo

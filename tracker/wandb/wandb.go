@@ -17,23 +17,21 @@
 package wandb
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-resty/resty/v2"
 
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
@@ -60,7 +58,7 @@ const userAgent = "bridge"
 type Sink struct {
 	cfg      Config
 	log      *slog.Logger
-	http     *http.Client
+	client   *resty.Client
 	clientID string // this writer's id, 32 lowercase alphanumerics as wandb's
 	maxBytes int    // request size cap; a field so tests can make it small
 
@@ -112,7 +110,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	return &Sink{
 		cfg:      cfg,
 		log:      log,
-		http:     &http.Client{Timeout: cfg.Timeout},
+		client:   newClient(cfg, log),
 		clientID: id,
 		maxBytes: maxRequestBytes,
 		lastSeq:  -1,
@@ -330,20 +328,17 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 	if err != nil {
 		return tracker.Permanent(fmt.Errorf("encoding a W&B file_stream request: %w", err))
 	}
-	endpoint := s.cfg.BaseURL + "/files/" + url.PathEscape(s.entity) + "/" + url.PathEscape(s.project) + "/" +
+	path := "/files/" + url.PathEscape(s.entity) + "/" + url.PathEscape(s.project) + "/" +
 		url.PathEscape(s.cfg.RunID) + "/file_stream"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
-	if err != nil {
-		return tracker.Permanent(fmt.Errorf("building the W&B file_stream request for %s: %w", endpoint, err))
-	}
-	s.setHeaders(req)
-	req.Header.Set("X-WANDB-ASYNC-CLIENT-ID", s.clientID)
-	resp, err := s.http.Do(req)
+	endpoint := s.cfg.BaseURL + path
+	resp, err := s.client.R().SetContext(ctx).
+		SetHeader("X-WANDB-ASYNC-CLIENT-ID", s.clientID).
+		SetBody(body).
+		Post(path)
 	if err != nil {
 		return fmt.Errorf("W&B file_stream %s: %w", endpoint, err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	raw := resp.Body()
 	if err := statusError(resp, raw, "file_stream "+endpoint); err != nil {
 		return err
 	}
@@ -357,12 +352,23 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 	return nil
 }
 
-func (s *Sink) setHeaders(req *http.Request) {
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", userAgent)
-	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("api:"+s.cfg.APIKey)))
-	// Shared mode, as wandb-core sets it for every writer of a shared run.
-	req.Header.Set("X-WANDB-USE-ASYNC-FILESTREAM", "true")
+// newClient builds the resty client: one attempt per request (retries belong
+// to the forwarder), W&B's Basic auth `api:<key>` and the shared-mode header
+// wandb-core sets for every writer of a shared run.
+func newClient(cfg Config, log *slog.Logger) *resty.Client {
+	return resty.New().
+		SetBaseURL(cfg.BaseURL).
+		SetTimeout(cfg.Timeout).
+		SetRetryCount(0).
+		SetLogger(tracker.DebugLogger{Log: log}).
+		SetBasicAuth("api", cfg.APIKey).
+		// resty warns about Basic over plain http on every request (a local
+		// server); the user chose the server.
+		SetDisableWarn(true).
+		SetResponseBodyLimit(4<<20).
+		SetHeader("Content-Type", "application/json").
+		SetHeader("User-Agent", userAgent).
+		SetHeader("X-WANDB-USE-ASYNC-FILESTREAM", "true")
 }
 
 const viewerQuery = `query Viewer {
@@ -396,18 +402,14 @@ func (s *Sink) graphql(ctx context.Context, op, query string, vars map[string]an
 		return tracker.Permanent(fmt.Errorf("encoding GraphQL %s: %w", op, err))
 	}
 	endpoint := s.cfg.BaseURL + "/graphql"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
-	if err != nil {
-		return tracker.Permanent(fmt.Errorf("building GraphQL %s for %s: %w", op, endpoint, err))
-	}
-	s.setHeaders(req)
-	req.Header.Set("X-WANDB-CLIENT-ID", s.clientID)
-	resp, err := s.http.Do(req)
+	resp, err := s.client.R().SetContext(ctx).
+		SetHeader("X-WANDB-CLIENT-ID", s.clientID).
+		SetBody(body).
+		Post("/graphql")
 	if err != nil {
 		return fmt.Errorf("GraphQL %s at %s: %w", op, endpoint, err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	raw := resp.Body()
 	if err := statusError(resp, raw, "GraphQL "+op+" at "+endpoint); err != nil {
 		return err
 	}
@@ -441,16 +443,16 @@ type gqlError struct {
 // statusError classifies a non-2xx response: 401/403/404 and other client
 // errors that a repeat cannot fix are permanent; 429 and 503 carry the
 // server's Retry-After when it gives one; the rest are retryable.
-func statusError(resp *http.Response, body []byte, what string) error {
-	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+func statusError(resp *resty.Response, body []byte, what string) error {
+	if resp.StatusCode() >= 200 && resp.StatusCode() < 300 {
 		return nil
 	}
 	msg := strings.TrimSpace(string(body))
 	if len(msg) > 300 {
 		msg = msg[:300] + "..."
 	}
-	err := fmt.Errorf("%s: %s: %s", what, resp.Status, msg)
-	switch resp.StatusCode {
+	err := fmt.Errorf("%s: %s: %s", what, resp.Status(), msg)
+	switch resp.StatusCode() {
 	case http.StatusUnauthorized:
 		return tracker.Permanent(fmt.Errorf("the W&B API key was rejected (check WANDB_API_KEY or ~/.netrc): %w", err))
 	case http.StatusForbidden:
@@ -461,26 +463,11 @@ func statusError(resp *http.Response, body []byte, what string) error {
 		http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 		return tracker.Permanent(err)
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		if d, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+		if d, ok := tracker.ParseRetryAfter(resp.Header().Get("Retry-After"), time.Now()); ok {
 			return &tracker.RetryAfterError{After: d, Err: err}
 		}
 	}
 	return err
-}
-
-// retryAfter parses Retry-After: delay seconds or an HTTP date.
-func retryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
-		return time.Duration(n) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
 }
 
 // randomID returns n lowercase alphanumerics, the alphabet wandb uses for
