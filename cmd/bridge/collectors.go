@@ -22,13 +22,14 @@ type sources struct {
 	cgroup     *cgroup.Collector // nil when the container scope is off or unavailable
 	gpu        *gpu.Collector    // nil when the gpu scope is off
 	childPID   *atomic.Int64     // the process collector's root
+	adopter    *atomic.Int64     // bridge's pid while it supervises the child: orphans it adopts count too
 	notes      map[string]any    // why a scope is missing, for `bridge sample`
 }
 
 // buildSources creates the collectors the configuration asks for. A source
 // that is unavailable here is left out with a note, never an error.
 func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
-	s := &sources{childPID: &atomic.Int64{}, notes: map[string]any{}}
+	s := &sources{childPID: &atomic.Int64{}, adopter: &atomic.Int64{}, notes: map[string]any{}}
 	if cfg.HasScope("container") {
 		switch {
 		case cfg.NoContainer:
@@ -61,6 +62,7 @@ func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
 		p, err := process.New(process.Options{
 			Log:     log.With("collector", "process"),
 			RootPID: func() int { return int(s.childPID.Load()) },
+			Adopter: func() int { return int(s.adopter.Load()) },
 		})
 		if err != nil {
 			log.Warn("process metrics are off", "err", err)
@@ -70,7 +72,7 @@ func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
 		}
 	}
 	if cfg.HasScope("gpu") {
-		g, err := newGPUSource(cfg, s.childPID, log)
+		g, err := newGPUSource(cfg, s.childPID, s.adopter, log)
 		if err != nil {
 			return nil, fmt.Errorf("%w: --gpus / BRIDGE_GPUS: %w", errUsage, err)
 		}

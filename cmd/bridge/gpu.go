@@ -16,7 +16,7 @@ import (
 
 // newGPUSource builds the GPU collector (off by itself without NVML, and a
 // stub in CGO_ENABLED=0 builds). Only a malformed --gpus entry is an error.
-func newGPUSource(cfg config.Config, childPID *atomic.Int64, log *slog.Logger) (*gpu.Collector, error) {
+func newGPUSource(cfg config.Config, childPID, adopter *atomic.Int64, log *slog.Logger) (*gpu.Collector, error) {
 	pfs, err := procfs.NewFS("/proc")
 	if err != nil {
 		return nil, err
@@ -30,7 +30,7 @@ func newGPUSource(cfg config.Config, childPID *atomic.Int64, log *slog.Logger) (
 			if pid <= 0 {
 				return nil, nil
 			}
-			return process.Tree(pfs, int(pid))
+			return process.Tree(pfs, int(pid), int(adopter.Load()))
 		},
 		ProcRoot:    "/proc",
 		CallTimeout: min(2*time.Second, cfg.CollectTimeout/2),

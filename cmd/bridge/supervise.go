@@ -98,6 +98,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 		return code
 	}
 	src.childPID.Store(int64(child.PID()))
+	src.adopter.Store(int64(os.Getpid())) // the child subreaper (or PID 1)
 	// Only bridge itself, after the child has forked: the value is inherited,
 	// and the training process must stay the OOM killer's choice.
 	if err := forensics.SetOOMScoreAdj("/proc", os.Getpid(), forensics.OOMScoreAdjMin); err != nil {

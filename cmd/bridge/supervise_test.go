@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/spool"
 )
 
 // bridgeCmd prepares the real binary with no tracker and the spool in a temp
@@ -235,5 +236,34 @@ func TestCtrlCInTerminal(t *testing.T) {
 	if code != 130 || !strings.Contains(out.String(), "read:typed") || !strings.Contains(out.String(), "got-int") {
 		errOut, _ := os.ReadFile(filepath.Join(dir, "err"))
 		t.Fatalf("exit %d, terminal output %q; bridge's stderr:\n%s", code, out.String(), errOut)
+	}
+}
+
+// A process orphaned inside the job is adopted by bridge (the subreaper) and
+// still counted in the process_ scope.
+func TestOrphansStayInProcessScope(t *testing.T) {
+	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--", "sh", "-c", "(sleep 3 &); sleep 1.5")
+	if code := exitCode(t, cmd.Run()); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errb)
+	}
+	var spoolPath string
+	for _, kv := range cmd.Env {
+		if v, ok := strings.CutPrefix(kv, "BRIDGE_SPOOL="); ok {
+			spoolPath = v
+		}
+	}
+	ss, _, _, err := spool.ReadFile(spoolPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	most := 0.0
+	for _, s := range ss {
+		if v, ok := s.Value("process_count"); ok {
+			most = max(most, v)
+		}
+	}
+	// sh, its `sleep 1.5`, and the orphaned `sleep 3` now parented by bridge.
+	if most != 3 {
+		t.Fatalf("process_count peaked at %v over %d samples, want 3 (sh, sleep, adopted orphan)", most, len(ss))
 	}
 }

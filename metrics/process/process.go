@@ -28,6 +28,10 @@ type Options struct {
 	// RootPID returns the child's pid, 0 until it has started. Required. It is
 	// called once per Collect, from the Sampler's goroutine.
 	RootPID func() int
+	// Adopter returns the child subreaper (bridge's own pid) whose other
+	// children are orphans of the job and count as part of the tree; nil or
+	// 0 for none (bridge attach, whose root is not its child).
+	Adopter func() int
 	// Log receives debug notes; nil discards them.
 	Log *slog.Logger
 }
@@ -40,6 +44,7 @@ type Collector struct {
 	fs      procfs.FS
 	src     string
 	rootPID func() int
+	adopter func() int
 	log     *slog.Logger
 	now     func() time.Time
 
@@ -81,6 +86,7 @@ func New(opts Options) (*Collector, error) {
 		fs:      pfs,
 		src:     filepath.Join(opts.ProcRoot, "*", "stat"),
 		rootPID: opts.RootPID,
+		adopter: opts.Adopter,
 		log:     log.With("source", "process"),
 		now:     time.Now,
 	}, nil
@@ -98,7 +104,11 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 		return nil, nil
 	}
 	now := c.now()
-	stats, err := treeStats(c.fs, root)
+	adopter := 0
+	if c.adopter != nil {
+		adopter = c.adopter()
+	}
+	stats, err := treeStats(c.fs, root, adopter)
 	if err != nil {
 		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", root, c.src, err)
 	}

@@ -28,25 +28,35 @@ var family = []fakeProc{
 }
 
 func TestTree(t *testing.T) {
+	// bridge (50, the subreaper) runs python (100); worker 60 was orphaned
+	// by a process of the tree and adopted by bridge, with its child 61.
+	adopted := append(slices.Clone(family),
+		fakeProc{pid: 50, ppid: 1, comm: "bridge"},
+		fakeProc{pid: 60, ppid: 50, comm: "orphan"},
+		fakeProc{pid: 61, ppid: 60, comm: "orphan-child"})
+	adopted[1].ppid = 50
 	tests := []struct {
-		name  string
-		procs []fakeProc
-		root  int
-		want  []int
+		name    string
+		procs   []fakeProc
+		root    int
+		adopter int
+		want    []int
 	}{
-		{"whole tree, root first", family, 100, []int{100, 101, 102, 103}},
-		{"a leaf", family, 103, []int{103}},
-		{"root missing", family, 999, nil},
+		{"whole tree, root first", family, 100, 0, []int{100, 101, 102, 103}},
+		{"a leaf", family, 103, 0, []int{103}},
+		{"root missing", family, 999, 0, nil},
 		{"pid exited between listing and reading is skipped", append(slices.Clone(family),
-			fakeProc{pid: 104, ppid: 100, noStat: true}), 100, []int{100, 101, 102, 103}},
+			fakeProc{pid: 104, ppid: 100, noStat: true}), 100, 0, []int{100, 101, 102, 103}},
 		{"zombie child still counts", append(slices.Clone(family),
-			fakeProc{pid: 105, ppid: 100, comm: "worker", state: "Z"}), 100, []int{100, 101, 102, 105, 103}},
+			fakeProc{pid: 105, ppid: 100, comm: "worker", state: "Z"}), 100, 0, []int{100, 101, 102, 105, 103}},
+		{"orphans adopted by the subreaper count", adopted, 100, 50, []int{100, 60, 101, 102, 61, 103}},
+		{"without the adopter they are missed", adopted, 100, 0, []int{100, 101, 102, 103}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
 			writeProcs(t, root, tt.procs...)
-			got, err := Tree(newFS(t, root), tt.root)
+			got, err := Tree(newFS(t, root), tt.root, tt.adopter)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +70,7 @@ func TestTree(t *testing.T) {
 func TestTreeGarbledStatIsAnError(t *testing.T) {
 	root := t.TempDir()
 	writeProcs(t, root, append(slices.Clone(family), fakeProc{pid: 104, ppid: 100, garbledStat: true})...)
-	if _, err := Tree(newFS(t, root), 100); err == nil || !strings.Contains(err.Error(), "104") {
+	if _, err := Tree(newFS(t, root), 100, 0); err == nil || !strings.Contains(err.Error(), "104") {
 		t.Errorf("Tree with a garbled stat of a live process: err = %v, want one naming pid 104", err)
 	}
 }
@@ -211,7 +221,7 @@ func waitForTree(t *testing.T, root, n int) []int {
 	fs := newFS(t, "/proc")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pids, err := Tree(fs, root)
+		pids, err := Tree(fs, root, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

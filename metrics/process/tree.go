@@ -17,9 +17,10 @@ import (
 //
 // Pids are those of the pid namespace fs was mounted for. A process orphaned
 // inside the tree is reparented to the nearest subreaper or init, outside the
-// tree, and is no longer found.
-func Tree(pfs procfs.FS, root int) ([]int, error) {
-	stats, err := treeStats(pfs, root)
+// tree: pass that subreaper (bridge itself) as adopter, and its other
+// children and their descendants count as part of the tree; 0 for none.
+func Tree(pfs procfs.FS, root, adopter int) ([]int, error) {
+	stats, err := treeStats(pfs, root, adopter)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +33,7 @@ func Tree(pfs procfs.FS, root int) ([]int, error) {
 
 // treeStats reads every process's stat once and returns those of root's tree,
 // in Tree's order.
-func treeStats(pfs procfs.FS, root int) ([]procfs.ProcStat, error) {
+func treeStats(pfs procfs.FS, root, adopter int) ([]procfs.ProcStat, error) {
 	all, err := readAll(pfs)
 	if err != nil {
 		return nil, err
@@ -48,6 +49,16 @@ func treeStats(pfs procfs.FS, root int) ([]procfs.ProcStat, error) {
 		}
 	}
 	out := []procfs.ProcStat{rs}
+	if adopter > 0 && adopter != root {
+		// Orphans the subreaper adopted: everything else it parents.
+		kids := children[adopter]
+		slices.Sort(kids)
+		for _, k := range kids {
+			if k != root {
+				out = append(out, all[k])
+			}
+		}
+	}
 	for i := 0; i < len(out); i++ {
 		kids := children[out[i].PID]
 		slices.Sort(kids)
