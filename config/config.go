@@ -43,6 +43,9 @@ type Config struct {
 	Spool          string        // JSON Lines spool path; empty = derived default
 	QueueSize      int           // samples buffered between sampling and the spool writer
 	FlushTimeout   time.Duration // after the child exits, longest wait for trackers
+	ProcRoot       string        // procfs mount point
+	CgroupRoot     string        // cgroupfs mount point
+	Rootfs         string        // path whose filesystem rootfs_ describes
 	GPUs           []string      // restrict GPUs by index or UUID
 	GPUMatchCUDA   bool          // restrict GPUs to CUDA_VISIBLE_DEVICES, matched by UUID
 	ConfigFile     string        // the YAML file read, if any
@@ -68,6 +71,9 @@ var options = []option{
 	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<run>.jsonl)", "string"},
 	{"flush-timeout", "30s", "after the child exits, longest wait for trackers to take what is left (the rest stays in the spool)", "duration"},
 	{"queue-size", "1024", "samples buffered between sampling and the spool writer", "int"},
+	{"proc-root", "/proc", "where procfs is mounted (e.g. /host/proc for a sidecar reading another view)", "path"},
+	{"cgroup-root", "/sys/fs/cgroup", "where the cgroup filesystem is mounted", "path"},
+	{"rootfs", "/", "the filesystem the rootfs_ series describe", "path"},
 	{"gpus", "", "GPUs to collect, by index or UUID (comma-separated; default all visible)", "list"},
 	{"gpu-match-cuda-visible", "false", "collect only the GPUs named in CUDA_VISIBLE_DEVICES, matched by UUID", "bool"},
 }
@@ -275,6 +281,12 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	c.NodeID = get("node-id")
 	if c.NodeID != "" && !validNodeID(c.NodeID) {
 		return c, bad("node-id", c.NodeID, "may hold only letters, digits, '_', '-', '.' (it becomes one MLflow key segment)")
+	}
+	for key, dst := range map[string]*string{"proc-root": &c.ProcRoot, "cgroup-root": &c.CgroupRoot, "rootfs": &c.Rootfs} {
+		*dst = get(key)
+		if st, e := os.Stat(*dst); e != nil || !st.IsDir() {
+			return c, bad(key, *dst, "not a directory")
+		}
 	}
 	c.RunName = get("run-name")
 	c.Spool = get("spool")

@@ -112,6 +112,7 @@ func TestBadValues(t *testing.T) {
 		{"bad value in file", nil, nil, "interval: -1s\n", []string{"interval (in ", "bridge.yaml", `"-1s"`}},
 		{"node id with slash", []string{"--node-id=a/b"}, nil, "", []string{"--node-id", "a/b"}},
 		{"auto with mlflow", []string{"--trackers=auto,mlflow"}, nil, "", []string{"--trackers"}},
+		{"proc root missing", nil, map[string]string{"BRIDGE_PROC_ROOT": "/nonexistent/proc"}, "", []string{"BRIDGE_PROC_ROOT", "/nonexistent/proc", "not a directory"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync/atomic"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
@@ -35,7 +38,7 @@ func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
 		case cfg.NoContainer:
 			s.notes["cgroup"] = "container awareness turned off (--no-container / BRIDGE_NO_CONTAINER)"
 		default:
-			c, err := cgroup.New(cgroup.Options{Log: log.With("collector", "cgroup")})
+			c, err := cgroup.New(cgroupOptions(cfg, log))
 			if err != nil {
 				level := slog.LevelWarn
 				if errors.Is(err, cgroup.ErrUnavailable) {
@@ -50,7 +53,7 @@ func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
 		}
 	}
 	if cfg.HasScope("node") || cfg.HasScope("rootfs") || cfg.HasScope("netns") {
-		n, err := node.New(node.Options{Log: log.With("collector", "node")})
+		n, err := node.New(node.Options{ProcRoot: cfg.ProcRoot, RootfsPath: cfg.Rootfs, Log: log.With("collector", "node")})
 		if err != nil {
 			log.Warn("node metrics are off", "err", err)
 			s.notes["node"] = "off: " + err.Error()
@@ -60,9 +63,10 @@ func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
 	}
 	if cfg.HasScope("process") {
 		p, err := process.New(process.Options{
-			Log:     log.With("collector", "process"),
-			RootPID: func() int { return int(s.childPID.Load()) },
-			Adopter: func() int { return int(s.adopter.Load()) },
+			ProcRoot: cfg.ProcRoot,
+			Log:      log.With("collector", "process"),
+			RootPID:  func() int { return int(s.childPID.Load()) },
+			Adopter:  func() int { return int(s.adopter.Load()) },
 		})
 		if err != nil {
 			log.Warn("process metrics are off", "err", err)
@@ -81,6 +85,24 @@ func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
 	}
 	s.collectors = filterScopes(s.collectors, cfg)
 	return s, nil
+}
+
+// cgroupOptions points the cgroup collector at the configured roots. On the
+// host's own mounts it asks the kernel for the layout; under other roots it
+// reads the layout and bridge's own pid ("self") from the files there.
+func cgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
+	o := cgroup.Options{ProcRoot: cfg.ProcRoot, CgroupRoot: cfg.CgroupRoot, Log: log.With("collector", "cgroup")}
+	if filepath.Clean(cfg.CgroupRoot) != "/sys/fs/cgroup" {
+		o.Mode = cgroup.ModeAt(cfg.CgroupRoot)
+	}
+	if filepath.Clean(cfg.ProcRoot) != "/proc" {
+		if fs, err := procfs.NewFS(cfg.ProcRoot); err == nil {
+			if self, err := fs.Self(); err == nil {
+				o.PID = self.PID
+			}
+		}
+	}
+	return o
 }
 
 // detected is what `bridge sample` and the run tags report about the machine.

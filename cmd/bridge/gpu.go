@@ -17,7 +17,7 @@ import (
 // newGPUSource builds the GPU collector (off by itself without NVML, and a
 // stub in CGO_ENABLED=0 builds). Only a malformed --gpus entry is an error.
 func newGPUSource(cfg config.Config, childPID, adopter *atomic.Int64, log *slog.Logger) (*gpu.Collector, error) {
-	pfs, err := procfs.NewFS("/proc")
+	pfs, err := procfs.NewFS(cfg.ProcRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +32,7 @@ func newGPUSource(cfg config.Config, childPID, adopter *atomic.Int64, log *slog.
 			}
 			return process.Tree(pfs, int(pid), int(adopter.Load()))
 		},
-		ProcRoot:    "/proc",
+		ProcRoot:    cfg.ProcRoot,
 		CallTimeout: min(2*time.Second, cfg.CollectTimeout/2),
 		Log:         log.With("collector", "gpu"),
 	})

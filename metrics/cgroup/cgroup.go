@@ -58,6 +58,24 @@ func DetectMode() Mode {
 	}
 }
 
+// ModeAt tells the layout of a cgroup filesystem mounted at root from its
+// files, for a root other than the host's /sys/fs/cgroup (DetectMode's
+// statfs cannot be pointed elsewhere): cgroup.controllers at the root means
+// v2; v1 controller directories beside a unified/ v2 mount mean hybrid.
+func ModeAt(root string) Mode {
+	has := func(p string) bool { _, err := os.Stat(filepath.Join(root, p)); return err == nil }
+	switch {
+	case has("cgroup.controllers"):
+		return ModeV2
+	case (has("memory") || has("cpu")) && has("unified/cgroup.controllers"):
+		return ModeHybrid
+	case has("memory") || has("cpu") || has("cpu,cpuacct"):
+		return ModeV1
+	default:
+		return ModeUnavailable
+	}
+}
+
 // Options configures a Collector. Zero values take the defaults shown.
 type Options struct {
 	ProcRoot   string       // "/proc"
