@@ -15,7 +15,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
-
 // writeTree writes files (path relative to root -> content) under root.
 func writeTree(t *testing.T, root string, files map[string]string) {
 	t.Helper()
