@@ -12,7 +12,6 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
-	"github.com/bridge-dev/bridge/spool"
 )
 
 // inCgroup makes the job's bridge start inside g: a shell joins the group
@@ -185,16 +184,7 @@ time.sleep(4)
 	if code := exitCode(t, j.cmd.Run()); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, errb)
 	}
-	spoolPath := ""
-	for _, kv := range cmd.Env {
-		if v, ok := strings.CutPrefix(kv, "BRIDGE_SPOOL="); ok {
-			spoolPath = v
-		}
-	}
-	ss, _, _, err := spool.ReadFile(spoolPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ss := spooled(t, cmd)
 	fast := 0
 	for i := 1; i < len(ss); i++ {
 		pct, ok := ss[i-1].Value("container_memory_usage_percentage")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/spool"
 )
 
@@ -32,6 +33,22 @@ func bridgeCmd(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.B
 func cleanEnv(extra ...string) []string { return testbin.CleanEnv(extra...) }
 
 func exitCode(t *testing.T, err error) int { t.Helper(); return testbin.ExitCode(t, err) }
+
+// spooled reads the samples of the spool a bridgeCmd wrote (BRIDGE_SPOOL).
+func spooled(t *testing.T, cmd *exec.Cmd) []metrics.Sample {
+	t.Helper()
+	for _, kv := range cmd.Env {
+		if path, ok := strings.CutPrefix(kv, "BRIDGE_SPOOL="); ok {
+			ss, _, _, err := spool.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ss
+		}
+	}
+	t.Fatal("the command has no BRIDGE_SPOOL")
+	return nil
+}
 
 func TestExitCodePassedThrough(t *testing.T) {
 	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--", "sh", "-c", "sleep 0.5; exit 3")
@@ -246,16 +263,7 @@ func TestOrphansStayInProcessScope(t *testing.T) {
 	if code := exitCode(t, cmd.Run()); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, errb)
 	}
-	var spoolPath string
-	for _, kv := range cmd.Env {
-		if v, ok := strings.CutPrefix(kv, "BRIDGE_SPOOL="); ok {
-			spoolPath = v
-		}
-	}
-	ss, _, _, err := spool.ReadFile(spoolPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ss := spooled(t, cmd)
 	most := 0.0
 	for _, s := range ss {
 		if v, ok := s.Value("process_count"); ok {
