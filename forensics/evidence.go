@@ -21,13 +21,6 @@ import (
 	"github.com/bridge-dev/bridge/supervisor"
 )
 
-// Metric names read here besides those summary names.
-const (
-	metricOOMGroupKill = "container_memory_oom_group_kill_events_count"
-	metricPeakUsage    = "container_memory_peak_megabytes"
-	metricNodeTotal    = "node_memory_total_megabytes"
-)
-
 // Counter is a cumulative kernel counter (memory.events oom_kill, ...) in the
 // first sample of the job and in the last one that had it.
 type Counter struct {
@@ -154,7 +147,7 @@ func FromRun(r Run) Evidence {
 	}
 	e.OOMKill = counter(summary.OOMKills)
 	e.OOM = counter(summary.OOMEvents)
-	e.OOMGroupKill = counter(metricOOMGroupKill)
+	e.OOMGroupKill = counter(summary.OOMGroupKills)
 
 	recent := acc.Recent()
 	if ws, ok := acc.Get(summary.WorkingSet); ok {
@@ -180,7 +173,7 @@ func FromRun(r Run) Evidence {
 				m.RecentSharePercent = 100 * v / m.LimitMB
 			}
 		}
-		if pk, ok := acc.Get(metricPeakUsage); ok {
+		if pk, ok := acc.Get(summary.MemPeak); ok {
 			m.PeakUsageMB = Reading{Value: pk.Peak, Known: true}
 		}
 		e.Memory = m
@@ -193,7 +186,7 @@ func FromRun(r Run) Evidence {
 		}
 		if !e.Node.Known || avail < e.Node.MinAvailableMB {
 			e.Node.Known, e.Node.MinAvailableMB, e.Node.MinAvailableAt = true, avail, s.Time
-			if total, ok := s.Value(metricNodeTotal); ok && total > 0 {
+			if total, ok := s.Value(summary.NodeTotal); ok && total > 0 {
 				e.Node.TotalMB = total
 				e.Node.MinAvailablePercent = 100 * avail / total
 			}

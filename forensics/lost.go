@@ -22,10 +22,11 @@ const (
 // shutdown: bridge was killed with its container (a group OOM kill, a
 // SIGKILL after the grace period) or the node went away.
 type Lost struct {
-	Attempt   int       // its attempt number in the spool
-	PID       int       // bridge's pid in that attempt
-	Start     time.Time // when it started
-	HasSample bool      // it left at least one sample
+	Record    spool.Record // its start record (runs it wrote to, start tags)
+	Attempt   int          // its attempt number in the spool
+	PID       int          // bridge's pid in that attempt
+	Start     time.Time    // when it started
+	HasSample bool         // it left at least one sample
 	Last      metrics.Sample
 	// Next is when the attempt after it started (the one that found it).
 	// The gap Last.Time..Next bounds when it stopped: bridge cannot know
@@ -44,19 +45,32 @@ func PreviousAttemptLost(attempts []spool.Attempt) (*Lost, bool) {
 	if len(attempts) < 2 {
 		return nil, false
 	}
-	for i := len(attempts) - 2; i >= 0; i-- {
-		a := attempts[i]
+	n := len(attempts) - 1
+	return LostBefore(attempts[:n], time.UnixMilli(attempts[n].Start.Time))
+}
+
+// LostBefore is PreviousAttemptLost for a spool read before this attempt's
+// start record is written (its tags go to the tracker first): earlier holds
+// only the earlier attempts, next is when this one starts.
+func LostBefore(earlier []spool.Attempt, next time.Time) (*Lost, bool) {
+	for i := len(earlier) - 1; i >= 0; i-- {
+		a := earlier[i]
 		if a.Start.Info["mode"] == "sync" {
 			continue
 		}
 		if a.End != nil {
 			return nil, false
 		}
+		following := next
+		if i+1 < len(earlier) {
+			following = time.UnixMilli(earlier[i+1].Start.Time)
+		}
 		l := &Lost{
+			Record:  a.Start,
 			Attempt: a.Start.Attempt,
 			PID:     a.Start.PID,
 			Start:   time.UnixMilli(a.Start.Time),
-			Next:    time.UnixMilli(attempts[i+1].Start.Time),
+			Next:    following,
 		}
 		if a.LastSample != nil {
 			l.HasSample, l.Last = true, *a.LastSample

@@ -142,7 +142,6 @@ type Spool struct {
 	tracked  map[string]bool  // keys of acks that hold samples in memory
 	nextSeq  int64
 	attempts []Attempt
-	last     *metrics.Sample
 	notify   []chan struct{}
 }
 
@@ -216,8 +215,6 @@ func (s *Spool) read(r io.Reader) ([]metrics.Sample, error) {
 				c := smp
 				s.attempts[n-1].LastSample = &c
 			}
-			c := smp
-			s.last = &c
 		case TypeAck:
 			if rec.Seq != nil && *rec.Seq > s.ackOf(rec.Sink, rec.Run) {
 				s.acks[ackKey(rec.Sink, rec.Run)] = *rec.Seq
@@ -361,7 +358,6 @@ func (s *Spool) Append(smp metrics.Sample) error {
 	if smp.Seq >= s.nextSeq {
 		s.nextSeq = smp.Seq + 1
 	}
-	s.last = &c
 	if len(s.tracked) > 0 {
 		s.samples = append(s.samples, c)
 	}
@@ -400,7 +396,16 @@ func (s *Spool) Pending(sink, run string, max int) []metrics.Sample {
 
 // PendingCount is how many samples sink has not acknowledged for run.
 func (s *Spool) PendingCount(sink, run string) int {
-	return len(s.Pending(sink, run, math.MaxInt))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	acked := s.ackOf(sink, run)
+	n := 0
+	for _, smp := range s.samples {
+		if smp.Seq > acked {
+			n++
+		}
+	}
+	return n
 }
 
 // Acked is the highest Seq sink acknowledged for run, -1 if none.

@@ -16,21 +16,22 @@ import (
 
 // Metric names the summary reads.
 const (
-	WorkingSet     = "container_memory_working_set_megabytes"
-	MemLimit       = "container_memory_limit_megabytes"
-	MemPercent     = "container_memory_usage_percentage"
-	CPUUsage       = "container_cpu_usage_cores"
-	CPULimit       = "container_cpu_limit_cores"
-	Throttled      = "container_cpu_throttled_periods_percentage"
-	ThrottledSecs  = "container_cpu_throttled_seconds"
-	OOMEvents      = "container_memory_oom_events_count"
-	OOMKills       = "container_memory_oom_kill_events_count"
-	NodeAvailable  = "node_memory_available_megabytes"
-	ProcessRSS     = "process_memory_rss_megabytes"
-	PSIMemorySome  = "container_pressure_memory_some_avg10_percentage"
-	PSIMemoryFull  = "container_pressure_memory_full_avg10_percentage"
-	ProcessCPU     = "process_cpu_usage_cores"
-	NodeMemPercent = "node_memory_usage_percentage"
+	WorkingSet    = "container_memory_working_set_megabytes"
+	MemLimit      = "container_memory_limit_megabytes"
+	MemPercent    = "container_memory_usage_percentage"
+	CPUUsage      = "container_cpu_usage_cores"
+	CPULimit      = "container_cpu_limit_cores"
+	Throttled     = "container_cpu_throttled_periods_percentage"
+	ThrottledSecs = "container_cpu_throttled_seconds"
+	OOMEvents     = "container_memory_oom_events_count"
+	OOMKills      = "container_memory_oom_kill_events_count"
+	NodeAvailable = "node_memory_available_megabytes"
+	ProcessRSS    = "process_memory_rss_megabytes"
+	PSIMemorySome = "container_pressure_memory_some_avg10_percentage"
+	PSIMemoryFull = "container_pressure_memory_full_avg10_percentage"
+	OOMGroupKills = "container_memory_oom_group_kill_events_count"
+	MemPeak       = "container_memory_peak_megabytes"
+	NodeTotal     = "node_memory_total_megabytes"
 )
 
 // Stat follows one metric over the job.

@@ -51,7 +51,8 @@ type scriptSink struct {
 	gaps     []time.Time
 }
 
-func (s *scriptSink) Name() string { return "script" }
+func (s *scriptSink) Name() string  { return "script" }
+func (s *scriptSink) RunID() string { return "run" }
 func (s *scriptSink) Start(context.Context, StartInfo) ([]string, error) {
 	return nil, nil
 }

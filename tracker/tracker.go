@@ -57,6 +57,10 @@ type Sink interface {
 	// all. Errors wrap ErrPermanent when retrying cannot help.
 	Send(ctx context.Context, samples []metrics.Sample) (acked int, err error)
 
+	// RunID is the tracker's run id once Start has chosen or created it
+	// (empty when it could not); the spool records acknowledgements under it.
+	RunID() string
+
 	// SetTags records tags on the run (forensics, end-of-run summary).
 	SetTags(ctx context.Context, tags map[string]string) error
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -54,8 +53,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	}
 	sinks, err := buildSinks(cfg, ov, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
-		return exitUsage
+		return usageError(stderr, err)
 	}
 	for _, s := range sinks {
 		if s.Name() == "mlflow" && ov.mlflowRunID == "" {
@@ -65,17 +63,13 @@ func runAttach(args []string, stderr io.Writer) int {
 	}
 	src, err := buildSources(cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
-		return exitUsage
+		return usageError(stderr, err)
 	}
 	src.childPID.Store(int64(pid))
 	tags := startTags(cfg, src)
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
 	runs, _, failed := startSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
-	sess, err := openSession(cfg, log, src, runs, tags)
-	if err == nil {
-		sess.failedStarts = failed
-	}
+	sess, err := openSession(cfg, log, src, nil, runs, failed, tags)
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return 1
@@ -94,9 +88,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	}()
 	sess.stop(late)
 	sess.finish(tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.attach_end": reason}})
-	rows := append(sess.acc.Rows(), summary.Row{What: "ended", Value: reason})
-	rows = append(rows, sess.trackerRows()...)
-	summary.Write(stderr, "bridge attach: end", rows)
+	sess.report(stderr, "bridge attach: end", summary.Row{What: "ended", Value: reason})
 	return 0
 }
 

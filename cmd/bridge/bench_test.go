@@ -9,6 +9,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 // BenchmarkSample measures one sample of every collector on this machine:
@@ -16,7 +17,7 @@ import (
 //
 //	go test -run '^$' -bench Sample -benchmem ./cmd/bridge
 func BenchmarkSample(b *testing.B) {
-	cfg := config.Config{Scopes: config.AllScopes, CollectTimeout: 5 * time.Second}
+	cfg := config.Config{Scopes: config.AllScopes, CollectTimeout: 5 * time.Second, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/"}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	src, err := buildSources(cfg, log)
 	if err != nil {
@@ -31,6 +32,24 @@ func BenchmarkSample(b *testing.B) {
 	for b.Loop() {
 		if s := smp.Sample(ctx); len(s.Points) == 0 {
 			b.Fatal("empty sample")
+		}
+	}
+}
+
+// BenchmarkMemoryProbe measures the memory-only look the sampling loop takes
+// every --fast-interval between samples, to notice a climb to the limit.
+//
+//	go test -run '^$' -bench MemoryProbe -benchmem ./cmd/bridge
+func BenchmarkMemoryProbe(b *testing.B) {
+	cfg := config.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup"}
+	c, err := cgroup.New(cgroupOptions(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Skipf("no cgroup here: %v", err)
+	}
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := c.MemoryPoints(ctx); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -30,7 +30,8 @@ type sources struct {
 }
 
 // buildSources creates the collectors the configuration asks for. A source
-// that is unavailable here is left out with a note, never an error.
+// that is unavailable here is left out with a note; the only error is a
+// malformed --gpus entry, a usage error.
 func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
 	s := &sources{childPID: &atomic.Int64{}, adopter: &atomic.Int64{}, notes: map[string]any{}}
 	if cfg.HasScope("container") {
@@ -78,7 +79,7 @@ func buildSources(cfg config.Config, log *slog.Logger) (*sources, error) {
 	if cfg.HasScope("gpu") {
 		g, err := newGPUSource(cfg, s.childPID, s.adopter, log)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --gpus / BRIDGE_GPUS: %w", errUsage, err)
+			return nil, fmt.Errorf("--gpus / BRIDGE_GPUS: %w", err)
 		}
 		s.gpu = g
 		s.collectors = append(s.collectors, g)

@@ -81,10 +81,17 @@ func parse(name string, args []string, stderr io.Writer, extra func(*pflag.FlagS
 	}
 	cfg, err := config.Load(fs)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), config.ErrUsage.Error()+": "))
+		usageError(stderr, err)
 		return nil, cfg, false
 	}
 	return fs, cfg, true
+}
+
+// usageError prints a configuration error (from config.Load or the
+// builders, whose errors are all the user's to fix) and returns exitUsage.
+func usageError(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), config.ErrUsage.Error()+": "))
+	return exitUsage
 }
 
 func usage(w io.Writer, fs *pflag.FlagSet) {

@@ -46,8 +46,7 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, cfg.LogLevel)
 	src, err := buildSources(cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
-		return exitUsage
+		return usageError(stderr, err)
 	}
 	smp := metrics.NewSampler(src.collectors, cfg.CollectTimeout, log)
 	defer smp.Close()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -44,9 +45,6 @@ type session struct {
 
 	fwdCancel context.CancelFunc
 	fwdWG     sync.WaitGroup
-
-	mu     sync.Mutex // guards acc between the writer and readers
-	appErr error      // first spool write error
 }
 
 // sinkRun is a started sink and its forwarder.
@@ -68,7 +66,7 @@ func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 		e, err := s.Start(sctx, info)
 		cancel()
 		env = append(env, e...)
-		id := runIDOf(s)
+		id := s.RunID()
 		switch {
 		case err == nil:
 		case errors.Is(err, tracker.ErrPermanent) || id == "":
@@ -85,13 +83,6 @@ func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 		runs = append(runs, sinkRun{sink: s, runID: id})
 	}
 	return runs, env, failed
-}
-
-func runIDOf(s tracker.Sink) string {
-	if r, ok := s.(interface{ RunID() string }); ok {
-		return r.RunID()
-	}
-	return ""
 }
 
 // spoolPath is the configured path or a default in the working directory
@@ -118,16 +109,18 @@ func safeName(s string) string {
 	}, s)
 }
 
-// openSession opens the spool, records the attempt and starts forwarding.
-func openSession(cfg config.Config, log *slog.Logger, src *sources, runs []sinkRun, startTags map[string]string) (*session, error) {
+// openSession records the attempt in the spool (sp, or the default path
+// when sp is nil) and starts forwarding to the started sinks.
+func openSession(cfg config.Config, log *slog.Logger, src *sources, sp *spool.Spool, runs []sinkRun, failed []summary.Row, startTags map[string]string) (*session, error) {
 	now := time.Now()
-	path := spoolPath(cfg, runs, now)
-	sp, err := spool.Open(path)
-	if err != nil {
-		return nil, err
+	if sp == nil {
+		var err error
+		if sp, err = spool.Open(spoolPath(cfg, runs, now)); err != nil {
+			return nil, err
+		}
 	}
 	s := &session{
-		cfg: cfg, log: log, src: src, spool: sp, sinks: runs, acc: summary.New(),
+		cfg: cfg, log: log, src: src, spool: sp, sinks: runs, failedStarts: failed, acc: summary.New(),
 		sampler: metrics.NewSampler(src.collectors, cfg.CollectTimeout, log),
 		queue:   make(chan metrics.Sample, cfg.QueueSize),
 		stopS:   make(chan struct{}),
@@ -143,7 +136,7 @@ func openSession(cfg config.Config, log *slog.Logger, src *sources, runs []sinkR
 		sp.Close()
 		return nil, err
 	}
-	abs, _ := filepath.Abs(path)
+	abs, _ := filepath.Abs(sp.Path())
 	log.Info("spooling samples", "path", abs)
 
 	fctx, cancel := context.WithCancel(context.Background())
@@ -188,12 +181,15 @@ func (s *session) loop() {
 		if fast && s.nearLimit(smp.Points) {
 			next = smp.Time.Add(s.cfg.FastInterval)
 		}
-		// Between samples, a cheap look at the memory files every
-		// FastInterval: a working set that climbs toward the limit gets the
-		// fast interval at once, not at the next regular sample.
+		// Between samples, a memory-only look every FastInterval (about
+		// 0.5 ms, BenchmarkMemoryProbe): a working set that climbs toward the
+		// limit gets the fast interval at once, not at the next regular
+		// sample. Without a limit there is nothing to near.
+		_, limited := smp.Value(summary.MemPercent)
+		probe := fast && limited
 		for {
 			wait := time.Until(next)
-			if fast {
+			if probe {
 				wait = min(wait, s.cfg.FastInterval)
 			}
 			t := time.NewTimer(max(wait, 0))
@@ -235,21 +231,17 @@ func (s *session) enqueue(smp metrics.Sample) {
 	}
 }
 
+// writer owns acc until it returns (doneW); readers wait for that.
 func (s *session) writer() {
 	defer close(s.doneW)
 	defer s.recoverGo("spool writer")
+	failed := false
 	for smp := range s.queue {
-		if err := s.spool.Append(smp); err != nil {
-			s.mu.Lock()
-			if s.appErr == nil {
-				s.appErr = err
-				s.log.Error("cannot write the spool; samples are sent without durability", "err", err)
-			}
-			s.mu.Unlock()
+		if err := s.spool.Append(smp); err != nil && !failed {
+			failed = true
+			s.log.Error("cannot write the spool; samples are sent without durability", "err", err)
 		}
-		s.mu.Lock()
 		s.acc.Add(smp)
-		s.mu.Unlock()
 	}
 }
 
@@ -313,6 +305,13 @@ func (s *session) finish(end tracker.EndInfo) {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
 	s.spool.Close()
+}
+
+// report writes the end-of-run table: what was measured, the caller's rows
+// (exit status, forensics), then where the samples went.
+func (s *session) report(w io.Writer, title string, extra ...summary.Row) {
+	rows := append(s.acc.Rows(), extra...)
+	summary.Write(w, title, append(rows, s.trackerRows()...))
 }
 
 // trackerRows says, per tracker, where the samples went.
@@ -380,6 +379,3 @@ func startTags(cfg config.Config, src *sources) map[string]string {
 	}
 	return t
 }
-
-// errUsage is returned by builders for configuration the user must fix.
-var errUsage = errors.New("usage")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -24,7 +23,7 @@ type overrides struct {
 // buildSinks is the one place that lists bridge's trackers. With "auto" a
 // tracker is on when its own variables say so (MLFLOW_TRACKING_URI, W&B's
 // API key or project); a tracker named explicitly must be configured, or it
-// is a usage error. A non-HTTP MLflow URI is explained and falls back to the
+// is a usage error (every error it returns is one). A non-HTTP MLflow URI is explained and falls back to the
 // spool.
 func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Sink, error) {
 	home, _ := os.UserHomeDir()
@@ -43,7 +42,7 @@ func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Si
 				log.Warn("MLflow is not reachable over REST from bridge; samples go to the spool", "err", err)
 			}
 		case err != nil:
-			return nil, fmt.Errorf("%w: %w", errUsage, err)
+			return nil, err
 		default:
 			if cfg.NodeID != "" { // else MLFLOW_SYSTEM_METRICS_NODE_ID, as read by ConfigFromEnv
 				mc.NodeID = cfg.NodeID
@@ -56,12 +55,12 @@ func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Si
 			}
 			s, err := mlflow.New(mc, log.With("tracker", "mlflow"))
 			if err != nil {
-				return nil, fmt.Errorf("%w: %w", errUsage, err)
+				return nil, err
 			}
 			sinks = append(sinks, s)
 		}
 		if want("mlflow") && len(sinks) == 0 {
-			return nil, fmt.Errorf("%w: --trackers=mlflow needs MLFLOW_TRACKING_URI=http(s)://... of an `mlflow server`", errUsage)
+			return nil, errors.New("--trackers=mlflow needs MLFLOW_TRACKING_URI=http(s)://... of an `mlflow server`")
 		}
 	}
 
@@ -74,11 +73,11 @@ func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Si
 		switch {
 		case !want("wandb") && !configured:
 		case err != nil:
-			return nil, fmt.Errorf("%w: %w", errUsage, err)
+			return nil, err
 		case wc.Mode != wandb.ModeOnline:
 			log.Info("W&B is off for this job (WANDB_MODE); its samples stay in the spool", "mode", wc.Mode)
 		case wc.APIKey == "" && want("wandb"):
-			return nil, fmt.Errorf("%w: --trackers=wandb needs an API key: set WANDB_API_KEY or add the server to ~/.netrc (as `wandb login` does)", errUsage)
+			return nil, errors.New("--trackers=wandb needs an API key: set WANDB_API_KEY or add the server to ~/.netrc (as `wandb login` does)")
 		case wc.APIKey == "":
 			// Under auto a missing key must not stop the job from running.
 			log.Warn("WANDB_PROJECT is set but no W&B API key was found (WANDB_API_KEY or ~/.netrc); W&B is off, samples stay in the spool")
@@ -89,7 +88,7 @@ func buildSinks(cfg config.Config, ov overrides, log *slog.Logger) ([]tracker.Si
 			}
 			s, err := wandb.New(wc, log) // New adds tracker=wandb itself
 			if err != nil {
-				return nil, fmt.Errorf("%w: %w", errUsage, err)
+				return nil, err
 			}
 			sinks = append(sinks, s)
 		}

@@ -41,29 +41,37 @@ func runSupervise(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: cannot run %q: %v\n", argv[0], err)
 		return startFailureCode(err)
 	}
-	previous, ov := resumeFromSpool(cfg, log)
+	// An explicit spool is opened once, before the trackers start: what an
+	// earlier attempt left there decides the run and goes into its tags.
+	var sp *spool.Spool
+	var lost *forensics.Lost
+	var ov overrides
+	if cfg.Spool != "" {
+		var err error
+		if sp, err = spool.Open(cfg.Spool); err != nil {
+			// The job matters more than its metrics: run it without a spool.
+			log.Error("cannot open the spool; running the command without sampling", "err", err)
+			return runBare(argv, os.Environ(), log)
+		}
+		lost, ov = previousAttempt(sp, log)
+	}
 	sinks, err := buildSinks(cfg, ov, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
-		return exitUsage
+		return usageError(stderr, err)
 	}
 	src, err := buildSources(cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
-		return exitUsage
+		return usageError(stderr, err)
 	}
 	tags := startTags(cfg, src)
 	tags["bridge.command"] = truncate(strings.Join(argv, " "), 500)
-	// An earlier attempt on this spool that stopped without a clean shutdown
-	// is reported on the run from the start: this attempt may not survive
-	// either.
 	var lostRows []summary.Row
-	if lost, ok := forensics.PreviousAttemptLost(append(previous, spool.Attempt{Start: spool.Record{Time: time.Now().UnixMilli()}})); ok {
+	if lost != nil {
+		// Reported from the start: this attempt may not survive either.
 		for k, v := range lost.Tags() {
 			tags[k] = v
 		}
 		lostRows = lost.Rows()
-		log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
 	}
 	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
 	runs, env, failed := startSinks(context.Background(), sinks, info, log)
@@ -73,10 +81,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 		}
 	}
 
-	sess, err := openSession(cfg, log, src, runs, tags)
-	if err == nil {
-		sess.failedStarts = failed
-	}
+	sess, err := openSession(cfg, log, src, sp, runs, failed, tags)
 	if err != nil {
 		// The job matters more than its metrics: run it without a spool.
 		log.Error("cannot open the spool; running the command without sampling", "err", err)
@@ -108,29 +113,28 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}
 	sess.run()
 
-	// Drain the late channel while the child runs: those signals were
-	// forwarded by the supervisor already.
+	// Signals while the child runs were forwarded by the supervisor; one
+	// after it has exited cuts the final flush short.
+	abort := make(chan struct{})
+	stopReaping := make(chan struct{})
 	go func() {
 		for {
 			select {
 			case <-late:
-			case <-child.Done():
+				select {
+				case <-child.Done():
+					close(abort)
+					return
+				default:
+				}
+			case <-stopReaping:
 				return
 			}
 		}
 	}()
 	exit := child.Wait()
 
-	abort := make(chan struct{})
-	stopReaping := make(chan struct{})
 	go supervisor.ReapOrphans(stopReaping)
-	go func() {
-		select {
-		case <-late:
-			close(abort)
-		case <-stopReaping:
-		}
-	}()
 	sess.stop(abort)
 	end := endInfo(exit)
 	ev, verdict := classify(exit, src, sess.acc)
@@ -140,12 +144,8 @@ func runSupervise(args []string, stderr io.Writer) int {
 	sess.finish(end)
 	close(stopReaping)
 
-	rows := sess.acc.Rows()
-	rows = append(rows, summary.Row{What: "exit status", Value: describeExit(exit)})
-	rows = append(rows, verdict.Rows(ev)...)
-	rows = append(rows, lostRows...)
-	rows = append(rows, sess.trackerRows()...)
-	summary.Write(stderr, "bridge: end of run", rows)
+	rows := append([]summary.Row{{What: "exit status", Value: describeExit(exit)}}, verdict.Rows(ev)...)
+	sess.report(stderr, "bridge: end of run", append(rows, lostRows...)...)
 	return exit.Code
 }
 
@@ -248,39 +248,22 @@ func truncate(s string, n int) string {
 
 func createdTag(sink string) string { return "bridge.created_run." + sink }
 
-// resumeFromSpool reads the attempts an explicit spool holds. When the last
-// training attempt stopped without a clean shutdown (a group OOM kill took
-// bridge too, a node failure) and recorded an MLflow run that it created,
-// the restarted bridge writes into that run again instead of creating a new
-// one, unless MLFLOW_RUN_ID says otherwise.
-func resumeFromSpool(cfg config.Config, log *slog.Logger) ([]spool.Attempt, overrides) {
+// previousAttempt finds an earlier attempt on sp that stopped without a
+// clean shutdown (a group OOM kill took bridge too, a node failure). When it
+// wrote to an MLflow run, this attempt writes into that run again instead of
+// creating a new one, unless MLFLOW_RUN_ID says otherwise.
+func previousAttempt(sp *spool.Spool, log *slog.Logger) (*forensics.Lost, overrides) {
 	var ov overrides
-	if cfg.Spool == "" {
+	lost, ok := forensics.LostBefore(sp.Attempts(), time.Now())
+	if !ok {
 		return nil, ov
 	}
-	if _, err := os.Stat(cfg.Spool); err != nil {
-		return nil, ov
+	log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
+	if id := lost.Record.Runs["mlflow"]; id != "" && os.Getenv("MLFLOW_RUN_ID") == "" {
+		ov.mlflowRunID, ov.mlflowOwns = id, lost.Record.Info[createdTag("mlflow")] == "true"
+		log.Info("writing into the MLflow run of that attempt again", "run", id, "attempt", lost.Attempt)
 	}
-	_, _, attempts, err := spool.ReadFile(cfg.Spool)
-	if err != nil {
-		log.Warn("cannot read the earlier attempts in the spool", "err", err)
-		return nil, ov
-	}
-	var last *spool.Attempt
-	for i := range attempts {
-		if attempts[i].Start.Info["mode"] != "sync" {
-			last = &attempts[i]
-		}
-	}
-	if last == nil || last.End != nil || os.Getenv("MLFLOW_RUN_ID") != "" {
-		return attempts, ov
-	}
-	if id := last.Start.Runs["mlflow"]; id != "" {
-		ov.mlflowRunID, ov.mlflowOwns = id, last.Start.Info[createdTag("mlflow")] == "true"
-		log.Info("an earlier attempt on this spool stopped without a clean shutdown; writing into its MLflow run again",
-			"run", id, "attempt", last.Start.Attempt)
-	}
-	return attempts, ov
+	return lost, ov
 }
 
 // classify says why the child ended, from what bridge saw at its exit.

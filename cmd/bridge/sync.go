@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -53,8 +52,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	}
 	sinks, err := buildSinks(cfg, ov, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %s\n", strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
-		return exitUsage
+		return usageError(stderr, err)
 	}
 	if len(sinks) == 0 {
 		fmt.Fprintln(stderr, "bridge: sync needs a tracker: set MLFLOW_TRACKING_URI=http(s)://... (or W&B's variables)")
