@@ -1,19 +1,23 @@
 // Package config loads bridge's settings into one typed struct. Precedence:
 // flags, then environment (BRIDGE_<FLAG>, dashes as underscores), then a YAML
-// file (--config / BRIDGE_CONFIG), then defaults. Unknown file keys and bad
-// values are usage errors that name the flag, variable or file key involved.
+// file (--config / BRIDGE_CONFIG), then defaults. One viper instance merges
+// them and decodes them strictly into Config; unknown file keys and bad
+// values are usage errors (ErrUsage) that name the flag, variable or file key
+// involved.
 package config
 
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"reflect"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 )
@@ -27,55 +31,80 @@ var AllScopes = []string{"container", "node", "rootfs", "netns", "process", "gpu
 // Trackers that can be selected.
 var allTrackers = []string{"auto", "mlflow", "wandb", "none"}
 
-// Config is every setting of bridge.
+// Bounds on the sizes, so that a typo cannot make bridge allocate (or wait)
+// without limit.
+const (
+	MaxQueueSize     = 100_000
+	MinSpoolMaxSize  = 4 << 10 // below this not even one sample fits
+	maxSize          = 1 << 50 // 1 PiB: any larger "size" is a typo
+	maxDuration      = 24 * time.Hour
+	maxStartTimeout  = 10 * time.Minute
+	envPrefix        = "BRIDGE"
+	configKey        = "config"
+	defaultSpoolSize = 1 << 30
+)
+
+// Config is every setting of bridge. The mapstructure tags are the file keys
+// and flag names.
 type Config struct {
-	Interval       time.Duration // time between samples
-	FastInterval   time.Duration // time between samples when the working set nears the limit
-	FastThreshold  float64       // percent of the memory limit above which FastInterval applies
-	CollectTimeout time.Duration // bound on each collector's call
-	Window         time.Duration // `bridge sample`: time between its two readings
-	Scopes         []string      // which scopes to collect
-	NoContainer    bool          // container awareness off: no cgroup collector
-	NodeID         string        // multi-node runs: keys go under system/<node_id>/
-	LogLevel       string        // debug, info, warn, error
-	Trackers       []string      // auto, mlflow, wandb, none
-	RunName        string        // name of a run bridge creates
-	Spool          string        // JSON Lines spool path; empty = derived default
-	QueueSize      int           // samples buffered between sampling and the spool writer
-	FlushTimeout   time.Duration // after the child exits, longest wait for trackers
-	ProcRoot       string        // procfs mount point
-	CgroupRoot     string        // cgroupfs mount point
-	Rootfs         string        // path whose filesystem rootfs_ describes
-	GPUs           []string      // restrict GPUs by index or UUID
-	GPUMatchCUDA   bool          // restrict GPUs to CUDA_VISIBLE_DEVICES, matched by UUID
-	ConfigFile     string        // the YAML file read, if any
+	Interval       time.Duration `mapstructure:"interval"`               // time between samples
+	FastInterval   time.Duration `mapstructure:"fast-interval"`          // time between samples when the working set nears the limit
+	FastThreshold  float64       `mapstructure:"fast-threshold"`         // percent of the memory limit above which FastInterval applies
+	CollectTimeout time.Duration `mapstructure:"collect-timeout"`        // bound on each collector's call
+	Window         time.Duration `mapstructure:"window"`                 // `bridge sample`: time between its two readings
+	Scopes         []string      `mapstructure:"scopes"`                 // which scopes to collect
+	NoContainer    bool          `mapstructure:"no-container"`           // container awareness off: no cgroup collector
+	NodeID         string        `mapstructure:"node-id"`                // multi-node runs: keys go under system/<node_id>/
+	LogLevel       string        `mapstructure:"log-level"`              // debug, info, warn, error
+	Trackers       []string      `mapstructure:"trackers"`               // auto, mlflow, wandb, none
+	RunName        string        `mapstructure:"run-name"`               // name of a run bridge creates
+	Spool          string        `mapstructure:"spool"`                  // JSON Lines spool path; empty = derived default
+	SpoolMaxSize   ByteSize      `mapstructure:"spool-max-size"`         // cap on the spool file; 0 = no cap
+	KeepSpool      bool          `mapstructure:"keep-spool"`             // keep a fully delivered spool of a clean run
+	QueueSize      int           `mapstructure:"queue-size"`             // samples buffered between sampling and the spool writer
+	FlushTimeout   time.Duration `mapstructure:"flush-timeout"`          // after the child exits, longest wait for trackers
+	StartTimeout   time.Duration `mapstructure:"start-timeout"`          // longest wait for trackers before the child starts
+	KillAfter      time.Duration `mapstructure:"kill-after"`             // SIGKILL this long after a forwarded SIGTERM; 0 = never
+	ProcRoot       string        `mapstructure:"proc-root"`              // procfs mount point
+	CgroupRoot     string        `mapstructure:"cgroup-root"`            // cgroupfs mount point
+	Rootfs         string        `mapstructure:"rootfs"`                 // path whose filesystem rootfs_ describes
+	GPUs           []string      `mapstructure:"gpus"`                   // restrict GPUs by index or UUID
+	GPUMatchCUDA   bool          `mapstructure:"gpu-match-cuda-visible"` // restrict GPUs to CUDA_VISIBLE_DEVICES, matched by UUID
+	ConfigFile     string        `mapstructure:"config"`                 // the YAML file read, if any
 }
 
+// option is one setting: its flag (registered typed, so that pflag rejects a
+// value of the wrong type naming the flag) and its default.
 type option struct {
-	key, def, usage string
-	kind            string // duration, float, int, bool, string, list
+	key   string
+	def   any // typed default: time.Duration, float64, int, bool, string, []string, ByteSize
+	usage string
 }
 
 var options = []option{
-	{"interval", "10s", "time between samples (Go duration, e.g. 10s)", "duration"},
-	{"fast-interval", "1s", "time between samples while the working set is above --fast-threshold of the limit (0 turns it off)", "duration"},
-	{"fast-threshold", "90", "percent of the memory limit above which bridge samples every --fast-interval", "float"},
-	{"collect-timeout", "5s", "longest wait for one collector in one sample", "duration"},
-	{"window", "1s", "bridge sample: time between the two readings that CPU rates need", "duration"},
-	{"scopes", strings.Join(AllScopes, ","), "scopes to collect: " + strings.Join(AllScopes, ", "), "list"},
-	{"no-container", "false", "turn container awareness off: no container_ metrics, as JVM -XX:-UseContainerSupport", "bool"},
-	{"node-id", "", "node id for multi-node runs: MLflow keys go under system/<node-id>/, W&B series get the label /l:<node-id>", "string"},
-	{"log-level", "info", "log level: debug, info, warn, error", "string"},
-	{"trackers", "auto", "trackers to send to: auto, mlflow, wandb, none (comma-separated)", "list"},
-	{"run-name", "", "name of the run when bridge creates it (default: from the command line)", "string"},
-	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<run>.jsonl)", "string"},
-	{"flush-timeout", "30s", "after the child exits, longest wait for trackers to take what is left (the rest stays in the spool)", "duration"},
-	{"queue-size", "1024", "samples buffered between sampling and the spool writer", "int"},
-	{"proc-root", "/proc", "where procfs is mounted (e.g. /host/proc for a sidecar reading another view)", "path"},
-	{"cgroup-root", "/sys/fs/cgroup", "where the cgroup filesystem is mounted", "path"},
-	{"rootfs", "/", "the filesystem the rootfs_ series describe", "path"},
-	{"gpus", "", "GPUs to collect, by index or UUID (comma-separated; default all visible)", "list"},
-	{"gpu-match-cuda-visible", "false", "collect only the GPUs named in CUDA_VISIBLE_DEVICES, matched by UUID", "bool"},
+	{"interval", 10 * time.Second, "time between samples (Go duration, e.g. 10s; 100ms to 24h)"},
+	{"fast-interval", time.Second, "time between samples while the working set is above --fast-threshold of the limit (0 turns it off)"},
+	{"fast-threshold", 90.0, "percent of the memory limit above which bridge samples every --fast-interval, in (0, 100]"},
+	{"collect-timeout", 5 * time.Second, "longest wait for one collector in one sample (10ms to 10m)"},
+	{"window", time.Second, "bridge sample: time between the two readings that CPU rates need"},
+	{"scopes", AllScopes, "scopes to collect: " + strings.Join(AllScopes, ", ")},
+	{"no-container", false, "turn container awareness off: no container_ metrics, as JVM -XX:-UseContainerSupport"},
+	{"node-id", "", "node id for multi-node runs: MLflow keys go under system/<node-id>/, W&B series get the label /l:<node-id>"},
+	{"log-level", "info", "log level: debug, info, warn, error"},
+	{"trackers", []string{"auto"}, "trackers to send to: auto, mlflow, wandb, none (comma-separated)"},
+	{"run-name", "", "name of the run when bridge creates it (default: from the command line, secrets redacted)"},
+	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<run>.jsonl)"},
+	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
+	{"keep-spool", false, "keep the spool file of a clean run even when every tracker has taken all of it"},
+	{"flush-timeout", 30 * time.Second, "after the child exits, longest wait in all for trackers to take what is left and record the end (the rest stays in the spool); a second SIGINT/SIGTERM ends it at once"},
+	{"start-timeout", 5 * time.Second, "longest wait for trackers before the child starts: the child starts within this whatever the trackers do (100ms to 10m)"},
+	{"kill-after", time.Duration(0), "after bridge forwards SIGTERM (or SIGINT), send SIGKILL to the child's group if it is still running this long after (0 = never)"},
+	{"queue-size", 1024, fmt.Sprintf("samples buffered between sampling and the spool writer (1 to %d)", MaxQueueSize)},
+	{"proc-root", "/proc", "where procfs is mounted (e.g. /host/proc for a sidecar reading another view)"},
+	{"cgroup-root", "/sys/fs/cgroup", "where the cgroup filesystem is mounted"},
+	{"rootfs", "/", "the filesystem the rootfs_ series describe"},
+	{"gpus", []string{}, "GPUs to collect, by index or UUID (comma-separated; default all visible)"},
+	{"gpu-match-cuda-visible", false, "collect only the GPUs named in CUDA_VISIBLE_DEVICES, matched by UUID"},
 }
 
 // Keys returns the known configuration keys (the flag names).
@@ -89,212 +118,284 @@ func Keys() []string {
 
 // EnvName is the environment variable for a key.
 func EnvName(key string) string {
-	return "BRIDGE_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
+	return envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
 }
 
-// RegisterFlags adds every option, and --config, to fs.
+// RegisterFlags adds every option, and --config, to fs, each with its type.
 func RegisterFlags(fs *pflag.FlagSet) {
 	for _, o := range options {
-		switch o.kind {
-		case "bool":
-			fs.Bool(o.key, o.def == "true", o.usage)
+		switch d := o.def.(type) {
+		case time.Duration:
+			fs.Duration(o.key, d, o.usage)
+		case float64:
+			fs.Float64(o.key, d, o.usage)
+		case int:
+			fs.Int(o.key, d, o.usage)
+		case bool:
+			fs.Bool(o.key, d, o.usage)
+		case string:
+			fs.String(o.key, d, o.usage)
+		case []string:
+			fs.StringSlice(o.key, d, o.usage)
+		case ByteSize:
+			v := d
+			fs.Var(&v, o.key, o.usage)
 		default:
-			v := &text{s: o.def, kind: o.kind}
-			fs.Var(v, o.key, o.usage)
-			fs.Lookup(o.key).DefValue = o.def
+			panic(fmt.Sprintf("config: option %s has default of unhandled type %T", o.key, o.def))
 		}
 	}
-	fs.String("config", "", "YAML config file (also BRIDGE_CONFIG)")
+	fs.String(configKey, "", "YAML config file (also BRIDGE_CONFIG)")
+}
+
+// Parse parses args into fs (made with RegisterFlags); a bad flag is an
+// error wrapping ErrUsage that names it.
+func Parse(fs *pflag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	return nil
 }
 
 // Load builds the Config from fs (already parsed), the process environment
 // and the file named by --config or BRIDGE_CONFIG. Errors wrap ErrUsage.
 func Load(fs *pflag.FlagSet) (Config, error) {
 	v := viper.New()
-	for _, o := range options {
+	v.SetEnvPrefix(envPrefix)
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	for _, o := range append(options, option{key: configKey, def: ""}) {
 		v.SetDefault(o.key, o.def)
 		if f := fs.Lookup(o.key); f != nil {
 			if err := v.BindPFlag(o.key, f); err != nil {
-				return Config{}, fmt.Errorf("binding flag --%s: %w", o.key, err)
+				return Config{}, fmt.Errorf("%w: binding flag --%s: %w", ErrUsage, o.key, err)
 			}
 		}
-		if err := v.BindEnv(o.key, EnvName(o.key)); err != nil {
-			return Config{}, fmt.Errorf("binding %s: %w", EnvName(o.key), err)
-		}
 	}
-	src := sources{fs: fs}
+	src := sources{fs: fs, v: v}
 
-	file := ""
-	if f := fs.Lookup("config"); f != nil && f.Changed {
-		file, src.fileVia = f.Value.String(), "--config"
-	} else if e := os.Getenv("BRIDGE_CONFIG"); e != "" {
-		file, src.fileVia = e, "BRIDGE_CONFIG"
-	}
-	if file != "" {
-		// A separate instance sees only the file, to find unknown keys.
-		fv := viper.New()
-		fv.SetConfigFile(file)
-		fv.SetConfigType("yaml")
-		if err := fv.ReadInConfig(); err != nil {
+	if file := v.GetString(configKey); file != "" {
+		src.file, src.fileVia = file, src.name(configKey)
+		v.SetConfigFile(file)
+		v.SetConfigType("yaml")
+		if err := v.ReadInConfig(); err != nil {
 			return Config{}, fmt.Errorf("%w: cannot read config file %q (from %s): %w", ErrUsage, file, src.fileVia, err)
 		}
-		known := Keys()
+		// Said here, by name, rather than in UnmarshalExact's terms.
+		known := append(Keys(), configKey)
 		var unknown []string
-		src.fileKeys = map[string]bool{}
-		for _, k := range fv.AllKeys() {
-			if !slices.Contains(known, k) {
+		for _, k := range v.AllKeys() {
+			top, _, _ := strings.Cut(k, ".")
+			if !slices.Contains(known, top) || top != k {
 				unknown = append(unknown, k)
 			}
-			src.fileKeys[k] = true
 		}
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
 			return Config{}, fmt.Errorf("%w: unknown key(s) %s in config file %q; known keys: %s",
-				ErrUsage, strings.Join(unknown, ", "), file, strings.Join(known, ", "))
-		}
-		if err := v.MergeConfigMap(fv.AllSettings()); err != nil {
-			return Config{}, fmt.Errorf("%w: config file %q: %w", ErrUsage, file, err)
-		}
-		src.file = file
-	}
-
-	// get returns the winning value (flag > env > file > default) as text;
-	// YAML lists are joined with commas like the flag form.
-	get := func(key string) string {
-		switch t := v.Get(key).(type) {
-		case []any:
-			parts := make([]string, len(t))
-			for i, p := range t {
-				parts[i] = fmt.Sprint(p)
-			}
-			return strings.Join(parts, ",")
-		case nil:
-			return ""
-		default:
-			return fmt.Sprint(t)
+				ErrUsage, strings.Join(unknown, ", "), file, strings.Join(Keys(), ", "))
 		}
 	}
 
 	var c Config
-	var err error
-	bad := func(key, val, why string) error {
-		return fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(key), val, why)
-	}
-	dur := func(key string, min time.Duration) (time.Duration, error) {
-		s := get(key)
-		d, e := time.ParseDuration(s)
-		if e != nil {
-			return 0, bad(key, s, "not a Go duration (e.g. 10s, 500ms, 1m)")
+	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		mapstructure.StringToTimeDurationHookFunc(),
+		mapstructure.TextUnmarshallerHookFunc(),
+		mapstructure.StringToSliceHookFunc(","),
+		mapstructure.StringToBasicTypeHookFunc(),
+		wholeNumberHook,
+		scalarToStringHook,
+	)), func(dc *mapstructure.DecoderConfig) { dc.WeaklyTypedInput = false })
+	if err != nil {
+		var de *mapstructure.DecodeError
+		if errors.As(err, &de) && slices.Contains(Keys(), de.Name()) {
+			return c, fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(de.Name()), fmt.Sprint(v.Get(de.Name())), decodeReason(de))
 		}
+		return c, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if err := c.validate(src); err != nil {
+		return c, err
+	}
+	if err := checkTrackerEnv(os.Getenv); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+// decodeReason is the decode error in the user's terms: the kind of value
+// the key wants, then the parser's own words.
+func decodeReason(de *mapstructure.DecodeError) string {
+	for _, o := range options {
+		if o.key == de.Name() {
+			return fmt.Sprintf("not a valid %s (%v)", kindName(reflect.TypeOf(o.def)), de.Unwrap())
+		}
+	}
+	return de.Unwrap().Error()
+}
+
+func kindName(t reflect.Type) string {
+	switch t {
+	case reflect.TypeOf(time.Duration(0)):
+		return "Go duration (e.g. 10s, 500ms, 1m)"
+	case reflect.TypeOf(ByteSize(0)):
+		return "size (e.g. 512MiB, 1GiB, 0)"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "boolean (true or false)"
+	case reflect.Int, reflect.Int64:
+		return "whole number"
+	case reflect.Float64:
+		return "number"
+	case reflect.Slice:
+		return "list"
+	}
+	return t.String()
+}
+
+// wholeNumberHook refuses a fractional number (a YAML 1.5) for an integer
+// setting, which mapstructure would truncate.
+func wholeNumberHook(f, t reflect.Type, data any) (any, error) {
+	if t.Kind() != reflect.Int && t.Kind() != reflect.Int64 {
+		return data, nil
+	}
+	if f.Kind() == reflect.Float64 || f.Kind() == reflect.Float32 {
+		x := reflect.ValueOf(data).Float()
+		if x != math.Trunc(x) || math.IsInf(x, 0) || math.Abs(x) > 1<<62 {
+			return nil, fmt.Errorf("not a whole number: %v", x)
+		}
+		return int64(x), nil
+	}
+	return data, nil
+}
+
+// scalarToStringHook lets a file say node-id: 7 for a string setting.
+func scalarToStringHook(f, t reflect.Type, data any) (any, error) {
+	if t.Kind() != reflect.String {
+		return data, nil
+	}
+	switch f.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Float64, reflect.Bool:
+		return fmt.Sprint(data), nil
+	}
+	return data, nil
+}
+
+// validate checks ranges and forms, in one place, naming each key's source.
+func (c *Config) validate(src sources) error {
+	bad := func(key string, val any, why string) error {
+		return fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(key), fmt.Sprint(val), why)
+	}
+	durs := []struct {
+		key      string
+		d        time.Duration
+		min, max time.Duration
+		zeroOK   bool
+	}{
+		{"interval", c.Interval, 100 * time.Millisecond, maxDuration, false},
+		{"fast-interval", c.FastInterval, 10 * time.Millisecond, maxDuration, true},
+		{"collect-timeout", c.CollectTimeout, 10 * time.Millisecond, 10 * time.Minute, false},
+		{"window", c.Window, 0, time.Hour, true},
+		{"flush-timeout", c.FlushTimeout, 0, maxDuration, true},
+		{"start-timeout", c.StartTimeout, 100 * time.Millisecond, maxStartTimeout, false},
+		{"kill-after", c.KillAfter, 0, maxDuration, true},
+	}
+	for _, d := range durs {
 		switch {
-		case d < 0:
-			return 0, bad(key, s, "must not be negative")
-		case d < min:
-			return 0, bad(key, s, "must be at least "+min.String())
+		case d.d < 0:
+			return bad(d.key, d.d, "must not be negative")
+		case d.d == 0 && d.zeroOK:
+		case d.d < d.min:
+			return bad(d.key, d.d, "must be at least "+d.min.String())
+		case d.d > d.max:
+			return bad(d.key, d.d, "must be at most "+d.max.String())
 		}
-		return d, nil
 	}
-	if c.Interval, err = dur("interval", 100*time.Millisecond); err != nil {
-		return c, err
+	if math.IsNaN(c.FastThreshold) || c.FastThreshold <= 0 || c.FastThreshold > 100 {
+		return bad("fast-threshold", c.FastThreshold, "must be a percentage in (0, 100]")
 	}
-	if c.FastInterval, err = dur("fast-interval", 0); err != nil {
-		return c, err
+	if c.QueueSize < 1 || c.QueueSize > MaxQueueSize {
+		return bad("queue-size", c.QueueSize, fmt.Sprintf("must be a whole number from 1 to %d", MaxQueueSize))
 	}
-	if c.CollectTimeout, err = dur("collect-timeout", 10*time.Millisecond); err != nil {
-		return c, err
+	if c.SpoolMaxSize != 0 && c.SpoolMaxSize < MinSpoolMaxSize {
+		return bad("spool-max-size", c.SpoolMaxSize, fmt.Sprintf("must be 0 (no cap) or at least %s", ByteSize(MinSpoolMaxSize)))
 	}
-	if c.FlushTimeout, err = dur("flush-timeout", 0); err != nil {
-		return c, err
-	}
-	if c.Window, err = dur("window", 0); err != nil {
-		return c, err
-	}
-	{
-		s := get("fast-threshold")
-		f, e := strconv.ParseFloat(s, 64)
-		if e != nil || f <= 0 || f > 100 {
-			return c, bad("fast-threshold", s, "must be a percentage in (0, 100]")
-		}
-		c.FastThreshold = f
-	}
-	{
-		s := get("queue-size")
-		n, e := strconv.Atoi(s)
-		if e != nil || n < 1 {
-			return c, bad("queue-size", s, "must be a positive integer")
-		}
-		c.QueueSize = n
-	}
-	boolean := func(key string) (bool, error) {
-		s := get(key)
-		b, e := strconv.ParseBool(s)
-		if e != nil {
-			return false, bad(key, s, "must be true or false")
-		}
-		return b, nil
-	}
-	if c.NoContainer, err = boolean("no-container"); err != nil {
-		return c, err
-	}
-	if c.GPUMatchCUDA, err = boolean("gpu-match-cuda-visible"); err != nil {
-		return c, err
-	}
-	list := func(key string, allowed []string) ([]string, error) {
-		s := get(key)
-		var out []string
-		for _, p := range strings.Split(s, ",") {
-			p = strings.TrimSpace(p)
-			if p == "" {
-				continue
-			}
-			if allowed != nil && !slices.Contains(allowed, p) {
-				return nil, bad(key, s, fmt.Sprintf("unknown value %q; known: %s", p, strings.Join(allowed, ", ")))
-			}
-			if !slices.Contains(out, p) {
-				out = append(out, p)
-			}
-		}
-		return out, nil
-	}
-	if c.Scopes, err = list("scopes", AllScopes); err != nil {
-		return c, err
+	var err error
+	if c.Scopes, err = list(c.Scopes, AllScopes, "scopes", bad); err != nil {
+		return err
 	}
 	if len(c.Scopes) == 0 {
-		return c, bad("scopes", get("scopes"), "name at least one scope")
+		return bad("scopes", "", "name at least one scope")
 	}
-	if c.Trackers, err = list("trackers", allTrackers); err != nil {
-		return c, err
+	if c.Trackers, err = list(c.Trackers, allTrackers, "trackers", bad); err != nil {
+		return err
 	}
 	if len(c.Trackers) == 0 {
 		c.Trackers = []string{"auto"}
 	}
 	if len(c.Trackers) > 1 && (slices.Contains(c.Trackers, "none") || slices.Contains(c.Trackers, "auto")) {
-		return c, bad("trackers", get("trackers"), `"auto" and "none" cannot be combined with other trackers`)
+		return bad("trackers", strings.Join(c.Trackers, ","), `"auto" and "none" cannot be combined with other trackers`)
 	}
-	if c.GPUs, err = list("gpus", nil); err != nil {
-		return c, err
+	if c.GPUs, err = list(c.GPUs, nil, "gpus", bad); err != nil {
+		return err
 	}
-	c.LogLevel = strings.ToLower(get("log-level"))
+	c.LogLevel = strings.ToLower(strings.TrimSpace(c.LogLevel))
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
-		return c, bad("log-level", get("log-level"), "must be debug, info, warn or error")
+		return bad("log-level", c.LogLevel, "must be debug, info, warn or error")
 	}
-	c.NodeID = get("node-id")
-	if c.NodeID != "" && !validNodeID(c.NodeID) {
-		return c, bad("node-id", c.NodeID, "may hold only letters, digits, '_', '-', '.' (it becomes one MLflow key segment)")
+	if c.NodeID != "" && !ValidNodeID(c.NodeID) {
+		return bad("node-id", c.NodeID, nodeIDRule)
 	}
-	for key, dst := range map[string]*string{"proc-root": &c.ProcRoot, "cgroup-root": &c.CgroupRoot, "rootfs": &c.Rootfs} {
-		*dst = get(key)
-		if st, e := os.Stat(*dst); e != nil || !st.IsDir() {
-			return c, bad(key, *dst, "not a directory")
+	if len(c.RunName) > 250 || strings.ContainsFunc(c.RunName, isControl) {
+		return bad("run-name", c.RunName, "must be at most 250 characters without control characters")
+	}
+	if strings.ContainsFunc(c.Spool, isControl) || strings.ContainsRune(c.Spool, 0) {
+		return bad("spool", c.Spool, "must be a file path without control characters")
+	}
+	if st, e := os.Stat(c.Spool); c.Spool != "" && e == nil && st.IsDir() {
+		return bad("spool", c.Spool, "is a directory; name a file")
+	}
+	for _, p := range []struct {
+		key string
+		dir string
+	}{{"proc-root", c.ProcRoot}, {"cgroup-root", c.CgroupRoot}, {"rootfs", c.Rootfs}} {
+		if st, e := os.Stat(p.dir); p.dir == "" || e != nil || !st.IsDir() {
+			return bad(p.key, p.dir, "not a directory")
 		}
 	}
-	c.RunName = get("run-name")
-	c.Spool = get("spool")
-	c.ConfigFile = file
-	return c, nil
+	return nil
 }
 
-func validNodeID(s string) bool {
+// list trims, drops empty and repeated items, and checks each against
+// allowed (nil: anything).
+func list(in, allowed []string, key string, bad func(string, any, string) error) ([]string, error) {
+	var out []string
+	for _, p := range in {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if allowed != nil && !slices.Contains(allowed, p) {
+			return nil, bad(key, strings.Join(in, ","), fmt.Sprintf("unknown value %q; known: %s", p, strings.Join(allowed, ", ")))
+		}
+		if strings.ContainsFunc(p, isControl) {
+			return nil, bad(key, strings.Join(in, ","), "control character in "+fmt.Sprintf("%q", p))
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+const nodeIDRule = "may hold only letters, digits, '_', '-', '.' and at most 100 of them (it becomes one MLflow key segment)"
+
+// ValidNodeID reports whether s can be a node id (one MLflow key segment).
+func ValidNodeID(s string) bool {
 	for _, r := range s {
 		ok := r == '_' || r == '-' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
 		if !ok {
@@ -309,30 +410,21 @@ func (c Config) HasScope(s string) bool { return slices.Contains(c.Scopes, s) }
 
 // sources names where a key's value came from, for error messages.
 type sources struct {
-	fs       *pflag.FlagSet
-	file     string
-	fileVia  string
-	fileKeys map[string]bool
+	fs      *pflag.FlagSet
+	v       *viper.Viper
+	file    string
+	fileVia string
 }
 
 func (s sources) name(key string) string {
 	if f := s.fs.Lookup(key); f != nil && f.Changed {
 		return "--" + key
 	}
-	if _, ok := os.LookupEnv(EnvName(key)); ok {
+	if e, ok := os.LookupEnv(EnvName(key)); ok && e != "" {
 		return EnvName(key)
 	}
-	if s.fileKeys[key] {
+	if s.file != "" && s.v.InConfig(key) {
 		return fmt.Sprintf("%s (in %s)", key, s.file)
 	}
 	return "--" + key + " (default)"
 }
-
-// text is a flag value parsed later, by Load, so that a bad value is reported
-// like one from the environment or the file; its Type names the kind for
-// --help.
-type text struct{ s, kind string }
-
-func (t *text) String() string     { return t.s }
-func (t *text) Set(v string) error { t.s = v; return nil }
-func (t *text) Type() string       { return t.kind }

@@ -71,12 +71,12 @@ func parse(name string, args []string, stderr io.Writer, extra func(*pflag.FlagS
 	if extra != nil {
 		extra(fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			usage(stderr, fs)
 			return nil, config.Config{}, false
 		}
-		fmt.Fprintf(stderr, "bridge: %v (see bridge --help)\n", err)
+		usageError(stderr, fmt.Errorf("%w (see bridge --help)", err))
 		return nil, config.Config{}, false
 	}
 	cfg, err := config.Load(fs)
