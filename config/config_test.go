@@ -1,7 +1,9 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,12 +16,7 @@ import (
 
 func load(t *testing.T, args []string, env map[string]string) (Config, error) {
 	t.Helper()
-	for _, k := range Keys() {
-		t.Setenv(EnvName(k), "")
-		os.Unsetenv(EnvName(k))
-	}
-	t.Setenv("BRIDGE_CONFIG", "")
-	os.Unsetenv("BRIDGE_CONFIG")
+	clearEnv(t)
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
@@ -142,4 +139,153 @@ func TestUnreadableConfigFile(t *testing.T) {
 	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "BRIDGE_CONFIG") || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("err = %v, want a usage error naming BRIDGE_CONFIG and the path", err)
 	}
+}
+
+// Every option, every source: a value of the wrong type, range or form is a
+// usage error naming where it came from.
+func TestBadValuesEveryOption(t *testing.T) {
+	type bad struct{ key, val string }
+	cases := []bad{
+		{"interval", "ten"}, {"interval", "-1s"}, {"interval", "1ms"}, {"interval", "48h"},
+		{"fast-interval", "fast"}, {"fast-interval", "-1s"}, {"fast-interval", "1ms"},
+		{"fast-threshold", "NaN"}, {"fast-threshold", "0"}, {"fast-threshold", "101"}, {"fast-threshold", "high"}, {"fast-threshold", "+Inf"},
+		{"collect-timeout", "0"}, {"collect-timeout", "1h"}, {"collect-timeout", "x"},
+		{"window", "-1s"}, {"window", "2h"},
+		{"scopes", "cpu"}, {"scopes", ","},
+		{"no-container", "maybe"},
+		{"node-id", "a/b"}, {"node-id", strings.Repeat("n", 101)},
+		{"log-level", "loud"},
+		{"trackers", "mlflow,none"}, {"trackers", "neptune"},
+		{"run-name", "a\nb"}, {"run-name", strings.Repeat("r", 251)},
+		{"spool", "a\x01b"}, {"spool", "/"},
+		{"spool-max-size", "12xb"}, {"spool-max-size", "-1"}, {"spool-max-size", "1KiB"}, {"spool-max-size", "9EiB"}, {"spool-max-size", "NaN"},
+		{"keep-spool", "perhaps"},
+		{"flush-timeout", "-1s"}, {"flush-timeout", "30"}, {"flush-timeout", "100h"},
+		{"start-timeout", "0"}, {"start-timeout", "1h"}, {"start-timeout", "soon"},
+		{"kill-after", "-5s"}, {"kill-after", "25h"},
+		{"queue-size", "1.5"}, {"queue-size", "1e3"}, {"queue-size", "0"}, {"queue-size", "-3"}, {"queue-size", "99999999999999999999"}, {"queue-size", "100001"},
+		{"proc-root", "/nonexistent/proc"}, {"cgroup-root", "/etc/passwd"}, {"rootfs", ""},
+		{"gpus", "0,\x07"},
+		{"gpu-match-cuda-visible", "2"},
+	}
+	covered := map[string]bool{}
+	for _, tc := range cases {
+		covered[tc.key] = true
+		for _, via := range []string{"flag", "env", "file"} {
+			t.Run(via+"/"+tc.key+"="+tc.val, func(t *testing.T) {
+				var args []string
+				env := map[string]string{}
+				name := ""
+				switch via {
+				case "flag":
+					args, name = []string{"--" + tc.key + "=" + tc.val}, "--"+tc.key
+				case "env":
+					env[EnvName(tc.key)], name = tc.val, EnvName(tc.key)
+					if tc.val == "" {
+						t.Skip("an empty variable is unset, by design")
+					}
+				case "file":
+					p := writeFile(t, tc.key+": "+yamlQuote(tc.val)+"\n")
+					args, name = []string{"--config", p}, tc.key+" (in "
+				}
+				_, err := loadErr(t, args, env)
+				if err == nil {
+					t.Fatalf("%s=%q accepted", name, tc.val)
+				}
+				if !errors.Is(err, ErrUsage) {
+					t.Errorf("error does not wrap ErrUsage: %v", err)
+				}
+				if !strings.Contains(err.Error(), name) {
+					t.Errorf("error %q does not name %q", err, name)
+				}
+			})
+		}
+	}
+	for _, k := range Keys() {
+		if !covered[k] {
+			t.Errorf("option %s has no bad-value case", k)
+		}
+	}
+}
+
+// Good values of the new options, from each source.
+func TestNewOptions(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.StartTimeout != 5*time.Second || c.KillAfter != 0 || c.SpoolMaxSize != 1<<30 || c.KeepSpool {
+		t.Errorf("defaults: start %v kill-after %v spool-max-size %v keep %v", c.StartTimeout, c.KillAfter, c.SpoolMaxSize, c.KeepSpool)
+	}
+	c, err = load(t, []string{"--spool-max-size=512MiB", "--kill-after=10s"}, map[string]string{"BRIDGE_START_TIMEOUT": "2s", "BRIDGE_KEEP_SPOOL": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SpoolMaxSize != 512<<20 || c.KillAfter != 10*time.Second || c.StartTimeout != 2*time.Second || !c.KeepSpool {
+		t.Errorf("got %+v", c)
+	}
+	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nqueue-size: 2000\nnode-id: 7\ngpus: [0, 1]\n")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SpoolMaxSize != 0 || c.QueueSize != 2000 || c.NodeID != "7" || !reflect.DeepEqual(c.GPUs, []string{"0", "1"}) {
+		t.Errorf("file: %+v", c)
+	}
+	if c.SpoolMaxSize.String() != "0" || ByteSize(512<<20).String() != "512MiB" {
+		t.Errorf("ByteSize.String: %q %q", c.SpoolMaxSize, ByteSize(512<<20))
+	}
+}
+
+func TestTrackerVariables(t *testing.T) {
+	for _, tc := range []struct{ name, val string }{
+		{"MLFLOW_TRACKING_URI", "http://"},
+		{"MLFLOW_TRACKING_URI", "https:///x"},
+		{"MLFLOW_SYSTEM_METRICS_NODE_ID", "a/b"},
+	} {
+		_, err := load(t, nil, map[string]string{tc.name: tc.val})
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s=%q: err = %v, want a usage error naming the variable", tc.name, tc.val, err)
+		}
+	}
+	// A non-HTTP store is a choice (bridge then spools), not an error.
+	if _, err := load(t, nil, map[string]string{"MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}); err != nil {
+		t.Errorf("sqlite URI: %v", err)
+	}
+	// The error never shows a password in the URI.
+	_, err := load(t, nil, map[string]string{"MLFLOW_TRACKING_URI": "http://u:hunter22@"})
+	if err == nil || strings.Contains(err.Error(), "hunter22") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+// loadErr is load, but a flag that does not parse is returned, not fatal.
+func loadErr(t *testing.T, args []string, env map[string]string) (Config, error) {
+	t.Helper()
+	clearEnv(t)
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	RegisterFlags(fs)
+	if err := Parse(fs, args); err != nil {
+		return Config{}, err
+	}
+	return Load(fs)
+}
+
+func clearEnv(t *testing.T) {
+	for _, k := range append(Keys(), "CONFIG") {
+		t.Setenv(EnvName(k), "")
+		os.Unsetenv(EnvName(k))
+	}
+	for _, k := range []string{"MLFLOW_TRACKING_URI", "MLFLOW_SYSTEM_METRICS_NODE_ID"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+}
+
+func yamlQuote(s string) string {
+	b, _ := json.Marshal(s) // JSON strings are YAML strings
+	return string(b)
 }
