@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -32,7 +33,14 @@ type Options struct {
 	// Grace is how long leftover processes of the child's group get after
 	// SIGTERM, once the main child has exited, before bridge exits anyway.
 	Grace time.Duration
+	// KillAfter, when positive, is how long the child gets after bridge
+	// forwards a terminating signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT)
+	// before bridge sends SIGKILL to its group. Zero waits forever, as tini.
+	KillAfter time.Duration
 }
+
+// terminating are the forwarded signals after which KillAfter runs.
+var terminating = []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT}
 
 // SignalRecord is one signal bridge forwarded.
 type SignalRecord struct {
@@ -46,6 +54,9 @@ type Exit struct {
 	Signal    syscall.Signal // the signal that killed the child, 0 if it exited
 	Forwarded []SignalRecord // signals bridge forwarded to the child, in order
 	Time      time.Time      // when the child's exit was reaped
+	// KilledAfter is non-zero when bridge sent SIGKILL because the child
+	// outlived a terminating signal by Options.KillAfter.
+	KilledAfter time.Duration
 }
 
 // Child is a running child process.
@@ -60,6 +71,11 @@ type Child struct {
 
 	mu        sync.Mutex
 	forwarded []SignalRecord
+
+	killTimer *time.Timer // started by the first terminating signal
+	killC     <-chan time.Time
+	killed    bool
+	tookTTY   bool // the child's group was made the terminal's foreground
 }
 
 // Start starts the child. The child gets a process group of its own so that a
@@ -106,6 +122,7 @@ func Start(opts Options) (*Child, error) {
 		attr.Foreground = false
 		proc, err = os.StartProcess(path, opts.Argv, pa)
 	}
+	c.tookTTY = err == nil && attr.Foreground
 	if err != nil {
 		signal.Stop(c.sigs)
 		return nil, fmt.Errorf("cannot start %q: %w", opts.Argv[0], err)
@@ -176,16 +193,31 @@ func (c *Child) loop() {
 				continue
 			}
 			c.forward(s.(syscall.Signal))
+			c.armKill(s.(syscall.Signal))
+		case <-c.killC:
+			c.killed = true
+			c.log.Warn("the child outlived the terminating signal by --kill-after; sending SIGKILL to its process group",
+				"kill_after", c.opts.KillAfter, "pgid", c.pid)
+			if err := syscall.Kill(-c.pid, syscall.SIGKILL); err != nil {
+				_ = syscall.Kill(c.pid, syscall.SIGKILL)
+			}
 		case <-tick.C:
 			reap()
 		}
 	}
 	exitTime := time.Now()
+	if c.killTimer != nil {
+		c.killTimer.Stop()
+	}
+	c.reclaimTerminal()
 	c.cleanupGroup(reap)
 
 	c.mu.Lock()
 	c.exit = Exit{Time: exitTime, Forwarded: append([]SignalRecord(nil), c.forwarded...)}
 	c.mu.Unlock()
+	if c.killed && status.Signaled() && status.Signal() == syscall.SIGKILL {
+		c.exit.KilledAfter = c.opts.KillAfter
+	}
 	switch {
 	case status.Exited():
 		c.exit.Code = status.ExitStatus()
@@ -196,6 +228,31 @@ func (c *Child) loop() {
 		c.exit.Code = 1
 	}
 	close(c.done)
+}
+
+// armKill starts the --kill-after timer at the first terminating signal;
+// later signals do not restart it.
+func (c *Child) armKill(sig syscall.Signal) {
+	if c.opts.KillAfter <= 0 || c.killTimer != nil || !slices.Contains(terminating, sig) {
+		return
+	}
+	c.killTimer = time.NewTimer(c.opts.KillAfter)
+	c.killC = c.killTimer.C
+}
+
+// reclaimTerminal makes bridge's group the terminal's foreground again once
+// the child is gone: else Ctrl-C during the final flush goes to the child's
+// empty group and bridge never sees it. tcsetpgrp from a background group
+// raises SIGTTOU, which is ignored for the call.
+func (c *Child) reclaimTerminal() {
+	if !c.tookTTY {
+		return
+	}
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	if err := unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, syscall.Getpgrp()); err != nil {
+		c.log.Debug("cannot take the terminal back from the child's group", "err", err)
+	}
 }
 
 // cleanupGroup sends SIGTERM to processes left in the child's group (as
