@@ -129,6 +129,15 @@ func (c *classifier) classify() Verdict {
 		return c.oomVerdict(true, inferred)
 	}
 
+	if sig == syscall.SIGKILL && e.KilledAfter > 0 {
+		c.facts["forwarded"] = "true"
+		c.facts["kill_after"] = e.KilledAfter.String()
+		s := fmt.Sprintf("killed by SIGKILL, which bridge sent because the command was still running %s (--kill-after) after bridge forwarded a terminating signal to it", e.KilledAfter)
+		if fwd, ok := lastTerminating(e.Forwarded); ok {
+			s = fmt.Sprintf("killed by SIGKILL, which bridge sent because the command was still running %s (--kill-after) after bridge forwarded %s to it", e.KilledAfter, signalName(fwd.Signal))
+		}
+		return c.verdict(ReasonKilledBySignal, "kill_after", s)
+	}
 	if fwd, ok := forwardedSignal(e, sig); ok {
 		c.facts["forwarded"] = "true"
 		c.facts["forwarded_signal"] = signalName(fwd.Signal)

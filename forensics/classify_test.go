@@ -55,6 +55,13 @@ func TestClassify(t *testing.T) {
 			facts: map[string]string{"exit_code": "0", "oom_kill": "0 -> 0"},
 		},
 		{
+			name:   "SIGKILL sent by bridge after --kill-after",
+			e:      Evidence{ExitCode: 137, Signal: syscall.SIGKILL, KilledAfter: 2 * time.Second, Forwarded: fwd(syscall.SIGTERM, 2*time.Second), OOMKill: counter(0, 0)},
+			reason: ReasonKilledBySignal, rule: "kill_after",
+			says:  []string{"SIGKILL", "--kill-after", "2s", "SIGTERM"},
+			facts: map[string]string{"kill_after": "2s", "forwarded": "true"},
+		},
+		{
 			name:   "exit 0 after a worker was OOM-killed",
 			e:      Evidence{ExitCode: 0, OOMKill: counter(2, 3)},
 			reason: ReasonSuccess, rule: "exit_0",

@@ -86,6 +86,9 @@ type Evidence struct {
 	Signal    syscall.Signal // the signal that killed the child, 0 if it exited
 	ExitTime  time.Time
 	Forwarded []supervisor.SignalRecord // signals bridge forwarded, in order
+	// KilledAfter is --kill-after when bridge sent the SIGKILL that ended
+	// the command, else 0.
+	KilledAfter time.Duration
 
 	CgroupVersion string // "v1", "v2", "hybrid"; "" when the cgroup was not read
 
@@ -126,6 +129,7 @@ func FromRun(r Run) Evidence {
 		Signal:        r.Exit.Signal,
 		ExitTime:      r.Exit.Time,
 		Forwarded:     append([]supervisor.SignalRecord(nil), r.Exit.Forwarded...),
+		KilledAfter:   r.Exit.KilledAfter,
 		CgroupVersion: r.CgroupVersion,
 		Xids:          append([]gpu.XidEvent(nil), r.Xids...),
 	}
