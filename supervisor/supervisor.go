@@ -65,9 +65,12 @@ type Child struct {
 	log  *slog.Logger
 	opts Options
 
-	sigs chan os.Signal
-	done chan struct{}
-	exit Exit
+	sigs     chan os.Signal
+	done     chan struct{}
+	exit     Exit
+	late     chan os.Signal // signals that arrived after the child was reaped
+	stopLate chan struct{}
+	lateOnce sync.Once
 
 	mu        sync.Mutex
 	forwarded []SignalRecord
@@ -104,7 +107,8 @@ func Start(opts Options) (*Child, error) {
 		}
 	}
 
-	c := &Child{log: opts.Log, opts: opts, sigs: make(chan os.Signal, 32), done: make(chan struct{})}
+	c := &Child{log: opts.Log, opts: opts, sigs: make(chan os.Signal, 32), done: make(chan struct{}),
+		late: make(chan os.Signal, 1), stopLate: make(chan struct{})}
 	// Subscribe before the child exists so that no signal is lost in between.
 	signal.Notify(c.sigs, append([]os.Signal{syscall.SIGCHLD}, Forwarded...)...)
 
@@ -141,6 +145,16 @@ func (c *Child) PID() int { return c.pid }
 // Done is closed when the child has exited and been reaped.
 func (c *Child) Done() <-chan struct{} { return c.done }
 
+// Late delivers the forwardable signals that bridge received after the child
+// was reaped (none of them was forwarded): the caller's cue to cut its final
+// flush short. Every such signal is either forwarded or delivered here, so
+// none is lost between the reaping and the caller's own handling. The
+// subscription lasts until Release.
+func (c *Child) Late() <-chan os.Signal { return c.late }
+
+// Release ends the signal subscription that Late reads from.
+func (c *Child) Release() { c.lateOnce.Do(func() { close(c.stopLate) }) }
+
 // Wait blocks until the child exits, then gives leftover processes in its
 // group SIGTERM and up to Grace to go, and returns how the child ended.
 func (c *Child) Wait() Exit {
@@ -162,7 +176,6 @@ func (c *Child) forward(sig syscall.Signal) {
 }
 
 func (c *Child) loop() {
-	defer signal.Stop(c.sigs)
 	var mainDone bool
 	var status syscall.WaitStatus
 	reap := func() {
@@ -206,6 +219,7 @@ func (c *Child) loop() {
 		}
 	}
 	exitTime := time.Now()
+	go c.relayLate()
 	if c.killTimer != nil {
 		c.killTimer.Stop()
 	}
@@ -228,6 +242,27 @@ func (c *Child) loop() {
 		c.exit.Code = 1
 	}
 	close(c.done)
+}
+
+// relayLate passes signals received after the child's exit to Late (one
+// pending is enough: the caller only needs to know that one came).
+func (c *Child) relayLate() {
+	defer signal.Stop(c.sigs)
+	for {
+		select {
+		case s := <-c.sigs:
+			if s == syscall.SIGCHLD {
+				continue
+			}
+			c.log.Debug("signal after the child's exit", "signal", s)
+			select {
+			case c.late <- s:
+			default:
+			}
+		case <-c.stopLate:
+			return
+		}
+	}
 }
 
 // armKill starts the --kill-after timer at the first terminating signal;

@@ -76,3 +76,27 @@ func TestKillAfterNotNeeded(t *testing.T) {
 		t.Errorf("exit = %+v, want code 7, not killed", exit)
 	}
 }
+
+// A signal that arrives after the child was reaped is not lost: Late
+// delivers it (the cue to cut the final flush short).
+func TestLateSignal(t *testing.T) {
+	c, err := Start(Options{Argv: []string{"true"}, Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	if exit := c.Wait(); exit.Code != 0 {
+		t.Fatalf("exit %+v", exit)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-c.Late():
+		if s != syscall.SIGTERM {
+			t.Errorf("late signal %v, want SIGTERM", s)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the signal after the child's exit never reached Late")
+	}
+}
