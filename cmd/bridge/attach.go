@@ -27,7 +27,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	var pid int
 	fs, cfg, ok := parse("attach", args, stderr, func(fs *pflag.FlagSet) {
 		fs.StringVar(&runID, "run-id", "", "run to write to (default MLFLOW_RUN_ID / WANDB_RUN_ID)")
-		fs.IntVar(&pid, "pid", 0, "sample until this process exits; its process tree is the process_ scope")
+		fs.IntVar(&pid, "pid", 0, "sample until this process exits (required); its process tree is the process_ scope")
 	})
 	if !ok {
 		return exitUsage
@@ -36,15 +36,14 @@ func runAttach(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: attach takes no command (got %q); to launch one use bridge -- CMD\n", fs.Args())
 		return exitUsage
 	}
-	if pid < 0 {
-		fmt.Fprintf(stderr, "bridge: --pid=%d: must be a process id\n", pid)
+	// Without a process to follow, attach would sample until killed.
+	if pid <= 0 {
+		fmt.Fprintf(stderr, "bridge: --pid=%d: attach needs the process to sample beside, e.g. --pid $$ in a notebook's shell or os.getpid() in the kernel\n", pid)
 		return exitUsage
 	}
-	if pid > 0 {
-		if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-			fmt.Fprintf(stderr, "bridge: --pid=%d: no such process\n", pid)
-			return exitUsage
-		}
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		fmt.Fprintf(stderr, "bridge: --pid=%d: no such process\n", pid)
+		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	ov := overrides{mlflowRunID: runID, wandbRunID: runID}
@@ -68,7 +67,9 @@ func runAttach(args []string, stderr io.Writer) int {
 	src.childPID.Store(int64(pid))
 	tags := startTags(cfg, src)
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
-	runs, _, failed := startSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
+	startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.StartTimeout)
+	runs, _, failed := startSinks(startCtx, sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
+	cancelStart()
 	sess, err := openSession(cfg, log, src, nil, runs, failed, tags)
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
@@ -86,8 +87,9 @@ func runAttach(args []string, stderr io.Writer) int {
 		<-sigs // a second signal cuts the flush short
 		close(late)
 	}()
-	sess.stop(late)
-	sess.finish(tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.attach_end": reason}})
+	deadline := time.Now().Add(cfg.FlushTimeout)
+	sess.stop(late, deadline)
+	sess.finish(tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.attach_end": reason}}, late, deadline)
 	sess.report(stderr, "bridge attach: end", summary.Row{What: "ended", Value: reason})
 	return 0
 }

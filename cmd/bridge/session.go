@@ -54,33 +54,77 @@ type sinkRun struct {
 	fwd   *tracker.Forwarder
 }
 
-// startSinks starts every sink (finding or creating its run) and returns the
-// environment the child needs. A sink that cannot start is dropped with a
-// clear message; its samples stay in the spool.
+// startSinks starts every sink (finding or creating its run) at once and
+// returns the environment the child needs. It returns by ctx's deadline
+// (--start-timeout) whatever the trackers do: a sink whose Start has not
+// returned by then is dropped, as is one that cannot start, with a clear
+// message; their samples stay in the spool.
 func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, log *slog.Logger) ([]sinkRun, []string, []summary.Row) {
+	type result struct {
+		env []string
+		err error
+		id  string
+	}
+	results := make([]*result, len(sinks))
+	done := make(chan int, len(sinks))
+	for i, s := range sinks {
+		go func() {
+			r := &result{err: errors.New("internal error while starting")}
+			defer func() {
+				if p := recover(); p != nil {
+					log.Error("internal error starting a tracker; the job goes on", "tracker", s.Name(), "panic", p, "stack", string(debug.Stack()))
+				}
+				results[i] = r
+				done <- i
+			}()
+			r.env, r.err = s.Start(ctx, info)
+			r.id = s.RunID()
+		}()
+	}
+	// A Start that ignores ctx must not hold the child back: a moment after
+	// the deadline, whatever has not answered is left behind.
+	var grace <-chan time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		t := time.NewTimer(time.Until(dl) + 200*time.Millisecond)
+		defer t.Stop()
+		grace = t.C
+	}
+	answered := make([]bool, len(sinks))
+wait:
+	for range sinks {
+		select {
+		case i := <-done:
+			answered[i] = true
+		case <-grace:
+			break wait
+		}
+	}
 	var runs []sinkRun
 	var env []string
 	var failed []summary.Row
-	for _, s := range sinks {
-		sctx, cancel := context.WithTimeout(ctx, 15*time.Second) // the child waits on this
-		e, err := s.Start(sctx, info)
-		cancel()
-		env = append(env, e...)
-		id := s.RunID()
+	for i, s := range sinks {
+		if !answered[i] {
+			log.Error("tracker did not answer within --start-timeout; the child starts without it, samples stay in the spool (upload later with `bridge sync`)",
+				"tracker", s.Name())
+			failed = append(failed, summary.Row{What: s.Name(), Value: "not used: no answer within --start-timeout"})
+			continue
+		}
+		r := results[i]
+		env = append(env, r.env...)
 		switch {
-		case err == nil:
-		case errors.Is(err, tracker.ErrPermanent) || id == "":
+		case r.err == nil:
+		case errors.Is(r.err, tracker.ErrPermanent) || r.id == "":
 			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples stay in the spool (upload later with `bridge sync`)",
-				"tracker", s.Name(), "err", err)
-			failed = append(failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
+				"tracker", s.Name(), "err", r.err)
+			failed = append(failed, summary.Row{What: s.Name(), Value: "not used: " + r.err.Error()})
 			continue
 		default:
 			// The run is known (given, or generated for the child): keep
 			// the sink, and let the forwarder retry until the tracker is up.
 			log.Warn("tracker not reachable at start; samples are spooled and sent when it is",
-				"tracker", s.Name(), "run", id, "err", err)
+				"tracker", s.Name(), "run", r.id, "err", r.err)
 		}
-		runs = append(runs, sinkRun{sink: s, runID: id})
+		runs = append(runs, sinkRun{sink: s, runID: r.id})
 	}
 	return runs, env, failed
 }
@@ -245,21 +289,29 @@ func (s *session) writer() {
 	}
 }
 
+// finishReserve is the part of the flush timeout kept for recording the
+// end on the trackers, so that a slow drain cannot leave a run RUNNING.
+func finishReserve(flush time.Duration) time.Duration { return min(flush/5, 5*time.Second) }
+
 // stop ends sampling with one final sample (taken right after the child's
 // exit, so OOM counters and the last working set are current), waits for the
-// spool writer, then gives the forwarders up to FlushTimeout (or until abort
-// is closed) to send what is left.
-func (s *session) stop(abort <-chan struct{}) {
+// spool writer, then gives the forwarders until deadline less the finish
+// reserve (or until abort is closed) to send what is left. With finish, it
+// keeps the whole end of the run within deadline.
+func (s *session) stop(abort <-chan struct{}, deadline time.Time) {
 	if s.running {
 		close(s.stopS)
 		<-s.doneS
-		s.enqueue(s.sampler.Sample(context.Background()))
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		s.enqueue(s.sampler.Sample(ctx))
+		cancel()
 		close(s.queue)
 		<-s.doneW
 	}
-	// Forwarders send what is left, then return; the flush timeout (or a
+	// Forwarders send what is left, then return; the deadline (or a
 	// second signal) is the hard stop.
-	timer := time.AfterFunc(s.cfg.FlushTimeout, s.fwdCancel)
+	drainUntil := deadline.Add(-finishReserve(time.Until(deadline)))
+	timer := time.AfterFunc(time.Until(drainUntil), s.fwdCancel)
 	defer timer.Stop()
 	flushed := make(chan struct{})
 	go func() {
@@ -285,18 +337,31 @@ func (s *session) stop(abort <-chan struct{}) {
 	s.sampler.Close()
 }
 
-// finish records the end on every sink and in the spool.
-func (s *session) finish(end tracker.EndInfo) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+// finish records the end on every sink (until deadline, or abort) and in
+// the spool.
+func (s *session) finish(end tracker.EndInfo, abort <-chan struct{}, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	go func() {
+		select {
+		case <-abort:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	for _, r := range s.sinks {
 		func() {
 			defer s.recoverGo("finish " + r.sink.Name())
 			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped {
 				return
 			}
+			if ctx.Err() != nil {
+				s.log.Warn("no time left to record the end of the job on the tracker; `bridge sync` records it later",
+					"tracker", r.sink.Name(), "spool", s.spool.Path())
+				return
+			}
 			if err := r.sink.Finish(ctx, end); err != nil {
-				s.log.Warn("cannot record the end of the job on the tracker", "tracker", r.sink.Name(), "err", err)
+				s.log.Warn("cannot record the end of the job on the tracker; `bridge sync` records it later", "tracker", r.sink.Name(), "err", err)
 			}
 		}()
 	}

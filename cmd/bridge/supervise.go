@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
@@ -63,8 +63,11 @@ func runSupervise(args []string, stderr io.Writer) int {
 	if err != nil {
 		return usageError(stderr, err)
 	}
+	// Only the redacted command line is recorded (tags, run name, spool).
+	red := redact.New(os.Environ())
+	shown := red.Argv(argv)
 	tags := startTags(cfg, src)
-	tags["bridge.command"] = truncate(strings.Join(argv, " "), 500)
+	tags["bridge.command"] = truncate(strings.Join(shown, " "), 500)
 	var lostRows []summary.Row
 	if lost != nil {
 		// Reported from the start: this attempt may not survive either.
@@ -73,8 +76,10 @@ func runSupervise(args []string, stderr io.Writer) int {
 		}
 		lostRows = lost.Rows()
 	}
-	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
-	runs, env, failed := startSinks(context.Background(), sinks, info, log)
+	info := tracker.StartInfo{Command: shown, RunName: red.String(runName(cfg, shown)), NodeID: cfg.NodeID, Tags: tags}
+	startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.StartTimeout)
+	runs, env, failed := startSinks(startCtx, sinks, info, log)
+	cancelStart()
 	for _, r := range runs {
 		if c, ok := r.sink.(interface{ Created() bool }); ok && c.Created() {
 			tags[createdTag(r.sink.Name())] = "true" // for a restarted bridge: see resumeFromSpool
@@ -87,21 +92,18 @@ func runSupervise(args []string, stderr io.Writer) int {
 		log.Error("cannot open the spool; running the command without sampling", "err", err)
 		return runBare(argv, mergeEnv(os.Environ(), env), log)
 	}
-	// A second subscription that outlives the supervisor's: signals that
-	// arrive after the child has exited cut the final flush short instead of
-	// killing bridge (which would lose the child's exit status).
-	late := make(chan os.Signal, 1)
-	signal.Notify(late, supervisor.Forwarded...)
-	defer signal.Stop(late)
-
-	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log})
+	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log, KillAfter: cfg.KillAfter})
 	if err != nil {
 		code := startFailureCode(err)
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
-		sess.stop(nil)
-		sess.finish(tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": err.Error()}})
+		deadline := time.Now().Add(cfg.FlushTimeout)
+		sess.stop(nil, deadline)
+		sess.finish(tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": err.Error()}}, nil, deadline)
 		return code
 	}
+	// Signals after the child has exited cut the final flush short instead
+	// of killing bridge (which would lose the child's exit status).
+	defer child.Release()
 	src.childPID.Store(int64(child.PID()))
 	src.adopter.Store(int64(os.Getpid())) // the child subreaper (or PID 1)
 	// Only bridge itself, after the child has forked: the value is inherited,
@@ -115,33 +117,30 @@ func runSupervise(args []string, stderr io.Writer) int {
 
 	// Signals while the child runs were forwarded by the supervisor; one
 	// after it has exited cuts the final flush short.
+	exit := child.Wait()
+	// The whole end of the run, counted from the child's exit, fits in
+	// --flush-timeout.
+	deadline := exit.Time.Add(cfg.FlushTimeout)
 	abort := make(chan struct{})
 	stopReaping := make(chan struct{})
 	go func() {
-		for {
-			select {
-			case <-late:
-				select {
-				case <-child.Done():
-					close(abort)
-					return
-				default:
-				}
-			case <-stopReaping:
-				return
-			}
+		select {
+		case sig := <-child.Late():
+			log.Warn("signal during the final flush: bridge exits now; what is unsent stays in the spool (bridge sync uploads it)",
+				"signal", sig, "spool", sess.spool.Path())
+			close(abort)
+		case <-stopReaping:
 		}
 	}()
-	exit := child.Wait()
 
 	go supervisor.ReapOrphans(stopReaping)
-	sess.stop(abort)
+	sess.stop(abort, deadline)
 	end := endInfo(exit)
 	ev, verdict := classify(exit, src, sess.acc)
 	for k, v := range verdict.Tags(ev) {
 		end.Tags[k] = v
 	}
-	sess.finish(end)
+	sess.finish(end, abort, deadline)
 	close(stopReaping)
 
 	rows := append([]summary.Row{{What: "exit status", Value: describeExit(exit)}}, verdict.Rows(ev)...)
@@ -154,12 +153,18 @@ func endInfo(exit supervisor.Exit) tracker.EndInfo {
 	if exit.Signal != 0 {
 		tags["bridge.exit_signal"] = unixSignalName(exit.Signal)
 	}
+	if exit.KilledAfter > 0 {
+		tags["bridge.killed_after"] = exit.KilledAfter.String()
+	}
 	return tracker.EndInfo{ExitCode: exit.Code, Signal: int(exit.Signal), Time: exit.Time, Tags: tags}
 }
 
 func describeExit(exit supervisor.Exit) string {
 	if exit.Signal == 0 {
 		return strconv.Itoa(exit.Code)
+	}
+	if exit.KilledAfter > 0 {
+		return fmt.Sprintf("%d (killed by SIGKILL, sent by bridge: still running %s (--kill-after) after a forwarded signal)", exit.Code, exit.KilledAfter)
 	}
 	how := ""
 	for _, f := range exit.Forwarded {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -20,6 +22,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	var runID string
 	var timeout time.Duration
 	fs, cfg, ok := parse("sync", args, stderr, func(fs *pflag.FlagSet) {
+		fs.SetInterspersed(true) // `bridge sync FILE --run-id ID`, as documented, and flags first
 		fs.StringVar(&runID, "run-id", "", "run to upload to (default: the run recorded in the spool; else a new run)")
 		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long; what is not sent stays in the file")
 	})
@@ -31,6 +34,19 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	path := fs.Arg(0)
+	// spool.Open creates a missing file: sync must not (nor a run for it).
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		why := "not a regular file"
+		if err != nil {
+			why = err.Error()
+		}
+		fmt.Fprintf(stderr, "bridge: sync: spool file %q: %s\n", path, why)
+		return exitUsage
+	}
+	if timeout <= 0 {
+		fmt.Fprintf(stderr, "bridge: --timeout=%s: must be positive\n", timeout)
+		return exitUsage
+	}
 	sp, err := spool.Open(path)
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
@@ -39,9 +55,10 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	defer sp.Close()
 	log := newLogger(stderr, cfg.LogLevel)
 
+	attempts := sp.Attempts()
 	ov := overrides{mlflowRunID: runID, wandbRunID: runID}
 	if runID == "" {
-		for _, a := range sp.Attempts() {
+		for _, a := range attempts {
 			if id := a.Start.Runs["mlflow"]; id != "" {
 				ov.mlflowRunID = id
 			}
@@ -50,6 +67,8 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	// A run bridge (or an earlier sync) created is bridge's to end.
+	ov.mlflowOwns = createdByBridge(attempts, "mlflow", ov.mlflowRunID)
 	sinks, err := buildSinks(cfg, ov, log)
 	if err != nil {
 		return usageError(stderr, err)
@@ -65,12 +84,16 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	ids := map[string]string{}
+	startInfo := map[string]string{"mode": "sync"}
 	for _, r := range runs {
 		ids[r.sink.Name()] = r.runID
+		if c, ok := r.sink.(interface{ Created() bool }); ok && c.Created() {
+			startInfo[createdTag(r.sink.Name())] = "true"
+		}
 	}
 	// Recorded so that a later sync finds the run it created, and marked as a
 	// sync so that forensics does not read it as a lost training attempt.
-	if err := sp.WriteStart(spool.Record{Time: time.Now().UnixMilli(), Version: version, Runs: ids, Info: map[string]string{"mode": "sync"}}); err != nil {
+	if err := sp.WriteStart(spool.Record{Time: time.Now().UnixMilli(), Version: version, Runs: ids, Info: startInfo}); err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return 1
 	}
@@ -93,9 +116,72 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "bridge: %s: %d of %d samples not sent: %v\n", r.sink.Name(), pending-sent, pending, ferr)
 			code = 1
 		}
+		// A run left RUNNING (its bridge was killed, or sync created it)
+		// gets its terminal status; the sink changes only runs bridge owns
+		// and that are still RUNNING.
+		end, how := endOfJob(attempts, r.sink.Name(), r.runID)
+		if err := r.sink.Finish(ctx, end); err != nil {
+			fmt.Fprintf(stderr, "bridge: %s run %s: cannot record the end of the job: %v\n", r.sink.Name(), r.runID, err)
+			code = 1
+		} else {
+			fmt.Fprintf(stdout, "%s run %s: end recorded (%s)\n", r.sink.Name(), r.runID, how)
+		}
 	}
 	if err := sp.WriteEnd(spool.Record{Time: time.Now().UnixMilli(), Info: map[string]string{"mode": "sync"}}); err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 	}
 	return code
+}
+
+// createdByBridge reports whether an attempt recorded in the spool created
+// the sink's run id.
+func createdByBridge(attempts []spool.Attempt, sink, id string) bool {
+	if id == "" {
+		return false
+	}
+	for _, a := range attempts {
+		if a.Start.Runs[sink] == id && a.Start.Info[createdTag(sink)] == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// endOfJob is how the job that wrote to the run ended, from the spool: the
+// last training attempt (not a sync) that wrote to it, or the last one at all
+// for an offline spool. Its end record gives the exit; an attempt without one
+// was lost (its bridge killed with it), which is KILLED.
+func endOfJob(attempts []spool.Attempt, sink, id string) (tracker.EndInfo, string) {
+	var last, wrote *spool.Attempt
+	for i := range attempts {
+		a := &attempts[i]
+		if a.Start.Info["mode"] == "sync" {
+			continue
+		}
+		last = a
+		if a.Start.Runs[sink] == id {
+			wrote = a
+		}
+	}
+	if wrote != nil {
+		last = wrote
+	}
+	tags := map[string]string{"bridge.end_recorded_by": "sync"}
+	switch {
+	case last == nil:
+		return tracker.EndInfo{Time: time.Now(), Tags: tags}, "no training attempt in the spool"
+	case last.End == nil || last.End.ExitCode == nil:
+		t := time.Now()
+		if last.LastSample != nil {
+			t = last.LastSample.Time
+		}
+		tags["bridge.exit_status"] = "lost: bridge stopped without recording the end (killed with the job, or its node failed)"
+		return tracker.EndInfo{ExitCode: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), Time: t, Tags: tags}, "the attempt was lost: KILLED"
+	default:
+		end := tracker.EndInfo{ExitCode: *last.End.ExitCode, Time: time.UnixMilli(last.End.Time), Tags: tags}
+		if last.End.Info["bridge.exit_signal"] != "" {
+			end.Signal = *last.End.ExitCode - 128
+		}
+		return end, fmt.Sprintf("exit code %d", end.ExitCode)
+	}
 }

@@ -1,0 +1,465 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
+	"github.com/bridge-dev/bridge/spool"
+)
+
+// hungTracker is a 127.0.0.1 listener that accepts connections and never
+// answers: the worst a tracker can do (a black-holed load balancer).
+func hungTracker(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// pollFile waits (generously) for path and returns when it appeared.
+func pollFile(t *testing.T, path string, d time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return time.Now()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear within %v", path, d)
+	return time.Time{}
+}
+
+// badValues has one wrong value per option: every option must be covered.
+var badValues = map[string]string{
+	"interval": "ten", "fast-interval": "-1s", "fast-threshold": "NaN", "collect-timeout": "0",
+	"window": "-1s", "scopes": "cpu", "no-container": "maybe", "node-id": "a/b", "log-level": "loud",
+	"trackers": "neptune", "run-name": "a\nb", "spool": "/", "spool-max-size": "12xb",
+	"keep-spool": "perhaps", "flush-timeout": "-1s", "start-timeout": "0", "kill-after": "-1s",
+	"queue-size": "1.5", "proc-root": "/nonexistent", "cgroup-root": "/nonexistent",
+	"rootfs": "/nonexistent", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",
+}
+
+// Every option, as a flag, a variable and a file key, with a wrong value:
+// exit 2 naming it, and the child never runs.
+func TestEveryOptionExit2BeforeChild(t *testing.T) {
+	for _, k := range config.Keys() {
+		if _, ok := badValues[k]; !ok {
+			t.Errorf("option %s has no bad value in this test", k)
+		}
+	}
+	type tc struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}
+	var cases []tc
+	for _, k := range config.Keys() {
+		v := badValues[k]
+		cases = append(cases,
+			tc{"flag " + k, []string{"--" + k + "=" + v}, nil, "--" + k},
+			tc{"env " + k, nil, []string{config.EnvName(k) + "=" + v}, config.EnvName(k)})
+	}
+	file := filepath.Join(t.TempDir(), "bridge.yaml")
+	if err := os.WriteFile(file, []byte("queue-size: 1.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases,
+		tc{"file key", []string{"--config", file}, nil, "queue-size (in " + file},
+		tc{"huge queue", []string{"--queue-size=99999999999"}, nil, "--queue-size"},
+		tc{"tracking uri without host", nil, []string{"MLFLOW_TRACKING_URI=http://"}, "MLFLOW_TRACKING_URI"},
+		tc{"node id variable", nil, []string{"MLFLOW_SYSTEM_METRICS_NODE_ID=a/b"}, "MLFLOW_SYSTEM_METRICS_NODE_ID"},
+	)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "ran")
+			cmd, _, errb := bridgeCmd(t, append(c.args, "--", "touch", marker)...)
+			cmd.Env = append(cmd.Env, c.env...)
+			if code := exitCode(t, cmd.Run()); code != 2 {
+				t.Fatalf("exit %d, want 2; stderr:\n%s", code, errb)
+			}
+			if !strings.Contains(errb.String(), c.want) {
+				t.Errorf("message does not name %q:\n%s", c.want, errb)
+			}
+			if strings.Contains(errb.String(), "goroutine ") {
+				t.Errorf("a Go stack trace instead of a message:\n%s", errb)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Error("the child ran despite the usage error")
+			}
+		})
+	}
+}
+
+// attach without --pid would sample until killed: it is a usage error.
+func TestAttachNeedsPID(t *testing.T) {
+	cmd, _, errb := bridgeCmd(t, "attach", "--trackers=none")
+	if code := exitCode(t, cmd.Run()); code != 2 || !strings.Contains(errb.String(), "--pid") {
+		t.Fatalf("exit %d, want 2 naming --pid; stderr:\n%s", code, errb)
+	}
+}
+
+// A tracker that accepts connections and never answers does not hold the
+// child back past --start-timeout (plus bridge's own start-up).
+func TestStartTimeoutHungTracker(t *testing.T) {
+	uri := hungTracker(t)
+	dir := t.TempDir()
+	started := filepath.Join(dir, "started")
+	cmd, _, errb := bridgeCmd(t, "--start-timeout=2s", "--flush-timeout=2s", "--trackers=mlflow", "--", "touch", started)
+	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri)
+	t0 := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	at := pollFile(t, started, 60*time.Second)
+	code := exitCode(t, cmd.Wait())
+	// Bound, not speed: 2s of start timeout and 6s for bridge's own start
+	// on a loaded machine; the old fixed wait was 15s.
+	if d := at.Sub(t0); d > 8*time.Second {
+		t.Errorf("the child started %v after bridge, want within --start-timeout=2s (+6s)", d)
+	}
+	if code != 0 {
+		t.Errorf("exit %d; stderr:\n%s", code, errb)
+	}
+}
+
+// After the child exits, bridge exits within --flush-timeout (+ a small
+// constant) even when the tracker never answers.
+func TestFlushTimeoutIsTotal(t *testing.T) {
+	uri := hungTracker(t)
+	dir := t.TempDir()
+	exited := filepath.Join(dir, "exiting")
+	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--start-timeout=1s", "--flush-timeout=3s", "--trackers=mlflow",
+		"--", "sh", "-c", `sleep 1; touch "$0"; exit 4`, exited)
+	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	at := pollFile(t, exited, 60*time.Second)
+	code := exitCode(t, cmd.Wait())
+	// 3s of flush timeout and a documented 1s constant, with 3s more of
+	// margin for a loaded machine; the old end-of-run step alone could add 15s.
+	if d := time.Since(at); d > 7*time.Second {
+		t.Errorf("bridge exited %v after the child, want within --flush-timeout=3s (+1s)", d)
+	}
+	if code != 4 {
+		t.Errorf("exit %d, want the child's 4; stderr:\n%s", code, errb)
+	}
+	if !strings.Contains(errb.String(), "spool") {
+		t.Errorf("stderr does not say the unsent samples stay in the spool:\n%s", errb)
+	}
+}
+
+// A second SIGTERM, once the child has exited, ends the flush at once with
+// the child's status, and says the unsent samples stay in the spool.
+func TestSecondSignalEndsFlush(t *testing.T) {
+	uri := hungTracker(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--start-timeout=1s", "--flush-timeout=120s", "--trackers=mlflow",
+		"--", "sh", "-c", `echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; while :; do sleep 0.1; done`, pidFile)
+	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pollFile(t, pidFile, 60*time.Second)
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	childProc := "/proc/" + strings.TrimSpace(string(b))
+	cmd.Process.Signal(syscall.SIGTERM) // forwarded: the child dies of it
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if _, err := os.Stat(childProc); err != nil {
+			break // reaped by bridge: it is flushing now
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not die of the forwarded SIGTERM")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	first := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// Repeated, so that a signal landing between the reap and the flush's
+	// own subscription cannot make the test flaky.
+	var werr error
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case werr = <-done:
+			break wait
+		case <-tick.C:
+		case <-time.After(time.Until(first.Add(60 * time.Second))):
+			t.Fatalf("bridge still flushing 60s after the second signal; stderr:\n%s", errb)
+		}
+	}
+	if d := time.Since(first); d > 10*time.Second {
+		t.Errorf("bridge took %v to exit after the second signal (flush timeout 120s)", d)
+	}
+	if code := exitCode(t, werr); code != 143 {
+		t.Errorf("exit %d, want the child's 143; stderr:\n%s", code, errb)
+	}
+	if !strings.Contains(errb.String(), "stay in the spool") {
+		t.Errorf("stderr does not say the unsent samples stay in the spool:\n%s", errb)
+	}
+}
+
+// --kill-after: a child that ignores SIGTERM is killed after the grace;
+// bridge exits 137 and the verdict says why.
+func TestKillAfterBinary(t *testing.T) {
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	cmd, _, errb := bridgeCmd(t, "--trackers=none", "--kill-after=1s", "--",
+		"sh", "-c", `trap "" TERM; touch "$0"; while :; do sleep 0.1; done`, ready)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pollFile(t, ready, 60*time.Second)
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("a child that ignores SIGTERM was waited for past --kill-after; stderr:\n%s", errb)
+	}
+	if code := exitCode(t, err); code != 137 {
+		t.Fatalf("exit %d, want 137; stderr:\n%s", code, errb)
+	}
+	if !strings.Contains(errb.String(), "--kill-after") {
+		t.Errorf("the verdict does not say bridge killed it after --kill-after:\n%s", errb)
+	}
+	// The end record (and so the run's tags) carries the rule.
+	for _, kv := range cmd.Env {
+		if p, ok := strings.CutPrefix(kv, "BRIDGE_SPOOL="); ok {
+			raw, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(raw), "kill_after") {
+				t.Errorf("the spool's end record does not carry the kill_after verdict:\n%s", raw)
+			}
+		}
+	}
+}
+
+// syncCmd runs `bridge sync` with args against srv.
+func syncCmd(t *testing.T, srv *mlflowtest.Server, exp string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(testbin.Bridge(t), append([]string{"sync"}, args...)...)
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+exp)
+	cmd.Dir = t.TempDir()
+	out, err := cmd.CombinedOutput()
+	return exitCode(t, err), string(out)
+}
+
+func uniqueName(t *testing.T) string {
+	return "bridge-e2e-" + strings.ReplaceAll(t.Name(), "/", "-") + fmt.Sprint(time.Now().UnixNano())
+}
+
+// Both documented argument orders work; the run's owner keeps its status.
+func TestSyncArgumentOrder(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := uniqueName(t)
+	expID := srv.CreateExperiment(t, exp)
+	for _, order := range []string{"file first", "flags first"} {
+		t.Run(order, func(t *testing.T) {
+			j := newJob(t, "", "--interval=250ms", "--trackers=none", "--", "sleep", "0.6")
+			if code := j.run(t); code != 0 {
+				t.Fatalf("offline run: exit %d; stderr:\n%s", code, &j.err)
+			}
+			id := srv.CreateRun(t, expID, "owned")
+			args := []string{j.spool, "--run-id", id}
+			if order == "flags first" {
+				args = []string{"--run-id", id, j.spool}
+			}
+			if code, out := syncCmd(t, srv, exp, args...); code != 0 {
+				t.Fatalf("sync %v: exit %d:\n%s", args, code, out)
+			}
+			requireHistory(t, srv, j, id, "system/node_memory_used_megabytes")
+			if st := srv.GetRun(t, id).Info.Status; st != "RUNNING" {
+				t.Errorf("sync changed the status of a run it did not create to %s", st)
+			}
+		})
+	}
+}
+
+// A spool that does not exist is exit 2, creates no file and no run.
+func TestSyncMissingFile(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := uniqueName(t)
+	missing := filepath.Join(t.TempDir(), "nope.jsonl")
+	code, out := syncCmd(t, srv, exp, missing)
+	if code != 2 || !strings.Contains(out, missing) {
+		t.Fatalf("exit %d, want 2 naming the file:\n%s", code, out)
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Error("sync created the missing spool file")
+	}
+	if id := srv.ExperimentID(t, exp); id != "" {
+		t.Errorf("sync created experiment %s (and a run) for a missing file", id)
+	}
+}
+
+// sync ends the runs left RUNNING: one it creates for an offline spool takes
+// the status of the spool's end record; one whose bridge was SIGKILLed is
+// KILLED.
+func TestSyncEndsRuns(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	t.Run("offline run exit 3", func(t *testing.T) {
+		j := newJob(t, "", "--interval=250ms", "--trackers=none", "--", "sh", "-c", "sleep 0.6; exit 3")
+		if code := j.run(t); code != 3 {
+			t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
+		}
+		if code, out := syncCmd(t, srv, uniqueName(t), j.spool); code != 0 {
+			t.Fatalf("sync: exit %d:\n%s", code, out)
+		}
+		_, _, attempts, _ := spool.ReadFile(j.spool)
+		id := attempts[len(attempts)-1].Start.Runs["mlflow"]
+		if run := srv.GetRun(t, id); run.Info.Status != "FAILED" || run.Info.EndTime == 0 {
+			t.Errorf("status %s end %d, want FAILED with an end time", run.Info.Status, run.Info.EndTime)
+		}
+	})
+	t.Run("bridge SIGKILLed", func(t *testing.T) {
+		j := newJob(t, srv.URL, "--interval=250ms", "--", "sh", "-c", `echo $$ > pid.tmp; mv pid.tmp pid; while :; do sleep 0.1; done`)
+		if err := j.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pollFile(t, filepath.Join(j.dir, "pid"), 60*time.Second)
+		b, err := os.ReadFile(filepath.Join(j.dir, "pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var childPID int
+		fmt.Sscan(string(b), &childPID)
+		// The child has a process group of its own: it outlives bridge
+		// (as when bridge alone is OOM-killed) until the test ends it.
+		t.Cleanup(func() { syscall.Kill(-childPID, syscall.SIGKILL) })
+		time.Sleep(time.Second) // a few samples
+		j.cmd.Process.Signal(syscall.SIGKILL)
+		syscall.Kill(-childPID, syscall.SIGKILL)
+		j.cmd.Wait()
+		id := j.runID(t)
+		if st := srv.GetRun(t, id).Info.Status; st != "RUNNING" {
+			t.Fatalf("precondition: a SIGKILLed bridge's run is %s, want still RUNNING", st)
+		}
+		if code, out := syncCmd(t, srv, uniqueName(t), j.spool); code != 0 {
+			t.Fatalf("sync: exit %d:\n%s", code, out)
+		}
+		if run := srv.GetRun(t, id); run.Info.Status != "KILLED" || run.Info.EndTime == 0 {
+			t.Errorf("status %s end %d, want KILLED with an end time", run.Info.Status, run.Info.EndTime)
+		}
+	})
+}
+
+// Secrets given to bridge or its child (environment, argv in every form,
+// URIs) appear nowhere bridge writes: its output, the spool, the MLflow run
+// read back through the REST API, the W&B mock's recorded requests.
+func TestSecretsNeverRecorded(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	wb := wandbserver.StartTest(t, wandbserver.Options{})
+	secrets := []string{"envsecret-hf-1", "argvsecret-2", "argvsecret-3", "argvsecret-4", "urlsecret-5", "urlsecret-6", "argvsecret-7", "urlsecret-8", "wbsecret-9"}
+	dir := t.TempDir()
+	spoolPath := filepath.Join(dir, "spool.jsonl")
+	trackingURI := strings.Replace(srv.URL, "http://", "http://bridge:"+secrets[7]+"@", 1)
+	cmd := exec.Command(testbin.Bridge(t), "--log-level=debug", "--interval=250ms", "--flush-timeout=5s", "--trackers=mlflow,wandb", "--spool", spoolPath, "--",
+		"sh", "-c", `sleep 1`, "train.py",
+		"--password="+secrets[1], "--api-key", secrets[2], "--token", secrets[3],
+		"https://user:"+secrets[4]+"@example.com/data?token="+secrets[5], "db.password="+secrets[6], secrets[0])
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(wb.ClientEnv(dir, strings.Repeat("k", 32)+secrets[8])...),
+		"HF_TOKEN="+secrets[0], "MLFLOW_TRACKING_URI="+trackingURI, "MLFLOW_EXPERIMENT_NAME="+uniqueName(t), "WANDB_PROJECT=bridge-e2e")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if code := exitCode(t, cmd.Run()); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
+	}
+	places := map[string]string{"stdout": out.String(), "stderr": errb.String()}
+	raw, err := os.ReadFile(spoolPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	places["spool"] = string(raw)
+	_, _, attempts, _ := spool.ReadFile(spoolPath)
+	id := attempts[0].Start.Runs["mlflow"]
+	if id == "" {
+		t.Fatalf("no MLflow run; stderr:\n%s", &errb)
+	}
+	resp, err := http.Get(srv.URL + "/api/2.0/mlflow/runs/get?run_id=" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	places["mlflow run"] = string(body)
+	var wbReqs strings.Builder
+	for _, r := range wb.Requests() {
+		fmt.Fprintf(&wbReqs, "%s %s\n%s\n", r.Method, r.Path, r.Body)
+	}
+	places["wandb requests"] = wbReqs.String()
+	for where, text := range places {
+		for _, s := range secrets {
+			if strings.Contains(text, s) {
+				t.Errorf("secret %q found in %s", s, where)
+			}
+		}
+	}
+	// The command line is still recorded, redacted: the check above looked
+	// where it is.
+	run := srv.GetRun(t, id)
+	cmdTag := run.Tags["bridge.command"]
+	for _, want := range []string{"--password=***", "--api-key ***", "--token ***", "user:***@example.com", "db.password=***"} {
+		if !strings.Contains(cmdTag, want) {
+			t.Errorf("bridge.command %q lacks %q", cmdTag, want)
+		}
+	}
+	if wbReqs.Len() == 0 {
+		t.Error("the W&B mock received nothing: the check above looked at nothing")
+	}
+}
