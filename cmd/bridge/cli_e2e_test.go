@@ -463,3 +463,65 @@ func TestSecretsNeverRecorded(t *testing.T) {
 		t.Error("the W&B mock received nothing: the check above looked at nothing")
 	}
 }
+
+// In a terminal, Ctrl-C after the child has exited reaches bridge (which
+// takes the terminal back from the child's group) and ends the flush.
+func TestCtrlCInTerminalEndsFlush(t *testing.T) {
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("script(1) not installed: no pseudo-terminal to test Ctrl-C with")
+	}
+	uri := hungTracker(t)
+	bin := testbin.Bridge(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	child := `echo $$ > ` + pidFile + `.tmp; mv ` + pidFile + `.tmp ` + pidFile + `; sleep 0.5; exit 5`
+	cmd := exec.Command("script", "-qec", bin+" --trackers=mlflow --start-timeout=1s --flush-timeout=120s --spool "+
+		filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pollFile(t, pidFile, 60*time.Second)
+	b, _ := os.ReadFile(pidFile)
+	childProc := "/proc/" + strings.TrimSpace(string(b))
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(childProc); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not exit")
+		}
+	}
+	first := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var werr error
+wait:
+	for {
+		stdin.Write([]byte{3}) // ^C, repeated: the terminal may not be handed back yet
+		select {
+		case werr = <-done:
+			break wait
+		case <-time.After(500 * time.Millisecond):
+		}
+		if time.Since(first) > 60*time.Second {
+			cmd.Process.Kill()
+			errOut, _ := os.ReadFile(filepath.Join(dir, "err"))
+			t.Fatalf("Ctrl-C during the flush was ignored for 60s (flush timeout 120s); bridge's stderr:\n%s", errOut)
+		}
+	}
+	errOut, _ := os.ReadFile(filepath.Join(dir, "err"))
+	if d := time.Since(first); d > 10*time.Second {
+		t.Errorf("bridge took %v to exit after Ctrl-C", d)
+	}
+	if code := exitCode(t, werr); code != 5 {
+		t.Errorf("exit %d, want the child's 5; stderr:\n%s", code, errOut)
+	}
+	if !strings.Contains(string(errOut), "stay in the spool") {
+		t.Errorf("stderr does not say the unsent samples stay in the spool:\n%s", errOut)
+	}
+}
