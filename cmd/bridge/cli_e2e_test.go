@@ -154,6 +154,7 @@ func TestStartTimeoutHungTracker(t *testing.T) {
 	code := exitCode(t, cmd.Wait())
 	// Bound, not speed: 2s of start timeout and 6s for bridge's own start
 	// on a loaded machine; the old fixed wait was 15s.
+	t.Logf("child started %v after bridge (--start-timeout=2s, tracker hung)", at.Sub(t0))
 	if d := at.Sub(t0); d > 8*time.Second {
 		t.Errorf("the child started %v after bridge, want within --start-timeout=2s (+6s)", d)
 	}
@@ -178,6 +179,7 @@ func TestFlushTimeoutIsTotal(t *testing.T) {
 	code := exitCode(t, cmd.Wait())
 	// 3s of flush timeout and a documented 1s constant, with 3s more of
 	// margin for a loaded machine; the old end-of-run step alone could add 15s.
+	t.Logf("bridge exited %v after the child (--flush-timeout=3s, tracker hung)", time.Since(at))
 	if d := time.Since(at); d > 7*time.Second {
 		t.Errorf("bridge exited %v after the child, want within --flush-timeout=3s (+1s)", d)
 	}
@@ -237,6 +239,7 @@ wait:
 			t.Fatalf("bridge still flushing 60s after the second signal; stderr:\n%s", errb)
 		}
 	}
+	t.Logf("bridge exited %v after the first signal that followed the child's exit (--flush-timeout=120s)", time.Since(first))
 	if d := time.Since(first); d > 10*time.Second {
 		t.Errorf("bridge took %v to exit after the second signal (flush timeout 120s)", d)
 	}
