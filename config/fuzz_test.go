@@ -74,3 +74,33 @@ func FuzzLoad(f *testing.F) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// FuzzArgs feeds whole command lines (arguments separated by NUL): Parse and
+// Load never panic, and every error wraps ErrUsage (or is --help).
+//
+//	go test -run '^$' -fuzz FuzzArgs -fuzztime 15s ./config
+func FuzzArgs(f *testing.F) {
+	for _, s := range []string{
+		"--interval=5s", "--queue-size\x001.5", "--scopes=node,gpuz", "--spool-max-size\x00512MiB\x00--keep-spool",
+		"--kill-after=-1s", "--help", "-h", "--", "--config\x00/nonexistent.yaml", "--trackers=auto,none",
+		"--gpus=0,1\x00--node-id=a.b", "--fast-threshold=1e-300", "--no-container=false\x00--window=0",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		clearEnv(t)
+		fs := pflag.NewFlagSet("fuzz", pflag.ContinueOnError)
+		fs.SetOutput(discard{})
+		RegisterFlags(fs)
+		err := Parse(fs, strings.Split(line, "\x00"))
+		if errors.Is(err, pflag.ErrHelp) {
+			return
+		}
+		if err == nil {
+			_, err = Load(fs)
+		}
+		if err != nil && !errors.Is(err, ErrUsage) {
+			t.Fatalf("error does not wrap ErrUsage: %v", err)
+		}
+	})
+}

@@ -1,0 +1,35 @@
+package redact
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzArgv: whatever the secret, each documented form hides it, and Argv
+// never panics or changes the number of arguments.
+//
+//	go test -run '^$' -fuzz FuzzArgv -fuzztime 15s ./redact
+func FuzzArgv(f *testing.F) {
+	f.Add("hunter22", "--password=%s")
+	f.Add("sk-123", "--api-key\x00%s")
+	f.Add("t0k3n", "https://u:%s@h/x")
+	f.Add("abcd", "db.password=%s")
+	f.Add("x y", "http://h/?token=%s")
+	f.Fuzz(func(t *testing.T, secret, form string) {
+		args := strings.Split(strings.ReplaceAll(form, "%s", secret), "\x00")
+		out := New([]string{"MY_TOKEN=" + secret}).Argv(args)
+		if len(out) != len(args) {
+			t.Fatalf("Argv(%q) has %d arguments, want %d", args, len(out), len(args))
+		}
+		// The secret is also an environment secret: hidden everywhere,
+		// unless too short to be one or made only of what the mask is.
+		if len(secret) < 4 || strings.Trim(secret, "*") == "" {
+			return
+		}
+		for _, a := range out {
+			if strings.Contains(a, secret) {
+				t.Fatalf("secret %q left in %q (from %q)", secret, out, args)
+			}
+		}
+	})
+}
