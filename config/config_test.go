@@ -172,6 +172,9 @@ func TestBadValuesEveryOption(t *testing.T) {
 	for _, tc := range cases {
 		covered[tc.key] = true
 		for _, via := range []string{"flag", "env", "file"} {
+			if via == "env" && tc.val == "" {
+				continue // an empty variable is unset, by design
+			}
 			t.Run(via+"/"+tc.key+"="+tc.val, func(t *testing.T) {
 				var args []string
 				env := map[string]string{}
@@ -181,9 +184,6 @@ func TestBadValuesEveryOption(t *testing.T) {
 					args, name = []string{"--" + tc.key + "=" + tc.val}, "--"+tc.key
 				case "env":
 					env[EnvName(tc.key)], name = tc.val, EnvName(tc.key)
-					if tc.val == "" {
-						t.Skip("an empty variable is unset, by design")
-					}
 				case "file":
 					p := writeFile(t, tc.key+": "+yamlQuote(tc.val)+"\n")
 					args, name = []string{"--config", p}, tc.key+" (in "
