@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/procfs"
 	"github.com/spf13/pflag"
 
+	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 	"github.com/bridge-dev/bridge/tracker"
@@ -47,29 +48,33 @@ func runAttach(args []string, stderr io.Writer) int {
 		}
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	ov := overrides{mlflowRunID: runID, wandbRunID: runID}
+	ov := pipeline.SameRun(runID)
 	if runID == "" {
-		ov = overrides{mlflowRunID: os.Getenv("MLFLOW_RUN_ID"), wandbRunID: os.Getenv("WANDB_RUN_ID")}
+		ov = pipeline.Overrides{RunIDs: map[string]string{}}
+		for _, t := range pipeline.Trackers {
+			ov.RunIDs[t.Name] = os.Getenv(t.RunIDEnv)
+		}
 	}
-	sinks, err := buildSinks(cfg, ov, log)
+	sinks, err := pipeline.BuildSinks(cfg, ov, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
 	for _, s := range sinks {
-		if s.Name() == "mlflow" && ov.mlflowRunID == "" {
+		if s.Name() == "mlflow" && ov.RunIDs["mlflow"] == "" {
 			fmt.Fprintln(stderr, "bridge: attach needs the run to write to: --run-id ID or MLFLOW_RUN_ID (e.g. mlflow.active_run().info.run_id)")
 			return exitUsage
 		}
 	}
-	src, err := buildSources(cfg, log)
+	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	src.childPID.Store(int64(pid))
-	tags := startTags(cfg, src)
+	src.SetChild(pid, 0)
+	tags := src.StartTags(cfg, version)
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
-	runs, _, failed := startSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
-	sess, err := openSession(cfg, log, src, nil, runs, failed, tags)
+	started := pipeline.StartSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
+	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
+		Collectors: src.Collectors, Memory: src.Memory(), Started: started, StartTags: tags})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return 1
@@ -77,7 +82,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, supervisor.Forwarded...)
 	defer signal.Stop(sigs)
-	sess.run()
+	sess.Run()
 
 	reason := waitForPID(pid, sigs)
 	log.Info("attach: stopping", "reason", reason)
@@ -86,9 +91,9 @@ func runAttach(args []string, stderr io.Writer) int {
 		<-sigs // a second signal cuts the flush short
 		close(late)
 	}()
-	sess.stop(late)
-	sess.finish(tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.attach_end": reason}})
-	sess.report(stderr, "bridge attach: end", summary.Row{What: "ended", Value: reason})
+	sess.Stop(late)
+	sess.Finish(tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.attach_end": reason}})
+	sess.Report(stderr, "bridge attach: end", summary.Row{What: "ended", Value: reason})
 	return 0
 }
 
