@@ -190,7 +190,7 @@ func (s *Session) loop() {
 		// 0.5 ms, BenchmarkMemoryProbe): a working set that climbs toward the
 		// limit gets the fast interval at once, not at the next regular
 		// sample. Without a limit there is nothing to near.
-		_, limited := smp.Value(summary.MemPercent)
+		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent)
 		probe := fast && limited
 		for {
 			wait := time.Until(next)
@@ -219,7 +219,7 @@ func (s *Session) loop() {
 // the spool's notification, sent) every FastInterval.
 func (s *Session) nearLimit(pts []metrics.Point) bool {
 	for _, p := range pts {
-		if p.Name == summary.MemPercent {
+		if p.Name == metrics.ContainerMemoryWorkingSetPercent {
 			return p.Value >= s.set.FastThreshold
 		}
 	}

@@ -132,14 +132,14 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 		}
 	}
 	pts := []metrics.Point{
-		point("process_memory_rss_megabytes", metrics.MB(rss), metrics.UnitMegabytes, c.src),
-		point("process_count", float64(len(stats)), metrics.UnitCount, c.src),
-		point("process_threads_count", threads, metrics.UnitCount, c.src),
+		point(metrics.ProcessMemoryRSS, metrics.MB(rss), metrics.UnitMegabytes, c.src),
+		point(metrics.ProcessCount, float64(len(stats)), metrics.UnitCount, c.src),
+		point(metrics.ProcessThreads, threads, metrics.UnitCount, c.src),
 	}
 	if p := c.prev; p != nil && p.root == root {
 		if wall := now.Sub(p.at).Seconds(); wall > 0 {
 			cores := float64(cpuTicks(p.procs, cur.procs)) / userHZ / wall
-			pts = append(pts, point("process_cpu_usage_cores", cores, metrics.UnitCores, c.src))
+			pts = append(pts, point(metrics.ProcessCPUUsage, cores, metrics.UnitCores, c.src))
 		}
 	}
 	c.prev = cur
