@@ -63,9 +63,9 @@ type Options struct {
 // between a sample and the disk is a bounded channel.
 //
 // Contract: Open, Run, Stop, Finish and Report are called in that order
-// from one goroutine (Run may be skipped: Stop then takes no sample). Sinks'
-// Start, RunID and Finish run on that goroutine; Send on the sink's
-// forwarder goroutine, never beside Finish.
+// from one goroutine (Run may be skipped: Stop then takes no sample; Stop
+// may be left to Finish). Sinks' Finish runs on that goroutine once their
+// forwarders have returned; Send only on the forwarders (see tracker.Sink).
 type Session struct {
 	set     Settings
 	log     *slog.Logger
@@ -81,6 +81,7 @@ type Session struct {
 	doneW   chan struct{} // the spool writer has returned
 	dropped int
 	running bool // Run was called
+	stopped bool // Stop was called
 
 	failedStarts []summary.Row // sinks that could not start, for the table
 
@@ -255,6 +256,10 @@ func (s *Session) writer() {
 // spool writer, then gives the forwarders up to FlushTimeout (or until abort
 // is closed) to send what is left.
 func (s *Session) Stop(abort <-chan struct{}) {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
 	if s.running {
 		close(s.stopS)
 		<-s.doneS
@@ -297,8 +302,10 @@ func (s *Session) Acc() *summary.Accumulator { return s.acc }
 func (s *Session) Dropped() int { return s.dropped }
 
 // Finish records the end on every sink and in the spool, and closes the
-// spool.
+// spool. It stops the session first if Stop was not called: a sink's Finish
+// never runs beside its Send.
 func (s *Session) Finish(end tracker.EndInfo) {
+	s.Stop(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for _, r := range s.sinks {

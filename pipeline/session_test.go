@@ -85,8 +85,6 @@ func (f *fakeSink) Send(ctx context.Context, smp []metrics.Sample) (int, error) 
 	return len(smp), nil
 }
 
-func (f *fakeSink) SetTags(context.Context, map[string]string) error { return nil }
-
 func (f *fakeSink) Finish(context.Context, tracker.EndInfo) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
