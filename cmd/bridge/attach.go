@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -41,11 +39,15 @@ func runAttach(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: --pid=%d: must be a process id\n", pid)
 		return exitUsage
 	}
-	if pid > 0 {
-		if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-			fmt.Fprintf(stderr, "bridge: --pid=%d: no such process\n", pid)
-			return exitUsage
-		}
+	// The pid is one of --proc-root's namespace, as the process_ scope's.
+	procs, err := procfs.NewFS(cfg.ProcRoot)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge: --proc-root=%s: %v\n", cfg.ProcRoot, err)
+		return exitUsage
+	}
+	if pid > 0 && !alive(procs, pid) {
+		fmt.Fprintf(stderr, "bridge: --pid=%d: no such process under %s\n", pid, cfg.ProcRoot)
+		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	ov := pipeline.SameRun(runID)
@@ -84,7 +86,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 	sess.Run()
 
-	reason := waitForPID(pid, sigs)
+	reason := waitForPID(procs, pid, sigs)
 	log.Info("attach: stopping", "reason", reason)
 	late := make(chan struct{})
 	go func() {
@@ -99,7 +101,7 @@ func runAttach(args []string, stderr io.Writer) int {
 
 // waitForPID returns when pid is gone (or, with pid 0, never by itself) or a
 // signal arrives.
-func waitForPID(pid int, sigs <-chan os.Signal) string {
+func waitForPID(procs procfs.FS, pid int, sigs <-chan os.Signal) string {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -107,7 +109,7 @@ func waitForPID(pid int, sigs <-chan os.Signal) string {
 		case s := <-sigs:
 			return "signal " + s.String()
 		case <-t.C:
-			if pid > 0 && !alive(pid) {
+			if pid > 0 && !alive(procs, pid) {
 				return fmt.Sprintf("process %d exited", pid)
 			}
 		}
@@ -116,8 +118,8 @@ func waitForPID(pid int, sigs <-chan os.Signal) string {
 
 // alive treats a zombie as gone: it has exited, only its parent has not
 // reaped it yet.
-func alive(pid int) bool {
-	p, err := procfs.NewProc(pid)
+func alive(procs procfs.FS, pid int) bool {
+	p, err := procs.Proc(pid)
 	if err != nil {
 		return false
 	}
