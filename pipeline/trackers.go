@@ -139,3 +139,12 @@ func buildWandb(b Build) (tracker.Sink, error) {
 	}
 	return wandb.New(wc, b.Log) // New adds tracker=wandb itself
 }
+
+// TrackerNames are the names --trackers accepts besides "auto" and "none".
+func TrackerNames() []string {
+	names := make([]string, len(Trackers))
+	for i, t := range Trackers {
+		names[i] = t.Name
+	}
+	return names
+}
