@@ -34,6 +34,9 @@ type Tracker struct {
 	Name     string // as in --trackers and the spool's records
 	RunIDEnv string // the variable a job names its run with (attach's default)
 	Resume   bool   // a restarted attempt writes into the run of the lost one
+	// AttachRunHint is set for trackers whose run `bridge attach` must be
+	// told (it never creates one): where a job finds its run id.
+	AttachRunHint string
 	// Build returns the sink, or nil when the tracker is off for this job
 	// (not configured under "auto"). Its errors are usage errors.
 	Build func(b Build) (tracker.Sink, error)
@@ -52,8 +55,19 @@ type Build struct {
 
 // Trackers is the one list of bridge's trackers, in the order they start.
 var Trackers = []Tracker{
-	{Name: "mlflow", RunIDEnv: "MLFLOW_RUN_ID", Resume: true, Build: buildMLflow},
+	{Name: "mlflow", RunIDEnv: "MLFLOW_RUN_ID", Resume: true, Build: buildMLflow,
+		AttachRunHint: "mlflow.active_run().info.run_id"},
 	{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Build: buildWandb},
+}
+
+// Registered is the registration of the tracker named name.
+func Registered(name string) (Tracker, bool) {
+	for _, t := range Trackers {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tracker{}, false
 }
 
 // BuildSinks builds the sinks the configuration turns on. With "auto" a

@@ -62,8 +62,8 @@ func runAttach(args []string, stderr io.Writer) int {
 		return usageError(stderr, err)
 	}
 	for _, s := range sinks {
-		if s.Name() == "mlflow" && ov.RunIDs["mlflow"] == "" {
-			fmt.Fprintln(stderr, "bridge: attach needs the run to write to: --run-id ID or MLFLOW_RUN_ID (e.g. mlflow.active_run().info.run_id)")
+		if t, _ := pipeline.Registered(s.Name()); t.AttachRunHint != "" && ov.RunIDs[t.Name] == "" {
+			fmt.Fprintf(stderr, "bridge: attach needs the run to write to: --run-id ID or %s (e.g. %s)\n", t.RunIDEnv, t.AttachRunHint)
 			return exitUsage
 		}
 	}
