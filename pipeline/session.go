@@ -51,6 +51,7 @@ type Options struct {
 	Settings   Settings
 	Log        *slog.Logger
 	Version    string              // bridge's version, for the spool's start record
+	Sources    *Sources            // when set, Collectors and Memory come from it
 	Collectors []metrics.Collector // what the sampler runs
 	Memory     MemoryProbe         // nil: no probing between samples
 	Spool      *spool.Spool        // an already open spool; nil opens Settings.Spool or the default
@@ -119,6 +120,9 @@ func Open(o Options) (*Session, error) {
 	now := time.Now()
 	if o.Log == nil {
 		o.Log = slog.Default()
+	}
+	if o.Sources != nil {
+		o.Collectors, o.Memory = o.Sources.Collectors, o.Sources.Memory()
 	}
 	sp := o.Spool
 	if sp == nil {

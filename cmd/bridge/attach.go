@@ -76,7 +76,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
 	started := pipeline.StartSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
 	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
-		Collectors: src.Collectors, Memory: src.Memory(), Started: started, StartTags: tags})
+		Sources: src, Started: started, StartTags: tags})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return 1

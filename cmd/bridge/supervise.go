@@ -84,7 +84,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}
 
 	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
-		Collectors: src.Collectors, Memory: src.Memory(), Spool: sp, Started: started, StartTags: tags})
+		Sources: src, Spool: sp, Started: started, StartTags: tags})
 	if err != nil {
 		// The job matters more than its metrics: run it without a spool.
 		log.Error("cannot open the spool; running the command without sampling", "err", err)
