@@ -95,7 +95,10 @@ func runSupervise(args []string, stderr io.Writer) int {
 		log.Error("cannot open the spool; running the command without sampling", "err", err)
 		return runBare(argv, mergeEnv(os.Environ(), env), log)
 	}
-	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log, KillAfter: cfg.KillAfter})
+	// Leftover processes of the child's group get their SIGTERM grace inside
+	// the flush timeout, which counts from the child's exit.
+	grace := min(2*time.Second, max(cfg.FlushTimeout, time.Millisecond))
+	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log, KillAfter: cfg.KillAfter, Grace: grace})
 	if err != nil {
 		code := startFailureCode(err)
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
