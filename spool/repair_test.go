@@ -110,7 +110,7 @@ func TestBadLinesSkippedAndCounted(t *testing.T) {
 		`not json`, // 3
 		`{"type":"sample","seq":1,"ts":2,"metrics":{"a":"` + strings.Repeat("v", 10<<20) + `"}}`, // 4: 10 MB bad value, too long
 		`{"type":"sample","seq":2,"ts":3,"metrics":{"a":"` + strings.Repeat("w", 1000) + `"}}`,   // 5: bad value
-		`{"type":"sample","ts":3,"metrics":{"a":1}}`,                                              // 6: no seq
+		`{"type":"sample","ts":3,"metrics":{"a":1}}`,                                             // 6: no seq
 		huge, // 7
 		``,   // blank lines are not errors
 		`{"type":"sample","seq":3,"ts":4,"metrics":{"a":3}}`,

@@ -66,6 +66,9 @@ type Options struct {
 	// be written; past it the oldest of them are dropped (and counted).
 	// 0 means DefaultMaxBuffered.
 	MaxBuffered int
+	// MustExist refuses a missing file (`bridge sync` of a mistyped path)
+	// instead of creating it.
+	MustExist bool
 }
 
 func (o *Options) defaults() {
@@ -173,12 +176,16 @@ func Open(path string) (*Spool, error) { return OpenWith(path, Options{}) }
 // only when the file cannot be opened or read.
 func OpenWith(path string, opt Options) (*Spool, error) {
 	opt.defaults()
-	if dir := filepath.Dir(path); dir != "." {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("creating the spool's directory %s: %w", dir, err)
+	flags := os.O_RDWR | os.O_APPEND
+	if !opt.MustExist {
+		flags |= os.O_CREATE
+		if dir := filepath.Dir(path); dir != "." {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("creating the spool's directory %s: %w", dir, err)
+			}
 		}
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening spool %s: %w", path, err)
 	}

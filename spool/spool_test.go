@@ -146,4 +146,3 @@ func TestTrimmingAndUntrack(t *testing.T) {
 		t.Fatalf("in memory after untrack = %d, want 0", n)
 	}
 }
-

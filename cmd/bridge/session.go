@@ -41,6 +41,8 @@ type session struct {
 	dropped int
 	running bool // run was called
 
+	spoolRemoved bool // closeSpool removed the delivered file
+
 	failedStarts []summary.Row // sinks that could not start, for the table
 
 	fwdCancel context.CancelFunc
@@ -115,7 +117,7 @@ func openSession(cfg config.Config, log *slog.Logger, src *sources, sp *spool.Sp
 	now := time.Now()
 	if sp == nil {
 		var err error
-		if sp, err = spool.Open(spoolPath(cfg, runs, now)); err != nil {
+		if sp, err = spool.OpenWith(spoolPath(cfg, runs, now), spool.Options{Logger: log}); err != nil {
 			return nil, err
 		}
 	}
@@ -304,7 +306,7 @@ func (s *session) finish(end tracker.EndInfo) {
 	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: end.Tags}); err != nil {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
-	s.spool.Close()
+	s.closeSpool()
 }
 
 // report writes the end-of-run table: what was measured, the caller's rows
@@ -321,6 +323,7 @@ func (s *session) trackerRows() []summary.Row {
 		rows = append(rows, summary.Row{What: "samples dropped", Value: fmt.Sprintf("%d (the spool writer was behind: a stalled disk)", s.dropped)})
 	}
 	rows = append(rows, s.failedStarts...)
+	rows = append(rows, s.spoolRows()...)
 	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
 		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: samples are in " + s.spool.Path()})
 	}

@@ -31,13 +31,13 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	path := fs.Arg(0)
-	sp, err := spool.Open(path)
+	log := newLogger(stderr, cfg.LogLevel)
+	sp, err := spool.OpenWith(path, spool.Options{Logger: log, MustExist: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return exitUsage
 	}
 	defer sp.Close()
-	log := newLogger(stderr, cfg.LogLevel)
 
 	ov := overrides{mlflowRunID: runID, wandbRunID: runID}
 	if runID == "" {
