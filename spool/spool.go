@@ -41,7 +41,12 @@ import (
 const (
 	DefaultMaxSize     = 1 << 30 // bytes
 	DefaultMemSamples  = 1024
-	DefaultMaxBuffered = 8192
+	DefaultMaxBuffered = 4096
+
+	// retryGap spaces retries of a failing file: each retry rewrites the
+	// whole buffer, and a cap rewrite reads the whole file.
+	retryGap        = time.Second
+	compactRetryGap = 30 * time.Second
 )
 
 // ErrClosed is returned by writes to a closed spool.
@@ -163,7 +168,9 @@ type Spool struct {
 	attempts []Attempt
 	notify   []chan struct{}
 	stats    Stats
-	lostLog  bool // the buffer-full message was given
+	lostLog  bool      // the buffer-full message was given
+	nextTry  time.Time // while failing, no retry before this
+	gap      time.Duration
 }
 
 // Open opens the spool at path with default options.
@@ -190,7 +197,7 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 		return nil, fmt.Errorf("opening spool %s: %w", path, err)
 	}
 	s := &Spool{path: path, opt: opt, log: opt.Logger.With("spool", path), f: f,
-		acks: map[string]int64{}, tracked: map[string]bool{}}
+		acks: map[string]int64{}, tracked: map[string]bool{}, gap: retryGap}
 	res, err := scan(f, opt.MaxLine, s.load)
 	if err != nil {
 		f.Close()
@@ -225,7 +232,10 @@ func (s *Spool) repairTail(res scanResult) {
 	if err := s.f.Truncate(res.end); err != nil {
 		// The next record goes after the torn bytes, on a line of its own.
 		s.log.Warn("cannot cut the spool's torn last line; it will be skipped when read", "err", err)
-		s.size = res.end + int64(len(res.tail))
+		s.size = res.end
+		if fi, err := s.f.(*os.File).Stat(); err == nil {
+			s.size = fi.Size()
+		}
 		s.queue = append(s.queue, queued{line: []byte{'\n'}, seq: -1})
 		return
 	}
@@ -582,7 +592,7 @@ func (s *Spool) enqueueLocked(rec Record, seq int64, ack string) error {
 	if seq >= 0 {
 		s.queuedN++
 	}
-	s.flushLocked()
+	s.flushLocked(false)
 	s.boundLocked()
 	return nil
 }
@@ -611,9 +621,13 @@ func (s *Spool) boundLocked() {
 }
 
 // flushLocked writes the queue in order with one fsync; a failure leaves the
-// file as it was (whole lines only) and the queue for the next try.
-func (s *Spool) flushLocked() {
+// file as it was (whole lines only) and the queue for the next try, which
+// waits for nextTry unless forced.
+func (s *Spool) flushLocked(force bool) {
 	if len(s.queue) == 0 || s.f == nil {
+		return
+	}
+	if s.failing && !force && time.Now().Before(s.nextTry) {
 		return
 	}
 	var buf []byte
@@ -623,6 +637,7 @@ func (s *Spool) flushLocked() {
 	if s.opt.MaxSize > 0 && s.size+int64(len(buf)) > s.opt.MaxSize && s.size > 0 {
 		if err := s.compactLocked(); err != nil {
 			s.failLocked(err)
+			s.nextTry = time.Now().Add(max(s.gap, compactRetryGap))
 			return
 		}
 	}
@@ -669,6 +684,7 @@ func (s *Spool) writeLocked(b []byte) error {
 
 func (s *Spool) failLocked(err error) {
 	s.stats.WriteFailures++
+	s.nextTry = time.Now().Add(s.gap)
 	if !s.failing {
 		s.failing = true
 		s.stats.Outages++
@@ -684,7 +700,7 @@ func (s *Spool) Close() error {
 	if s.f == nil {
 		return nil
 	}
-	s.flushLocked()
+	s.flushLocked(true)
 	if s.queuedN > 0 {
 		s.log.Error("samples never reached the spool file (they were sent to the trackers that were up)", "samples", s.queuedN)
 	}
