@@ -257,3 +257,52 @@ func TestDelivered(t *testing.T) {
 		t.Fatal("delivered although the sink gave up")
 	}
 }
+
+// The sampler appends while two forwarders read and acknowledge, with a
+// tiny memory window (reads from the file) and a small cap (rewrites): every
+// sample reaches each forwarder once, in order, unless the cap dropped it.
+func TestConcurrentAppendPendingAck(t *testing.T) {
+	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), Options{MemSamples: 3, MaxSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Track("a", "r")
+	s.Track("b", "r")
+	const n = 600
+	var wg sync.WaitGroup
+	for _, sink := range []string{"a", "b"} {
+		wg.Add(1)
+		wake := s.Notify()
+		go func() {
+			defer wg.Done()
+			last := int64(-1)
+			for last < n-1 {
+				batch := s.Pending(sink, "r", 7)
+				if len(batch) == 0 {
+					<-wake // no busy loop: wait for the next Append
+					continue
+				}
+				for _, smp := range batch {
+					if smp.Seq <= last {
+						t.Errorf("%s: seq %d after %d", sink, smp.Seq, last)
+						return
+					}
+					if v, _ := smp.Value("container_memory_working_set_megabytes"); v != float64(smp.Seq) {
+						t.Errorf("%s: seq %d has value %v", sink, smp.Seq, v)
+						return
+					}
+					last = smp.Seq
+				}
+				s.Ack(sink, "r", last)
+			}
+		}()
+	}
+	for i := int64(0); i < n; i++ {
+		s.Append(sample(i, float64(i)))
+	}
+	wg.Wait()
+	if st := s.Stats(); st.Written != n || st.Buffered != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
