@@ -15,16 +15,19 @@ const keepDeliveredSpool = false
 
 // closeSpool closes the spool and removes it when it holds nothing a user
 // still needs: bridge chose its path (a path the user gave is always kept),
-// every started tracker took every sample, and the file is whole (no lost,
-// dropped or skipped records). Anything else keeps it, for `bridge sync` and
-// for a restarted bridge's forensics.
+// bridge created every run it wrote to, every started tracker took every
+// sample, and the file is whole (no lost, dropped or skipped records).
+// Anything else keeps it, for `bridge sync` and for a restarted bridge's
+// forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's run) keeps it
+// because a later bridge on that run continues its steps from the file.
 func (s *session) closeSpool() {
 	if s.cfg.Spool != "" || keepDeliveredSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
 		s.spool.Close()
 		return
 	}
 	for _, r := range s.sinks {
-		if st, _, _ := r.fwd.Status(); st != tracker.StateOK {
+		c, ok := r.sink.(interface{ Created() bool })
+		if st, _, _ := r.fwd.Status(); st != tracker.StateOK || !ok || !c.Created() {
 			s.spool.Close()
 			return
 		}

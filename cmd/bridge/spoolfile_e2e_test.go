@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
@@ -21,9 +23,10 @@ func defaultSpools(t *testing.T, dir string) []string {
 	return m
 }
 
-// A spool at the default path is removed when every sample reached MLflow
-// and the run ended cleanly; with nothing delivered (no tracker) it stays,
-// private to the user, and the table says where.
+// A spool at the default path is removed when every sample reached MLflow,
+// in a run bridge created, and the run ended cleanly; with nothing delivered
+// (no tracker) it stays, private to the user, and the table says where; for a
+// run given to bridge it stays, so that a later bridge continues its steps.
 func TestDefaultSpoolRemovedOnlyWhenDelivered(t *testing.T) {
 	srv := mlflowtest.Shared(t)
 	run := func(env ...string) (string, string) {
@@ -44,6 +47,13 @@ func TestDefaultSpoolRemovedOnlyWhenDelivered(t *testing.T) {
 	}
 	if !strings.Contains(out, "removed (every sample delivered)") {
 		t.Errorf("the table does not say the spool was removed:\n%s", out)
+	}
+
+	exp := srv.CreateExperiment(t, "bridge-e2e-spoolfile-given-"+fmt.Sprint(time.Now().UnixNano()))
+	id := srv.CreateRun(t, exp, "given")
+	dir, out = run("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_RUN_ID="+id)
+	if left := defaultSpools(t, dir); len(left) != 1 {
+		t.Errorf("the spool of a given run was not kept: %v\n%s", left, out)
 	}
 
 	dir, out = run() // no tracker configured
