@@ -1,4 +1,4 @@
-package main
+package pipeline
 
 import (
 	"fmt"
@@ -9,8 +9,8 @@ import (
 )
 
 // keepDeliveredSpool keeps a spool at the default path even when every
-// sample reached every tracker. A --keep-spool flag (config.Config.KeepSpool)
-// is meant to replace this constant.
+// sample reached every tracker. A --keep-spool flag (Settings.KeepSpool, from
+// config.Config) is meant to replace this constant.
 const keepDeliveredSpool = false
 
 // closeSpool closes the spool and removes it when it holds nothing a user
@@ -20,13 +20,13 @@ const keepDeliveredSpool = false
 // Anything else keeps it, for `bridge sync` and for a restarted bridge's
 // forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's run) keeps it
 // because a later bridge on that run continues its steps from the file.
-func (s *session) closeSpool() {
-	if s.cfg.Spool != "" || keepDeliveredSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
+func (s *Session) closeSpool() {
+	if s.set.Spool != "" || keepDeliveredSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
 		s.spool.Close()
 		return
 	}
 	for _, r := range s.sinks {
-		c, ok := r.sink.(interface{ Created() bool })
+		c, ok := r.Sink.(interface{ Created() bool })
 		if st, _, _ := r.fwd.Status(); st != tracker.StateOK || !ok || !c.Created() {
 			s.spool.Close()
 			return
@@ -46,7 +46,7 @@ func (s *session) closeSpool() {
 
 // spoolRows report, for the end-of-run table, where the spool is and what
 // went wrong with it; a spool that simply worked gets one short row.
-func (s *session) spoolRows() []summary.Row {
+func (s *Session) spoolRows() []summary.Row {
 	st := s.spool.Stats()
 	where := s.spool.Path()
 	if s.spoolRemoved {
