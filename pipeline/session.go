@@ -84,6 +84,8 @@ type Session struct {
 	running bool // Run was called
 	stopped bool // Stop was called
 
+	spoolRemoved bool // closeSpool removed the delivered file
+
 	// The end of the run (Stop and Finish together) is over by deadline, or
 	// at once when abort is closed (both set by Stop).
 	deadline time.Time
@@ -132,7 +134,7 @@ func Open(o Options) (*Session, error) {
 	sp := o.Spool
 	if sp == nil {
 		var err error
-		if sp, err = spool.Open(SpoolPath(o.Settings.Spool, o.Started.Runs, now)); err != nil {
+		if sp, err = spool.OpenWith(SpoolPath(o.Settings.Spool, o.Started.Runs, now), spool.Options{Logger: o.Log}); err != nil {
 			return nil, err
 		}
 	}
@@ -364,7 +366,7 @@ func (s *Session) Finish(end tracker.EndInfo) {
 	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: end.Tags}); err != nil {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
-	s.spool.Close()
+	s.closeSpool()
 }
 
 // Report writes the end-of-run table: what was measured, the caller's rows
@@ -381,6 +383,7 @@ func (s *Session) trackerRows() []summary.Row {
 		rows = append(rows, summary.Row{What: "samples dropped", Value: fmt.Sprintf("%d (the spool writer was behind: a stalled disk)", s.dropped)})
 	}
 	rows = append(rows, s.failedStarts...)
+	rows = append(rows, s.spoolRows()...)
 	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
 		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: samples are in " + s.spool.Path()})
 	}

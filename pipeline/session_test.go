@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -165,7 +165,7 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 		t.Errorf("report:\n%s\nwant every sample sent to run r1", r)
 	}
 
-	smp, acks, attempts, err := spool.ReadFile(set.Spool)
+	smp, acks, attempts, err := spooltest.ReadFile(set.Spool)
 	if err != nil {
 		t.Fatal(err)
 	}

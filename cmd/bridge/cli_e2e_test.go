@@ -19,7 +19,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // hungTracker is a 127.0.0.1 listener that accepts connections and never
@@ -363,7 +363,7 @@ func TestSyncEndsRuns(t *testing.T) {
 		if code, out := syncCmd(t, srv, uniqueName(t), j.spool); code != 0 {
 			t.Fatalf("sync: exit %d:\n%s", code, out)
 		}
-		_, _, attempts, _ := spool.ReadFile(j.spool)
+		_, _, attempts, _ := spooltest.ReadFile(j.spool)
 		id := attempts[len(attempts)-1].Start.Runs["mlflow"]
 		if run := srv.GetRun(t, id); run.Info.Status != "FAILED" || run.Info.EndTime == 0 {
 			t.Errorf("status %s end %d, want FAILED with an end time", run.Info.Status, run.Info.EndTime)
@@ -429,7 +429,7 @@ func TestSecretsNeverRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	places["spool"] = string(raw)
-	_, _, attempts, _ := spool.ReadFile(spoolPath)
+	_, _, attempts, _ := spooltest.ReadFile(spoolPath)
 	id := attempts[0].Start.Runs["mlflow"]
 	if id == "" {
 		t.Fatalf("no MLflow run; stderr:\n%s", &errb)

@@ -35,7 +35,8 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	path := fs.Arg(0)
-	// spool.Open creates a missing file: sync must not (nor a run for it).
+	// A missing file is the user's to fix, and nothing is created for it
+	// (neither the file nor a run).
 	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
 		why := "not a regular file"
 		if err != nil {
@@ -48,13 +49,13 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: --timeout=%s: must be positive\n", timeout)
 		return exitUsage
 	}
-	sp, err := spool.Open(path)
+	log := newLogger(stderr, cfg.LogLevel)
+	sp, err := spool.OpenWith(path, spool.Options{Logger: log, MustExist: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return exitUsage
 	}
 	defer sp.Close()
-	log := newLogger(stderr, cfg.LogLevel)
 
 	attempts := sp.Attempts()
 	ov := pipeline.SameRun(runID)

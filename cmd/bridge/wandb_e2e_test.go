@@ -22,7 +22,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // The W&B end-to-end tests run `bridge --interval 1s --trackers wandb --
@@ -169,7 +169,7 @@ func (j *wbJob) end(t *testing.T) int {
 // spooled returns the samples bridge has written to its spool so far.
 func (j *wbJob) spooled(t *testing.T) []metrics.Sample {
 	t.Helper()
-	ss, _, _, err := spool.ReadFile(j.spool)
+	ss, _, _, err := spooltest.ReadFile(j.spool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +475,7 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 			t.Errorf("bridge never sent %s", n)
 		}
 	}
-	_, acks, _, err := spool.ReadFile(j.spool)
+	_, acks, _, err := spooltest.ReadFile(j.spool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +595,7 @@ func TestBothTrackers(t *testing.T) {
 	if n := bridgeLineCount(t, srv, wbRun); n != len(ss) {
 		t.Errorf("W&B holds %d bridge lines for %d spooled samples", n, len(ss))
 	}
-	_, _, attempts, err := spool.ReadFile(j.spool)
+	_, _, attempts, err := spooltest.ReadFile(j.spool)
 	if err != nil || len(attempts) == 0 {
 		t.Fatalf("spool: %v", err)
 	}

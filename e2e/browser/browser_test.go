@@ -33,7 +33,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 const (
@@ -129,7 +129,7 @@ func (d demo) check(t *testing.T, g *cgrouptest.Group) {
 	}
 	t.Logf("bridge and train.py: exit 0\n%s", strings.TrimSpace(stdout.String()))
 
-	samples, _, attempts, err := spool.ReadFile(spoolPath)
+	samples, _, attempts, err := spooltest.ReadFile(spoolPath)
 	if err != nil || len(attempts) == 0 {
 		t.Fatalf("reading spool %s: %v (%d attempts)\nstderr:\n%s", spoolPath, err, len(attempts), &stderr)
 	}
