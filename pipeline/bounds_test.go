@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -99,5 +100,41 @@ func TestAbortCutsFinish(t *testing.T) {
 	case <-finished:
 	case <-time.After(deadline):
 		t.Fatal("Finish ignored the abort")
+	}
+}
+
+// createdSink is a fake sink that created its run (a delivered default
+// spool of such a run is removed unless --keep-spool).
+type createdSink struct{ fakeSink }
+
+func (c *createdSink) Created() bool { return true }
+
+func TestKeepSpool(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "keep"}[keep], func(t *testing.T) {
+			t.Chdir(t.TempDir()) // the default spool goes to the working directory
+			set := settings(t)
+			set.Spool, set.KeepSpool = "", keep
+			sink := &createdSink{fakeSink{t: t, name: "fake", runID: "r1"}}
+			s := open(t, set, []metrics.Collector{&counter{}}, nil, sink)
+			path := s.SpoolFile()
+			s.Run()
+			waitFor(t, "a sample", func() bool { return len(sink.received()) > 0 })
+			s.Stop(nil)
+			s.Finish(tracker.EndInfo{Time: time.Now()})
+			_, err := os.Stat(path)
+			if kept := err == nil; kept != keep {
+				t.Errorf("--keep-spool=%v: delivered spool kept = %v", keep, kept)
+			}
+		})
+	}
+}
+
+func TestSpoolOptionsNoCap(t *testing.T) {
+	if o := SpoolOptions(Settings{}, nil); o.MaxSize >= 0 {
+		t.Errorf("--spool-max-size=0 gives MaxSize %d, want no cap (negative)", o.MaxSize)
+	}
+	if o := SpoolOptions(Settings{SpoolMaxSize: 1 << 20}, nil); o.MaxSize != 1<<20 {
+		t.Errorf("MaxSize = %d", o.MaxSize)
 	}
 }

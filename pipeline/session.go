@@ -35,6 +35,8 @@ type Settings struct {
 	QueueSize      int           // samples buffered between sampling and the spool writer
 	FlushTimeout   time.Duration // longest Stop and Finish take together, counted from Stop or EndBy
 	Spool          string        // spool path; "" derives one from the run (SpoolPath)
+	SpoolMaxSize   int64         // cap on the spool file in bytes; 0: no cap
+	KeepSpool      bool          // keep a delivered spool at the default path too
 }
 
 // SettingsFrom takes the session's settings from the configuration.
@@ -42,8 +44,18 @@ func SettingsFrom(cfg config.Config) Settings {
 	return Settings{
 		Interval: cfg.Interval, FastInterval: cfg.FastInterval, FastThreshold: cfg.FastThreshold,
 		CollectTimeout: cfg.CollectTimeout, QueueSize: cfg.QueueSize, FlushTimeout: cfg.FlushTimeout,
-		Spool: cfg.Spool,
+		Spool: cfg.Spool, SpoolMaxSize: int64(cfg.SpoolMaxSize), KeepSpool: cfg.KeepSpool,
 	}
+}
+
+// SpoolOptions are the spool's options for these settings: --spool-max-size
+// 0 means no cap (the spool's own 0 means its default).
+func SpoolOptions(set Settings, log *slog.Logger) spool.Options {
+	o := spool.Options{Logger: log, MaxSize: set.SpoolMaxSize}
+	if set.SpoolMaxSize == 0 {
+		o.MaxSize = -1
+	}
+	return o
 }
 
 // Options are what Open needs.
@@ -134,7 +146,7 @@ func Open(o Options) (*Session, error) {
 	sp := o.Spool
 	if sp == nil {
 		var err error
-		if sp, err = spool.OpenWith(SpoolPath(o.Settings.Spool, o.Started.Runs, now), spool.Options{Logger: o.Log}); err != nil {
+		if sp, err = spool.OpenWith(SpoolPath(o.Settings.Spool, o.Started.Runs, now), SpoolOptions(o.Settings, o.Log)); err != nil {
 			return nil, err
 		}
 	}

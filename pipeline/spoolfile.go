@@ -8,11 +8,6 @@ import (
 	"github.com/bridge-dev/bridge/tracker"
 )
 
-// keepDeliveredSpool keeps a spool at the default path even when every
-// sample reached every tracker. A --keep-spool flag (Settings.KeepSpool, from
-// config.Config) is meant to replace this constant.
-const keepDeliveredSpool = false
-
 // closeSpool closes the spool and removes it when it holds nothing a user
 // still needs: bridge chose its path (a path the user gave is always kept),
 // bridge created every run it wrote to, every started tracker took every
@@ -21,7 +16,7 @@ const keepDeliveredSpool = false
 // forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's run) keeps it
 // because a later bridge on that run continues its steps from the file.
 func (s *Session) closeSpool() {
-	if s.set.Spool != "" || keepDeliveredSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
+	if s.set.Spool != "" || s.set.KeepSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
 		s.spool.Close()
 		return
 	}

@@ -49,7 +49,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
 		var err error
-		if sp, err = spool.OpenWith(cfg.Spool, spool.Options{Logger: log}); err != nil {
+		if sp, err = spool.OpenWith(cfg.Spool, pipeline.SpoolOptions(pipeline.SettingsFrom(cfg), log)); err != nil {
 			// The job matters more than its metrics: run it without a spool.
 			log.Error("cannot open the spool; running the command without sampling", "err", err)
 			return runBare(argv, os.Environ(), log)
