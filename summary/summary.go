@@ -18,11 +18,11 @@ import (
 const (
 	WorkingSet    = "container_memory_working_set_megabytes"
 	MemLimit      = "container_memory_limit_megabytes"
-	MemPercent    = "container_memory_usage_percentage"
+	MemPercent    = "container_memory_working_set_percentage"
 	CPUUsage      = "container_cpu_usage_cores"
 	CPULimit      = "container_cpu_limit_cores"
 	Throttled     = "container_cpu_throttled_periods_percentage"
-	ThrottledSecs = "container_cpu_throttled_seconds"
+	ThrottledSecs = "container_cpu_throttled_seconds_total"
 	OOMEvents     = "container_memory_oom_events_count"
 	OOMKills      = "container_memory_oom_kill_events_count"
 	NodeAvailable = "node_memory_available_megabytes"
@@ -32,6 +32,7 @@ const (
 	OOMGroupKills = "container_memory_oom_group_kill_events_count"
 	MemPeak       = "container_memory_peak_megabytes"
 	NodeTotal     = "node_memory_total_megabytes"
+	CPUSplit      = "container_cpu_usage_limit_split_count"
 )
 
 // Stat follows one metric over the job.
@@ -126,7 +127,10 @@ func (a *Accumulator) Rows() []Row {
 	}
 	if cpu, ok := a.Get(CPUUsage); ok {
 		v := fmt.Sprintf("%.2f cores (mean %.2f)", cpu.Peak, cpu.Mean())
-		if lim, ok := a.Get(CPULimit); ok && lim.Last > 0 {
+		_, split := a.Get(CPUSplit)
+		if lim, ok := a.Get(CPULimit); ok && lim.Last > 0 && split {
+			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)
+		} else if ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
 		} else {
 			v += " (no CPU limit)"
@@ -136,7 +140,7 @@ func (a *Accumulator) Rows() []Row {
 	if th, ok := a.Get(Throttled); ok {
 		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
 		if ts, ok := a.Get(ThrottledSecs); ok {
-			v += fmt.Sprintf(", %.2f s throttled", ts.Sum)
+			v += fmt.Sprintf(", %.2f s throttled", ts.Last-ts.First)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
 	}

@@ -62,10 +62,16 @@ while True:
 	if run.Info.Status != "KILLED" {
 		t.Errorf("status %s, want KILLED", run.Info.Status)
 	}
-	share, err := strconv.ParseFloat(run.Tags["bridge.peak_working_set_share_of_limit_percentage"], 64)
-	if err != nil || share < 50 {
-		t.Errorf("peak working set share = %q, want a large share of the limit", run.Tags["bridge.peak_working_set_share_of_limit_percentage"])
+	// The kernel's high-water mark is the evidence: the sampled working set
+	// may miss the allocation's last steps (it did: 95.3 MB sampled of a
+	// 209.7 MB peak), however the machine is loaded.
+	share, err := strconv.ParseFloat(run.Tags["bridge.peak_usage_share_of_limit_percentage"], 64)
+	if err != nil || share < 95 {
+		t.Errorf("bridge.peak_usage_share_of_limit_percentage = %q, want the kernel's high-water mark at the limit (>= 95)",
+			run.Tags["bridge.peak_usage_share_of_limit_percentage"])
 	}
+	t.Logf("peak usage share of limit: bridge %s%%, sampled working set share %s%%",
+		run.Tags["bridge.peak_usage_share_of_limit_percentage"], run.Tags["bridge.peak_working_set_share_of_limit_percentage"])
 	if !strings.Contains(j.err.String(), "cgroup_oom_kill") {
 		t.Errorf("end-of-run table does not give the reason:\n%s", &j.err)
 	}
@@ -187,7 +193,7 @@ time.sleep(4)
 	ss := spooled(t, cmd)
 	fast := 0
 	for i := 1; i < len(ss); i++ {
-		pct, ok := ss[i-1].Value("container_memory_usage_percentage")
+		pct, ok := ss[i-1].Value("container_memory_working_set_percentage")
 		if ok && pct >= 60 && ss[i].Time.Sub(ss[i-1].Time) < time.Second {
 			fast++
 		}

@@ -371,6 +371,9 @@ func startTags(cfg config.Config, src *sources) map[string]string {
 			t["bridge.cpu_limit_cores"] = "no limit"
 		}
 		t["bridge.cpu_limit_set_by"] = info.CPULimitSetBy
+		if info.CPUSplit != "" {
+			t["bridge.cgroup.cpu_usage_limit_split"] = info.CPUSplit
+		}
 	}
 	if src.gpu != nil {
 		for k, v := range src.gpu.Tags() {

@@ -240,7 +240,7 @@ func collectTwice(t *testing.T, c *Collector, wall time.Duration, step func()) m
 func isDelta(name string) bool {
 	switch name {
 	case "container_cpu_usage_cores", "container_cpu_utilization_percentage",
-		"container_cpu_throttled_periods_percentage", "container_cpu_throttled_seconds":
+		"container_cpu_throttled_periods_percentage":
 		return true
 	}
 	return false
