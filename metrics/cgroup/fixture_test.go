@@ -120,6 +120,7 @@ func v2Leaf() map[string]string {
 		"cpuset.cpus.effective": "0-7\n",
 		"pids.current":          "7\n",
 		"pids.max":              "max\n",
+		"pids.events":           "max 4\n",
 	}
 }
 

@@ -197,6 +197,10 @@ func (r *round) memoryEvents(p place) {
 		return
 	}
 	for _, e := range []struct{ key, name string }{
+		// high: usage went over memory.high and the cgroup was throttled
+		// into reclaim; max: it reached memory.max (reclaim, maybe OOM).
+		{"high", "container_memory_high_events_count"},
+		{"max", "container_memory_max_events_count"},
 		{"oom", "container_memory_oom_events_count"},
 		{"oom_kill", "container_memory_oom_kill_events_count"},
 		{"oom_group_kill", "container_memory_oom_group_kill_events_count"},
@@ -397,5 +401,25 @@ func (r *round) pids() {
 	r.add("container_pids_count", float64(cur), metrics.UnitCount, src(p.dir, "pids.current"))
 	if limited {
 		r.add("container_pids_limit_count", float64(limit), metrics.UnitCount, src(p.dir, "pids.max"))
+	}
+	// pids.events max counts forks refused at pids.max (cumulative, v1 and
+	// v2 alike); containerd does not read it.
+	path := filepath.Join(p.dir, "pids.events")
+	s, found, err := readFile(path)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if !found {
+		c.noData(path, "pids events")
+		return
+	}
+	kv, err := parseFlatKeyed(s)
+	if err != nil {
+		r.fail(fmt.Errorf("%s: %w", path, err))
+		return
+	}
+	if v, ok := kv["max"]; ok {
+		r.add("container_pids_max_events_count", float64(v), metrics.UnitCount, path+" max")
 	}
 }
