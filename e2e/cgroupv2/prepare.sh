@@ -20,7 +20,7 @@ fi
 
 mkdir -p "$cache"
 cd "$cache"
-if [ -s vmlinux ] && [ -x busybox ] && [ -d modules ] && [ -s kernel-version ]; then
+if [ -s vmlinux ] && [ -x busybox ] && [ -s modules/virtio_blk.ko ] && [ -s kernel-version ]; then
   echo "$cache"
   exit 0
 fi
@@ -48,9 +48,11 @@ head -c 4 vmlinux.tmp | grep -q $'\x7fELF' || { log "decompressed kernel from $b
 mv vmlinux.tmp vmlinux
 
 cp root/bin/busybox busybox
-# Only the modules the guest loads: virtio networking and 9p.
+# Only the modules the guest loads: virtio networking, and virtio-blk for a
+# disk whose reads fill the page cache (an initramfs's files are not on the
+# LRU lists, so they make no inactive_file).
 rm -rf modules && mkdir modules
-for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net; do
+for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci failover net_failover virtio_net virtio_blk; do
   f=$(find root/lib/modules -name "$m.ko*" | head -1)
   [ -n "$f" ] || { log "module $m not in $kpkg"; exit 1; }
   case "$f" in
