@@ -177,12 +177,21 @@ func TestForensicsPreviousAttemptLost(t *testing.T) {
 }
 
 // Near the limit bridge samples every --fast-interval instead of --interval:
-// a job about to be OOM-killed leaves a dense record.
+// a job about to be OOM-killed leaves a dense record. The child holds its
+// memory until the spool has six more samples (not for a fixed time), so the
+// count does not depend on how fast this machine is; at the 30 s interval
+// that would take three minutes, past the child's own 120 s bound.
 func TestFastSamplingNearLimit(t *testing.T) {
 	g := cgrouptest.NewV1(t, cgrouptest.Limits{MemoryBytes: 200 * mib})
-	hold := `import time
+	hold := `import os, time
+def samples():
+    with open(os.environ["BRIDGE_SPOOL"]) as f:
+        return sum('"type":"sample"' in line for line in f)
 b = b"x" * 150_000_000
-time.sleep(4)
+start = samples()
+deadline = time.time() + 120
+while samples() < start + 6 and time.time() < deadline:
+    time.sleep(0.05)
 `
 	cmd, _, errb := bridgeCmd(t, "--interval=30s", "--fast-interval=200ms", "--fast-threshold=60", "--", "python3", "-c", hold)
 	j := &job{cmd: cmd}
@@ -194,12 +203,11 @@ time.sleep(4)
 	fast := 0
 	for i := 1; i < len(ss); i++ {
 		pct, ok := ss[i-1].Value("container_memory_working_set_percentage")
-		if ok && pct >= 60 && ss[i].Time.Sub(ss[i-1].Time) < time.Second {
+		// Far below the 30 s interval, whatever the load: a fast sample.
+		if ok && pct >= 60 && ss[i].Time.Sub(ss[i-1].Time) < 10*time.Second {
 			fast++
 		}
 	}
-	// With a 30 s interval the 4 s job would have 2 samples; above 60% of the
-	// limit they come every 200 ms.
 	if fast < 5 {
 		t.Fatalf("%d fast samples above the threshold among %d, want at least 5", fast, len(ss))
 	}
