@@ -123,7 +123,7 @@ func TestClassify(t *testing.T) {
 				Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 159.4, RecentSharePercent: 76, PeakUsageMB: Reading{209.7, true}},
 				Node:   nodeOK},
 			reason: ReasonCgroupOOMKill, rule: "oom_kill_rose+peak_at_limit",
-			says: []string{"whose usage reached its memory limit (kernel high-water mark 209.7 MB)"},
+			says:  []string{"whose usage reached its memory limit (kernel high-water mark 209.7 MB)"},
 			facts: map[string]string{"peak_usage_share_of_limit_percentage": "100.0"},
 		},
 		{
