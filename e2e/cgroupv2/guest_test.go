@@ -123,6 +123,7 @@ func TestCgroupV2Guest(t *testing.T) {
 	t.Run("oom_ctr", c.oomCtr)
 	t.Run("oom_pod", c.oomPod)
 	t.Run("oom_group", c.oomGroup)
+	t.Run("oom_group_nocap", c.oomGroupNoCap)
 	t.Run("high", c.high)
 	t.Run("pids", c.pids)
 }
@@ -475,9 +476,11 @@ type run struct {
 	id      string
 }
 
-func (c checker) supervised(t *testing.T, sec map[string]string, spoolKey string) run {
+// supervised reads a supervised case's exit code (codeKey) and spool
+// (spoolKey) from its section, and its run's tags from MLflow.
+func (c checker) supervised(t *testing.T, sec map[string]string, codeKey, spoolKey string) run {
 	t.Helper()
-	r := run{code: int(num(t, sec["exit_code"]))}
+	r := run{code: int(num(t, sec[codeKey]))}
 	path := filepath.Join(c.dir, t.Name()[strings.LastIndex(t.Name(), "/")+1:]+"-"+spoolKey+".jsonl")
 	if err := os.WriteFile(path, []byte(sec[spoolKey]), 0o644); err != nil {
 		t.Fatal(err)
@@ -507,7 +510,7 @@ func last(ss []metrics.Sample, name string) (float64, bool) {
 
 func (c checker) oomCtr(t *testing.T) {
 	sec := c.section(t, "oom_ctr")
-	r := c.supervised(t, sec, "spool")
+	r := c.supervised(t, sec, "exit_code", "spool")
 	ev := kv(t, sec["ctr.memory.events"])
 	peak, lim := num(t, sec["ctr.memory.peak"]), num(t, sec["ctr.memory.max"])
 	t.Logf("exit code %d; exit_reason %q; oom_kill_count: bridge %q, kernel memory.events oom_kill %v, oom %v",
@@ -544,7 +547,7 @@ func (c checker) oomCtr(t *testing.T) {
 
 func (c checker) oomPod(t *testing.T) {
 	sec := c.section(t, "oom_pod")
-	r := c.supervised(t, sec, "spool")
+	r := c.supervised(t, sec, "exit_code", "spool")
 	pod, ctr := kv(t, sec["pod.memory.events"]), kv(t, sec["ctr.memory.events"])
 	t.Logf("exit code %d; exit_reason %q; kernel: pod oom %v oom_kill %v, container oom %v oom_kill %v", r.code,
 		r.tags["bridge.exit_reason"], pod["oom"], pod["oom_kill"], ctr["oom"], ctr["oom_kill"])
@@ -571,8 +574,8 @@ func (c checker) oomGroup(t *testing.T) {
 	if ev["oom_group_kill"] < 1 {
 		t.Fatalf("the kernel made no group kill: %v", ev)
 	}
-	r := c.supervised(t, sec, "spool2")
-	if r.code == 137 && r.tags["bridge.exit_reason"] == "cgroup_oom_kill" {
+	r := c.supervised(t, sec, "exit_code2", "spool2")
+	if first := int(num(t, sec["exit_code"])); first == 137 && r.tags["bridge.exit_reason"] == "cgroup_oom_kill" {
 		// bridge's oom_score_adj -1000 spared it: it reports the group kill.
 		t.Logf("bridge survived the group kill: evidence %s", r.tags["bridge.exit_evidence"])
 		if !strings.Contains(r.tags["bridge.exit_evidence"], "oom_group_kill=") {
@@ -587,9 +590,30 @@ func (c checker) oomGroup(t *testing.T) {
 	}
 }
 
+// Without CAP_SYS_RESOURCE bridge keeps oom_score_adj 0 and the group kill
+// takes it too: the first attempt leaves no end record, and the next one,
+// on the same spool, reports it on the same run.
+func (c checker) oomGroupNoCap(t *testing.T) {
+	sec := c.section(t, "oom_group_nocap")
+	ev := kv(t, sec["memory.events"])
+	t.Logf("first attempt: bridge's exit %s (137: killed with the group); kernel memory.events oom_kill %v oom_group_kill %v",
+		strings.TrimSpace(sec["exit_code"]), ev["oom_kill"], ev["oom_group_kill"])
+	if ev["oom_group_kill"] < 1 {
+		t.Fatalf("the kernel made no group kill: %v", ev)
+	}
+	r := c.supervised(t, sec, "exit_code2", "spool2")
+	lost := r.tags["bridge.previous_attempt_lost"]
+	t.Logf("second attempt exit %d; bridge.previous_attempt_lost: %s", r.code, lost)
+	t.Logf("bridge.previous_attempt_last_sample: %s", r.tags["bridge.previous_attempt_last_sample"])
+	if !strings.Contains(lost, "attempt 1") || !strings.Contains(lost, "without a clean shutdown") {
+		t.Errorf("the next attempt does not report the attempt lost with the group: %q\nfirst stderr:\n%s\nsecond stderr:\n%s",
+			lost, sec["stderr"], sec["stderr2"])
+	}
+}
+
 func (c checker) high(t *testing.T) {
 	sec := c.section(t, "high")
-	r := c.supervised(t, sec, "spool")
+	r := c.supervised(t, sec, "exit_code", "spool")
 	ev := kv(t, sec["memory.events"])
 	v, ok := last(r.samples, "container_memory_high_events_count")
 	psi, psiOK := last(r.samples, "container_pressure_memory_some_avg10_percentage")
@@ -612,7 +636,7 @@ func (c checker) high(t *testing.T) {
 
 func (c checker) pids(t *testing.T) {
 	sec := c.section(t, "pids")
-	r := c.supervised(t, sec, "spool")
+	r := c.supervised(t, sec, "exit_code", "spool")
 	ev := kv(t, sec["pids.events"])
 	v, ok := last(r.samples, "container_pids_max_events_count")
 	lim, limOK := last(r.samples, "container_pids_limit_count")

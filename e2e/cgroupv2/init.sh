@@ -38,10 +38,12 @@ waitfile() { for i in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done; e
 section() { echo "@@BEGIN $1"; }
 done_() { echo "@@END $1"; }
 # supervise NAME DIR CMD...: bridge runs CMD inside DIR, posting to MLflow.
+# $WRAP, when set, is a command that execs bridge (workload nocap).
+WRAP=
 supervise() {
   name=$1 d=$2; shift 2
   rm -f /tmp/spool-$name.jsonl
-  enter "$d" env BRIDGE_SPOOL=/tmp/spool-$name.jsonl bridge --interval=500ms --fast-interval=250ms \
+  enter "$d" env BRIDGE_SPOOL=/tmp/spool-$name.jsonl $WRAP bridge --interval=500ms --fast-interval=250ms \
     --scopes=container,node,process --trackers=mlflow --run-name="$name" -- "$@" >/tmp/out-$name 2>/tmp/err-$name
   val exit_code $?
   put stdout /tmp/out-$name
@@ -140,6 +142,22 @@ enter $C2 env BRIDGE_SPOOL=/tmp/spool-oom_group.jsonl bridge --interval=500ms --
 val exit_code2 $?
 put stderr2 /tmp/err-oom_group2; put spool2 /tmp/spool-oom_group.jsonl
 done_ oom_group
+
+# 7b. The same without CAP_SYS_RESOURCE (Docker's default set): bridge cannot
+#     lower its oom_score_adj and dies with the group; the next attempt on the
+#     same spool reports the lost one.
+section oom_group_nocap
+C=$CG/grp7c; mkdir -p $C; echo 100M > $C/memory.max; echo 1 > $C/memory.oom.group
+WRAP="workload nocap"
+supervise oom_group_nocap $C workload alloc 8 600 0s
+WRAP=
+put memory.events $C/memory.events
+C2=$CG/grp7d; mkdir -p $C2
+enter $C2 env BRIDGE_SPOOL=/tmp/spool-oom_group_nocap.jsonl bridge --interval=500ms --scopes=container \
+  --trackers=mlflow --run-name=oom_group_nocap -- true >/tmp/out-oom_group_nocap2 2>/tmp/err-oom_group_nocap2
+val exit_code2 $?
+put stderr2 /tmp/err-oom_group_nocap2; put spool2 /tmp/spool-oom_group_nocap.jsonl
+done_ oom_group_nocap
 
 # 8. memory.high reached: page cache beyond it is reclaimed, the high counter
 #    rises, nothing is killed.

@@ -8,6 +8,10 @@
 //	workload cgns PROG ARGS...             exec PROG in a new cgroup and mount namespace with a
 //	                                       fresh cgroup2 at /sys/fs/cgroup (/proc/self/cgroup reads 0::/)
 //
+//	workload nocap PROG ARGS...            exec PROG without CAP_SYS_RESOURCE (dropped from the
+//	                                       bounding set), as in Docker's default set: it cannot
+//	                                       lower its oom_score_adj
+//
 // cgns stands in for `unshare -C`, which busybox lacks.
 //
 // A file named by $WORKLOAD_READY is created once the load is in place, so
@@ -44,6 +48,8 @@ func main() {
 		err = fork(atoi(arg(a, 0)), arg(a, 1))
 	case "cgns":
 		err = cgns(a)
+	case "nocap":
+		err = nocap(a)
 	case "sleep":
 		time.Sleep(dur(arg(a, 0)))
 	default:
@@ -193,5 +199,21 @@ func cgns(argv []string) error {
 	if err != nil {
 		return err
 	}
+	return syscall.Exec(prog, argv, os.Environ())
+}
+
+func nocap(argv []string) error {
+	if len(argv) == 0 {
+		usage()
+	}
+	const prCapbsetDrop, capSysResource = 24, 24
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, capSysResource, 0); e != 0 {
+		return fmt.Errorf("dropping CAP_SYS_RESOURCE from the bounding set: %w", e)
+	}
+	prog, err := exec.LookPath(argv[0])
+	if err != nil {
+		return err
+	}
+	// Root's capabilities are recomputed from the bounding set at exec.
 	return syscall.Exec(prog, argv, os.Environ())
 }
