@@ -115,7 +115,7 @@ func TestForensicsForeignSIGKILLIsNotOOM(t *testing.T) {
 	}
 	pidFile := filepath.Join(j.dir, "pid")
 	waitFile(t, pidFile, 30*time.Second)
-	time.Sleep(time.Second) // a few samples first
+	waitSamples(t, j.spool, 2, time.Minute) // a counter reading before the kill
 	b, _ := os.ReadFile(pidFile)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
@@ -144,7 +144,7 @@ func TestForensicsPreviousAttemptLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFile(t, filepath.Join(first.dir, "ready"), 30*time.Second)
-	time.Sleep(time.Second)
+	waitSamples(t, first.spool, 2, time.Minute) // the lost attempt must leave a sample
 	first.cmd.Process.Kill() // SIGKILL: no end record, run left RUNNING
 	first.cmd.Wait()
 	id := first.runID(t)
@@ -212,4 +212,20 @@ while samples() < start + 6 and time.time() < deadline:
 		t.Fatalf("%d fast samples above the threshold among %d, want at least 5", fast, len(ss))
 	}
 	t.Logf("%d samples, %d taken at the fast interval", len(ss), fast)
+}
+
+// waitSamples polls the spool until it holds n samples: a test that needs
+// samples waits for them rather than for a time in which they usually come.
+func waitSamples(t *testing.T, path string, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	got := 0
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(path)
+		if got = strings.Count(string(b), `"type":"sample"`); got >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s holds %d samples after %v, want %d", path, got, d, n)
 }
