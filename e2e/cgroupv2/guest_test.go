@@ -370,13 +370,14 @@ func (c checker) limits(t *testing.T) {
 	}
 	// Cumulative counters lie between the kernel's readings before and after.
 	for _, x := range []struct{ name, key string }{
+		{"container_cpu_usage_seconds_total", "usage_usec"},
 		{"container_cpu_periods_total", "nr_periods"},
 		{"container_cpu_throttled_periods_total", "nr_throttled"},
 		{"container_cpu_throttled_seconds_total", "throttled_usec"},
 	} {
 		v := need(t, s, x.name)
 		lo, hi := s0[x.key], s1[x.key]
-		if x.key == "throttled_usec" {
+		if strings.HasSuffix(x.key, "_usec") {
 			lo, hi = lo/1e6, hi/1e6
 		}
 		t.Logf("%s: bridge %v; kernel %s %v before, %v after", x.name, v, x.key, lo, hi)

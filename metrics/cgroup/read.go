@@ -291,6 +291,9 @@ func (r *round) cpu() {
 	}
 	// Cumulative counters: their meaning does not depend on the interval
 	// (which switches between --interval and --fast-interval).
+	if cur.hasUsage {
+		r.add("container_cpu_usage_seconds_total", float64(cur.usageNs)/1e9, metrics.UnitSeconds, usageSrc)
+	}
 	if cur.hasThrottle {
 		r.add("container_cpu_periods_total", float64(cur.periods), metrics.UnitCount, throttleSrc)
 		r.add("container_cpu_throttled_periods_total", float64(cur.throttled), metrics.UnitCount, throttleSrc)

@@ -240,6 +240,7 @@ func TestV1CPUDelta(t *testing.T) {
 	wantValue(t, pts, "container_cpu_limit_cores", 0.5)
 	wantValue(t, pts, "container_cpu_utilization_percentage", 100)
 	wantValue(t, pts, "container_cpu_throttled_periods_percentage", 50)
+	wantValue(t, pts, "container_cpu_usage_seconds_total", 6)
 	wantValue(t, pts, "container_cpu_throttled_seconds_total", 0.4)
 	wantValue(t, pts, "container_cpu_throttled_periods_total", 15)
 	wantValue(t, pts, "container_cpu_periods_total", 110)

@@ -246,6 +246,7 @@ func TestV2CPUDelta(t *testing.T) {
 			wantValue(t, pts, "container_cpu_utilization_percentage", tc.wantPct)
 			wantValue(t, pts, "container_cpu_throttled_periods_percentage", 25)
 			// Cumulative, whatever the interval: the kernel's own total.
+			wantValue(t, pts, "container_cpu_usage_seconds_total", 6)
 			wantValue(t, pts, "container_cpu_throttled_seconds_total", 0.7)
 			wantValue(t, pts, "container_cpu_throttled_periods_total", 15)
 		})
