@@ -145,7 +145,7 @@ func TestForensicsPreviousAttemptLost(t *testing.T) {
 	}
 	waitFile(t, filepath.Join(first.dir, "ready"), 30*time.Second)
 	waitSamples(t, first.spool, 2, time.Minute) // the lost attempt must leave a sample
-	first.cmd.Process.Kill() // SIGKILL: no end record, run left RUNNING
+	first.cmd.Process.Kill()                    // SIGKILL: no end record, run left RUNNING
 	first.cmd.Wait()
 	id := first.runID(t)
 	if st := srv.GetRun(t, id).Info.Status; st != "RUNNING" {
