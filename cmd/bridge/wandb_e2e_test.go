@@ -39,7 +39,7 @@ func wbPython(t *testing.T) string {
 	t.Helper()
 	py := os.Getenv("BRIDGE_TEST_PYTHON")
 	if py == "" {
-		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to run bridge's W&B end-to-end tests")
+		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to run bridge's W&B end-to-end tests; scripts/test.sh, the README's test command, creates .venv and sets it")
 	}
 	return py
 }

@@ -127,12 +127,12 @@ func (r *round) memory() {
 		ws = usage - inactive
 	}
 	wsSrc := src(p.dir, usageFile, statFile+" "+inactiveKey)
-	r.add("container_memory_working_set_megabytes", metrics.MB(float64(ws)), metrics.UnitMegabytes, wsSrc)
-	r.add("container_memory_usage_megabytes", metrics.MB(float64(usage)), metrics.UnitMegabytes, src(p.dir, usageFile))
-	r.add("container_memory_rss_megabytes", metrics.MB(float64(rss)), metrics.UnitMegabytes, src(p.dir, statFile+" "+rssKey))
-	r.add("container_memory_cache_megabytes", metrics.MB(float64(cache)), metrics.UnitMegabytes, src(p.dir, statFile+" "+cacheKey))
+	r.add(metrics.ContainerMemoryWorkingSet, metrics.MB(float64(ws)), metrics.UnitMegabytes, wsSrc)
+	r.add(metrics.ContainerMemoryUsage, metrics.MB(float64(usage)), metrics.UnitMegabytes, src(p.dir, usageFile))
+	r.add(metrics.ContainerMemoryRSS, metrics.MB(float64(rss)), metrics.UnitMegabytes, src(p.dir, statFile+" "+rssKey))
+	r.add(metrics.ContainerMemoryCache, metrics.MB(float64(cache)), metrics.UnitMegabytes, src(p.dir, statFile+" "+cacheKey))
 	if hasPeak {
-		r.add("container_memory_peak_megabytes", metrics.MB(float64(peak)), metrics.UnitMegabytes, src(p.dir, peakFile))
+		r.add(metrics.ContainerMemoryPeak, metrics.MB(float64(peak)), metrics.UnitMegabytes, src(p.dir, peakFile))
 	} else {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
@@ -140,11 +140,11 @@ func (r *round) memory() {
 	lim, err := c.memoryLimit(r.v1Mem)
 	r.fail(err)
 	if lim.ok {
-		r.add("container_memory_limit_megabytes", metrics.MB(float64(lim.bytes)), metrics.UnitMegabytes, lim.setBy)
+		r.add(metrics.ContainerMemoryLimit, metrics.MB(float64(lim.bytes)), metrics.UnitMegabytes, lim.setBy)
 		if lim.bytes > 0 {
 			// Named after its numerator: usage (page cache included) is a
 			// different series, and a share of it would read much higher.
-			r.add("container_memory_working_set_percentage", float64(ws)/float64(lim.bytes)*100, metrics.UnitPercentage,
+			r.add(metrics.ContainerMemoryWorkingSetPercent, float64(ws)/float64(lim.bytes)*100, metrics.UnitPercentage,
 				wsSrc+", "+lim.setBy)
 		}
 	}
@@ -171,7 +171,7 @@ func (r *round) v1OOMKill(p place) {
 	}
 	// v1 counts OOM kills only; under_oom is a 0/1 state, not events.
 	if v, ok := kv["oom_kill"]; ok {
-		r.add("container_memory_oom_kill_events_count", float64(v), metrics.UnitCount, path+" oom_kill")
+		r.add(metrics.ContainerOOMKills, float64(v), metrics.UnitCount, path+" oom_kill")
 	} else {
 		r.c.noData(path+" oom_kill", "OOM kill counter (kernel before 4.13)")
 	}
@@ -199,11 +199,11 @@ func (r *round) memoryEvents(p place) {
 	for _, e := range []struct{ key, name string }{
 		// high: usage went over memory.high and the cgroup was throttled
 		// into reclaim; max: it reached memory.max (reclaim, maybe OOM).
-		{"high", "container_memory_high_events_count"},
-		{"max", "container_memory_max_events_count"},
-		{"oom", "container_memory_oom_events_count"},
-		{"oom_kill", "container_memory_oom_kill_events_count"},
-		{"oom_group_kill", "container_memory_oom_group_kill_events_count"},
+		{"high", metrics.ContainerMemoryHighEvents},
+		{"max", metrics.ContainerMemoryMaxEvents},
+		{"oom", metrics.ContainerOOMEvents},
+		{"oom_kill", metrics.ContainerOOMKills},
+		{"oom_group_kill", metrics.ContainerOOMGroupKills},
 	} {
 		if v, ok := kv[e.key]; ok {
 			r.add(e.name, float64(v), metrics.UnitCount, path+" "+e.key)
@@ -281,23 +281,23 @@ func (r *round) cpu() {
 	lim, err := c.cpuLimit()
 	r.fail(err)
 	if lim.ok {
-		r.add("container_cpu_limit_cores", lim.cores, metrics.UnitCores, lim.setBy)
+		r.add(metrics.ContainerCPULimit, lim.cores, metrics.UnitCores, lim.setBy)
 	}
 	split := c.cpuSplit() != ""
 	if split {
 		// Usage and limit belong to different cgroups: marked on every
 		// sample so that nothing downstream divides one by the other.
-		r.add("container_cpu_usage_limit_split_count", 1, metrics.UnitCount, c.cpuSplit())
+		r.add(metrics.ContainerCPUUsageLimitSplit, 1, metrics.UnitCount, c.cpuSplit())
 	}
 	// Cumulative counters: their meaning does not depend on the interval
 	// (which switches between --interval and --fast-interval).
 	if cur.hasUsage {
-		r.add("container_cpu_usage_seconds_total", float64(cur.usageNs)/1e9, metrics.UnitSeconds, usageSrc)
+		r.add(metrics.ContainerCPUUsageSecondsTotal, float64(cur.usageNs)/1e9, metrics.UnitSeconds, usageSrc)
 	}
 	if cur.hasThrottle {
-		r.add("container_cpu_periods_total", float64(cur.periods), metrics.UnitCount, throttleSrc)
-		r.add("container_cpu_throttled_periods_total", float64(cur.throttled), metrics.UnitCount, throttleSrc)
-		r.add("container_cpu_throttled_seconds_total", float64(cur.throttledNs)/1e9, metrics.UnitSeconds, throttleSrc)
+		r.add(metrics.ContainerCPUPeriodsTotal, float64(cur.periods), metrics.UnitCount, throttleSrc)
+		r.add(metrics.ContainerCPUThrottledPeriodsTotal, float64(cur.throttled), metrics.UnitCount, throttleSrc)
+		r.add(metrics.ContainerCPUThrottledSecondsTotal, float64(cur.throttledNs)/1e9, metrics.UnitSeconds, throttleSrc)
 	}
 
 	prev := c.prev
@@ -311,13 +311,13 @@ func (r *round) cpu() {
 	}
 	if cur.hasUsage && prev.hasUsage && cur.usageNs >= prev.usageNs {
 		cores := float64(cur.usageNs-prev.usageNs) / 1e9 / wall
-		r.add("container_cpu_usage_cores", cores, metrics.UnitCores, usageSrc)
+		r.add(metrics.ContainerCPUUsage, cores, metrics.UnitCores, usageSrc)
 		switch {
 		case split:
 		case lim.ok && lim.cores > 0:
-			r.add("container_cpu_utilization_percentage", cores/lim.cores*100, metrics.UnitPercentage, usageSrc+", "+lim.setBy)
+			r.add(metrics.ContainerCPUUtilization, cores/lim.cores*100, metrics.UnitPercentage, usageSrc+", "+lim.setBy)
 		case lim.cpus > 0:
-			r.add("container_cpu_utilization_percentage", cores/float64(lim.cpus)*100, metrics.UnitPercentage,
+			r.add(metrics.ContainerCPUUtilization, cores/float64(lim.cpus)*100, metrics.UnitPercentage,
 				usageSrc+fmt.Sprintf(", %d CPUs (no limit)", lim.cpus))
 		}
 	}
@@ -325,7 +325,7 @@ func (r *round) cpu() {
 		// Shares of the interval, so independent of its length. No period
 		// ran (no quota, or idle): the share is undefined.
 		if dp := cur.periods - prev.periods; dp > 0 {
-			r.add("container_cpu_throttled_periods_percentage", float64(cur.throttled-prev.throttled)/float64(dp)*100,
+			r.add(metrics.ContainerCPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100,
 				metrics.UnitPercentage, throttleSrc)
 		}
 	}
@@ -368,7 +368,7 @@ func (r *round) pressure() {
 		}
 		for _, kind := range []string{"some", "full"} {
 			if l, ok := lines[kind]; ok {
-				r.add("container_pressure_"+res+"_"+kind+"_avg10_percentage", l.avg10, metrics.UnitPercentage,
+				r.add(metrics.ContainerPressure(res, kind), l.avg10, metrics.UnitPercentage,
 					path+" "+kind+" avg10")
 			}
 		}
@@ -401,9 +401,9 @@ func (r *round) pids() {
 		cur, limit = m.Pids.Current, m.Pids.Limit
 		limited = limit != math.MaxUint64 && fileExists(filepath.Join(p.dir, "pids.max"))
 	}
-	r.add("container_pids_count", float64(cur), metrics.UnitCount, src(p.dir, "pids.current"))
+	r.add(metrics.ContainerPIDs, float64(cur), metrics.UnitCount, src(p.dir, "pids.current"))
 	if limited {
-		r.add("container_pids_limit_count", float64(limit), metrics.UnitCount, src(p.dir, "pids.max"))
+		r.add(metrics.ContainerPIDsLimit, float64(limit), metrics.UnitCount, src(p.dir, "pids.max"))
 	}
 	// pids.events max counts forks refused at pids.max (cumulative, v1 and
 	// v2 alike); containerd does not read it.
@@ -423,6 +423,6 @@ func (r *round) pids() {
 		return
 	}
 	if v, ok := kv["max"]; ok {
-		r.add("container_pids_max_events_count", float64(v), metrics.UnitCount, path+" max")
+		r.add(metrics.ContainerPIDsMaxEvents, float64(v), metrics.UnitCount, path+" max")
 	}
 }

@@ -213,11 +213,6 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	return acked, nil
 }
 
-// SetTags implements tracker.Sink. It does nothing: tags live in the run's
-// record, which only the child writes (an UpsertBucket from bridge could
-// race with the child's and would make bridge a second run owner).
-func (s *Sink) SetTags(context.Context, map[string]string) error { return nil }
-
 // Finish implements tracker.Sink. It sends nothing: the child's wandb
 // finishes the run with its own exit code; a non-primary writer never sends
 // complete or exitcode.
