@@ -67,7 +67,7 @@ enter $C env WORKLOAD_READY=/tmp/burn.ready workload burn 2 30s >/tmp/wl1 2>&1 &
 wl=$!
 waitfile /tmp/burn.ready; sleep 1
 put t0 /proc/uptime; put cpu.stat.0 $C/cpu.stat
-enter $C bridge sample --json --window=4s --scopes=container >/tmp/s1 2>/tmp/e1
+enter $C bridge sample --json --window=8s --scopes=container >/tmp/s1 2>/tmp/e1
 val sample_rc $?
 put t1 /proc/uptime; put cpu.stat.1 $C/cpu.stat
 put sample /tmp/s1; put sample_err /tmp/e1
@@ -163,14 +163,14 @@ done_ oom_group_nocap
 #    rises, nothing is killed.
 section high
 C=$CG/high8; mkdir -p $C; echo 48M > $C/memory.high; echo 400M > $C/memory.max
-supervise high $C workload read /dev/vda 120 8 2s
+supervise high $C workload read /dev/vda@128 120 8 2s
 put memory.events $C/memory.events; put memory.pressure $C/memory.pressure; put memory.high $C/memory.high
 done_ high
 
 # 9. pids.max reached: forks fail, the cgroup's pids.events counts them.
 section pids
 C=$CG/pids9; mkdir -p $C; echo 64 > $C/pids.max
-supervise pids $C workload fork 80 3
+supervise pids $C workload fork 80 2s
 put pids.events $C/pids.events; put pids.max $C/pids.max
 done_ pids
 } >$OUT 2>&1

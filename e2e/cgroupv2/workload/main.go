@@ -3,8 +3,11 @@
 //
 //	workload alloc STEP_MIB MAX_MIB HOLD   touch memory in steps up to MAX_MIB, then sleep HOLD
 //	workload burn K DURATION               K threads busy for DURATION
-//	workload read PATH MIB ANON_MIB HOLD   read MIB of PATH (page cache), touch ANON_MIB, sleep HOLD
-//	workload fork N HOLD                   start N children that sleep HOLD; report how many forks failed
+//	workload read PATH[@OFFSET_MIB] MIB ANON_MIB HOLD
+//	                                       read MIB of PATH from OFFSET_MIB (page cache), touch
+//	                                       ANON_MIB, sleep HOLD
+//	workload fork N HOLD                   start N children at once, kill them, report how many
+//	                                       forks failed, then sleep HOLD
 //	workload cgns PROG ARGS...             exec PROG in a new cgroup and mount namespace with a
 //	                                       fresh cgroup2 at /sys/fs/cgroup (/proc/self/cgroup reads 0::/)
 //
@@ -25,6 +28,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -142,11 +146,19 @@ func burn(k int, d time.Duration) error {
 }
 
 func readCache(path string, n, anon int, hold time.Duration) error {
+	// Distinct regions for distinct cases: pages already cached (and
+	// charged to an earlier case's cgroup) would not be charged again.
+	path, off, _ := strings.Cut(path, "@")
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if off != "" {
+		if _, err := f.Seek(int64(atoi(off))*mib, io.SeekStart); err != nil {
+			return fmt.Errorf("seeking %s to %s MiB: %w", path, off, err)
+		}
+	}
 	got, err := io.Copy(io.Discard, io.LimitReader(f, int64(n)*mib))
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
@@ -162,18 +174,24 @@ func fork(n int, hold string) error {
 	var cmds []*exec.Cmd
 	failed := 0
 	for i := 0; i < n; i++ {
-		c := exec.Command("sleep", hold)
+		c := exec.Command("sleep", "30")
 		if err := c.Start(); err != nil {
 			failed++
 			continue
 		}
 		cmds = append(cmds, c)
 	}
-	fmt.Printf("forks ok=%d failed=%d\n", len(cmds), failed)
-	ready()
+	// The cgroup sits at pids.max only for the burst: bridge shares it and
+	// its Go runtime cannot survive failing to create a thread.
+	for _, c := range cmds {
+		_ = c.Process.Kill()
+	}
 	for _, c := range cmds {
 		_ = c.Wait()
 	}
+	fmt.Printf("forks ok=%d failed=%d\n", len(cmds), failed)
+	ready()
+	time.Sleep(dur(hold))
 	return nil
 }
 
