@@ -26,7 +26,7 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 //go:embed init.sh
@@ -501,7 +501,7 @@ func (c checker) supervised(t *testing.T, sec map[string]string, codeKey, spoolK
 	if err := os.WriteFile(path, []byte(sec[spoolKey]), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ss, _, atts, err := spool.ReadFile(path)
+	ss, _, atts, err := spooltest.ReadFile(path)
 	if err != nil || len(atts) == 0 {
 		t.Fatalf("guest spool: %v (%d attempts); bridge stderr:\n%s", err, len(atts), sec["stderr"])
 	}
