@@ -68,7 +68,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	src.childPID.Store(int64(pid))
 	tags := startTags(cfg, src)
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
-	runs, _, failed := startSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
+	runs, _, failed := startSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, defaultStartTimeout, true, log)
 	sess, err := openSession(cfg, log, src, nil, runs, failed, tags)
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)

@@ -51,28 +51,44 @@ type session struct {
 type sinkRun struct {
 	sink  tracker.Sink
 	runID string
+	late  *tracker.StartInfo // Start failed for now: the forwarder retries it
 	fwd   *tracker.Forwarder
 }
 
+// defaultStartTimeout bounds how long the child waits for the trackers
+// before it starts (a tracker that answers later still gets the samples,
+// in a run created then).
+const defaultStartTimeout = 5 * time.Second
+
 // startSinks starts every sink (finding or creating its run) and returns the
-// environment the child needs. A sink that cannot start is dropped with a
-// clear message; its samples stay in the spool.
-func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, log *slog.Logger) ([]sinkRun, []string, []summary.Row) {
+// environment the child needs; the child waits at most timeout for each. A
+// sink that refuses (a permanent error, an invalid answer) is dropped with a
+// clear message; its samples stay in the spool. With late, a sink that could
+// not reach its tracker in time is kept, and its forwarder starts it in the
+// background; without (bridge sync), it is dropped too.
+func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, timeout time.Duration, late bool, log *slog.Logger) ([]sinkRun, []string, []summary.Row) {
 	var runs []sinkRun
 	var env []string
 	var failed []summary.Row
 	for _, s := range sinks {
-		sctx, cancel := context.WithTimeout(ctx, 15*time.Second) // the child waits on this
-		e, err := s.Start(sctx, info)
-		cancel()
-		env = append(env, e...)
+		e, err := startWithin(ctx, s, info, timeout)
+		if verr := tracker.ValidEnv(e); verr != nil {
+			// What a tracker returns never keeps the child from starting.
+			e, err = nil, tracker.Permanent(verr)
+		}
 		id := s.RunID()
 		switch {
 		case err == nil:
-		case errors.Is(err, tracker.ErrPermanent) || id == "":
+		case errors.Is(err, tracker.ErrPermanent) || (id == "" && !late):
 			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples stay in the spool (upload later with `bridge sync`)",
 				"tracker", s.Name(), "err", err)
 			failed = append(failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
+			continue
+		case id == "":
+			log.Warn("tracker not reachable at start; the job starts without its run, bridge keeps trying in the background and sends the spooled samples to the run it creates then",
+				"tracker", s.Name(), "waited", timeout, "err", err)
+			li := info
+			runs = append(runs, sinkRun{sink: s, late: &li})
 			continue
 		default:
 			// The run is known (given, or generated for the child): keep
@@ -80,9 +96,33 @@ func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 			log.Warn("tracker not reachable at start; samples are spooled and sent when it is",
 				"tracker", s.Name(), "run", id, "err", err)
 		}
+		env = append(env, e...)
 		runs = append(runs, sinkRun{sink: s, runID: id})
 	}
 	return runs, env, failed
+}
+
+// startWithin calls s.Start until it succeeds, fails for good, or timeout
+// (which the child waits on) has passed: a tracker that blinks for a second
+// still gives the child its run.
+func startWithin(ctx context.Context, s tracker.Sink, info tracker.StartInfo, timeout time.Duration) ([]string, error) {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	gap := 250 * time.Millisecond
+	for {
+		e, err := s.Start(sctx, info)
+		if err == nil || errors.Is(err, tracker.ErrPermanent) || s.RunID() != "" {
+			return e, err
+		}
+		t := time.NewTimer(gap)
+		select {
+		case <-sctx.Done():
+			t.Stop()
+			return e, err
+		case <-t.C:
+		}
+		gap = min(2*gap, 2*time.Second)
+	}
 }
 
 // spoolPath is the configured path or a default in the working directory
@@ -146,7 +186,7 @@ func openSession(cfg config.Config, log *slog.Logger, src *sources, sp *spool.Sp
 		if err := sp.Track(r.sink.Name(), r.runID); err != nil {
 			log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
 		}
-		r.fwd = &tracker.Forwarder{Sink: r.sink, RunID: r.runID, Queue: sp, Wake: sp.Notify(), Log: log}
+		r.fwd = &tracker.Forwarder{Sink: r.sink, RunID: r.runID, Start: r.late, Queue: sp, Wake: sp.Notify(), Log: log}
 		s.fwdWG.Add(1)
 		go func() {
 			defer s.fwdWG.Done()
@@ -276,7 +316,7 @@ func (s *session) stop(abort <-chan struct{}) {
 	close(flushed)
 	s.fwdCancel()
 	for _, r := range s.sinks {
-		if n := s.spool.PendingCount(r.sink.Name(), r.runID); n > 0 {
+		if n := s.spool.PendingCount(r.sink.Name(), r.fwd.CurrentRun()); n > 0 {
 			s.log.Warn("tracker did not take every sample before bridge exits; they stay in the spool",
 				"tracker", r.sink.Name(), "unsent", n, "spool", s.spool.Path(),
 				"upload_with", "bridge sync "+s.spool.Path())
@@ -292,8 +332,8 @@ func (s *session) finish(end tracker.EndInfo) {
 	for _, r := range s.sinks {
 		func() {
 			defer s.recoverGo("finish " + r.sink.Name())
-			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped {
-				return
+			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.fwd.CurrentRun() == "" {
+				return // refused, or never reached: no run to finish
 			}
 			if err := r.sink.Finish(ctx, end); err != nil {
 				s.log.Warn("cannot record the end of the job on the tracker", "tracker", r.sink.Name(), "err", err)
@@ -326,8 +366,14 @@ func (s *session) trackerRows() []summary.Row {
 	}
 	for _, r := range s.sinks {
 		st, err, sent := r.fwd.Status()
-		v := fmt.Sprintf("%s run %s: %d samples sent", st, r.runID, sent)
-		if n := s.spool.PendingCount(r.sink.Name(), r.runID); n > 0 {
+		run := r.fwd.CurrentRun()
+		v := fmt.Sprintf("%s run %s: %d samples sent", st, run, sent)
+		if run == "" {
+			v = fmt.Sprintf("%s: never reached, no run created", st)
+		} else if r.late != nil {
+			v += " (run created after the job started)"
+		}
+		if n := s.spool.PendingCount(r.sink.Name(), run); n > 0 {
 			v += fmt.Sprintf(", %d unsent (in %s; bridge sync uploads them)", n, s.spool.Path())
 		}
 		if err != nil && st != tracker.StateOK {

@@ -74,7 +74,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 		lostRows = lost.Rows()
 	}
 	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
-	runs, env, failed := startSinks(context.Background(), sinks, info, log)
+	runs, env, failed := startSinks(context.Background(), sinks, info, defaultStartTimeout, true, log)
 	for _, r := range runs {
 		if c, ok := r.sink.(interface{ Created() bool }); ok && c.Created() {
 			tags[createdTag(r.sink.Name())] = "true" // for a restarted bridge: see resumeFromSpool

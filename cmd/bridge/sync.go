@@ -59,7 +59,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	info := tracker.StartInfo{RunName: "bridge sync " + path, NodeID: cfg.NodeID, Tags: map[string]string{"bridge.version": version, "bridge.synced_from": path}}
-	runs, _, _ := startSinks(context.Background(), sinks, info, log)
+	runs, _, _ := startSinks(context.Background(), sinks, info, 15*time.Second, false, log)
 	if len(runs) == 0 {
 		fmt.Fprintln(stderr, "bridge: no tracker run to upload to (see the error above)")
 		return 1

@@ -37,13 +37,6 @@ import (
 	"github.com/bridge-dev/bridge/tracker"
 )
 
-// ErrOff is returned by New when WANDB_MODE is offline or disabled: there is
-// no sink to run, and the caller carries on without it.
-var ErrOff = errors.New("W&B sink off")
-
-// ErrNoAPIKey is returned by New when no API key was found.
-var ErrNoAPIKey = errors.New("no W&B API key")
-
 // maxRequestBytes keeps one file_stream request well under the ~10 MiB that
 // wandb-core caps its own requests at.
 const maxRequestBytes = 4 << 20
@@ -74,9 +67,9 @@ type Sink struct {
 	skipped int   // non-finite values dropped (JSON cannot carry them)
 }
 
-// New returns a sink for cfg. It returns an error wrapping ErrOff (after
-// logging why at info) when cfg.Mode is offline or disabled, and one
-// wrapping ErrNoAPIKey when no key was found.
+// New returns a sink for cfg. It returns an error naming the variable when
+// cfg.Mode is offline or disabled (buildSinks checks the mode first) or no
+// key was found.
 func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -86,8 +79,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		cfg.Mode = ModeOnline
 	}
 	if cfg.Mode != ModeOnline {
-		log.Info("W&B sink off: WANDB_MODE is "+cfg.Mode+"; bridge sends nothing to W&B", "mode", cfg.Mode)
-		return nil, fmt.Errorf("%w: WANDB_MODE=%s", ErrOff, cfg.Mode)
+		return nil, fmt.Errorf("W&B sink off: WANDB_MODE=%s", cfg.Mode)
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
@@ -98,7 +90,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		return nil, fmt.Errorf("W&B base URL %q is not an http(s) URL", cfg.BaseURL)
 	}
 	if cfg.APIKey == "" {
-		return nil, fmt.Errorf("%w for %s: set WANDB_API_KEY or add \"machine %s password <key>\" to ~/.netrc", ErrNoAPIKey, cfg.BaseURL, u.Host)
+		return nil, fmt.Errorf("no W&B API key for %s: set WANDB_API_KEY or add \"machine %s password <key>\" to ~/.netrc", cfg.BaseURL, u.Host)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
@@ -342,10 +334,13 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 	if err := statusError(resp, raw, "file_stream "+endpoint); err != nil {
 		return err
 	}
-	var fb struct {
-		Stopped bool `json:"stopped"`
+	// The server answers a JSON object: a 200 HTML page (a login proxy) is
+	// not a delivery.
+	if err := tracker.CheckJSONObject(raw, "W&B file_stream "+endpoint); err != nil {
+		return err
 	}
-	if json.Unmarshal(raw, &fb) == nil && fb.Stopped && !s.stopped {
+	fb, err := decodeFileStream(raw)
+	if err == nil && fb.Stopped && !s.stopped {
 		s.stopped = true
 		s.log.Info("W&B says the run was stopped from the UI; the training process's wandb handles that, bridge keeps sending")
 	}
@@ -365,7 +360,7 @@ func newClient(cfg Config, log *slog.Logger) *resty.Client {
 		// resty warns about Basic over plain http on every request (a local
 		// server); the user chose the server.
 		SetDisableWarn(true).
-		SetResponseBodyLimit(4<<20).
+		SetResponseBodyLimit(tracker.MaxResponseBytes).
 		SetHeader("Content-Type", "application/json").
 		SetHeader("User-Agent", userAgent).
 		SetHeader("X-WANDB-USE-ASYNC-FILESTREAM", "true")
@@ -413,24 +408,48 @@ func (s *Sink) graphql(ctx context.Context, op, query string, vars map[string]an
 	if err := statusError(resp, raw, "GraphQL "+op+" at "+endpoint); err != nil {
 		return err
 	}
+	if err := tracker.CheckJSONObject(raw, "W&B GraphQL "+op+" at "+endpoint); err != nil {
+		return err
+	}
+	return decodeGraphQL(raw, out, "GraphQL "+op+" at "+endpoint)
+}
+
+// decodeGraphQL reads a GraphQL answer's data into out; its errors become
+// Go errors (PERMISSION_ERROR permanent). A fuzz target calls it with any
+// bytes.
+func decodeGraphQL(raw []byte, out any, what string) error {
 	var env struct {
 		Data   json.RawMessage `json:"data"`
 		Errors []gqlError      `json:"errors"`
 	}
 	if err := json.Unmarshal(raw, &env); err != nil {
-		return fmt.Errorf("GraphQL %s at %s: response is not JSON: %w", op, endpoint, err)
+		return fmt.Errorf("%s: response is not JSON: %w", what, err)
 	}
 	if len(env.Errors) > 0 {
-		err := fmt.Errorf("GraphQL %s at %s: %s", op, endpoint, env.Errors[0].Message)
+		err := fmt.Errorf("%s: %s", what, tracker.Shorten(env.Errors[0].Message))
 		if env.Errors[0].Extensions.Code == "PERMISSION_ERROR" {
 			return tracker.Permanent(err)
 		}
 		return err
 	}
+	if len(env.Data) == 0 || string(env.Data) == "null" {
+		return fmt.Errorf("%s: %w: no data and no errors", what, tracker.ErrNotJSON)
+	}
 	if err := json.Unmarshal(env.Data, out); err != nil {
-		return fmt.Errorf("GraphQL %s at %s: unexpected data: %w", op, endpoint, err)
+		return fmt.Errorf("%s: unexpected data: %w", what, err)
 	}
 	return nil
+}
+
+// fileStreamAnswer is the part of a file_stream answer bridge reads.
+type fileStreamAnswer struct {
+	Stopped bool `json:"stopped"`
+}
+
+func decodeFileStream(raw []byte) (fileStreamAnswer, error) {
+	var fb fileStreamAnswer
+	err := json.Unmarshal(raw, &fb)
+	return fb, err
 }
 
 type gqlError struct {
@@ -440,34 +459,23 @@ type gqlError struct {
 	} `json:"extensions"`
 }
 
-// statusError classifies a non-2xx response: 401/403/404 and other client
-// errors that a repeat cannot fix are permanent; 429 and 503 carry the
-// server's Retry-After when it gives one; the rest are retryable.
+// statusError classifies a non-2xx response by tracker.Classify, the policy
+// every sink shares, with a hint for the statuses a user can fix.
 func statusError(resp *resty.Response, body []byte, what string) error {
-	if resp.StatusCode() >= 200 && resp.StatusCode() < 300 {
+	code := resp.StatusCode()
+	if code >= 200 && code < 300 {
 		return nil
 	}
-	msg := strings.TrimSpace(string(body))
-	if len(msg) > 300 {
-		msg = msg[:300] + "..."
-	}
-	err := fmt.Errorf("%s: %s: %s", what, resp.Status(), msg)
-	switch resp.StatusCode() {
+	err := fmt.Errorf("%s: %s: %s", what, resp.Status(), tracker.Shorten(string(body)))
+	switch code {
 	case http.StatusUnauthorized:
-		return tracker.Permanent(fmt.Errorf("the W&B API key was rejected (check WANDB_API_KEY or ~/.netrc): %w", err))
+		err = fmt.Errorf("the W&B API key was rejected (check WANDB_API_KEY or ~/.netrc): %w", err)
 	case http.StatusForbidden:
-		return tracker.Permanent(fmt.Errorf("the W&B API key may not write to this run (check WANDB_ENTITY and WANDB_PROJECT): %w", err))
+		err = fmt.Errorf("the W&B API key may not write to this run (check WANDB_ENTITY and WANDB_PROJECT): %w", err)
 	case http.StatusNotFound:
-		return tracker.Permanent(fmt.Errorf("not found on W&B (check WANDB_BASE_URL, or the run was deleted): %w", err))
-	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusGone,
-		http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-		return tracker.Permanent(err)
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		if d, ok := tracker.ParseRetryAfter(resp.Header().Get("Retry-After"), time.Now()); ok {
-			return &tracker.RetryAfterError{After: d, Err: err}
-		}
+		err = fmt.Errorf("not found on W&B (check WANDB_BASE_URL, or the run was deleted): %w", err)
 	}
-	return err
+	return tracker.Classify(code, resp.Header().Get("Retry-After"), time.Now(), err)
 }
 
 // randomID returns n lowercase alphanumerics, the alphabet wandb uses for
