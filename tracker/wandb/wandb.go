@@ -23,10 +23,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -205,21 +208,107 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	return acked, nil
 }
 
-// SetTags implements tracker.Sink. It does nothing: tags live in the run's
-// record, which only the child writes (an UpsertBucket from bridge could
-// race with the child's and would make bridge a second run owner).
+// SetTags implements tracker.Sink. It does nothing: while the job runs the
+// run's record belongs to the child's wandb (an UpsertBucket from bridge
+// could race with the child's); the end-of-job verdict goes on the run in
+// Finish, once the child has ended.
 func (s *Sink) SetTags(context.Context, map[string]string) error { return nil }
 
-// Finish implements tracker.Sink. It sends nothing: the child's wandb
-// finishes the run with its own exit code; a non-primary writer never sends
-// complete or exitcode.
-func (s *Sink) Finish(context.Context, tracker.EndInfo) error {
+// Finish implements tracker.Sink. It never sends complete or exitcode (the
+// child's wandb finishes the run with its own exit code, and a non-primary
+// writer must not); it makes the exit verdict visible on the run: W&B tags
+// "bridge-exit-<code>" and "bridge-<exit_reason>" added to the run's own,
+// and a section appended to the run's notes listing end.Tags (exit code,
+// reason, evidence), through UpsertBucket with only name, project, entity,
+// tags and notes, so the child's config and summary are not touched. A
+// repeated Finish replaces bridge's section instead of adding another.
+func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.skipped > 0 {
 		s.log.Warn("W&B: values that were NaN or infinite were not sent (JSON cannot carry them)", "count", s.skipped)
 	}
+	if len(end.Tags) == 0 || s.start.IsZero() {
+		return nil
+	}
+	b, err := s.lookupRun(ctx)
+	if err != nil {
+		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
+	}
+	if b == nil {
+		s.log.Info("W&B run was never created by the training process; the exit verdict is in the spool and on stderr only", "run", s.runPath())
+		return nil
+	}
+	tags := mergeTags(b.Tags, verdictTags(end))
+	notes := withVerdict(derefOr(b.Notes, ""), end)
+	v := map[string]any{"name": s.cfg.RunID, "project": s.project, "entity": s.entity, "tags": tags, "notes": notes}
+	var out struct {
+		UpsertBucket *struct {
+			Bucket *struct {
+				Name string `json:"name"`
+			} `json:"bucket"`
+		} `json:"upsertBucket"`
+	}
+	if err := s.graphql(ctx, "UpsertBucket", upsertBucketMutation, v, &out); err != nil {
+		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
+	}
+	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID, "tags", verdictTags(end))
 	return nil
+}
+
+// verdictSection starts bridge's part of the run's notes.
+const verdictSection = "\n\n---\nbridge (end of job):\n"
+
+// withVerdict appends (or replaces) bridge's section of the notes: one
+// "key: value" line per end tag, sorted.
+func withVerdict(notes string, end tracker.EndInfo) string {
+	if i := strings.Index(notes, verdictSection); i >= 0 {
+		notes = notes[:i]
+	}
+	keys := slices.Sorted(maps.Keys(end.Tags))
+	var b strings.Builder
+	b.WriteString(notes)
+	b.WriteString(verdictSection)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s: %s\n", k, end.Tags[k])
+	}
+	return b.String()
+}
+
+// verdictTags are the W&B tags for the verdict: letters, digits, '-' and
+// '_', at most 64 characters (W&B's tag limit).
+func verdictTags(end tracker.EndInfo) []string {
+	tags := []string{"bridge-exit-" + strconv.Itoa(end.ExitCode)}
+	if r := end.Tags["bridge.exit_reason"]; r != "" {
+		tags = append(tags, "bridge-"+r)
+	}
+	for i, t := range tags {
+		t = sanitizeLabel(t)
+		if len(t) > 64 {
+			t = t[:64]
+		}
+		tags[i] = t
+	}
+	return tags
+}
+
+// mergeTags keeps the run's tags, drops bridge's earlier verdict tags and
+// adds the new ones.
+func mergeTags(have, add []string) []string {
+	out := []string{}
+	for _, t := range have {
+		if !strings.HasPrefix(t, "bridge-") {
+			out = append(out, t)
+		}
+	}
+	return append(out, add...)
+}
+
+func derefOr(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 // lines encodes samples from the start of ss into events lines, up to
@@ -265,10 +354,17 @@ func (s *Sink) lines(ss []metrics.Sample) ([]string, int, error) {
 // wandb itself gives a labelled writer's system metrics.
 func Key(name, label string) string { return "system." + name + "/l:" + label }
 
-// checkRun asks whether the run exists and has started, by wandb's own rule
-// (a bucket whose config holds _wandb.t). It resolves the entity and project
-// the run lives in, for the file_stream path.
-func (s *Sink) checkRun(ctx context.Context) error {
+// bucket is what bridge reads of a run.
+type bucket struct {
+	Name        string   `json:"name"`
+	WandbConfig *string  `json:"wandbConfig"`
+	Tags        []string `json:"tags"`
+	Notes       *string  `json:"notes"`
+}
+
+// lookupRun reads the run (nil when it does not exist yet) and resolves
+// the entity and project it lives in, for the file_stream path.
+func (s *Sink) lookupRun(ctx context.Context) (*bucket, error) {
 	v := map[string]any{"name": s.cfg.RunID, "project": nilIfEmpty(s.cfg.Project), "entity": nilIfEmpty(s.cfg.Entity)}
 	var resp struct {
 		Model *struct {
@@ -276,20 +372,31 @@ func (s *Sink) checkRun(ctx context.Context) error {
 			Entity struct {
 				Name string `json:"name"`
 			} `json:"entity"`
-			Bucket *struct {
-				Name        string  `json:"name"`
-				WandbConfig *string `json:"wandbConfig"`
-			} `json:"bucket"`
+			Bucket *bucket `json:"bucket"`
 		} `json:"model"`
 	}
 	if err := s.graphql(ctx, "RunResumeStatus", runResumeStatusQuery, v, &resp); err != nil {
-		return fmt.Errorf("looking up W&B run %s: %w", s.runPath(), err)
+		return nil, fmt.Errorf("looking up W&B run %s: %w", s.runPath(), err)
 	}
-	if resp.Model == nil || resp.Model.Bucket == nil || !hasT(resp.Model.Bucket.WandbConfig) {
+	if resp.Model == nil || resp.Model.Bucket == nil {
+		return nil, nil
+	}
+	s.entity, s.project = resp.Model.Entity.Name, resp.Model.Name
+	return resp.Model.Bucket, nil
+}
+
+// checkRun asks whether the run exists and has started, by wandb's own rule
+// (a bucket whose config holds _wandb.t).
+func (s *Sink) checkRun(ctx context.Context) error {
+	b, err := s.lookupRun(ctx)
+	if err != nil {
+		return err
+	}
+	if b == nil || !hasT(b.WandbConfig) {
 		return fmt.Errorf("%w: W&B run %s does not exist yet (the training process creates it with wandb.init; WANDB_PROJECT and WANDB_ENTITY must match its project and entity)",
 			tracker.ErrNotReady, s.runPath())
 	}
-	s.entity, s.project, s.ready = resp.Model.Entity.Name, resp.Model.Name, true
+	s.ready = true
 	s.log.Info("W&B run found; sending system metrics", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID)
 	return nil
 }
@@ -386,7 +493,21 @@ const runResumeStatusQuery = `query RunResumeStatus($project: String, $entity: S
 			id
 			name
 			wandbConfig(keys: ["t"])
+			tags
+			notes
 		}
+	}
+}`
+
+// upsertBucketMutation updates only the fields it is given: bridge sends
+// the run's name, project, entity, tags and notes.
+const upsertBucketMutation = `mutation UpsertBucket($name: String, $project: String, $entity: String, $notes: String, $tags: [String!]) {
+	upsertBucket(input: {name: $name, modelName: $project, entityName: $entity, notes: $notes, tags: $tags}) {
+		bucket {
+			id
+			name
+		}
+		inserted
 	}
 }`
 
