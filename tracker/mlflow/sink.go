@@ -22,9 +22,9 @@ import (
 // Run statuses (mlflow/protos/service.proto RunStatus).
 const (
 	StatusRunning  = "RUNNING"
-	StatusFinished = "FINISHED"
-	StatusFailed   = "FAILED"
-	StatusKilled   = "KILLED"
+	StatusFinished = tracker.StatusFinished
+	StatusFailed   = tracker.StatusFailed
+	StatusKilled   = tracker.StatusKilled
 )
 
 // DefaultExperimentID is where a run goes when no experiment is named, as in
@@ -452,10 +452,13 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	return errors.Join(errs...)
 }
 
-// TerminalStatus is the status bridge gives a run it owns: KILLED when the
-// child died of a signal, FAILED on a non-zero exit, FINISHED otherwise.
+// TerminalStatus is the status bridge gives a run it owns: end.Status when
+// set, else KILLED when the child died of a signal, FAILED on a non-zero
+// exit, FINISHED otherwise.
 func TerminalStatus(end tracker.EndInfo) string {
 	switch {
+	case end.Status == tracker.StatusFinished || end.Status == tracker.StatusFailed || end.Status == tracker.StatusKilled:
+		return end.Status
 	case end.Signal != 0:
 		return StatusKilled
 	case end.ExitCode != 0:
