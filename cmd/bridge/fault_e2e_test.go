@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
+	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 )
 
 // These tests put mocks/faultproxy between the real bridge binary and a real
@@ -293,5 +295,56 @@ time.sleep(3)
 	}
 	if st := srv.GetRun(t, bridgeRun).Info.Status; st != "FINISHED" {
 		t.Errorf("bridge's run is %s, want FINISHED", st)
+	}
+}
+
+// W&B through the proxy: the child's wandb and bridge both talk to the mock
+// through it; the faults hit bridge's file_stream requests only (its
+// User-Agent), and every spooled sample ends up in the run once
+// (checkWandbRun), with the child's exit status kept.
+func TestFaultWandb(t *testing.T) {
+	wbPython(t)
+	const stream = "/file_stream"
+	bridgeOnly := faultproxy.FromUserAgent("bridge")
+	for _, tc := range []struct {
+		name  string
+		fault faultproxy.Fault
+	}{
+		{"200 HTML", faultproxy.Fault{Path: stream, Kind: faultproxy.Answer, Body: "<html>Sign in</html>", Times: 2}},
+		{"429 Retry-After 0", faultproxy.Fault{Path: stream, Kind: faultproxy.Status, Code: http.StatusTooManyRequests, RetryAfter: "0", Times: 3}},
+		{"500", faultproxy.Fault{Path: stream, Kind: faultproxy.Status, Code: http.StatusInternalServerError, Times: 2}},
+		{"applied then reset", faultproxy.Fault{Path: stream, Kind: faultproxy.AppliedThenReset, Times: 2}},
+		{"endless body", faultproxy.Fault{Path: stream, Kind: faultproxy.Endless, Times: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
+			p, err := faultproxy.Start(srv.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			tc.fault.Match = bridgeOnly
+			p.Schedule(tc.fault)
+			const exit = 4
+			began := time.Now()
+			j := startWBEnv(ctx, t, srv, "", []string{"WANDB_BASE_URL=" + p.URL()}, []string{"--node-id", "node-f", "--flush-timeout", "40s"}, wbProject, fmt.Sprint(exit))
+			runID := strings.TrimPrefix(j.expect(ctx, t, "ready "), "ready ")
+			for range 3 {
+				j.step(ctx, t)
+			}
+			if err := wandbserver.Wait(ctx, func() bool { return p.Hits(tc.fault.Kind) > 0 }); err != nil {
+				t.Fatalf("the fault was never hit: %v", err)
+			}
+			if code := j.end(t); code != exit {
+				t.Fatalf("bridge exited %d, want the child's %d", code, exit)
+			}
+			if took, bound := time.Since(began), 2*time.Minute; took > bound {
+				t.Errorf("bridge took %s, over %s", took, bound)
+			}
+			checkWandbRun(t, srv, runID, "node-f", exit, j)
+		})
 	}
 }

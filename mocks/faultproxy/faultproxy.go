@@ -65,6 +65,14 @@ type Fault struct {
 	Body        string        // Answer
 	ContentType string        // Answer; default text/html
 	RunID       string        // RewriteRunID
+	// Match, when set, must also hold for the request (e.g. only bridge's
+	// requests, by User-Agent, when the child talks to the same server).
+	Match func(*http.Request) bool
+}
+
+// FromUserAgent matches requests whose User-Agent starts with prefix.
+func FromUserAgent(prefix string) func(*http.Request) bool {
+	return func(r *http.Request) bool { return strings.HasPrefix(r.UserAgent(), prefix) }
 }
 
 // Proxy is a running fault proxy.
@@ -200,13 +208,14 @@ func (p *Proxy) Close() error {
 	return err
 }
 
-// take returns the fault for path, if any, and uses one of its times.
-func (p *Proxy) take(path string) *Fault {
+// take returns the fault for r, if any, and uses one of its times.
+func (p *Proxy) take(r *http.Request) *Fault {
+	path := r.URL.Path
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.counts[path]++
 	for i, f := range p.faults {
-		if f.Path != "" && !strings.HasSuffix(path, f.Path) {
+		if f.Path != "" && !strings.HasSuffix(path, f.Path) || f.Match != nil && !f.Match(r) {
 			continue
 		}
 		if f.Times > 0 {
@@ -229,7 +238,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "faultproxy: reading the request: "+err.Error(), http.StatusBadGateway)
 		return
 	}
-	f := p.take(r.URL.Path)
+	f := p.take(r)
 	if f == nil {
 		p.forwardAndCopy(w, r, body)
 		return
