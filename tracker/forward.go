@@ -49,6 +49,7 @@ type Forwarder struct {
 	failures  int       // consecutive failed sends, kept across Run and Drain
 	notReady  bool      // the last failure was ErrNotReady (waiting, not an outage)
 	downSince time.Time // start of the current outage, zero when none
+	finalTry  bool      // a backoff was cut short by Finish (done once)
 
 	stopOnce sync.Once
 	quit     chan struct{} // closed by Finish: return once nothing is pending
@@ -192,12 +193,23 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		if stop {
 			return false
 		}
+		// When the job ends (Finish) during a long backoff, one try is made
+		// at once instead of after the backoff, which could outlast the
+		// flush timeout; a server's Retry-After is still honoured.
+		var cut <-chan struct{}
+		var ra *RetryAfterError
+		if !f.finalTry && !errors.As(err, &ra) {
+			cut = f.quit
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
 		case <-t.C:
+		case <-cut:
+			t.Stop()
+			f.finalTry = true
 		}
 	}
 }

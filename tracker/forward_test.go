@@ -308,3 +308,32 @@ func TestForwarderLateStartPermanentStops(t *testing.T) {
 		t.Errorf("state %q, starts %d, accepted %v", st, sink.starts, sink.accepted)
 	}
 }
+
+// Finish during a long backoff makes one try at once: the end of the job
+// must not wait out a backoff longer than the flush timeout.
+func TestForwarderFinishCutsBackoffOnce(t *testing.T) {
+	q := queueOf(2)
+	sink := &scriptSink{script: []error{errors.New("connection refused")}}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Hour, MaxGap: time.Hour}
+	done := make(chan bool)
+	go func() { done <- f.Drain(context.Background()) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sink.mu.Lock()
+		calls := sink.calls
+		sink.mu.Unlock()
+		if calls > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.Finish()
+	select {
+	case ok := <-done:
+		if !ok || len(sink.accepted) != 2 {
+			t.Errorf("drain = %v, accepted %v", ok, sink.accepted)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Finish did not cut the hour-long backoff")
+	}
+}
