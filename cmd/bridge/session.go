@@ -76,6 +76,9 @@ func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 			// What a tracker returns never keeps the child from starting.
 			e, err = nil, tracker.Permanent(verr)
 		}
+		// Variables the child can use even when the tracker failed (a
+		// generated W&B run id) go along.
+		env = append(env, e...)
 		id := s.RunID()
 		switch {
 		case err == nil:
@@ -96,7 +99,6 @@ func startSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 			log.Warn("tracker not reachable at start; samples are spooled and sent when it is",
 				"tracker", s.Name(), "run", id, "err", err)
 		}
-		env = append(env, e...)
 		runs = append(runs, sinkRun{sink: s, runID: id})
 	}
 	return runs, env, failed
