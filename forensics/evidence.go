@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
@@ -145,62 +146,62 @@ func FromRun(r Run) Evidence {
 		_, atExit := final.Value(name)
 		return Counter{Known: true, First: st.First, Last: st.Last, AtExit: atExit}
 	}
-	e.OOMKill = counter(summary.OOMKills)
-	e.OOM = counter(summary.OOMEvents)
-	e.OOMGroupKill = counter(summary.OOMGroupKills)
+	e.OOMKill = counter(metrics.ContainerOOMKills)
+	e.OOM = counter(metrics.ContainerOOMEvents)
+	e.OOMGroupKill = counter(metrics.ContainerOOMGroupKills)
 
 	recent := acc.Recent()
-	if ws, ok := acc.Get(summary.WorkingSet); ok {
+	if ws, ok := acc.Get(metrics.ContainerMemoryWorkingSet); ok {
 		m := Memory{Known: true, PeakWorkingSetMB: ws.Peak, PeakAt: ws.PeakAt}
-		if lim, ok := acc.Get(summary.MemLimit); ok && lim.Last > 0 {
+		if lim, ok := acc.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
 			m.LimitMB = lim.Last
 			m.PeakSharePercent = 100 * ws.Peak / lim.Last
 			// The per-sample share was computed against the limit of its
 			// time; prefer it when the limit was resized during the job.
-			if pct, ok := acc.Get(summary.MemPercent); ok {
+			if pct, ok := acc.Get(metrics.ContainerMemoryWorkingSetPercent); ok {
 				m.PeakSharePercent = pct.Peak
 			}
 		}
 		for _, s := range recent {
-			v, ok := s.Value(summary.WorkingSet)
+			v, ok := s.Value(metrics.ContainerMemoryWorkingSet)
 			if !ok || v < m.RecentWorkingSetMB {
 				continue
 			}
 			m.RecentWorkingSetMB, m.RecentAt = v, s.Time
-			if pct, ok := s.Value(summary.MemPercent); ok {
+			if pct, ok := s.Value(metrics.ContainerMemoryWorkingSetPercent); ok {
 				m.RecentSharePercent = pct
 			} else if m.LimitMB > 0 {
 				m.RecentSharePercent = 100 * v / m.LimitMB
 			}
 		}
-		if pk, ok := acc.Get(summary.MemPeak); ok {
+		if pk, ok := acc.Get(metrics.ContainerMemoryPeak); ok {
 			m.PeakUsageMB = Reading{Value: pk.Peak, Known: true}
 		}
 		e.Memory = m
 	}
 
 	for _, s := range recent {
-		avail, ok := s.Value(summary.NodeAvailable)
+		avail, ok := s.Value(metrics.NodeMemoryAvailable)
 		if !ok {
 			continue
 		}
 		if !e.Node.Known || avail < e.Node.MinAvailableMB {
 			e.Node.Known, e.Node.MinAvailableMB, e.Node.MinAvailableAt = true, avail, s.Time
-			if total, ok := s.Value(summary.NodeTotal); ok && total > 0 {
+			if total, ok := s.Value(metrics.NodeMemoryTotal); ok && total > 0 {
 				e.Node.TotalMB = total
 				e.Node.MinAvailablePercent = 100 * avail / total
 			}
 		}
 	}
 
-	if st, ok := acc.Get(summary.PSIMemorySome); ok {
+	if st, ok := acc.Get(metrics.ContainerPressureMemorySome); ok {
 		e.PeakMemoryPressureSome = Reading{Value: st.Peak, Known: true}
 	}
-	if st, ok := acc.Get(summary.PSIMemoryFull); ok {
+	if st, ok := acc.Get(metrics.ContainerPressureMemoryFull); ok {
 		e.PeakMemoryPressureFull = Reading{Value: st.Peak, Known: true}
 	}
 	// The mean of per-interval shares, as the end-of-run table shows it.
-	if st, ok := acc.Get(summary.Throttled); ok {
+	if st, ok := acc.Get(metrics.ContainerCPUThrottledPeriods); ok {
 		e.ThrottledShare = Reading{Value: st.Mean(), Known: true}
 	}
 	return e

@@ -89,9 +89,9 @@ func (l *Lost) sentence() string {
 	}
 	s := l.Last
 	var facts []string
-	ws, hasWS := s.Value(summary.WorkingSet)
-	lim, hasLim := s.Value(summary.MemLimit)
-	pct, hasPct := s.Value(summary.MemPercent)
+	ws, hasWS := s.Value(metrics.ContainerMemoryWorkingSet)
+	lim, hasLim := s.Value(metrics.ContainerMemoryLimit)
+	pct, hasPct := s.Value(metrics.ContainerMemoryWorkingSetPercent)
 	switch {
 	case hasWS && hasLim && lim > 0:
 		if !hasPct {
@@ -101,13 +101,13 @@ func (l *Lost) sentence() string {
 	case hasWS:
 		facts = append(facts, fmt.Sprintf("working set %.1f MB (no memory limit)", ws))
 	}
-	if v, ok := s.Value(summary.OOMKills); ok {
+	if v, ok := s.Value(metrics.ContainerOOMKills); ok {
 		facts = append(facts, fmt.Sprintf("oom_kill counter %.0f", v))
 	}
-	if v, ok := s.Value(summary.PSIMemorySome); ok {
+	if v, ok := s.Value(metrics.ContainerPressureMemorySome); ok {
 		facts = append(facts, fmt.Sprintf("memory pressure some %.1f%%", v))
 	}
-	if v, ok := s.Value(summary.NodeAvailable); ok {
+	if v, ok := s.Value(metrics.NodeMemoryAvailable); ok {
 		facts = append(facts, fmt.Sprintf("node MemAvailable %.0f MB", v))
 	}
 	if len(facts) == 0 {

@@ -47,9 +47,6 @@ func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sample
 // SetNextSeq makes the next sample's Seq n (used when a spool is resumed).
 func (s *Sampler) SetNextSeq(n int64) { s.nextSeq = n }
 
-// Collectors returns the collectors in the order they run.
-func (s *Sampler) Collectors() []Collector { return s.collectors }
-
 type result struct {
 	idx    int
 	points []Point

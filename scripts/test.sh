@@ -65,6 +65,18 @@ log "go vet ./... && go test -race ./..."
 go vet ./...
 if [ $# -gt 0 ]; then
   go test -race -count=1 "$@"
-else
-  go test -race -count=1 -timeout 15m ./...
+  exit
+fi
+# The whole suite (CI): a test that skips here fails the run unless
+# .ci/allowed-skips says the skip is legitimate on this machine (no GPU), and
+# tests must write only into temporary directories, never the repository.
+untracked() { git status --porcelain --ignored=matching --untracked-files=all 2>/dev/null | grep -E '^(\?\?|!!) ' | sort || true; }
+before=$(untracked)
+go test -race -count=1 -timeout 15m -json ./... | go run ./internal/testbin/skipcheck -allow .ci/allowed-skips
+after=$(untracked)
+added=$(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | sed '/^$/d')
+if [ -n "$added" ]; then
+  log "the tests left files in the repository (they must write only into t.TempDir()):"
+  printf '%s\n' "$added" >&2
+  exit 1
 fi

@@ -5,22 +5,31 @@
 //
 // Records, one JSON object a line, told apart by "type":
 //
-//	{"type":"start","time":ms,"attempt":N,"pid":P,"version":"..","run":{"mlflow":"<run id>"},...}
+//	{"type":"start","time":ms,"attempt":N,"pid":P,"version":"..","runs":{"mlflow":"<run id>"},...}
 //	{"type":"sample","seq":N,"ts":ms,"metrics":{"container_...":1.5,...}}
 //	{"type":"ack","sink":"mlflow","run":"<run id>","seq":N}   all samples <= N acknowledged
 //	{"type":"end","time":ms,"exit_code":N,...}                a clean shutdown
 //
 // Non-finite values are written as the strings "NaN", "Infinity", "-Infinity".
+//
+// The file survives a crash at any byte: Open repairs an unterminated last
+// line (kept when it is a whole record, cut off otherwise), and skips and
+// counts lines that are not records. A file that cannot be written (disk
+// full) costs durability, never samples: they wait in a bounded memory buffer
+// that the next successful write flushes in order. Memory is bounded: only the
+// newest unacknowledged samples are kept in RAM, older ones are re-read from
+// the file. A size cap drops the oldest samples when it is reached.
 package spool
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -28,95 +37,75 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// Record types.
+// Defaults of Options.
 const (
-	TypeStart  = "start"
-	TypeSample = "sample"
-	TypeAck    = "ack"
-	TypeEnd    = "end"
+	DefaultMaxSize     = 1 << 30 // bytes
+	DefaultMemSamples  = 1024
+	DefaultMaxBuffered = 4096
+
+	// retryGap spaces retries of a failing file: each retry rewrites the
+	// whole buffer, and a cap rewrite reads the whole file.
+	retryGap        = time.Second
+	compactRetryGap = 30 * time.Second
 )
 
-// Record is one line of the file. Fields not used by a type are omitted.
-type Record struct {
-	Type     string            `json:"type"`
-	Seq      *int64            `json:"seq,omitempty"`
-	TS       int64             `json:"ts,omitempty"`   // sample time, unix ms
-	Time     int64             `json:"time,omitempty"` // start/end time, unix ms
-	Metrics  Values            `json:"metrics,omitempty"`
-	Sink     string            `json:"sink,omitempty"`
-	Run      string            `json:"run,omitempty"`
-	Attempt  int               `json:"attempt,omitempty"`
-	PID      int               `json:"pid,omitempty"`
-	Version  string            `json:"version,omitempty"`
-	Runs     map[string]string `json:"runs,omitempty"` // start: sink -> run id
-	ExitCode *int              `json:"exit_code,omitempty"`
-	Info     map[string]string `json:"info,omitempty"` // free-form facts (limits, reason)
+// ErrClosed is returned by writes to a closed spool.
+var ErrClosed = errors.New("spool is closed")
+
+// Options tune a spool; the zero value gives the defaults.
+type Options struct {
+	// Logger receives the spool's few messages (repairs, write failures and
+	// recoveries, the size cap). Default slog.Default().
+	Logger *slog.Logger
+	// MaxSize caps the file in bytes: when a write would pass it, the file is
+	// rewritten without its oldest samples (down to half the cap). 0 means
+	// DefaultMaxSize, a negative value no cap.
+	MaxSize int64
+	// MaxLine bounds one record in bytes; longer lines are skipped when read.
+	// 0 means DefaultMaxLine.
+	MaxLine int
+	// MemSamples is how many unacknowledged samples stay in memory; older
+	// ones are re-read from the file. 0 means DefaultMemSamples.
+	MemSamples int
+	// MaxBuffered is how many samples wait in memory while the file cannot
+	// be written; past it the oldest of them are dropped (and counted).
+	// 0 means DefaultMaxBuffered.
+	MaxBuffered int
+	// MustExist refuses a missing file (`bridge sync` of a mistyped path)
+	// instead of creating it.
+	MustExist bool
 }
 
-// Values are a sample's metric values by name.
-type Values map[string]float64
-
-// MarshalJSON writes non-finite values as strings, which encoding/json refuses.
-func (v Values) MarshalJSON() ([]byte, error) {
-	keys := make([]string, 0, len(v))
-	for k := range v {
-		keys = append(keys, k)
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	sort.Strings(keys)
-	buf := []byte{'{'}
-	for i, k := range keys {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		kb, _ := json.Marshal(k)
-		buf = append(buf, kb...)
-		buf = append(buf, ':')
-		f := v[k]
-		switch {
-		case math.IsNaN(f):
-			buf = append(buf, `"NaN"`...)
-		case math.IsInf(f, 1):
-			buf = append(buf, `"Infinity"`...)
-		case math.IsInf(f, -1):
-			buf = append(buf, `"-Infinity"`...)
-		default:
-			fb, _ := json.Marshal(f)
-			buf = append(buf, fb...)
-		}
+	if o.MaxSize == 0 {
+		o.MaxSize = DefaultMaxSize
 	}
-	return append(buf, '}'), nil
+	if o.MaxLine <= 0 {
+		o.MaxLine = DefaultMaxLine
+	}
+	if o.MemSamples <= 0 {
+		o.MemSamples = DefaultMemSamples
+	}
+	if o.MaxBuffered <= 0 {
+		o.MaxBuffered = DefaultMaxBuffered
+	}
 }
 
-// UnmarshalJSON accepts numbers and the non-finite strings.
-func (v *Values) UnmarshalJSON(b []byte) error {
-	raw := map[string]json.RawMessage{}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return err
-	}
-	out := make(Values, len(raw))
-	for k, r := range raw {
-		var f float64
-		if err := json.Unmarshal(r, &f); err == nil {
-			out[k] = f
-			continue
-		}
-		var s string
-		if err := json.Unmarshal(r, &s); err != nil {
-			return fmt.Errorf("metric %q: %w", k, err)
-		}
-		switch s {
-		case "NaN":
-			out[k] = math.NaN()
-		case "Infinity":
-			out[k] = math.Inf(1)
-		case "-Infinity":
-			out[k] = math.Inf(-1)
-		default:
-			return fmt.Errorf("metric %q: value %q is not a number", k, s)
-		}
-	}
-	*v = out
-	return nil
+// Stats count what happened to the spool since Open, for the end-of-run table.
+type Stats struct {
+	Written       int64 // sample records written to the file
+	Buffered      int   // records waiting in memory for the file now
+	WriteFailures int64 // failed attempts to write the file
+	Outages       int   // times writing failed after working (or at once)
+	LostUnwritten int64 // samples dropped from a full memory buffer: never in the file
+	DroppedByCap  int64 // samples not yet delivered that the size cap removed
+	Compactions   int   // rewrites of the file by the size cap
+	BadLines      int   // lines skipped when the file was read
+	BadLineNums   []int // the first few of them, 1-based
+	TornTail      bool  // Open found an unterminated last line (and repaired it)
 }
 
 // Attempt is what the file says about one earlier run of bridge on it.
@@ -126,108 +115,167 @@ type Attempt struct {
 	LastSample *metrics.Sample
 }
 
+// entry is one sample some tracked sink has not acknowledged.
+type entry struct {
+	seq int64
+	off int64           // offset of its line in the file; -1 while it waits in memory
+	n   int             // length of its line, newline included
+	smp *metrics.Sample // in memory; nil when only in the file
+}
+
+// queued is a record waiting to be written, in order.
+type queued struct {
+	line []byte
+	seq  int64  // a sample's seq; -1 for other records
+	ack  string // an ack's key, so a newer ack replaces it
+}
+
+// file is what the spool needs of its *os.File (a seam for tests that make
+// writes fail).
+type file interface {
+	io.Writer
+	io.ReaderAt
+	Sync() error
+	Truncate(size int64) error
+	Close() error
+}
+
 // Spool is an open spool file.
 //
 // Contract: safe for concurrent use (the sampler appends while forwarders
-// read Pending and Ack). Append writes and fsyncs before it returns, so a
-// sample that Append accepted survives a crash. Returned samples are copies.
+// read Pending and Ack). Append, Ack, WriteStart and WriteEnd never fail for
+// a full or broken disk: the record waits in memory and the next call that
+// can write flushes it; they fail only on a closed spool. A record that
+// reached the file was fsynced. They block only for the write and fsync.
+// Returned samples are the caller's.
 type Spool struct {
 	path string
+	opt  Options
+	log  *slog.Logger
 
 	mu       sync.Mutex
-	f        *os.File
-	w        *bufio.Writer
-	samples  []metrics.Sample // samples not yet acknowledged by every tracked sink
+	f        file
+	size     int64   // bytes of whole records in the file: where the next goes
+	pend     []entry // samples not yet acknowledged by every tracked sink, by seq
+	inMem    int     // entries of pend with smp set and off >= 0
+	queue    []queued
+	queuedN  int // samples in queue
+	failing  bool
 	acks     map[string]int64 // "sink\x00run" -> highest acknowledged seq
-	tracked  map[string]bool  // keys of acks that hold samples in memory
+	tracked  map[string]bool  // keys of acks whose samples are kept
+	untrack  bool             // a sink gave up: its samples are only in the file
 	nextSeq  int64
 	attempts []Attempt
 	notify   []chan struct{}
+	stats    Stats
+	lostLog  bool      // the buffer-full message was given
+	nextTry  time.Time // while failing, no retry before this
+	gap      time.Duration
 }
 
-// Open opens (creating if needed) the spool at path and reads what it holds.
-// A torn last line (a crash mid-write) is ignored.
-func Open(path string) (*Spool, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
+// Open opens the spool at path with default options.
+func Open(path string) (*Spool, error) { return OpenWith(path, Options{}) }
+
+// OpenWith opens (creating if needed, private to the user) the spool at path
+// and reads what it holds. An unterminated last line (a crash or a full disk
+// mid-write) is repaired: kept when it is a whole record, cut off otherwise.
+// Lines that are not records are skipped, counted and logged once. It fails
+// only when the file cannot be opened or read.
+func OpenWith(path string, opt Options) (*Spool, error) {
+	opt.defaults()
+	flags := os.O_RDWR | os.O_APPEND
+	if !opt.MustExist {
+		flags |= os.O_CREATE
+		if dir := filepath.Dir(path); dir != "." {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("creating the spool's directory %s: %w", dir, err)
+			}
+		}
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening spool %s: %w", path, err)
 	}
-	s := &Spool{path: path, f: f, acks: map[string]int64{}, tracked: map[string]bool{}}
-	all, err := s.read(f)
+	s := &Spool{path: path, opt: opt, log: opt.Logger.With("spool", path), f: f,
+		acks: map[string]int64{}, tracked: map[string]bool{}, gap: retryGap}
+	res, err := scan(f, opt.MaxLine, s.load)
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, fmt.Errorf("reading spool %s: %w", path, err)
 	}
-	s.samples = all
-	s.w = bufio.NewWriter(f)
+	s.size = res.end
+	s.stats.BadLines, s.stats.BadLineNums = res.badLines, res.badAt
+	if res.tailOff >= 0 {
+		s.stats.TornTail = true
+		s.repairTail(res)
+	}
+	if res.badLines > 0 {
+		s.log.Warn("skipped lines of the spool that are not records", "lines", res.badLines, "first", res.badAt)
+	}
 	return s, nil
 }
 
-// ReadFile reads a spool without opening it for writing (for `bridge sync`
-// dry runs and tests).
-func ReadFile(path string) (samples []metrics.Sample, acks map[string]int64, attempts []Attempt, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("opening spool %s: %w", path, err)
+// repairTail makes the file end with a whole line again, so that the next
+// record is not glued to a torn one.
+func (s *Spool) repairTail(res scanResult) {
+	if !res.tailLong {
+		if rec, ok := parseRecord(bytes.TrimSpace(res.tail)); ok {
+			// A whole record whose newline was not written: keep it.
+			if _, err := s.f.Write([]byte{'\n'}); err == nil {
+				s.load(rec, append(res.tail, '\n'), res.tailOff)
+				s.size = res.tailOff + int64(len(res.tail)) + 1
+				s.log.Info("repaired the spool's last line (its newline was missing)")
+				return
+			}
+		}
 	}
-	defer f.Close()
-	s := &Spool{path: path, acks: map[string]int64{}, tracked: map[string]bool{}}
-	all, err := s.read(f)
-	return all, s.acks, s.attempts, err
+	if err := s.f.Truncate(res.end); err != nil {
+		// The next record goes after the torn bytes, on a line of its own.
+		s.log.Warn("cannot cut the spool's torn last line; it will be skipped when read", "err", err)
+		s.size = res.end
+		if fi, err := s.f.(*os.File).Stat(); err == nil {
+			s.size = fi.Size()
+		}
+		s.queue = append(s.queue, queued{line: []byte{'\n'}, seq: -1})
+		return
+	}
+	s.log.Info("cut a torn last line off the spool (bridge stopped mid-write)", "bytes", max(int64(len(res.tail)), 1), "offset", res.tailOff)
 }
 
-func (s *Spool) read(r io.Reader) ([]metrics.Sample, error) {
-	var all []metrics.Sample
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		if len(sc.Bytes()) == 0 {
-			continue
+// load takes one record read from the file at off.
+func (s *Spool) load(rec *Record, line []byte, off int64) {
+	n := len(line)
+	switch rec.Type {
+	case TypeStart:
+		s.attempts = append(s.attempts, Attempt{Start: *rec})
+	case TypeEnd:
+		if k := len(s.attempts); k > 0 {
+			r := *rec
+			s.attempts[k-1].End = &r
 		}
-		var rec Record
-		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
-			// Only a torn final line is expected; anything else is reported.
-			if !sc.Scan() {
-				break
-			}
-			return nil, fmt.Errorf("spool %s line %d: %w", s.path, line, err)
+	case TypeSample:
+		smp := toSample(rec)
+		if smp.Seq >= s.nextSeq {
+			s.nextSeq = smp.Seq + 1
 		}
-		switch rec.Type {
-		case TypeStart:
-			s.attempts = append(s.attempts, Attempt{Start: rec})
-		case TypeEnd:
-			if n := len(s.attempts); n > 0 {
-				r := rec
-				s.attempts[n-1].End = &r
-			}
-		case TypeSample:
-			if rec.Seq == nil {
-				continue
-			}
-			smp := toSample(rec)
-			all = append(all, smp)
-			if *rec.Seq >= s.nextSeq {
-				s.nextSeq = *rec.Seq + 1
-			}
-			if n := len(s.attempts); n > 0 {
-				c := smp
-				s.attempts[n-1].LastSample = &c
-			}
-		case TypeAck:
-			if rec.Seq != nil && *rec.Seq > s.ackOf(rec.Sink, rec.Run) {
-				s.acks[ackKey(rec.Sink, rec.Run)] = *rec.Seq
-			}
+		if k := len(s.attempts); k > 0 {
+			c := smp
+			s.attempts[k-1].LastSample = &c
+		}
+		if k := len(s.pend); k > 0 && s.pend[k-1].seq >= smp.Seq {
+			return // out of order: a duplicate of what is kept
+		}
+		s.pend = append(s.pend, entry{seq: smp.Seq, off: off, n: n, smp: &smp})
+		s.inMem++
+		s.evictLocked()
+	case TypeAck:
+		if *rec.Seq > s.ackOf(rec.Sink, rec.Run) {
+			s.acks[ackKey(rec.Sink, rec.Run)] = *rec.Seq
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading spool %s: %w", s.path, err)
-	}
-	return all, nil
 }
 
-func toSample(rec Record) metrics.Sample {
+func toSample(rec *Record) metrics.Sample {
 	smp := metrics.Sample{Seq: *rec.Seq, Time: time.UnixMilli(rec.TS)}
 	names := make([]string, 0, len(rec.Metrics))
 	for k := range rec.Metrics {
@@ -249,8 +297,29 @@ func (s *Spool) ackOf(sink, run string) int64 {
 	return -1
 }
 
+// evictLocked keeps at most MemSamples written samples in memory; the oldest
+// are re-read from the file when a sink needs them.
+func (s *Spool) evictLocked() {
+	for i := 0; s.inMem > s.opt.MemSamples && i < len(s.pend); i++ {
+		if e := &s.pend[i]; e.smp != nil && e.off >= 0 {
+			e.smp = nil
+			s.inMem--
+		}
+	}
+}
+
 // Path is the spool's file path.
 func (s *Spool) Path() string { return s.path }
+
+// Stats reports the counts since Open.
+func (s *Spool) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Buffered = len(s.queue)
+	st.BadLineNums = append([]int(nil), st.BadLineNums...)
+	return st
+}
 
 // NextSeq is the Seq the next sample should get, so that a resumed spool
 // keeps steps increasing.
@@ -267,9 +336,9 @@ func (s *Spool) Attempts() []Attempt {
 	return append([]Attempt(nil), s.attempts...)
 }
 
-// Track keeps samples in memory until sink acknowledges them for run; call it
-// for each sink before sampling starts. Samples already in the file that the
-// sink has not acknowledged become pending for it.
+// Track keeps samples until sink acknowledges them for run; call it for each
+// sink before sampling starts. Samples already in the file that the sink has
+// not acknowledged become pending for it.
 func (s *Spool) Track(sink, run string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -278,22 +347,39 @@ func (s *Spool) Track(sink, run string) error {
 		return nil
 	}
 	s.tracked[k] = true
-	// Samples trimmed for other sinks may be needed by this one: reload them.
+	// Samples dropped for other sinks may be needed by this one: find them
+	// in the file again (offsets only).
 	acked := s.ackOf(sink, run)
-	if s.nextSeq > acked+1 && (len(s.samples) == 0 || s.samples[0].Seq > acked+1) {
-		f, err := os.Open(s.path)
-		if err != nil {
-			return fmt.Errorf("re-reading spool %s: %w", s.path, err)
-		}
-		defer f.Close()
-		r := &Spool{path: s.path, acks: map[string]int64{}, tracked: map[string]bool{}}
-		all, err := r.read(f)
-		if err != nil {
+	first := s.nextSeq
+	if len(s.pend) > 0 {
+		first = s.pend[0].seq
+	}
+	if first > acked+1 {
+		if err := s.reindexLocked(first); err != nil {
 			return err
 		}
-		s.samples = all
 	}
 	s.trimLocked()
+	return nil
+}
+
+// reindexLocked puts the file's samples before seq back in front of pend.
+func (s *Spool) reindexLocked(before int64) error {
+	f, err := os.Open(s.path)
+	if err != nil {
+		return fmt.Errorf("re-reading spool %s: %w", s.path, err)
+	}
+	defer f.Close()
+	var older []entry
+	_, err = scan(io.LimitReader(f, s.size), s.opt.MaxLine, func(rec *Record, line []byte, off int64) {
+		if rec.Type == TypeSample && *rec.Seq < before && (len(older) == 0 || older[len(older)-1].seq < *rec.Seq) {
+			older = append(older, entry{seq: *rec.Seq, off: off, n: len(line)})
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("re-reading spool %s: %w", s.path, err)
+	}
+	s.pend = append(older, s.pend...)
 	return nil
 }
 
@@ -302,6 +388,9 @@ func (s *Spool) Track(sink, run string) error {
 func (s *Spool) Untrack(sink, run string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.tracked[ackKey(sink, run)] {
+		s.untrack = true
+	}
 	delete(s.tracked, ackKey(sink, run))
 	s.trimLocked()
 }
@@ -320,50 +409,57 @@ func (s *Spool) Notify() <-chan struct{} {
 func (s *Spool) WriteStart(rec Record) error {
 	rec.Type = TypeStart
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return ErrClosed
+	}
 	rec.Attempt = len(s.attempts) + 1
 	s.attempts = append(s.attempts, Attempt{Start: rec})
-	s.mu.Unlock()
-	return s.write(rec)
+	return s.enqueueLocked(rec, -1, "")
 }
 
 // WriteEnd records a clean shutdown.
 func (s *Spool) WriteEnd(rec Record) error {
 	rec.Type = TypeEnd
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return ErrClosed
+	}
 	if n := len(s.attempts); n > 0 {
 		r := rec
 		s.attempts[n-1].End = &r
 	}
-	s.mu.Unlock()
-	return s.write(rec)
+	return s.enqueueLocked(rec, -1, "")
 }
 
-// Append writes a sample durably and makes it pending for every tracked sink
-// (also when the write failed, which it reports).
+// Append writes a sample and makes it pending for every tracked sink. When
+// the file cannot be written the sample waits in memory (see Options); it
+// reaches the sinks either way.
 func (s *Spool) Append(smp metrics.Sample) error {
 	vals := make(Values, len(smp.Points))
-	for _, p := range smp.Points {
-		vals[p.Name] = p.Value
-	}
-	seq := smp.Seq
-	// A failed write (disk full) still hands the sample to the sinks: it is
-	// then only not durable.
-	werr := s.write(Record{Type: TypeSample, Seq: &seq, TS: smp.Time.UnixMilli(), Metrics: vals})
 	// Keep only what sinks need: name and value (and a Time at ms, as sent).
 	c := metrics.Sample{Seq: smp.Seq, Time: time.UnixMilli(smp.Time.UnixMilli())}
 	for _, p := range smp.Points {
+		vals[p.Name] = p.Value
 		c.Points = append(c.Points, metrics.Point{Name: p.Name, Value: p.Value})
 	}
+	seq := smp.Seq
 	s.mu.Lock()
+	if s.f == nil {
+		s.mu.Unlock()
+		return ErrClosed
+	}
 	if smp.Seq >= s.nextSeq {
 		s.nextSeq = smp.Seq + 1
-	}
-	if len(s.tracked) > 0 {
-		s.samples = append(s.samples, c)
 	}
 	if n := len(s.attempts); n > 0 {
 		s.attempts[n-1].LastSample = &c
 	}
+	if len(s.tracked) > 0 && (len(s.pend) == 0 || s.pend[len(s.pend)-1].seq < seq) {
+		s.pend = append(s.pend, entry{seq: seq, off: -1, smp: &c})
+	}
+	err := s.enqueueLocked(Record{Type: TypeSample, Seq: &seq, TS: c.Time.UnixMilli(), Metrics: vals}, seq, "")
 	chans := s.notify
 	s.mu.Unlock()
 	for _, ch := range chans {
@@ -372,7 +468,7 @@ func (s *Spool) Append(smp metrics.Sample) error {
 		default:
 		}
 	}
-	return werr
+	return err
 }
 
 // Pending returns up to max samples that sink has not acknowledged for run,
@@ -382,30 +478,51 @@ func (s *Spool) Pending(sink, run string, max int) []metrics.Sample {
 	defer s.mu.Unlock()
 	acked := s.ackOf(sink, run)
 	var out []metrics.Sample
-	for _, smp := range s.samples {
-		if smp.Seq <= acked {
+	for i := s.firstAfterLocked(acked); i < len(s.pend) && len(out) < max; i++ {
+		e := &s.pend[i]
+		if e.smp != nil {
+			out = append(out, *e.smp)
+			continue
+		}
+		smp, err := s.readAtLocked(e)
+		if err != nil {
+			// Not readable any more (the file changed under bridge): it
+			// cannot be sent; say so once per sample, then move on.
+			s.log.Warn("cannot re-read a sample from the spool; it is skipped", "seq", e.seq, "err", err)
+			s.pend = append(s.pend[:i], s.pend[i+1:]...)
+			i--
 			continue
 		}
 		out = append(out, smp)
-		if len(out) == max {
-			break
-		}
 	}
 	return out
+}
+
+// firstAfterLocked is the index of the first pending sample after seq.
+func (s *Spool) firstAfterLocked(seq int64) int {
+	return sort.Search(len(s.pend), func(i int) bool { return s.pend[i].seq > seq })
+}
+
+func (s *Spool) readAtLocked(e *entry) (metrics.Sample, error) {
+	if e.n <= 0 || e.n > s.opt.MaxLine+1 {
+		return metrics.Sample{}, fmt.Errorf("line of %d bytes at byte %d", e.n, e.off)
+	}
+	b := make([]byte, e.n)
+	if _, err := s.f.ReadAt(b, e.off); err != nil {
+		return metrics.Sample{}, fmt.Errorf("reading spool %s at byte %d: %w", s.path, e.off, err)
+	}
+	rec, ok := parseRecord(bytes.TrimSpace(b))
+	if !ok || rec.Type != TypeSample || *rec.Seq != e.seq {
+		return metrics.Sample{}, fmt.Errorf("spool %s at byte %d: not sample %d", s.path, e.off, e.seq)
+	}
+	return toSample(rec), nil
 }
 
 // PendingCount is how many samples sink has not acknowledged for run.
 func (s *Spool) PendingCount(sink, run string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	acked := s.ackOf(sink, run)
-	n := 0
-	for _, smp := range s.samples {
-		if smp.Seq > acked {
-			n++
-		}
-	}
-	return n
+	return len(s.pend) - s.firstAfterLocked(s.ackOf(sink, run))
 }
 
 // Acked is the highest Seq sink acknowledged for run, -1 if none.
@@ -418,68 +535,191 @@ func (s *Spool) Acked(sink, run string) int64 {
 // Ack records that sink acknowledged every sample up to seq for run.
 func (s *Spool) Ack(sink, run string, seq int64) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return ErrClosed
+	}
 	if seq <= s.ackOf(sink, run) {
-		s.mu.Unlock()
 		return nil
 	}
-	s.acks[ackKey(sink, run)] = seq
+	k := ackKey(sink, run)
+	s.acks[k] = seq
 	s.trimLocked()
-	s.mu.Unlock()
-	return s.write(Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq})
+	return s.enqueueLocked(Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq}, -1, k)
+}
+
+// Delivered reports whether every sample in the file reached every sink that
+// was tracked, with nothing waiting for the file, nothing lost or skipped:
+// the file holds nothing a user still needs.
+func (s *Spool) Delivered() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	return len(s.tracked) > 0 && !s.untrack && len(s.pend) == 0 && len(s.queue) == 0 &&
+		st.LostUnwritten == 0 && st.DroppedByCap == 0 && st.BadLines == 0
 }
 
 // trimLocked drops samples every tracked sink has acknowledged.
 func (s *Spool) trimLocked() {
-	if len(s.tracked) == 0 {
-		s.samples = nil
-		return
+	i := len(s.pend)
+	if len(s.tracked) > 0 {
+		i = s.firstAfterLocked(s.lowAckLocked())
 	}
-	low := int64(math.MaxInt64)
-	for k := range s.tracked {
-		a := int64(-1)
-		if v, ok := s.acks[k]; ok {
-			a = v
+	for _, e := range s.pend[:i] {
+		if e.smp != nil && e.off >= 0 {
+			s.inMem--
 		}
-		low = min(low, a)
 	}
-	i := 0
-	for i < len(s.samples) && s.samples[i].Seq <= low {
-		i++
-	}
-	s.samples = append([]metrics.Sample(nil), s.samples[i:]...)
+	s.pend = append([]entry(nil), s.pend[i:]...)
 }
 
-func (s *Spool) write(rec Record) error {
+// enqueueLocked queues rec for the file and writes what is queued.
+func (s *Spool) enqueueLocked(rec Record, seq int64, ack string) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encoding spool record: %w", err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.f == nil {
-		return errors.New("spool is closed")
+	if ack != "" {
+		// Only the newest acknowledgement of a sink matters.
+		for i := len(s.queue) - 1; i >= 0; i-- {
+			if s.queue[i].ack == ack {
+				s.queue = append(s.queue[:i], s.queue[i+1:]...)
+				break
+			}
+		}
 	}
-	b = append(b, '\n')
-	if _, err := s.w.Write(b); err != nil {
+	s.queue = append(s.queue, queued{line: append(b, '\n'), seq: seq, ack: ack})
+	if seq >= 0 {
+		s.queuedN++
+	}
+	s.flushLocked(false)
+	s.boundLocked()
+	return nil
+}
+
+// boundLocked drops the oldest waiting samples past MaxBuffered.
+func (s *Spool) boundLocked() {
+	for s.queuedN > s.opt.MaxBuffered {
+		for i, q := range s.queue {
+			if q.seq < 0 {
+				continue
+			}
+			s.queue = append(s.queue[:i], s.queue[i+1:]...)
+			s.queuedN--
+			s.stats.LostUnwritten++
+			if j := s.firstAfterLocked(q.seq - 1); j < len(s.pend) && s.pend[j].seq == q.seq {
+				s.pend = append(s.pend[:j], s.pend[j+1:]...)
+			}
+			break
+		}
+	}
+	if s.stats.LostUnwritten > 0 && !s.lostLog {
+		s.lostLog = true
+		s.log.Error("the spool's memory buffer is full; dropping the oldest samples that could not be written",
+			"buffer_limit", s.opt.MaxBuffered)
+	}
+}
+
+// flushLocked writes the queue in order with one fsync; a failure leaves the
+// file as it was (whole lines only) and the queue for the next try, which
+// waits for nextTry unless forced.
+func (s *Spool) flushLocked(force bool) {
+	if len(s.queue) == 0 || s.f == nil {
+		return
+	}
+	if s.failing && !force && time.Now().Before(s.nextTry) {
+		return
+	}
+	var buf []byte
+	for _, q := range s.queue {
+		buf = append(buf, q.line...)
+	}
+	if s.opt.MaxSize > 0 && s.size+int64(len(buf)) > s.opt.MaxSize && s.size > 0 {
+		if err := s.compactLocked(); err != nil {
+			s.failLocked(err)
+			s.nextTry = time.Now().Add(max(s.gap, compactRetryGap))
+			return
+		}
+	}
+	if err := s.writeLocked(buf); err != nil {
+		s.failLocked(err)
+		return
+	}
+	off := s.size
+	s.size += int64(len(buf))
+	for _, q := range s.queue {
+		if q.seq >= 0 {
+			s.stats.Written++
+			if j := s.firstAfterLocked(q.seq - 1); j < len(s.pend) && s.pend[j].seq == q.seq && s.pend[j].off < 0 {
+				s.pend[j].off, s.pend[j].n = off, len(q.line)
+				s.inMem++
+			}
+		}
+		off += int64(len(q.line))
+	}
+	n := len(s.queue)
+	s.queue, s.queuedN = nil, 0
+	s.evictLocked()
+	if s.failing {
+		s.failing = false
+		s.log.Info("the spool is writable again; the records held in memory are written", "records", n)
+	}
+}
+
+// writeLocked appends b and fsyncs; on failure it cuts the file back to its
+// last whole record, so that a retry does not glue records to torn bytes.
+func (s *Spool) writeLocked(b []byte) error {
+	_, err := s.f.Write(b)
+	if err == nil {
+		err = s.f.Sync()
+	}
+	if err != nil {
+		if terr := s.f.Truncate(s.size); terr != nil {
+			err = errors.Join(err, fmt.Errorf("cutting back to byte %d: %w", s.size, terr))
+		}
 		return fmt.Errorf("writing spool %s: %w", s.path, err)
-	}
-	if err := s.w.Flush(); err != nil {
-		return fmt.Errorf("writing spool %s: %w", s.path, err)
-	}
-	if err := s.f.Sync(); err != nil {
-		return fmt.Errorf("syncing spool %s: %w", s.path, err)
 	}
 	return nil
 }
 
-// Close closes the file.
+func (s *Spool) failLocked(err error) {
+	s.stats.WriteFailures++
+	s.nextTry = time.Now().Add(s.gap)
+	if !s.failing {
+		s.failing = true
+		s.stats.Outages++
+		s.log.Error("cannot write the spool; samples still go to the trackers, wait in memory and are written when it works again",
+			"err", err, "buffer_limit", s.opt.MaxBuffered)
+	}
+}
+
+// Close writes what waits in memory if it can, and closes the file.
 func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.f == nil {
 		return nil
 	}
+	s.flushLocked(true)
+	if s.queuedN > 0 {
+		s.log.Error("samples never reached the spool file (they were sent to the trackers that were up)", "samples", s.queuedN)
+	}
 	err := s.f.Close()
 	s.f = nil
-	return err
+	if err != nil {
+		return fmt.Errorf("closing spool %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Remove closes the spool and deletes its file: for a run whose samples were
+// all delivered, when the user did not ask to keep the file.
+func (s *Spool) Remove() error {
+	if err := s.Close(); err != nil {
+		return err
+	}
+	if err := os.Remove(s.path); err != nil {
+		return fmt.Errorf("removing delivered spool %s: %w", s.path, err)
+	}
+	return nil
 }

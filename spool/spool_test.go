@@ -94,14 +94,6 @@ func TestTornLastLineIgnored(t *testing.T) {
 	}
 }
 
-func TestCorruptMiddleLineFails(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "s.jsonl")
-	os.WriteFile(path, []byte("{\"type\":\"sample\",\"seq\":0,\"ts\":1,\"metrics\":{}}\nnot json\n{\"type\":\"end\"}\n"), 0o644)
-	if _, err := Open(path); err == nil || !strings.Contains(err.Error(), "line 2") {
-		t.Fatalf("err = %v, want one naming line 2", err)
-	}
-}
-
 func TestNonFiniteValuesRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.jsonl")
 	s, _ := Open(path)
@@ -117,9 +109,15 @@ func TestNonFiniteValuesRoundTrip(t *testing.T) {
 	if !strings.Contains(string(b), `"a":"NaN","b":"Infinity","c":"-Infinity"`) {
 		t.Errorf("file = %s", b)
 	}
-	samples, _, _, err := ReadFile(path)
-	if err != nil || len(samples) != 1 {
-		t.Fatalf("read: %v %v", samples, err)
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	s2.Track("y", "")
+	samples := s2.Pending("y", "", 10)
+	if len(samples) != 1 {
+		t.Fatalf("read back %v", samples)
 	}
 	a, _ := samples[0].Value("a")
 	bv, _ := samples[0].Value("b")
@@ -140,25 +138,11 @@ func TestTrimmingAndUntrack(t *testing.T) {
 		s.Append(sample(i, 1))
 	}
 	s.Ack("a", "", 3)
-	if n := len(s.samples); n != 4 {
+	if n := len(s.pend); n != 4 {
 		t.Fatalf("in memory = %d, want 4 (b has acked nothing)", n)
 	}
 	s.Untrack("b", "")
-	if n := len(s.samples); n != 0 {
+	if n := len(s.pend); n != 0 {
 		t.Fatalf("in memory after untrack = %d, want 0", n)
-	}
-}
-
-// A failed write (here: the file closed under it) is reported, and the sample
-// still reaches the sinks.
-func TestAppendFailureStillPending(t *testing.T) {
-	s, _ := Open(filepath.Join(t.TempDir(), "s.jsonl"))
-	s.Track("mlflow", "r")
-	s.f.Close()
-	if err := s.Append(sample(0, 1)); err == nil {
-		t.Fatal("write to a closed file did not fail")
-	}
-	if n := s.PendingCount("mlflow", "r"); n != 1 {
-		t.Fatalf("pending = %d, want the sample anyway", n)
 	}
 }

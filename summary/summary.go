@@ -14,26 +14,6 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// Metric names the summary reads.
-const (
-	WorkingSet    = "container_memory_working_set_megabytes"
-	MemLimit      = "container_memory_limit_megabytes"
-	MemPercent    = "container_memory_usage_percentage"
-	CPUUsage      = "container_cpu_usage_cores"
-	CPULimit      = "container_cpu_limit_cores"
-	Throttled     = "container_cpu_throttled_periods_percentage"
-	ThrottledSecs = "container_cpu_throttled_seconds"
-	OOMEvents     = "container_memory_oom_events_count"
-	OOMKills      = "container_memory_oom_kill_events_count"
-	NodeAvailable = "node_memory_available_megabytes"
-	ProcessRSS    = "process_memory_rss_megabytes"
-	PSIMemorySome = "container_pressure_memory_some_avg10_percentage"
-	PSIMemoryFull = "container_pressure_memory_full_avg10_percentage"
-	OOMGroupKills = "container_memory_oom_group_kill_events_count"
-	MemPeak       = "container_memory_peak_megabytes"
-	NodeTotal     = "node_memory_total_megabytes"
-)
-
 // Stat follows one metric over the job.
 type Stat struct {
 	First, Last, Peak float64
@@ -115,48 +95,48 @@ type Row struct{ What, Value string }
 func (a *Accumulator) Rows() []Row {
 	var rows []Row
 	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
-	if ws, ok := a.Get(WorkingSet); ok {
+	if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok {
 		v := fmt.Sprintf("%.1f MB", ws.Peak)
-		if lim, ok := a.Get(MemLimit); ok && lim.Last > 0 {
+		if lim, ok := a.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.1f MB (%.1f%%)", lim.Last, 100*ws.Peak/lim.Last)
 		} else {
 			v += " (no memory limit)"
 		}
 		rows = append(rows, Row{"peak working set", v})
 	}
-	if cpu, ok := a.Get(CPUUsage); ok {
+	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
 		v := fmt.Sprintf("%.2f cores (mean %.2f)", cpu.Peak, cpu.Mean())
-		if lim, ok := a.Get(CPULimit); ok && lim.Last > 0 {
+		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
 		} else {
 			v += " (no CPU limit)"
 		}
 		rows = append(rows, Row{"peak container CPU", v})
 	}
-	if th, ok := a.Get(Throttled); ok {
+	if th, ok := a.Get(metrics.ContainerCPUThrottledPeriods); ok {
 		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
-		if ts, ok := a.Get(ThrottledSecs); ok {
+		if ts, ok := a.Get(metrics.ContainerCPUThrottledSeconds); ok {
 			v += fmt.Sprintf(", %.2f s throttled", ts.Sum)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
 	}
-	if k, ok := a.Get(OOMKills); ok {
+	if k, ok := a.Get(metrics.ContainerOOMKills); ok {
 		v := fmt.Sprintf("%.0f during the job", k.Last-k.First)
-		if e, ok := a.Get(OOMEvents); ok {
+		if e, ok := a.Get(metrics.ContainerOOMEvents); ok {
 			v += fmt.Sprintf(" (OOM events %.0f)", e.Last-e.First)
 		}
 		rows = append(rows, Row{"OOM kills", v})
 	}
-	if rss, ok := a.Get(ProcessRSS); ok {
+	if rss, ok := a.Get(metrics.ProcessMemoryRSS); ok {
 		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB", rss.Peak)})
 	}
-	if psi, ok := a.Get(PSIMemorySome); ok {
+	if psi, ok := a.Get(metrics.ContainerPressureMemorySome); ok {
 		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
 	}
 	var gpus []string
 	for name, st := range a.stats {
-		if strings.HasPrefix(name, "gpu_") && strings.HasSuffix(name, "_memory_used_megabytes") {
-			gpus = append(gpus, fmt.Sprintf("%s peak %.0f MB", strings.TrimSuffix(name, "_memory_used_megabytes"), st.Peak))
+		if strings.HasPrefix(name, metrics.GPUNamePrefix) && strings.HasSuffix(name, "_"+metrics.GPUMemoryUsed) {
+			gpus = append(gpus, fmt.Sprintf("%s peak %.0f MB", strings.TrimSuffix(name, "_"+metrics.GPUMemoryUsed), st.Peak))
 		}
 	}
 	sort.Strings(gpus)

@@ -14,9 +14,9 @@ func TestRowsAgainstLimits(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for i, ws := range []float64{100, 180, 150} {
 		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
-			{Name: WorkingSet, Value: ws}, {Name: MemLimit, Value: 200},
-			{Name: CPUUsage, Value: float64(i) * 0.25}, {Name: CPULimit, Value: 0.5},
-			{Name: OOMKills, Value: float64(i / 2)}, {Name: Throttled, Value: 30},
+			{Name: metrics.ContainerMemoryWorkingSet, Value: ws}, {Name: metrics.ContainerMemoryLimit, Value: 200},
+			{Name: metrics.ContainerCPUUsage, Value: float64(i) * 0.25}, {Name: metrics.ContainerCPULimit, Value: 0.5},
+			{Name: metrics.ContainerOOMKills, Value: float64(i / 2)}, {Name: metrics.ContainerCPUThrottledPeriods, Value: 30},
 		}})
 	}
 	var b bytes.Buffer
@@ -32,14 +32,14 @@ func TestRowsAgainstLimits(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if st, _ := a.Get(WorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
+	if st, _ := a.Get(metrics.ContainerMemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
 		t.Errorf("peak at %v", st.PeakAt)
 	}
 }
 
 func TestRowsWithoutLimits(t *testing.T) {
 	a := New()
-	a.Add(metrics.Sample{Points: []metrics.Point{{Name: WorkingSet, Value: 5}, {Name: CPUUsage, Value: 1}}})
+	a.Add(metrics.Sample{Points: []metrics.Point{{Name: metrics.ContainerMemoryWorkingSet, Value: 5}, {Name: metrics.ContainerCPUUsage, Value: 1}}})
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
 	if !strings.Contains(b.String(), "(no memory limit)") || !strings.Contains(b.String(), "(no CPU limit)") {

@@ -46,13 +46,18 @@ const (
 
 // Sink sends samples to one tracker.
 //
-// Contract: all methods are called from one goroutine (the forwarder's), in
-// the order Start, Send..., Finish; Send may be called again with the same
-// samples after an error, so it must be safe to repeat (MLflow drops exact
-// duplicate points; W&B offsets make a resend overwrite the same lines). Every
-// call makes at most one attempt per request and honours ctx: retries, backoff
-// and the outage behaviour live in the forwarder, shared by every sink. The
-// samples passed in are read-only and owned by the caller.
+// Contract: calls never overlap and come in the order Start, RunID, Send...,
+// Finish. Start and RunID run on the caller's goroutine before any Send
+// (pipeline.StartSinks); Send runs on the sink's forwarder goroutine
+// (tracker.Forwarder); Finish runs on the caller's goroutine once that
+// forwarder has returned (pipeline.Session.Finish), and is skipped after a
+// permanent error. Send may be called again with the same samples after an
+// error, so it must be safe to repeat (MLflow drops exact duplicate points;
+// W&B offsets make a resend overwrite the same lines). Every call makes at
+// most one attempt per request and honours ctx: retries, backoff and the
+// outage behaviour live in the forwarder, shared by every sink. The samples
+// passed in are read-only and owned by the caller. Tags go with Start
+// (StartInfo.Tags) and Finish (EndInfo.Tags).
 type Sink interface {
 	// Name is a short lowercase name ("mlflow", "wandb") used in logs and in
 	// the spool's acknowledgement records.
@@ -73,9 +78,6 @@ type Sink interface {
 	// RunID is the tracker's run id once Start has chosen or created it
 	// (empty when it could not); the spool records acknowledgements under it.
 	RunID() string
-
-	// SetTags records tags on the run (forensics, end-of-run summary).
-	SetTags(ctx context.Context, tags map[string]string) error
 
 	// Finish records the end of the job (terminal status where the sink owns
 	// it). It is called once, after the last Send.

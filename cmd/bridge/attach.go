@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
 	"github.com/spf13/pflag"
 
+	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 	"github.com/bridge-dev/bridge/tracker"
@@ -40,36 +39,45 @@ func runAttach(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: --pid=%d: must be a process id\n", pid)
 		return exitUsage
 	}
-	if pid > 0 {
-		if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-			fmt.Fprintf(stderr, "bridge: --pid=%d: no such process\n", pid)
-			return exitUsage
-		}
+	// The pid is one of --proc-root's namespace, as the process_ scope's.
+	procs, err := procfs.NewFS(cfg.ProcRoot)
+	if err != nil {
+		fmt.Fprintf(stderr, "bridge: --proc-root=%s: %v\n", cfg.ProcRoot, err)
+		return exitUsage
+	}
+	if pid > 0 && !alive(procs, pid) {
+		fmt.Fprintf(stderr, "bridge: --pid=%d: no such process under %s\n", pid, cfg.ProcRoot)
+		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	ov := overrides{mlflowRunID: runID, wandbRunID: runID}
+	ov := pipeline.SameRun(runID)
 	if runID == "" {
-		ov = overrides{mlflowRunID: os.Getenv("MLFLOW_RUN_ID"), wandbRunID: os.Getenv("WANDB_RUN_ID")}
+		ov = pipeline.Overrides{RunIDs: map[string]string{}}
+		for _, t := range pipeline.Trackers {
+			ov.RunIDs[t.Name] = os.Getenv(t.RunIDEnv)
+		}
 	}
-	sinks, err := buildSinks(cfg, ov, log)
+	sinks, err := pipeline.BuildSinks(cfg, ov, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
 	for _, s := range sinks {
-		if s.Name() == "mlflow" && ov.mlflowRunID == "" {
-			fmt.Fprintln(stderr, "bridge: attach needs the run to write to: --run-id ID or MLFLOW_RUN_ID (e.g. mlflow.active_run().info.run_id)")
+		if t, _ := pipeline.Registered(s.Name()); t.AttachRunHint != "" && ov.RunIDs[t.Name] == "" {
+			fmt.Fprintf(stderr, "bridge: attach needs the run to write to: --run-id ID or %s (e.g. %s)\n", t.RunIDEnv, t.AttachRunHint)
 			return exitUsage
 		}
 	}
-	src, err := buildSources(cfg, log)
+	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	src.childPID.Store(int64(pid))
-	tags := startTags(cfg, src)
+	src.SetChild(pid, 0)
+	tags := src.StartTags(cfg, version)
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
-	runs, _, failed := startSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, defaultStartTimeout, true, log)
-	sess, err := openSession(cfg, log, src, nil, runs, failed, tags)
+	started := pipeline.StartSinksWith(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags},
+		pipeline.StartPolicy{Timeout: pipeline.DefaultStartTimeout, Background: true}, log)
+	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
+		Sources: src, Started: started, StartTags: tags})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return 1
@@ -77,24 +85,24 @@ func runAttach(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, supervisor.Forwarded...)
 	defer signal.Stop(sigs)
-	sess.run()
+	sess.Run()
 
-	reason := waitForPID(pid, sigs)
+	reason := waitForPID(procs, pid, sigs)
 	log.Info("attach: stopping", "reason", reason)
 	late := make(chan struct{})
 	go func() {
 		<-sigs // a second signal cuts the flush short
 		close(late)
 	}()
-	sess.stop(late)
-	sess.finish(tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.attach_end": reason}})
-	sess.report(stderr, "bridge attach: end", summary.Row{What: "ended", Value: reason})
+	sess.Stop(late)
+	sess.Finish(tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.attach_end": reason}})
+	sess.Report(stderr, "bridge attach: end", summary.Row{What: "ended", Value: reason})
 	return 0
 }
 
 // waitForPID returns when pid is gone (or, with pid 0, never by itself) or a
 // signal arrives.
-func waitForPID(pid int, sigs <-chan os.Signal) string {
+func waitForPID(procs procfs.FS, pid int, sigs <-chan os.Signal) string {
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -102,7 +110,7 @@ func waitForPID(pid int, sigs <-chan os.Signal) string {
 		case s := <-sigs:
 			return "signal " + s.String()
 		case <-t.C:
-			if pid > 0 && !alive(pid) {
+			if pid > 0 && !alive(procs, pid) {
 				return fmt.Sprintf("process %d exited", pid)
 			}
 		}
@@ -111,8 +119,8 @@ func waitForPID(pid int, sigs <-chan os.Signal) string {
 
 // alive treats a zombie as gone: it has exited, only its parent has not
 // reaped it yet.
-func alive(pid int) bool {
-	p, err := procfs.NewProc(pid)
+func alive(procs procfs.FS, pid int) bool {
+	p, err := procs.Proc(pid)
 	if err != nil {
 		return false
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
+	"github.com/bridge-dev/bridge/pipeline"
 )
 
 // BenchmarkSample measures one sample of every collector on this machine:
@@ -19,12 +20,12 @@ import (
 func BenchmarkSample(b *testing.B) {
 	cfg := config.Config{Scopes: config.AllScopes, CollectTimeout: 5 * time.Second, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/"}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	src, err := buildSources(cfg, log)
+	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		b.Fatal(err)
 	}
-	src.childPID.Store(1) // a real process tree to walk
-	smp := metrics.NewSampler(src.collectors, cfg.CollectTimeout, log)
+	src.SetChild(1, 0) // a real process tree to walk
+	smp := metrics.NewSampler(src.Collectors, cfg.CollectTimeout, log)
 	defer smp.Close()
 	ctx := context.Background()
 	smp.Sample(ctx)
@@ -42,7 +43,7 @@ func BenchmarkSample(b *testing.B) {
 //	go test -run '^$' -bench MemoryProbe -benchmem ./cmd/bridge
 func BenchmarkMemoryProbe(b *testing.B) {
 	cfg := config.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup"}
-	c, err := cgroup.New(cgroupOptions(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	c, err := cgroup.New(pipeline.CgroupOptions(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		b.Skipf("no cgroup here: %v", err)
 	}

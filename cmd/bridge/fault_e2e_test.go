@@ -11,6 +11,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
+	"github.com/bridge-dev/bridge/pipeline"
 )
 
 // These tests put mocks/faultproxy between the real bridge binary and a real
@@ -49,7 +50,7 @@ func runTimed(t *testing.T, j *job, childFor time.Duration) {
 		t.Fatalf("bridge exited %d, want the child's %d; stderr:\n%s", code, faultChildExit, &j.err)
 	}
 	// Start timeout (5 s) + the child + the end-of-run bound.
-	if bound := defaultStartTimeout + childFor + faultBound; took > bound {
+	if bound := pipeline.DefaultStartTimeout + childFor + faultBound; took > bound {
 		t.Errorf("bridge took %s, over its bound %s; stderr:\n%s", took, bound, &j.err)
 	}
 }
@@ -147,7 +148,7 @@ func TestFaultRefusedDuringRun(t *testing.T) {
 	if code != faultChildExit {
 		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
 	}
-	if took, bound := time.Since(start), defaultStartTimeout+6*time.Second+faultBound; took > bound {
+	if took, bound := time.Since(start), pipeline.DefaultStartTimeout+6*time.Second+faultBound; took > bound {
 		t.Errorf("bridge took %s, over %s", took, bound)
 	}
 	requireHistory(t, srv, j, j.runID(t), faultKey)
@@ -264,7 +265,7 @@ time.sleep(3)
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(defaultStartTimeout + 3*time.Second)
+	time.Sleep(pipeline.DefaultStartTimeout + 3*time.Second)
 	if err := p.Up(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/authproxy"
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // job is one run of the real bridge binary against an MLflow server.
@@ -53,7 +53,7 @@ func (j *job) run(t *testing.T) int {
 // runID is the MLflow run recorded in the spool's first start record.
 func (j *job) runID(t *testing.T) string {
 	t.Helper()
-	_, _, attempts, err := spool.ReadFile(j.spool)
+	_, _, attempts, err := spooltest.ReadFile(j.spool)
 	if err != nil || len(attempts) == 0 {
 		t.Fatalf("reading spool %s: %v (%d attempts)\nstderr:\n%s", j.spool, err, len(attempts), &j.err)
 	}
@@ -67,7 +67,7 @@ func (j *job) runID(t *testing.T) string {
 // samples are the sample seqs the spool holds.
 func (j *job) samples(t *testing.T) []int64 {
 	t.Helper()
-	ss, _, _, err := spool.ReadFile(j.spool)
+	ss, _, _, err := spooltest.ReadFile(j.spool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func (j *job) samples(t *testing.T) []int64 {
 // that carried it: steps equal to the sample seqs, none twice.
 func requireHistory(t *testing.T, srv *mlflowtest.Server, j *job, runID, key string) []mlflowtest.Metric {
 	t.Helper()
-	ss, _, _, err := spool.ReadFile(j.spool)
+	ss, _, _, err := spooltest.ReadFile(j.spool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,14 +331,14 @@ func TestMLflowSyncTwice(t *testing.T) {
 	if !strings.Contains(first, fmt.Sprintf("%d samples sent", n)) {
 		t.Fatalf("first sync did not send all %d samples:\n%s", n, first)
 	}
-	_, _, attempts, _ := spool.ReadFile(j.spool)
+	_, _, attempts, _ := spooltest.ReadFile(j.spool)
 	id := attempts[len(attempts)-1].Start.Runs["mlflow"]
 	h1 := requireHistory(t, srv, j, id, "system/node_memory_used_megabytes")
 	second := syncOnce()
 	if !strings.Contains(second, "0 samples sent") {
 		t.Fatalf("second sync sent something:\n%s", second)
 	}
-	_, _, attempts, _ = spool.ReadFile(j.spool)
+	_, _, attempts, _ = spooltest.ReadFile(j.spool)
 	if id2 := attempts[len(attempts)-1].Start.Runs["mlflow"]; id2 != id {
 		t.Fatalf("second sync used run %s, the first %s", id2, id)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/pipeline"
 )
 
 // sampleOutput is the JSON form of `bridge sample --json`.
@@ -44,15 +45,15 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	src, err := buildSources(cfg, log)
+	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	smp := metrics.NewSampler(src.collectors, cfg.CollectTimeout, log)
+	smp := metrics.NewSampler(src.Collectors, cfg.CollectTimeout, log)
 	defer smp.Close()
 	ctx := context.Background()
 
-	detected := src.detected(ctx, smp)
+	detected := src.Detected(ctx, smp)
 	// Rates (CPU cores, throttling) need two readings: take one, wait, take
 	// the one that is printed.
 	smp.Sample(ctx)

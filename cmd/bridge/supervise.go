@@ -17,6 +17,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
@@ -45,25 +46,25 @@ func runSupervise(args []string, stderr io.Writer) int {
 	// earlier attempt left there decides the run and goes into its tags.
 	var sp *spool.Spool
 	var lost *forensics.Lost
-	var ov overrides
+	var ov pipeline.Overrides
 	if cfg.Spool != "" {
 		var err error
-		if sp, err = spool.Open(cfg.Spool); err != nil {
+		if sp, err = spool.OpenWith(cfg.Spool, spool.Options{Logger: log}); err != nil {
 			// The job matters more than its metrics: run it without a spool.
 			log.Error("cannot open the spool; running the command without sampling", "err", err)
 			return runBare(argv, os.Environ(), log)
 		}
 		lost, ov = previousAttempt(sp, log)
 	}
-	sinks, err := buildSinks(cfg, ov, log)
+	sinks, err := pipeline.BuildSinks(cfg, ov, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	src, err := buildSources(cfg, log)
+	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	tags := startTags(cfg, src)
+	tags := src.StartTags(cfg, version)
 	tags["bridge.command"] = truncate(strings.Join(argv, " "), 500)
 	var lostRows []summary.Row
 	if lost != nil {
@@ -74,14 +75,16 @@ func runSupervise(args []string, stderr io.Writer) int {
 		lostRows = lost.Rows()
 	}
 	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
-	runs, env, failed := startSinks(context.Background(), sinks, info, defaultStartTimeout, true, log)
-	for _, r := range runs {
-		if c, ok := r.sink.(interface{ Created() bool }); ok && c.Created() {
-			tags[createdTag(r.sink.Name())] = "true" // for a restarted bridge: see resumeFromSpool
+	started := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: pipeline.DefaultStartTimeout, Background: true}, log)
+	env := started.Env
+	for _, r := range started.Runs {
+		if r.Created {
+			tags[createdTag(r.Sink.Name())] = "true" // for a restarted bridge: see previousAttempt
 		}
 	}
 
-	sess, err := openSession(cfg, log, src, sp, runs, failed, tags)
+	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
+		Sources: src, Spool: sp, Started: started, StartTags: tags})
 	if err != nil {
 		// The job matters more than its metrics: run it without a spool.
 		log.Error("cannot open the spool; running the command without sampling", "err", err)
@@ -98,12 +101,11 @@ func runSupervise(args []string, stderr io.Writer) int {
 	if err != nil {
 		code := startFailureCode(err)
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
-		sess.stop(nil)
-		sess.finish(tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": err.Error()}})
+		sess.Stop(nil)
+		sess.Finish(tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": err.Error()}})
 		return code
 	}
-	src.childPID.Store(int64(child.PID()))
-	src.adopter.Store(int64(os.Getpid())) // the child subreaper (or PID 1)
+	src.SetChild(child.PID(), os.Getpid()) // bridge adopts orphans: the child subreaper (or PID 1)
 	// Only bridge itself, after the child has forked: the value is inherited,
 	// and the training process must stay the OOM killer's choice.
 	if err := forensics.SetOOMScoreAdj("/proc", os.Getpid(), forensics.OOMScoreAdjMin); err != nil {
@@ -111,7 +113,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	} else {
 		log.Debug("bridge set its oom_score_adj to -1000")
 	}
-	sess.run()
+	sess.Run()
 
 	// Signals while the child runs were forwarded by the supervisor; one
 	// after it has exited cuts the final flush short.
@@ -135,17 +137,18 @@ func runSupervise(args []string, stderr io.Writer) int {
 	exit := child.Wait()
 
 	go supervisor.ReapOrphans(stopReaping)
-	sess.stop(abort)
+	sess.Stop(abort)
 	end := endInfo(exit)
-	ev, verdict := classify(exit, src, sess.acc)
+	ev := forensics.FromRun(forensics.Run{Exit: exit, Acc: sess.Acc(), Xids: src.XidEvents(), CgroupVersion: src.CgroupVersion()})
+	verdict := forensics.Classify(ev)
 	for k, v := range verdict.Tags(ev) {
 		end.Tags[k] = v
 	}
-	sess.finish(end)
+	sess.Finish(end)
 	close(stopReaping)
 
 	rows := append([]summary.Row{{What: "exit status", Value: describeExit(exit)}}, verdict.Rows(ev)...)
-	sess.report(stderr, "bridge: end of run", append(rows, lostRows...)...)
+	sess.Report(stderr, "bridge: end of run", append(rows, lostRows...)...)
 	return exit.Code
 }
 
@@ -249,32 +252,24 @@ func truncate(s string, n int) string {
 func createdTag(sink string) string { return "bridge.created_run." + sink }
 
 // previousAttempt finds an earlier attempt on sp that stopped without a
-// clean shutdown (a group OOM kill took bridge too, a node failure). When it
-// wrote to an MLflow run, this attempt writes into that run again instead of
-// creating a new one, unless MLFLOW_RUN_ID says otherwise.
-func previousAttempt(sp *spool.Spool, log *slog.Logger) (*forensics.Lost, overrides) {
-	var ov overrides
+// clean shutdown (a group OOM kill took bridge too, a node failure). Where
+// that attempt wrote to a run bridge can resume (MLflow's), this attempt
+// writes into that run again instead of creating a new one, unless the
+// tracker's run variable (MLFLOW_RUN_ID) says otherwise.
+func previousAttempt(sp *spool.Spool, log *slog.Logger) (*forensics.Lost, pipeline.Overrides) {
+	ov := pipeline.Overrides{RunIDs: map[string]string{}, Owned: map[string]bool{}}
 	lost, ok := forensics.LostBefore(sp.Attempts(), time.Now())
 	if !ok {
 		return nil, ov
 	}
 	log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
-	if id := lost.Record.Runs["mlflow"]; id != "" && os.Getenv("MLFLOW_RUN_ID") == "" {
-		ov.mlflowRunID, ov.mlflowOwns = id, lost.Record.Info[createdTag("mlflow")] == "true"
-		log.Info("writing into the MLflow run of that attempt again", "run", id, "attempt", lost.Attempt)
+	for _, t := range pipeline.Trackers {
+		id := lost.Record.Runs[t.Name]
+		if !t.Resume || id == "" || os.Getenv(t.RunIDEnv) != "" {
+			continue
+		}
+		ov.RunIDs[t.Name], ov.Owned[t.Name] = id, lost.Record.Info[createdTag(t.Name)] == "true"
+		log.Info("writing into the run of that attempt again", "tracker", t.Name, "run", id, "attempt", lost.Attempt)
 	}
 	return lost, ov
-}
-
-// classify says why the child ended, from what bridge saw at its exit.
-func classify(exit supervisor.Exit, src *sources, acc *summary.Accumulator) (forensics.Evidence, forensics.Verdict) {
-	run := forensics.Run{Exit: exit, Acc: acc}
-	if src.gpu != nil {
-		run.Xids = src.gpu.XidEvents()
-	}
-	if src.cgroup != nil {
-		run.CgroupVersion = string(src.cgroup.Info().Version)
-	}
-	ev := forensics.FromRun(run)
-	return ev, forensics.Classify(ev)
 }

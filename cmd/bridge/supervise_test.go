@@ -13,7 +13,7 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // bridgeCmd prepares the real binary with no tracker and the spool in a temp
@@ -39,7 +39,7 @@ func spooled(t *testing.T, cmd *exec.Cmd) []metrics.Sample {
 	t.Helper()
 	for _, kv := range cmd.Env {
 		if path, ok := strings.CutPrefix(kv, "BRIDGE_SPOOL="); ok {
-			ss, _, _, err := spool.ReadFile(path)
+			ss, _, _, err := spooltest.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -31,26 +32,27 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	path := fs.Arg(0)
-	sp, err := spool.Open(path)
+	log := newLogger(stderr, cfg.LogLevel)
+	sp, err := spool.OpenWith(path, spool.Options{Logger: log, MustExist: true})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return exitUsage
 	}
 	defer sp.Close()
-	log := newLogger(stderr, cfg.LogLevel)
 
-	ov := overrides{mlflowRunID: runID, wandbRunID: runID}
+	ov := pipeline.SameRun(runID)
 	if runID == "" {
+		// The latest attempt's run of each tracker.
+		ov = pipeline.Overrides{RunIDs: map[string]string{}}
 		for _, a := range sp.Attempts() {
-			if id := a.Start.Runs["mlflow"]; id != "" {
-				ov.mlflowRunID = id
-			}
-			if id := a.Start.Runs["wandb"]; id != "" {
-				ov.wandbRunID = id
+			for name, id := range a.Start.Runs {
+				if id != "" {
+					ov.RunIDs[name] = id
+				}
 			}
 		}
 	}
-	sinks, err := buildSinks(cfg, ov, log)
+	sinks, err := pipeline.BuildSinks(cfg, ov, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
@@ -59,15 +61,12 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	info := tracker.StartInfo{RunName: "bridge sync " + path, NodeID: cfg.NodeID, Tags: map[string]string{"bridge.version": version, "bridge.synced_from": path}}
-	runs, _, _ := startSinks(context.Background(), sinks, info, 15*time.Second, false, log)
+	runs := pipeline.StartSinks(context.Background(), sinks, info, log).Runs
 	if len(runs) == 0 {
 		fmt.Fprintln(stderr, "bridge: no tracker run to upload to (see the error above)")
 		return 1
 	}
-	ids := map[string]string{}
-	for _, r := range runs {
-		ids[r.sink.Name()] = r.runID
-	}
+	ids := pipeline.Started{Runs: runs}.RunIDs()
 	// Recorded so that a later sync finds the run it created, and marked as a
 	// sync so that forensics does not read it as a lost training attempt.
 	if err := sp.WriteStart(spool.Record{Time: time.Now().UnixMilli(), Version: version, Runs: ids, Info: map[string]string{"mode": "sync"}}); err != nil {
@@ -78,19 +77,19 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	code := 0
 	for _, r := range runs {
-		before := sp.Acked(r.sink.Name(), r.runID)
-		if err := sp.Track(r.sink.Name(), r.runID); err != nil {
+		before := sp.Acked(r.Sink.Name(), r.RunID)
+		if err := sp.Track(r.Sink.Name(), r.RunID); err != nil {
 			fmt.Fprintf(stderr, "bridge: %v\n", err)
 			return 1
 		}
-		pending := sp.PendingCount(r.sink.Name(), r.runID)
-		fwd := &tracker.Forwarder{Sink: r.sink, RunID: r.runID, Queue: sp, Log: log}
+		pending := sp.PendingCount(r.Sink.Name(), r.RunID)
+		fwd := &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Queue: sp, Log: log}
 		done := fwd.Drain(ctx)
 		_, ferr, sent := fwd.Status()
 		fmt.Fprintf(stdout, "%s run %s: %d samples sent, %d already acknowledged before (up to step %d)\n",
-			r.sink.Name(), r.runID, sent, max(0, int(before+1)), before)
+			r.Sink.Name(), r.RunID, sent, max(0, int(before+1)), before)
 		if !done {
-			fmt.Fprintf(stderr, "bridge: %s: %d of %d samples not sent: %v\n", r.sink.Name(), pending-sent, pending, ferr)
+			fmt.Fprintf(stderr, "bridge: %s: %d of %d samples not sent: %v\n", r.Sink.Name(), pending-sent, pending, ferr)
 			code = 1
 		}
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // The W&B end-to-end tests run `bridge --interval 1s --trackers wandb --
@@ -40,7 +40,7 @@ func wbPython(t *testing.T) string {
 	t.Helper()
 	py := os.Getenv("BRIDGE_TEST_PYTHON")
 	if py == "" {
-		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to run bridge's W&B end-to-end tests")
+		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to run bridge's W&B end-to-end tests; scripts/test.sh, the README's test command, creates .venv and sets it")
 	}
 	return py
 }
@@ -170,7 +170,7 @@ func (j *wbJob) end(t *testing.T) int {
 // spooled returns the samples bridge has written to its spool so far.
 func (j *wbJob) spooled(t *testing.T) []metrics.Sample {
 	t.Helper()
-	ss, _, _, err := spool.ReadFile(j.spool)
+	ss, _, _, err := spooltest.ReadFile(j.spool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +476,7 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 			t.Errorf("bridge never sent %s", n)
 		}
 	}
-	_, acks, _, err := spool.ReadFile(j.spool)
+	_, acks, _, err := spooltest.ReadFile(j.spool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -618,7 +618,7 @@ func TestBothTrackers(t *testing.T) {
 	if n := bridgeLineCount(t, srv, wbRun); n != len(ss) {
 		t.Errorf("W&B holds %d bridge lines for %d spooled samples", n, len(ss))
 	}
-	_, _, attempts, err := spool.ReadFile(j.spool)
+	_, _, attempts, err := spooltest.ReadFile(j.spool)
 	if err != nil || len(attempts) == 0 {
 		t.Fatalf("spool: %v", err)
 	}

@@ -33,7 +33,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
-	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 const (
@@ -52,13 +52,13 @@ func TestMain(m *testing.M) { os.Exit(mlflowtest.Main(m)) }
 func TestSystemMetricsTab(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not installed: the browser test drives Chromium with playwright-core")
+		t.Skip("node is not installed: the browser test drives Chromium with playwright-core; install Node.js, then run scripts/test.sh (the README's test command)")
 	}
 	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Skipf("%s not found: install Debian's chromium (apt-get install -y chromium) to run the browser test", chromiumPath)
+		t.Skipf("%s not found: install Debian's chromium (apt-get install -y chromium) to run the browser test; scripts/test.sh installs it when run as root", chromiumPath)
 	}
 	if _, err := os.Stat("node_modules/playwright-core"); err != nil {
-		t.Skip("e2e/browser/node_modules is missing: run `npm ci` in e2e/browser to run the browser test")
+		t.Skip("e2e/browser/node_modules is missing: run `npm ci` in e2e/browser, or scripts/test.sh which does, to run the browser test")
 	}
 	d := demo{node: node, python: mlflowtest.Python(t)}
 	d.srv = mlflowtest.Shared(t)
@@ -129,7 +129,7 @@ func (d demo) check(t *testing.T, g *cgrouptest.Group) {
 	}
 	t.Logf("bridge and train.py: exit 0\n%s", strings.TrimSpace(stdout.String()))
 
-	samples, _, attempts, err := spool.ReadFile(spoolPath)
+	samples, _, attempts, err := spooltest.ReadFile(spoolPath)
 	if err != nil || len(attempts) == 0 {
 		t.Fatalf("reading spool %s: %v (%d attempts)\nstderr:\n%s", spoolPath, err, len(attempts), &stderr)
 	}

@@ -54,7 +54,7 @@ func Python(t testing.TB) string {
 	t.Helper()
 	py := os.Getenv(EnvPython)
 	if py == "" {
-		t.Skipf("%s is not set: set it to a python with mlflow installed (e.g. .venv/bin/python) to run tests against a real MLflow server", EnvPython)
+		t.Skipf("%s is not set: set it to a python with mlflow installed (e.g. .venv/bin/python) to run tests against a real MLflow server; scripts/test.sh, the README's test command, creates .venv and sets it", EnvPython)
 	}
 	return py
 }

@@ -94,7 +94,7 @@ func (r *round) memory() {
 		peak, hasPeak = m.Memory.Usage.Max, true
 		if m.MemoryOomControl != nil {
 			// v1 counts OOM kills only; under_oom is a 0/1 state, not events.
-			r.add("container_memory_oom_kill_events_count", float64(m.MemoryOomControl.OomKill), metrics.UnitCount,
+			r.add(metrics.ContainerOOMKills, float64(m.MemoryOomControl.OomKill), metrics.UnitCount,
 				src(p.dir, "memory.oom_control"))
 		}
 	} else {
@@ -121,12 +121,12 @@ func (r *round) memory() {
 		ws = usage - inactive
 	}
 	wsSrc := src(p.dir, usageFile, statFile+" "+inactiveKey)
-	r.add("container_memory_working_set_megabytes", metrics.MB(float64(ws)), metrics.UnitMegabytes, wsSrc)
-	r.add("container_memory_usage_megabytes", metrics.MB(float64(usage)), metrics.UnitMegabytes, src(p.dir, usageFile))
-	r.add("container_memory_rss_megabytes", metrics.MB(float64(rss)), metrics.UnitMegabytes, src(p.dir, statFile+" "+rssKey))
-	r.add("container_memory_cache_megabytes", metrics.MB(float64(cache)), metrics.UnitMegabytes, src(p.dir, statFile+" "+cacheKey))
+	r.add(metrics.ContainerMemoryWorkingSet, metrics.MB(float64(ws)), metrics.UnitMegabytes, wsSrc)
+	r.add(metrics.ContainerMemoryUsage, metrics.MB(float64(usage)), metrics.UnitMegabytes, src(p.dir, usageFile))
+	r.add(metrics.ContainerMemoryRSS, metrics.MB(float64(rss)), metrics.UnitMegabytes, src(p.dir, statFile+" "+rssKey))
+	r.add(metrics.ContainerMemoryCache, metrics.MB(float64(cache)), metrics.UnitMegabytes, src(p.dir, statFile+" "+cacheKey))
 	if hasPeak {
-		r.add("container_memory_peak_megabytes", metrics.MB(float64(peak)), metrics.UnitMegabytes, src(p.dir, peakFile))
+		r.add(metrics.ContainerMemoryPeak, metrics.MB(float64(peak)), metrics.UnitMegabytes, src(p.dir, peakFile))
 	} else {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
@@ -134,9 +134,9 @@ func (r *round) memory() {
 	lim, err := c.memoryLimit()
 	r.fail(err)
 	if lim.ok {
-		r.add("container_memory_limit_megabytes", metrics.MB(float64(lim.bytes)), metrics.UnitMegabytes, lim.setBy)
+		r.add(metrics.ContainerMemoryLimit, metrics.MB(float64(lim.bytes)), metrics.UnitMegabytes, lim.setBy)
 		if lim.bytes > 0 {
-			r.add("container_memory_usage_percentage", float64(ws)/float64(lim.bytes)*100, metrics.UnitPercentage,
+			r.add(metrics.ContainerMemoryWorkingSetPercent, float64(ws)/float64(lim.bytes)*100, metrics.UnitPercentage,
 				wsSrc+", "+lim.setBy)
 		}
 	}
@@ -162,9 +162,9 @@ func (r *round) memoryEvents(p place) {
 		return
 	}
 	for _, e := range []struct{ key, name string }{
-		{"oom", "container_memory_oom_events_count"},
-		{"oom_kill", "container_memory_oom_kill_events_count"},
-		{"oom_group_kill", "container_memory_oom_group_kill_events_count"},
+		{"oom", metrics.ContainerOOMEvents},
+		{"oom_kill", metrics.ContainerOOMKills},
+		{"oom_group_kill", metrics.ContainerOOMGroupKills},
 	} {
 		if v, ok := kv[e.key]; ok {
 			r.add(e.name, float64(v), metrics.UnitCount, path+" "+e.key)
@@ -242,7 +242,7 @@ func (r *round) cpu() {
 	lim, err := c.cpuLimit()
 	r.fail(err)
 	if lim.ok {
-		r.add("container_cpu_limit_cores", lim.cores, metrics.UnitCores, lim.setBy)
+		r.add(metrics.ContainerCPULimit, lim.cores, metrics.UnitCores, lim.setBy)
 	}
 
 	prev := c.prev
@@ -256,20 +256,20 @@ func (r *round) cpu() {
 	}
 	if cur.hasUsage && prev.hasUsage && cur.usageNs >= prev.usageNs {
 		cores := float64(cur.usageNs-prev.usageNs) / 1e9 / wall
-		r.add("container_cpu_usage_cores", cores, metrics.UnitCores, usageSrc)
+		r.add(metrics.ContainerCPUUsage, cores, metrics.UnitCores, usageSrc)
 		switch {
 		case lim.ok && lim.cores > 0:
-			r.add("container_cpu_utilization_percentage", cores/lim.cores*100, metrics.UnitPercentage, usageSrc+", "+lim.setBy)
+			r.add(metrics.ContainerCPUUtilization, cores/lim.cores*100, metrics.UnitPercentage, usageSrc+", "+lim.setBy)
 		case lim.cpus > 0:
-			r.add("container_cpu_utilization_percentage", cores/float64(lim.cpus)*100, metrics.UnitPercentage,
+			r.add(metrics.ContainerCPUUtilization, cores/float64(lim.cpus)*100, metrics.UnitPercentage,
 				usageSrc+fmt.Sprintf(", %d CPUs (no limit)", lim.cpus))
 		}
 	}
 	if cur.hasThrottle && prev.hasThrottle && cur.periods >= prev.periods && cur.throttled >= prev.throttled && cur.throttledNs >= prev.throttledNs {
-		r.add("container_cpu_throttled_seconds", float64(cur.throttledNs-prev.throttledNs)/1e9, metrics.UnitSeconds, throttleSrc)
+		r.add(metrics.ContainerCPUThrottledSeconds, float64(cur.throttledNs-prev.throttledNs)/1e9, metrics.UnitSeconds, throttleSrc)
 		// No period ran (no quota, or idle): the share is undefined.
 		if dp := cur.periods - prev.periods; dp > 0 {
-			r.add("container_cpu_throttled_periods_percentage", float64(cur.throttled-prev.throttled)/float64(dp)*100,
+			r.add(metrics.ContainerCPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100,
 				metrics.UnitPercentage, throttleSrc)
 		}
 	}
@@ -312,7 +312,7 @@ func (r *round) pressure() {
 		}
 		for _, kind := range []string{"some", "full"} {
 			if l, ok := lines[kind]; ok {
-				r.add("container_pressure_"+res+"_"+kind+"_avg10_percentage", l.avg10, metrics.UnitPercentage,
+				r.add(metrics.ContainerPressure(res, kind), l.avg10, metrics.UnitPercentage,
 					path+" "+kind+" avg10")
 			}
 		}
@@ -345,8 +345,8 @@ func (r *round) pids() {
 		cur, limit = m.Pids.Current, m.Pids.Limit
 		limited = limit != math.MaxUint64 && fileExists(filepath.Join(p.dir, "pids.max"))
 	}
-	r.add("container_pids_count", float64(cur), metrics.UnitCount, src(p.dir, "pids.current"))
+	r.add(metrics.ContainerPIDs, float64(cur), metrics.UnitCount, src(p.dir, "pids.current"))
 	if limited {
-		r.add("container_pids_limit_count", float64(limit), metrics.UnitCount, src(p.dir, "pids.max"))
+		r.add(metrics.ContainerPIDsLimit, float64(limit), metrics.UnitCount, src(p.dir, "pids.max"))
 	}
 }

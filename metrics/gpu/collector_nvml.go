@@ -207,7 +207,7 @@ func (c *Collector) discover(ctx context.Context, sels []selector) {
 			continue
 		}
 		name, _ := get(ctx, c.g, "nvmlDeviceGetName", h.GetName)
-		d := &device{index: i, target: newTarget(fmt.Sprintf("GPU %d", i), fmt.Sprintf("gpu_%d_", i), uuid, name, h)}
+		d := &device{index: i, target: newTarget(fmt.Sprintf("GPU %d", i), metrics.GPUPrefix(i), uuid, name, h)}
 		c.discoverMIG(ctx, d)
 		all = append(all, d)
 	}
@@ -295,7 +295,7 @@ func (c *Collector) discoverMIG(ctx context.Context, d *device) {
 		}
 		name, _ := get(ctx, c.g, "nvmlDeviceGetName", h.GetName)
 		d.slices = append(d.slices, &slice{index: m, target: newTarget(
-			fmt.Sprintf("GPU %d MIG %d", d.index, m), fmt.Sprintf("gpu_%d_mig_%d_", d.index, m), uuid, name, h)})
+			fmt.Sprintf("GPU %d MIG %d", d.index, m), metrics.MIGPrefix(d.index, m), uuid, name, h)})
 	}
 }
 
@@ -362,33 +362,33 @@ func (c *Collector) readDevice(r *reading, d *device) {
 	t := &d.target
 	// Not supported on a MIG-enabled GPU: NVML has no per-slice utilization.
 	if u, ok := take(r, t, "nvmlDeviceGetUtilizationRates", t.h.GetUtilizationRates); ok {
-		r.add(t, "utilization_percentage", float64(u.Gpu), metrics.UnitPercentage, "nvmlDeviceGetUtilizationRates")
-		r.add(t, "memory_controller_utilization_percentage", float64(u.Memory), metrics.UnitPercentage, "nvmlDeviceGetUtilizationRates")
+		r.add(t, metrics.GPUUtilization, float64(u.Gpu), metrics.UnitPercentage, "nvmlDeviceGetUtilizationRates")
+		r.add(t, metrics.GPUMemoryControllerUtilization, float64(u.Memory), metrics.UnitPercentage, "nvmlDeviceGetUtilizationRates")
 	}
 	c.readMemory(r, t)
 	power, okP := take(r, t, "nvmlDeviceGetPowerUsage", t.h.GetPowerUsage)
 	limit, okL := take(r, t, "nvmlDeviceGetEnforcedPowerLimit", t.h.GetEnforcedPowerLimit)
 	if okP {
-		r.add(t, "power_usage_watts", float64(power)/1000, metrics.UnitWatts, "nvmlDeviceGetPowerUsage")
+		r.add(t, metrics.GPUPowerUsage, float64(power)/1000, metrics.UnitWatts, "nvmlDeviceGetPowerUsage")
 	}
 	if okL && limit > 0 {
-		r.add(t, "power_limit_watts", float64(limit)/1000, metrics.UnitWatts, "nvmlDeviceGetEnforcedPowerLimit")
+		r.add(t, metrics.GPUPowerLimit, float64(limit)/1000, metrics.UnitWatts, "nvmlDeviceGetEnforcedPowerLimit")
 		if okP {
-			r.add(t, "power_usage_percentage", 100*float64(power)/float64(limit), metrics.UnitPercentage, "nvmlDeviceGetPowerUsage/nvmlDeviceGetEnforcedPowerLimit")
+			r.add(t, metrics.GPUPowerUsagePercent, 100*float64(power)/float64(limit), metrics.UnitPercentage, "nvmlDeviceGetPowerUsage/nvmlDeviceGetEnforcedPowerLimit")
 		}
 	}
 	if c.tempV {
 		if v, ok := take(r, t, "nvmlDeviceGetTemperatureV", func() (nvml.Temperature, nvml.Return) { return t.h.GetTemperatureV().V1() }); ok {
-			r.add(t, "temperature_celsius", float64(v.Temperature), metrics.UnitCelsius, "nvmlDeviceGetTemperatureV")
+			r.add(t, metrics.GPUTemperature, float64(v.Temperature), metrics.UnitCelsius, "nvmlDeviceGetTemperatureV")
 		}
 	} else if v, ok := take(r, t, "nvmlDeviceGetTemperature", func() (uint32, nvml.Return) { return t.h.GetTemperature(nvml.TEMPERATURE_GPU) }); ok {
-		r.add(t, "temperature_celsius", float64(v), metrics.UnitCelsius, "nvmlDeviceGetTemperature")
+		r.add(t, metrics.GPUTemperature, float64(v), metrics.UnitCelsius, "nvmlDeviceGetTemperature")
 	}
 	if v, ok := take(r, t, "nvmlDeviceGetClockInfo(SM)", func() (uint32, nvml.Return) { return t.h.GetClockInfo(nvml.CLOCK_SM) }); ok {
-		r.add(t, "sm_clock_mhz", float64(v), metrics.UnitMHz, "nvmlDeviceGetClockInfo")
+		r.add(t, metrics.GPUSMClock, float64(v), metrics.UnitMHz, "nvmlDeviceGetClockInfo")
 	}
 	if v, ok := take(r, t, "nvmlDeviceGetClockInfo(MEM)", func() (uint32, nvml.Return) { return t.h.GetClockInfo(nvml.CLOCK_MEM) }); ok {
-		r.add(t, "memory_clock_mhz", float64(v), metrics.UnitMHz, "nvmlDeviceGetClockInfo")
+		r.add(t, metrics.GPUMemoryClock, float64(v), metrics.UnitMHz, "nvmlDeviceGetClockInfo")
 	}
 	c.readThrottle(r, t)
 	c.readErrors(r, d)
@@ -404,7 +404,7 @@ func (c *Collector) readMemory(r *reading, t *target) {
 		m, ok := take(r, t, v2, t.h.GetMemoryInfo_v2)
 		if ok {
 			c.addMemory(r, t, m.Used, m.Total, v2)
-			r.add(t, "memory_reserved_megabytes", metrics.MB(float64(m.Reserved)), metrics.UnitMegabytes, v2)
+			r.add(t, metrics.GPUMemoryReserved, metrics.MB(float64(m.Reserved)), metrics.UnitMegabytes, v2)
 			return
 		}
 		if !t.skip[v2] {
@@ -419,10 +419,10 @@ func (c *Collector) readMemory(r *reading, t *target) {
 }
 
 func (c *Collector) addMemory(r *reading, t *target, used, total uint64, source string) {
-	r.add(t, "memory_used_megabytes", metrics.MB(float64(used)), metrics.UnitMegabytes, source)
-	r.add(t, "memory_total_megabytes", metrics.MB(float64(total)), metrics.UnitMegabytes, source)
+	r.add(t, metrics.GPUMemoryUsed, metrics.MB(float64(used)), metrics.UnitMegabytes, source)
+	r.add(t, metrics.GPUMemoryTotal, metrics.MB(float64(total)), metrics.UnitMegabytes, source)
 	if total > 0 {
-		r.add(t, "memory_usage_percentage", 100*float64(used)/float64(total), metrics.UnitPercentage, source)
+		r.add(t, metrics.GPUMemoryUsagePercent, 100*float64(used)/float64(total), metrics.UnitPercentage, source)
 	}
 }
 
@@ -436,7 +436,7 @@ func (c *Collector) readThrottle(r *reading, t *target) {
 		return
 	}
 	flags, active := decodeThrottle(mask)
-	r.add(t, "throttle_reasons_count", float64(active), metrics.UnitCount, what)
+	r.add(t, metrics.GPUThrottleReasons, float64(active), metrics.UnitCount, what)
 	for i, tr := range throttleReasons {
 		r.add(t, "throttle_"+tr.name, flags[i], metrics.UnitCount, what)
 	}
@@ -449,12 +449,12 @@ func (c *Collector) readErrors(r *reading, d *device) {
 	if v, ok := take(r, t, "nvmlDeviceGetTotalEccErrors(corrected)", func() (uint64, nvml.Return) {
 		return t.h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC)
 	}); ok {
-		r.add(t, "ecc_corrected_errors_count", float64(v), metrics.UnitCount, "nvmlDeviceGetTotalEccErrors")
+		r.add(t, metrics.GPUECCCorrected, float64(v), metrics.UnitCount, "nvmlDeviceGetTotalEccErrors")
 	}
 	if v, ok := take(r, t, "nvmlDeviceGetTotalEccErrors(uncorrected)", func() (uint64, nvml.Return) {
 		return t.h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
 	}); ok {
-		r.add(t, "ecc_uncorrected_errors_count", float64(v), metrics.UnitCount, "nvmlDeviceGetTotalEccErrors")
+		r.add(t, metrics.GPUECCUncorrected, float64(v), metrics.UnitCount, "nvmlDeviceGetTotalEccErrors")
 	}
 	type rows struct {
 		corr, unc        int
@@ -464,8 +464,8 @@ func (c *Collector) readErrors(r *reading, d *device) {
 		a, b, p, f, ret := t.h.GetRemappedRows()
 		return rows{a, b, p, f}, ret
 	}); ok {
-		r.add(t, "remapped_rows_corrected_count", float64(v.corr), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
-		r.add(t, "remapped_rows_uncorrected_count", float64(v.unc), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
+		r.add(t, metrics.GPURemappedRowsCorrected, float64(v.corr), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
+		r.add(t, metrics.GPURemappedRowsUncorrected, float64(v.unc), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
 		r.add(t, "remapped_rows_pending", b2f(v.pending), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
 		r.add(t, "remapped_rows_failed", b2f(v.failure), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
 	}
@@ -473,7 +473,7 @@ func (c *Collector) readErrors(r *reading, d *device) {
 		c.mu.Lock()
 		n := c.xidCount[d.index]
 		c.mu.Unlock()
-		r.add(t, "xid_errors_count", float64(n), metrics.UnitCount, "nvmlEventSetWait")
+		r.add(t, metrics.GPUXidErrors, float64(n), metrics.UnitCount, "nvmlEventSetWait")
 	}
 }
 
@@ -527,14 +527,14 @@ func (c *Collector) readProcesses(r *reading) {
 	c.noteProcs(m)
 	src := "nvmlDeviceGetComputeRunningProcesses"
 	r.pts = append(r.pts,
-		metrics.Point{Name: "process_gpu_processes_count", Value: float64(m.Matched), Unit: metrics.UnitCount, Scope: metrics.ScopeProcess, Source: src},
-		metrics.Point{Name: "process_gpu_unmatched_processes_count", Value: float64(m.Processes - m.Matched), Unit: metrics.UnitCount, Scope: metrics.ScopeProcess, Source: src})
+		metrics.Point{Name: metrics.ProcessGPUProcesses, Value: float64(m.Matched), Unit: metrics.UnitCount, Scope: metrics.ScopeProcess, Source: src},
+		metrics.Point{Name: metrics.ProcessGPUUnmatchedProcesses, Value: float64(m.Processes - m.Matched), Unit: metrics.UnitCount, Scope: metrics.ScopeProcess, Source: src})
 	// No figure when processes exist but none is the child's (the PIDs may be
 	// unmappable host PIDs: 0 would be a guess), or NVML has none for them.
 	if (m.Processes > 0 && m.Matched == 0) || (m.Matched > 0 && m.NoValue == m.Matched) {
 		return
 	}
-	r.pts = append(r.pts, metrics.Point{Name: "process_gpu_memory_megabytes", Value: metrics.MB(float64(m.UsedBytes)),
+	r.pts = append(r.pts, metrics.Point{Name: metrics.ProcessGPUMemory, Value: metrics.MB(float64(m.UsedBytes)),
 		Unit: metrics.UnitMegabytes, Scope: metrics.ScopeProcess, Source: src})
 }
 

@@ -80,17 +80,6 @@ func (g *guard) last(ctx context.Context, what string, f func() error) error {
 	return err
 }
 
-// idle waits until no call is in flight, or ctx ends.
-func (g *guard) idle(ctx context.Context) error {
-	select {
-	case g.slot <- struct{}{}:
-		<-g.slot
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 type outcome[T any] struct {
 	v   T
 	err error

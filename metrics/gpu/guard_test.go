@@ -98,3 +98,14 @@ func TestGuardNoShutdownWhileStuck(t *testing.T) {
 		t.Fatalf("err = %v, want ErrStuck", err)
 	}
 }
+
+// idle (for tests) waits until no call is in flight, or ctx ends.
+func (g *guard) idle(ctx context.Context) error {
+	select {
+	case g.slot <- struct{}{}:
+		<-g.slot
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

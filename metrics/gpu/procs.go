@@ -1,15 +1,15 @@
 package gpu
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
+	iofs "io/fs"
+	"math"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/prometheus/procfs"
 )
 
 // NVML reports a process's PID either in the caller's PID namespace (newer
@@ -29,57 +29,47 @@ const (
 	pidNested                    // an inner-namespace PID from NSpid
 )
 
-// parseNSpid returns the PIDs listed on the NSpid line of a /proc/<pid>/status
-// file, outermost namespace first. A kernel older than 4.1 has no NSpid line:
-// the result is then nil, not an error.
-func parseNSpid(status string) ([]uint32, error) {
-	sc := bufio.NewScanner(strings.NewReader(status))
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "NSpid:")
-		if !ok {
-			continue
-		}
-		var out []uint32
-		for _, f := range strings.Fields(rest) {
-			n, err := strconv.ParseUint(f, 10, 32)
-			if err != nil {
-				return nil, fmt.Errorf("NSpid field %q: %w", f, err)
-			}
-			out = append(out, uint32(n))
-		}
-		return out, nil
-	}
-	return nil, sc.Err()
-}
-
-// readNSpid reads <procRoot>/<pid>/status. A process that has exited has no
-// status file (ENOENT, or ESRCH while it is being reaped): nil, not an error.
-func readNSpid(procRoot string, pid int) ([]uint32, error) {
+// readNSpid reads the NSpid line of <procRoot>/<pid>/status (through
+// procfs), outermost namespace first. A kernel older than 4.1 has no NSpid
+// line: nil. A process that has exited has no status file (ENOENT, or ESRCH
+// while it is being reaped): nil, not an error.
+func readNSpid(fs procfs.FS, procRoot string, pid int) ([]uint32, error) {
 	path := filepath.Join(procRoot, strconv.Itoa(pid), "status")
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+	var st procfs.ProcStatus
+	p, err := fs.Proc(pid)
+	if err == nil {
+		st, err = p.NewStatus()
+	}
+	if errors.Is(err, iofs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading PID namespaces of process %d: %w", pid, err)
-	}
-	ids, err := parseNSpid(string(b))
-	if err != nil {
 		return nil, fmt.Errorf("parsing %s: %w", path, err)
 	}
-	return ids, nil
+	out := make([]uint32, 0, len(st.NSpids))
+	for _, id := range st.NSpids {
+		if id > math.MaxUint32 {
+			return nil, fmt.Errorf("parsing %s: NSpid %d is out of range", path, id)
+		}
+		out = append(out, uint32(id))
+	}
+	return out, nil
 }
 
 // treePIDs builds the set of PIDs the tree's processes are known by.
 func treePIDs(procRoot string, tree []int) (pidSet, error) {
 	set := pidSet{}
+	fs, err := procfs.NewFS(procRoot)
+	if err != nil {
+		return set, fmt.Errorf("reading PID namespaces under %s: %w", procRoot, err)
+	}
 	var errs []error
 	for _, pid := range tree {
 		if pid <= 0 {
 			continue
 		}
 		set[uint32(pid)] = pidLocal
-		ids, err := readNSpid(procRoot, pid)
+		ids, err := readNSpid(fs, procRoot, pid)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -6,33 +6,6 @@ import (
 	"testing"
 )
 
-func TestParseNSpid(t *testing.T) {
-	tests := []struct {
-		name    string
-		status  string
-		want    []uint32
-		wantErr bool
-	}{
-		{"own namespace", "Name:\tpython\nNStgid:\t4242\nNSpid:\t4242\nNSpgid:\t4200\n", []uint32{4242}, false},
-		{"nested namespaces", "NSpid:\t98765\t4243\t7\n", []uint32{98765, 4243, 7}, false},
-		{"NSpgid is not NSpid", "NSpgid:\t1\nNSsid:\t1\n", nil, false},
-		{"old kernel, no line", "Name:\tpython\nPid:\t12\n", nil, false},
-		{"corrupt", "NSpid:\t12\tx\n", nil, true},
-		{"overflow", "NSpid:\t99999999999\n", nil, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseNSpid(tt.status)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("got %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestTreePIDs(t *testing.T) {
 	set, err := treePIDs("testdata/proc", []int{4242, 4243, 4244, 4999, 0})
 	if err != nil {

@@ -142,15 +142,8 @@ func (c *Collector) deviceOf(h nvml.Device) *device {
 	if h == nil {
 		return nil
 	}
-	for _, d := range c.devices {
-		if d.h == h {
-			return d
-		}
-		for _, s := range d.slices {
-			if s.h == h {
-				return d
-			}
-		}
+	if d := c.deviceWhere(func(t *target) bool { return t.h == h }); d != nil {
+		return d
 	}
 	uuid, err := get(context.Background(), c.g, "nvmlDeviceGetUUID", h.GetUUID)
 	if err != nil {
@@ -159,12 +152,18 @@ func (c *Collector) deviceOf(h nvml.Device) *device {
 		}
 		return nil
 	}
+	return c.deviceWhere(func(t *target) bool { return t.uuid == uuid })
+}
+
+// deviceWhere is the collected device that, or one of whose MIG slices,
+// matches.
+func (c *Collector) deviceWhere(match func(*target) bool) *device {
 	for _, d := range c.devices {
-		if d.uuid == uuid {
+		if match(&d.target) {
 			return d
 		}
 		for _, s := range d.slices {
-			if s.uuid == uuid {
+			if match(&s.target) {
 				return d
 			}
 		}

@@ -30,10 +30,10 @@ func (c *Collector) collectCPU() ([]metrics.Point, error) {
 // first call) into points.
 func cpuPoints(prev *procfs.CPUStat, st procfs.Stat, src string) []metrics.Point {
 	// /proc/stat lists one cpuN line per online CPU.
-	pts := []metrics.Point{point("node_cpu_count", float64(len(st.CPU)), metrics.UnitCount, metrics.ScopeNode, src)}
+	pts := []metrics.Point{point(metrics.NodeCPUCount, float64(len(st.CPU)), metrics.UnitCount, metrics.ScopeNode, src)}
 	if prev != nil {
 		if u, ok := cpuUtilization(*prev, st.CPUTotal); ok {
-			pts = append(pts, point("node_cpu_utilization_percentage", u, metrics.UnitPercentage, metrics.ScopeNode, src))
+			pts = append(pts, point(metrics.NodeCPUUtilization, u, metrics.UnitPercentage, metrics.ScopeNode, src))
 		}
 	}
 	return pts

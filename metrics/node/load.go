@@ -24,8 +24,8 @@ func (c *Collector) collectLoad() ([]metrics.Point, error) {
 
 func loadPoints(la procfs.LoadAvg, src string) []metrics.Point {
 	return []metrics.Point{
-		point("node_load_1m", la.Load1, metrics.UnitLoad, metrics.ScopeNode, src),
-		point("node_load_5m", la.Load5, metrics.UnitLoad, metrics.ScopeNode, src),
-		point("node_load_15m", la.Load15, metrics.UnitLoad, metrics.ScopeNode, src),
+		point(metrics.NodeLoad1, la.Load1, metrics.UnitLoad, metrics.ScopeNode, src),
+		point(metrics.NodeLoad5, la.Load5, metrics.UnitLoad, metrics.ScopeNode, src),
+		point(metrics.NodeLoad15, la.Load15, metrics.UnitLoad, metrics.ScopeNode, src),
 	}
 }

@@ -32,21 +32,21 @@ func memoryPoints(mi procfs.Meminfo, src string) []metrics.Point {
 		return nil
 	}
 	total := float64(*mi.MemTotalBytes)
-	pts := []metrics.Point{point("node_memory_total_megabytes", metrics.MB(total), metrics.UnitMegabytes, metrics.ScopeNode, src)}
+	pts := []metrics.Point{point(metrics.NodeMemoryTotal, metrics.MB(total), metrics.UnitMegabytes, metrics.ScopeNode, src)}
 	if mi.MemAvailableBytes == nil {
 		return pts
 	}
 	avail := float64(*mi.MemAvailableBytes)
 	used := max(total-avail, 0)
 	pts = append(pts,
-		point("node_memory_available_megabytes", metrics.MB(avail), metrics.UnitMegabytes, metrics.ScopeNode, src),
-		point("node_memory_used_megabytes", metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeNode, src),
+		point(metrics.NodeMemoryAvailable, metrics.MB(avail), metrics.UnitMegabytes, metrics.ScopeNode, src),
+		point(metrics.NodeMemoryUsed, metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeNode, src),
 		// The same value under a name like MLflow's
 		// system_memory_usage_megabytes, so the two can be put side by side.
-		point("node_memory_usage_megabytes", metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeNode, src),
+		point(metrics.NodeMemoryUsage, metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeNode, src),
 	)
 	if total > 0 {
-		pts = append(pts, point("node_memory_usage_percentage", used/total*100, metrics.UnitPercentage, metrics.ScopeNode, src))
+		pts = append(pts, point(metrics.NodeMemoryUsagePercent, used/total*100, metrics.UnitPercentage, metrics.ScopeNode, src))
 	}
 	return pts
 }

@@ -72,13 +72,13 @@ func (c *Collector) collectNet(now time.Time) ([]metrics.Point, error) {
 		return nil, nil
 	}
 	pts := []metrics.Point{
-		point("netns_network_receive_megabytes", metrics.MB(c.net.rx), metrics.UnitMegabytes, metrics.ScopeNetns, src),
-		point("netns_network_transmit_megabytes", metrics.MB(c.net.tx), metrics.UnitMegabytes, metrics.ScopeNetns, src),
+		point(metrics.NetnsReceive, metrics.MB(c.net.rx), metrics.UnitMegabytes, metrics.ScopeNetns, src),
+		point(metrics.NetnsTransmit, metrics.MB(c.net.tx), metrics.UnitMegabytes, metrics.ScopeNetns, src),
 	}
 	if secs > 0 {
 		pts = append(pts,
-			point("netns_network_receive_megabytes_per_second", metrics.MB(rx)/secs, metrics.UnitMegabytesPerSecond, metrics.ScopeNetns, src),
-			point("netns_network_transmit_megabytes_per_second", metrics.MB(tx)/secs, metrics.UnitMegabytesPerSecond, metrics.ScopeNetns, src),
+			point(metrics.NetnsReceiveRate, metrics.MB(rx)/secs, metrics.UnitMegabytesPerSecond, metrics.ScopeNetns, src),
+			point(metrics.NetnsTransmitRate, metrics.MB(tx)/secs, metrics.UnitMegabytesPerSecond, metrics.ScopeNetns, src),
 		)
 	}
 	return pts, nil

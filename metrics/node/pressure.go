@@ -38,10 +38,10 @@ func (c *Collector) collectPressure() ([]metrics.Point, error) {
 func pressurePoints(res string, ps procfs.PSIStats, src string) []metrics.Point {
 	var pts []metrics.Point
 	if ps.Some != nil {
-		pts = append(pts, point("node_pressure_"+res+"_some_avg10_percentage", ps.Some.Avg10, metrics.UnitPercentage, metrics.ScopeNode, src))
+		pts = append(pts, point(metrics.NodePressure(res, "some"), ps.Some.Avg10, metrics.UnitPercentage, metrics.ScopeNode, src))
 	}
 	if ps.Full != nil {
-		pts = append(pts, point("node_pressure_"+res+"_full_avg10_percentage", ps.Full.Avg10, metrics.UnitPercentage, metrics.ScopeNode, src))
+		pts = append(pts, point(metrics.NodePressure(res, "full"), ps.Full.Avg10, metrics.UnitPercentage, metrics.ScopeNode, src))
 	}
 	return pts
 }

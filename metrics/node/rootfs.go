@@ -52,12 +52,12 @@ func (c *Collector) collectRootfs() ([]metrics.Point, error) {
 func rootfsPoints(u fsUsage, src string) []metrics.Point {
 	used := max(u.total-u.free, 0)
 	pts := []metrics.Point{
-		point("rootfs_disk_total_megabytes", metrics.MB(u.total), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
-		point("rootfs_disk_used_megabytes", metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
-		point("rootfs_disk_available_megabytes", metrics.MB(u.avail), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
+		point(metrics.RootfsDiskTotal, metrics.MB(u.total), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
+		point(metrics.RootfsDiskUsed, metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
+		point(metrics.RootfsDiskAvailable, metrics.MB(u.avail), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
 	}
 	if used+u.avail > 0 {
-		pts = append(pts, point("rootfs_disk_usage_percentage", used/(used+u.avail)*100, metrics.UnitPercentage, metrics.ScopeRootfs, src))
+		pts = append(pts, point(metrics.RootfsDiskUsagePercent, used/(used+u.avail)*100, metrics.UnitPercentage, metrics.ScopeRootfs, src))
 	}
 	return pts
 }

@@ -16,10 +16,6 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// userHZ is the unit of the time fields in /proc/<pid>/stat. The kernel fixes
-// it at 100 for user space on every architecture Linux supports today.
-const userHZ = 100
-
 // Options configure a Collector.
 type Options struct {
 	// ProcRoot is where procfs is mounted; "" means /proc. Its pids must be
@@ -132,14 +128,14 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 		}
 	}
 	pts := []metrics.Point{
-		point("process_memory_rss_megabytes", metrics.MB(rss), metrics.UnitMegabytes, c.src),
-		point("process_count", float64(len(stats)), metrics.UnitCount, c.src),
-		point("process_threads_count", threads, metrics.UnitCount, c.src),
+		point(metrics.ProcessMemoryRSS, metrics.MB(rss), metrics.UnitMegabytes, c.src),
+		point(metrics.ProcessCount, float64(len(stats)), metrics.UnitCount, c.src),
+		point(metrics.ProcessThreads, threads, metrics.UnitCount, c.src),
 	}
 	if p := c.prev; p != nil && p.root == root {
 		if wall := now.Sub(p.at).Seconds(); wall > 0 {
-			cores := float64(cpuTicks(p.procs, cur.procs)) / userHZ / wall
-			pts = append(pts, point("process_cpu_usage_cores", cores, metrics.UnitCores, c.src))
+			cores := tickSeconds(cpuTicks(p.procs, cur.procs)) / wall
+			pts = append(pts, point(metrics.ProcessCPUUsage, cores, metrics.UnitCores, c.src))
 		}
 	}
 	c.prev = cur
@@ -175,6 +171,10 @@ func cpuTicks(prev, cur map[int]procTimes) uint64 {
 	}
 	return ticks
 }
+
+// tickSeconds converts clock ticks of /proc/<pid>/stat to seconds with
+// procfs's own USER_HZ, which it does not export.
+func tickSeconds(ticks uint64) float64 { return procfs.ProcStat{UTime: uint(ticks)}.CPUTime() }
 
 // sub is a - b, clamped at 0.
 func sub(a, b uint64) uint64 {

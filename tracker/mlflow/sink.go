@@ -396,7 +396,7 @@ func validKey(key string) bool {
 		!slices.ContainsFunc(strings.Split(key, "/"), func(seg string) bool { return seg == "." || seg == ".." })
 }
 
-// SetTags implements tracker.Sink, through runs/log-batch (100 tags per
+// SetTags records tags on the run (at Start and Finish), through runs/log-batch (100 tags per
 // request). MLflow truncates values over 8000 characters itself.
 func (s *Sink) SetTags(ctx context.Context, tags map[string]string) error {
 	if s.runID == "" {

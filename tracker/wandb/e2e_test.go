@@ -31,7 +31,7 @@ import (
 func TestWithRealClient(t *testing.T) {
 	py := os.Getenv("BRIDGE_TEST_PYTHON")
 	if py == "" {
-		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to run the W&B end-to-end test")
+		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to run the W&B end-to-end test; scripts/test.sh, the README's test command, creates .venv and sets it")
 	}
 	script, err := filepath.Abs(filepath.Join("testdata", "train.py"))
 	if err != nil {

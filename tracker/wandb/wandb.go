@@ -208,12 +208,6 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	return acked, nil
 }
 
-// SetTags implements tracker.Sink. It does nothing: while the job runs the
-// run's record belongs to the child's wandb (an UpsertBucket from bridge
-// could race with the child's); the end-of-job verdict goes on the run in
-// Finish, once the child has ended.
-func (s *Sink) SetTags(context.Context, map[string]string) error { return nil }
-
 // Finish implements tracker.Sink. It never sends complete or exitcode (the
 // child's wandb finishes the run with its own exit code, and a non-primary
 // writer must not); it makes the exit verdict visible on the run: W&B tags

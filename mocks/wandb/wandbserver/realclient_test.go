@@ -24,7 +24,7 @@ func pythonOrSkip(t *testing.T) string {
 	t.Helper()
 	py := os.Getenv("BRIDGE_TEST_PYTHON")
 	if py == "" {
-		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to check the mock against the real client")
+		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to check the mock against the real client; scripts/test.sh, the README's test command, creates .venv and sets it")
 	}
 	return py
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/testbin"
+)
+
+// defaultSpools lists the spools bridge left at its default path in dir.
+func defaultSpools(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "bridge-spool-*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A spool at the default path is removed when every sample reached MLflow,
+// in a run bridge created, and the run ended cleanly; with nothing delivered
+// (no tracker) it stays, private to the user, and the table says where; for a
+// run given to bridge it stays, so that a later bridge continues its steps.
+func TestDefaultSpoolRemovedOnlyWhenDelivered(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	run := func(env ...string) (string, string) {
+		dir := t.TempDir()
+		cmd := exec.Command(testbin.Bridge(t), "--interval=200ms", "--", "sleep", "1")
+		cmd.Dir = dir
+		cmd.Env = cleanEnv(env...)
+		out, err := cmd.CombinedOutput()
+		if code := exitCode(t, err); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		return dir, string(out)
+	}
+
+	dir, out := run("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME=bridge-e2e-spoolfile")
+	if left := defaultSpools(t, dir); len(left) != 0 {
+		t.Errorf("a delivered spool was left behind: %v\n%s", left, out)
+	}
+	if !strings.Contains(out, "removed (every sample delivered)") {
+		t.Errorf("the table does not say the spool was removed:\n%s", out)
+	}
+
+	exp := srv.CreateExperiment(t, "bridge-e2e-spoolfile-given-"+fmt.Sprint(time.Now().UnixNano()))
+	id := srv.CreateRun(t, exp, "given")
+	dir, out = run("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_RUN_ID="+id)
+	if left := defaultSpools(t, dir); len(left) != 1 {
+		t.Errorf("the spool of a given run was not kept: %v\n%s", left, out)
+	}
+
+	dir, out = run() // no tracker configured
+	left := defaultSpools(t, dir)
+	if len(left) != 1 {
+		t.Fatalf("want the undelivered spool kept, found %v:\n%s", left, out)
+	}
+	if fi, err := os.Stat(left[0]); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("spool mode %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+	if !strings.Contains(out, filepath.Base(left[0])) || len(spooledSeqs(t, left[0])) == 0 {
+		t.Errorf("the kept spool is not named in the output or holds no sample:\n%s", out)
+	}
+}

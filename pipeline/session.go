@@ -1,0 +1,371 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/summary"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// MemoryProbe is the memory-only read the sampling loop takes between
+// samples under a memory limit, to notice a climb toward the limit at once.
+// It is called from the sampling goroutine only, never beside Collect.
+type MemoryProbe interface {
+	MemoryPoints(ctx context.Context) ([]metrics.Point, error)
+}
+
+// Settings are the session's knobs (a subset of config.Config).
+type Settings struct {
+	Interval       time.Duration // time between samples
+	FastInterval   time.Duration // time between samples near the memory limit; 0: off
+	FastThreshold  float64       // percent of the memory limit where FastInterval starts
+	CollectTimeout time.Duration // bound on each collector's call
+	QueueSize      int           // samples buffered between sampling and the spool writer
+	FlushTimeout   time.Duration // after Stop begins, longest wait for the sinks
+	Spool          string        // spool path; "" derives one from the run (SpoolPath)
+}
+
+// SettingsFrom takes the session's settings from the configuration.
+func SettingsFrom(cfg config.Config) Settings {
+	return Settings{
+		Interval: cfg.Interval, FastInterval: cfg.FastInterval, FastThreshold: cfg.FastThreshold,
+		CollectTimeout: cfg.CollectTimeout, QueueSize: cfg.QueueSize, FlushTimeout: cfg.FlushTimeout,
+		Spool: cfg.Spool,
+	}
+}
+
+// Options are what Open needs.
+type Options struct {
+	Settings   Settings
+	Log        *slog.Logger
+	Version    string              // bridge's version, for the spool's start record
+	Sources    *Sources            // when set, Collectors and Memory come from it
+	Collectors []metrics.Collector // what the sampler runs
+	Memory     MemoryProbe         // nil: no probing between samples
+	Spool      *spool.Spool        // an already open spool; nil opens Settings.Spool or the default
+	Started    Started             // from StartSinks
+	StartTags  map[string]string   // recorded in the spool's start record
+}
+
+// Session is one job's sampling: collectors -> bounded queue -> spool ->
+// forwarders -> sinks. Sampling never waits on the network: the only thing
+// between a sample and the disk is a bounded channel.
+//
+// Contract: Open, Run, Stop, Finish and Report are called in that order
+// from one goroutine (Run may be skipped: Stop then takes no sample; Stop
+// may be left to Finish). Sinks' Finish runs on that goroutine once their
+// forwarders have returned; Send only on the forwarders (see tracker.Sink).
+type Session struct {
+	set     Settings
+	log     *slog.Logger
+	memory  MemoryProbe
+	sampler *metrics.Sampler
+	spool   *spool.Spool
+	sinks   []SinkRun
+	acc     *summary.Accumulator
+
+	queue   chan metrics.Sample
+	stopS   chan struct{} // closes the sampling loop
+	doneS   chan struct{} // the sampling loop has returned
+	doneW   chan struct{} // the spool writer has returned
+	dropped int
+	running bool // Run was called
+	stopped bool // Stop was called
+
+	spoolRemoved bool // closeSpool removed the delivered file
+
+	failedStarts []summary.Row // sinks that could not start, for the table
+
+	fwdCancel context.CancelFunc
+	fwdWG     sync.WaitGroup
+}
+
+// SpoolPath is the configured path or a default in the working directory
+// named after the run, so that a restarted bridge with the same run id finds
+// what its predecessor left.
+func SpoolPath(configured string, runs []SinkRun, now time.Time) string {
+	if configured != "" {
+		return configured
+	}
+	for _, r := range runs {
+		if r.RunID != "" {
+			return "bridge-spool-" + safeName(r.RunID) + ".jsonl"
+		}
+	}
+	return fmt.Sprintf("bridge-spool-%s-%d.jsonl", now.UTC().Format("20060102T150405"), os.Getpid())
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// Open records the attempt in the spool and starts forwarding to the
+// started sinks. Sampling starts with Run.
+func Open(o Options) (*Session, error) {
+	now := time.Now()
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.Sources != nil {
+		o.Collectors, o.Memory = o.Sources.Collectors, o.Sources.Memory()
+	}
+	sp := o.Spool
+	if sp == nil {
+		var err error
+		if sp, err = spool.OpenWith(SpoolPath(o.Settings.Spool, o.Started.Runs, now), spool.Options{Logger: o.Log}); err != nil {
+			return nil, err
+		}
+	}
+	s := &Session{
+		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: summary.New(),
+		sinks:        append([]SinkRun(nil), o.Started.Runs...),
+		failedStarts: o.Started.Failed,
+		sampler:      metrics.NewSampler(o.Collectors, o.Settings.CollectTimeout, o.Log),
+		queue:        make(chan metrics.Sample, max(o.Settings.QueueSize, 1)),
+		stopS:        make(chan struct{}),
+		doneS:        make(chan struct{}),
+		doneW:        make(chan struct{}),
+	}
+	s.sampler.SetNextSeq(sp.NextSeq())
+	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: o.Version, Runs: o.Started.RunIDs(), Info: o.StartTags}); err != nil {
+		sp.Close()
+		return nil, err
+	}
+	abs, _ := filepath.Abs(sp.Path())
+	s.log.Info("spooling samples", "path", abs)
+
+	fctx, cancel := context.WithCancel(context.Background())
+	s.fwdCancel = cancel
+	for i := range s.sinks {
+		r := &s.sinks[i]
+		if err := sp.Track(r.Sink.Name(), r.RunID); err != nil {
+			s.log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
+		}
+		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log}
+		s.fwdWG.Add(1)
+		go func() {
+			defer s.fwdWG.Done()
+			defer s.recoverGo("forwarder " + r.Sink.Name())
+			r.fwd.Run(fctx)
+		}()
+	}
+	return s, nil
+}
+
+func (s *Session) recoverGo(what string) {
+	if p := recover(); p != nil {
+		s.log.Error("internal error; the job goes on", "in", what, "panic", p, "stack", string(debug.Stack()))
+	}
+}
+
+// Run starts the sampling loop and the spool writer.
+func (s *Session) Run() {
+	s.running = true
+	go s.writer()
+	go s.loop()
+}
+
+func (s *Session) loop() {
+	defer close(s.doneS)
+	defer s.recoverGo("sampling loop")
+	fast := s.set.FastInterval > 0 && s.set.FastInterval < s.set.Interval && s.memory != nil
+	for {
+		smp := s.sampler.Sample(context.Background())
+		s.enqueue(smp)
+		next := smp.Time.Add(s.set.Interval)
+		if fast && s.nearLimit(smp.Points) {
+			next = smp.Time.Add(s.set.FastInterval)
+		}
+		// Between samples, a memory-only look every FastInterval (about
+		// 0.5 ms, BenchmarkMemoryProbe): a working set that climbs toward the
+		// limit gets the fast interval at once, not at the next regular
+		// sample. Without a limit there is nothing to near.
+		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent)
+		probe := fast && limited
+		for {
+			wait := time.Until(next)
+			if probe {
+				wait = min(wait, s.set.FastInterval)
+			}
+			t := time.NewTimer(max(wait, 0))
+			select {
+			case <-s.stopS:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if !time.Now().Before(next) {
+				break
+			}
+			if pts, err := s.memory.MemoryPoints(context.Background()); err == nil && s.nearLimit(pts) {
+				break
+			}
+		}
+	}
+}
+
+// nearLimit reports whether the working set is above the fast-sampling
+// threshold of the limit: near an OOM kill, samples are taken (and, through
+// the spool's notification, sent) every FastInterval.
+func (s *Session) nearLimit(pts []metrics.Point) bool {
+	for _, p := range pts {
+		if p.Name == metrics.ContainerMemoryWorkingSetPercent {
+			return p.Value >= s.set.FastThreshold
+		}
+	}
+	return false
+}
+
+func (s *Session) enqueue(smp metrics.Sample) {
+	select {
+	case s.queue <- smp:
+	default:
+		// Only a stalled disk fills this queue; sampling must not block on it.
+		s.dropped++
+		s.log.Warn("spool writer is behind; sample dropped", "seq", smp.Seq, "dropped", s.dropped)
+	}
+}
+
+// writer owns acc until it returns (doneW); readers wait for that.
+func (s *Session) writer() {
+	defer close(s.doneW)
+	defer s.recoverGo("spool writer")
+	failed := false
+	for smp := range s.queue {
+		if err := s.spool.Append(smp); err != nil && !failed {
+			failed = true
+			s.log.Error("cannot write the spool; samples are sent without durability", "err", err)
+		}
+		s.acc.Add(smp)
+	}
+}
+
+// Stop ends sampling with one final sample (taken right after the child's
+// exit, so OOM counters and the last working set are current), waits for the
+// spool writer, then gives the forwarders up to FlushTimeout (or until abort
+// is closed) to send what is left.
+func (s *Session) Stop(abort <-chan struct{}) {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
+	if s.running {
+		close(s.stopS)
+		<-s.doneS
+		s.enqueue(s.sampler.Sample(context.Background()))
+		close(s.queue)
+		<-s.doneW
+	}
+	// Forwarders send what is left, then return; the flush timeout (or a
+	// second signal) is the hard stop.
+	timer := time.AfterFunc(s.set.FlushTimeout, s.fwdCancel)
+	defer timer.Stop()
+	flushed := make(chan struct{})
+	go func() {
+		select {
+		case <-abort: // nil: never
+			s.fwdCancel()
+		case <-flushed:
+		}
+	}()
+	for _, r := range s.sinks {
+		r.fwd.Finish()
+	}
+	s.fwdWG.Wait()
+	close(flushed)
+	s.fwdCancel()
+	for _, r := range s.sinks {
+		if n := s.spool.PendingCount(r.Sink.Name(), r.run()); n > 0 {
+			s.log.Warn("tracker did not take every sample before bridge exits; they stay in the spool",
+				"tracker", r.Sink.Name(), "unsent", n, "spool", s.spool.Path(),
+				"upload_with", "bridge sync "+s.spool.Path())
+		}
+	}
+	s.sampler.Close()
+}
+
+// Acc is what was measured; read it only after Stop.
+func (s *Session) Acc() *summary.Accumulator { return s.acc }
+
+// Dropped is how many samples the queue dropped; read it only after Stop.
+func (s *Session) Dropped() int { return s.dropped }
+
+// Finish records the end on every sink and in the spool, and closes the
+// spool. It stops the session first if Stop was not called: a sink's Finish
+// never runs beside its Send.
+func (s *Session) Finish(end tracker.EndInfo) {
+	s.Stop(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for _, r := range s.sinks {
+		func() {
+			defer s.recoverGo("finish " + r.Sink.Name())
+			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" {
+				return
+			}
+			if err := r.Sink.Finish(ctx, end); err != nil {
+				s.log.Warn("cannot record the end of the job on the tracker", "tracker", r.Sink.Name(), "err", err)
+			}
+		}()
+	}
+	code := end.ExitCode
+	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: end.Tags}); err != nil {
+		s.log.Warn("cannot write the end record to the spool", "err", err)
+	}
+	s.closeSpool()
+}
+
+// Report writes the end-of-run table: what was measured, the caller's rows
+// (exit status, forensics), then where the samples went.
+func (s *Session) Report(w io.Writer, title string, extra ...summary.Row) {
+	rows := append(s.acc.Rows(), extra...)
+	summary.Write(w, title, append(rows, s.trackerRows()...))
+}
+
+// trackerRows says, per tracker, where the samples went.
+func (s *Session) trackerRows() []summary.Row {
+	var rows []summary.Row
+	if s.dropped > 0 {
+		rows = append(rows, summary.Row{What: "samples dropped", Value: fmt.Sprintf("%d (the spool writer was behind: a stalled disk)", s.dropped)})
+	}
+	rows = append(rows, s.failedStarts...)
+	rows = append(rows, s.spoolRows()...)
+	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
+		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: samples are in " + s.spool.Path()})
+	}
+	for _, r := range s.sinks {
+		st, err, sent := r.fwd.Status()
+		run := r.run()
+		v := fmt.Sprintf("%s run %s: %d samples sent", st, run, sent)
+		if run == "" {
+			v = fmt.Sprintf("%s: never reached, no run created", st)
+		} else if r.Late != nil {
+			v += " (run created after the job started)"
+		}
+		if n := s.spool.PendingCount(r.Sink.Name(), run); n > 0 {
+			v += fmt.Sprintf(", %d unsent (in %s; bridge sync uploads them)", n, s.spool.Path())
+		}
+		if err != nil && st != tracker.StateOK {
+			v += ": " + err.Error()
+		}
+		rows = append(rows, summary.Row{What: r.Sink.Name(), Value: v})
+	}
+	return rows
+}

@@ -1,0 +1,332 @@
+package pipeline
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// The tests drive a real spool in a temporary directory and fake collectors
+// and sinks. None asserts where samples fall in time: they poll for what
+// must happen, under a generous deadline.
+
+const deadline = 10 * time.Second
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// counter is a collector whose only point counts its calls.
+type counter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *counter) Name() string { return "counter" }
+
+func (c *counter) Collect(context.Context) ([]metrics.Point, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	return []metrics.Point{{Name: "test_calls_count", Value: float64(c.n), Unit: metrics.UnitCount, Scope: metrics.ScopeNode}}, nil
+}
+
+func (c *counter) calls() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// fakeSink records what it is sent and checks the Sink contract: no Send
+// after Finish, Finish once.
+type fakeSink struct {
+	t        *testing.T
+	name     string
+	startErr error
+	runID    string
+	hang     bool // Send blocks until its ctx is done
+
+	mu       sync.Mutex
+	seqs     []int64
+	finished int
+}
+
+func (f *fakeSink) Name() string  { return f.name }
+func (f *fakeSink) RunID() string { return f.runID }
+
+func (f *fakeSink) Start(context.Context, tracker.StartInfo) ([]string, error) {
+	return []string{"FAKE_RUN=" + f.runID}, f.startErr
+}
+
+func (f *fakeSink) Send(ctx context.Context, smp []metrics.Sample) (int, error) {
+	f.mu.Lock()
+	if f.finished > 0 {
+		f.t.Errorf("%s: Send after Finish", f.name)
+	}
+	f.mu.Unlock()
+	if f.hang {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range smp {
+		f.seqs = append(f.seqs, s.Seq)
+	}
+	return len(smp), nil
+}
+
+func (f *fakeSink) Finish(context.Context, tracker.EndInfo) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finished++
+	return nil
+}
+
+func (f *fakeSink) received() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]int64(nil), f.seqs...)
+}
+
+func settings(t *testing.T) Settings {
+	return Settings{
+		Interval: time.Millisecond, CollectTimeout: deadline, QueueSize: 64,
+		FlushTimeout: deadline, Spool: filepath.Join(t.TempDir(), "spool.jsonl"),
+	}
+}
+
+func open(t *testing.T, set Settings, cs []metrics.Collector, mem MemoryProbe, sinks ...tracker.Sink) *Session {
+	t.Helper()
+	st := StartSinks(context.Background(), sinks, tracker.StartInfo{}, quiet())
+	s, err := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: cs, Memory: mem, Started: st,
+		StartTags: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for !ok() {
+		if time.Now().After(end) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func report(s *Session) string {
+	var b bytes.Buffer
+	s.Report(&b, "end")
+	return b.String()
+}
+
+// Every sample reaches the spool and the sink once, in order, the final one
+// (taken at Stop) included; Finish comes after the last Send.
+func TestSessionOrderAndShutdown(t *testing.T) {
+	c := &counter{}
+	sink := &fakeSink{t: t, name: "fake", runID: "r1"}
+	set := settings(t)
+	s := open(t, set, []metrics.Collector{c}, nil, sink)
+	s.Run()
+	waitFor(t, "five samples at the sink", func() bool { return len(sink.received()) >= 5 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{ExitCode: 3, Time: time.Now()})
+
+	got := sink.received()
+	taken := c.calls()
+	if len(got) != taken {
+		t.Errorf("sink got %d samples, %d were taken", len(got), taken)
+	}
+	for i, seq := range got {
+		if seq != int64(i) {
+			t.Fatalf("sink got seqs %v: want 0..%d in order", got, taken-1)
+		}
+	}
+	if sink.finished != 1 {
+		t.Errorf("Finish called %d times, want 1", sink.finished)
+	}
+	if n := s.Acc().Samples(); n != taken {
+		t.Errorf("accumulator has %d samples, want %d", n, taken)
+	}
+	if r := report(s); !strings.Contains(r, "ok run r1: ") || strings.Contains(r, "unsent") {
+		t.Errorf("report:\n%s\nwant every sample sent to run r1", r)
+	}
+
+	smp, acks, attempts, err := spooltest.ReadFile(set.Spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(smp) != taken || len(attempts) != 1 || attempts[0].End == nil || *attempts[0].End.ExitCode != 3 {
+		t.Errorf("spool: %d samples, attempts %+v; want %d samples and one ended attempt with exit 3", len(smp), attempts, taken)
+	}
+	if attempts[0].Start.Runs["fake"] != "r1" || attempts[0].Start.Info["k"] != "v" {
+		t.Errorf("start record %+v: want the run and the start tags", attempts[0].Start)
+	}
+	if len(acks) != 1 {
+		t.Errorf("acks %v: want one sink's", acks)
+	}
+}
+
+// A full queue drops the newest sample and counts it; the report says so.
+func TestSessionCountsDrops(t *testing.T) {
+	set := settings(t)
+	set.QueueSize = 2
+	s := open(t, set, []metrics.Collector{&counter{}}, nil)
+	// The writer is not running (no Run), so nothing drains the queue.
+	for i := range 5 {
+		s.enqueue(metrics.Sample{Seq: int64(i)})
+	}
+	if s.Dropped() != 3 {
+		t.Errorf("dropped %d, want 3", s.Dropped())
+	}
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	if r := report(s); !strings.Contains(r, "samples dropped") || !strings.Contains(r, "3 (the spool writer was behind") {
+		t.Errorf("report:\n%s\nwant the 3 dropped samples", r)
+	}
+}
+
+// A sink refused at start gets nothing and is named in the report; one
+// whose tracker is down but whose run is known is kept; one without a run
+// is dropped.
+func TestStartSinksFailures(t *testing.T) {
+	refused := &fakeSink{t: t, name: "refused", runID: "r0", startErr: tracker.Permanent(errors.New("401"))}
+	down := &fakeSink{t: t, name: "down", runID: "r1", startErr: errors.New("connection refused")}
+	norun := &fakeSink{t: t, name: "norun", startErr: errors.New("connection refused")}
+	ok := &fakeSink{t: t, name: "ok", runID: "r2"}
+	// Start is retried within the timeout; a short one keeps the test short.
+	st := StartSinksWith(context.Background(), []tracker.Sink{refused, down, norun, ok}, tracker.StartInfo{}, StartPolicy{Timeout: 300 * time.Millisecond}, quiet())
+	var names []string
+	for _, r := range st.Runs {
+		names = append(names, r.Sink.Name()+"="+r.RunID)
+	}
+	if strings.Join(names, " ") != "down=r1 ok=r2" {
+		t.Errorf("started %v, want down=r1 ok=r2", names)
+	}
+	if len(st.Failed) != 2 || st.Failed[0].What != "refused" || st.Failed[1].What != "norun" {
+		t.Errorf("failed rows %+v, want refused and norun", st.Failed)
+	}
+	if len(st.Env) != 4 {
+		t.Errorf("env %v: want every sink's variables, started or not", st.Env)
+	}
+
+	s, err := Open(Options{Settings: settings(t), Log: quiet(), Collectors: []metrics.Collector{&counter{}}, Started: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Run()
+	waitFor(t, "a sample at the started sink", func() bool { return len(ok.received()) > 0 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	if len(refused.received())+len(norun.received()) > 0 || refused.finished+norun.finished > 0 {
+		t.Error("a sink that did not start was used")
+	}
+	if r := report(s); !strings.Contains(r, "not used: permanent tracker error: 401") {
+		t.Errorf("report:\n%s\nwant the refused sink's reason", r)
+	}
+}
+
+// A sink that never answers cannot hold bridge past the flush timeout, nor
+// past an abort; its samples stay in the spool and the report says so.
+func TestSessionHungSink(t *testing.T) {
+	for _, viaAbort := range []bool{false, true} {
+		name := "flush timeout"
+		if viaAbort {
+			name = "abort"
+		}
+		t.Run(name, func(t *testing.T) {
+			hung := &fakeSink{t: t, name: "hung", runID: "r1", hang: true}
+			set := settings(t)
+			abort := make(chan struct{})
+			if viaAbort {
+				set.FlushTimeout = time.Hour
+				close(abort)
+			} else {
+				set.FlushTimeout = time.Millisecond
+			}
+			s := open(t, set, []metrics.Collector{&counter{}}, nil, hung)
+			s.Run()
+			waitFor(t, "a sample in the spool", func() bool { return s.spool.PendingCount("hung", "r1") > 0 })
+			stopped := make(chan struct{})
+			go func() {
+				s.Stop(abort)
+				close(stopped)
+			}()
+			select {
+			case <-stopped:
+			case <-time.After(deadline):
+				t.Fatal("Stop did not return with a hung sink")
+			}
+			s.Finish(tracker.EndInfo{Time: time.Now()})
+			if r := report(s); !strings.Contains(r, "unsent (in ") {
+				t.Errorf("report:\n%s\nwant the unsent samples", r)
+			}
+		})
+	}
+}
+
+// probe reports the working set above the threshold.
+type probe struct{ calls chan struct{} }
+
+func (p probe) MemoryPoints(context.Context) ([]metrics.Point, error) {
+	select {
+	case p.calls <- struct{}{}:
+	default:
+	}
+	return []metrics.Point{{Name: metrics.ContainerMemoryWorkingSetPercent, Value: 99}}, nil
+}
+
+// limited is a collector under a memory limit, below the threshold.
+type limited struct{ counter }
+
+func (l *limited) Collect(ctx context.Context) ([]metrics.Point, error) {
+	pts, err := l.counter.Collect(ctx)
+	return append(pts, metrics.Point{Name: metrics.ContainerMemoryWorkingSetPercent, Value: 10}), err
+}
+
+// Between samples the memory probe is read; a working set near the limit
+// takes the next sample at once, long before the regular interval.
+func TestSessionMemoryProbe(t *testing.T) {
+	c := &limited{}
+	set := settings(t)
+	set.Interval, set.FastInterval, set.FastThreshold = time.Hour, time.Millisecond, 90
+	p := probe{calls: make(chan struct{}, 1)}
+	s := open(t, set, []metrics.Collector{c}, p)
+	s.Run()
+	waitFor(t, "a second sample through the probe", func() bool { return c.calls() >= 2 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	select {
+	case <-p.calls:
+	default:
+		t.Error("the probe was never read")
+	}
+}
+
+// With Background, a sink that reached nothing and has no run is kept for a
+// start by its forwarder; what it returned is checked before the child.
+func TestStartSinksBackground(t *testing.T) {
+	norun := &fakeSink{t: t, name: "norun", startErr: errors.New("connection refused")}
+	ok := &fakeSink{t: t, name: "ok", runID: "r2"}
+	st := StartSinksWith(context.Background(), []tracker.Sink{norun, ok}, tracker.StartInfo{RunName: "job"},
+		StartPolicy{Timeout: 300 * time.Millisecond, Background: true}, quiet())
+	if len(st.Runs) != 2 || st.Runs[0].Late == nil || st.Runs[0].Late.RunName != "job" || st.Runs[0].RunID != "" || st.Runs[1].Late != nil {
+		t.Errorf("runs %+v: want norun kept for a late start, ok started", st.Runs)
+	}
+	if len(st.Failed) != 0 {
+		t.Errorf("failed %+v", st.Failed)
+	}
+}

@@ -1,0 +1,274 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
+	"github.com/bridge-dev/bridge/metrics/gpu"
+	"github.com/bridge-dev/bridge/metrics/node"
+	"github.com/bridge-dev/bridge/metrics/process"
+)
+
+// Sources is the one place that lists bridge's collectors, and the side
+// channels the rest of bridge needs from them: the memory probe, the start
+// tags, the forensics' inputs and the child's pid.
+type Sources struct {
+	// Collectors are what the sampler runs, in order.
+	Collectors []metrics.Collector
+	// Notes say why a scope is missing, for `bridge sample`.
+	Notes map[string]any
+
+	cgroup   *cgroup.Collector // nil when the container scope is off or unavailable
+	gpu      *gpu.Collector    // nil when the gpu scope is off
+	childPID atomic.Int64      // the process collector's root
+	adopter  atomic.Int64      // bridge's pid while it supervises the child: orphans it adopts count too
+}
+
+// BuildSources creates the collectors the configuration asks for. A source
+// that is unavailable here is left out with a note; the only error is a
+// malformed --gpus entry, a usage error.
+func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
+	s := &Sources{Notes: map[string]any{}}
+	if cfg.HasScope("container") {
+		switch {
+		case cfg.NoContainer:
+			s.Notes["cgroup"] = "container awareness turned off (--no-container / BRIDGE_NO_CONTAINER)"
+		default:
+			c, err := cgroup.New(CgroupOptions(cfg, log))
+			if err != nil {
+				level := slog.LevelWarn
+				if errors.Is(err, cgroup.ErrUnavailable) {
+					level = slog.LevelInfo
+				}
+				log.Log(context.Background(), level, "container metrics are off", "err", err)
+				s.Notes["cgroup"] = "off: " + err.Error()
+			} else {
+				s.cgroup = c
+				s.Collectors = append(s.Collectors, c)
+			}
+		}
+	}
+	if cfg.HasScope("node") || cfg.HasScope("rootfs") || cfg.HasScope("netns") {
+		n, err := node.New(node.Options{ProcRoot: cfg.ProcRoot, RootfsPath: cfg.Rootfs, Log: log.With("collector", "node")})
+		if err != nil {
+			log.Warn("node metrics are off", "err", err)
+			s.Notes["node"] = "off: " + err.Error()
+		} else {
+			s.Collectors = append(s.Collectors, n)
+		}
+	}
+	if cfg.HasScope("process") {
+		p, err := process.New(process.Options{
+			ProcRoot: cfg.ProcRoot,
+			Log:      log.With("collector", "process"),
+			RootPID:  func() int { return int(s.childPID.Load()) },
+			Adopter:  func() int { return int(s.adopter.Load()) },
+		})
+		if err != nil {
+			log.Warn("process metrics are off", "err", err)
+			s.Notes["process"] = "off: " + err.Error()
+		} else {
+			s.Collectors = append(s.Collectors, p)
+		}
+	}
+	if cfg.HasScope("gpu") {
+		pfs, err := procfs.NewFS(cfg.ProcRoot)
+		if err == nil {
+			var g *gpu.Collector
+			if g, err = newGPUSource(cfg, s.processTree(pfs), log); err == nil {
+				s.gpu = g
+				s.Collectors = append(s.Collectors, g)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--gpus / BRIDGE_GPUS: %w", err)
+		}
+	}
+	s.Collectors = filterScopes(s.Collectors, cfg)
+	return s, nil
+}
+
+// SetChild names the process tree the process_ and GPU collectors follow:
+// the child's pid (0: none) and the pid that adopts its orphans (bridge as
+// subreaper; 0: none). Safe to call while sampling runs.
+func (s *Sources) SetChild(pid, adopter int) {
+	s.childPID.Store(int64(pid))
+	s.adopter.Store(int64(adopter))
+}
+
+// processTree lists the child's tree for the GPU collector's per-process
+// memory.
+func (s *Sources) processTree(pfs procfs.FS) func() ([]int, error) {
+	return func() ([]int, error) {
+		pid := s.childPID.Load()
+		if pid <= 0 {
+			return nil, nil
+		}
+		return process.Tree(pfs, int(pid), int(s.adopter.Load()))
+	}
+}
+
+// Memory is the between-samples memory probe: the cgroup's working set and
+// limit only. Nil without a cgroup collector.
+func (s *Sources) Memory() MemoryProbe {
+	if s.cgroup == nil {
+		return nil
+	}
+	return s.cgroup
+}
+
+// CgroupVersion is "1" or "2", "" without a cgroup collector (forensics).
+func (s *Sources) CgroupVersion() string {
+	if s.cgroup == nil {
+		return ""
+	}
+	return string(s.cgroup.Info().Version)
+}
+
+// XidEvents are the GPU errors seen so far, nil without GPUs (forensics).
+func (s *Sources) XidEvents() []gpu.XidEvent {
+	if s.gpu == nil {
+		return nil
+	}
+	return s.gpu.XidEvents()
+}
+
+// CgroupOptions points the cgroup collector at the configured roots. On the
+// host's own mounts it asks the kernel for the layout; under other roots it
+// reads the layout and bridge's own pid ("self") from the files there.
+func CgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
+	o := cgroup.Options{ProcRoot: cfg.ProcRoot, CgroupRoot: cfg.CgroupRoot, Log: log.With("collector", "cgroup")}
+	if filepath.Clean(cfg.CgroupRoot) != "/sys/fs/cgroup" {
+		o.Mode = cgroup.ModeAt(cfg.CgroupRoot)
+	}
+	if filepath.Clean(cfg.ProcRoot) != "/proc" {
+		if fs, err := procfs.NewFS(cfg.ProcRoot); err == nil {
+			if self, err := fs.Self(); err == nil {
+				o.PID = self.PID
+			}
+		}
+	}
+	return o
+}
+
+// Detected is what `bridge sample` reports about the machine: each
+// collector's findings, and why a missing scope is missing.
+func (s *Sources) Detected(ctx context.Context, smp *metrics.Sampler) map[string]any {
+	d := smp.Detect(ctx)
+	for k, v := range s.Notes {
+		if _, ok := d[k]; !ok {
+			d[k] = v
+		}
+	}
+	return d
+}
+
+// StartTags describe the job at start, for the run and the spool.
+func (s *Sources) StartTags(cfg config.Config, version string) map[string]string {
+	t := map[string]string{
+		"bridge.version":  version,
+		"bridge.hostname": hostname(),
+	}
+	if cfg.NodeID != "" {
+		t["bridge.node_id"] = cfg.NodeID
+	}
+	if cfg.NoContainer {
+		t["bridge.container_awareness"] = "off"
+	}
+	if c := s.cgroup; c != nil {
+		info := c.Info()
+		t["bridge.cgroup.version"] = string(info.Version)
+		var paths []string
+		for k, v := range info.Paths {
+			paths = append(paths, k+"="+v)
+		}
+		sort.Strings(paths)
+		t["bridge.cgroup.path"] = strings.Join(paths, " ")
+		if info.MemoryLimitBytes > 0 {
+			t["bridge.memory_limit_megabytes"] = strconv.FormatFloat(metrics.MB(float64(info.MemoryLimitBytes)), 'f', 1, 64)
+		} else {
+			t["bridge.memory_limit_megabytes"] = "no limit"
+		}
+		t["bridge.memory_limit_set_by"] = info.MemoryLimitSetBy
+		if info.CPULimitCores > 0 {
+			t["bridge.cpu_limit_cores"] = strconv.FormatFloat(info.CPULimitCores, 'f', 2, 64)
+		} else {
+			t["bridge.cpu_limit_cores"] = "no limit"
+		}
+		t["bridge.cpu_limit_set_by"] = info.CPULimitSetBy
+	}
+	if s.gpu != nil {
+		for k, v := range s.gpu.Tags() {
+			t[k] = v
+		}
+	}
+	return t
+}
+
+// scopeFilter drops points of scopes the user turned off (the node collector
+// serves node, rootfs and netns).
+type scopeFilter struct {
+	metrics.Collector
+	keep map[metrics.Scope]bool
+}
+
+func (f scopeFilter) Collect(ctx context.Context) ([]metrics.Point, error) {
+	pts, err := f.Collector.Collect(ctx)
+	out := pts[:0]
+	for _, p := range pts {
+		if f.keep[p.Scope] {
+			out = append(out, p)
+		}
+	}
+	return out, err
+}
+
+func (f scopeFilter) Detect(ctx context.Context) map[string]any {
+	if d, ok := f.Collector.(metrics.Detector); ok {
+		return d.Detect(ctx)
+	}
+	return nil
+}
+
+func (f scopeFilter) Close() error {
+	if c, ok := f.Collector.(metrics.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+func filterScopes(cs []metrics.Collector, cfg config.Config) []metrics.Collector {
+	if len(cfg.Scopes) == len(config.AllScopes) {
+		return cs
+	}
+	keep := map[metrics.Scope]bool{}
+	for _, s := range cfg.Scopes {
+		keep[metrics.Scope(s)] = true
+	}
+	out := make([]metrics.Collector, len(cs))
+	for i, c := range cs {
+		out[i] = scopeFilter{Collector: c, keep: keep}
+	}
+	return out
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "unknown"
+	}
+	return h
+}

@@ -1,0 +1,164 @@
+package pipeline
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"slices"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/tracker/mlflow"
+	"github.com/bridge-dev/bridge/tracker/wandb"
+)
+
+// Overrides are run ids a subcommand sets over the environment (a resumed
+// attempt's run, attach's and sync's --run-id), keyed by tracker name.
+type Overrides struct {
+	RunIDs map[string]string // tracker name -> run to write to
+	Owned  map[string]bool   // tracker name -> bridge created that run in an earlier attempt
+}
+
+// SameRun writes every tracker into run id (attach's and sync's --run-id).
+func SameRun(id string) Overrides {
+	ov := Overrides{RunIDs: map[string]string{}}
+	for _, t := range Trackers {
+		ov.RunIDs[t.Name] = id
+	}
+	return ov
+}
+
+// Tracker is one registration: how a tracker's sink is built from the
+// configuration. Adding a tracker is its package plus one entry in Trackers.
+type Tracker struct {
+	Name     string // as in --trackers and the spool's records
+	RunIDEnv string // the variable a job names its run with (attach's default)
+	Resume   bool   // a restarted attempt writes into the run of the lost one
+	// AttachRunHint is set for trackers whose run `bridge attach` must be
+	// told (it never creates one): where a job finds its run id.
+	AttachRunHint string
+	// Build returns the sink, or nil when the tracker is off for this job
+	// (not configured under "auto"). Its errors are usage errors.
+	Build func(b Build) (tracker.Sink, error)
+}
+
+// Build is what a Tracker's Build gets.
+type Build struct {
+	Config   config.Config
+	Explicit bool   // named in --trackers (not just "auto"): must be configured
+	RunID    string // an override, or ""
+	Owned    bool   // bridge created RunID in an earlier attempt
+	Getenv   func(string) string
+	Home     string
+	Log      *slog.Logger
+}
+
+// Trackers is the one list of bridge's trackers, in the order they start.
+var Trackers = []Tracker{
+	{Name: "mlflow", RunIDEnv: "MLFLOW_RUN_ID", Resume: true, Build: buildMLflow,
+		AttachRunHint: "mlflow.active_run().info.run_id"},
+	{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Build: buildWandb},
+}
+
+// Registered is the registration of the tracker named name.
+func Registered(name string) (Tracker, bool) {
+	for _, t := range Trackers {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tracker{}, false
+}
+
+// BuildSinks builds the sinks the configuration turns on. With "auto" a
+// tracker is on when its own variables say so (MLFLOW_TRACKING_URI, W&B's
+// API key or project); a tracker named explicitly must be configured, or it
+// is a usage error (every error it returns is one).
+func BuildSinks(cfg config.Config, ov Overrides, log *slog.Logger) ([]tracker.Sink, error) {
+	if slices.Contains(cfg.Trackers, "none") {
+		return nil, nil
+	}
+	home, _ := os.UserHomeDir()
+	auto := slices.Contains(cfg.Trackers, "auto")
+	var sinks []tracker.Sink
+	for _, t := range Trackers {
+		explicit := slices.Contains(cfg.Trackers, t.Name)
+		if !auto && !explicit {
+			continue
+		}
+		s, err := t.Build(Build{Config: cfg, Explicit: explicit, RunID: ov.RunIDs[t.Name], Owned: ov.Owned[t.Name],
+			Getenv: os.Getenv, Home: home, Log: log})
+		if err != nil {
+			return nil, err
+		}
+		if s != nil {
+			sinks = append(sinks, s)
+		}
+	}
+	return sinks, nil
+}
+
+// buildMLflow: a non-HTTP MLflow URI is explained and falls back to the
+// spool.
+func buildMLflow(b Build) (tracker.Sink, error) {
+	mc, err := mlflow.ConfigFromEnv(b.Getenv, b.Home)
+	switch {
+	case errors.Is(err, mlflow.ErrNotHTTP):
+		if b.Explicit || b.Getenv("MLFLOW_TRACKING_URI") != "" {
+			b.Log.Warn("MLflow is not reachable over REST from bridge; samples go to the spool", "err", err)
+		}
+		if b.Explicit {
+			return nil, errors.New("--trackers=mlflow needs MLFLOW_TRACKING_URI=http(s)://... of an `mlflow server`")
+		}
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if b.Config.NodeID != "" { // else MLFLOW_SYSTEM_METRICS_NODE_ID, as read by ConfigFromEnv
+		mc.NodeID = b.Config.NodeID
+	}
+	if b.Config.RunName != "" {
+		mc.RunName = b.Config.RunName
+	}
+	if b.RunID != "" {
+		mc.RunID, mc.OwnsRun = b.RunID, b.Owned
+	}
+	return mlflow.New(mc, b.Log.With("tracker", "mlflow"))
+}
+
+// buildWandb: under "auto" W&B is on only when the job is set up for it (an
+// API key in the environment or a project), not merely because a netrc holds
+// a key.
+func buildWandb(b Build) (tracker.Sink, error) {
+	wc, err := wandb.ConfigFromEnv(b.Getenv, b.Home)
+	configured := b.Getenv("WANDB_API_KEY") != "" || b.Getenv("WANDB_PROJECT") != ""
+	switch {
+	case !b.Explicit && !configured:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case wc.Mode != wandb.ModeOnline:
+		b.Log.Info("W&B is off for this job (WANDB_MODE); its samples stay in the spool", "mode", wc.Mode)
+		return nil, nil
+	case wc.APIKey == "" && b.Explicit:
+		return nil, errors.New("--trackers=wandb needs an API key: set WANDB_API_KEY or add the server to ~/.netrc (as `wandb login` does)")
+	case wc.APIKey == "":
+		// Under auto a missing key must not stop the job from running.
+		b.Log.Warn("WANDB_PROJECT is set but no W&B API key was found (WANDB_API_KEY or ~/.netrc); W&B is off, samples stay in the spool")
+		return nil, nil
+	}
+	wc.Label = b.Config.NodeID
+	if b.RunID != "" {
+		wc.RunID = b.RunID
+	}
+	return wandb.New(wc, b.Log) // New adds tracker=wandb itself
+}
+
+// TrackerNames are the names --trackers accepts besides "auto" and "none".
+func TrackerNames() []string {
+	names := make([]string, len(Trackers))
+	for i, t := range Trackers {
+		names[i] = t.Name
+	}
+	return names
+}

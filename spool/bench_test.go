@@ -1,0 +1,48 @@
+package spool
+
+import (
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// BenchmarkOutageMemory measures the heap a spool holds when a tracker acks
+// nothing for one and for three days at a 10 s interval (8640 samples of 60
+// metrics a day): the figures for docs/reliability-spool.md.
+func BenchmarkOutageMemory(b *testing.B) {
+	for _, days := range []int64{1, 3} {
+		b.Run(fmt.Sprintf("days=%d", days), func(b *testing.B) { outageMemory(b, days*8640) })
+	}
+}
+
+func outageMemory(b *testing.B, day int64) {
+	pts := make([]metrics.Point, 60)
+	for i := range pts {
+		pts[i] = metrics.Point{Name: fmt.Sprintf("container_metric_number_%02d_megabytes", i), Value: float64(i) * 1.5}
+	}
+	for b.Loop() {
+		s, err := OpenWith(filepath.Join(b.TempDir(), "s.jsonl"), Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Track("mlflow", "r")
+		var before runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for i := int64(0); i < day; i++ {
+			s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(i * 10_000), Points: pts})
+		}
+		var after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/(1<<20), "MiB")
+		if n := s.PendingCount("mlflow", "r"); int64(n) != day {
+			b.Fatalf("pending %d", n)
+		}
+		s.Close()
+	}
+}

@@ -1,0 +1,308 @@
+package spool
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// failingFile is the spool's file with a switch: while full, a write stores
+// half of what it was given and fails with ENOSPC, like a filling disk.
+type failingFile struct {
+	*os.File
+	mu   sync.Mutex
+	full bool
+}
+
+func (f *failingFile) setFull(v bool) { f.mu.Lock(); f.full = v; f.mu.Unlock() }
+
+func (f *failingFile) Write(b []byte) (int, error) {
+	f.mu.Lock()
+	full := f.full
+	f.mu.Unlock()
+	if full {
+		n, _ := f.File.Write(b[:len(b)/2])
+		return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	return f.File.Write(b)
+}
+
+func openFailing(t *testing.T, opt Options) (*Spool, *failingFile, *bytes.Buffer) {
+	t.Helper()
+	var logs bytes.Buffer
+	opt.Logger = logTo(&logs)
+	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff := &failingFile{File: s.f.(*os.File)}
+	s.f = ff
+	s.gap = 0 // retry at every write: the test needs no clock
+	return s, ff, &logs
+}
+
+// Disk full: no write fails a sample or an ack; samples reach the sink from
+// memory; one message when writing fails, one when it works again; the file
+// then holds every record, in order, on whole lines.
+func TestDiskFullThenRecovers(t *testing.T) {
+	s, ff, logs := openFailing(t, Options{})
+	s.WriteStart(Record{Time: 1})
+	s.Track("mlflow", "r")
+	s.Append(sample(0, 0))
+	ff.setFull(true)
+	for i := int64(1); i < 20; i++ {
+		if err := s.Append(sample(i, float64(i))); err != nil {
+			t.Fatalf("append %d while full: %v", i, err)
+		}
+		if i%5 == 0 {
+			if err := s.Ack("mlflow", "r", i-3); err != nil {
+				t.Fatalf("ack while full: %v", err)
+			}
+		}
+	}
+	if got := s.Pending("mlflow", "r", 100); len(got) != 7 || got[0].Seq != 13 || got[6].Seq != 19 {
+		t.Fatalf("pending while full = %v, want 13..19 from memory", got)
+	}
+	st := s.Stats()
+	if st.Outages != 1 || st.WriteFailures < 15 || st.Buffered == 0 || st.Written != 1 {
+		t.Fatalf("stats while full: %+v", st)
+	}
+	if n := strings.Count(logs.String(), "cannot write the spool"); n != 1 {
+		t.Fatalf("%d failure messages, want 1:\n%s", n, logs)
+	}
+	ff.setFull(false)
+	s.Append(sample(20, 20)) // the next write flushes the buffer
+	st = s.Stats()
+	if st.Buffered != 0 || st.Written != 21 || st.LostUnwritten != 0 {
+		t.Fatalf("stats after recovery: %+v", st)
+	}
+	if n := strings.Count(logs.String(), "writable again"); n != 1 {
+		t.Fatalf("%d recovery messages, want 1:\n%s", n, logs)
+	}
+	path := s.Path()
+	s.Close()
+
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if st := s2.Stats(); st.BadLines != 0 || st.TornTail {
+		t.Fatalf("file after the outage has bad lines: %+v", st)
+	}
+	want := []int64{}
+	for i := int64(0); i <= 20; i++ {
+		want = append(want, i)
+	}
+	if got := pendingSeqs(t, s2); !slices.Equal(got, want) {
+		t.Fatalf("samples in the file %v, want %v", got, want)
+	}
+	if a := s2.Acked("mlflow", "r"); a != 12 {
+		t.Fatalf("ack in the file = %d, want the newest (12)", a)
+	}
+}
+
+// A long outage keeps at most MaxBuffered samples in memory: the oldest
+// unwritten ones are dropped, counted, and reported once.
+func TestDiskFullBufferBounded(t *testing.T) {
+	s, ff, logs := openFailing(t, Options{MaxBuffered: 5})
+	defer s.Close()
+	s.Track("mlflow", "r")
+	ff.setFull(true)
+	for i := int64(0); i < 12; i++ {
+		s.Append(sample(i, 1))
+	}
+	st := s.Stats()
+	if st.LostUnwritten != 7 || st.Buffered != 5 {
+		t.Fatalf("stats %+v, want 7 lost and 5 buffered", st)
+	}
+	if got := s.Pending("mlflow", "r", 100); len(got) != 5 || got[0].Seq != 7 {
+		t.Fatalf("pending %v, want the newest 5", got)
+	}
+	if n := strings.Count(logs.String(), "memory buffer is full"); n != 1 {
+		t.Fatalf("%d buffer-full messages, want 1:\n%s", n, logs)
+	}
+	ff.setFull(false)
+	s.Append(sample(12, 1))
+	if st := s.Stats(); st.Buffered != 0 || st.Written != 6 {
+		t.Fatalf("after recovery %+v", st)
+	}
+}
+
+// Memory holds at most MemSamples written samples; older unacknowledged ones
+// are read back from the file, in order, with their values.
+func TestMemoryBoundedRereadsFromFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	s, err := OpenWith(path, Options{MemSamples: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Track("mlflow", "r")
+	for i := int64(0); i < 100; i++ {
+		s.Append(sample(i, float64(i)))
+	}
+	inMem := 0
+	for _, e := range s.pend {
+		if e.smp != nil {
+			inMem++
+		}
+	}
+	if inMem > 10 || s.inMem != inMem {
+		t.Fatalf("%d samples in memory (counted %d), want at most 10", inMem, s.inMem)
+	}
+	got := s.Pending("mlflow", "r", 1000)
+	if len(got) != 100 {
+		t.Fatalf("pending %d, want 100", len(got))
+	}
+	for i, smp := range got {
+		if v, _ := smp.Value("node_memory_used_megabytes"); smp.Seq != int64(i) || v != float64(i)*10 {
+			t.Fatalf("sample %d = seq %d value %v", i, smp.Seq, v)
+		}
+	}
+	s.Ack("mlflow", "r", 49)
+	if got := s.Pending("mlflow", "r", 5); len(got) != 5 || got[0].Seq != 50 {
+		t.Fatalf("pending after ack %v", got)
+	}
+}
+
+// The size cap rewrites the file without its oldest samples: those every
+// sink acknowledged are not counted as dropped, the others are; the file
+// stays under the cap and reopens cleanly with its start record.
+func TestSizeCap(t *testing.T) {
+	for _, acked := range []bool{true, false} {
+		path := filepath.Join(t.TempDir(), "s.jsonl")
+		var logs bytes.Buffer
+		const capBytes = 16 << 10
+		s, err := OpenWith(path, Options{MaxSize: capBytes, Logger: logTo(&logs)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
+		s.Track("mlflow", "r")
+		const n = 400
+		for i := int64(0); i < n; i++ {
+			s.Append(sample(i, float64(i)))
+			if acked {
+				s.Ack("mlflow", "r", i)
+			}
+			if fi, _ := os.Stat(path); fi.Size() > capBytes {
+				t.Fatalf("file is %d bytes, over the cap", fi.Size())
+			}
+		}
+		st := s.Stats()
+		if st.Compactions == 0 {
+			t.Fatalf("acked=%v: no compaction: %+v", acked, st)
+		}
+		if acked != (st.DroppedByCap == 0) {
+			t.Fatalf("acked=%v: dropped %d", acked, st.DroppedByCap)
+		}
+		pend := s.Pending("mlflow", "r", n)
+		s.Close()
+		if !strings.Contains(logs.String(), "size cap") {
+			t.Errorf("no size-cap message:\n%s", logs.String())
+		}
+		s2, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := pendingSeqs(t, s2)
+		if len(got) == 0 || got[len(got)-1] != n-1 || int64(len(got)) != got[len(got)-1]-got[0]+1 {
+			t.Fatalf("acked=%v: samples after compaction %v, want the newest, contiguous", acked, got)
+		}
+		if !acked && (len(pend) != len(got) || pend[0].Seq != got[0]) {
+			t.Fatalf("pending in memory %d from %d, file holds %d from %d", len(pend), pend[0].Seq, len(got), got[0])
+		}
+		if a := s2.Attempts(); len(a) != 1 || a[0].Start.Runs["mlflow"] != "r" {
+			t.Fatalf("attempts after compaction %+v", a)
+		}
+		if acked && s2.Acked("mlflow", "r") != n-1 {
+			t.Fatalf("ack after compaction %d", s2.Acked("mlflow", "r"))
+		}
+		s2.Close()
+	}
+}
+
+// A fully delivered spool says so; one a sink gave up on does not.
+func TestDelivered(t *testing.T) {
+	s, _ := Open(filepath.Join(t.TempDir(), "s.jsonl"))
+	s.Track("a", "r")
+	s.Append(sample(0, 1))
+	if s.Delivered() {
+		t.Fatal("delivered before the ack")
+	}
+	s.Ack("a", "r", 0)
+	if !s.Delivered() {
+		t.Fatal("not delivered after the ack")
+	}
+	path := s.Path()
+	if err := s.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("file still there: %v", err)
+	}
+
+	s, _ = Open(filepath.Join(t.TempDir(), "s.jsonl"))
+	defer s.Close()
+	s.Track("a", "r")
+	s.Append(sample(0, 1))
+	s.Untrack("a", "r")
+	if s.Delivered() {
+		t.Fatal("delivered although the sink gave up")
+	}
+}
+
+// The sampler appends while two forwarders read and acknowledge, with a
+// tiny memory window (reads from the file) and a small cap (rewrites): every
+// sample reaches each forwarder once, in order, unless the cap dropped it.
+func TestConcurrentAppendPendingAck(t *testing.T) {
+	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), Options{MemSamples: 3, MaxSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.Track("a", "r")
+	s.Track("b", "r")
+	const n = 600
+	var wg sync.WaitGroup
+	for _, sink := range []string{"a", "b"} {
+		wg.Add(1)
+		wake := s.Notify()
+		go func() {
+			defer wg.Done()
+			last := int64(-1)
+			for last < n-1 {
+				batch := s.Pending(sink, "r", 7)
+				if len(batch) == 0 {
+					<-wake // no busy loop: wait for the next Append
+					continue
+				}
+				for _, smp := range batch {
+					if smp.Seq <= last {
+						t.Errorf("%s: seq %d after %d", sink, smp.Seq, last)
+						return
+					}
+					if v, _ := smp.Value("container_memory_working_set_megabytes"); v != float64(smp.Seq) {
+						t.Errorf("%s: seq %d has value %v", sink, smp.Seq, v)
+						return
+					}
+					last = smp.Seq
+				}
+				s.Ack(sink, "r", last)
+			}
+		}()
+	}
+	for i := int64(0); i < n; i++ {
+		s.Append(sample(i, float64(i)))
+	}
+	wg.Wait()
+	if st := s.Stats(); st.Written != n || st.Buffered != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

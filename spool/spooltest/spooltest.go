@@ -1,0 +1,70 @@
+// Package spooltest reads a spool file for tests: what a finished bridge left,
+// read independently of the spool package's writer, by the documented format.
+package spooltest
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/spool"
+)
+
+// ReadFile reads every record of a spool: its samples in file order, the
+// highest ack per "sink\x00run", and the attempts. Lines that are not records
+// (a torn last line) are skipped, as bridge skips them.
+func ReadFile(path string) (samples []metrics.Sample, acks map[string]int64, attempts []spool.Attempt, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("opening spool %s: %w", path, err)
+	}
+	defer f.Close()
+	acks = map[string]int64{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), spool.DefaultMaxLine+1)
+	for sc.Scan() {
+		var rec spool.Record
+		if json.Unmarshal(sc.Bytes(), &rec) != nil {
+			continue
+		}
+		switch rec.Type {
+		case spool.TypeStart:
+			attempts = append(attempts, spool.Attempt{Start: rec})
+		case spool.TypeEnd:
+			if n := len(attempts); n > 0 {
+				r := rec
+				attempts[n-1].End = &r
+			}
+		case spool.TypeSample:
+			if rec.Seq == nil {
+				continue
+			}
+			smp := metrics.Sample{Seq: *rec.Seq, Time: time.UnixMilli(rec.TS)}
+			for k, v := range rec.Metrics {
+				smp.Points = append(smp.Points, metrics.Point{Name: k, Value: v})
+			}
+			sort.Slice(smp.Points, func(i, j int) bool { return smp.Points[i].Name < smp.Points[j].Name })
+			samples = append(samples, smp)
+			if n := len(attempts); n > 0 {
+				c := smp
+				attempts[n-1].LastSample = &c
+			}
+		case spool.TypeAck:
+			if rec.Seq == nil {
+				continue
+			}
+			k := rec.Sink + "\x00" + rec.Run
+			if v, ok := acks[k]; !ok || *rec.Seq > v {
+				acks[k] = *rec.Seq
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, nil, fmt.Errorf("reading spool %s: %w", path, err)
+	}
+	return samples, acks, attempts, nil
+}
