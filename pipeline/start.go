@@ -16,7 +16,20 @@ type SinkRun struct {
 	Sink    tracker.Sink
 	RunID   string
 	Created bool // bridge created the run (it may set its terminal status)
-	fwd     *tracker.Forwarder
+	// Late is set when the tracker was not reachable within the start
+	// timeout and no run is known yet: the forwarder starts the sink in the
+	// background (tracker.Forwarder.Start) and RunID stays empty here.
+	Late *tracker.StartInfo
+	fwd  *tracker.Forwarder
+}
+
+// run is the run the sink writes to now: RunID, or the run a late start
+// created ("" while it has not).
+func (r SinkRun) run() string {
+	if r.fwd != nil {
+		return r.fwd.CurrentRun()
+	}
+	return r.RunID
 }
 
 // RunCreator is implemented by sinks that can create their run (MLflow's):
@@ -43,26 +56,56 @@ func (st Started) RunIDs() map[string]string {
 	return ids
 }
 
-// StartTimeout bounds each sink's Start: the child waits on it.
+// StartTimeout bounds each sink's Start for StartSinks (bridge sync).
 const StartTimeout = 15 * time.Second
 
-// StartSinks starts every sink (finding or creating its run) on the calling
-// goroutine, before the child starts. A sink that cannot start is dropped
-// with a clear message; its samples stay in the spool.
+// DefaultStartTimeout is how long the child waits for the trackers before
+// it starts, by default (the --start-timeout setting).
+const DefaultStartTimeout = 5 * time.Second
+
+// StartPolicy says how long the child waits for each sink's Start and what
+// happens to a sink whose tracker did not answer in time.
+type StartPolicy struct {
+	Timeout time.Duration // each sink's Start is retried within it
+	// Background keeps a sink that could not reach its tracker in time and
+	// has no run yet: its forwarder starts it later and sends what was
+	// spooled meanwhile. Without it (bridge sync), such a sink is dropped.
+	Background bool
+}
+
+// StartSinks starts every sink with StartTimeout and no background start.
 func StartSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, log *slog.Logger) Started {
+	return StartSinksWith(ctx, sinks, info, StartPolicy{Timeout: StartTimeout}, log)
+}
+
+// StartSinksWith starts every sink (finding or creating its run) on the
+// calling goroutine, before the child starts. A sink that refuses (a
+// permanent error, an invalid answer) is dropped with a clear message; its
+// samples stay in the spool. What a tracker returns for the child is
+// checked (tracker.ValidEnv): it never keeps the child from starting.
+func StartSinksWith(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, pol StartPolicy, log *slog.Logger) Started {
 	var st Started
 	for _, s := range sinks {
-		sctx, cancel := context.WithTimeout(ctx, StartTimeout)
-		e, err := s.Start(sctx, info)
-		cancel()
+		e, err := startWithin(ctx, s, info, pol.Timeout)
+		if verr := tracker.ValidEnv(e); verr != nil {
+			e, err = nil, tracker.Permanent(verr)
+		}
+		// Variables the child can use even when the tracker failed (a
+		// generated W&B run id) go along.
 		st.Env = append(st.Env, e...)
 		id := s.RunID()
 		switch {
 		case err == nil:
-		case errors.Is(err, tracker.ErrPermanent) || id == "":
+		case errors.Is(err, tracker.ErrPermanent) || (id == "" && !pol.Background):
 			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples stay in the spool (upload later with `bridge sync`)",
 				"tracker", s.Name(), "err", err)
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
+			continue
+		case id == "":
+			log.Warn("tracker not reachable at start; the job starts without its run, bridge keeps trying in the background and sends the spooled samples to the run it creates then",
+				"tracker", s.Name(), "waited", pol.Timeout, "err", err)
+			li := info
+			st.Runs = append(st.Runs, SinkRun{Sink: s, Late: &li})
 			continue
 		default:
 			// The run is known (given, or generated for the child): keep
@@ -74,4 +117,27 @@ func StartSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 		st.Runs = append(st.Runs, SinkRun{Sink: s, RunID: id, Created: ok && c.Created()})
 	}
 	return st
+}
+
+// startWithin calls s.Start until it succeeds, fails for good, or timeout
+// (which the child waits on) has passed: a tracker that blinks for a second
+// still gives the child its run.
+func startWithin(ctx context.Context, s tracker.Sink, info tracker.StartInfo, timeout time.Duration) ([]string, error) {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	gap := 250 * time.Millisecond
+	for {
+		e, err := s.Start(sctx, info)
+		if err == nil || errors.Is(err, tracker.ErrPermanent) || s.RunID() != "" {
+			return e, err
+		}
+		t := time.NewTimer(gap)
+		select {
+		case <-sctx.Done():
+			t.Stop()
+			return e, err
+		case <-t.C:
+		}
+		gap = min(2*gap, 2*time.Second)
+	}
 }

@@ -74,7 +74,8 @@ func runAttach(args []string, stderr io.Writer) int {
 	src.SetChild(pid, 0)
 	tags := src.StartTags(cfg, version)
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
-	started := pipeline.StartSinks(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
+	started := pipeline.StartSinksWith(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags},
+		pipeline.StartPolicy{Timeout: pipeline.DefaultStartTimeout, Background: true}, log)
 	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
 		Sources: src, Started: started, StartTags: tags})
 	if err != nil {

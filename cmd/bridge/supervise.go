@@ -75,7 +75,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 		lostRows = lost.Rows()
 	}
 	info := tracker.StartInfo{Command: argv, RunName: runName(cfg, argv), NodeID: cfg.NodeID, Tags: tags}
-	started := pipeline.StartSinks(context.Background(), sinks, info, log)
+	started := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: pipeline.DefaultStartTimeout, Background: true}, log)
 	env := started.Env
 	for _, r := range started.Runs {
 		if r.Created {
