@@ -242,15 +242,17 @@ func (c *classifier) oomVerdict(main, inferred bool) Verdict {
 	case c.nearLimit():
 		return c.verdict(ReasonCgroupOOMKill, "oom_kill_rose+near_limit",
 			say("in the container's cgroup, near its memory limit"))
-	case c.nodeLow():
-		return c.verdict(ReasonNodeOOMKill, "oom_kill_rose+far_from_limit+node_low",
-			say("while the node was out of memory and the cgroup far from its limit")+", "+c.nodeText())
 	case c.peakAtLimit():
 		// Allocations faster than the sampling interval: the samples miss
-		// the end, the kernel's high-water mark does not.
+		// the end, the kernel's high-water mark does not. It comes before
+		// the node's memory: with oom_kill risen and usage at the cgroup's
+		// limit, that limit is the likelier domain.
 		return c.verdict(ReasonCgroupOOMKill, "oom_kill_rose+peak_at_limit",
 			say(fmt.Sprintf("in the container's cgroup, whose usage reached its memory limit (kernel high-water mark %.1f MB)",
 				e.Memory.PeakUsageMB.Value)))
+	case c.nodeLow():
+		return c.verdict(ReasonNodeOOMKill, "oom_kill_rose+far_from_limit+node_low",
+			say("while the node was out of memory and the cgroup far from its limit")+", "+c.nodeText())
 	default:
 		c.facts["oom_domain"] = "not seen"
 		return c.verdict(ReasonCgroupOOMKill, "oom_kill_rose",
@@ -404,6 +406,9 @@ func baseFacts(e Evidence) map[string]string {
 		}
 		if m.PeakUsageMB.Known {
 			f["peak_usage_megabytes"] = mb(m.PeakUsageMB.Value)
+			if m.LimitMB > 0 {
+				f["peak_usage_share_of_limit_percentage"] = mb(100 * m.PeakUsageMB.Value / m.LimitMB)
+			}
 		}
 	}
 	if n := e.Node; n.Known {

@@ -130,7 +130,17 @@ func TestClassify(t *testing.T) {
 				Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 159.4, RecentSharePercent: 76, PeakUsageMB: Reading{209.7, true}},
 				Node:   nodeOK},
 			reason: ReasonCgroupOOMKill, rule: "oom_kill_rose+peak_at_limit",
-			says: []string{"whose usage reached its memory limit (kernel high-water mark 209.7 MB)"},
+			says:  []string{"whose usage reached its memory limit (kernel high-water mark 209.7 MB)"},
+			facts: map[string]string{"peak_usage_share_of_limit_percentage": "100.0"},
+		},
+		{
+			// The samples missed the spike and the node was low too: the
+			// kernel's high-water mark at the cgroup's limit decides.
+			name: "v1 OOM kill between samples on a low node: the high-water mark outweighs the node",
+			e: Evidence{ExitCode: 137, Signal: syscall.SIGKILL, CgroupVersion: "v1", OOMKill: counter(0, 1),
+				Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 95.3, RecentSharePercent: 45, PeakUsageMB: Reading{209.7, true}},
+				Node:   nodeLow},
+			reason: ReasonCgroupOOMKill, rule: "oom_kill_rose+peak_at_limit",
 		},
 		{
 			name: "v1 OOM kill far from the limit, node low",

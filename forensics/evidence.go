@@ -8,7 +8,7 @@
 // container), and lowers bridge's own OOM score where it may.
 //
 // Everything here is pure logic over values already measured, except
-// SetOOMScoreAdj and ReadOOMScoreAdj, which take the /proc root as a
+// SetOOMScoreAdj, which takes the /proc root as a
 // parameter. docs/forensics.md explains how to read each reason.
 package forensics
 

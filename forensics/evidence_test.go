@@ -39,7 +39,7 @@ func accumulate(samples ...metrics.Sample) *summary.Accumulator {
 
 func TestFromRun(t *testing.T) {
 	const (
-		ws, lim, pct = "container_memory_working_set_megabytes", "container_memory_limit_megabytes", "container_memory_usage_percentage"
+		ws, lim, pct = "container_memory_working_set_megabytes", "container_memory_limit_megabytes", "container_memory_working_set_percentage"
 		kill, oom    = "container_memory_oom_kill_events_count", "container_memory_oom_events_count"
 		avail, total = "node_memory_available_megabytes", "node_memory_total_megabytes"
 	)

@@ -35,23 +35,13 @@ type Lost struct {
 	Sentence string
 }
 
-// PreviousAttemptLost looks at attempts as Spool.Attempts returns them after
-// this attempt's WriteStart: the last element is the current attempt and is
-// not considered. It returns the most recent earlier training attempt (a
-// `bridge sync` start, Info mode=sync, is skipped) when that one has no end
-// record. An earlier attempt that ended cleanly means nothing was lost since:
-// older lost attempts were reported by the attempt that followed them.
-func PreviousAttemptLost(attempts []spool.Attempt) (*Lost, bool) {
-	if len(attempts) < 2 {
-		return nil, false
-	}
-	n := len(attempts) - 1
-	return LostBefore(attempts[:n], time.UnixMilli(attempts[n].Start.Time))
-}
-
-// LostBefore is PreviousAttemptLost for a spool read before this attempt's
-// start record is written (its tags go to the tracker first): earlier holds
-// only the earlier attempts, next is when this one starts.
+// LostBefore looks at a spool read before this attempt's start record is
+// written (its tags go to the tracker first): earlier holds only the earlier
+// attempts, next is when this one starts. It returns the most recent earlier
+// training attempt (a `bridge sync` start, Info mode=sync, is skipped) when
+// that one has no end record. An earlier attempt that ended cleanly means
+// nothing was lost since: older lost attempts were reported by the attempt
+// that followed them.
 func LostBefore(earlier []spool.Attempt, next time.Time) (*Lost, bool) {
 	for i := len(earlier) - 1; i >= 0; i-- {
 		a := earlier[i]

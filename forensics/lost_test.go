@@ -69,20 +69,20 @@ func writeSpool(t *testing.T, attempts []attempt, now time.Duration) []spool.Att
 func oomingSamples(from int64, at time.Duration) []metrics.Sample {
 	return []metrics.Sample{
 		sample(from, at, "container_memory_working_set_megabytes", 150.0, "container_memory_limit_megabytes", 209.7,
-			"container_memory_usage_percentage", 71.5, "container_memory_oom_kill_events_count", 0.0),
+			"container_memory_working_set_percentage", 71.5, "container_memory_oom_kill_events_count", 0.0),
 		sample(from+1, at+time.Second, "container_memory_working_set_megabytes", 208.9, "container_memory_limit_megabytes", 209.7,
-			"container_memory_usage_percentage", 99.6, "container_memory_oom_kill_events_count", 0.0,
+			"container_memory_working_set_percentage", 99.6, "container_memory_oom_kill_events_count", 0.0,
 			"node_memory_available_megabytes", 20000.0, "gpu_0_utilization_percentage", 97.0),
 	}
 }
 
-func TestPreviousAttemptLost(t *testing.T) {
+func TestLostBeforeCurrentAttempt(t *testing.T) {
 	t.Run("lost with samples", func(t *testing.T) {
 		atts := writeSpool(t, []attempt{
 			{start: 0, pid: 101, samples: oomingSamples(0, 10*time.Second), clean: true},
 			{start: time.Minute, pid: 102, samples: oomingSamples(2, time.Minute+10*time.Second)},
 		}, time.Minute+13*time.Second)
-		l, ok := PreviousAttemptLost(atts)
+		l, ok := previousAttemptLost(atts)
 		if !ok {
 			t.Fatalf("no lost attempt in %+v", atts)
 		}
@@ -112,7 +112,7 @@ func TestPreviousAttemptLost(t *testing.T) {
 			t.Fatalf("%s is not JSON: %v: %s", TagPreviousAttemptLastSample, err, tags[TagPreviousAttemptLastSample])
 		}
 		if last.Attempt != 2 || last.Seq != 3 || last.Time != "2026-10-01T12:01:11Z" || last.Before != "2.0 s" ||
-			last.Metrics["container_memory_usage_percentage"] != 99.6 || last.Metrics["node_memory_available_megabytes"] != 20000 {
+			last.Metrics["container_memory_working_set_percentage"] != 99.6 || last.Metrics["node_memory_available_megabytes"] != 20000 {
 			t.Errorf("last sample tag = %+v", last)
 		}
 		if _, ok := last.Metrics["gpu_0_utilization_percentage"]; ok {
@@ -124,7 +124,7 @@ func TestPreviousAttemptLost(t *testing.T) {
 	})
 	t.Run("previous ended cleanly", func(t *testing.T) {
 		atts := writeSpool(t, []attempt{{start: 0, pid: 101, samples: oomingSamples(0, time.Second), clean: true}}, time.Minute)
-		if l, ok := PreviousAttemptLost(atts); ok {
+		if l, ok := previousAttemptLost(atts); ok {
 			t.Errorf("lost %+v", l)
 		}
 	})
@@ -133,7 +133,7 @@ func TestPreviousAttemptLost(t *testing.T) {
 			{start: 0, pid: 101, samples: oomingSamples(0, time.Second)},
 			{start: time.Minute, pid: 102, samples: oomingSamples(2, time.Minute+time.Second), clean: true},
 		}, 2*time.Minute)
-		if l, ok := PreviousAttemptLost(atts); ok {
+		if l, ok := previousAttemptLost(atts); ok {
 			t.Errorf("lost %+v", l)
 		}
 	})
@@ -143,7 +143,7 @@ func TestPreviousAttemptLost(t *testing.T) {
 			{start: time.Minute, pid: 102, sync: true, clean: true},
 			{start: 2 * time.Minute, pid: 103, sync: true}, // a sync that crashed
 		}, 3*time.Minute)
-		l, ok := PreviousAttemptLost(atts)
+		l, ok := previousAttemptLost(atts)
 		if !ok {
 			t.Fatal("the lost training attempt behind the syncs was not found")
 		}
@@ -154,7 +154,7 @@ func TestPreviousAttemptLost(t *testing.T) {
 	})
 	t.Run("lost without a sample", func(t *testing.T) {
 		atts := writeSpool(t, []attempt{{start: 0, pid: 101}}, time.Minute)
-		l, ok := PreviousAttemptLost(atts)
+		l, ok := previousAttemptLost(atts)
 		if !ok || l.HasSample || !strings.HasSuffix(l.Sentence, "and left no sample") {
 			t.Fatalf("Lost = %+v, %v", l, ok)
 		}
@@ -163,8 +163,18 @@ func TestPreviousAttemptLost(t *testing.T) {
 		}
 	})
 	t.Run("first attempt", func(t *testing.T) {
-		if l, ok := PreviousAttemptLost(writeSpool(t, nil, 0)); ok {
+		if l, ok := previousAttemptLost(writeSpool(t, nil, 0)); ok {
 			t.Errorf("lost %+v", l)
 		}
 	})
+}
+
+// previousAttemptLost applies LostBefore to attempts whose last element is
+// the current attempt.
+func previousAttemptLost(attempts []spool.Attempt) (*Lost, bool) {
+	if len(attempts) < 2 {
+		return nil, false
+	}
+	n := len(attempts) - 1
+	return LostBefore(attempts[:n], time.UnixMilli(attempts[n].Start.Time))
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 )
 
 // OOM score adjustment bounds (include/uapi/linux/oom.h).
@@ -51,22 +50,4 @@ func SetOOMScoreAdj(procRoot string, pid, value int) error {
 		return fmt.Errorf("setting %s to %d: %w", path, value, werr)
 	}
 	return nil
-}
-
-// ReadOOMScoreAdj reads <procRoot>/<pid>/oom_score_adj.
-func ReadOOMScoreAdj(procRoot string, pid int) (int, error) {
-	path := filepath.Join(procRoot, strconv.Itoa(pid), "oom_score_adj")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return parseOOMScoreAdj(path, string(b))
-}
-
-func parseOOMScoreAdj(path, s string) (int, error) {
-	v, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("%s: %q is not an integer: %w", path, strings.TrimSpace(s), err)
-	}
-	return v, nil
 }

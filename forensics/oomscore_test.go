@@ -2,6 +2,7 @@ package forensics
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +28,7 @@ func TestSetOOMScoreAdjReal(t *testing.T) {
 	pid := cmd.Process.Pid
 	want := func(v int) {
 		t.Helper()
-		got, err := ReadOOMScoreAdj("/proc", pid)
+		got, err := readOOMScoreAdj("/proc", pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,7 +36,7 @@ func TestSetOOMScoreAdjReal(t *testing.T) {
 			t.Fatalf("oom_score_adj = %d, want %d", got, v)
 		}
 	}
-	before, err := ReadOOMScoreAdj("/proc", pid)
+	before, err := readOOMScoreAdj("/proc", pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +95,8 @@ func TestSetOOMScoreAdjFixture(t *testing.T) {
 	if err := SetOOMScoreAdj(root, 77, -500); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := ReadOOMScoreAdj(root, 77); err != nil || got != -500 {
-		t.Fatalf("ReadOOMScoreAdj = %d, %v; want -500", got, err)
+	if got, err := readOOMScoreAdj(root, 77); err != nil || got != -500 {
+		t.Fatalf("oom_score_adj = %d, %v; want -500", got, err)
 	}
 
 	for _, v := range []int{-1001, 1001} {
@@ -115,14 +116,18 @@ func TestSetOOMScoreAdjFixture(t *testing.T) {
 	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("SetOOMScoreAdj created %s", missing)
 	}
+}
 
-	if err := os.WriteFile(filepath.Join(dir, "oom_score_adj"), []byte("lots\n"), 0o644); err != nil {
-		t.Fatal(err)
+// readOOMScoreAdj reads <procRoot>/<pid>/oom_score_adj for the tests.
+func readOOMScoreAdj(procRoot string, pid int) (int, error) {
+	path := filepath.Join(procRoot, strconv.Itoa(pid), "oom_score_adj")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("reading %s: %w", path, err)
 	}
-	if _, err := ReadOOMScoreAdj(root, 77); err == nil {
-		t.Error("ReadOOMScoreAdj accepted a non-integer")
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not an integer: %w", path, strings.TrimSpace(string(b)), err)
 	}
-	if _, err := ReadOOMScoreAdj(root, 79); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("ReadOOMScoreAdj of a missing pid: %v", err)
-	}
+	return v, nil
 }

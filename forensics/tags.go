@@ -18,10 +18,15 @@ const (
 	TagExitCode         = "bridge.exit_code"
 	TagPeakWorkingSet   = "bridge.peak_working_set_megabytes"
 	TagPeakWorkingShare = "bridge.peak_working_set_share_of_limit_percentage"
-	TagOOMKillCount     = "bridge.oom_kill_count"
-	TagPeakMemPressure  = "bridge.peak_memory_pressure_percentage"
-	TagThrottledShare   = "bridge.throttled_share_percentage"
-	maxTagValue         = 5000 // MLflow accepts 8000 characters; keep well under it
+	// TagPeakUsageShare is the kernel's high-water mark of usage (memory.peak,
+	// memory.max_usage_in_bytes) against the limit: unlike the sampled
+	// working set it cannot miss a spike between samples, but it counts page
+	// cache too.
+	TagPeakUsageShare  = "bridge.peak_usage_share_of_limit_percentage"
+	TagOOMKillCount    = "bridge.oom_kill_count"
+	TagPeakMemPressure = "bridge.peak_memory_pressure_percentage"
+	TagThrottledShare  = "bridge.throttled_share_percentage"
+	maxTagValue        = 5000 // MLflow accepts 8000 characters; keep well under it
 )
 
 // Tags are the run tags (MLflow tags, W&B summary) of a verdict. A figure
@@ -37,6 +42,9 @@ func (v Verdict) Tags(e Evidence) map[string]string {
 		t[TagPeakWorkingSet] = mb(e.Memory.PeakWorkingSetMB)
 		if e.Memory.LimitMB > 0 {
 			t[TagPeakWorkingShare] = mb(e.Memory.PeakSharePercent)
+			if e.Memory.PeakUsageMB.Known {
+				t[TagPeakUsageShare] = mb(100 * e.Memory.PeakUsageMB.Value / e.Memory.LimitMB)
+			}
 		}
 	}
 	if e.OOMKill.Known {

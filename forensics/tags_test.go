@@ -11,7 +11,7 @@ func TestTags(t *testing.T) {
 	e := Evidence{ExitCode: 137, Signal: syscall.SIGKILL, CgroupVersion: "v2",
 		OOMKill: counter(1, 3), OOM: counter(0, 2),
 		Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 199.8, RecentSharePercent: 95.3,
-			PeakWorkingSetMB: 205.25, PeakSharePercent: 97.87},
+			PeakWorkingSetMB: 205.25, PeakSharePercent: 97.87, PeakUsageMB: Reading{209.7, true}},
 		PeakMemoryPressureSome: Reading{62.5, true},
 		ThrottledShare:         Reading{12.345, true},
 	}
@@ -23,6 +23,7 @@ func TestTags(t *testing.T) {
 		"bridge.exit_code":                                  "137",
 		"bridge.peak_working_set_megabytes":                 "205.2",
 		"bridge.peak_working_set_share_of_limit_percentage": "97.9",
+		"bridge.peak_usage_share_of_limit_percentage":       "100.0",
 		"bridge.oom_kill_count":                             "2",
 		"bridge.peak_memory_pressure_percentage":            "62.5",
 		"bridge.throttled_share_percentage":                 "12.3",

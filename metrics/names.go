@@ -15,17 +15,25 @@ const (
 	ContainerMemoryCache             = "container_memory_cache_megabytes"
 	ContainerMemoryPeak              = "container_memory_peak_megabytes"
 	ContainerMemoryLimit             = "container_memory_limit_megabytes"
-	ContainerMemoryWorkingSetPercent = "container_memory_usage_percentage" // working set / limit
+	ContainerMemoryWorkingSetPercent = "container_memory_working_set_percentage" // working set / limit
+	ContainerMemoryHighEvents        = "container_memory_high_events_count"
+	ContainerMemoryMaxEvents         = "container_memory_max_events_count"
 	ContainerOOMEvents               = "container_memory_oom_events_count"
 	ContainerOOMKills                = "container_memory_oom_kill_events_count"
 	ContainerOOMGroupKills           = "container_memory_oom_group_kill_events_count"
 	ContainerCPULimit                = "container_cpu_limit_cores"
 	ContainerCPUUsage                = "container_cpu_usage_cores"
 	ContainerCPUUtilization          = "container_cpu_utilization_percentage"
-	ContainerCPUThrottledSeconds     = "container_cpu_throttled_seconds"
 	ContainerCPUThrottledPeriods     = "container_cpu_throttled_periods_percentage"
-	ContainerPIDs                    = "container_pids_count"
-	ContainerPIDsLimit               = "container_pids_limit_count"
+	// Cumulative counters: their meaning does not depend on the interval.
+	ContainerCPUUsageSecondsTotal     = "container_cpu_usage_seconds_total"
+	ContainerCPUPeriodsTotal          = "container_cpu_periods_total"
+	ContainerCPUThrottledPeriodsTotal = "container_cpu_throttled_periods_total"
+	ContainerCPUThrottledSecondsTotal = "container_cpu_throttled_seconds_total"
+	ContainerCPUUsageLimitSplit       = "container_cpu_usage_limit_split_count" // v1: usage and limit of different cgroups
+	ContainerPIDs                     = "container_pids_count"
+	ContainerPIDsLimit                = "container_pids_limit_count"
+	ContainerPIDsMaxEvents            = "container_pids_max_events_count"
 )
 
 // Node series: metrics/node.

@@ -31,10 +31,11 @@ func TestStartSinksBoundedByDeadline(t *testing.T) {
 	stuck := &stuckSink{fakeSink: fakeSink{t: t, name: "stuck", runID: "s"}, release: make(chan struct{}), started: make(chan struct{})}
 	defer close(stuck.release)
 	good := &fakeSink{t: t, name: "good", runID: "g"}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
 	done := make(chan Started, 1)
-	go func() { done <- StartSinks(ctx, []tracker.Sink{stuck, good}, tracker.StartInfo{}, quiet()) }()
+	go func() {
+		done <- StartSinksWith(context.Background(), []tracker.Sink{stuck, good}, tracker.StartInfo{},
+			StartPolicy{Timeout: 200 * time.Millisecond, Background: true}, quiet())
+	}()
 	var st Started
 	select {
 	case st = <-done:

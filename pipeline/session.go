@@ -175,7 +175,7 @@ func Open(o Options) (*Session, error) {
 		if err := sp.Track(r.Sink.Name(), r.RunID); err != nil {
 			s.log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
 		}
-		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Queue: sp, Wake: sp.Notify(), Log: s.log}
+		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log}
 		s.fwdWG.Add(1)
 		go func() {
 			defer s.fwdWG.Done()
@@ -325,7 +325,7 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	close(flushed)
 	s.fwdCancel()
 	for _, r := range s.sinks {
-		if n := s.spool.PendingCount(r.Sink.Name(), r.RunID); n > 0 {
+		if n := s.spool.PendingCount(r.Sink.Name(), r.run()); n > 0 {
 			s.log.Warn("tracker did not take every sample before bridge exits; they stay in the spool",
 				"tracker", r.Sink.Name(), "unsent", n, "spool", s.spool.Path(),
 				"upload_with", "bridge sync "+s.spool.Path())
@@ -361,7 +361,7 @@ func (s *Session) Finish(end tracker.EndInfo) {
 	for _, r := range s.sinks {
 		func() {
 			defer s.recoverGo("finish " + r.Sink.Name())
-			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped {
+			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" {
 				return
 			}
 			if ctx.Err() != nil {
@@ -401,8 +401,14 @@ func (s *Session) trackerRows() []summary.Row {
 	}
 	for _, r := range s.sinks {
 		st, err, sent := r.fwd.Status()
-		v := fmt.Sprintf("%s run %s: %d samples sent", st, r.RunID, sent)
-		if n := s.spool.PendingCount(r.Sink.Name(), r.RunID); n > 0 {
+		run := r.run()
+		v := fmt.Sprintf("%s run %s: %d samples sent", st, run, sent)
+		if run == "" {
+			v = fmt.Sprintf("%s: never reached, no run created", st)
+		} else if r.Late != nil {
+			v += " (run created after the job started)"
+		}
+		if n := s.spool.PendingCount(r.Sink.Name(), run); n > 0 {
 			v += fmt.Sprintf(", %d unsent (in %s; bridge sync uploads them)", n, s.spool.Path())
 		}
 		if err != nil && st != tracker.StateOK {

@@ -207,7 +207,8 @@ func TestStartSinksFailures(t *testing.T) {
 	down := &fakeSink{t: t, name: "down", runID: "r1", startErr: errors.New("connection refused")}
 	norun := &fakeSink{t: t, name: "norun", startErr: errors.New("connection refused")}
 	ok := &fakeSink{t: t, name: "ok", runID: "r2"}
-	st := StartSinks(context.Background(), []tracker.Sink{refused, down, norun, ok}, tracker.StartInfo{}, quiet())
+	// Start is retried within the timeout; a short one keeps the test short.
+	st := StartSinksWith(context.Background(), []tracker.Sink{refused, down, norun, ok}, tracker.StartInfo{}, StartPolicy{Timeout: 300 * time.Millisecond}, quiet())
 	var names []string
 	for _, r := range st.Runs {
 		names = append(names, r.Sink.Name()+"="+r.RunID)
@@ -312,5 +313,20 @@ func TestSessionMemoryProbe(t *testing.T) {
 	case <-p.calls:
 	default:
 		t.Error("the probe was never read")
+	}
+}
+
+// With Background, a sink that reached nothing and has no run is kept for a
+// start by its forwarder; what it returned is checked before the child.
+func TestStartSinksBackground(t *testing.T) {
+	norun := &fakeSink{t: t, name: "norun", startErr: errors.New("connection refused")}
+	ok := &fakeSink{t: t, name: "ok", runID: "r2"}
+	st := StartSinksWith(context.Background(), []tracker.Sink{norun, ok}, tracker.StartInfo{RunName: "job"},
+		StartPolicy{Timeout: 300 * time.Millisecond, Background: true}, quiet())
+	if len(st.Runs) != 2 || st.Runs[0].Late == nil || st.Runs[0].Late.RunName != "job" || st.Runs[0].RunID != "" || st.Runs[1].Late != nil {
+		t.Errorf("runs %+v: want norun kept for a late start, ok started", st.Runs)
+	}
+	if len(st.Failed) != 0 {
+		t.Errorf("failed %+v", st.Failed)
 	}
 }

@@ -209,6 +209,9 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 			t["bridge.cpu_limit_cores"] = "no limit"
 		}
 		t["bridge.cpu_limit_set_by"] = info.CPULimitSetBy
+		if info.CPUSplit != "" {
+			t["bridge.cgroup.cpu_usage_limit_split"] = info.CPUSplit
+		}
 	}
 	if s.gpu != nil {
 		for k, v := range s.gpu.Tags() {

@@ -17,7 +17,20 @@ type SinkRun struct {
 	Sink    tracker.Sink
 	RunID   string
 	Created bool // bridge created the run (it may set its terminal status)
-	fwd     *tracker.Forwarder
+	// Late is set when the tracker was not reachable within the start
+	// timeout and no run is known yet: the forwarder starts the sink in the
+	// background (tracker.Forwarder.Start) and RunID stays empty here.
+	Late *tracker.StartInfo
+	fwd  *tracker.Forwarder
+}
+
+// run is the run the sink writes to now: RunID, or the run a late start
+// created ("" while it has not).
+func (r SinkRun) run() string {
+	if r.fwd != nil {
+		return r.fwd.CurrentRun()
+	}
+	return r.RunID
 }
 
 // RunCreator is implemented by sinks that can create their run (MLflow's):
@@ -44,13 +57,37 @@ func (st Started) RunIDs() map[string]string {
 	return ids
 }
 
-// StartSinks starts every sink (finding or creating its run) at once, before
-// the child starts, and returns by ctx's deadline (--start-timeout) whatever
-// the trackers do: a sink whose Start has not returned a moment after it (one
-// that ignores ctx) is left behind. A sink that cannot start, or is left
-// behind, is dropped with a clear message; its samples stay in the spool.
-// Without a deadline StartSinks waits for every sink.
+// StartTimeout bounds each sink's Start for StartSinks (bridge sync).
+const StartTimeout = 15 * time.Second
+
+// DefaultStartTimeout is how long the child waits for the trackers before
+// it starts, by default (the --start-timeout setting).
+const DefaultStartTimeout = 5 * time.Second
+
+// StartPolicy says how long the child waits for each sink's Start and what
+// happens to a sink whose tracker did not answer in time.
+type StartPolicy struct {
+	Timeout time.Duration // each sink's Start is retried within it
+	// Background keeps a sink that could not reach its tracker in time and
+	// has no run yet: its forwarder starts it later and sends what was
+	// spooled meanwhile. Without it (bridge sync), such a sink is dropped.
+	Background bool
+}
+
+// StartSinks starts every sink with StartTimeout and no background start.
 func StartSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, log *slog.Logger) Started {
+	return StartSinksWith(ctx, sinks, info, StartPolicy{Timeout: StartTimeout}, log)
+}
+
+// StartSinksWith starts every sink (finding or creating its run) at once,
+// before the child starts, and returns within pol.Timeout whatever the
+// trackers do: a sink whose Start has not returned a moment after it (one
+// that ignores its context) is left behind, dropped and never called again.
+// A sink that refuses (a permanent error, an invalid answer) is dropped with
+// a clear message; its samples stay in the spool. What a tracker returns for
+// the child is checked (tracker.ValidEnv): it never keeps the child from
+// starting.
+func StartSinksWith(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, pol StartPolicy, log *slog.Logger) Started {
 	type result struct {
 		env []string
 		err error
@@ -68,51 +105,85 @@ func StartSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInf
 				results[i] = r
 				done <- i
 			}()
-			r.env, r.err = s.Start(ctx, info)
+			r.env, r.err = startWithin(ctx, s, info, pol.Timeout)
 			r.id = s.RunID()
 		}()
 	}
-	var grace <-chan time.Time
+	wait := pol.Timeout
 	if dl, ok := ctx.Deadline(); ok {
-		t := time.NewTimer(time.Until(dl) + 200*time.Millisecond)
-		defer t.Stop()
-		grace = t.C
+		wait = min(wait, time.Until(dl))
 	}
+	grace := time.NewTimer(wait + 200*time.Millisecond)
+	defer grace.Stop()
 	answered := make([]bool, len(sinks))
-wait:
+collect:
 	for range sinks {
 		select {
 		case i := <-done:
 			answered[i] = true
-		case <-grace:
-			break wait
+		case <-grace.C:
+			break collect
 		}
 	}
 	var st Started
 	for i, s := range sinks {
 		if !answered[i] {
 			log.Error("tracker did not answer within --start-timeout; the child starts without it, samples stay in the spool (upload later with `bridge sync`)",
-				"tracker", s.Name())
+				"tracker", s.Name(), "waited", pol.Timeout)
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: no answer within --start-timeout"})
 			continue
 		}
-		r := results[i]
-		st.Env = append(st.Env, r.env...)
+		e, err, id := results[i].env, results[i].err, results[i].id
+		if verr := tracker.ValidEnv(e); verr != nil {
+			e, err = nil, tracker.Permanent(verr)
+		}
+		// Variables the child can use even when the tracker failed (a
+		// generated W&B run id) go along.
+		st.Env = append(st.Env, e...)
 		switch {
-		case r.err == nil:
-		case errors.Is(r.err, tracker.ErrPermanent) || r.id == "":
+		case err == nil:
+		case errors.Is(err, tracker.ErrPermanent) || (id == "" && !pol.Background):
 			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples stay in the spool (upload later with `bridge sync`)",
-				"tracker", s.Name(), "err", r.err)
-			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + r.err.Error()})
+				"tracker", s.Name(), "err", err)
+			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
+			continue
+		case id == "":
+			log.Warn("tracker not reachable at start; the job starts without its run, bridge keeps trying in the background and sends the spooled samples to the run it creates then",
+				"tracker", s.Name(), "waited", pol.Timeout, "err", err)
+			li := info
+			st.Runs = append(st.Runs, SinkRun{Sink: s, Late: &li})
 			continue
 		default:
 			// The run is known (given, or generated for the child): keep
 			// the sink, and let the forwarder retry until the tracker is up.
 			log.Warn("tracker not reachable at start; samples are spooled and sent when it is",
-				"tracker", s.Name(), "run", r.id, "err", r.err)
+				"tracker", s.Name(), "run", id, "err", err)
 		}
 		c, ok := s.(RunCreator)
-		st.Runs = append(st.Runs, SinkRun{Sink: s, RunID: r.id, Created: ok && c.Created()})
+		st.Runs = append(st.Runs, SinkRun{Sink: s, RunID: id, Created: ok && c.Created()})
 	}
 	return st
+}
+
+// startWithin calls s.Start until it succeeds, fails for good, or timeout
+// (which the child waits on) has passed: a tracker that blinks for a second
+// still gives the child its run.
+func startWithin(ctx context.Context, s tracker.Sink, info tracker.StartInfo, timeout time.Duration) ([]string, error) {
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	gap := 250 * time.Millisecond
+	for {
+		e, err := s.Start(sctx, info)
+		if err == nil || errors.Is(err, tracker.ErrPermanent) || s.RunID() != "" {
+			return e, err
+		}
+		t := time.NewTimer(gap)
+		select {
+		case <-sctx.Done():
+			t.Stop()
+			return e, err
+		case <-t.C:
+		}
+		gap = min(2*gap, 2*time.Second)
+	}
 }

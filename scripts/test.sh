@@ -13,6 +13,9 @@ export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true WANDB_ERROR_REPORTING=fal
 
 log() { printf '== %s\n' "$*" >&2; }
 
+# QEMU, kernel and busybox for the cgroup v2 guest test (e2e/cgroupv2).
+bash e2e/cgroupv2/prepare.sh >/dev/null || log "cgroup v2 guest unavailable: TestCgroupV2Guest will skip"
+
 # Python clients (reused when the pins are already installed).
 if ! .venv/bin/python -c 'import mlflow, wandb, sys; sys.exit(0 if (mlflow.__version__, wandb.__version__) == ("3.17.2", "0.31.0") else 1)' 2>/dev/null; then
   log "creating .venv with $(grep -v '^#' scripts/requirements-test.txt | xargs)"

@@ -106,7 +106,10 @@ func (a *Accumulator) Rows() []Row {
 	}
 	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
 		v := fmt.Sprintf("%.2f cores (mean %.2f)", cpu.Peak, cpu.Mean())
-		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 {
+		_, split := a.Get(metrics.ContainerCPUUsageLimitSplit)
+		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 && split {
+			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)
+		} else if ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
 		} else {
 			v += " (no CPU limit)"
@@ -115,8 +118,8 @@ func (a *Accumulator) Rows() []Row {
 	}
 	if th, ok := a.Get(metrics.ContainerCPUThrottledPeriods); ok {
 		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
-		if ts, ok := a.Get(metrics.ContainerCPUThrottledSeconds); ok {
-			v += fmt.Sprintf(", %.2f s throttled", ts.Sum)
+		if ts, ok := a.Get(metrics.ContainerCPUThrottledSecondsTotal); ok {
+			v += fmt.Sprintf(", %.2f s throttled", ts.Last-ts.First)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
 	}

@@ -46,3 +46,25 @@ func TestRowsWithoutLimits(t *testing.T) {
 		t.Errorf("limits must be said to be absent, not shown as 0:\n%s", b.String())
 	}
 }
+
+// v1 cpu and cpuacct in different cgroups: usage is not "of" the limit, and
+// the throttled time is the counter's increase over the job.
+func TestRowsCPUSplitAndThrottledTotal(t *testing.T) {
+	a := New()
+	for i, th := range []float64{10, 12.5} {
+		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
+			{Name: metrics.ContainerCPUUsage, Value: 1.65}, {Name: metrics.ContainerCPULimit, Value: 0.5},
+			{Name: metrics.ContainerCPUUsageLimitSplit, Value: 1},
+			{Name: metrics.ContainerCPUThrottledPeriods, Value: 20}, {Name: metrics.ContainerCPUThrottledSecondsTotal, Value: th},
+		}})
+	}
+	var b bytes.Buffer
+	Write(&b, "end", a.Rows())
+	out := b.String()
+	if strings.Contains(out, "of limit 0.50 cores") || !strings.Contains(out, "is another cgroup's") {
+		t.Errorf("split usage presented against the limit:\n%s", out)
+	}
+	if !strings.Contains(out, "2.50 s throttled") {
+		t.Errorf("throttled time is not the cumulative counter's increase:\n%s", out)
+	}
+}

@@ -15,26 +15,41 @@ import (
 type Queue interface {
 	Pending(sink, run string, max int) []metrics.Sample
 	Ack(sink, run string, seq int64) error
+	Track(sink, run string) error
 	Untrack(sink, run string)
 }
 
+// maxRetryAfter bounds how long a server's Retry-After can hold sending.
+const maxRetryAfter = 10 * time.Minute
+
 // Forwarder moves samples from the queue to one sink, in order, with retries:
-// exponential backoff with full jitter on connection errors and 5xx, the
-// server's Retry-After on 429/503, quiet waiting while the run is not ready,
-// and one clear report of a permanent error, after which it stops sending
-// (the samples stay in the spool). Nothing it does blocks sampling.
+// exponential backoff with full jitter (at least MinGap/2) on connection
+// errors, 5xx and answers that are not the tracker's JSON; on 429/503 the
+// longer of that backoff and the server's Retry-After (so Retry-After: 0
+// cannot make it hammer the server); quiet waiting while the run is not
+// ready; and one clear report of a permanent error, after which it stops
+// sending (the samples stay in the spool). An outage is logged once when it
+// starts and once when it ends. Nothing it does blocks sampling.
+//
+// With Start set, the sink's Start has not succeeded yet (the tracker was
+// down when the job started): the forwarder calls it again, with the same
+// backoff, until it succeeds, then tracks the new run in the queue (under
+// Sink.RunID()) and sends everything spooled since the start.
 type Forwarder struct {
 	Sink   Sink
-	RunID  string // run id, for the spool's ack records
+	RunID  string // run id, for the spool's ack records ("" until a late Start)
 	Queue  Queue
 	Wake   <-chan struct{} // receives after each new sample
 	Log    *slog.Logger
 	Batch  int           // samples per Send; default 100
 	MinGap time.Duration // first backoff; default 1s
 	MaxGap time.Duration // longest backoff; default 60s
+	Start  *StartInfo    // non-nil: call Sink.Start first, until it succeeds
 
-	failures int  // consecutive failed sends, kept across Run and Drain
-	notReady bool // the last failure was ErrNotReady (waiting, not an outage)
+	failures  int       // consecutive failed sends, kept across Run and Drain
+	notReady  bool      // the last failure was ErrNotReady (waiting, not an outage)
+	downSince time.Time // start of the current outage, zero when none
+	finalTry  bool      // a backoff was cut short by Finish (done once)
 
 	stopOnce sync.Once
 	quit     chan struct{} // closed by Finish: return once nothing is pending
@@ -52,6 +67,14 @@ const (
 	StateWaiting  = "waiting for the run"
 	StateStopped  = "stopped after a permanent error"
 )
+
+// CurrentRun is the run the forwarder sends to: RunID, or the run a late
+// Start created ("" while it has not).
+func (f *Forwarder) CurrentRun() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.RunID
+}
 
 // Status reports the state, the last error and how many samples were sent.
 func (f *Forwarder) Status() (state string, lastErr error, sent int) {
@@ -125,77 +148,136 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		if st, _, _ := f.Status(); st == StateStopped {
 			return false
 		}
-		batch := f.Queue.Pending(f.Sink.Name(), f.RunID, f.Batch)
-		if len(batch) == 0 {
-			if drain || f.quitting() {
-				return true
+		var err error
+		if f.Start != nil {
+			// Also while finishing: ctx (the flush timeout) bounds it.
+			err = f.lateStart(ctx, log)
+		} else {
+			batch := f.Queue.Pending(f.Sink.Name(), f.CurrentRun(), f.Batch)
+			if len(batch) == 0 {
+				if drain || f.quitting() {
+					return true
+				}
+				select {
+				case <-ctx.Done():
+					return true
+				case <-f.Wake:
+				case <-f.quit:
+				}
+				continue
 			}
-			select {
-			case <-ctx.Done():
-				return true
-			case <-f.Wake:
-			case <-f.quit:
+			var acked int
+			acked, err = f.send(ctx, batch)
+			if acked > 0 {
+				if aerr := f.Queue.Ack(f.Sink.Name(), f.CurrentRun(), batch[acked-1].Seq); aerr != nil {
+					log.Error("cannot record acknowledgement in the spool; samples may be sent twice after a restart", "err", aerr)
+				}
+				f.mu.Lock()
+				f.sent += acked
+				f.mu.Unlock()
 			}
-			continue
-		}
-		acked, err := f.send(ctx, batch)
-		if acked > 0 {
-			if aerr := f.Queue.Ack(f.Sink.Name(), f.RunID, batch[acked-1].Seq); aerr != nil {
-				log.Error("cannot record acknowledgement in the spool; samples may be sent twice after a restart", "err", aerr)
-			}
-			f.mu.Lock()
-			f.sent += acked
-			f.mu.Unlock()
 		}
 		if err == nil {
-			if f.failures > 0 && !f.notReady {
-				log.Info("tracker reachable again; sending the samples held in the spool")
+			if !f.downSince.IsZero() {
+				log.Info("tracker reachable again; sending the samples held in the spool",
+					"down_for", time.Since(f.downSince).Round(time.Second), "failed_attempts", f.failures)
 			}
-			f.failures, f.notReady = 0, false
+			f.failures, f.notReady, f.downSince = 0, false, time.Time{}
 			f.set(StateOK, nil)
 			continue
 		}
 		if ctx.Err() != nil {
 			return false
 		}
-		var wait time.Duration
-		var ra *RetryAfterError
-		switch {
-		case errors.Is(err, ErrPermanent):
-			log.Error("tracker rejected bridge's requests; no more samples will be sent to it (they stay in the spool for `bridge sync`)", "err", err)
-			f.set(StateStopped, err)
-			f.Queue.Untrack(f.Sink.Name(), f.RunID)
+		wait, stop := f.failed(err, log)
+		if stop {
 			return false
-		case errors.Is(err, ErrNotReady):
-			f.notReady = true
-			if f.failures == 0 {
-				log.Info("waiting for the run to exist before sending", "err", err)
-			}
-			f.set(StateWaiting, err)
-			wait = f.MinGap * 2
-		case errors.As(err, &ra):
-			f.set(StateRetrying, err)
-			wait = ra.After
-			log.Warn("tracker asked bridge to slow down", "retry_after", ra.After)
-		default:
-			f.notReady = false
-			if f.failures == 0 {
-				log.Warn("cannot send to the tracker; samples are kept in the spool and retried with backoff", "err", err)
-			} else {
-				log.Debug("send failed again", "err", err, "failures", f.failures+1)
-			}
-			f.set(StateRetrying, err)
-			wait = f.backoff(f.failures)
 		}
-		f.failures++
+		// When the job ends (Finish) during a long backoff, one try is made
+		// at once instead of after the backoff, which could outlast the
+		// flush timeout; a server's Retry-After is still honoured.
+		var cut <-chan struct{}
+		var ra *RetryAfterError
+		if !f.finalTry && !errors.As(err, &ra) {
+			cut = f.quit
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
 		case <-t.C:
+		case <-cut:
+			t.Stop()
+			f.finalTry = true
 		}
 	}
+}
+
+// failed records a failed attempt and says how long to wait, or to stop.
+func (f *Forwarder) failed(err error, log *slog.Logger) (wait time.Duration, stop bool) {
+	defer func() { f.failures++ }()
+	if errors.Is(err, ErrPermanent) {
+		log.Error("tracker rejected bridge's requests; no more samples will be sent to it (they stay in the spool for `bridge sync`)", "err", err)
+		f.set(StateStopped, err)
+		f.Queue.Untrack(f.Sink.Name(), f.CurrentRun())
+		return 0, true
+	}
+	if errors.Is(err, ErrNotReady) {
+		f.notReady = true
+		if f.failures == 0 {
+			log.Info("waiting for the run to exist before sending", "err", err)
+		}
+		f.set(StateWaiting, err)
+		return f.MinGap * 2, false
+	}
+	f.notReady = false
+	wait = f.backoff(f.failures)
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		// The server's hint lengthens the backoff, never shortens it.
+		wait = max(wait, min(ra.After, maxRetryAfter))
+	}
+	if f.downSince.IsZero() {
+		f.downSince = time.Now()
+		log.Warn("cannot send to the tracker; samples are kept in the spool and retried with backoff until it answers (reported again when it does)", "err", err)
+	} else {
+		log.Debug("tracker still failing", "err", err, "failures", f.failures+1, "next_try_in", wait)
+	}
+	f.set(StateRetrying, err)
+	return wait, false
+}
+
+// lateStart calls the sink's Start once; on success the samples spooled
+// since the job started become pending for the new run.
+func (f *Forwarder) lateStart(ctx context.Context, log *slog.Logger) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = Permanent(errors.New("sink panicked: " + slog.AnyValue(p).String()))
+		}
+	}()
+	env, err := f.Sink.Start(ctx, *f.Start)
+	if err == nil {
+		err = ValidEnv(env)
+	}
+	run := f.Sink.RunID()
+	if err == nil && run == "" {
+		err = Permanent(errors.New("tracker started without a run id"))
+	}
+	if err != nil {
+		return err
+	}
+	if terr := f.Queue.Track(f.Sink.Name(), run); terr != nil {
+		log.Warn("cannot re-read the spool; samples taken before the run existed may not be sent", "err", terr)
+	}
+	old := f.CurrentRun()
+	f.mu.Lock()
+	f.RunID, f.Start = run, nil
+	f.mu.Unlock()
+	f.Queue.Untrack(f.Sink.Name(), old)
+	log.Warn("tracker answered after the job started: bridge's samples go to a run created now; the child did not get its id, so a run the child creates itself is a separate one",
+		"run", run)
+	return nil
 }
 
 // send calls Sink.Send with a recover, so a sink bug cannot take bridge down.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ type memQueue struct {
 	samples []metrics.Sample
 	acked   int64
 	untrack bool
+	tracked []string
 }
 
 func (q *memQueue) Pending(_, _ string, max int) []metrics.Sample {
@@ -39,6 +41,12 @@ func (q *memQueue) Ack(_, _ string, seq int64) error {
 	return nil
 }
 func (q *memQueue) Untrack(_, _ string) { q.mu.Lock(); q.untrack = true; q.mu.Unlock() }
+func (q *memQueue) Track(_, run string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.tracked = append(q.tracked, run)
+	return nil
+}
 
 // scriptSink answers Send with the errors of its script, then succeeds,
 // recording every seq it accepted.
@@ -190,3 +198,142 @@ func TestForwarderRecoversSinkPanic(t *testing.T) {
 type panicSink struct{ scriptSink }
 
 func (*panicSink) Send(context.Context, []metrics.Sample) (int, error) { panic("boom") }
+
+// recorder keeps the log records a forwarder writes.
+type recorder struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.recs = append(r.recs, rec)
+	r.mu.Unlock()
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *recorder) count(min slog.Level) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rec := range r.recs {
+		if rec.Level >= min {
+			n++
+		}
+	}
+	return n
+}
+
+// Retry-After: 0, repeated, must not make the forwarder hammer the server:
+// the backoff still grows, and the outage is reported once when it starts
+// and once when it ends.
+func TestForwarderRetryAfterZeroHasFloorAndReportsOnce(t *testing.T) {
+	q := queueOf(1)
+	errs := make([]error, 6)
+	for i := range errs {
+		errs[i] = &RetryAfterError{After: 0, Err: errors.New("429")}
+	}
+	sink := &scriptSink{script: errs}
+	rec := &recorder{}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: 20 * time.Millisecond, MaxGap: time.Second, Log: slog.New(rec)}
+	if !f.Drain(context.Background()) {
+		t.Fatal("drain did not finish")
+	}
+	if len(sink.gaps) != 7 {
+		t.Fatalf("calls = %d, want 7", len(sink.gaps))
+	}
+	for i := 1; i < len(sink.gaps); i++ {
+		if gap := sink.gaps[i].Sub(sink.gaps[i-1]); gap < f.MinGap/2 {
+			t.Errorf("retry %d after %v, under the floor MinGap/2 = %v", i, gap, f.MinGap/2)
+		}
+	}
+	if n := rec.count(slog.LevelWarn); n != 1 {
+		t.Errorf("%d WARN lines for one outage, want 1", n)
+	}
+	if n := rec.count(slog.LevelInfo); n != 2 { // the warning and "reachable again"
+		t.Errorf("%d INFO-or-above lines, want 2 (start and end of the outage)", n)
+	}
+}
+
+// startSink fails Start a few times (the tracker is down when the job
+// starts), then creates run "late".
+type startSink struct {
+	scriptSink
+	startErrs []error
+	run       string
+	starts    int
+}
+
+func (s *startSink) RunID() string { return s.run }
+func (s *startSink) Start(context.Context, StartInfo) ([]string, error) {
+	s.starts++
+	if len(s.startErrs) > 0 {
+		err := s.startErrs[0]
+		s.startErrs = s.startErrs[1:]
+		return nil, err
+	}
+	s.run = "late"
+	return []string{"MLFLOW_RUN_ID=late"}, nil
+}
+
+func TestForwarderStartsLateThenSendsEverything(t *testing.T) {
+	q := queueOf(5)
+	sink := &startSink{startErrs: []error{errors.New("connection refused"), errors.New("connection refused")}}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, MaxGap: 5 * time.Millisecond, Start: &StartInfo{}}
+	if !f.Drain(context.Background()) {
+		t.Fatal("drain did not finish")
+	}
+	if sink.starts != 3 || f.CurrentRun() != "late" {
+		t.Errorf("starts = %d, run %q; want 3 and the late run", sink.starts, f.CurrentRun())
+	}
+	if fmt.Sprint(q.tracked) != "[late]" {
+		t.Errorf("tracked %v, want the late run", q.tracked)
+	}
+	if fmt.Sprint(sink.accepted) != "[0 1 2 3 4]" {
+		t.Errorf("accepted %v", sink.accepted)
+	}
+}
+
+func TestForwarderLateStartPermanentStops(t *testing.T) {
+	q := queueOf(2)
+	sink := &startSink{startErrs: []error{Permanent(errors.New("run id holds a NUL byte"))}}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, Start: &StartInfo{}}
+	if f.Drain(context.Background()) {
+		t.Fatal("drain reported success without a run")
+	}
+	if st, _, _ := f.Status(); st != StateStopped || sink.starts != 1 || len(sink.accepted) != 0 {
+		t.Errorf("state %q, starts %d, accepted %v", st, sink.starts, sink.accepted)
+	}
+}
+
+// Finish during a long backoff makes one try at once: the end of the job
+// must not wait out a backoff longer than the flush timeout.
+func TestForwarderFinishCutsBackoffOnce(t *testing.T) {
+	q := queueOf(2)
+	sink := &scriptSink{script: []error{errors.New("connection refused")}}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Hour, MaxGap: time.Hour}
+	done := make(chan bool)
+	go func() { done <- f.Drain(context.Background()) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sink.mu.Lock()
+		calls := sink.calls
+		sink.mu.Unlock()
+		if calls > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.Finish()
+	select {
+	case ok := <-done:
+		if !ok || len(sink.accepted) != 2 {
+			t.Errorf("drain = %v, accepted %v", ok, sink.accepted)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Finish did not cut the hour-long backoff")
+	}
+}

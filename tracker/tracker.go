@@ -29,7 +29,20 @@ type EndInfo struct {
 	Signal   int               // the signal that killed the child, 0 if it exited
 	Tags     map[string]string // bridge.* tags recorded at the end (exit code, forensics)
 	Time     time.Time
+	// Status, when set, is the terminal status for a run the sink owns,
+	// instead of one derived from ExitCode and Signal: `bridge sync` ends a
+	// run left RUNNING with the status of the spool's end record, or
+	// StatusKilled for an attempt that was lost.
+	Status string
 }
+
+// Terminal run statuses for EndInfo.Status (MLflow's names; W&B's run
+// state belongs to the child and is not set).
+const (
+	StatusFinished = "FINISHED"
+	StatusFailed   = "FAILED"
+	StatusKilled   = "KILLED"
+)
 
 // Sink sends samples to one tracker.
 //

@@ -75,9 +75,8 @@ func runAttach(args []string, stderr io.Writer) int {
 	src.SetChild(pid, 0)
 	tags := src.StartTags(cfg, version)
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
-	startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.StartTimeout)
-	started := pipeline.StartSinks(startCtx, sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags}, log)
-	cancelStart()
+	started := pipeline.StartSinksWith(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags},
+		pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
 	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
 		Sources: src, Started: started, StartTags: tags})
 	if err != nil {

@@ -24,6 +24,11 @@ import (
 
 var realLimits = cgrouptest.Limits{MemoryBytes: 256 << 20, QuotaUs: 50000, PeriodUs: 100000}
 
+// busyLimits is a quota so small (0.1 core) that a busy loop exhausts it in
+// every period even on a loaded machine: throttling is then certain, not a
+// matter of how much CPU the loop happened to get.
+var busyLimits = cgrouptest.Limits{MemoryBytes: 256 << 20, QuotaUs: 10000, PeriodUs: 100000}
+
 type realSample struct {
 	Detected struct {
 		Cgroup map[string]any `json:"cgroup"`
@@ -119,16 +124,18 @@ func TestSampleRealCgroupLimits(t *testing.T) {
 }
 
 func TestSampleRealCgroupBusyLoop(t *testing.T) {
-	g := cgrouptest.NewV1(t, realLimits)
+	g := cgrouptest.NewV1(t, busyLimits)
 	s := sampleIn(t, g, "(while :; do :; done) </dev/null >/dev/null 2>&1 & ", "--window", "2s")
-	if v := s.value(t, "container_cpu_usage_cores"); v < 0.3 || v > 0.6 {
-		t.Errorf("busy loop under a 0.5 CPU quota: container_cpu_usage_cores = %v, want 0.3..0.6", v)
+	// Only the quota's ceiling is the kernel's guarantee: how much of it
+	// the loop got depends on how busy the machine is.
+	if v := s.value(t, "container_cpu_usage_cores"); v <= 0 || v > 0.12 {
+		t.Errorf("busy loop under a 0.1 CPU quota: container_cpu_usage_cores = %v, want (0, 0.12]", v)
 	}
 	if v := s.value(t, "container_cpu_throttled_periods_percentage"); v <= 0 {
 		t.Errorf("container_cpu_throttled_periods_percentage = %v, want > 0", v)
 	}
-	if v := s.value(t, "container_cpu_throttled_seconds"); v <= 0 {
-		t.Errorf("container_cpu_throttled_seconds = %v, want > 0", v)
+	if v := s.value(t, "container_cpu_throttled_seconds_total"); v <= 0 {
+		t.Errorf("container_cpu_throttled_seconds_total = %v, want > 0", v)
 	}
 }
 

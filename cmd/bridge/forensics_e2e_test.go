@@ -62,10 +62,16 @@ while True:
 	if run.Info.Status != "KILLED" {
 		t.Errorf("status %s, want KILLED", run.Info.Status)
 	}
-	share, err := strconv.ParseFloat(run.Tags["bridge.peak_working_set_share_of_limit_percentage"], 64)
-	if err != nil || share < 50 {
-		t.Errorf("peak working set share = %q, want a large share of the limit", run.Tags["bridge.peak_working_set_share_of_limit_percentage"])
+	// The kernel's high-water mark is the evidence: the sampled working set
+	// may miss the allocation's last steps (it did: 95.3 MB sampled of a
+	// 209.7 MB peak), however the machine is loaded.
+	share, err := strconv.ParseFloat(run.Tags["bridge.peak_usage_share_of_limit_percentage"], 64)
+	if err != nil || share < 95 {
+		t.Errorf("bridge.peak_usage_share_of_limit_percentage = %q, want the kernel's high-water mark at the limit (>= 95)",
+			run.Tags["bridge.peak_usage_share_of_limit_percentage"])
 	}
+	t.Logf("peak usage share of limit: bridge %s%%, sampled working set share %s%%",
+		run.Tags["bridge.peak_usage_share_of_limit_percentage"], run.Tags["bridge.peak_working_set_share_of_limit_percentage"])
 	if !strings.Contains(j.err.String(), "cgroup_oom_kill") {
 		t.Errorf("end-of-run table does not give the reason:\n%s", &j.err)
 	}
@@ -109,7 +115,7 @@ func TestForensicsForeignSIGKILLIsNotOOM(t *testing.T) {
 	}
 	pidFile := filepath.Join(j.dir, "pid")
 	waitFile(t, pidFile, 30*time.Second)
-	time.Sleep(time.Second) // a few samples first
+	waitSamples(t, j.spool, 2, time.Minute) // a counter reading before the kill
 	b, _ := os.ReadFile(pidFile)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
@@ -138,8 +144,8 @@ func TestForensicsPreviousAttemptLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFile(t, filepath.Join(first.dir, "ready"), 30*time.Second)
-	time.Sleep(time.Second)
-	first.cmd.Process.Kill() // SIGKILL: no end record, run left RUNNING
+	waitSamples(t, first.spool, 2, time.Minute) // the lost attempt must leave a sample
+	first.cmd.Process.Kill()                    // SIGKILL: no end record, run left RUNNING
 	first.cmd.Wait()
 	id := first.runID(t)
 	if st := srv.GetRun(t, id).Info.Status; st != "RUNNING" {
@@ -171,12 +177,21 @@ func TestForensicsPreviousAttemptLost(t *testing.T) {
 }
 
 // Near the limit bridge samples every --fast-interval instead of --interval:
-// a job about to be OOM-killed leaves a dense record.
+// a job about to be OOM-killed leaves a dense record. The child holds its
+// memory until the spool has six more samples (not for a fixed time), so the
+// count does not depend on how fast this machine is; at the 30 s interval
+// that would take three minutes, past the child's own 120 s bound.
 func TestFastSamplingNearLimit(t *testing.T) {
 	g := cgrouptest.NewV1(t, cgrouptest.Limits{MemoryBytes: 200 * mib})
-	hold := `import time
+	hold := `import os, time
+def samples():
+    with open(os.environ["BRIDGE_SPOOL"]) as f:
+        return sum('"type":"sample"' in line for line in f)
 b = b"x" * 150_000_000
-time.sleep(4)
+start = samples()
+deadline = time.time() + 120
+while samples() < start + 6 and time.time() < deadline:
+    time.sleep(0.05)
 `
 	cmd, _, errb := bridgeCmd(t, "--interval=30s", "--fast-interval=200ms", "--fast-threshold=60", "--", "python3", "-c", hold)
 	j := &job{cmd: cmd}
@@ -187,15 +202,30 @@ time.sleep(4)
 	ss := spooled(t, cmd)
 	fast := 0
 	for i := 1; i < len(ss); i++ {
-		pct, ok := ss[i-1].Value("container_memory_usage_percentage")
-		if ok && pct >= 60 && ss[i].Time.Sub(ss[i-1].Time) < time.Second {
+		pct, ok := ss[i-1].Value("container_memory_working_set_percentage")
+		// Far below the 30 s interval, whatever the load: a fast sample.
+		if ok && pct >= 60 && ss[i].Time.Sub(ss[i-1].Time) < 10*time.Second {
 			fast++
 		}
 	}
-	// With a 30 s interval the 4 s job would have 2 samples; above 60% of the
-	// limit they come every 200 ms.
 	if fast < 5 {
 		t.Fatalf("%d fast samples above the threshold among %d, want at least 5", fast, len(ss))
 	}
 	t.Logf("%d samples, %d taken at the fast interval", len(ss), fast)
+}
+
+// waitSamples polls the spool until it holds n samples: a test that needs
+// samples waits for them rather than for a time in which they usually come.
+func waitSamples(t *testing.T, path string, n int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	got := 0
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(path)
+		if got = strings.Count(string(b), `"type":"sample"`); got >= n {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s holds %d samples after %v, want %d", path, got, d, n)
 }

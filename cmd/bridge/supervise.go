@@ -78,9 +78,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 		lostRows = lost.Rows()
 	}
 	info := tracker.StartInfo{Command: shown, RunName: red.String(runName(cfg, shown)), NodeID: cfg.NodeID, Tags: tags}
-	startCtx, cancelStart := context.WithTimeout(context.Background(), cfg.StartTimeout)
-	started := pipeline.StartSinks(startCtx, sinks, info, log)
-	cancelStart()
+	started := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
 	env := started.Env
 	for _, r := range started.Runs {
 		if r.Created {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -491,13 +492,31 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 	}
 
 	// The wire: per writer and file, offsets never go back; bridge sends
-	// events only, never complete or exitcode, and no GraphQL write.
+	// events only, never complete or exitcode, and its one GraphQL write is
+	// the exit verdict (tags and notes only) after the child's wandb has
+	// finished the run.
 	type wf struct{ writer, file string }
 	last := map[wf]int{}
-	bridgeReqs, bridgeMaxBatch, afterComplete := 0, 0, 0
+	bridgeReqs, bridgeMaxBatch, afterComplete, verdicts := 0, 0, 0, 0
 	complete := false
 	for _, r := range srv.Requests() {
-		if r.Header.Get("X-WANDB-CLIENT-ID") == bridgeID && r.Operation != "Viewer" && r.Operation != "RunResumeStatus" {
+		if r.Header.Get("X-WANDB-CLIENT-ID") == bridgeID && r.Operation == "UpsertBucket" {
+			verdicts++
+			var q struct {
+				Variables map[string]any `json:"variables"`
+			}
+			if err := json.Unmarshal([]byte(r.Body), &q); err != nil {
+				t.Fatalf("UpsertBucket body: %v", err)
+			}
+			for k := range q.Variables {
+				if k != "name" && k != "project" && k != "entity" && k != "tags" && k != "notes" {
+					t.Errorf("bridge's UpsertBucket sets %s: it may set only tags and notes", k)
+				}
+			}
+			if !complete {
+				t.Errorf("bridge wrote the run record before the child's wandb finished the run")
+			}
+		} else if r.Header.Get("X-WANDB-CLIENT-ID") == bridgeID && r.Operation != "Viewer" && r.Operation != "RunResumeStatus" {
 			t.Errorf("bridge sent GraphQL %s", r.Operation)
 		}
 		if r.Operation != "file_stream" || r.Status != 200 {
@@ -537,6 +556,10 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 			}
 			last[k] = f.Offset
 		}
+	}
+	if final, _ := srv.FindRun(runID); verdicts != 1 || !slices.ContainsFunc(final.Tags, func(tg string) bool { return strings.HasPrefix(tg, "bridge-exit-") }) ||
+		!strings.Contains(final.Notes, "bridge (end of job):\nbridge.exit_code: ") {
+		t.Errorf("exit verdict on the run: %d writes, tags %q, notes %q", verdicts, final.Tags, final.Notes)
 	}
 	for _, w := range run.Writers {
 		for name, f := range w.Files {

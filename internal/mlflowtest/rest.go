@@ -295,3 +295,27 @@ func (s *Server) SetStatus(t testing.TB, runID, status string) {
 	}
 	s.do(t, http.MethodPost, "runs/update", nil, body, nil)
 }
+
+// RunIDs lists the ids of every run (active or deleted) in the named
+// experiment, none when it does not exist.
+func (s *Server) RunIDs(t testing.TB, experimentName string) []string {
+	t.Helper()
+	exp := s.ExperimentID(t, experimentName)
+	if exp == "" {
+		return nil
+	}
+	var out struct {
+		Runs []struct {
+			Info struct {
+				RunID string `json:"run_id"`
+			} `json:"info"`
+		} `json:"runs"`
+	}
+	s.do(t, http.MethodPost, "runs/search", nil, map[string]any{"experiment_ids": []string{exp}, "run_view_type": "ALL", "max_results": 1000}, &out)
+	var ids []string
+	for _, r := range out.Runs {
+		ids = append(ids, r.Info.RunID)
+	}
+	slices.Sort(ids)
+	return ids
+}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/containerd/cgroups/v3"
+	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	"github.com/prometheus/procfs"
 )
 
@@ -102,6 +103,11 @@ type Info struct {
 	// CPULimitSetBy is "<dir>/cpu.max quota", "<dir>/cpu.cfs_quota_us quota",
 	// "cpuset <dir>" or "no limit".
 	CPULimitSetBy string
+	// CPUSplit is set on v1 when the cpu and cpuacct hierarchies place the
+	// process in different cgroups: CPU usage (cpuacct) and the CPU limit
+	// (cpu) are then not one container's, and no utilization is computed.
+	// It says which directory each comes from; "" when they agree.
+	CPUSplit string
 }
 
 // NoLimit is the SetBy value when no limit was found.
@@ -197,7 +203,7 @@ func (c *Collector) Info() Info {
 	for name, p := range c.lay.places {
 		inf.Paths[name] = p.dir
 	}
-	ml, err := c.memoryLimit()
+	ml, err := c.memoryLimit(nil)
 	if err != nil {
 		c.log.Debug("reading memory limit", "err", err)
 	}
@@ -213,12 +219,26 @@ func (c *Collector) Info() Info {
 	if cl.ok {
 		inf.CPULimitCores, inf.CPULimitSetBy = cl.cores, cl.setBy
 	}
+	inf.CPUSplit = c.cpuSplit()
 	return inf
+}
+
+// cpuSplit describes a v1 layout whose cpu and cpuacct controllers are
+// mounted apart and place the process in different cgroups; "" otherwise.
+func (c *Collector) cpuSplit() string {
+	cpu, ok1 := c.lay.places[ctlCPU]
+	acct, ok2 := c.lay.places[ctlCPUAcct]
+	if !ok1 || !ok2 || !cpu.v1 || !acct.v1 || cpu.dir == acct.dir || cpu.rel == acct.rel {
+		return ""
+	}
+	return fmt.Sprintf("CPU usage from cgroup %s (cpuacct) but the CPU limit from cgroup %s (cpu): different cgroups, not one container's",
+		acct.dir, cpu.dir)
 }
 
 // Detect implements metrics.Detector. Keys: version, paths,
 // memory_limit_bytes (absent without a limit), memory_limit_set_by,
-// cpu_limit_cores (absent without a limit), cpu_limit_set_by.
+// cpu_limit_cores (absent without a limit), cpu_limit_set_by,
+// cpu_usage_limit_split (only when cpu and cpuacct place bridge apart).
 func (c *Collector) Detect(ctx context.Context) map[string]any {
 	inf := c.Info()
 	out := map[string]any{
@@ -232,6 +252,9 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 	}
 	if inf.CPULimitCores > 0 {
 		out["cpu_limit_cores"] = inf.CPULimitCores
+	}
+	if inf.CPUSplit != "" {
+		out["cpu_usage_limit_split"] = inf.CPUSplit
 	}
 	return out
 }
@@ -270,6 +293,9 @@ type round struct {
 	pts  []metrics.Point
 	errs []error
 	v2   map[string]*v2Result // dir -> its containerd Stat, read once per round
+	// v1Mem is this round's v1 memory Stat, whose hierarchical_memory_limit
+	// is the limit; nil on v2 or when it could not be read.
+	v1Mem *v1stats.MemoryStat
 }
 
 func (r *round) add(name string, v float64, unit, source string) {

@@ -120,6 +120,7 @@ func v2Leaf() map[string]string {
 		"cpuset.cpus.effective": "0-7\n",
 		"pids.current":          "7\n",
 		"pids.max":              "max\n",
+		"pids.events":           "max 4\n",
 	}
 }
 
@@ -240,7 +241,7 @@ func collectTwice(t *testing.T, c *Collector, wall time.Duration, step func()) m
 func isDelta(name string) bool {
 	switch name {
 	case "container_cpu_usage_cores", "container_cpu_utilization_percentage",
-		"container_cpu_throttled_periods_percentage", "container_cpu_throttled_seconds":
+		"container_cpu_throttled_periods_percentage":
 		return true
 	}
 	return false

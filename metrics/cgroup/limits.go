@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+
+	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 )
 
 type memLimit struct {
@@ -12,56 +14,70 @@ type memLimit struct {
 	setBy string // the file that set it
 }
 
-// memoryLimit returns the tightest memory limit of the leaf and its visible
-// ancestors. On v1 the leaf's hierarchical_memory_limit also covers ancestors
-// hidden by a bind mount, so it is taken when it is tighter still.
-func (c *Collector) memoryLimit() (memLimit, error) {
+// memoryLimit returns the memory limit the kernel enforces on the leaf.
+//
+// v2: the tightest memory.max of the leaf and its visible ancestors.
+// v1: the leaf's hierarchical_memory_limit (memory.stat, from containerd's
+// Stat: m is this round's, or nil to read it), the kernel's own answer. An
+// ancestor's memory.limit_in_bytes applies only under memory.use_hierarchy=1,
+// and ancestors hidden by a bind mount count too, which only the kernel
+// knows. The ancestors are walked only to name the one that set it.
+func (c *Collector) memoryLimit(m *v1stats.MemoryStat) (memLimit, error) {
 	p, ok := c.lay.places[ctlMemory]
 	if !ok {
 		return memLimit{}, nil
 	}
+	if p.v1 {
+		return c.v1MemoryLimit(p, m)
+	}
 	var best memLimit
 	var errs []error
-	take := func(v uint64, file string) {
-		if !best.ok || v < best.bytes {
-			best = memLimit{bytes: v, ok: true, setBy: file}
-		}
-	}
-	file, parse := "memory.max", parseMemoryMax
-	if p.v1 {
-		file, parse = "memory.limit_in_bytes", parseV1Limit
-	}
 	for _, d := range p.ancestors() {
-		path := filepath.Join(d, file)
+		path := filepath.Join(d, "memory.max")
 		s, found, err := readFile(path)
 		if err != nil || !found {
 			// The v2 root has no memory.max; an absent file is no limit.
 			errs = append(errs, err)
 			continue
 		}
-		v, limited, err := parse(s)
+		v, limited, err := parseMemoryMax(s)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			continue
 		}
-		if limited {
-			take(v, path)
-		}
-	}
-	if p.v1 {
-		path := filepath.Join(p.dir, "memory.stat")
-		s, found, err := readFile(path)
-		errs = append(errs, err)
-		if found {
-			kv, err := parseFlatKeyed(s)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", path, err))
-			} else if v, has := kv["hierarchical_memory_limit"]; has && v < v1NoLimit {
-				take(v, path+" hierarchical_memory_limit")
-			}
+		if limited && (!best.ok || v < best.bytes) {
+			best = memLimit{bytes: v, ok: true, setBy: path}
 		}
 	}
 	return best, errors.Join(errs...)
+}
+
+func (c *Collector) v1MemoryLimit(p place, m *v1stats.MemoryStat) (memLimit, error) {
+	if m == nil {
+		if !fileExists(filepath.Join(p.dir, "memory.stat")) {
+			return memLimit{}, nil
+		}
+		var err error
+		if m, err = v1MemoryStat(p.dir); err != nil {
+			return memLimit{}, err
+		}
+	}
+	v := m.HierarchicalMemoryLimit
+	if v == 0 || v >= v1NoLimit {
+		return memLimit{}, nil
+	}
+	for _, d := range p.ancestors() {
+		path := filepath.Join(d, "memory.limit_in_bytes")
+		s, found, err := readFile(path)
+		if err != nil || !found {
+			continue // naming only: the limit itself is the kernel's
+		}
+		if lim, limited, err := parseV1Limit(s); err == nil && limited && lim == v {
+			return memLimit{bytes: v, ok: true, setBy: path}, nil
+		}
+	}
+	return memLimit{bytes: v, ok: true,
+		setBy: filepath.Join(p.dir, "memory.stat") + " hierarchical_memory_limit (an ancestor outside this view)"}, nil
 }
 
 type cpuLimit struct {

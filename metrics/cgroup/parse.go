@@ -1,9 +1,9 @@
 package cgroup
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -82,6 +82,10 @@ func parseV1Quota(quota, period string) (cores float64, ok bool, err error) {
 	return float64(q) / float64(p), true, nil
 }
 
+// maxCPUs bounds CPU ids and counts in a cpuset list: Linux's NR_CPUS is at
+// most 8192; anything far above is not a list the kernel wrote.
+const maxCPUs = 1 << 16
+
 // parseCPUList counts the CPUs of a cpuset list such as "0-3,8,10-11".
 func parseCPUList(s string) (int, error) {
 	s = strings.TrimSpace(s)
@@ -102,7 +106,13 @@ func parseCPUList(s string) (int, error) {
 				return 0, fmt.Errorf("%w: %q in cpu list %q", ErrFormat, part, s)
 			}
 		}
+		if b >= maxCPUs {
+			return 0, fmt.Errorf("%w: CPU %d in cpu list %q is beyond any kernel's CPU count", ErrFormat, b, s)
+		}
 		n += b - a + 1
+		if n > maxCPUs {
+			return 0, fmt.Errorf("%w: cpu list %q names more than %d CPUs", ErrFormat, s, maxCPUs)
+		}
 	}
 	return n, nil
 }
@@ -111,9 +121,10 @@ func parseCPUList(s string) (int, error) {
 // The map says which keys the kernel wrote: absent and zero differ.
 func parseFlatKeyed(s string) (map[string]uint64, error) {
 	out := map[string]uint64{}
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
+	// Split, not a Scanner: a line of any length is a format error, not a
+	// buffer one.
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
 		if line == "" {
 			continue
 		}
@@ -127,7 +138,7 @@ func parseFlatKeyed(s string) (map[string]uint64, error) {
 		}
 		out[f[0]] = v
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // psiLine is one line of a PSI file ("some avg10=0.00 avg60=0.00 avg300=0.00
@@ -158,7 +169,8 @@ func parsePSI(s string) (map[string]psiLine, error) {
 				continue
 			}
 			x, err := strconv.ParseFloat(v, 64)
-			if err != nil {
+			// A share of time: ParseFloat also takes NaN, Inf and negatives.
+			if err != nil || math.IsNaN(x) || math.IsInf(x, 0) || x < 0 {
 				return nil, fmt.Errorf("%w: PSI avg10 %q in line %q", ErrFormat, v, line)
 			}
 			out[f[0]] = psiLine{avg10: x}

@@ -56,6 +56,26 @@ func v1Stat(st interface {
 	return m, nil
 }
 
+// v1MemoryStat runs containerd's v1 memory Stat on dir.
+func v1MemoryStat(dir string) (*v1stats.MemoryStat, error) {
+	// Kernels without swap accounting (or without kmem) lack these files,
+	// and containerd fails on any it was not told to skip.
+	var ignore []string
+	for _, mod := range []string{"memsw", "kmem", "kmem.tcp"} {
+		for _, f := range []string{"usage_in_bytes", "max_usage_in_bytes", "failcnt", "limit_in_bytes"} {
+			if !fileExists(filepath.Join(dir, "memory."+mod+"."+f)) {
+				ignore = append(ignore, mod)
+				break
+			}
+		}
+	}
+	m, err := v1Stat(cgroup1.NewMemory(dir, cgroup1.IgnoreModules(ignore...)), dir)
+	if err != nil {
+		return nil, err
+	}
+	return m.Memory, nil
+}
+
 // memory adds the memory points. Working set is cAdvisor's: usage minus
 // inactive file pages, clamped at 0.
 func (r *round) memory() {
@@ -73,30 +93,16 @@ func (r *round) memory() {
 		if !c.exists(filepath.Join(p.dir, usageFile), "memory usage") || !c.exists(filepath.Join(p.dir, statFile), "memory stat") {
 			return
 		}
-		// Kernels without swap accounting (or without kmem) lack these
-		// files, and containerd fails on any it was not told to skip.
-		var ignore []string
-		for _, mod := range []string{"memsw", "kmem", "kmem.tcp"} {
-			for _, f := range []string{"usage_in_bytes", "max_usage_in_bytes", "failcnt", "limit_in_bytes"} {
-				if !fileExists(filepath.Join(p.dir, "memory."+mod+"."+f)) {
-					ignore = append(ignore, mod)
-					break
-				}
-			}
-		}
-		m, err := v1Stat(cgroup1.NewMemory(p.dir, cgroup1.IgnoreModules(ignore...)), p.dir)
+		mem, err := v1MemoryStat(p.dir)
 		if err != nil {
 			r.fail(err)
 			return
 		}
-		usage, inactive = m.Memory.Usage.Usage, m.Memory.TotalInactiveFile
-		rss, cache = m.Memory.TotalRSS, m.Memory.TotalCache
-		peak, hasPeak = m.Memory.Usage.Max, true
-		if m.MemoryOomControl != nil {
-			// v1 counts OOM kills only; under_oom is a 0/1 state, not events.
-			r.add(metrics.ContainerOOMKills, float64(m.MemoryOomControl.OomKill), metrics.UnitCount,
-				src(p.dir, "memory.oom_control"))
-		}
+		r.v1Mem = mem
+		usage, inactive = mem.Usage.Usage, mem.TotalInactiveFile
+		rss, cache = mem.TotalRSS, mem.TotalCache
+		peak, hasPeak = mem.Usage.Max, true
+		r.v1OOMKill(p)
 	} else {
 		usageFile, statFile, peakFile = "memory.current", "memory.stat", "memory.peak"
 		inactiveKey, rssKey, cacheKey = "inactive_file", "anon", "file"
@@ -131,14 +137,43 @@ func (r *round) memory() {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
 
-	lim, err := c.memoryLimit()
+	lim, err := c.memoryLimit(r.v1Mem)
 	r.fail(err)
 	if lim.ok {
 		r.add(metrics.ContainerMemoryLimit, metrics.MB(float64(lim.bytes)), metrics.UnitMegabytes, lim.setBy)
 		if lim.bytes > 0 {
+			// Named after its numerator: usage (page cache included) is a
+			// different series, and a share of it would read much higher.
 			r.add(metrics.ContainerMemoryWorkingSetPercent, float64(ws)/float64(lim.bytes)*100, metrics.UnitPercentage,
 				wsSrc+", "+lim.setBy)
 		}
+	}
+}
+
+// v1OOMKill adds v1's oom_kill counter from memory.oom_control. Read
+// directly: kernels before 4.13 do not write the key, and containerd reads
+// the missing key as 0, which would claim "no OOM kills" from no data.
+func (r *round) v1OOMKill(p place) {
+	path := filepath.Join(p.dir, "memory.oom_control")
+	s, found, err := readFile(path)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if !found {
+		r.c.noData(path, "memory OOM control")
+		return
+	}
+	kv, err := parseFlatKeyed(s)
+	if err != nil {
+		r.fail(fmt.Errorf("%s: %w", path, err))
+		return
+	}
+	// v1 counts OOM kills only; under_oom is a 0/1 state, not events.
+	if v, ok := kv["oom_kill"]; ok {
+		r.add(metrics.ContainerOOMKills, float64(v), metrics.UnitCount, path+" oom_kill")
+	} else {
+		r.c.noData(path+" oom_kill", "OOM kill counter (kernel before 4.13)")
 	}
 }
 
@@ -162,6 +197,10 @@ func (r *round) memoryEvents(p place) {
 		return
 	}
 	for _, e := range []struct{ key, name string }{
+		// high: usage went over memory.high and the cgroup was throttled
+		// into reclaim; max: it reached memory.max (reclaim, maybe OOM).
+		{"high", metrics.ContainerMemoryHighEvents},
+		{"max", metrics.ContainerMemoryMaxEvents},
 		{"oom", metrics.ContainerOOMEvents},
 		{"oom_kill", metrics.ContainerOOMKills},
 		{"oom_group_kill", metrics.ContainerOOMGroupKills},
@@ -244,6 +283,22 @@ func (r *round) cpu() {
 	if lim.ok {
 		r.add(metrics.ContainerCPULimit, lim.cores, metrics.UnitCores, lim.setBy)
 	}
+	split := c.cpuSplit() != ""
+	if split {
+		// Usage and limit belong to different cgroups: marked on every
+		// sample so that nothing downstream divides one by the other.
+		r.add(metrics.ContainerCPUUsageLimitSplit, 1, metrics.UnitCount, c.cpuSplit())
+	}
+	// Cumulative counters: their meaning does not depend on the interval
+	// (which switches between --interval and --fast-interval).
+	if cur.hasUsage {
+		r.add(metrics.ContainerCPUUsageSecondsTotal, float64(cur.usageNs)/1e9, metrics.UnitSeconds, usageSrc)
+	}
+	if cur.hasThrottle {
+		r.add(metrics.ContainerCPUPeriodsTotal, float64(cur.periods), metrics.UnitCount, throttleSrc)
+		r.add(metrics.ContainerCPUThrottledPeriodsTotal, float64(cur.throttled), metrics.UnitCount, throttleSrc)
+		r.add(metrics.ContainerCPUThrottledSecondsTotal, float64(cur.throttledNs)/1e9, metrics.UnitSeconds, throttleSrc)
+	}
 
 	prev := c.prev
 	c.prev = &cur
@@ -258,6 +313,7 @@ func (r *round) cpu() {
 		cores := float64(cur.usageNs-prev.usageNs) / 1e9 / wall
 		r.add(metrics.ContainerCPUUsage, cores, metrics.UnitCores, usageSrc)
 		switch {
+		case split:
 		case lim.ok && lim.cores > 0:
 			r.add(metrics.ContainerCPUUtilization, cores/lim.cores*100, metrics.UnitPercentage, usageSrc+", "+lim.setBy)
 		case lim.cpus > 0:
@@ -266,8 +322,8 @@ func (r *round) cpu() {
 		}
 	}
 	if cur.hasThrottle && prev.hasThrottle && cur.periods >= prev.periods && cur.throttled >= prev.throttled && cur.throttledNs >= prev.throttledNs {
-		r.add(metrics.ContainerCPUThrottledSeconds, float64(cur.throttledNs-prev.throttledNs)/1e9, metrics.UnitSeconds, throttleSrc)
-		// No period ran (no quota, or idle): the share is undefined.
+		// Shares of the interval, so independent of its length. No period
+		// ran (no quota, or idle): the share is undefined.
 		if dp := cur.periods - prev.periods; dp > 0 {
 			r.add(metrics.ContainerCPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100,
 				metrics.UnitPercentage, throttleSrc)
@@ -348,5 +404,25 @@ func (r *round) pids() {
 	r.add(metrics.ContainerPIDs, float64(cur), metrics.UnitCount, src(p.dir, "pids.current"))
 	if limited {
 		r.add(metrics.ContainerPIDsLimit, float64(limit), metrics.UnitCount, src(p.dir, "pids.max"))
+	}
+	// pids.events max counts forks refused at pids.max (cumulative, v1 and
+	// v2 alike); containerd does not read it.
+	path := filepath.Join(p.dir, "pids.events")
+	s, found, err := readFile(path)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if !found {
+		c.noData(path, "pids events")
+		return
+	}
+	kv, err := parseFlatKeyed(s)
+	if err != nil {
+		r.fail(fmt.Errorf("%s: %w", path, err))
+		return
+	}
+	if v, ok := kv["max"]; ok {
+		r.add(metrics.ContainerPIDsMaxEvents, float64(v), metrics.UnitCount, path+" max")
 	}
 }

@@ -75,6 +75,11 @@ func helper(mode string) int {
 
 var realLimits = cgrouptest.Limits{MemoryBytes: 256 << 20, QuotaUs: 50000, PeriodUs: 100000}
 
+// busyLimits is a quota so small (0.1 core) that a busy loop exhausts it in
+// every period even on a loaded machine: throttling is then certain, not a
+// matter of how much CPU the loop happened to get.
+var busyLimits = cgrouptest.Limits{MemoryBytes: 256 << 20, QuotaUs: 10000, PeriodUs: 100000}
+
 // startIn starts a helper, moves it into g and waits until it did its job.
 // It is killed at cleanup, before the cgroups are removed.
 func startIn(t *testing.T, g *cgrouptest.Group, mode string, env ...string) int {
@@ -166,7 +171,7 @@ func TestRealLimits(t *testing.T) {
 }
 
 func TestRealBusyLoopIsThrottled(t *testing.T) {
-	g := cgrouptest.NewV1(t, realLimits)
+	g := cgrouptest.NewV1(t, busyLimits)
 	pid := startIn(t, g, "busy")
 	c := collectorFor(t, pid)
 	if _, err := c.Collect(context.Background()); err != nil {
@@ -174,16 +179,18 @@ func TestRealBusyLoopIsThrottled(t *testing.T) {
 	}
 	time.Sleep(2 * time.Second) // the window the usage is averaged over, not a timing check
 	pts := collect(t, c)
-	if v := value(t, pts, "container_cpu_usage_cores"); v < 0.3 || v > 0.6 {
-		t.Errorf("busy loop under a 0.5 CPU quota used %v cores, want 0.3..0.6", v)
+	// Only the quota's ceiling is a kernel guarantee; how much of it the
+	// loop got depends on how busy this machine is, so no lower bound.
+	if v := value(t, pts, "container_cpu_usage_cores"); v <= 0 || v > 0.12 {
+		t.Errorf("busy loop under a 0.1 CPU quota used %v cores, want (0, 0.12]", v)
 	}
-	if v := value(t, pts, "container_cpu_utilization_percentage"); v < 60 || v > 120 {
-		t.Errorf("utilization = %v%%, want about 100%% of the 0.5 core limit", v)
+	if v := value(t, pts, "container_cpu_utilization_percentage"); v <= 0 || v > 120 {
+		t.Errorf("utilization = %v%%, want (0, 120]%% of the 0.1 core limit", v)
 	}
 	if v := value(t, pts, "container_cpu_throttled_periods_percentage"); v <= 0 {
 		t.Errorf("throttled periods = %v%%, want > 0", v)
 	}
-	if v := value(t, pts, "container_cpu_throttled_seconds"); v <= 0 {
+	if v := value(t, pts, "container_cpu_throttled_seconds_total"); v <= 0 {
 		t.Errorf("throttled seconds = %v, want > 0", v)
 	}
 }
@@ -208,7 +215,7 @@ func TestRealPageCacheIsNotWorkingSet(t *testing.T) {
 	if usage-ws < 50 {
 		t.Errorf("usage - working set = %v MB, want most of the 100 MB of fresh (inactive) page cache", usage-ws)
 	}
-	pct := value(t, pts, "container_memory_usage_percentage")
+	pct := value(t, pts, "container_memory_working_set_percentage")
 	if want := ws / 268.435456 * 100; pct < want-1e-9 || pct > want+1e-9 {
 		t.Errorf("usage percentage = %v, want %v", pct, want)
 	}

@@ -79,7 +79,7 @@ func TestV1NoLimit(t *testing.T) {
 	wantValue(t, pts, "container_pids_count", 3)
 	// 9223372036854771712 everywhere is no limit; v1 has no PSI and no
 	// count of OOM situations.
-	wantAbsent(t, pts, "container_memory_limit_megabytes", "container_memory_usage_percentage",
+	wantAbsent(t, pts, "container_memory_limit_megabytes", "container_memory_working_set_percentage",
 		"container_cpu_limit_cores", "container_memory_oom_events_count", "container_memory_oom_group_kill_events_count",
 		"container_pressure_memory_some_avg10_percentage", "container_pids_limit_count")
 
@@ -106,7 +106,7 @@ func TestV1LimitAtAncestor(t *testing.T) {
 	pts := collect(t, v.f.collector())
 	wantValue(t, pts, "container_memory_limit_megabytes", 536870912/1e6)
 	wantSource(t, pts, "container_memory_limit_megabytes", v.memPod+"/memory.limit_in_bytes")
-	wantValue(t, pts, "container_memory_usage_percentage", 200.0/512*100)
+	wantValue(t, pts, "container_memory_working_set_percentage", 200.0/512*100)
 }
 
 // hierarchical_memory_limit sees ancestors that a bind mount hides.
@@ -118,7 +118,55 @@ func TestV1HierarchicalLimit(t *testing.T) {
 	f.files(mem, v1Memory(), map[string]string{"memory.stat": stat})
 	pts := collect(t, f.collector())
 	wantValue(t, pts, "container_memory_limit_megabytes", 1073741824/1e6)
-	wantSource(t, pts, "container_memory_limit_megabytes", mem+"/memory.stat hierarchical_memory_limit")
+	wantSource(t, pts, "container_memory_limit_megabytes", mem+"/memory.stat hierarchical_memory_limit (an ancestor outside this view)")
+}
+
+// With memory.use_hierarchy=0 an ancestor's limit does not apply to the
+// leaf, and the kernel's hierarchical_memory_limit (unlimited here) says so:
+// the ancestor's memory.limit_in_bytes must not be taken.
+func TestV1AncestorLimitWithoutHierarchy(t *testing.T) {
+	v := newV1(t, ModeV1, map[string]string{"memory.use_hierarchy": "0\n"},
+		map[string]string{"memory.limit_in_bytes": "536870912\n", "memory.use_hierarchy": "0\n"}, nil)
+	c := v.f.collector()
+	pts := collect(t, c)
+	wantAbsent(t, pts, "container_memory_limit_megabytes", "container_memory_working_set_percentage")
+	if inf := c.Info(); inf.MemoryLimitBytes != 0 || inf.MemoryLimitSetBy != NoLimit {
+		t.Errorf("Info limit = %d set by %q, want no limit", inf.MemoryLimitBytes, inf.MemoryLimitSetBy)
+	}
+}
+
+// Kernels before 4.13 write no oom_kill key: the counter is absent, not 0.
+func TestV1NoOOMKillKey(t *testing.T) {
+	v := newV1(t, ModeV1, map[string]string{"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n"}, nil, nil)
+	pts := collect(t, v.f.collector())
+	wantAbsent(t, pts, "container_memory_oom_kill_events_count")
+	wantValue(t, pts, "container_memory_working_set_megabytes", 200*mib/1e6)
+}
+
+// cpu and cpuacct mounted apart, placing the process in different cgroups:
+// usage and limit are reported, never divided, and the split is named.
+func TestV1CPUAndCPUAcctApart(t *testing.T) {
+	f := newFixture(t, ModeV1, 8)
+	f.procCgroup("4:cpuacct:/", "3:cpu:/limited")
+	acct := f.mountV1("cpuacct", "cpuacct", "/")
+	cpu := f.mountV1("cpu", "cpu", "/")
+	f.files(acct, v1CPUAcct(), nil)
+	f.files(cpu, v1CPU(), nil)
+	lim := filepath.Join(cpu, "limited")
+	f.files(lim, v1CPU(), map[string]string{"cpu.cfs_quota_us": "50000\n"})
+	c := f.collector()
+	pts := collectTwice(t, c, time.Second, func() { f.write(filepath.Join(acct, "cpuacct.usage"), "6650000000\n") })
+	wantValue(t, pts, "container_cpu_usage_cores", 1.65)
+	wantValue(t, pts, "container_cpu_limit_cores", 0.5)
+	wantValue(t, pts, "container_cpu_usage_limit_split_count", 1)
+	wantAbsent(t, pts, "container_cpu_utilization_percentage")
+	inf := c.Info()
+	if !strings.Contains(inf.CPUSplit, acct) || !strings.Contains(inf.CPUSplit, lim) {
+		t.Errorf("CPUSplit = %q, want both %s and %s", inf.CPUSplit, acct, lim)
+	}
+	if d := c.Detect(context.Background()); d["cpu_usage_limit_split"] != inf.CPUSplit {
+		t.Errorf("Detect cpu_usage_limit_split = %v", d["cpu_usage_limit_split"])
+	}
 }
 
 // Docker on v1 bind-mounts the container's own cgroup at /sys/fs/cgroup/<ctl>.
@@ -128,7 +176,8 @@ func TestV1BindMountedRoot(t *testing.T) {
 	f.procCgroup("5:memory:"+path, "3:cpu,cpuacct:"+path)
 	mem := f.mountV1("memory", "memory", path)
 	cpu := f.mountV1("cpu,cpuacct", "cpu,cpuacct", path)
-	f.files(mem, v1Memory(), map[string]string{"memory.limit_in_bytes": "268435456\n"})
+	f.files(mem, v1Memory(), map[string]string{"memory.limit_in_bytes": "268435456\n",
+		"memory.stat": replaceLine(v1Memory()["memory.stat"], "hierarchical_memory_limit", "268435456")})
 	f.files(cpu, v1CPU(), map[string]string{"cpu.cfs_quota_us": "50000\n"})
 	f.files(cpu, v1CPUAcct(), nil)
 	c := f.collector()
@@ -191,13 +240,17 @@ func TestV1CPUDelta(t *testing.T) {
 	wantValue(t, pts, "container_cpu_limit_cores", 0.5)
 	wantValue(t, pts, "container_cpu_utilization_percentage", 100)
 	wantValue(t, pts, "container_cpu_throttled_periods_percentage", 50)
-	wantValue(t, pts, "container_cpu_throttled_seconds", 0.2)
+	wantValue(t, pts, "container_cpu_usage_seconds_total", 6)
+	wantValue(t, pts, "container_cpu_throttled_seconds_total", 0.4)
+	wantValue(t, pts, "container_cpu_throttled_periods_total", 15)
+	wantValue(t, pts, "container_cpu_periods_total", 110)
 }
 
 // Hybrid: memory and cpu bound to v1 are read there; the unified leaf is
 // the real root here (no cgroup.events), whose PSI is node-wide: omitted.
 func TestHybridRootUnified(t *testing.T) {
-	v := newV1(t, ModeHybrid, nil, map[string]string{"memory.limit_in_bytes": "268435456\n"}, nil)
+	v := newV1(t, ModeHybrid, map[string]string{"memory.stat": replaceLine(v1Memory()["memory.stat"], "hierarchical_memory_limit", "268435456")},
+		map[string]string{"memory.limit_in_bytes": "268435456\n"}, nil)
 	uni := v.f.mountV2("unified", "/")
 	v.f.files(uni, map[string]string{
 		"cgroup.controllers": "\n",

@@ -39,6 +39,9 @@ func TestV2NoLimit(t *testing.T) {
 	wantValue(t, pts, "container_memory_oom_events_count", 2)
 	wantValue(t, pts, "container_memory_oom_kill_events_count", 1)
 	wantValue(t, pts, "container_memory_oom_group_kill_events_count", 0)
+	wantValue(t, pts, "container_memory_high_events_count", 0)
+	wantValue(t, pts, "container_memory_max_events_count", 3)
+	wantValue(t, pts, "container_pids_max_events_count", 4)
 	wantValue(t, pts, "container_pressure_memory_some_avg10_percentage", 1.5)
 	wantValue(t, pts, "container_pressure_memory_full_avg10_percentage", 0.75)
 	wantValue(t, pts, "container_pressure_cpu_some_avg10_percentage", 2)
@@ -46,7 +49,7 @@ func TestV2NoLimit(t *testing.T) {
 	wantValue(t, pts, "container_pressure_io_some_avg10_percentage", 0.25)
 	wantValue(t, pts, "container_pressure_io_full_avg10_percentage", 0.125)
 	wantValue(t, pts, "container_pids_count", 7)
-	wantAbsent(t, pts, "container_memory_limit_megabytes", "container_memory_usage_percentage",
+	wantAbsent(t, pts, "container_memory_limit_megabytes", "container_memory_working_set_percentage",
 		"container_cpu_limit_cores", "container_pids_limit_count")
 
 	d := c.Detect(context.Background())
@@ -72,7 +75,7 @@ func TestV2LimitAtAncestorOnly(t *testing.T) {
 
 	wantValue(t, pts, "container_memory_limit_megabytes", 536870912/1e6)
 	wantSource(t, pts, "container_memory_limit_megabytes", pod+"/memory.max")
-	wantValue(t, pts, "container_memory_usage_percentage", 200.0/512*100)
+	wantValue(t, pts, "container_memory_working_set_percentage", 200.0/512*100)
 	wantValue(t, pts, "container_cpu_limit_cores", 1.5)
 	wantSource(t, pts, "container_cpu_limit_cores", pod+"/cpu.max quota")
 
@@ -151,7 +154,7 @@ func TestV2MissingFiles(t *testing.T) {
 			name:    "no memory.max at the leaf is no limit, not 0",
 			leaf:    map[string]string{"memory.max": "-"},
 			present: []string{"container_memory_working_set_megabytes"},
-			absent:  []string{"container_memory_limit_megabytes", "container_memory_usage_percentage"},
+			absent:  []string{"container_memory_limit_megabytes", "container_memory_working_set_percentage"},
 		},
 		{
 			name:    "memory controller not enabled",
@@ -242,7 +245,10 @@ func TestV2CPUDelta(t *testing.T) {
 			wantValue(t, pts, "container_cpu_usage_cores", 0.5)
 			wantValue(t, pts, "container_cpu_utilization_percentage", tc.wantPct)
 			wantValue(t, pts, "container_cpu_throttled_periods_percentage", 25)
-			wantValue(t, pts, "container_cpu_throttled_seconds", 0.5)
+			// Cumulative, whatever the interval: the kernel's own total.
+			wantValue(t, pts, "container_cpu_usage_seconds_total", 6)
+			wantValue(t, pts, "container_cpu_throttled_seconds_total", 0.7)
+			wantValue(t, pts, "container_cpu_throttled_periods_total", 15)
 		})
 	}
 }
@@ -254,7 +260,8 @@ func TestV2CPUCounterReset(t *testing.T) {
 		// The cgroup was recreated: counters restart from 0.
 		f.write(filepath.Join(leaf, "cpu.stat"), "usage_usec 1000\nnr_periods 1\nnr_throttled 0\nthrottled_usec 0\n")
 	})
-	wantAbsent(t, pts, "container_cpu_usage_cores", "container_cpu_throttled_seconds")
+	wantAbsent(t, pts, "container_cpu_usage_cores", "container_cpu_throttled_periods_percentage")
+	wantValue(t, pts, "container_cpu_throttled_periods_total", 0)
 }
 
 func TestV2NoPeriodsNoThrottleShare(t *testing.T) {
@@ -262,7 +269,6 @@ func TestV2NoPeriodsNoThrottleShare(t *testing.T) {
 	c := f.collector()
 	pts := collectTwice(t, c, time.Second, func() {})
 	wantValue(t, pts, "container_cpu_usage_cores", 0)
-	wantValue(t, pts, "container_cpu_throttled_seconds", 0)
 	wantAbsent(t, pts, "container_cpu_throttled_periods_percentage")
 }
 

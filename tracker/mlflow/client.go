@@ -69,6 +69,7 @@ func newClient(cfg Config, log *slog.Logger) (*resty.Client, error) {
 		SetBaseURL(cfg.TrackingURI).
 		SetTimeout(cfg.Timeout).
 		SetRetryCount(0).
+		SetResponseBodyLimit(tracker.MaxResponseBytes).
 		SetLogger(tracker.DebugLogger{Log: log}).
 		SetHeader("User-Agent", "bridge (mlflow sink)")
 	// Basic wins over Bearer when both are set, as in rest_utils.http_request.
@@ -141,22 +142,29 @@ func (s *Sink) call(ctx context.Context, method, endpoint string, query map[stri
 	if err := s.classify(op, resp, err); err != nil {
 		return err
 	}
+	// Every MLflow endpoint answers a JSON object ({} for log-batch): a 200
+	// HTML page from a login proxy is not a delivery.
+	if err := tracker.CheckJSONObject(resp.Body(), fmt.Sprintf("%s: MLflow at %s", op, s.url)); err != nil {
+		return err
+	}
 	if out == nil {
 		return nil
 	}
-	if err := json.Unmarshal(resp.Body(), out); err != nil {
+	if err := decode(resp.Body(), out); err != nil {
 		return tracker.Permanent(fmt.Errorf("%s: MLflow at %s sent an answer bridge cannot read (is %s an `mlflow server`?): %w",
 			op, s.url, EnvTrackingURI, err))
 	}
 	return nil
 }
 
-// classify turns one HTTP exchange into what the forwarder acts on:
-//   - nil for 2xx;
-//   - *tracker.RetryAfterError for 429/503 with a Retry-After header;
-//   - a plain error (retry with backoff) for connection errors, 408, 429, 5xx;
-//   - tracker.Permanent(*APIError) for other 4xx (401, 403, 404, 400 on the
-//     run): retrying the same request cannot succeed.
+// decode reads an MLflow answer into out; a fuzz target calls it with any
+// bytes.
+func decode(body []byte, out any) error { return json.Unmarshal(body, out) }
+
+// classify turns one HTTP exchange into what the forwarder acts on, by
+// tracker.Classify (the policy every sink shares): connection errors and a
+// body over tracker.MaxResponseBytes are retried, the status decides the
+// rest. Its errors are *APIError with MLflow's error_code and message.
 func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	if err != nil {
 		// http.Client strips the password from the URL in its errors.
@@ -168,26 +176,18 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	}
 	apiErr := &APIError{URL: s.url, Op: op, Status: code}
 	var me mlflowError
-	if json.Unmarshal(resp.Body(), &me) == nil && (me.ErrorCode != "" || me.Message != "") {
-		apiErr.Code, apiErr.Message = me.ErrorCode, shorten(me.Message)
+	if decode(resp.Body(), &me) == nil && (me.ErrorCode != "" || me.Message != "") {
+		apiErr.Code, apiErr.Message = me.ErrorCode, tracker.Shorten(me.Message)
 	} else {
-		apiErr.Message = shorten(string(resp.Body()))
+		apiErr.Message = tracker.Shorten(string(resp.Body()))
 	}
-
 	switch {
-	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		if after, ok := tracker.ParseRetryAfter(resp.Header().Get("Retry-After"), time.Now()); ok {
-			return &tracker.RetryAfterError{After: after, Err: apiErr}
-		}
-		return apiErr
-	case code == http.StatusRequestTimeout || code >= 500:
-		return apiErr
 	case code == http.StatusUnauthorized:
 		apiErr.Hint = s.credentialHint()
 	case code == http.StatusNotFound && (apiErr.Code == "" || apiErr.Code == "ENDPOINT_NOT_FOUND"):
 		apiErr.Hint = fmt.Sprintf("no MLflow REST API under %s: check %s (the address of `mlflow server`, with its path prefix if any)", s.url, EnvTrackingURI)
 	}
-	return tracker.Permanent(apiErr)
+	return tracker.Classify(code, resp.Header().Get("Retry-After"), time.Now(), apiErr)
 }
 
 func (s *Sink) credentialHint() string {
@@ -198,16 +198,6 @@ func (s *Sink) credentialHint() string {
 		return fmt.Sprintf("check %s", EnvToken)
 	}
 	return fmt.Sprintf("no credentials are set: set %s, or %s and %s", EnvToken, EnvUsername, EnvPassword)
-}
-
-// shorten keeps error bodies (an HTML page from a proxy) readable in one line.
-func shorten(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	const limit = 300
-	if len(s) > limit {
-		s = s[:limit] + "..."
-	}
-	return s
 }
 
 // isCode reports whether err is an MLflow answer with the given error_code.

@@ -2,8 +2,9 @@ package mlflow
 
 import (
 	"encoding/json"
-	"math"
 	"strconv"
+
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // batch builds one runs/log-batch body by hand, so that its exact size is
@@ -58,31 +59,18 @@ func (b *batch) body() []byte {
 	return append(out, batchTail...)
 }
 
-// encodeMetric renders one metric as protobuf JSON: NaN and infinities are
-// the strings "NaN", "Infinity" and "-Infinity", which encoding/json refuses
-// to produce.
+// encodeMetric renders one metric as protobuf JSON (non-finite values by
+// tracker.AppendFloat).
 func encodeMetric(key string, value float64, timestampMS, step int64) []byte {
 	k, _ := json.Marshal(key)
 	m := make([]byte, 0, len(k)+80)
 	m = append(m, `{"key":`...)
 	m = append(m, k...)
 	m = append(m, `,"value":`...)
-	m = appendValue(m, value)
+	m = tracker.AppendFloat(m, value)
 	m = append(m, `,"timestamp":`...)
 	m = strconv.AppendInt(m, timestampMS, 10)
 	m = append(m, `,"step":`...)
 	m = strconv.AppendInt(m, step, 10)
 	return append(m, '}')
-}
-
-func appendValue(m []byte, v float64) []byte {
-	switch {
-	case math.IsNaN(v):
-		return append(m, `"NaN"`...)
-	case math.IsInf(v, 1):
-		return append(m, `"Infinity"`...)
-	case math.IsInf(v, -1):
-		return append(m, `"-Infinity"`...)
-	}
-	return strconv.AppendFloat(m, v, 'g', -1, 64)
 }

@@ -402,6 +402,10 @@ func TestTerminalStatus(t *testing.T) {
 		{tracker.EndInfo{ExitCode: 3}, StatusFailed},
 		{tracker.EndInfo{ExitCode: 137, Signal: 9}, StatusKilled},
 		{tracker.EndInfo{ExitCode: 143, Signal: 15}, StatusKilled},
+		// bridge sync: a lost attempt, whatever the exit fields say.
+		{tracker.EndInfo{ExitCode: 0, Status: tracker.StatusKilled}, StatusKilled},
+		{tracker.EndInfo{ExitCode: 3, Status: tracker.StatusFinished}, StatusFinished},
+		{tracker.EndInfo{ExitCode: 3, Status: "RUNNING"}, StatusFailed}, // not terminal: ignored
 	}
 	for _, tc := range tests {
 		if got := TerminalStatus(tc.end); got != tc.want {

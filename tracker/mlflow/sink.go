@@ -2,6 +2,7 @@ package mlflow
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,9 +22,9 @@ import (
 // Run statuses (mlflow/protos/service.proto RunStatus).
 const (
 	StatusRunning  = "RUNNING"
-	StatusFinished = "FINISHED"
-	StatusFailed   = "FAILED"
-	StatusKilled   = "KILLED"
+	StatusFinished = tracker.StatusFinished
+	StatusFailed   = tracker.StatusFailed
+	StatusKilled   = tracker.StatusKilled
 )
 
 // DefaultExperimentID is where a run goes when no experiment is named, as in
@@ -53,10 +54,15 @@ type Sink struct {
 	client *resty.Client
 	url    string // redacted tracking URI for messages
 
-	runID        string
-	experimentID string
-	created      bool
-	prefix       string // "system/" or "system/<node_id>/"
+	runID   string
+	created bool
+	prefix  string // "system/" or "system/<node_id>/"
+
+	// startID tags the run bridge creates, so that a runs/create the server
+	// applied but whose answer was lost (a reset, a timeout) is found again
+	// instead of creating a second run; creates counts the attempts.
+	startID string
+	creates int
 
 	// Overridable in tests so that splitting is exercised with small inputs.
 	maxMetrics int
@@ -110,9 +116,6 @@ func (s *Sink) Name() string { return "mlflow" }
 // RunID is the run the sink posts to; empty before Start.
 func (s *Sink) RunID() string { return s.runID }
 
-// ExperimentID is the run's experiment; empty before Start.
-func (s *Sink) ExperimentID() string { return s.experimentID }
-
 // Created reports whether Start created the run (bridge then owns its
 // terminal status).
 func (s *Sink) Created() bool { return s.created }
@@ -147,6 +150,9 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 }
 
 func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, error) {
+	if err := tracker.ValidID(EnvRunID, s.cfg.RunID); err != nil {
+		return nil, tracker.Permanent(err)
+	}
 	s.runID = s.cfg.RunID
 	s.created = s.cfg.OwnsRun
 	env := []string{EnvRunID + "=" + s.runID}
@@ -161,7 +167,6 @@ func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, er
 		return env, tracker.Permanent(fmt.Errorf("%s=%s: run is deleted on MLflow at %s: restore it in the UI (or `mlflow runs restore --run-id %s`) or unset %s",
 			EnvRunID, s.runID, s.url, s.runID, EnvRunID))
 	}
-	s.experimentID = run.Info.ExperimentID
 	if len(info.Tags) > 0 {
 		if err := s.SetTags(ctx, info.Tags); err != nil {
 			return env, err
@@ -175,6 +180,10 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	if err != nil {
 		return nil, err
 	}
+	// It goes into the child's environment (MLFLOW_EXPERIMENT_ID).
+	if err := tracker.ValidID("experiment id", expID); err != nil {
+		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
+	}
 	name := s.cfg.RunName
 	if name == "" {
 		name = info.RunName
@@ -186,6 +195,25 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 		tags["mlflow.source.type"] = "LOCAL"
 	}
 	maps.Copy(tags, info.Tags)
+	if s.startID == "" {
+		s.startID = rand.Text()
+	}
+	tags[StartIDTag] = s.startID
+	if s.creates++; s.creates > 1 {
+		// An earlier attempt may have created the run.
+		run, found, err := s.findStarted(ctx, expID)
+		if err != nil {
+			return nil, err
+		}
+		if found {
+			if err := tracker.ValidID("run id", run.RunID); err != nil {
+				return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
+			}
+			s.runID, s.created = run.RunID, true
+			s.log.Info("found the MLflow run an earlier attempt created (its answer was lost)", "run_id", s.runID, "experiment_id", expID)
+			return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
+		}
+	}
 	// A mlflow.runName tag that differs from run_name is a 400.
 	if name != "" {
 		delete(tags, "mlflow.runName")
@@ -200,10 +228,12 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	if err := s.call(ctx, http.MethodPost, "runs/create", nil, req, &out, fmt.Sprintf("creating a run in experiment %s", expID)); err != nil {
 		return nil, err
 	}
-	if out.Run.Info.RunID == "" {
-		return nil, tracker.Permanent(fmt.Errorf("creating a run in experiment %s: MLflow at %s answered without a run id", expID, s.url))
+	// The run id goes into the child's environment: an invalid one (a NUL
+	// byte, 200 KB) would keep the child from starting.
+	if err := tracker.ValidID("run id", out.Run.Info.RunID); err != nil {
+		return nil, tracker.Permanent(fmt.Errorf("creating a run in experiment %s: MLflow at %s answered with an unusable run: %w", expID, s.url, err))
 	}
-	s.runID, s.experimentID, s.created = out.Run.Info.RunID, expID, true
+	s.runID, s.created = out.Run.Info.RunID, true
 	s.log.Info("created MLflow run", "run_id", s.runID, "experiment_id", expID, "run_name", out.Run.Info.RunName)
 	// The experiment id goes along even when the user named the experiment
 	// (MLFLOW_EXPERIMENT_NAME, which the Python client checks against it, or
@@ -266,18 +296,30 @@ func (s *Sink) experimentByName(ctx context.Context, name string) (experiment, e
 	return out.Experiment, err
 }
 
+// StartIDTag is the tag that makes a run bridge created findable again.
+const StartIDTag = "bridge.start_id"
+
+// findStarted looks for the run an earlier runs/create of this sink made.
+func (s *Sink) findStarted(ctx context.Context, expID string) (RunInfo, bool, error) {
+	req := map[string]any{
+		"experiment_ids": []string{expID},
+		"filter":         fmt.Sprintf("tags.`%s` = '%s'", StartIDTag, s.startID),
+		"max_results":    1,
+	}
+	var out struct {
+		Runs []Run `json:"runs"`
+	}
+	err := s.call(ctx, http.MethodPost, "runs/search", nil, req, &out, fmt.Sprintf("looking for the run created earlier in experiment %s", expID))
+	if err != nil || len(out.Runs) == 0 {
+		return RunInfo{}, false, err
+	}
+	return out.Runs[0].Info, true, nil
+}
+
 func (s *Sink) getRun(ctx context.Context, id string) (Run, error) {
 	var out runResponse
 	err := s.call(ctx, http.MethodGet, "runs/get", map[string]string{"run_id": id}, nil, &out, fmt.Sprintf("reading run %s", id))
 	return out.Run, err
-}
-
-// GetRun reads the run's info, tags and latest metrics.
-func (s *Sink) GetRun(ctx context.Context) (Run, error) {
-	if s.runID == "" {
-		return Run{}, errNoRun
-	}
-	return s.getRun(ctx, s.runID)
 }
 
 var errNoRun = fmt.Errorf("mlflow sink has no run yet (Start has not succeeded): %w", tracker.ErrNotReady)
@@ -410,43 +452,17 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	return errors.Join(errs...)
 }
 
-// TerminalStatus is the status bridge gives a run it owns: KILLED when the
-// child died of a signal, FAILED on a non-zero exit, FINISHED otherwise.
+// TerminalStatus is the status bridge gives a run it owns: end.Status when
+// set, else KILLED when the child died of a signal, FAILED on a non-zero
+// exit, FINISHED otherwise.
 func TerminalStatus(end tracker.EndInfo) string {
 	switch {
+	case end.Status == tracker.StatusFinished || end.Status == tracker.StatusFailed || end.Status == tracker.StatusKilled:
+		return end.Status
 	case end.Signal != 0:
 		return StatusKilled
 	case end.ExitCode != 0:
 		return StatusFailed
 	}
 	return StatusFinished
-}
-
-// MetricHistory returns every point of key in the run (key as stored, e.g.
-// "system/container_memory_working_set_megabytes"), following pages of 25000
-// as the Python client does. bridge sync and tests use it.
-func (s *Sink) MetricHistory(ctx context.Context, key string) ([]Metric, error) {
-	if s.runID == "" {
-		return nil, errNoRun
-	}
-	var all []Metric
-	token := ""
-	for {
-		q := map[string]string{"run_id": s.runID, "metric_key": key, "max_results": "25000"}
-		if token != "" {
-			q["page_token"] = token
-		}
-		var out struct {
-			Metrics       []Metric `json:"metrics"`
-			NextPageToken string   `json:"next_page_token"`
-		}
-		if err := s.call(ctx, http.MethodGet, "metrics/get-history", q, nil, &out, fmt.Sprintf("reading history of %s in run %s", key, s.runID)); err != nil {
-			return all, err
-		}
-		all = append(all, out.Metrics...)
-		if out.NextPageToken == "" || len(out.Metrics) == 0 {
-			return all, nil
-		}
-		token = out.NextPageToken
-	}
 }

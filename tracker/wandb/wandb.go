@@ -23,10 +23,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,13 +39,6 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
 )
-
-// ErrOff is returned by New when WANDB_MODE is offline or disabled: there is
-// no sink to run, and the caller carries on without it.
-var ErrOff = errors.New("W&B sink off")
-
-// ErrNoAPIKey is returned by New when no API key was found.
-var ErrNoAPIKey = errors.New("no W&B API key")
 
 // maxRequestBytes keeps one file_stream request well under the ~10 MiB that
 // wandb-core caps its own requests at.
@@ -74,9 +70,9 @@ type Sink struct {
 	skipped int   // non-finite values dropped (JSON cannot carry them)
 }
 
-// New returns a sink for cfg. It returns an error wrapping ErrOff (after
-// logging why at info) when cfg.Mode is offline or disabled, and one
-// wrapping ErrNoAPIKey when no key was found.
+// New returns a sink for cfg. It returns an error naming the variable when
+// cfg.Mode is offline or disabled (buildSinks checks the mode first) or no
+// key was found.
 func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -86,8 +82,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		cfg.Mode = ModeOnline
 	}
 	if cfg.Mode != ModeOnline {
-		log.Info("W&B sink off: WANDB_MODE is "+cfg.Mode+"; bridge sends nothing to W&B", "mode", cfg.Mode)
-		return nil, fmt.Errorf("%w: WANDB_MODE=%s", ErrOff, cfg.Mode)
+		return nil, fmt.Errorf("W&B sink off: WANDB_MODE=%s", cfg.Mode)
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
@@ -98,7 +93,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		return nil, fmt.Errorf("W&B base URL %q is not an http(s) URL", cfg.BaseURL)
 	}
 	if cfg.APIKey == "" {
-		return nil, fmt.Errorf("%w for %s: set WANDB_API_KEY or add \"machine %s password <key>\" to ~/.netrc", ErrNoAPIKey, cfg.BaseURL, u.Host)
+		return nil, fmt.Errorf("no W&B API key for %s: set WANDB_API_KEY or add \"machine %s password <key>\" to ~/.netrc", cfg.BaseURL, u.Host)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
@@ -213,16 +208,101 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	return acked, nil
 }
 
-// Finish implements tracker.Sink. It sends nothing: the child's wandb
-// finishes the run with its own exit code; a non-primary writer never sends
-// complete or exitcode.
-func (s *Sink) Finish(context.Context, tracker.EndInfo) error {
+// Finish implements tracker.Sink. It never sends complete or exitcode (the
+// child's wandb finishes the run with its own exit code, and a non-primary
+// writer must not); it makes the exit verdict visible on the run: W&B tags
+// "bridge-exit-<code>" and "bridge-<exit_reason>" added to the run's own,
+// and a section appended to the run's notes listing end.Tags (exit code,
+// reason, evidence), through UpsertBucket with only name, project, entity,
+// tags and notes, so the child's config and summary are not touched. A
+// repeated Finish replaces bridge's section instead of adding another.
+func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.skipped > 0 {
 		s.log.Warn("W&B: values that were NaN or infinite were not sent (JSON cannot carry them)", "count", s.skipped)
 	}
+	if len(end.Tags) == 0 || s.start.IsZero() {
+		return nil
+	}
+	b, err := s.lookupRun(ctx)
+	if err != nil {
+		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
+	}
+	if b == nil {
+		s.log.Info("W&B run was never created by the training process; the exit verdict is in the spool and on stderr only", "run", s.runPath())
+		return nil
+	}
+	tags := mergeTags(b.Tags, verdictTags(end))
+	notes := withVerdict(derefOr(b.Notes, ""), end)
+	v := map[string]any{"name": s.cfg.RunID, "project": s.project, "entity": s.entity, "tags": tags, "notes": notes}
+	var out struct {
+		UpsertBucket *struct {
+			Bucket *struct {
+				Name string `json:"name"`
+			} `json:"bucket"`
+		} `json:"upsertBucket"`
+	}
+	if err := s.graphql(ctx, "UpsertBucket", upsertBucketMutation, v, &out); err != nil {
+		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
+	}
+	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID, "tags", verdictTags(end))
 	return nil
+}
+
+// verdictSection starts bridge's part of the run's notes.
+const verdictSection = "\n\n---\nbridge (end of job):\n"
+
+// withVerdict appends (or replaces) bridge's section of the notes: one
+// "key: value" line per end tag, sorted.
+func withVerdict(notes string, end tracker.EndInfo) string {
+	if i := strings.Index(notes, verdictSection); i >= 0 {
+		notes = notes[:i]
+	}
+	keys := slices.Sorted(maps.Keys(end.Tags))
+	var b strings.Builder
+	b.WriteString(notes)
+	b.WriteString(verdictSection)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s: %s\n", k, end.Tags[k])
+	}
+	return b.String()
+}
+
+// verdictTags are the W&B tags for the verdict: letters, digits, '-' and
+// '_', at most 64 characters (W&B's tag limit).
+func verdictTags(end tracker.EndInfo) []string {
+	tags := []string{"bridge-exit-" + strconv.Itoa(end.ExitCode)}
+	if r := end.Tags["bridge.exit_reason"]; r != "" {
+		tags = append(tags, "bridge-"+r)
+	}
+	for i, t := range tags {
+		t = sanitizeLabel(t)
+		if len(t) > 64 {
+			t = t[:64]
+		}
+		tags[i] = t
+	}
+	return tags
+}
+
+// mergeTags keeps the run's tags, drops bridge's earlier verdict tags and
+// adds the new ones.
+func mergeTags(have, add []string) []string {
+	out := []string{}
+	for _, t := range have {
+		if !strings.HasPrefix(t, "bridge-") {
+			out = append(out, t)
+		}
+	}
+	return append(out, add...)
+}
+
+func derefOr(p *string, def string) string {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 // lines encodes samples from the start of ss into events lines, up to
@@ -268,10 +348,17 @@ func (s *Sink) lines(ss []metrics.Sample) ([]string, int, error) {
 // wandb itself gives a labelled writer's system metrics.
 func Key(name, label string) string { return "system." + name + "/l:" + label }
 
-// checkRun asks whether the run exists and has started, by wandb's own rule
-// (a bucket whose config holds _wandb.t). It resolves the entity and project
-// the run lives in, for the file_stream path.
-func (s *Sink) checkRun(ctx context.Context) error {
+// bucket is what bridge reads of a run.
+type bucket struct {
+	Name        string   `json:"name"`
+	WandbConfig *string  `json:"wandbConfig"`
+	Tags        []string `json:"tags"`
+	Notes       *string  `json:"notes"`
+}
+
+// lookupRun reads the run (nil when it does not exist yet) and resolves
+// the entity and project it lives in, for the file_stream path.
+func (s *Sink) lookupRun(ctx context.Context) (*bucket, error) {
 	v := map[string]any{"name": s.cfg.RunID, "project": nilIfEmpty(s.cfg.Project), "entity": nilIfEmpty(s.cfg.Entity)}
 	var resp struct {
 		Model *struct {
@@ -279,20 +366,31 @@ func (s *Sink) checkRun(ctx context.Context) error {
 			Entity struct {
 				Name string `json:"name"`
 			} `json:"entity"`
-			Bucket *struct {
-				Name        string  `json:"name"`
-				WandbConfig *string `json:"wandbConfig"`
-			} `json:"bucket"`
+			Bucket *bucket `json:"bucket"`
 		} `json:"model"`
 	}
 	if err := s.graphql(ctx, "RunResumeStatus", runResumeStatusQuery, v, &resp); err != nil {
-		return fmt.Errorf("looking up W&B run %s: %w", s.runPath(), err)
+		return nil, fmt.Errorf("looking up W&B run %s: %w", s.runPath(), err)
 	}
-	if resp.Model == nil || resp.Model.Bucket == nil || !hasT(resp.Model.Bucket.WandbConfig) {
+	if resp.Model == nil || resp.Model.Bucket == nil {
+		return nil, nil
+	}
+	s.entity, s.project = resp.Model.Entity.Name, resp.Model.Name
+	return resp.Model.Bucket, nil
+}
+
+// checkRun asks whether the run exists and has started, by wandb's own rule
+// (a bucket whose config holds _wandb.t).
+func (s *Sink) checkRun(ctx context.Context) error {
+	b, err := s.lookupRun(ctx)
+	if err != nil {
+		return err
+	}
+	if b == nil || !hasT(b.WandbConfig) {
 		return fmt.Errorf("%w: W&B run %s does not exist yet (the training process creates it with wandb.init; WANDB_PROJECT and WANDB_ENTITY must match its project and entity)",
 			tracker.ErrNotReady, s.runPath())
 	}
-	s.entity, s.project, s.ready = resp.Model.Entity.Name, resp.Model.Name, true
+	s.ready = true
 	s.log.Info("W&B run found; sending system metrics", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID)
 	return nil
 }
@@ -337,10 +435,13 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 	if err := statusError(resp, raw, "file_stream "+endpoint); err != nil {
 		return err
 	}
-	var fb struct {
-		Stopped bool `json:"stopped"`
+	// The server answers a JSON object: a 200 HTML page (a login proxy) is
+	// not a delivery.
+	if err := tracker.CheckJSONObject(raw, "W&B file_stream "+endpoint); err != nil {
+		return err
 	}
-	if json.Unmarshal(raw, &fb) == nil && fb.Stopped && !s.stopped {
+	fb, err := decodeFileStream(raw)
+	if err == nil && fb.Stopped && !s.stopped {
 		s.stopped = true
 		s.log.Info("W&B says the run was stopped from the UI; the training process's wandb handles that, bridge keeps sending")
 	}
@@ -360,7 +461,7 @@ func newClient(cfg Config, log *slog.Logger) *resty.Client {
 		// resty warns about Basic over plain http on every request (a local
 		// server); the user chose the server.
 		SetDisableWarn(true).
-		SetResponseBodyLimit(4<<20).
+		SetResponseBodyLimit(tracker.MaxResponseBytes).
 		SetHeader("Content-Type", "application/json").
 		SetHeader("User-Agent", userAgent).
 		SetHeader("X-WANDB-USE-ASYNC-FILESTREAM", "true")
@@ -386,7 +487,21 @@ const runResumeStatusQuery = `query RunResumeStatus($project: String, $entity: S
 			id
 			name
 			wandbConfig(keys: ["t"])
+			tags
+			notes
 		}
+	}
+}`
+
+// upsertBucketMutation updates only the fields it is given: bridge sends
+// the run's name, project, entity, tags and notes.
+const upsertBucketMutation = `mutation UpsertBucket($name: String, $project: String, $entity: String, $notes: String, $tags: [String!]) {
+	upsertBucket(input: {name: $name, modelName: $project, entityName: $entity, notes: $notes, tags: $tags}) {
+		bucket {
+			id
+			name
+		}
+		inserted
 	}
 }`
 
@@ -408,24 +523,48 @@ func (s *Sink) graphql(ctx context.Context, op, query string, vars map[string]an
 	if err := statusError(resp, raw, "GraphQL "+op+" at "+endpoint); err != nil {
 		return err
 	}
+	if err := tracker.CheckJSONObject(raw, "W&B GraphQL "+op+" at "+endpoint); err != nil {
+		return err
+	}
+	return decodeGraphQL(raw, out, "GraphQL "+op+" at "+endpoint)
+}
+
+// decodeGraphQL reads a GraphQL answer's data into out; its errors become
+// Go errors (PERMISSION_ERROR permanent). A fuzz target calls it with any
+// bytes.
+func decodeGraphQL(raw []byte, out any, what string) error {
 	var env struct {
 		Data   json.RawMessage `json:"data"`
 		Errors []gqlError      `json:"errors"`
 	}
 	if err := json.Unmarshal(raw, &env); err != nil {
-		return fmt.Errorf("GraphQL %s at %s: response is not JSON: %w", op, endpoint, err)
+		return fmt.Errorf("%s: response is not JSON: %w", what, err)
 	}
 	if len(env.Errors) > 0 {
-		err := fmt.Errorf("GraphQL %s at %s: %s", op, endpoint, env.Errors[0].Message)
+		err := fmt.Errorf("%s: %s", what, tracker.Shorten(env.Errors[0].Message))
 		if env.Errors[0].Extensions.Code == "PERMISSION_ERROR" {
 			return tracker.Permanent(err)
 		}
 		return err
 	}
+	if len(env.Data) == 0 || string(env.Data) == "null" {
+		return fmt.Errorf("%s: %w: no data and no errors", what, tracker.ErrNotJSON)
+	}
 	if err := json.Unmarshal(env.Data, out); err != nil {
-		return fmt.Errorf("GraphQL %s at %s: unexpected data: %w", op, endpoint, err)
+		return fmt.Errorf("%s: unexpected data: %w", what, err)
 	}
 	return nil
+}
+
+// fileStreamAnswer is the part of a file_stream answer bridge reads.
+type fileStreamAnswer struct {
+	Stopped bool `json:"stopped"`
+}
+
+func decodeFileStream(raw []byte) (fileStreamAnswer, error) {
+	var fb fileStreamAnswer
+	err := json.Unmarshal(raw, &fb)
+	return fb, err
 }
 
 type gqlError struct {
@@ -435,34 +574,23 @@ type gqlError struct {
 	} `json:"extensions"`
 }
 
-// statusError classifies a non-2xx response: 401/403/404 and other client
-// errors that a repeat cannot fix are permanent; 429 and 503 carry the
-// server's Retry-After when it gives one; the rest are retryable.
+// statusError classifies a non-2xx response by tracker.Classify, the policy
+// every sink shares, with a hint for the statuses a user can fix.
 func statusError(resp *resty.Response, body []byte, what string) error {
-	if resp.StatusCode() >= 200 && resp.StatusCode() < 300 {
+	code := resp.StatusCode()
+	if code >= 200 && code < 300 {
 		return nil
 	}
-	msg := strings.TrimSpace(string(body))
-	if len(msg) > 300 {
-		msg = msg[:300] + "..."
-	}
-	err := fmt.Errorf("%s: %s: %s", what, resp.Status(), msg)
-	switch resp.StatusCode() {
+	err := fmt.Errorf("%s: %s: %s", what, resp.Status(), tracker.Shorten(string(body)))
+	switch code {
 	case http.StatusUnauthorized:
-		return tracker.Permanent(fmt.Errorf("the W&B API key was rejected (check WANDB_API_KEY or ~/.netrc): %w", err))
+		err = fmt.Errorf("the W&B API key was rejected (check WANDB_API_KEY or ~/.netrc): %w", err)
 	case http.StatusForbidden:
-		return tracker.Permanent(fmt.Errorf("the W&B API key may not write to this run (check WANDB_ENTITY and WANDB_PROJECT): %w", err))
+		err = fmt.Errorf("the W&B API key may not write to this run (check WANDB_ENTITY and WANDB_PROJECT): %w", err)
 	case http.StatusNotFound:
-		return tracker.Permanent(fmt.Errorf("not found on W&B (check WANDB_BASE_URL, or the run was deleted): %w", err))
-	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusGone,
-		http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-		return tracker.Permanent(err)
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		if d, ok := tracker.ParseRetryAfter(resp.Header().Get("Retry-After"), time.Now()); ok {
-			return &tracker.RetryAfterError{After: d, Err: err}
-		}
+		err = fmt.Errorf("not found on W&B (check WANDB_BASE_URL, or the run was deleted): %w", err)
 	}
-	return err
+	return tracker.Classify(code, resp.Header().Get("Retry-After"), time.Now(), err)
 }
 
 // randomID returns n lowercase alphanumerics, the alphabet wandb uses for

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"regexp"
@@ -97,15 +98,15 @@ func TestNew(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  Config
-		want error
+		want string // the variable the message must name
 	}{
-		{"offline", Config{Mode: ModeOffline, APIKey: "k"}, ErrOff},
-		{"disabled", Config{Mode: ModeDisabled}, ErrOff},
-		{"no key", Config{}, ErrNoAPIKey},
+		{"offline", Config{Mode: ModeOffline, APIKey: "k"}, "WANDB_MODE=offline"},
+		{"disabled", Config{Mode: ModeDisabled}, "WANDB_MODE=disabled"},
+		{"no key", Config{}, "WANDB_API_KEY"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := New(tc.cfg, nil)
-			if !errors.Is(err, tc.want) || s != nil {
+			if err == nil || !strings.Contains(err.Error(), tc.want) || s != nil {
 				t.Errorf("New = %v, %v; want nil, %v", s, err, tc.want)
 			}
 		})
@@ -453,5 +454,65 @@ func TestKey(t *testing.T) {
 		if got := sanitizeLabel(in); got != want {
 			t.Errorf("sanitizeLabel(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The exit verdict goes on the run as tags and a section of the notes,
+// next to the child's own tags and notes; config and summary stay the
+// child's, and a second Finish replaces bridge's part instead of adding one.
+func TestFinishRecordsVerdict(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	start(t, s)
+	ctx := context.Background()
+	createRun(t, srv, "demo", s.RunID(), true)
+	body, _ := json.Marshal(map[string]any{
+		"query":         "mutation UpsertBucket($name: String, $project: String, $tags: [String!], $notes: String) { upsertBucket { bucket { id } } }",
+		"operationName": "UpsertBucket",
+		"variables":     map[string]any{"name": s.RunID(), "project": "demo", "tags": []string{"baseline"}, "notes": "child's notes"},
+	})
+	req, _ := http.NewRequest("POST", srv.URL()+"/graphql", bytes.NewReader(body))
+	req.SetBasicAuth("api", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n, err := s.Send(ctx, samples(0, 1)); n != 1 || err != nil {
+		t.Fatalf("Send = %d, %v", n, err)
+	}
+	before, _ := srv.FindRun(s.RunID())
+	end := tracker.EndInfo{ExitCode: 137, Signal: 9, Tags: map[string]string{
+		"bridge.exit_code": "137", "bridge.exit_reason": "oom_killed", "bridge.exit_evidence": "memory.events oom_kill +1",
+	}}
+	for range 2 {
+		if err := s.Finish(ctx, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run, _ := srv.FindRun(s.RunID())
+	if fmt.Sprint(run.Tags) != "[baseline bridge-exit-137 bridge-oom_killed]" {
+		t.Errorf("tags %q", run.Tags)
+	}
+	want := "child's notes\n\n---\nbridge (end of job):\nbridge.exit_code: 137\nbridge.exit_evidence: memory.events oom_kill +1\nbridge.exit_reason: oom_killed\n"
+	if run.Notes != want {
+		t.Errorf("notes %q, want %q", run.Notes, want)
+	}
+	if fmt.Sprint(run.Config) != fmt.Sprint(before.Config) || fmt.Sprint(run.Summary()) != fmt.Sprint(before.Summary()) || run.Complete {
+		t.Errorf("bridge changed the child's record: config %v -> %v, summary %v -> %v, complete %v",
+			before.Config, run.Config, before.Summary(), run.Summary(), run.Complete)
+	}
+}
+
+// A run the child never created gets nothing, and Finish does not fail.
+func TestFinishWithoutRun(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	s := newSink(t, srv, nil)
+	start(t, s)
+	if err := s.Finish(context.Background(), tracker.EndInfo{ExitCode: 1, Tags: map[string]string{"bridge.exit_code": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := srv.FindRun(s.RunID()); ok {
+		t.Error("Finish created the run")
 	}
 }

@@ -177,6 +177,11 @@ func (s *Server) upsertBucket(v vars, clientID string) any {
 			}
 		}
 	}
+	// Only a notes variable that is sent changes the notes (UpsertBucket
+	// updates the fields it is given).
+	if n, ok := v["notes"].(string); ok {
+		ru.notes = &n
+	}
 	cfgJSON, _ := json.Marshal(ru.config)
 	return map[string]any{"upsertBucket": map[string]any{
 		"bucket": map[string]any{
@@ -195,6 +200,13 @@ func (s *Server) upsertBucket(v vars, clientID string) any {
 		},
 		"inserted": inserted,
 	}}
+}
+
+func (ru *run) notesOrNil() any {
+	if ru.notes == nil {
+		return nil
+	}
+	return *ru.notes
 }
 
 // wandbT returns {"t": ...} from the run's _wandb config value, the field
@@ -254,7 +266,7 @@ func (s *Server) runResumeStatus(v vars) any {
 			"eventsTail":       ru.tail(Primary, EventsFile, 10),
 			"config":           string(cfgJSON),
 			"tags":             append([]string{}, ru.tags...),
-			"notes":            nil,
+			"notes":            ru.notesOrNil(),
 			"wandbConfig":      ru.wandbT(),
 		}
 	}

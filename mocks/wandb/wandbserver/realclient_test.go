@@ -101,6 +101,9 @@ func TestRealClient(t *testing.T) {
 	if !run.Complete || run.ExitCode == nil || *run.ExitCode != 0 || run.FinishedBy == nil || *run.FinishedBy != Primary {
 		t.Errorf("finish: complete %v exit %v by %v", run.Complete, run.ExitCode, run.FinishedBy)
 	}
+	if len(run.Tags) != 1 || run.Tags[0] != "real-client" || run.Notes != "notes from the real client" {
+		t.Errorf("tags %q, notes %q: want the client's", run.Tags, run.Notes)
+	}
 	if run.Config["lr"] == nil {
 		t.Errorf("config lacks lr: %v", run.Config)
 	}

@@ -33,6 +33,7 @@ type run struct {
 	created   time.Time
 	config    map[string]any // as the client sends it: {"key": {"value": v}}
 	tags      []string
+	notes     *string  // nil until an UpsertBucket sets notes
 	upserts   []string // X-WANDB-CLIENT-ID of each UpsertBucket ("" without)
 
 	writers map[string]*writer
@@ -70,6 +71,7 @@ type Run struct {
 	Created     time.Time      `json:"created"`
 	Config      map[string]any `json:"config"`
 	Tags        []string       `json:"tags"`
+	Notes       string         `json:"notes"`
 	// UpsertClients holds X-WANDB-CLIENT-ID of every UpsertBucket for this
 	// run, in order ("" when the header was absent).
 	UpsertClients []string `json:"upsert_clients"`
@@ -226,6 +228,9 @@ func (r *run) snapshot() Run {
 		Complete:      r.complete,
 		Preempting:    r.preempting,
 		RunFiles:      slices.Clone(r.created2),
+	}
+	if r.notes != nil {
+		out.Notes = *r.notes
 	}
 	if r.exitCode != nil {
 		c := *r.exitCode

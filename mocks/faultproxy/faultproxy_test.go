@@ -1,0 +1,105 @@
+package faultproxy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The proxy forwards what no fault matches, applies each fault the number of
+// times scheduled, and counts requests.
+func TestProxy(t *testing.T) {
+	var applied atomic.Int32
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		applied.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"run":{"info":{"run_id":"abc","experiment_id":"0"}}}`) //nolint:errcheck
+	}))
+	defer backend.Close()
+	p, err := Start(backend.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := &http.Client{Timeout: 5 * time.Second}
+	get := func(path string) (int, string, http.Header, error) {
+		resp, err := c.Post(p.URL()+path, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			return 0, "", nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header, err
+	}
+
+	p.Schedule(
+		Fault{Path: "runs/log-batch", Kind: Status, Code: 429, RetryAfter: "0", Times: 2},
+		Fault{Path: "runs/create", Kind: RewriteRunID, RunID: "x\x00y", Times: 1},
+		Fault{Path: "page", Kind: Answer, Body: "<html>login</html>", Times: 1},
+		Fault{Path: "reset", Kind: AppliedThenReset, Times: 1},
+	)
+	for i := range 2 {
+		if code, _, h, err := get("/api/2.0/mlflow/runs/log-batch"); err != nil || code != 429 || h.Get("Retry-After") != "0" {
+			t.Errorf("try %d: %d %v %v", i, code, h, err)
+		}
+	}
+	if code, body, _, err := get("/api/2.0/mlflow/runs/log-batch"); err != nil || code != 200 || !strings.Contains(body, `"abc"`) {
+		t.Errorf("after the fault's times: %d %q %v", code, body, err)
+	}
+	if _, body, _, err := get("/api/2.0/mlflow/runs/create"); err != nil || !strings.Contains(body, `"x\u0000y"`) {
+		t.Errorf("rewritten run id: %q %v", body, err)
+	}
+	if code, body, h, err := get("/page"); err != nil || code != 200 || body != "<html>login</html>" || !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
+		t.Errorf("answer: %d %q %v", code, body, err)
+	}
+	before := applied.Load()
+	if _, _, _, err := get("/reset"); err == nil {
+		t.Error("applied-then-reset answered")
+	}
+	if applied.Load() != before+1 {
+		t.Error("applied-then-reset did not reach the server")
+	}
+	if n := p.Count("runs/log-batch"); n != 3 {
+		t.Errorf("Count = %d, want 3", n)
+	}
+
+	if err := p.Down(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := get("/x"); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("while down: %v, want connection refused", err)
+	}
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _, err := get("/x"); err != nil || code != 200 {
+		t.Errorf("after Up: %d %v", code, err)
+	}
+}
+
+// An endless body never ends: a client with a cap stops reading.
+func TestEndless(t *testing.T) {
+	backend := httptest.NewServer(http.NotFoundHandler())
+	defer backend.Close()
+	p, err := Start(backend.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Schedule(Fault{Kind: Endless})
+	resp, err := http.Get(p.URL() + "/anything")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, 8<<20))
+	if err != nil || n != 8<<20 {
+		t.Errorf("read %d bytes, %v; want the 8 MiB cap reached", n, err)
+	}
+}

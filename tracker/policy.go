@@ -1,0 +1,132 @@
+package tracker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxResponseBytes caps every response body bridge reads from a tracker
+// (clients set it with resty's SetResponseBodyLimit): an endless or huge
+// answer is an error, not memory. The largest answer bridge reads is a
+// runs/get with its tags, far below this.
+const MaxResponseBytes = 1 << 20
+
+// Classify is the one retry policy for an HTTP answer of any tracker, given
+// its status code, Retry-After header and err, the sink's own description
+// of the failure (nil for a 2xx):
+//   - 2xx: nil;
+//   - 429 and 503 with a Retry-After: *RetryAfterError (the forwarder waits
+//     at least its backoff floor);
+//   - 408, 409 (a concurrent write, which W&B uses), 425, 429, 5xx: err as
+//     is, retried with backoff;
+//   - any other status (401, 403, 404, 400, other 4xx, 1xx/3xx that the
+//     client did not follow): Permanent(err): the same request cannot
+//     succeed later.
+func Classify(code int, retryAfter string, now time.Time, err error) error {
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("HTTP status %d", code)
+	}
+	switch {
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		if d, ok := ParseRetryAfter(retryAfter, now); ok {
+			return &RetryAfterError{After: d, Err: err}
+		}
+		return err
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooEarly, code >= 500:
+		return err
+	}
+	return Permanent(err)
+}
+
+// ErrNotJSON marks a 2xx answer whose body is not the JSON object the
+// tracker's API sends (an HTML login page from a proxy, a truncated body):
+// the request is not taken as delivered. Retried like an outage.
+var ErrNotJSON = errors.New("answer is not the tracker's JSON")
+
+// CheckJSONObject reports an error wrapping ErrNotJSON unless body is one
+// JSON object, which is what every MLflow and W&B endpoint bridge calls
+// answers with. what names the server and the request, for the message.
+func CheckJSONObject(body []byte, what string) error {
+	b := bytes.TrimSpace(body)
+	if len(b) > 0 && b[0] == '{' && json.Valid(b) {
+		return nil
+	}
+	hint := ""
+	if bytes.HasPrefix(bytes.ToLower(b), []byte("<")) {
+		hint = " (an HTML page: a login page or proxy between bridge and the tracker?)"
+	}
+	return fmt.Errorf("%s: %w%s: %s", what, ErrNotJSON, hint, Shorten(string(b)))
+}
+
+// Shorten keeps an error body readable in one line of a log.
+func Shorten(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	const limit = 300
+	if len(s) > limit {
+		s = s[:limit] + "..."
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// idRe is MLflow's run id rule (mlflow/utils/validation.py _RUN_ID_REGEX),
+// also used for experiment ids: both go into the child's environment.
+var idRe = regexp.MustCompile(`^[a-zA-Z0-9][\w\-]{0,255}$`)
+
+// ValidID checks an identifier a tracker returned before it reaches the
+// child's environment or a URL: a NUL byte, 200 KB, or an empty id would
+// make exec fail or the job write to nothing. what names the field.
+func ValidID(what, id string) error {
+	if idRe.MatchString(id) {
+		return nil
+	}
+	shown := id
+	if len(shown) > 40 {
+		shown = shown[:40] + "..."
+	}
+	return fmt.Errorf("%s %q (%d bytes) is not a valid id (letters, digits, '_' and '-', at most 256)", what, shown, len(id))
+}
+
+// ValidEnv checks variables a sink hands to the child: NAME=value, no NUL
+// byte, at most maxEnvBytes each. An environment exec refuses would keep
+// the job from running at all.
+func ValidEnv(env []string) error {
+	const maxEnvBytes = 4096
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || name == "":
+			return fmt.Errorf("variable %q for the child has no NAME=", Shorten(kv))
+		case strings.IndexByte(kv, 0) >= 0:
+			return fmt.Errorf("variable %s for the child holds a NUL byte", name)
+		case len(kv) > maxEnvBytes:
+			return fmt.Errorf("variable %s for the child is %d bytes (at most %d)", name, len(kv), maxEnvBytes)
+		}
+	}
+	return nil
+}
+
+// AppendFloat appends v as protobuf JSON does: NaN and the infinities as
+// the strings "NaN", "Infinity" and "-Infinity", which encoding/json refuses
+// to write. The spool and MLflow use this form.
+func AppendFloat(b []byte, v float64) []byte {
+	switch {
+	case math.IsNaN(v):
+		return append(b, `"NaN"`...)
+	case math.IsInf(v, 1):
+		return append(b, `"Infinity"`...)
+	case math.IsInf(v, -1):
+		return append(b, `"-Infinity"`...)
+	}
+	return strconv.AppendFloat(b, v, 'g', -1, 64)
+}
