@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,4 +111,35 @@ func TestPrometheusAndMLflowAgree(t *testing.T) {
 		t.Fatalf("bridge did not exit 2 minutes after its child was told to stop; stderr:\n%s", &j.err)
 	}
 	t.Logf("%d samples matched to the byte", matched)
+}
+
+// --scrape through the whole pipeline: the real node-exporter's series
+// reach the spool (what the trackers get) under prom_, filtered by name; a
+// dead target beside it is never fatal.
+func TestScrapeRealNodeExporterIntoSpool(t *testing.T) {
+	u := promtest.NodeExporter(t)
+	dead := "http://" + promtest.FreeAddr(t) + "/metrics"
+	cmd, _, errb := bridgeCmd(t, "--interval=300ms", "--trackers=none", "--scrape="+u, "--scrape="+dead,
+		"--scrape-include=^node_memory_MemTotal_bytes$", "--scrape-passthrough", "--", "sleep", "1.5")
+	if code := exitCode(t, cmd.Run()); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errb)
+	}
+	found := 0
+	for _, s := range spooled(t, cmd) {
+		if v, ok := s.Value("prom_node_memory_MemTotal_bytes"); ok {
+			if v <= 0 {
+				t.Fatalf("prom_node_memory_MemTotal_bytes = %v", v)
+			}
+			found++
+		}
+		if _, ok := s.Value("prom_node_load1"); ok {
+			t.Fatal("prom_node_load1 passed --scrape-include")
+		}
+	}
+	if found == 0 {
+		t.Fatalf("no spooled sample holds prom_node_memory_MemTotal_bytes; stderr:\n%s", errb)
+	}
+	if n := strings.Count(errb.String(), "cannot scrape"); n != 1 {
+		t.Errorf("the dead target was reported %d times, want once per failure streak; stderr:\n%s", n, errb)
+	}
 }
