@@ -24,8 +24,14 @@ const (
 	ContainerCPUUtilization          = "container_cpu_utilization_percentage"
 	ContainerCPUThrottledSeconds     = "container_cpu_throttled_seconds"
 	ContainerCPUThrottledPeriods     = "container_cpu_throttled_periods_percentage"
-	ContainerPIDs                    = "container_pids_count"
-	ContainerPIDsLimit               = "container_pids_limit_count"
+	// Running totals of the cgroup's CPU counters (cAdvisor's _total
+	// counters on /metrics); the rates above are per interval.
+	ContainerCPUUsageCumulative            = "container_cpu_usage_cumulative_seconds"
+	ContainerCPUPeriodsCumulative          = "container_cpu_periods_cumulative_count"
+	ContainerCPUThrottledPeriodsCumulative = "container_cpu_throttled_periods_cumulative_count"
+	ContainerCPUThrottledCumulative        = "container_cpu_throttled_cumulative_seconds"
+	ContainerPIDs                          = "container_pids_count"
+	ContainerPIDsLimit                     = "container_pids_limit_count"
 )
 
 // Node series: metrics/node.

@@ -83,6 +83,8 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 		{Name: metrics.ContainerMemoryLimit, Value: metrics.MB(limit)},
 		{Name: metrics.ContainerOOMKills, Value: 2},
 		{Name: metrics.ContainerCPUUsage, Value: 1.5},
+		{Name: metrics.ContainerCPUUsageCumulative, Value: 9.25},
+		{Name: metrics.ContainerCPUThrottledPeriodsCumulative, Value: 50},
 		{Name: metrics.NetnsReceiveRate, Value: 1.25},
 		{Name: metrics.GPUPrefix(1) + metrics.GPUMemoryUsed, Value: metrics.MB(81920 << 20)},
 		{Name: metrics.MIGPrefix(0, 7) + metrics.GPUUtilization, Value: 40},
@@ -105,13 +107,17 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	check("container_spec_memory_limit_bytes", run, limit)
 	check("container_oom_events_total", run, 2)
 	check("bridge_container_cpu_usage_cores", run, 1.5)
+	check("container_cpu_usage_seconds_total", run, 9.25)
+	check("container_cpu_cfs_throttled_periods_total", run, 50)
 	check("bridge_netns_network_receive_bytes_per_second", run, 1.25e6)
 	check("bridge_gpu_memory_used_bytes", map[string]string{"gpu": "1"}, 81920<<20)
 	check("bridge_gpu_mig_utilization_percentage", map[string]string{"gpu": "0", "mig": "7"}, 40)
 	check("bridge_prom_app_queue_length__shard_2", run, 17)
 	check("bridge_sample_seq", run, 9)
-	if fams["container_oom_events_total"].GetType() != dto.MetricType_COUNTER {
-		t.Error("container_oom_events_total is not a counter")
+	for _, n := range []string{"container_oom_events_total", "container_cpu_usage_seconds_total", "container_cpu_cfs_throttled_periods_total"} {
+		if fams[n].GetType() != dto.MetricType_COUNTER {
+			t.Errorf("%s is not a counter", n)
+		}
 	}
 
 	sink := map[string]string{"sink": "mlflow", "run_id": "run1"}

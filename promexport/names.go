@@ -28,13 +28,17 @@ const (
 // metrics/prometheus.go) and node-exporter's, so that dashboards built on
 // those read bridge unchanged. Everything else is exposed as bridge_<name>.
 var cadvisor = map[string]series{
-	metrics.ContainerMemoryWorkingSet: {name: "container_memory_working_set_bytes", help: "Current working set of the container in bytes (usage minus inactive file).", bytes: true},
-	metrics.ContainerMemoryUsage:      {name: "container_memory_usage_bytes", help: "Current memory usage of the container in bytes, including all memory regardless of when it was accessed.", bytes: true},
-	metrics.ContainerMemoryRSS:        {name: "container_memory_rss", help: "Size of RSS of the container in bytes.", bytes: true},
-	metrics.ContainerMemoryCache:      {name: "container_memory_cache", help: "Number of bytes of page cache memory of the container.", bytes: true},
-	metrics.ContainerMemoryPeak:       {name: "container_memory_max_usage_bytes", help: "Maximum memory usage of the container recorded in bytes.", bytes: true},
-	metrics.ContainerMemoryLimit:      {name: "container_spec_memory_limit_bytes", help: "Memory limit of the container in bytes (the effective one: the smallest among its cgroup and ancestors).", bytes: true},
-	metrics.ContainerOOMKills:         {name: "container_oom_events_total", help: "Count of out of memory kills in the container (memory.events oom_kill).", kind: counter},
+	metrics.ContainerMemoryWorkingSet:              {name: "container_memory_working_set_bytes", help: "Current working set of the container in bytes (usage minus inactive file).", bytes: true},
+	metrics.ContainerMemoryUsage:                   {name: "container_memory_usage_bytes", help: "Current memory usage of the container in bytes, including all memory regardless of when it was accessed.", bytes: true},
+	metrics.ContainerMemoryRSS:                     {name: "container_memory_rss", help: "Size of RSS of the container in bytes.", bytes: true},
+	metrics.ContainerMemoryCache:                   {name: "container_memory_cache", help: "Number of bytes of page cache memory of the container.", bytes: true},
+	metrics.ContainerMemoryPeak:                    {name: "container_memory_max_usage_bytes", help: "Maximum memory usage of the container recorded in bytes.", bytes: true},
+	metrics.ContainerMemoryLimit:                   {name: "container_spec_memory_limit_bytes", help: "Memory limit of the container in bytes (the effective one: the smallest among its cgroup and ancestors).", bytes: true},
+	metrics.ContainerCPUUsageCumulative:            {name: "container_cpu_usage_seconds_total", help: "Cumulative cpu time consumed in seconds.", kind: counter},
+	metrics.ContainerCPUPeriodsCumulative:          {name: "container_cpu_cfs_periods_total", help: "Number of elapsed enforcement period intervals.", kind: counter},
+	metrics.ContainerCPUThrottledPeriodsCumulative: {name: "container_cpu_cfs_throttled_periods_total", help: "Number of throttled period intervals.", kind: counter},
+	metrics.ContainerCPUThrottledCumulative:        {name: "container_cpu_cfs_throttled_seconds_total", help: "Total time duration the container has been throttled.", kind: counter},
+	metrics.ContainerOOMKills:                      {name: "container_oom_events_total", help: "Count of out of memory kills in the container (memory.events oom_kill).", kind: counter},
 
 	metrics.NodeMemoryTotal:     {name: "node_memory_MemTotal_bytes", help: "Memory information field MemTotal_bytes.", bytes: true},
 	metrics.NodeMemoryAvailable: {name: "node_memory_MemAvailable_bytes", help: "Memory information field MemAvailable_bytes.", bytes: true},

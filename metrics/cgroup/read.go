@@ -245,6 +245,17 @@ func (r *round) cpu() {
 		r.add(metrics.ContainerCPULimit, lim.cores, metrics.UnitCores, lim.setBy)
 	}
 
+	// The running totals too: Prometheus computes its own rates from them
+	// (cAdvisor's container_cpu_usage_seconds_total and friends).
+	if cur.hasUsage {
+		r.add(metrics.ContainerCPUUsageCumulative, float64(cur.usageNs)/1e9, metrics.UnitSeconds, usageSrc)
+	}
+	if cur.hasThrottle {
+		r.add(metrics.ContainerCPUPeriodsCumulative, float64(cur.periods), metrics.UnitCount, throttleSrc)
+		r.add(metrics.ContainerCPUThrottledPeriodsCumulative, float64(cur.throttled), metrics.UnitCount, throttleSrc)
+		r.add(metrics.ContainerCPUThrottledCumulative, float64(cur.throttledNs)/1e9, metrics.UnitSeconds, throttleSrc)
+	}
+
 	prev := c.prev
 	c.prev = &cur
 	if prev == nil {
