@@ -157,8 +157,6 @@ func Open(o Options) (*Session, error) {
 	abs, _ := filepath.Abs(sp.Path())
 	s.log.Info("spooling samples", "path", abs)
 
-	s.serveMetrics()
-
 	fctx, cancel := context.WithCancel(context.Background())
 	s.fwdCancel = cancel
 	for i := range s.sinks {
@@ -174,6 +172,8 @@ func Open(o Options) (*Session, error) {
 			r.fwd.Run(fctx)
 		}()
 	}
+	// After the forwarders exist: /metrics reads their counters.
+	s.serveMetrics()
 	return s, nil
 }
 

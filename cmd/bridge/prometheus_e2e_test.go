@@ -90,14 +90,16 @@ func TestPrometheusAndMLflowAgree(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	// bridge's own health reached Prometheus too.
+	// bridge's own health reached Prometheus too, and the cgroup's CPU
+	// counter under cAdvisor's name.
 	for {
 		sent := prom.Raw(t, `bridge_sink_samples_sent_total{sink="mlflow"}`, 10*time.Minute)
-		if len(sent) > 0 && sent[len(sent)-1].Value > 0 {
+		cpu := prom.Raw(t, `container_cpu_usage_seconds_total{job="bridge"}`, 10*time.Minute)
+		if len(sent) > 0 && sent[len(sent)-1].Value > 0 && len(cpu) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bridge_sink_samples_sent_total{sink=\"mlflow\"} never above 0: %v", sent)
+			t.Fatalf("bridge_sink_samples_sent_total{sink=\"mlflow\"} never above 0 (%v), or no container_cpu_usage_seconds_total (%v)", sent, cpu)
 		}
 		time.Sleep(time.Second)
 	}
