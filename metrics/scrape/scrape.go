@@ -31,7 +31,8 @@ type Options struct {
 	Include     *regexp.Regexp // nil: every series; else only names it matches
 	Exclude     *regexp.Regexp // nil: none excluded
 	Passthrough bool           // series bridge does not map become prom_<name>[__<label>_<value>...]
-	Timeout     time.Duration  // per request; the sampler's collect timeout bounds it too
+	Timeout     time.Duration  // per request; default 2s
+	Grace       time.Duration  // longest a sample waits for requests in flight; default 250ms
 	// Pod and Namespace are this pod's identity; when both are set, series
 	// that carry pod/namespace labels (dcgm-exporter --kubernetes) count
 	// only when they name this pod.
@@ -45,8 +46,20 @@ type Collector struct {
 	o Options
 
 	mu       sync.Mutex
+	targets  []*target
 	failures map[string]int  // per URL, since start
 	failing  map[string]bool // per URL: in a failure streak (logged once)
+}
+
+// target is one URL's scrape: at most one request in flight, and its
+// result held until a sample takes it (once: a dead exporter's last values
+// are never repeated).
+type target struct {
+	url    string
+	busy   bool
+	done   chan struct{} // closed when the request in flight ends
+	points []metrics.Point
+	have   bool
 }
 
 // New returns the collector.
@@ -57,10 +70,17 @@ func New(o Options) *Collector {
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Second
 	}
+	if o.Grace <= 0 {
+		o.Grace = 250 * time.Millisecond
+	}
 	if o.Client == nil {
 		o.Client = &http.Client{}
 	}
-	return &Collector{o: o, failures: map[string]int{}, failing: map[string]bool{}}
+	c := &Collector{o: o, failures: map[string]int{}, failing: map[string]bool{}}
+	for _, u := range o.URLs {
+		c.targets = append(c.targets, &target{url: u})
+	}
+	return c
 }
 
 // Name implements metrics.Collector.
@@ -77,34 +97,69 @@ func (c *Collector) Failures() map[string]int {
 	return out
 }
 
-// Collect reads every URL; one that fails or times out adds nothing and is
-// counted, and logged once per failure streak. It never returns an error:
-// an exporter going away must not look like a broken bridge.
+// Collect starts a request to every URL that has none in flight, waits for
+// them at most Grace, and returns what has arrived since the last sample: a
+// slow or hung exporter never holds a sample (fast sampling near the memory
+// limit included) longer than Grace; its answer, if any, goes into a later
+// sample. A failure adds nothing, is counted, and is logged once per failure
+// streak. Collect never returns an error: an exporter going away must not
+// look like a broken bridge.
 func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
-	results := make([][]metrics.Point, len(c.o.URLs))
-	var wg sync.WaitGroup
-	for i, u := range c.o.URLs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			fams, err := c.fetch(ctx, u)
-			c.record(u, err)
-			if err == nil {
-				results[i] = c.Map(fams, u)
-			}
-		}()
+	c.mu.Lock()
+	var waits []chan struct{}
+	for _, t := range c.targets {
+		if !t.busy {
+			t.busy, t.done = true, make(chan struct{})
+			go c.scrape(t, t.done)
+		}
+		waits = append(waits, t.done)
 	}
-	wg.Wait()
+	c.mu.Unlock()
+
+	grace := time.NewTimer(c.o.Grace)
+	defer grace.Stop()
+wait:
+	for _, ch := range waits {
+		select {
+		case <-ch:
+		case <-grace.C:
+			break wait
+		case <-ctx.Done():
+			break wait
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []metrics.Point
-	for _, r := range results {
-		out = append(out, r...)
+	for _, t := range c.targets {
+		if t.have {
+			out = append(out, t.points...)
+			t.points, t.have = nil, false
+		}
 	}
 	return out, nil
 }
 
-func (c *Collector) record(u string, err error) {
+// scrape runs one request; its own timeout bounds it, not the sample's.
+func (c *Collector) scrape(t *target, done chan struct{}) {
+	defer close(done)
+	fams, err := c.fetch(context.Background(), t.url)
+	var pts []metrics.Point
+	if err == nil {
+		pts = c.Map(fams, t.url)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.record(t.url, err)
+	if err == nil {
+		t.points, t.have = pts, true
+	}
+	t.busy = false
+}
+
+// record counts a failure and logs the first of a streak; c.mu is held.
+func (c *Collector) record(u string, err error) {
 	switch {
 	case err != nil:
 		c.failures[u]++

@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func requirePoints(t *testing.T, got map[string]float64, want map[string]float64
 }
 
 func TestDCGMWithoutKubernetes(t *testing.T) {
-	c := New(Options{URLs: []string{serve(t, "testdata/dcgm.txt")}})
+	c := newTest(Options{URLs: []string{serve(t, "testdata/dcgm.txt")}})
 	got := points(t, c)
 	requirePoints(t, got, map[string]float64{
 		"gpu_0_utilization_percentage":            97,
@@ -88,7 +89,7 @@ func TestDCGMWithoutKubernetes(t *testing.T) {
 
 func TestDCGMKubernetesOnlyThisPod(t *testing.T) {
 	u := serve(t, "testdata/dcgm_k8s.txt")
-	got := points(t, New(Options{URLs: []string{u}, Pod: "train-0", Namespace: "ml"}))
+	got := points(t, newTest(Options{URLs: []string{u}, Pod: "train-0", Namespace: "ml"}))
 	requirePoints(t, got, map[string]float64{"gpu_0_utilization_percentage": 97, "gpu_0_temperature_celsius": 41})
 	for k := range got {
 		if strings.HasPrefix(k, "gpu_1_") {
@@ -96,17 +97,17 @@ func TestDCGMKubernetesOnlyThisPod(t *testing.T) {
 		}
 	}
 	// Another pod's identity: none of these GPUs.
-	if got := points(t, New(Options{URLs: []string{u}, Pod: "other", Namespace: "ml"})); len(got) != 0 {
+	if got := points(t, newTest(Options{URLs: []string{u}, Pod: "other", Namespace: "ml"})); len(got) != 0 {
 		t.Errorf("pod other/ml got %v, want nothing", got)
 	}
 	// Identity unknown (not in Kubernetes): every GPU.
-	if got := points(t, New(Options{URLs: []string{u}})); got["gpu_1_temperature_celsius"] != 38 {
+	if got := points(t, newTest(Options{URLs: []string{u}})); got["gpu_1_temperature_celsius"] != 38 {
 		t.Errorf("without an identity GPU 1 is missing: %v", got)
 	}
 }
 
 func TestDCGMMIG(t *testing.T) {
-	got := points(t, New(Options{URLs: []string{serve(t, "testdata/dcgm_mig.txt")}, Pod: "train-0", Namespace: "ml"}))
+	got := points(t, newTest(Options{URLs: []string{serve(t, "testdata/dcgm_mig.txt")}, Pod: "train-0", Namespace: "ml"}))
 	want := map[string]float64{
 		"gpu_0_mig_7_memory_used_megabytes":       3000 * (1 << 20) / 1e6,
 		"gpu_0_mig_7_prof_gr_engine_active_ratio": 0.25,
@@ -115,13 +116,13 @@ func TestDCGMMIG(t *testing.T) {
 	if len(got) != len(want) {
 		t.Errorf("got %v, want only this pod's slice 7", got)
 	}
-	all := points(t, New(Options{URLs: []string{serve(t, "testdata/dcgm_mig.txt")}}))
+	all := points(t, newTest(Options{URLs: []string{serve(t, "testdata/dcgm_mig.txt")}}))
 	requirePoints(t, all, map[string]float64{"gpu_0_mig_2_memory_used_megabytes": 12000 * (1 << 20) / 1e6})
 }
 
 func TestIncludeExcludePassthrough(t *testing.T) {
 	u := serve(t, "testdata/dcgm.txt")
-	got := points(t, New(Options{URLs: []string{u}, Include: regexp.MustCompile(`^DCGM_FI_DEV_`), Exclude: regexp.MustCompile(`TEMP|XID`), Passthrough: true}))
+	got := points(t, newTest(Options{URLs: []string{u}, Include: regexp.MustCompile(`^DCGM_FI_DEV_`), Exclude: regexp.MustCompile(`TEMP|XID`), Passthrough: true}))
 	requirePoints(t, got, map[string]float64{"gpu_0_utilization_percentage": 97})
 	for k := range got {
 		if strings.Contains(k, "temperature") || strings.Contains(k, "xid") || strings.Contains(k, "prof_") {
@@ -137,33 +138,33 @@ func TestIncludeExcludePassthrough(t *testing.T) {
 		w.Write([]byte("# TYPE app_queue_length gauge\napp_queue_length{queue=\"in put\",shard=\"2\"} 17\n# TYPE app_latency_seconds histogram\napp_latency_seconds_bucket{le=\"+Inf\"} 3\napp_latency_seconds_sum 1\napp_latency_seconds_count 3\nnan_gauge NaN\n"))
 	}))
 	defer other.Close()
-	got = points(t, New(Options{URLs: []string{other.URL}, Passthrough: true}))
+	got = points(t, newTest(Options{URLs: []string{other.URL}, Passthrough: true}))
 	want := map[string]float64{"prom_app_queue_length__queue_in_put__shard_2": 17}
 	requirePoints(t, got, want)
 	if len(got) != 1 {
 		t.Errorf("got %v, want only the gauge (histograms and NaN have no single value)", got)
 	}
-	if got := points(t, New(Options{URLs: []string{other.URL}})); len(got) != 0 {
+	if got := points(t, newTest(Options{URLs: []string{other.URL}})); len(got) != 0 {
 		t.Errorf("without passthrough got %v", got)
 	}
 }
 
-// A target that fails or hangs adds nothing, is counted, is logged once per
-// failure streak, and never makes Collect fail or wait past the timeout.
+// newTest waits for every request (Grace a minute): these tests check what
+// is mapped, not when it arrives.
+func newTest(o Options) *Collector {
+	if o.Grace == 0 {
+		o.Grace = time.Minute
+	}
+	return New(o)
+}
+
+// A failing target adds nothing, is counted, and is logged once per failure
+// streak, and once when it answers again; Collect never fails.
 func TestFailuresCountedLoggedOnce(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
-	hang := make(chan struct{})
-	t.Cleanup(func() { close(hang) })
 	body, _ := os.ReadFile("testdata/dcgm.txt")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hang" {
-			select {
-			case <-hang:
-			case <-r.Context().Done():
-			}
-			return
-		}
 		if down.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
@@ -172,11 +173,13 @@ func TestFailuresCountedLoggedOnce(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	var logs bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-	c := New(Options{URLs: []string{srv.URL + "/metrics", srv.URL + "/hang"}, Timeout: 200 * time.Millisecond, Log: log})
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &mu}, nil))
+	u := srv.URL + "/metrics"
+	c := newTest(Options{URLs: []string{u}, Log: log})
 	for range 3 {
 		if got := points(t, c); len(got) != 0 {
-			t.Fatalf("failing targets gave %v", got)
+			t.Fatalf("failing target gave %v", got)
 		}
 	}
 	down.Store(false)
@@ -185,17 +188,66 @@ func TestFailuresCountedLoggedOnce(t *testing.T) {
 	}
 	down.Store(true)
 	points(t, c)
-	f := c.Failures()
-	if f[srv.URL+"/metrics"] != 4 || f[srv.URL+"/hang"] != 5 {
-		t.Errorf("failures %v, want 4 for /metrics and 5 for /hang", f)
+	if f := c.Failures(); f[u] != 4 {
+		t.Errorf("failures %v, want 4", f)
 	}
+	mu.Lock()
 	out := logs.String()
-	if n := strings.Count(out, "cannot scrape"); n != 3 {
-		t.Errorf("logged %d failure warnings, want 3 (two streaks of /metrics, one of /hang):\n%s", n, out)
+	mu.Unlock()
+	if n := strings.Count(out, "cannot scrape"); n != 2 {
+		t.Errorf("logged %d failure warnings, want 2 (one per streak):\n%s", n, out)
 	}
 	if !strings.Contains(out, "answers again") {
 		t.Errorf("recovery not logged:\n%s", out)
 	}
+}
+
+// A hung target never gets a second request while one is in flight, and
+// never keeps another target's series out of the samples.
+func TestHungTargetDoesNotHoldOthers(t *testing.T) {
+	var hungCalls atomic.Int32
+	hang := make(chan struct{})
+	body, _ := os.ReadFile("testdata/dcgm.txt")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hang" {
+			hungCalls.Add(1)
+			select {
+			case <-hang:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(hang) })
+	c := New(Options{URLs: []string{srv.URL + "/hang", srv.URL + "/metrics"}, Timeout: 10 * time.Minute, Grace: 20 * time.Millisecond})
+	end := time.Now().Add(time.Minute)
+	for n := 0; ; n++ {
+		if got := points(t, c); got["gpu_0_utilization_percentage"] == 97 && n >= 3 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the healthy target's series never arrived beside a hung one")
+		}
+	}
+	if n := hungCalls.Load(); n != 1 {
+		t.Errorf("the hung target got %d requests, want 1 (no second while one is in flight)", n)
+	}
+	if f := c.Failures(); f[srv.URL+"/hang"] != 0 {
+		t.Errorf("failures %v: the hung request has not ended, nothing to count yet", f)
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 var _ metrics.Collector = (*Collector)(nil)
