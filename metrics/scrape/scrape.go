@@ -237,7 +237,7 @@ func (c *Collector) Map(fams map[string]*dto.MetricFamily, source string) []metr
 				continue // a DCGM series of another pod, or one bridge does not map
 			}
 			if c.o.Passthrough {
-				out = append(out, metrics.Point{Name: passName(n, labels), Value: v, Scope: "prom", Source: source})
+				out = append(out, metrics.Point{Name: passName(n, labels), Value: v, Scope: metrics.ScopeProm, Source: source})
 			}
 		}
 	}
