@@ -103,8 +103,13 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 	// After the scope filter: --scrape asks for its series explicitly.
 	if len(cfg.Scrape) > 0 {
 		pod, ns := podIdentity()
+		var indexes func() map[string]int
+		if s.gpu != nil {
+			indexes = s.gpu.Indexes
+		}
 		s.scrape = scrape.New(scrape.Options{
-			URLs: cfg.Scrape, Include: cfg.ScrapeInclude, Exclude: cfg.ScrapeExclude,
+			GPUIndexes: indexes,
+			URLs:       cfg.Scrape, Include: cfg.ScrapeInclude, Exclude: cfg.ScrapeExclude,
 			Passthrough: cfg.ScrapePassthrough, Timeout: cfg.ScrapeTimeout,
 			Pod: pod, Namespace: ns, Log: log.With("collector", "scrape"),
 		})

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -37,8 +38,13 @@ type Options struct {
 	// that carry pod/namespace labels (dcgm-exporter --kubernetes) count
 	// only when they name this pod.
 	Pod, Namespace string
-	Client         *http.Client // nil: a default client
-	Log            *slog.Logger
+	// GPUIndexes maps GPU UUIDs to the indexes bridge's NVML collector
+	// uses (nil, or returning nil, when NVML is off). When it has entries,
+	// a dcgm-exporter series is keyed by its UUID label's index there, and
+	// one whose GPU NVML does not see (another container's) is dropped.
+	GPUIndexes func() map[string]int
+	Client     *http.Client // nil: a default client
+	Log        *slog.Logger
 }
 
 // Collector reads the endpoints. It implements metrics.Collector.
@@ -302,19 +308,32 @@ func (c *Collector) dcgm(name string, labels map[string]string, v float64) (metr
 	if !c.ours(labels) {
 		return metrics.Point{}, false
 	}
-	gpu, ok := labels["gpu"]
-	if !ok || !digits(gpu) {
+	idx, ok := c.gpuIndex(labels)
+	if !ok {
 		return metrics.Point{}, false
 	}
-	var idx int
-	fmt.Sscan(gpu, &idx)
 	prefix := metrics.GPUPrefix(idx)
-	if mig := labels["GPU_I_ID"]; mig != "" && digits(mig) {
-		var m int
-		fmt.Sscan(mig, &m)
+	if m, err := strconv.Atoi(labels["GPU_I_ID"]); err == nil && m >= 0 {
 		prefix = metrics.MIGPrefix(idx, m)
 	}
 	return metrics.Point{Name: prefix + suffix, Value: v, Unit: unit, Scope: metrics.ScopeGPU}, true
+}
+
+// gpuIndex is the GPU's index: NVML's for its UUID when NVML works here,
+// else dcgm-exporter's gpu label (the node's index).
+func (c *Collector) gpuIndex(labels map[string]string) (int, bool) {
+	if c.o.GPUIndexes != nil {
+		if m := c.o.GPUIndexes(); len(m) > 0 {
+			idx, ok := m[labels["UUID"]]
+			return idx, ok
+		}
+	}
+	gpu := labels["gpu"]
+	if !digits(gpu) {
+		return 0, false
+	}
+	idx, err := strconv.Atoi(gpu)
+	return idx, err == nil
 }
 
 // ours reports whether a series belongs to this pod: without a known

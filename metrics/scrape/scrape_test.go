@@ -106,6 +106,24 @@ func TestDCGMKubernetesOnlyThisPod(t *testing.T) {
 	}
 }
 
+// Where NVML works in the container, a dcgm series is keyed by NVML's index
+// for its UUID, and GPUs NVML does not see (other containers') are dropped.
+func TestDCGMIndexFromNVML(t *testing.T) {
+	nvml := map[string]int{"GPU-8f6f2c11-3b1a-4a77-9d27-1a2b3c4d5e6f": 0} // the node's GPU 1, this container's 0
+	got := points(t, newTest(Options{URLs: []string{serve(t, "testdata/dcgm.txt")}, GPUIndexes: func() map[string]int { return nvml }}))
+	want := map[string]float64{
+		"gpu_0_temperature_celsius": 38, "gpu_0_power_usage_watts": 71.2, "gpu_0_sm_clock_mhz": 1410,
+		"gpu_0_utilization_percentage": 0, "gpu_0_memory_used_megabytes": 0, "gpu_0_last_xid_count": 79,
+	}
+	requirePoints(t, got, want)
+	if len(got) != len(want) {
+		t.Errorf("got %v, want only the GPU NVML sees", got)
+	}
+	// NVML off (nil map): the node's indexes.
+	got = points(t, newTest(Options{URLs: []string{serve(t, "testdata/dcgm.txt")}, GPUIndexes: func() map[string]int { return nil }}))
+	requirePoints(t, got, map[string]float64{"gpu_1_temperature_celsius": 38, "gpu_0_temperature_celsius": 41})
+}
+
 func TestDCGMMIG(t *testing.T) {
 	got := points(t, newTest(Options{URLs: []string{serve(t, "testdata/dcgm_mig.txt")}, Pod: "train-0", Namespace: "ml"}))
 	want := map[string]float64{
