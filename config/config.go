@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -49,6 +50,13 @@ type Config struct {
 	GPUs           []string      // restrict GPUs by index or UUID
 	GPUMatchCUDA   bool          // restrict GPUs to CUDA_VISIBLE_DEVICES, matched by UUID
 	ConfigFile     string        // the YAML file read, if any
+
+	MetricsAddr       string         // listen address of /metrics; "" = off (a bare port became 127.0.0.1:PORT)
+	Scrape            []string       // Prometheus text-format endpoints read at every sample
+	ScrapeInclude     *regexp.Regexp // nil: every scraped series
+	ScrapeExclude     *regexp.Regexp // nil: none excluded
+	ScrapePassthrough bool           // unmapped scraped series sent as prom_<name>
+	ScrapeTimeout     time.Duration  // per scrape request
 }
 
 type option struct {
@@ -76,6 +84,12 @@ var options = []option{
 	{"rootfs", "/", "the filesystem the rootfs_ series describe", "path"},
 	{"gpus", "", "GPUs to collect, by index or UUID (comma-separated; default all visible)", "list"},
 	{"gpu-match-cuda-visible", "false", "collect only the GPUs named in CUDA_VISIBLE_DEVICES, matched by UUID", "bool"},
+	{"metrics-addr", "", "serve the samples on /metrics in the Prometheus text format: PORT (binds 127.0.0.1), HOST:PORT or :PORT (all interfaces); default off", "string"},
+	{"scrape", "", "Prometheus text-format URL to read at every sample, e.g. dcgm-exporter's http://localhost:9400/metrics (repeatable)", "repeat"},
+	{"scrape-include", "", "regular expression (RE2): keep only scraped series whose name matches", "string"},
+	{"scrape-exclude", "", "regular expression (RE2): drop scraped series whose name matches", "string"},
+	{"scrape-passthrough", "false", "send scraped series bridge does not map under prom_<name>", "bool"},
+	{"scrape-timeout", "2s", "longest wait for one --scrape URL in one sample", "duration"},
 }
 
 // Keys returns the known configuration keys (the flag names).
@@ -291,6 +305,9 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	c.RunName = get("run-name")
 	c.Spool = get("spool")
 	c.ConfigFile = file
+	if err := loadPrometheus(&c, get, bad, boolean, list, dur); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -331,8 +348,17 @@ func (s sources) name(key string) string {
 // text is a flag value parsed later, by Load, so that a bad value is reported
 // like one from the environment or the file; its Type names the kind for
 // --help.
-type text struct{ s, kind string }
+type text struct {
+	s, kind string
+	set     bool // Set was called: a "repeat" flag appends
+}
 
-func (t *text) String() string     { return t.s }
-func (t *text) Set(v string) error { t.s = v; return nil }
-func (t *text) Type() string       { return t.kind }
+func (t *text) String() string { return t.s }
+func (t *text) Set(v string) error {
+	if t.kind == "repeat" && t.set && t.s != "" {
+		v = t.s + "," + v
+	}
+	t.s, t.set = v, true
+	return nil
+}
+func (t *text) Type() string { return t.kind }
