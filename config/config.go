@@ -12,6 +12,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -71,6 +72,13 @@ type Config struct {
 	GPUs           []string      `mapstructure:"gpus"`                   // restrict GPUs by index or UUID
 	GPUMatchCUDA   bool          `mapstructure:"gpu-match-cuda-visible"` // restrict GPUs to CUDA_VISIBLE_DEVICES, matched by UUID
 	ConfigFile     string        `mapstructure:"config"`                 // the YAML file read, if any
+
+	MetricsAddr       string         `mapstructure:"metrics-addr"`       // listen address of /metrics; "" = off (a bare port became 127.0.0.1:PORT)
+	Scrape            []string       `mapstructure:"scrape"`             // Prometheus text-format endpoints read at every sample
+	ScrapeInclude     *regexp.Regexp `mapstructure:"scrape-include"`     // nil: every scraped series
+	ScrapeExclude     *regexp.Regexp `mapstructure:"scrape-exclude"`     // nil: none excluded
+	ScrapePassthrough bool           `mapstructure:"scrape-passthrough"` // unmapped scraped series sent as prom_<name>
+	ScrapeTimeout     time.Duration  `mapstructure:"scrape-timeout"`     // per scrape request
 }
 
 // option is one setting: its flag (registered typed, so that pflag rejects a
@@ -105,6 +113,12 @@ var options = []option{
 	{"rootfs", "/", "the filesystem the rootfs_ series describe"},
 	{"gpus", []string{}, "GPUs to collect, by index or UUID (comma-separated; default all visible)"},
 	{"gpu-match-cuda-visible", false, "collect only the GPUs named in CUDA_VISIBLE_DEVICES, matched by UUID"},
+	{"metrics-addr", "", "serve the samples on /metrics in the Prometheus text format: PORT (binds 127.0.0.1), HOST:PORT or :PORT (all interfaces); default off"},
+	{"scrape", []string{}, "Prometheus text-format URL to read at every sample, e.g. dcgm-exporter's http://localhost:9400/metrics (repeatable)"},
+	{"scrape-include", "", "regular expression (RE2): keep only scraped series whose name matches"},
+	{"scrape-exclude", "", "regular expression (RE2): drop scraped series whose name matches"},
+	{"scrape-passthrough", false, "send scraped series bridge does not map under prom_<name>"},
+	{"scrape-timeout", 2 * time.Second, "longest wait for one --scrape URL in one sample (10ms to 10m)"},
 }
 
 // Keys returns the known configuration keys (the flag names).
@@ -206,6 +220,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		mapstructure.StringToSliceHookFunc(","),
 		mapstructure.StringToBasicTypeHookFunc(),
 		wholeNumberHook,
+		regexpHook,
 		scalarToStringHook,
 	)), func(dc *mapstructure.DecoderConfig) { dc.WeaklyTypedInput = false })
 	if err != nil {
@@ -241,6 +256,8 @@ func kindName(t reflect.Type) string {
 		return "Go duration (e.g. 10s, 500ms, 1m)"
 	case reflect.TypeOf(ByteSize(0)):
 		return "size (e.g. 512MiB, 1GiB, 0)"
+	case reflect.TypeOf(""):
+		return "string"
 	}
 	switch t.Kind() {
 	case reflect.Bool:
@@ -269,6 +286,18 @@ func wholeNumberHook(f, t reflect.Type, data any) (any, error) {
 		return int64(x), nil
 	}
 	return data, nil
+}
+
+// regexpHook compiles a regular expression setting; "" is none (nil).
+func regexpHook(f, t reflect.Type, data any) (any, error) {
+	if t != reflect.TypeOf((*regexp.Regexp)(nil)) || f.Kind() != reflect.String {
+		return data, nil
+	}
+	s := data.(string)
+	if s == "" {
+		return (*regexp.Regexp)(nil), nil
+	}
+	return regexp.Compile(s)
 }
 
 // scalarToStringHook lets a file say node-id: 7 for a string setting.
@@ -301,6 +330,7 @@ func (c *Config) validate(src sources) error {
 		{"flush-timeout", c.FlushTimeout, 0, maxDuration, true},
 		{"start-timeout", c.StartTimeout, 100 * time.Millisecond, maxStartTimeout, false},
 		{"kill-after", c.KillAfter, 0, maxDuration, true},
+		{"scrape-timeout", c.ScrapeTimeout, 10 * time.Millisecond, 10 * time.Minute, false},
 	}
 	for _, d := range durs {
 		switch {
@@ -344,6 +374,9 @@ func (c *Config) validate(src sources) error {
 	c.LogLevel = strings.ToLower(strings.TrimSpace(c.LogLevel))
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		return bad("log-level", c.LogLevel, "must be debug, info, warn or error")
+	}
+	if err := c.validatePrometheus(bad); err != nil {
+		return err
 	}
 	if c.NodeID != "" && !ValidNodeID(c.NodeID) {
 		return bad("node-id", c.NodeID, nodeIDRule)

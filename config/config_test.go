@@ -167,6 +167,11 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"proc-root", "/nonexistent/proc"}, {"cgroup-root", "/etc/passwd"}, {"rootfs", ""},
 		{"gpus", "0,\x07"},
 		{"gpu-match-cuda-visible", "2"},
+		{"metrics-addr", "70000"}, {"metrics-addr", "localhost"},
+		{"scrape", "ftp://x/metrics"}, {"scrape", "localhost:9400/metrics"},
+		{"scrape-include", "("}, {"scrape-exclude", "[z-a]"},
+		{"scrape-passthrough", "sometimes"},
+		{"scrape-timeout", "1ms"}, {"scrape-timeout", "1h"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

@@ -23,6 +23,7 @@ const (
 	ScopeNetns     Scope = "netns"     // /proc/net/dev: the network namespace (the pod in Kubernetes)
 	ScopeProcess   Scope = "process"   // the child's process tree
 	ScopeGPU       Scope = "gpu"       // one GPU or MIG slice, through NVML
+	ScopeProm      Scope = "prom"      // a series read from a --scrape endpoint, passed through
 )
 
 // Units, as they appear at the end of metric names.

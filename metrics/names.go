@@ -108,6 +108,7 @@ const (
 	GPURemappedRowsCorrected       = "remapped_rows_corrected_count"
 	GPURemappedRowsUncorrected     = "remapped_rows_uncorrected_count"
 	GPUXidErrors                   = "xid_errors_count"
+	GPULastXid                     = "last_xid_count" // dcgm-exporter's DCGM_FI_DEV_XID_ERRORS: the last Xid code, not a count
 )
 
 // GPUNamePrefix starts every per-GPU series.

@@ -13,7 +13,7 @@ import (
 
 // The collectors under these directories produce the series; every other
 // package of the module only reads them.
-var producers = []string{"cgroup", "node", "process", "gpu"}
+var producers = []string{"cgroup", "node", "process", "gpu", "scrape"}
 
 // declared parses names.go: each name-declaring identifier and, for a var
 // set from a function call (ContainerPressureMemorySome =

@@ -75,18 +75,39 @@ func (s *Sampler) Sample(ctx context.Context) Sample {
 		started++
 		go s.run(cctx, i, c, results)
 	}
+	parts := make([][]Point, len(s.collectors))
 	for n := 0; n < started; n++ {
 		select {
 		case r := <-results:
-			s.take(&smp, r)
+			parts[r.idx] = s.take(r)
 		case <-cctx.Done():
 			s.log.Warn("collectors did not answer in time; their points are missing from this sample",
 				"timeout", s.timeout, "pending", started-n)
 			n = started // stop waiting; late results are dropped
 		}
 	}
+	for _, p := range parts {
+		smp.Points = append(smp.Points, p...)
+	}
 	sort.SliceStable(smp.Points, func(a, b int) bool { return smp.Points[a].Name < smp.Points[b].Name })
+	smp.Points = s.dedupe(smp.Points)
 	return smp
+}
+
+// dedupe keeps one point per name, the earliest collector's (points are in
+// collector order within a name): NVML's gpu_0_ series win over the same
+// keys mapped from a scraped dcgm-exporter, and a tracker never gets two
+// values for one key and step.
+func (s *Sampler) dedupe(pts []Point) []Point {
+	out := pts[:0]
+	for _, p := range pts {
+		if n := len(out); n > 0 && out[n-1].Name == p.Name {
+			s.log.Debug("two collectors produced one series; the first collector's value is kept", "name", p.Name, "dropped_source", p.Source)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 func (s *Sampler) run(ctx context.Context, i int, c Collector, out chan<- result) {
@@ -104,7 +125,7 @@ func (s *Sampler) run(ctx context.Context, i int, c Collector, out chan<- result
 	out <- result{idx: i, points: pts, err: err}
 }
 
-func (s *Sampler) take(smp *Sample, r result) {
+func (s *Sampler) take(r result) []Point {
 	c := s.collectors[r.idx]
 	if r.err != nil {
 		s.mu.Lock()
@@ -117,7 +138,7 @@ func (s *Sampler) take(smp *Sample, r result) {
 		}
 		s.log.Log(context.Background(), lvl, "collector failed", "collector", c.Name(), "err", r.err)
 	}
-	smp.Points = append(smp.Points, r.points...)
+	return r.points
 }
 
 // Detect asks every Detector for what it found, keyed by collector name.

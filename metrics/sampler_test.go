@@ -72,6 +72,45 @@ func TestSamplerMergesSortsAndNumbers(t *testing.T) {
 	}
 }
 
+// One value per name: the earlier collector's, whichever answers first.
+func TestSamplerKeepsFirstCollectorsValue(t *testing.T) {
+	slow := &gated{release: make(chan struct{}), pts: []Point{{Name: "gpu_0_utilization_percentage", Value: 1, Source: "nvml"}}}
+	s := NewSampler([]Collector{
+		slow,
+		&signaller{fixed: fixed{name: "scrape", pts: []Point{{Name: "gpu_0_utilization_percentage", Value: 2, Source: "dcgm"}, {Name: "gpu_0_prof_x_ratio", Value: 0.5}}}, then: slow.release},
+	}, time.Minute, quiet())
+	smp := s.Sample(context.Background())
+	if len(smp.Points) != 2 {
+		t.Fatalf("points %+v, want one per name", smp.Points)
+	}
+	if v, _ := smp.Value("gpu_0_utilization_percentage"); v != 1 {
+		t.Errorf("gpu_0_utilization_percentage = %v, want the first collector's 1 (it answered last)", v)
+	}
+}
+
+// gated answers once release is closed.
+type gated struct {
+	release chan struct{}
+	pts     []Point
+}
+
+func (g *gated) Name() string { return "gated" }
+func (g *gated) Collect(context.Context) ([]Point, error) {
+	<-g.release
+	return g.pts, nil
+}
+
+// signaller answers, then lets the gated collector answer after it.
+type signaller struct {
+	fixed
+	then chan struct{}
+}
+
+func (s *signaller) Collect(ctx context.Context) ([]Point, error) {
+	defer close(s.then)
+	return s.fixed.Collect(ctx)
+}
+
 // A hung collector costs one timeout, is skipped while its call is stuck
 // (never called twice at once) and contributes again once it returns.
 func TestSamplerSurvivesHungCollector(t *testing.T) {

@@ -10,10 +10,12 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/promexport"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
@@ -37,6 +39,8 @@ type Settings struct {
 	Spool          string        // spool path; "" derives one from the run (SpoolPath)
 	SpoolMaxSize   int64         // cap on the spool file in bytes; 0: no cap
 	KeepSpool      bool          // keep a delivered spool at the default path too
+	MetricsAddr    string        // where /metrics is served; "" = off
+	NodeID         string        // the node_id label on /metrics
 }
 
 // SettingsFrom takes the session's settings from the configuration.
@@ -45,6 +49,7 @@ func SettingsFrom(cfg config.Config) Settings {
 		Interval: cfg.Interval, FastInterval: cfg.FastInterval, FastThreshold: cfg.FastThreshold,
 		CollectTimeout: cfg.CollectTimeout, QueueSize: cfg.QueueSize, FlushTimeout: cfg.FlushTimeout,
 		Spool: cfg.Spool, SpoolMaxSize: int64(cfg.SpoolMaxSize), KeepSpool: cfg.KeepSpool,
+		MetricsAddr: cfg.MetricsAddr, NodeID: cfg.NodeID,
 	}
 }
 
@@ -92,9 +97,9 @@ type Session struct {
 	stopS   chan struct{} // closes the sampling loop
 	doneS   chan struct{} // the sampling loop has returned
 	doneW   chan struct{} // the spool writer has returned
-	dropped int
-	running bool // Run was called
-	stopped bool // Stop was called
+	dropped atomic.Int64  // written by the sampling loop, read by /metrics
+	running bool          // Run was called
+	stopped bool          // Stop was called
 
 	spoolRemoved bool // closeSpool removed the delivered file
 
@@ -107,6 +112,9 @@ type Session struct {
 
 	fwdCancel context.CancelFunc
 	fwdWG     sync.WaitGroup
+
+	prom    *promexport.Exporter // nil unless MetricsAddr is set
+	sources *Sources             // nil when the driver gave bare collectors
 }
 
 // SpoolPath is the configured path or a default in the working directory
@@ -160,6 +168,7 @@ func Open(o Options) (*Session, error) {
 		doneS:        make(chan struct{}),
 		doneW:        make(chan struct{}),
 	}
+	s.sources = o.Sources
 	s.sampler.SetNextSeq(sp.NextSeq())
 	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: o.Version, Runs: o.Started.RunIDs(), Info: o.StartTags}); err != nil {
 		sp.Close()
@@ -183,6 +192,8 @@ func Open(o Options) (*Session, error) {
 			r.fwd.Run(fctx)
 		}()
 	}
+	// After the forwarders exist: /metrics reads their counters.
+	s.serveMetrics()
 	return s, nil
 }
 
@@ -255,8 +266,8 @@ func (s *Session) enqueue(smp metrics.Sample) {
 	case s.queue <- smp:
 	default:
 		// Only a stalled disk fills this queue; sampling must not block on it.
-		s.dropped++
-		s.log.Warn("spool writer is behind; sample dropped", "seq", smp.Seq, "dropped", s.dropped)
+		n := s.dropped.Add(1)
+		s.log.Warn("spool writer is behind; sample dropped", "seq", smp.Seq, "dropped", n)
 	}
 }
 
@@ -269,6 +280,10 @@ func (s *Session) writer() {
 		if err := s.spool.Append(smp); err != nil && !failed {
 			failed = true
 			s.log.Error("cannot write the spool; samples are sent without durability", "err", err)
+		}
+		// The second consumer: /metrics shows the sample the trackers get.
+		if s.prom != nil {
+			s.prom.Observe(smp)
 		}
 		s.acc.Add(smp)
 	}
@@ -341,7 +356,7 @@ func (s *Session) SpoolFile() string { return s.spool.Path() }
 func (s *Session) Acc() *summary.Accumulator { return s.acc }
 
 // Dropped is how many samples the queue dropped; read it only after Stop.
-func (s *Session) Dropped() int { return s.dropped }
+func (s *Session) Dropped() int { return int(s.dropped.Load()) }
 
 // Finish records the end on every sink (by the deadline of EndBy or Stop, or
 // until Stop's abort is closed) and in the spool, and closes the spool. It stops the session first if Stop was not called: a sink's Finish
@@ -379,6 +394,11 @@ func (s *Session) Finish(end tracker.EndInfo) {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
 	s.closeSpool()
+	if s.prom != nil {
+		if err := s.prom.Close(); err != nil {
+			s.log.Warn("cannot stop the metrics endpoint cleanly", "err", err)
+		}
+	}
 }
 
 // Report writes the end-of-run table: what was measured, the caller's rows
@@ -391,8 +411,8 @@ func (s *Session) Report(w io.Writer, title string, extra ...summary.Row) {
 // trackerRows says, per tracker, where the samples went.
 func (s *Session) trackerRows() []summary.Row {
 	var rows []summary.Row
-	if s.dropped > 0 {
-		rows = append(rows, summary.Row{What: "samples dropped", Value: fmt.Sprintf("%d (the spool writer was behind: a stalled disk)", s.dropped)})
+	if n := s.dropped.Load(); n > 0 {
+		rows = append(rows, summary.Row{What: "samples dropped", Value: fmt.Sprintf("%d (the spool writer was behind: a stalled disk)", n)})
 	}
 	rows = append(rows, s.failedStarts...)
 	rows = append(rows, s.spoolRows()...)

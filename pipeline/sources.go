@@ -20,6 +20,7 @@ import (
 	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/metrics/node"
 	"github.com/bridge-dev/bridge/metrics/process"
+	"github.com/bridge-dev/bridge/metrics/scrape"
 )
 
 // Sources is the one place that lists bridge's collectors, and the side
@@ -33,6 +34,7 @@ type Sources struct {
 
 	cgroup   *cgroup.Collector // nil when the container scope is off or unavailable
 	gpu      *gpu.Collector    // nil when the gpu scope is off
+	scrape   *scrape.Collector // nil without --scrape
 	childPID atomic.Int64      // the process collector's root
 	adopter  atomic.Int64      // bridge's pid while it supervises the child: orphans it adopts count too
 }
@@ -98,7 +100,46 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 		}
 	}
 	s.Collectors = filterScopes(s.Collectors, cfg)
+	// After the scope filter: --scrape asks for its series explicitly.
+	if len(cfg.Scrape) > 0 {
+		pod, ns := podIdentity()
+		var indexes func() map[string]int
+		if s.gpu != nil {
+			indexes = s.gpu.Indexes
+		}
+		s.scrape = scrape.New(scrape.Options{
+			GPUIndexes: indexes,
+			URLs:       cfg.Scrape, Include: cfg.ScrapeInclude, Exclude: cfg.ScrapeExclude,
+			Passthrough: cfg.ScrapePassthrough, Timeout: cfg.ScrapeTimeout,
+			Pod: pod, Namespace: ns, Log: log.With("collector", "scrape"),
+		})
+		s.Collectors = append(s.Collectors, s.scrape)
+	}
 	return s, nil
+}
+
+// ScrapeFailures are the failed --scrape reads per URL (nil without --scrape).
+func (s *Sources) ScrapeFailures() map[string]int {
+	if s.scrape == nil {
+		return nil
+	}
+	return s.scrape.Failures()
+}
+
+// podIdentity is this pod's name and namespace, from the downward API
+// variables POD_NAME and POD_NAMESPACE, else the hostname (a pod's name) and
+// the service account's namespace file; "" when unknown (not in Kubernetes).
+func podIdentity() (pod, ns string) {
+	pod, ns = os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+			ns = strings.TrimSpace(string(b))
+		}
+	}
+	if pod == "" && ns != "" {
+		pod = hostname()
+	}
+	return pod, ns
 }
 
 // SetChild names the process tree the process_ and GPU collectors follow:

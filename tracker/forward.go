@@ -58,6 +58,16 @@ type Forwarder struct {
 	state   string
 	lastErr error
 	sent    int
+	errs    int       // failed sends, for the metrics endpoint
+	lastOK  time.Time // last acknowledged send
+}
+
+// Counters reports the failed sends so far and the time of the last
+// successful one (zero: none), for bridge's /metrics.
+func (f *Forwarder) Counters() (errors int, lastSend time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.errs, f.lastOK
 }
 
 // Forwarder states, for the end-of-run summary.
@@ -174,6 +184,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				}
 				f.mu.Lock()
 				f.sent += acked
+				f.lastOK = time.Now()
 				f.mu.Unlock()
 			}
 		}
@@ -189,6 +200,9 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+		f.mu.Lock()
+		f.errs++
+		f.mu.Unlock()
 		wait, stop := f.failed(err, log)
 		if stop {
 			return false

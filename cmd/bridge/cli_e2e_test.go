@@ -76,6 +76,8 @@ var badValues = map[string]string{
 	"keep-spool": "perhaps", "flush-timeout": "-1s", "start-timeout": "0", "kill-after": "-1s",
 	"queue-size": "1.5", "proc-root": "/nonexistent", "cgroup-root": "/nonexistent",
 	"rootfs": "/nonexistent", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",
+	"metrics-addr": "70000", "scrape": "ftp://x/metrics", "scrape-include": "(", "scrape-exclude": "[z-a]",
+	"scrape-passthrough": "sometimes", "scrape-timeout": "1ms",
 }
 
 // Every option, as a flag, a variable and a file key, with a wrong value:

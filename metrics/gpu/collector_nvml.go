@@ -658,3 +658,18 @@ func (c *Collector) Close() error {
 	})
 	return err
 }
+
+// Indexes maps the UUID of each collected GPU to its NVML index (nil when
+// the collector is off). The devices are fixed by New, so any goroutine may
+// call it: the scrape source uses it to give dcgm-exporter's series (keyed
+// by the node's index) the index NVML uses in this container.
+func (c *Collector) Indexes() map[string]int {
+	if len(c.devices) == 0 {
+		return nil
+	}
+	m := make(map[string]int, len(c.devices))
+	for _, d := range c.devices {
+		m[d.uuid] = d.index
+	}
+	return m
+}

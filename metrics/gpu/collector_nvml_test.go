@@ -683,7 +683,15 @@ func TestSelection(t *testing.T) {
 		})
 	}
 
-	c, _ := newCollector(t, Options{Lib: s, Select: []string{"9"}})
+	c, _ := newCollector(t, Options{Lib: s, Select: []string{"1", dev(s, 3).UUID}})
+	if got, want := c.Indexes(), map[string]int{dev(s, 1).UUID: 1, dev(s, 3).UUID: 3}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Indexes() = %v, want the selected GPUs %v", got, want)
+	}
+
+	c, _ = newCollector(t, Options{Lib: s, Select: []string{"9"}})
+	if c.Indexes() != nil {
+		t.Errorf("Indexes() of a collector that is off = %v, want nil", c.Indexes())
+	}
 	if st := c.Detect(context.Background())["status"].(string); st != "off: no GPU selected (NVML sees 8, 8 usable)" {
 		t.Errorf("status %q", st)
 	}

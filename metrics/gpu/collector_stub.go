@@ -46,3 +46,6 @@ func (c *Collector) XidEvents() []XidEvent { return nil }
 
 // Close does nothing.
 func (c *Collector) Close() error { return nil }
+
+// Indexes returns nil: no GPU is collected.
+func (c *Collector) Indexes() map[string]int { return nil }

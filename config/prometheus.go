@@ -1,0 +1,51 @@
+package config
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+)
+
+// validatePrometheus checks --metrics-addr and the --scrape URLs (the
+// regular expressions are compiled while decoding, the timeout is bounded
+// with the other durations).
+func (c *Config) validatePrometheus(bad func(key string, val any, why string) error) error {
+	if a := c.MetricsAddr; a != "" {
+		addr, why := listenAddr(a)
+		if why != "" {
+			return bad("metrics-addr", a, why)
+		}
+		c.MetricsAddr = addr
+	}
+	var err error
+	if c.Scrape, err = list(c.Scrape, nil, "scrape", bad); err != nil {
+		return err
+	}
+	for _, u := range c.Scrape {
+		p, e := url.Parse(u)
+		if e != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return bad("scrape", u, "not an http:// or https:// URL")
+		}
+	}
+	return nil
+}
+
+// listenAddr: a bare port binds 127.0.0.1 only, so a job's numbers are
+// never exposed beyond the host by accident; ":PORT" asks for every
+// interface explicitly.
+func listenAddr(a string) (string, string) {
+	if n, err := strconv.Atoi(a); err == nil {
+		if n < 0 || n > 65535 {
+			return "", "port out of range 0-65535"
+		}
+		return net.JoinHostPort("127.0.0.1", a), ""
+	}
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return "", "want PORT, HOST:PORT or :PORT"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return "", "port must be a number in 0-65535"
+	}
+	return net.JoinHostPort(host, port), ""
+}
