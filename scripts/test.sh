@@ -40,6 +40,16 @@ if [ -d e2e/browser ]; then
   fi
 fi
 
+# Prometheus and node-exporter for the exporter and --scrape tests.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v prometheus-node-exporter >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing Debian prometheus and prometheus-node-exporter"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus prometheus-node-exporter >/dev/null
+  else
+    log "prometheus missing and cannot be installed here: the Prometheus tests will skip"
+  fi
+fi
+
 # One MLflow server for the suite; tests that stop and restart a server start
 # their own.
 tmp=$(mktemp -d)
