@@ -1,6 +1,6 @@
 // Package redact hides secrets wherever bridge records the child's command
 // line (run tags, run name, the spool, logs). The rule, documented in
-// docs/reliability-cli.md:
+// docs/reliability.md:
 //
 //   - a secret-looking name is one whose last word (words split at '-', '_',
 //     '.') is password, passwd, pass, pwd, passphrase, secret, token, key,

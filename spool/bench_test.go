@@ -12,7 +12,7 @@ import (
 
 // BenchmarkOutageMemory measures the heap a spool holds when a tracker acks
 // nothing for one and for three days at a 10 s interval (8640 samples of 60
-// metrics a day): the figures for docs/reliability-spool.md.
+// metrics a day): the figures for docs/reliability.md.
 func BenchmarkOutageMemory(b *testing.B) {
 	for _, days := range []int64{1, 3} {
 		b.Run(fmt.Sprintf("days=%d", days), func(b *testing.B) { outageMemory(b, days*8640) })
