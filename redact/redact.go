@@ -92,16 +92,17 @@ func (r *Redactor) Argv(argv []string) []string {
 		case strings.HasPrefix(a, "-") && len(a) > 2:
 			name, _, hasValue := strings.Cut(a, "=")
 			if SecretName(name) {
+				// The name itself may hold an environment secret too.
 				if hasValue {
-					out[i] = name + "=" + Mask
+					out[i] = r.String(name) + "=" + Mask
 				} else {
-					out[i], nextIsSecret = a, true
+					out[i], nextIsSecret = r.String(a), true
 				}
 				continue
 			}
 		case !strings.HasPrefix(a, "-"):
 			if name, _, ok := strings.Cut(a, "="); ok && SecretName(name) && !strings.ContainsAny(name, "/:") {
-				out[i] = name + "=" + Mask
+				out[i] = r.String(name) + "=" + Mask
 				continue
 			}
 		}
@@ -112,9 +113,15 @@ func (r *Redactor) Argv(argv []string) []string {
 
 // String hides URL credentials and known secret values in s.
 func (r *Redactor) String(s string) string {
-	if r != nil {
+	// Until nothing is left: a secret that begins or ends with the mask's
+	// own characters can reappear next to a mask. Each replacement shortens
+	// s (secrets are longer than the mask), so this ends.
+	for changed := r != nil; changed; {
+		changed = false
 		for _, v := range r.values {
-			s = strings.ReplaceAll(s, v, Mask)
+			if strings.Contains(s, v) {
+				s, changed = strings.ReplaceAll(s, v, Mask), true
+			}
 		}
 	}
 	if strings.Contains(s, "://") || strings.Contains(s, "?") {
