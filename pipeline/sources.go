@@ -72,10 +72,11 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 	}
 	if cfg.HasScope("process") {
 		p, err := process.New(process.Options{
-			ProcRoot: cfg.ProcRoot,
-			Log:      log.With("collector", "process"),
-			RootPID:  func() int { return int(s.childPID.Load()) },
-			Adopter:  func() int { return int(s.adopter.Load()) },
+			ProcRoot:   cfg.ProcRoot,
+			CgroupRoot: cfg.CgroupRoot,
+			Log:        log.With("collector", "process"),
+			RootPID:    func() int { return int(s.childPID.Load()) },
+			Adopter:    func() int { return int(s.adopter.Load()) },
 		})
 		if err != nil {
 			log.Warn("process metrics are off", "err", err)

@@ -1,0 +1,232 @@
+package process
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// procStat is what the collector needs of one /proc/<pid>/stat line.
+type procStat struct {
+	PID        int
+	PPID       int
+	UTime      uint64 // ticks
+	STime      uint64
+	CUTime     int64 // ticks; signed in proc(5)
+	CSTime     int64
+	NumThreads int
+	Starttime  uint64 // ticks since boot
+	RSSPages   int64
+}
+
+var errGarbled = errors.New("malformed stat line")
+
+// parseStat parses one /proc/<pid>/stat line. comm may hold spaces and
+// parentheses, so the fields start after the last ')'. It allocates nothing:
+// procfs's parser (fmt.Fscan) was the biggest cost of a sample.
+func parseStat(b []byte) (procStat, error) {
+	var s procStat
+	open := bytes.IndexByte(b, '(')
+	closing := bytes.LastIndexByte(b, ')')
+	if open < 1 || closing < open {
+		return s, errGarbled
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
+	if err != nil {
+		return s, errGarbled
+	}
+	s.PID = pid
+	// Fields after comm, 0-based: 0 state, 1 ppid, 11 utime, 12 stime,
+	// 13 cutime, 14 cstime, 17 num_threads, 19 starttime, 21 rss.
+	rest := b[closing+1:]
+	field := 0
+	for len(rest) > 0 && field <= 21 {
+		for len(rest) > 0 && rest[0] == ' ' {
+			rest = rest[1:]
+		}
+		end := bytes.IndexAny(rest, " \n")
+		if end < 0 {
+			end = len(rest)
+		}
+		tok := rest[:end]
+		rest = rest[end:]
+		if len(tok) == 0 {
+			break
+		}
+		switch field {
+		case 1:
+			v, ok := atoi(tok)
+			if !ok {
+				return s, errGarbled
+			}
+			s.PPID = int(v)
+		case 11, 12, 19:
+			v, ok := atou(tok)
+			if !ok {
+				return s, errGarbled
+			}
+			switch field {
+			case 11:
+				s.UTime = v
+			case 12:
+				s.STime = v
+			default:
+				s.Starttime = v
+			}
+		case 13, 14, 17, 21:
+			v, ok := atoi(tok)
+			if !ok {
+				return s, errGarbled
+			}
+			switch field {
+			case 13:
+				s.CUTime = v
+			case 14:
+				s.CSTime = v
+			case 17:
+				s.NumThreads = int(v)
+			default:
+				s.RSSPages = v
+			}
+		}
+		field++
+	}
+	if field <= 21 {
+		return s, errGarbled
+	}
+	return s, nil
+}
+
+func atou(b []byte) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
+}
+
+func atoi(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	u, ok := atou(b)
+	if !ok {
+		return 0, false
+	}
+	if neg {
+		return -int64(u), true
+	}
+	return int64(u), true
+}
+
+// statFiles reads /proc/<pid>/stat files. On a real procfs it keeps each
+// file open and re-reads it with pread: one syscall a sample instead of
+// three, and no poller set-up. A descriptor stays bound to the process it was
+// opened for, so a reused pid reads ESRCH, never another process's figures.
+// On a fixture tree (a plain directory) files are opened each time, since
+// tests replace them.
+type statFiles struct {
+	procRoot string
+	keep     bool        // keep descriptors open (procRoot is a procfs)
+	fds      map[int]int // pid -> fd
+	used     map[int]bool
+	buf      []byte
+}
+
+// maxOpenStats bounds the descriptors kept: a huge tree falls back to
+// open/read/close for the rest.
+const maxOpenStats = 1024
+
+func newStatFiles(procRoot string) *statFiles {
+	var st syscall.Statfs_t
+	keep := syscall.Statfs(procRoot, &st) == nil && st.Type == 0x9fa0 // PROC_SUPER_MAGIC
+	return &statFiles{procRoot: procRoot, keep: keep, fds: map[int]int{}, used: map[int]bool{}, buf: make([]byte, 1024)}
+}
+
+// read returns the stat of pid; gone is true when the process no longer
+// exists (or exited while being read).
+func (f *statFiles) read(pid int) (s procStat, gone bool, err error) {
+	fd, cached := f.fds[pid]
+	if !cached {
+		fd, err = syscall.Open(f.path(pid), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			if isGone(err) {
+				return s, true, nil
+			}
+			return s, false, fmt.Errorf("opening %s: %w", f.path(pid), err)
+		}
+		if f.keep && len(f.fds) < maxOpenStats {
+			f.fds[pid] = fd
+			cached = true
+		} else {
+			defer syscall.Close(fd)
+		}
+	}
+	f.used[pid] = true
+	var n int
+	for {
+		n, err = syscall.Pread(fd, f.buf, 0)
+		if err != nil || n < len(f.buf) {
+			break
+		}
+		f.buf = make([]byte, 2*len(f.buf))
+	}
+	if err != nil {
+		if cached {
+			f.drop(pid)
+		}
+		if isGone(err) {
+			return s, true, nil
+		}
+		return s, false, fmt.Errorf("reading %s: %w", f.path(pid), err)
+	}
+	s, err = parseStat(f.buf[:n])
+	if err != nil {
+		if _, serr := os.Stat(f.dir(pid)); serr != nil {
+			return s, true, nil // exited mid-read
+		}
+		return s, false, fmt.Errorf("reading the stat file of process %d (%s): %w", pid, f.path(pid), err)
+	}
+	return s, false, nil
+}
+
+// sweep closes the descriptors of processes not read since the last sweep.
+func (f *statFiles) sweep() {
+	for pid := range f.fds {
+		if !f.used[pid] {
+			f.drop(pid)
+		}
+	}
+	clear(f.used)
+}
+
+func (f *statFiles) drop(pid int) {
+	if fd, ok := f.fds[pid]; ok {
+		_ = syscall.Close(fd)
+		delete(f.fds, pid)
+	}
+}
+
+func (f *statFiles) close() {
+	for pid := range f.fds {
+		f.drop(pid)
+	}
+}
+
+func (f *statFiles) dir(pid int) string  { return f.procRoot + "/" + strconv.Itoa(pid) }
+func (f *statFiles) path(pid int) string { return f.dir(pid) + "/stat" }
+
+// isGone reports whether err means the process has exited.
+func isGone(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESRCH)
+}
