@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParseStat(t *testing.T) {
@@ -140,7 +143,51 @@ func TestRealFinderAvoidsScan(t *testing.T) {
 		t.Skipf("SKIP: no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN) and this test runs in a root cgroup: only a full scan is possible here")
 	}
 	t.Logf("tree found by %s (%v)", c.find.method, c.find.cgroupDirs)
-	if n := len(c.stats.fds); n != 3 {
+	if n := len(c.stats.files.fds); n != 3 {
 		t.Errorf("%d stat files kept open, want 3 (the tree)", n)
 	}
+}
+
+// Files kept open and re-read with pread must show a child started after
+// they were opened (the children links and cgroup.procs are regenerated on
+// each read from offset 0).
+func TestRealKeptFilesSeeNewChildren(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 30 & read x; sleep 30 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Skipf("SKIP: cannot start sh: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	c, err := New(Options{RootPID: func() int { return cmd.Process.Pid }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitCount := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			got := collect(t, c)["process_count"].Value
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("process_count = %v by %s, want %v", got, c.find.method, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitCount(2)
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitCount(3)
+	t.Logf("found by %s", c.find.method)
 }

@@ -158,6 +158,7 @@ var pageSize = float64(os.Getpagesize())
 // Close releases the stat files kept open.
 func (c *Collector) Close() error {
 	c.stats.close()
+	c.find.close()
 	return nil
 }
 

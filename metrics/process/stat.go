@@ -129,68 +129,114 @@ func atoi(b []byte) (int64, bool) {
 	return int64(u), true
 }
 
-// statFiles reads /proc/<pid>/stat files. On a real procfs it keeps each
+// openFiles reads small kernel files by key. On a real procfs it keeps each
 // file open and re-reads it with pread: one syscall a sample instead of
 // three, and no poller set-up. A descriptor stays bound to the process it was
 // opened for, so a reused pid reads ESRCH, never another process's figures.
 // On a fixture tree (a plain directory) files are opened each time, since
 // tests replace them.
-type statFiles struct {
-	procRoot string
-	keep     bool        // keep descriptors open (procRoot is a procfs)
-	fds      map[int]int // pid -> fd
-	used     map[int]bool
-	buf      []byte
+type openFiles[K comparable] struct {
+	keep bool // keep descriptors open (the root is a procfs)
+	max  int  // descriptors kept at most; beyond, open/read/close
+	fds  map[K]int
+	used map[K]bool
 }
 
-// maxOpenStats bounds the descriptors kept: a huge tree falls back to
-// open/read/close for the rest.
-const maxOpenStats = 1024
-
-func newStatFiles(procRoot string) *statFiles {
+func newOpenFiles[K comparable](procRoot string, max int) *openFiles[K] {
 	var st syscall.Statfs_t
 	keep := syscall.Statfs(procRoot, &st) == nil && st.Type == 0x9fa0 // PROC_SUPER_MAGIC
-	return &statFiles{procRoot: procRoot, keep: keep, fds: map[int]int{}, used: map[int]bool{}, buf: make([]byte, 1024)}
+	return &openFiles[K]{keep: keep, max: max, fds: map[K]int{}, used: map[K]bool{}}
 }
 
-// read returns the stat of pid; gone is true when the process no longer
-// exists (or exited while being read).
-func (f *statFiles) read(pid int) (s procStat, gone bool, err error) {
-	fd, cached := f.fds[pid]
+// read reads the whole file of key into buf's storage (growing it as
+// needed); path is called only to open it.
+func (o *openFiles[K]) read(key K, path func() string, buf []byte) ([]byte, error) {
+	fd, cached := o.fds[key]
 	if !cached {
-		fd, err = syscall.Open(f.path(pid), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		var err error
+		fd, err = syscall.Open(path(), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
-			if isGone(err) {
-				return s, true, nil
-			}
-			return s, false, fmt.Errorf("opening %s: %w", f.path(pid), err)
+			return buf[:0], err
 		}
-		if f.keep && len(f.fds) < maxOpenStats {
-			f.fds[pid] = fd
+		if o.keep && len(o.fds) < o.max {
+			o.fds[key] = fd
 			cached = true
 		} else {
 			defer syscall.Close(fd)
 		}
 	}
-	f.used[pid] = true
-	var n int
-	for {
-		n, err = syscall.Pread(fd, f.buf, 0)
-		if err != nil || n < len(f.buf) {
-			break
-		}
-		f.buf = make([]byte, 2*len(f.buf))
+	o.used[key] = true
+	buf = buf[:cap(buf)]
+	if len(buf) == 0 {
+		buf = make([]byte, 1024)
 	}
-	if err != nil {
-		if cached {
-			f.drop(pid)
+	for {
+		n, err := syscall.Pread(fd, buf, 0)
+		if err == syscall.EINTR {
+			continue
 		}
+		if err != nil {
+			if cached {
+				o.drop(key)
+			}
+			return buf[:0], err
+		}
+		if n < len(buf) {
+			return buf[:n], nil
+		}
+		buf = make([]byte, 2*len(buf)) // may have been cut: read again, whole
+	}
+}
+
+// sweep closes the descriptors of keys not read since the last sweep.
+func (o *openFiles[K]) sweep() {
+	for k := range o.fds {
+		if !o.used[k] {
+			o.drop(k)
+		}
+	}
+	clear(o.used)
+}
+
+func (o *openFiles[K]) drop(k K) {
+	if fd, ok := o.fds[k]; ok {
+		_ = syscall.Close(fd)
+		delete(o.fds, k)
+	}
+}
+
+func (o *openFiles[K]) close() {
+	for k := range o.fds {
+		o.drop(k)
+	}
+}
+
+// maxOpenStats bounds the stat files kept open: a huge tree falls back to
+// open/read/close for the rest.
+const maxOpenStats = 1024
+
+// statFiles reads /proc/<pid>/stat files.
+type statFiles struct {
+	procRoot string
+	files    *openFiles[int]
+	buf      []byte
+}
+
+func newStatFiles(procRoot string) *statFiles {
+	return &statFiles{procRoot: procRoot, files: newOpenFiles[int](procRoot, maxOpenStats)}
+}
+
+// read returns the stat of pid; gone is true when the process no longer
+// exists (or exited while being read).
+func (f *statFiles) read(pid int) (s procStat, gone bool, err error) {
+	f.buf, err = f.files.read(pid, func() string { return f.path(pid) }, f.buf)
+	if err != nil {
 		if isGone(err) {
 			return s, true, nil
 		}
 		return s, false, fmt.Errorf("reading %s: %w", f.path(pid), err)
 	}
-	s, err = parseStat(f.buf[:n])
+	s, err = parseStat(f.buf)
 	if err != nil {
 		if _, serr := os.Stat(f.dir(pid)); serr != nil {
 			return s, true, nil // exited mid-read
@@ -200,28 +246,8 @@ func (f *statFiles) read(pid int) (s procStat, gone bool, err error) {
 	return s, false, nil
 }
 
-// sweep closes the descriptors of processes not read since the last sweep.
-func (f *statFiles) sweep() {
-	for pid := range f.fds {
-		if !f.used[pid] {
-			f.drop(pid)
-		}
-	}
-	clear(f.used)
-}
-
-func (f *statFiles) drop(pid int) {
-	if fd, ok := f.fds[pid]; ok {
-		_ = syscall.Close(fd)
-		delete(f.fds, pid)
-	}
-}
-
-func (f *statFiles) close() {
-	for pid := range f.fds {
-		f.drop(pid)
-	}
-}
+func (f *statFiles) sweep() { f.files.sweep() }
+func (f *statFiles) close() { f.files.close() }
 
 func (f *statFiles) dir(pid int) string  { return f.procRoot + "/" + strconv.Itoa(pid) }
 func (f *statFiles) path(pid int) string { return f.dir(pid) + "/stat" }

@@ -126,7 +126,16 @@ type finder struct {
 
 	root, adopter int
 	method        string
-	cgroupDirs    []string // viaCgroup: the cgroup directories walked
+	cgroupDirs    []string           // viaCgroup: the cgroup directories walked
+	children      *openFiles[[2]int] // viaChildren: {pid, tid} -> its children file
+	buf           []byte
+}
+
+// close releases the files kept open.
+func (f *finder) close() {
+	if f.children != nil {
+		f.children.close()
+	}
 }
 
 // candidates returns a superset of the tree of root (plus the adopter's
@@ -171,31 +180,41 @@ func (f *finder) choose(root, adopter int) {
 // byChildren walks the children links from root (and the adopter) down.
 // Each thread lists the children it forked, so every task is read.
 func (f *finder) byChildren(root, adopter int) []int {
+	if f.children == nil {
+		f.children = newOpenFiles[[2]int](f.procRoot, maxOpenStats)
+	}
 	out := []int{root}
 	if adopter > 0 && adopter != root {
 		out = append(out, adopter) // its children are the adopted orphans; buildTree drops it
 	}
 	seen := map[int]bool{root: true, adopter: true}
-	var buf []byte
 	for i := 0; i < len(out); i++ {
-		taskDir := filepath.Join(f.procRoot, strconv.Itoa(out[i]), "task")
+		pid := out[i]
+		taskDir := filepath.Join(f.procRoot, strconv.Itoa(pid), "task")
 		tids, err := readDirNames(taskDir)
 		if err != nil {
 			continue // gone
 		}
-		for _, tid := range tids {
-			buf, err = readInto(buf, filepath.Join(taskDir, tid, "children"))
+		for _, name := range tids {
+			tid, err := strconv.Atoi(name)
 			if err != nil {
 				continue
 			}
-			for _, w := range bytes.Fields(buf) {
-				if pid, ok := atoi(w); ok && !seen[int(pid)] {
-					seen[int(pid)] = true
-					out = append(out, int(pid))
+			f.buf, err = f.children.read([2]int{pid, tid}, func() string {
+				return filepath.Join(taskDir, name, "children")
+			}, f.buf)
+			if err != nil {
+				continue // the thread exited
+			}
+			for _, w := range bytes.Fields(f.buf) {
+				if c, ok := atoi(w); ok && !seen[int(c)] {
+					seen[int(c)] = true
+					out = append(out, int(c))
 				}
 			}
 		}
 	}
+	f.children.sweep()
 	return out
 }
 
