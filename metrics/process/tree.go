@@ -312,14 +312,29 @@ func (f *finder) cgroupDir(pid int) string {
 	return best
 }
 
-// readDirNames lists a directory's names without stat'ing its entries.
+// readDirNames lists a directory's names with raw getdents: os.Open would
+// register the descriptor with the Go poller and stat nothing useful.
 func readDirNames(dir string) ([]string, error) {
-	d, err := os.Open(dir)
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer d.Close()
-	return d.Readdirnames(-1)
+	defer syscall.Close(fd)
+	var names []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
+	}
 }
 
 // readInto reads a whole file into buf's storage.
