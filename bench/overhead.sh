@@ -7,6 +7,7 @@
 #   bench/overhead.sh                      # 100 ms interval, 30 s window
 #   INTERVAL_MS=1000 WINDOW=60 bench/overhead.sh
 #   BRIDGE_BIN=/tmp/bridge-before bench/overhead.sh   # another build
+#   BRIDGE_BIN_BASE=/tmp/bridge-before bench/overhead.sh  # also that build, same run
 #
 # Needs: go (unless BRIDGE_BIN), PYTHON (default .venv/bin/python) with mlflow
 # and wandb; psutil (MLflow's monitors use it) is installed into
@@ -52,6 +53,13 @@ start "$bin" --trackers none --interval "${INTERVAL_MS}ms" --spool "$tmp/all.jso
 all=${pids[-1]}
 start "$bin" --trackers none --interval "${INTERVAL_MS}ms" --scopes container,node --spool "$tmp/cn.jsonl" -- sleep "$life"
 cn=${pids[-1]}
+base=()
+if [[ -n ${BRIDGE_BIN_BASE:-} ]]; then
+	start "$BRIDGE_BIN_BASE" --trackers none --interval "${INTERVAL_MS}ms" --spool "$tmp/base-all.jsonl" -- sleep "$life"
+	base+=("base-all=${pids[-1]}")
+	start "$BRIDGE_BIN_BASE" --trackers none --interval "${INTERVAL_MS}ms" --scopes container,node --spool "$tmp/base-cn.jsonl" -- sleep "$life"
+	base+=("base-container,node=${pids[-1]}")
+fi
 start "$PYTHON" bench/mlflow_monitor.py "$interval_s" --count-file "$tmp/mlflow.count"
 ml=${pids[-1]}
 start "$PYTHON" bench/mlflow_monitor.py "$interval_s" --idle
@@ -67,9 +75,9 @@ for _ in $(seq 240); do
 done
 [[ -s $tmp/mlflow.count ]] || { echo "MLflow's monitor loop did not start: $(cat "$tmp"/mlflow_monitor.py.*.log)" >&2; exit 1; }
 sleep "$WARMUP"
-echo "== $(date -u +%FT%TZ) $(nproc) CPUs, $(ls /proc | grep -c '^[0-9]') processes, load $(cut -d' ' -f1-3 /proc/loadavg); interval ${INTERVAL_MS} ms, window ${WINDOW} s; bridge $bin" >&2
+echo "== $(date -u +%FT%TZ) $(nproc) CPUs, $(ls /proc | grep -c '^[0-9]') processes, load $(cut -d' ' -f1-3 /proc/loadavg); interval ${INTERVAL_MS} ms, window ${WINDOW} s; bridge $bin${BRIDGE_BIN_BASE:+, base $BRIDGE_BIN_BASE}" >&2
 out=$("$PYTHON" bench/measure.py "$WINDOW" "$interval_s" \
-	"bridge-all=$all" "bridge-container,node=$cn" "mlflow-monitor=$ml:mlflow-idle" "mlflow-idle=$mlidle" "wandb-monitor=$wb")
+	"bridge-all=$all" "bridge-container,node=$cn" ${base[@]+"${base[@]}"} "mlflow-monitor=$ml:mlflow-idle" "mlflow-idle=$mlidle" "wandb-monitor=$wb")
 
 # Series per sample: bridge's from its spool, MLflow's from its monitors.
 points() {
@@ -87,6 +95,7 @@ print(n)
 PY
 }
 declare -A series=([bridge-all]=$(points "$tmp/all.jsonl") [bridge-container,node]=$(points "$tmp/cn.jsonl")
+	[base-all]=$( [[ -f $tmp/base-all.jsonl ]] && points "$tmp/base-all.jsonl") [base-container,node]=$( [[ -f $tmp/base-cn.jsonl ]] && points "$tmp/base-cn.jsonl")
 	[mlflow-monitor]=$(cat "$tmp/mlflow.count" 2>/dev/null || echo '?') [mlflow-idle]=0 [wandb-monitor]='?')
 mlcpu=$(awk -F'\t' '$1=="mlflow-monitor"{print $2}' <<<"$out")
 printf '| tool | CPU ms/sample | x MLflow | RSS MiB | series | processes |\n|---|---|---|---|---|---|\n'
