@@ -191,3 +191,22 @@ func TestRealKeptFilesSeeNewChildren(t *testing.T) {
 	waitCount(3)
 	t.Logf("found by %s", c.find.method)
 }
+
+// Finder gives the same tree as the full scan of Tree.
+func TestFinderTreeMatchesScan(t *testing.T) {
+	cmd := startBusyTree(t)
+	waitForTree(t, cmd.Process.Pid, 3)
+	f := NewFinder("", "")
+	defer f.Close()
+	got, err := f.Tree(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := waitForTree(t, cmd.Process.Pid, 3)
+	if !slices.Equal(got, want) {
+		t.Errorf("Finder.Tree = %v, Tree = %v", got, want)
+	}
+	if got, err := f.Tree(999999999, 0); err != nil || len(got) != 0 {
+		t.Errorf("Finder.Tree of a missing pid = %v, %v; want nothing, no error", got, err)
+	}
+}

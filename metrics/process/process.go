@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -42,10 +43,8 @@ type Options struct {
 // Contract: as metrics.Collector. It keeps the previous reading to compute
 // process_cpu_usage_cores; a change of root pid starts over.
 type Collector struct {
-	src     string
-	find    finder
-	stats   *statFiles
-	all     map[int]procStat // reused between samples
+	src string
+	treeReader
 	rootPID func() int
 	adopter func() int
 	log     *slog.Logger
@@ -88,14 +87,12 @@ func New(opts Options) (*Collector, error) {
 		return nil, fmt.Errorf("process metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
 	}
 	return &Collector{
-		find:    finder{procRoot: opts.ProcRoot, cgroupRoot: opts.CgroupRoot},
-		stats:   newStatFiles(opts.ProcRoot),
-		all:     map[int]procStat{},
-		src:     filepath.Join(opts.ProcRoot, "*", "stat"),
-		rootPID: opts.RootPID,
-		adopter: opts.Adopter,
-		log:     log.With("source", "process"),
-		now:     time.Now,
+		treeReader: newTreeReader(opts.ProcRoot, opts.CgroupRoot),
+		src:        filepath.Join(opts.ProcRoot, "*", "stat"),
+		rootPID:    opts.RootPID,
+		adopter:    opts.Adopter,
+		log:        log.With("source", "process"),
+		now:        time.Now,
 	}, nil
 }
 
@@ -155,16 +152,79 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 
 var pageSize = float64(os.Getpagesize())
 
-// Close releases the stat files kept open.
+// Close releases the files kept open.
 func (c *Collector) Close() error {
+	c.close()
+	return nil
+}
+
+// treeReader finds a tree and reads its processes' stat files, keeping them
+// open between calls.
+type treeReader struct {
+	find  finder
+	stats *statFiles
+	all   map[int]procStat // reused between calls
+}
+
+func newTreeReader(procRoot, cgroupRoot string) treeReader {
+	if procRoot == "" {
+		procRoot = procfs.DefaultMountPoint
+	}
+	if cgroupRoot == "" {
+		cgroupRoot = "/sys/fs/cgroup"
+	}
+	return treeReader{
+		find:  finder{procRoot: procRoot, cgroupRoot: cgroupRoot},
+		stats: newStatFiles(procRoot),
+		all:   map[int]procStat{},
+	}
+}
+
+func (c *treeReader) close() {
 	c.stats.close()
 	c.find.close()
+}
+
+// Finder lists a process tree as the Collector finds it (children links,
+// else the cgroup, else a scan), for the GPU collector's per-process memory.
+// Safe for concurrent use.
+type Finder struct {
+	mu sync.Mutex
+	r  treeReader
+}
+
+// NewFinder returns a Finder reading under procRoot and cgroupRoot ("" for
+// /proc and /sys/fs/cgroup).
+func NewFinder(procRoot, cgroupRoot string) *Finder {
+	return &Finder{r: newTreeReader(procRoot, cgroupRoot)}
+}
+
+// Tree is as the package's Tree, without reading every process.
+func (f *Finder) Tree(root, adopter int) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	stats, err := f.r.treeStats(root, adopter)
+	if err != nil {
+		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", root, f.r.find.procRoot, err)
+	}
+	pids := make([]int, len(stats))
+	for i, s := range stats {
+		pids[i] = s.PID
+	}
+	return pids, nil
+}
+
+// Close releases the files kept open.
+func (f *Finder) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.r.close()
 	return nil
 }
 
 // treeStats reads the stat of each candidate the finder gives and returns
 // those of root's tree, in Tree's order.
-func (c *Collector) treeStats(root, adopter int) ([]procStat, error) {
+func (c *treeReader) treeStats(root, adopter int) ([]procStat, error) {
 	pids, err := c.find.candidates(root, adopter)
 	if err != nil {
 		return nil, err
