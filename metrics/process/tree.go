@@ -3,6 +3,7 @@ package process
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -223,32 +224,41 @@ func (f *finder) byChildren(root, adopter int) []int {
 // the price of not scanning the machine.
 func (f *finder) byCgroup() ([]int, error) {
 	out := []int{f.root} // even if it left its cgroup since
-	var buf []byte
 	for _, top := range f.cgroupDirs {
-		err := filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				if p != top && isGone(err) {
-					return nil // a sub-cgroup removed while walking
-				}
-				return err
-			}
-			if !d.IsDir() {
-				return nil
-			}
-			var rerr error
-			buf, rerr = readInto(buf, filepath.Join(p, "cgroup.procs"))
-			if rerr != nil {
-				return nil
-			}
-			for _, w := range bytes.Fields(buf) {
-				if pid, ok := atoi(w); ok {
-					out = append(out, int(pid))
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		var err error
+		if out, err = f.cgroupProcs(top, out, true); err != nil {
 			return nil, fmt.Errorf("listing the processes of cgroup %s: %w", top, err)
+		}
+	}
+	return out, nil
+}
+
+// cgroupProcs appends the pids of cgroup dir and of its sub-cgroups. A
+// sub-cgroup removed while it is read is skipped; the top one is an error.
+func (f *finder) cgroupProcs(dir string, out []int, top bool) ([]int, error) {
+	var err error
+	f.buf, err = readInto(f.buf, dir+"/cgroup.procs")
+	if err != nil {
+		if !top && isGone(err) {
+			return out, nil
+		}
+		return out, err
+	}
+	for _, w := range bytes.Fields(f.buf) {
+		if pid, ok := atoi(w); ok {
+			out = append(out, int(pid))
+		}
+	}
+	subs, err := readSubdirs(dir)
+	if err != nil {
+		if !top && isGone(err) {
+			return out, nil
+		}
+		return out, err
+	}
+	for _, sub := range subs {
+		if out, err = f.cgroupProcs(dir+"/"+sub, out, false); err != nil {
+			return out, err
 		}
 	}
 	return out, nil
@@ -315,12 +325,30 @@ func (f *finder) cgroupDir(pid int) string {
 // readDirNames lists a directory's names with raw getdents: os.Open would
 // register the descriptor with the Go poller and stat nothing useful.
 func readDirNames(dir string) ([]string, error) {
+	var names []string
+	err := getdents(dir, func(name string, _ byte) { names = append(names, name) })
+	return names, err
+}
+
+// readSubdirs lists the subdirectories of dir by the entries' d_type, which
+// procfs and cgroupfs fill in.
+func readSubdirs(dir string) ([]string, error) {
+	var subs []string
+	err := getdents(dir, func(name string, typ byte) {
+		if typ == syscall.DT_DIR {
+			subs = append(subs, name)
+		}
+	})
+	return subs, err
+}
+
+// getdents calls each for every entry of dir but . and ..
+func getdents(dir string, each func(name string, typ byte)) error {
 	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer syscall.Close(fd)
-	var names []string
 	buf := make([]byte, 8192)
 	for {
 		n, err := syscall.ReadDirent(fd, buf)
@@ -328,12 +356,26 @@ func readDirNames(dir string) ([]string, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if n <= 0 {
-			return names, nil
+			return nil
 		}
-		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
+		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name NUL-terminated.
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				break
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); s != "." && s != ".." {
+				each(s, b[18])
+			}
+			b = b[reclen:]
+		}
 	}
 }
 
