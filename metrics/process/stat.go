@@ -211,9 +211,10 @@ func (o *openFiles[K]) close() {
 	}
 }
 
-// maxOpenStats bounds the stat files kept open: a huge tree falls back to
-// open/read/close for the rest.
-const maxOpenStats = 1024
+// maxOpenStats bounds the files a reader keeps open, of each kind (stat
+// files, children links): a huge tree, or one with hundreds of threads, reads
+// the rest with open/read/close rather than spend bridge's descriptors.
+const maxOpenStats = 256
 
 // statFiles reads /proc/<pid>/stat files.
 type statFiles struct {
