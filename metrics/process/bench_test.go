@@ -9,13 +9,19 @@ import (
 )
 
 // BenchmarkCollect measures one sample of a real tree of three processes
-// (sh and two sleeps) on this machine's /proc, by each way of finding the
+// (sh and two sleeps; BRIDGE_BENCH_TREE: another shell command) on this machine's /proc, by each way of finding the
 // tree that the machine allows. Compare "scan" with the others under
 // bench/spawn.sh's 2,000 idle processes: only the scan grows.
 //
 //	go test -run '^$' -bench Collect -benchmem ./metrics/process/
 func BenchmarkCollect(b *testing.B) {
-	cmd := exec.Command("sh", "-c", "sleep 600 & sleep 600 & wait")
+	// BRIDGE_BENCH_TREE replaces the tree, e.g. processes with many threads
+	// (docs/performance.md has the one measured).
+	tree := "sleep 600 & sleep 600 & wait"
+	if t := os.Getenv("BRIDGE_BENCH_TREE"); t != "" {
+		tree = t
+	}
+	cmd := exec.Command("sh", "-c", tree)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		b.Skipf("SKIP: cannot start sh: %v", err)
@@ -79,6 +85,7 @@ func (c *Collector) mustTree(b *testing.B, root, adopter int) []procStat {
 func (c *Collector) force(method string) bool {
 	f := &c.find
 	f.choose(f.root, f.adopter)
+	f.both = false // no reconsidering: measure this method alone
 	switch method {
 	case viaChildren:
 		return f.method == viaChildren

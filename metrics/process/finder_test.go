@@ -210,3 +210,46 @@ func TestFinderTreeMatchesScan(t *testing.T) {
 		t.Errorf("Finder.Tree of a missing pid = %v, %v; want nothing, no error", got, err)
 	}
 }
+
+// With both the children links and a cgroup of its own, the cheaper way is
+// used: links cost a read per thread, the cgroup a stat per process in it.
+func TestFinderChoosesTheCheaperWay(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		threads     int // of the root
+		unrelatedCG int // unrelated processes in the same cgroup
+		want        string
+	}{
+		{"few threads, a crowded cgroup: links", 1, 40, viaChildren},
+		{"many threads, the cgroup is the tree: cgroup", 60, 0, viaCgroup},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			proc, cg := t.TempDir(), t.TempDir()
+			procs := slices.Clone(family)
+			procsLine := "100\n101\n102\n103\n"
+			for i := range tt.unrelatedCG {
+				procs = append(procs, fakeProc{pid: 1000 + i, ppid: 1, comm: "other"})
+				procsLine += fmt.Sprint(1000+i, "\n")
+			}
+			writeProcs(t, proc, procs...)
+			writeFile(t, proc, "100/task/100/children", "101 102 ")
+			for i := 1; i < tt.threads; i++ {
+				writeFile(t, proc, fmt.Sprintf("100/task/%d/children", 5000+i), "")
+			}
+			writeFile(t, proc, "101/task/101/children", "103 ")
+			writeFile(t, proc, "102/task/102/children", "")
+			writeFile(t, proc, "103/task/103/children", "")
+			writeFile(t, proc, "100/cgroup", "4:memory:/job\n0::/\n")
+			writeFile(t, cg, "memory/job/cgroup.procs", procsLine)
+			c, err := New(Options{ProcRoot: proc, CgroupRoot: cg, RootPID: func() int { return 100 }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 { // the choice holds between reconsiderations
+				if got := collect(t, c)["process_count"].Value; got != 4 || c.find.method != tt.want {
+					t.Fatalf("process_count = %v by %q, want 4 by %q", got, c.find.method, tt.want)
+				}
+			}
+		})
+	}
+}

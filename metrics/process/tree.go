@@ -112,7 +112,10 @@ func vanished(pfs procfs.FS, pid int, err error) bool {
 	return serr != nil
 }
 
-// How the Collector finds the candidates for the tree, cheapest first.
+// How the Collector finds the candidates for the tree. Where both the
+// children links and a cgroup of its own are there, the cheaper wins, looked
+// at again every reconsiderEvery samples: the links cost a read per thread
+// (a PyTorch process has dozens), the cgroup a stat read per process in it.
 const (
 	viaChildren = "children" // /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)
 	viaCgroup   = "cgroup"   // cgroup.procs of the root's (and the adopter's) cgroup and below
@@ -127,6 +130,9 @@ type finder struct {
 
 	root, adopter int
 	method        string
+	both          bool // children links and a cgroup: choose by cost
+	calls         int
+	linkReads     int                // children files the last walk read
 	cgroupDirs    []string           // viaCgroup: the cgroup directories walked
 	children      *openFiles[[2]int] // viaChildren: {pid, tid} -> its children file
 	buf           []byte
@@ -145,6 +151,11 @@ func (f *finder) candidates(root, adopter int) ([]int, error) {
 	if root != f.root || adopter != f.adopter || f.method == "" {
 		f.choose(root, adopter)
 	}
+	if f.both && f.calls%reconsiderEvery == 0 {
+		f.calls++
+		return f.cheaper(root, adopter)
+	}
+	f.calls++
 	switch f.method {
 	case viaChildren:
 		return f.byChildren(root, adopter), nil
@@ -154,12 +165,34 @@ func (f *finder) candidates(root, adopter int) ([]int, error) {
 	return f.byScan()
 }
 
-func (f *finder) choose(root, adopter int) {
-	f.root, f.adopter, f.cgroupDirs = root, adopter, nil
-	if _, err := os.Stat(filepath.Join(f.procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err == nil {
+// reconsiderEvery is how often, in samples, the cheaper of the children
+// links and the cgroup is chosen again (the tree grows: DataLoader workers).
+const reconsiderEvery = 64
+
+// cheaper lists the candidates both ways and keeps the cheaper way.
+func (f *finder) cheaper(root, adopter int) ([]int, error) {
+	kids := f.byChildren(root, adopter)
+	cg, err := f.byCgroup()
+	if err != nil || len(cg) >= len(kids)+f.linkReads {
 		f.method = viaChildren
-		return
+		return kids, nil
 	}
+	f.method = viaCgroup
+	return cg, nil
+}
+
+func (f *finder) choose(root, adopter int) {
+	f.root, f.adopter, f.cgroupDirs, f.both, f.calls = root, adopter, nil, false, 0
+	links := false
+	if _, err := os.Stat(filepath.Join(f.procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err == nil {
+		links = true
+	}
+	defer func() {
+		if links {
+			f.both = f.method == viaCgroup
+			f.method = viaChildren
+		}
+	}()
 	f.method = viaScan
 	rootDir := f.cgroupDir(root)
 	if rootDir == "" {
@@ -189,6 +222,7 @@ func (f *finder) byChildren(root, adopter int) []int {
 		out = append(out, adopter) // its children are the adopted orphans; buildTree drops it
 	}
 	seen := map[int]bool{root: true, adopter: true}
+	f.linkReads = 0
 	for i := 0; i < len(out); i++ {
 		pid := out[i]
 		taskDir := filepath.Join(f.procRoot, strconv.Itoa(pid), "task")
@@ -201,6 +235,7 @@ func (f *finder) byChildren(root, adopter int) []int {
 			if err != nil {
 				continue
 			}
+			f.linkReads++
 			f.buf, err = f.children.read([2]int{pid, tid}, func() string {
 				return filepath.Join(taskDir, name, "children")
 			}, f.buf)
