@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // BenchmarkCollect measures one sample of a real tree of three processes
@@ -39,9 +40,15 @@ func BenchmarkCollect(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			// Wait (bounded) for sh to fork both sleeps.
-			for i := 0; i < 500; i++ {
-				if n := len(c.mustTree(b, root, os.Getpid())); n >= 3 {
+			// Wait (at most 15 s) until the tree has its processes and has
+			// stopped growing for a second.
+			last, stable := 0, time.Now()
+			for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				n := len(c.mustTree(b, root, os.Getpid()))
+				if n != last {
+					last, stable = n, time.Now()
+				}
+				if n >= 3 && time.Since(stable) > time.Second {
 					break
 				}
 			}
