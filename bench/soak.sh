@@ -26,7 +26,7 @@ echo "== $(date -u +%FT%TZ) bridge $bin, interval $INTERVAL, $DURATION s, RSS ev
 printf 'seconds\trss_mib\thwm_mib\n'
 for ((t = 0; t <= DURATION; t += STEP)); do
 	awk -v t="$t" '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} END{printf "%d\t%.1f\t%.1f\n", t, r/1024, h/1024}' "/proc/$bpid/status"
-	((t + STEP <= DURATION)) && sleep "$STEP"
+	if ((t + STEP <= DURATION)); then sleep "$STEP"; fi
 done | tee "$tmp/rss.tsv"
 awk -F'\t' 'NR==2{first=$2} NR>2{last=$2; if($2>max)max=$2} END{printf "== RSS after warm-up %.1f MiB, at the end %.1f MiB, max %.1f MiB, growth %.1f MiB\n", first, last, max, last-first}' "$tmp/rss.tsv" >&2
 echo "== samples spooled: $(grep -c '"type":"sample"' "$tmp/soak.jsonl")" >&2
