@@ -111,18 +111,21 @@ func (s *Sampler) dedupe(pts []Point) []Point {
 }
 
 func (s *Sampler) run(ctx context.Context, i int, c Collector, out chan<- result) {
-	defer func() {
-		s.mu.Lock()
-		s.busy[i] = false
-		s.mu.Unlock()
+	r := result{idx: i}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				r.err = fmt.Errorf("collector %s panicked: %v\n%s", c.Name(), p, debug.Stack())
+			}
+		}()
+		r.points, r.err = c.Collect(ctx)
 	}()
-	defer func() {
-		if p := recover(); p != nil {
-			out <- result{idx: i, err: fmt.Errorf("collector %s panicked: %v\n%s", c.Name(), p, debug.Stack())}
-		}
-	}()
-	pts, err := c.Collect(ctx)
-	out <- result{idx: i, points: pts, err: err}
+	// Not busy before the result is handed over: a next Sample that starts as
+	// soon as this one returns must not skip a collector that has finished.
+	s.mu.Lock()
+	s.busy[i] = false
+	s.mu.Unlock()
+	out <- r // buffered for every collector: never blocks
 }
 
 func (s *Sampler) take(r result) []Point {

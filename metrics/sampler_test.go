@@ -157,3 +157,19 @@ func TestSamplerRecoversPanics(t *testing.T) {
 		t.Fatalf("second sample: %v", got)
 	}
 }
+
+// A collector that has answered is free for the very next Sample: it used to
+// be marked idle only after its result was sent, so a Sample started at once
+// could skip it as still busy.
+func TestSamplerBackToBackSamplesAreWhole(t *testing.T) {
+	s := NewSampler([]Collector{
+		fixed{name: "a", pts: []Point{{Name: "a"}}},
+		fixed{name: "b", pts: []Point{{Name: "b"}}},
+	}, 5*time.Second, quiet())
+	defer s.Close()
+	for i := range 500 {
+		if got := names(s.Sample(context.Background())); len(got) != 2 {
+			t.Fatalf("sample %d has %v, want both collectors' points", i, got)
+		}
+	}
+}

@@ -74,10 +74,11 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 	}
 	if cfg.HasScope("process") {
 		p, err := process.New(process.Options{
-			ProcRoot: cfg.ProcRoot,
-			Log:      log.With("collector", "process"),
-			RootPID:  func() int { return int(s.childPID.Load()) },
-			Adopter:  func() int { return int(s.adopter.Load()) },
+			ProcRoot:   cfg.ProcRoot,
+			CgroupRoot: cfg.CgroupRoot,
+			Log:        log.With("collector", "process"),
+			RootPID:    func() int { return int(s.childPID.Load()) },
+			Adopter:    func() int { return int(s.adopter.Load()) },
 		})
 		if err != nil {
 			log.Warn("process metrics are off", "err", err)
@@ -87,10 +88,10 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 		}
 	}
 	if cfg.HasScope("gpu") {
-		pfs, err := procfs.NewFS(cfg.ProcRoot)
+		_, err := procfs.NewFS(cfg.ProcRoot) // a --proc-root that is no procfs fails here, as before
 		if err == nil {
 			var g *gpu.Collector
-			if g, err = newGPUSource(cfg, s.processTree(pfs), log); err == nil {
+			if g, err = newGPUSource(cfg, s.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)), log); err == nil {
 				s.gpu = g
 				s.Collectors = append(s.Collectors, g)
 			}
@@ -152,13 +153,13 @@ func (s *Sources) SetChild(pid, adopter int) {
 
 // processTree lists the child's tree for the GPU collector's per-process
 // memory.
-func (s *Sources) processTree(pfs procfs.FS) func() ([]int, error) {
+func (s *Sources) processTree(f *process.Finder) func() ([]int, error) {
 	return func() ([]int, error) {
 		pid := s.childPID.Load()
 		if pid <= 0 {
 			return nil, nil
 		}
-		return process.Tree(pfs, int(pid), int(s.adopter.Load()))
+		return f.Tree(int(pid), int(s.adopter.Load()))
 	}
 }
 

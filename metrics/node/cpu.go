@@ -12,7 +12,12 @@ import (
 // interval since the previous call (omitted on the first).
 func (c *Collector) collectCPU() ([]metrics.Point, error) {
 	src := c.path("stat")
-	st, err := c.fs.Stat()
+	b, err := c.read(c.statFile)
+	var total procfs.CPUStat
+	var ncpu int
+	if err == nil {
+		total, ncpu, err = parseProcStat(b)
+	}
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)
@@ -20,19 +25,18 @@ func (c *Collector) collectCPU() ([]metrics.Point, error) {
 		}
 		return nil, fmt.Errorf("reading node CPU times from %s: %w", src, err)
 	}
-	pts := cpuPoints(c.prevCPU, st, src)
-	cur := st.CPUTotal
-	c.prevCPU = &cur
+	pts := cpuPoints(c.prevCPU, total, ncpu, src)
+	c.prevCPU = &total
 	return pts, nil
 }
 
 // cpuPoints turns a /proc/stat reading (and the previous aggregate, nil on the
 // first call) into points.
-func cpuPoints(prev *procfs.CPUStat, st procfs.Stat, src string) []metrics.Point {
+func cpuPoints(prev *procfs.CPUStat, total procfs.CPUStat, ncpu int, src string) []metrics.Point {
 	// /proc/stat lists one cpuN line per online CPU.
-	pts := []metrics.Point{point(metrics.NodeCPUCount, float64(len(st.CPU)), metrics.UnitCount, metrics.ScopeNode, src)}
+	pts := []metrics.Point{point(metrics.NodeCPUCount, float64(ncpu), metrics.UnitCount, metrics.ScopeNode, src)}
 	if prev != nil {
-		if u, ok := cpuUtilization(*prev, st.CPUTotal); ok {
+		if u, ok := cpuUtilization(*prev, total); ok {
 			pts = append(pts, point(metrics.NodeCPUUtilization, u, metrics.UnitPercentage, metrics.ScopeNode, src))
 		}
 	}

@@ -11,7 +11,11 @@ import (
 // collectLoad reads /proc/loadavg.
 func (c *Collector) collectLoad() ([]metrics.Point, error) {
 	src := c.path("loadavg")
-	la, err := c.fs.LoadAvg()
+	b, err := c.read(c.loadavgFile)
+	var la procfs.LoadAvg
+	if err == nil {
+		la, err = parseLoadavg(b)
+	}
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)
@@ -19,7 +23,7 @@ func (c *Collector) collectLoad() ([]metrics.Point, error) {
 		}
 		return nil, fmt.Errorf("reading node load average from %s: %w", src, err)
 	}
-	return loadPoints(*la, src), nil
+	return loadPoints(la, src), nil
 }
 
 func loadPoints(la procfs.LoadAvg, src string) []metrics.Point {

@@ -11,7 +11,11 @@ import (
 // collectMemory reads /proc/meminfo.
 func (c *Collector) collectMemory() ([]metrics.Point, error) {
 	src := c.path("meminfo")
-	mi, err := c.fs.Meminfo()
+	b, err := c.read(c.meminfoFile)
+	var mi procfs.Meminfo
+	if err == nil {
+		mi, err = parseMeminfo(b)
+	}
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)

@@ -59,7 +59,11 @@ func counterDelta(prev, cur uint64, seen bool) float64 {
 // of the reading process, which the child shares).
 func (c *Collector) collectNet(now time.Time) ([]metrics.Point, error) {
 	src := c.path("net/dev")
-	nd, err := c.fs.NetDev()
+	b, err := c.read(c.netDevFile)
+	var nd procfs.NetDev
+	if err == nil {
+		nd, err = parseNetDev(b)
+	}
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)

@@ -49,6 +49,11 @@ type Collector struct {
 	prevCPU *procfs.CPUStat
 	net     netTracker
 
+	// Files read every sample, kept open on a real procfs; buf is reused.
+	statFile, meminfoFile, loadavgFile, netDevFile *kfile
+	pressureFiles                                  []*kfile // as pressureResources
+	buf                                            []byte
+
 	mu     sync.Mutex
 	absent map[string]bool // sources already logged as absent
 }
@@ -69,14 +74,40 @@ func New(opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
 	}
+	keep := isProcfs(opts.ProcRoot)
+	file := func(rel string) *kfile { return newKfile(filepath.Join(opts.ProcRoot, rel), keep) }
+	var psi []*kfile
+	for _, res := range pressureResources {
+		psi = append(psi, file("pressure/"+res))
+	}
 	return &Collector{
-		fs:         pfs,
-		procRoot:   opts.ProcRoot,
-		rootfsPath: opts.RootfsPath,
-		log:        log.With("source", "node"),
-		now:        time.Now,
-		absent:     map[string]bool{},
+		statFile:      file("stat"),
+		meminfoFile:   file("meminfo"),
+		loadavgFile:   file("loadavg"),
+		netDevFile:    file("net/dev"),
+		pressureFiles: psi,
+		fs:            pfs,
+		procRoot:      opts.ProcRoot,
+		rootfsPath:    opts.RootfsPath,
+		log:           log.With("source", "node"),
+		now:           time.Now,
+		absent:        map[string]bool{},
 	}, nil
+}
+
+// Close releases the files kept open.
+func (c *Collector) Close() error {
+	for _, f := range append([]*kfile{c.statFile, c.meminfoFile, c.loadavgFile, c.netDevFile}, c.pressureFiles...) {
+		f.close()
+	}
+	return nil
+}
+
+// read reads f into the collector's buffer.
+func (c *Collector) read(f *kfile) ([]byte, error) {
+	var err error
+	c.buf, err = f.read(c.buf)
+	return c.buf, err
 }
 
 // Name implements metrics.Collector.

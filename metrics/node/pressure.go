@@ -17,9 +17,13 @@ var pressureResources = []string{"cpu", "memory", "io"}
 func (c *Collector) collectPressure() ([]metrics.Point, error) {
 	var pts []metrics.Point
 	var errs []error
-	for _, res := range pressureResources {
-		src := c.path("pressure/" + res)
-		ps, err := c.fs.PSIStatsForResource(res)
+	for i, res := range pressureResources {
+		src := c.pressureFiles[i].path
+		b, err := c.read(c.pressureFiles[i])
+		var ps procfs.PSIStats
+		if err == nil {
+			ps, err = parsePSI(b)
+		}
 		if err != nil {
 			if isAbsent(err) {
 				c.noteAbsent(src, err)

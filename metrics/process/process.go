@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -21,6 +23,10 @@ type Options struct {
 	// ProcRoot is where procfs is mounted; "" means /proc. Its pids must be
 	// those of bridge's pid namespace.
 	ProcRoot string
+	// CgroupRoot is where cgroup filesystems are mounted; "" means
+	// /sys/fs/cgroup. Without the children links of /proc, the tree is
+	// looked for among the processes of the root's cgroup.
+	CgroupRoot string
 	// RootPID returns the child's pid, 0 until it has started. Required. It is
 	// called once per Collect, from the Sampler's goroutine.
 	RootPID func() int
@@ -37,8 +43,8 @@ type Options struct {
 // Contract: as metrics.Collector. It keeps the previous reading to compute
 // process_cpu_usage_cores; a change of root pid starts over.
 type Collector struct {
-	fs      procfs.FS
-	src     string
+	src string
+	treeReader
 	rootPID func() int
 	adopter func() int
 	log     *slog.Logger
@@ -74,17 +80,19 @@ func New(opts Options) (*Collector, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	pfs, err := procfs.NewFS(opts.ProcRoot)
-	if err != nil {
+	if opts.CgroupRoot == "" {
+		opts.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if _, err := os.Stat(opts.ProcRoot); err != nil {
 		return nil, fmt.Errorf("process metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
 	}
 	return &Collector{
-		fs:      pfs,
-		src:     filepath.Join(opts.ProcRoot, "*", "stat"),
-		rootPID: opts.RootPID,
-		adopter: opts.Adopter,
-		log:     log.With("source", "process"),
-		now:     time.Now,
+		treeReader: newTreeReader(opts.ProcRoot, opts.CgroupRoot),
+		src:        filepath.Join(opts.ProcRoot, "*", "stat"),
+		rootPID:    opts.RootPID,
+		adopter:    opts.Adopter,
+		log:        log.With("source", "process"),
+		now:        time.Now,
 	}, nil
 }
 
@@ -104,7 +112,7 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	if c.adopter != nil {
 		adopter = c.adopter()
 	}
-	stats, err := treeStats(c.fs, root, adopter)
+	stats, err := c.treeStats(root, adopter)
 	if err != nil {
 		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", root, c.src, err)
 	}
@@ -118,12 +126,12 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	cur := &reading{root: root, at: now, procs: make(map[int]procTimes, len(stats))}
 	var rss, threads float64
 	for _, s := range stats {
-		rss += float64(s.ResidentMemory())
+		rss += float64(s.RSSPages) * pageSize
 		threads += float64(s.NumThreads)
 		cur.procs[s.PID] = procTimes{
 			start:    s.Starttime,
 			ppid:     s.PPID,
-			self:     uint64(s.UTime) + uint64(s.STime),
+			self:     s.UTime + s.STime,
 			children: uint64(max(s.CUTime, 0)) + uint64(max(s.CSTime, 0)),
 		}
 	}
@@ -140,6 +148,102 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	}
 	c.prev = cur
 	return pts, nil
+}
+
+var pageSize = float64(os.Getpagesize())
+
+// Close releases the files kept open.
+func (c *Collector) Close() error {
+	c.close()
+	return nil
+}
+
+// treeReader finds a tree and reads its processes' stat files, keeping them
+// open between calls.
+type treeReader struct {
+	find  finder
+	stats *statFiles
+	all   map[int]procStat // reused between calls
+}
+
+func newTreeReader(procRoot, cgroupRoot string) treeReader {
+	if procRoot == "" {
+		procRoot = procfs.DefaultMountPoint
+	}
+	if cgroupRoot == "" {
+		cgroupRoot = "/sys/fs/cgroup"
+	}
+	return treeReader{
+		find:  finder{procRoot: procRoot, cgroupRoot: cgroupRoot},
+		stats: newStatFiles(procRoot),
+		all:   map[int]procStat{},
+	}
+}
+
+func (c *treeReader) close() {
+	c.stats.close()
+	c.find.close()
+}
+
+// Finder lists a process tree as the Collector finds it (children links,
+// else the cgroup, else a scan), for the GPU collector's per-process memory.
+// Safe for concurrent use.
+type Finder struct {
+	mu sync.Mutex
+	r  treeReader
+}
+
+// NewFinder returns a Finder reading under procRoot and cgroupRoot ("" for
+// /proc and /sys/fs/cgroup).
+func NewFinder(procRoot, cgroupRoot string) *Finder {
+	return &Finder{r: newTreeReader(procRoot, cgroupRoot)}
+}
+
+// Tree is as the package's Tree, without reading every process.
+func (f *Finder) Tree(root, adopter int) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	stats, err := f.r.treeStats(root, adopter)
+	if err != nil {
+		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", root, f.r.find.procRoot, err)
+	}
+	pids := make([]int, len(stats))
+	for i, s := range stats {
+		pids[i] = s.PID
+	}
+	return pids, nil
+}
+
+// Close releases the files kept open.
+func (f *Finder) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.r.close()
+	return nil
+}
+
+// treeStats reads the stat of each candidate the finder gives and returns
+// those of root's tree, in Tree's order.
+func (c *treeReader) treeStats(root, adopter int) ([]procStat, error) {
+	pids, err := c.find.candidates(root, adopter)
+	if err != nil {
+		return nil, err
+	}
+	clear(c.all)
+	for _, pid := range pids {
+		if _, dup := c.all[pid]; dup {
+			continue
+		}
+		s, gone, err := c.stats.read(pid)
+		if err != nil {
+			return nil, err
+		}
+		if !gone {
+			c.all[pid] = s
+		}
+	}
+	c.stats.sweep()
+	return buildTree(c.all, root, adopter), nil
 }
 
 // cpuTicks is the CPU time the tree used between two readings.

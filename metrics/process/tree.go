@@ -1,10 +1,17 @@
 package process
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/prometheus/procfs"
@@ -19,11 +26,15 @@ import (
 // inside the tree is reparented to the nearest subreaper or init, outside the
 // tree: pass that subreaper (bridge itself) as adopter, and its other
 // children and their descendants count as part of the tree; 0 for none.
+//
+// Tree reads every process on the machine; the Collector finds the tree
+// without a full scan where the kernel allows it.
 func Tree(pfs procfs.FS, root, adopter int) ([]int, error) {
-	stats, err := treeStats(pfs, root, adopter)
+	all, err := readAll(pfs)
 	if err != nil {
 		return nil, err
 	}
+	stats := buildTree(all, root, adopter)
 	pids := make([]int, len(stats))
 	for i, s := range stats {
 		pids[i] = s.PID
@@ -31,24 +42,20 @@ func Tree(pfs procfs.FS, root, adopter int) ([]int, error) {
 	return pids, nil
 }
 
-// treeStats reads every process's stat once and returns those of root's tree,
-// in Tree's order.
-func treeStats(pfs procfs.FS, root, adopter int) ([]procfs.ProcStat, error) {
-	all, err := readAll(pfs)
-	if err != nil {
-		return nil, err
-	}
+// buildTree returns the stats of root's tree out of all, in Tree's order;
+// nil when root is not in all.
+func buildTree(all map[int]procStat, root, adopter int) []procStat {
 	rs, ok := all[root]
 	if !ok {
-		return nil, nil
+		return nil
 	}
-	children := map[int][]int{}
+	children := make(map[int][]int, len(all))
 	for pid, s := range all {
 		if pid != root { // a pid namespace's init reports ppid 0, never itself, but be safe
 			children[s.PPID] = append(children[s.PPID], pid)
 		}
 	}
-	out := []procfs.ProcStat{rs}
+	out := []procStat{rs}
 	if adopter > 0 && adopter != root {
 		// Orphans the subreaper adopted: everything else it parents.
 		kids := children[adopter]
@@ -66,17 +73,17 @@ func treeStats(pfs procfs.FS, root, adopter int) ([]procfs.ProcStat, error) {
 			out = append(out, all[k])
 		}
 	}
-	return out, nil
+	return out
 }
 
-// readAll reads /proc/<pid>/stat of every process, skipping those that exit
-// while being read.
-func readAll(pfs procfs.FS) (map[int]procfs.ProcStat, error) {
+// readAll reads /proc/<pid>/stat of every process with procfs, skipping those
+// that exit while being read.
+func readAll(pfs procfs.FS) (map[int]procStat, error) {
 	procs, err := pfs.AllProcs()
 	if err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)
 	}
-	all := make(map[int]procfs.ProcStat, len(procs))
+	all := make(map[int]procStat, len(procs))
 	for _, p := range procs {
 		s, err := p.Stat()
 		if err != nil {
@@ -85,7 +92,11 @@ func readAll(pfs procfs.FS) (map[int]procfs.ProcStat, error) {
 			}
 			return nil, fmt.Errorf("reading the stat file of process %d: %w", p.PID, err)
 		}
-		all[p.PID] = s
+		all[p.PID] = procStat{
+			PID: s.PID, PPID: s.PPID, UTime: uint64(s.UTime), STime: uint64(s.STime),
+			CUTime: int64(s.CUTime), CSTime: int64(s.CSTime), NumThreads: s.NumThreads,
+			Starttime: s.Starttime, RSSPages: int64(s.RSS),
+		}
 	}
 	return all, nil
 }
@@ -99,4 +110,332 @@ func vanished(pfs procfs.FS, pid int, err error) bool {
 	}
 	_, serr := pfs.Proc(pid)
 	return serr != nil
+}
+
+// How the Collector finds the candidates for the tree. Where both the
+// children links and a cgroup of its own are there, the cheaper wins, looked
+// at again every reconsiderEvery samples: the links cost a read per thread
+// (a PyTorch process has dozens), the cgroup a stat read per process in it.
+const (
+	viaChildren = "children" // /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)
+	viaCgroup   = "cgroup"   // cgroup.procs of the root's (and the adopter's) cgroup and below
+	viaScan     = "scan"     // every /proc/<pid>
+)
+
+// finder lists the pids that may belong to root's tree, so that only their
+// stat files are read. Its method is chosen once per root.
+type finder struct {
+	procRoot   string
+	cgroupRoot string
+
+	root, adopter int
+	method        string
+	both          bool // children links and a cgroup: choose by cost
+	calls         int
+	linkReads     int                // children files the last walk read
+	cgroupDirs    []string           // viaCgroup: the cgroup directories walked
+	children      *openFiles[[2]int] // viaChildren: {pid, tid} -> its children file
+	buf           []byte
+}
+
+// close releases the files kept open.
+func (f *finder) close() {
+	if f.children != nil {
+		f.children.close()
+	}
+}
+
+// candidates returns a superset of the tree of root (plus the adopter's
+// other children), never the whole machine unless nothing better exists.
+func (f *finder) candidates(root, adopter int) ([]int, error) {
+	if root != f.root || adopter != f.adopter || f.method == "" {
+		f.choose(root, adopter)
+	}
+	if f.both && f.calls%reconsiderEvery == 0 {
+		f.calls++
+		return f.cheaper(root, adopter)
+	}
+	f.calls++
+	switch f.method {
+	case viaChildren:
+		return f.byChildren(root, adopter), nil
+	case viaCgroup:
+		return f.byCgroup()
+	}
+	return f.byScan()
+}
+
+// reconsiderEvery is how often, in samples, the cheaper of the children
+// links and the cgroup is chosen again (the tree grows: DataLoader workers).
+const reconsiderEvery = 64
+
+// cheaper lists the candidates both ways and keeps the cheaper way.
+func (f *finder) cheaper(root, adopter int) ([]int, error) {
+	kids := f.byChildren(root, adopter)
+	cg, err := f.byCgroup()
+	if err != nil || len(cg) >= len(kids)+f.linkReads {
+		f.method = viaChildren
+		return kids, nil
+	}
+	f.method = viaCgroup
+	return cg, nil
+}
+
+func (f *finder) choose(root, adopter int) {
+	f.root, f.adopter, f.cgroupDirs, f.both, f.calls = root, adopter, nil, false, 0
+	links := false
+	if _, err := os.Stat(filepath.Join(f.procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err == nil {
+		links = true
+	}
+	defer func() {
+		if links {
+			f.both = f.method == viaCgroup
+			f.method = viaChildren
+		}
+	}()
+	f.method = viaScan
+	rootDir := f.cgroupDir(root)
+	if rootDir == "" {
+		return // the root cgroup holds every process: a scan costs no more
+	}
+	f.cgroupDirs = []string{rootDir}
+	if adopter > 0 && adopter != root {
+		d := f.cgroupDir(adopter)
+		if d == "" {
+			return // orphans may sit anywhere
+		}
+		if !slices.Contains(f.cgroupDirs, d) {
+			f.cgroupDirs = append(f.cgroupDirs, d)
+		}
+	}
+	f.method = viaCgroup
+}
+
+// byChildren walks the children links from root (and the adopter) down.
+// Each thread lists the children it forked, so every task is read.
+func (f *finder) byChildren(root, adopter int) []int {
+	if f.children == nil {
+		f.children = newOpenFiles[[2]int](f.procRoot, maxOpenStats)
+	}
+	out := []int{root}
+	if adopter > 0 && adopter != root {
+		out = append(out, adopter) // its children are the adopted orphans; buildTree drops it
+	}
+	seen := map[int]bool{root: true, adopter: true}
+	f.linkReads = 0
+	for i := 0; i < len(out); i++ {
+		pid := out[i]
+		taskDir := filepath.Join(f.procRoot, strconv.Itoa(pid), "task")
+		tids, err := readDirNames(taskDir)
+		if err != nil {
+			continue // gone
+		}
+		for _, name := range tids {
+			tid, err := strconv.Atoi(name)
+			if err != nil {
+				continue
+			}
+			f.linkReads++
+			f.buf, err = f.children.read([2]int{pid, tid}, func() string {
+				return filepath.Join(taskDir, name, "children")
+			}, f.buf)
+			if err != nil {
+				continue // the thread exited
+			}
+			for _, w := range bytes.Fields(f.buf) {
+				if c, ok := atoi(w); ok && !seen[int(c)] {
+					seen[int(c)] = true
+					out = append(out, int(c))
+				}
+			}
+		}
+	}
+	f.children.sweep()
+	return out
+}
+
+// byCgroup lists the processes of the chosen cgroups and their descendants.
+// A descendant of the tree that was moved to an unrelated cgroup is missed:
+// the price of not scanning the machine.
+func (f *finder) byCgroup() ([]int, error) {
+	out := []int{f.root} // even if it left its cgroup since
+	for _, top := range f.cgroupDirs {
+		var err error
+		if out, err = f.cgroupProcs(top, out, true); err != nil {
+			return nil, fmt.Errorf("listing the processes of cgroup %s: %w", top, err)
+		}
+	}
+	return out, nil
+}
+
+// cgroupProcs appends the pids of cgroup dir and of its sub-cgroups. A
+// sub-cgroup removed while it is read is skipped; the top one is an error.
+func (f *finder) cgroupProcs(dir string, out []int, top bool) ([]int, error) {
+	var err error
+	f.buf, err = readInto(f.buf, dir+"/cgroup.procs")
+	if err != nil {
+		if !top && isGone(err) {
+			return out, nil
+		}
+		return out, err
+	}
+	for _, w := range bytes.Fields(f.buf) {
+		if pid, ok := atoi(w); ok {
+			out = append(out, int(pid))
+		}
+	}
+	subs, err := readSubdirs(dir)
+	if err != nil {
+		if !top && isGone(err) {
+			return out, nil
+		}
+		return out, err
+	}
+	for _, sub := range subs {
+		if out, err = f.cgroupProcs(dir+"/"+sub, out, false); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// byScan lists every process.
+func (f *finder) byScan() ([]int, error) {
+	names, err := readDirNames(f.procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("listing processes in %s: %w", f.procRoot, err)
+	}
+	out := make([]int, 0, len(names))
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// cgroupDir is the directory of pid's cgroup that narrows the search most:
+// of every hierarchy in /proc/<pid>/cgroup, the deepest one mounted under
+// cgroupRoot with a cgroup.procs file. "" when pid sits in a root cgroup
+// everywhere (nothing gained over a scan) or nothing is found.
+func (f *finder) cgroupDir(pid int) string {
+	file, err := os.Open(filepath.Join(f.procRoot, strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return ""
+	}
+	defer file.Close()
+	best, bestDepth := "", 0
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		// hierarchy-ID:controller-list:cgroup-path (cgroups(7))
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 || parts[2] == "/" {
+			continue
+		}
+		depth := strings.Count(parts[2], "/")
+		if depth <= bestDepth {
+			continue
+		}
+		var mounts []string
+		if parts[1] == "" {
+			mounts = []string{f.cgroupRoot, filepath.Join(f.cgroupRoot, "unified")}
+		} else {
+			ctrls := strings.TrimPrefix(parts[1], "name=")
+			mounts = []string{filepath.Join(f.cgroupRoot, ctrls)}
+			for _, c := range strings.Split(ctrls, ",") {
+				mounts = append(mounts, filepath.Join(f.cgroupRoot, c))
+			}
+		}
+		for _, m := range mounts {
+			dir := filepath.Join(m, parts[2])
+			if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err == nil {
+				best, bestDepth = dir, depth
+				break
+			}
+		}
+	}
+	return best
+}
+
+// readDirNames lists a directory's names with raw getdents: os.Open would
+// register the descriptor with the Go poller and stat nothing useful.
+func readDirNames(dir string) ([]string, error) {
+	var names []string
+	err := getdents(dir, func(name string, _ byte) { names = append(names, name) })
+	return names, err
+}
+
+// readSubdirs lists the subdirectories of dir by the entries' d_type, which
+// procfs and cgroupfs fill in.
+func readSubdirs(dir string) ([]string, error) {
+	var subs []string
+	err := getdents(dir, func(name string, typ byte) {
+		if typ == syscall.DT_DIR {
+			subs = append(subs, name)
+		}
+	})
+	return subs, err
+}
+
+// getdents calls each for every entry of dir but . and ..
+func getdents(dir string, each func(name string, typ byte)) error {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name NUL-terminated.
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				break
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); s != "." && s != ".." {
+				each(s, b[18])
+			}
+			b = b[reclen:]
+		}
+	}
+}
+
+// readInto reads a whole file into buf's storage.
+func readInto(buf []byte, path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return buf[:0], err
+	}
+	defer syscall.Close(fd)
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return buf[:0], err
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
 }

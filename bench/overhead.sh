@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# bench/overhead.sh: CPU per sample and RSS of bridge (all scopes, and
+# --scopes container,node) beside MLflow's system-metrics monitor and W&B's
+# (offline), all started together, same interval, measured over the same
+# window by bench/measure.py (scheduler run time of every thread).
+#
+#   bench/overhead.sh                      # 100 ms interval, 30 s window
+#   INTERVAL_MS=1000 WINDOW=60 bench/overhead.sh
+#   BRIDGE_BIN=/tmp/bridge-before bench/overhead.sh   # another build
+#   BRIDGE_BIN_BASE=/tmp/bridge-before bench/overhead.sh  # also that build, same run
+#
+# Needs: go (unless BRIDGE_BIN), PYTHON (default .venv/bin/python) with mlflow
+# and wandb; psutil (MLflow's monitors use it) is installed into
+# $BENCH_PYDEPS (default ~/.cache/bridge-bench/pydeps) if missing, never into
+# the venv. No server and no network: bridge runs with --trackers none (the
+# spool on disk), W&B with WANDB_MODE=offline, MLflow's monitor classes are
+# driven without a run (bench/mlflow_monitor.py; its idle twin is subtracted).
+# The machine is whatever it is: prefer the ratios, taken in one run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+INTERVAL_MS=${INTERVAL_MS:-100}
+WINDOW=${WINDOW:-30}
+WARMUP=${WARMUP:-8}
+PYTHON=${PYTHON:-.venv/bin/python}
+PYDEPS=${BENCH_PYDEPS:-$HOME/.cache/bridge-bench/pydeps}
+tmp=$(mktemp -d /tmp/bridge-overhead.XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; done
+	sleep 1
+	for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if ! PYTHONPATH=$PYDEPS "$PYTHON" -c 'import psutil' 2>/dev/null; then
+	echo "== installing psutil into $PYDEPS (MLflow's monitors need it)" >&2
+	"$PYTHON" -m pip install -q --target "$PYDEPS" psutil >&2
+fi
+export PYTHONPATH=$PYDEPS${PYTHONPATH:+:$PYTHONPATH}
+
+bin=${BRIDGE_BIN:-}
+if [[ -z $bin ]]; then
+	bin=$tmp/bridge
+	go build -o "$bin" ./cmd/bridge
+fi
+interval_s=$(awk "BEGIN{print $INTERVAL_MS/1000}")
+life=$((WARMUP + WINDOW + 30))
+
+# Each tool in its own process group (setsid), so cleanup ends all of it.
+start() { setsid "$@" >"$tmp/$(basename "$1").$RANDOM.log" 2>&1 & pids+=($!); }
+start "$bin" --trackers none --interval "${INTERVAL_MS}ms" --spool "$tmp/all.jsonl" -- sleep "$life"
+all=${pids[-1]}
+start "$bin" --trackers none --interval "${INTERVAL_MS}ms" --scopes container,node --spool "$tmp/cn.jsonl" -- sleep "$life"
+cn=${pids[-1]}
+base=()
+if [[ -n ${BRIDGE_BIN_BASE:-} ]]; then
+	start "$BRIDGE_BIN_BASE" --trackers none --interval "${INTERVAL_MS}ms" --spool "$tmp/base-all.jsonl" -- sleep "$life"
+	base+=("base-all=${pids[-1]}")
+	start "$BRIDGE_BIN_BASE" --trackers none --interval "${INTERVAL_MS}ms" --scopes container,node --spool "$tmp/base-cn.jsonl" -- sleep "$life"
+	base+=("base-container,node=${pids[-1]}")
+fi
+start "$PYTHON" bench/mlflow_monitor.py "$interval_s" --count-file "$tmp/mlflow.count"
+ml=${pids[-1]}
+start "$PYTHON" bench/mlflow_monitor.py "$interval_s" --idle
+mlidle=${pids[-1]}
+WANDB_MODE=offline WANDB_DIR=$tmp WANDB_SILENT=true start "$PYTHON" bench/wandb_monitor.py "$interval_s"
+wb=${pids[-1]}
+
+# Wait (bounded) until MLflow's loop runs (mlflow is slow to import on a
+# loaded machine) and W&B has started its service, then a warm-up.
+for _ in $(seq 240); do
+	[[ -s $tmp/mlflow.count ]] && [[ -n $(cat /proc/"$wb"/task/*/children 2>/dev/null) ]] && break
+	sleep 0.5
+done
+[[ -s $tmp/mlflow.count ]] || { echo "MLflow's monitor loop did not start: $(cat "$tmp"/mlflow_monitor.py.*.log)" >&2; exit 1; }
+sleep "$WARMUP"
+echo "== $(date -u +%FT%TZ) $(nproc) CPUs, $(ls /proc | grep -c '^[0-9]') processes, load $(cut -d' ' -f1-3 /proc/loadavg); interval ${INTERVAL_MS} ms, window ${WINDOW} s; bridge $bin${BRIDGE_BIN_BASE:+, base $BRIDGE_BIN_BASE}" >&2
+out=$("$PYTHON" bench/measure.py "$WINDOW" "$interval_s" \
+	"bridge-all=$all" "bridge-container,node=$cn" ${base[@]+"${base[@]}"} "mlflow-monitor=$ml:mlflow-idle" "mlflow-idle=$mlidle" "wandb-monitor=$wb")
+
+# Series per sample: bridge's from its spool, MLflow's from its monitors.
+points() {
+	"$PYTHON" - "$1" <<'PY'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        continue
+    if rec.get("type") == "sample":
+        n = max(n, len(rec.get("metrics", {})))
+print(n)
+PY
+}
+declare -A series=([bridge-all]=$(points "$tmp/all.jsonl") [bridge-container,node]=$(points "$tmp/cn.jsonl")
+	[base-all]=$( [[ -f $tmp/base-all.jsonl ]] && points "$tmp/base-all.jsonl") [base-container,node]=$( [[ -f $tmp/base-cn.jsonl ]] && points "$tmp/base-cn.jsonl")
+	[mlflow-monitor]=$(cat "$tmp/mlflow.count" 2>/dev/null || echo '?') [mlflow-idle]=0 [wandb-monitor]='?')
+mlcpu=$(awk -F'\t' '$1=="mlflow-monitor"{print $2}' <<<"$out")
+printf '| tool | CPU ms/sample | x MLflow | RSS MiB | series | processes |\n|---|---|---|---|---|---|\n'
+while IFS=$'\t' read -r label cpu rss procs; do
+	ratio=$(awk "BEGIN{ if ($mlcpu > 0) printf \"%.2f\", $cpu/$mlcpu; else print \"-\" }")
+	printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "$cpu" "$ratio" "$rss" "${series[$label]}" "$procs"
+done <<<"$out"

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# bench/soak.sh: bridge's RSS over a long run (default 1 hour at 1 s, all
+# scopes, spool on disk, no tracker), read from /proc/<pid>/status every
+# STEP seconds. Prints a TSV (seconds, VmRSS MiB, VmHWM MiB) and a summary:
+# flat means the last reading is near the first after warm-up.
+#
+#   bench/soak.sh                         # 3600 s
+#   DURATION=600 STEP=30 BRIDGE_BIN=/tmp/bridge bench/soak.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-3600}
+STEP=${STEP:-60}
+INTERVAL=${INTERVAL:-1s}
+tmp=$(mktemp -d /tmp/bridge-soak.XXXXXX)
+bpid=
+cleanup() { [[ -n $bpid ]] && kill -TERM "$bpid" 2>/dev/null; sleep 1; rm -rf "$tmp"; }
+trap cleanup EXIT
+bin=${BRIDGE_BIN:-}
+if [[ -z $bin ]]; then
+	bin=$tmp/bridge
+	go build -o "$bin" ./cmd/bridge
+fi
+"$bin" --trackers none --interval "$INTERVAL" --spool "$tmp/soak.jsonl" -- sleep $((DURATION + 60)) >"$tmp/bridge.log" 2>&1 &
+bpid=$!
+echo "== $(date -u +%FT%TZ) bridge $bin, interval $INTERVAL, $DURATION s, RSS every $STEP s" >&2
+printf 'seconds\trss_mib\thwm_mib\n'
+for ((t = 0; t <= DURATION; t += STEP)); do
+	awk -v t="$t" '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} END{printf "%d\t%.1f\t%.1f\n", t, r/1024, h/1024}' "/proc/$bpid/status"
+	if ((t + STEP <= DURATION)); then sleep "$STEP"; fi
+done | tee "$tmp/rss.tsv"
+awk -F'\t' 'NR==2{first=$2} NR>2{last=$2; if($2>max)max=$2} END{printf "== RSS after warm-up %.1f MiB, at the end %.1f MiB, max %.1f MiB, growth %.1f MiB\n", first, last, max, last-first}' "$tmp/rss.tsv" >&2
+echo "== samples spooled: $(grep -c '"type":"sample"' "$tmp/soak.jsonl")" >&2

@@ -1,0 +1,56 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// benchPoints is a sample the size of an all-scopes one (about 40 points).
+func benchPoints(n int) []Point {
+	pts := make([]Point, n)
+	for i := range pts {
+		pts[i] = Point{Name: fmt.Sprintf("node_metric_%02d_megabytes", i), Value: float64(i) * 1.25,
+			Unit: UnitMegabytes, Scope: ScopeNode, Source: "/proc/meminfo"}
+	}
+	return pts
+}
+
+// BenchmarkSampler measures the Sampler's own cost around four collectors
+// that return at once: goroutines, timeouts, merging and sorting.
+//
+//	go test -run '^$' -bench Sampler -benchmem ./metrics/
+func BenchmarkSampler(b *testing.B) {
+	pts := benchPoints(40)
+	var cs []Collector
+	for i := range 4 {
+		cs = append(cs, fixed{name: fmt.Sprint("c", i), pts: pts[i*10 : (i+1)*10]})
+	}
+	s := NewSampler(cs, 5*time.Second, quiet())
+	defer s.Close()
+	ctx := context.Background()
+	for b.Loop() {
+		if smp := s.Sample(ctx); len(smp.Points) != 40 {
+			b.Fatalf("%d points", len(smp.Points))
+		}
+	}
+}
+
+// BenchmarkEncodeSample measures encoding one 40-point sample as the JSON
+// line the spool writes (encoding/json of Sample).
+//
+//	go test -run '^$' -bench EncodeSample -benchmem ./metrics/
+func BenchmarkEncodeSample(b *testing.B) {
+	smp := Sample{Seq: 12345, Time: time.Unix(1764682500, 123456789).UTC(), Points: benchPoints(40)}
+	var n int
+	for b.Loop() {
+		line, err := json.Marshal(smp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n = len(line)
+	}
+	b.SetBytes(int64(n))
+}
