@@ -185,6 +185,9 @@ func Open(o Options) (*Session, error) {
 			s.log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
 		}
 		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log}
+		if r.Late != nil {
+			r.fwd.OnLateStart = s.recordLateRun(r.Sink)
+		}
 		s.fwdWG.Add(1)
 		go func() {
 			defer s.fwdWG.Done()
@@ -195,6 +198,20 @@ func Open(o Options) (*Session, error) {
 	// After the forwarders exist: /metrics reads their counters.
 	s.serveMetrics()
 	return s, nil
+}
+
+// recordLateRun returns what records in the spool the run a late start of
+// sink created, so that a restarted bridge or `bridge sync` finds it.
+func (s *Session) recordLateRun(sink tracker.Sink) func(run string) {
+	return func(run string) {
+		rec := spool.Record{Time: time.Now().UnixMilli(), Sink: sink.Name(), Run: run}
+		if c, ok := sink.(RunCreator); ok && c.Created() {
+			rec.Info = map[string]string{CreatedTag(sink.Name()): "true"}
+		}
+		if err := s.spool.WriteRun(rec); err != nil {
+			s.log.Error("cannot record the tracker's run in the spool; a restart or `bridge sync` would not find it", "tracker", sink.Name(), "run", run, "err", err)
+		}
+	}
 }
 
 func (s *Session) recoverGo(what string) {

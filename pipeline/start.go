@@ -33,6 +33,10 @@ func (r SinkRun) run() string {
 	return r.RunID
 }
 
+// CreatedTag is the start-record tag saying bridge created sink's run (so a
+// restart or `bridge sync` may end it).
+func CreatedTag(sink string) string { return "bridge.created_run." + sink }
+
 // RunCreator is implemented by sinks that can create their run (MLflow's):
 // a restarted attempt resumes a run only bridge created as its own.
 type RunCreator interface {

@@ -3,8 +3,9 @@ package spool
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"sort"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // Record types.
@@ -13,6 +14,10 @@ const (
 	TypeSample = "sample"
 	TypeAck    = "ack"
 	TypeEnd    = "end"
+	// TypeRun records a run a sink got after its attempt's start record was
+	// written (the tracker was down at start): readers merge it into that
+	// start record, as if it had been known then.
+	TypeRun = "run"
 )
 
 // Record is one line of the file. Fields not used by a type are omitted.
@@ -35,7 +40,8 @@ type Record struct {
 // Values are a sample's metric values by name.
 type Values map[string]float64
 
-// MarshalJSON writes non-finite values as strings, which encoding/json refuses.
+// MarshalJSON writes values in metrics.AppendJSONFloat's form (non-finite
+// ones as strings, which encoding/json refuses).
 func (v Values) MarshalJSON() ([]byte, error) {
 	keys := make([]string, 0, len(v))
 	for k := range v {
@@ -50,18 +56,7 @@ func (v Values) MarshalJSON() ([]byte, error) {
 		kb, _ := json.Marshal(k)
 		buf = append(buf, kb...)
 		buf = append(buf, ':')
-		f := v[k]
-		switch {
-		case math.IsNaN(f):
-			buf = append(buf, `"NaN"`...)
-		case math.IsInf(f, 1):
-			buf = append(buf, `"Infinity"`...)
-		case math.IsInf(f, -1):
-			buf = append(buf, `"-Infinity"`...)
-		default:
-			fb, _ := json.Marshal(f)
-			buf = append(buf, fb...)
-		}
+		buf = metrics.AppendJSONFloat(buf, v[k])
 	}
 	return append(buf, '}'), nil
 }
@@ -83,16 +78,11 @@ func (v *Values) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(r, &s); err != nil {
 			return fmt.Errorf("metric %q: not a number", short(k))
 		}
-		switch s {
-		case "NaN":
-			out[k] = math.NaN()
-		case "Infinity":
-			out[k] = math.Inf(1)
-		case "-Infinity":
-			out[k] = math.Inf(-1)
-		default:
+		f, ok := metrics.ParseJSONNonFinite(s)
+		if !ok {
 			return fmt.Errorf("metric %q: a string that is not NaN, Infinity or -Infinity", short(k))
 		}
+		out[k] = f
 	}
 	*v = out
 	return nil

@@ -8,6 +8,9 @@
 //	{"type":"start","time":ms,"attempt":N,"pid":P,"version":"..","runs":{"mlflow":"<run id>"},...}
 //	{"type":"sample","seq":N,"ts":ms,"metrics":{"container_...":1.5,...}}
 //	{"type":"ack","sink":"mlflow","run":"<run id>","seq":N}   all samples <= N acknowledged
+//	{"type":"run","time":ms,"sink":"mlflow","run":"<run id>","info":{..}}
+//	    a run created after the start record (the tracker was down at
+//	    start); merged into the attempt's start record when read
 //	{"type":"end","time":ms,"exit_code":N,...}                a clean shutdown
 //
 // Non-finite values are written as the strings "NaN", "Infinity", "-Infinity".
@@ -248,6 +251,8 @@ func (s *Spool) load(rec *Record, line []byte, off int64) {
 	switch rec.Type {
 	case TypeStart:
 		s.attempts = append(s.attempts, Attempt{Start: *rec})
+	case TypeRun:
+		s.mergeRunLocked(*rec)
 	case TypeEnd:
 		if k := len(s.attempts); k > 0 {
 			r := *rec
@@ -416,6 +421,46 @@ func (s *Spool) WriteStart(rec Record) error {
 	rec.Attempt = len(s.attempts) + 1
 	s.attempts = append(s.attempts, Attempt{Start: rec})
 	return s.enqueueLocked(rec, -1, "")
+}
+
+// WriteRun records that the current attempt's sink writes to rec.Run, found
+// after WriteStart (a late start); rec.Info is merged into the start's Info.
+// Attempts reports it as part of the start record.
+func (s *Spool) WriteRun(rec Record) error {
+	rec.Type = TypeRun
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return ErrClosed
+	}
+	s.mergeRunLocked(rec)
+	return s.enqueueLocked(rec, -1, "")
+}
+
+// mergeRunLocked puts a run record into the last attempt's start record,
+// with copies of its maps (the caller may still read the originals).
+func (s *Spool) mergeRunLocked(rec Record) {
+	k := len(s.attempts)
+	if k == 0 || rec.Sink == "" || rec.Run == "" {
+		return
+	}
+	st := &s.attempts[k-1].Start
+	runs := make(map[string]string, len(st.Runs)+1)
+	for n, id := range st.Runs {
+		runs[n] = id
+	}
+	runs[rec.Sink] = rec.Run
+	st.Runs = runs
+	if len(rec.Info) > 0 {
+		info := make(map[string]string, len(st.Info)+len(rec.Info))
+		for n, v := range st.Info {
+			info[n] = v
+		}
+		for n, v := range rec.Info {
+			info[n] = v
+		}
+		st.Info = info
+	}
 }
 
 // WriteEnd records a clean shutdown.

@@ -146,3 +146,48 @@ func TestTrimmingAndUntrack(t *testing.T) {
 		t.Fatalf("in memory after untrack = %d, want 0", n)
 	}
 }
+
+// A run found after the start record (a late start) is reported as part of
+// that attempt's start, in this process and after a reopen, and leaves the
+// caller's maps alone.
+func TestWriteRunMergesIntoStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, info := map[string]string{"mlflow": "", "wandb": "w1"}, map[string]string{"mode": "run"}
+	if err := s.WriteStart(Record{Time: 1, Runs: runs, Info: info}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(sample(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.WriteRun(Record{Time: 2, Sink: "mlflow", Run: "late", Info: map[string]string{"created": "true"}}); err != nil {
+		t.Fatal(err)
+	}
+	if runs["mlflow"] != "" || info["created"] != "" {
+		t.Errorf("WriteRun changed the caller's maps: %v %v", runs, info)
+	}
+	check := func(what string, at []Attempt) {
+		t.Helper()
+		if len(at) != 1 {
+			t.Fatalf("%s: %d attempts, want 1", what, len(at))
+		}
+		st := at[0].Start
+		if st.Runs["mlflow"] != "late" || st.Runs["wandb"] != "w1" || st.Info["created"] != "true" || st.Info["mode"] != "run" {
+			t.Errorf("%s: start record %+v, want the late mlflow run merged in", what, st)
+		}
+	}
+	check("open", s.Attempts())
+	s.Close()
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	check("reopened", s2.Attempts())
+	if st := s2.Stats(); st.BadLines != 0 {
+		t.Errorf("%d bad lines", st.BadLines)
+	}
+}

@@ -45,6 +45,10 @@ type Forwarder struct {
 	MinGap time.Duration // first backoff; default 1s
 	MaxGap time.Duration // longest backoff; default 60s
 	Start  *StartInfo    // non-nil: call Sink.Start first, until it succeeds
+	// OnLateStart, if set, is called once a late Start has found the run,
+	// before anything is sent or acknowledged for it: the caller records the
+	// run (the spool) so that a restart or `bridge sync` finds it.
+	OnLateStart func(run string)
 
 	failures  int       // consecutive failed sends, kept across Run and Drain
 	notReady  bool      // the last failure was ErrNotReady (waiting, not an outage)
@@ -280,6 +284,9 @@ func (f *Forwarder) lateStart(ctx context.Context, log *slog.Logger) (err error)
 	}
 	if err != nil {
 		return err
+	}
+	if f.OnLateStart != nil {
+		f.OnLateStart(run)
 	}
 	if terr := f.Queue.Track(f.Sink.Name(), run); terr != nil {
 		log.Warn("cannot re-read the spool; samples taken before the run existed may not be sent", "err", terr)

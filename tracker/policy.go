@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -114,19 +112,4 @@ func ValidEnv(env []string) error {
 		}
 	}
 	return nil
-}
-
-// AppendFloat appends v as protobuf JSON does: NaN and the infinities as
-// the strings "NaN", "Infinity" and "-Infinity", which encoding/json refuses
-// to write. The spool and MLflow use this form.
-func AppendFloat(b []byte, v float64) []byte {
-	switch {
-	case math.IsNaN(v):
-		return append(b, `"NaN"`...)
-	case math.IsInf(v, 1):
-		return append(b, `"Infinity"`...)
-	case math.IsInf(v, -1):
-		return append(b, `"-Infinity"`...)
-	}
-	return strconv.AppendFloat(b, v, 'g', -1, 64)
 }

@@ -82,7 +82,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	env := started.Env
 	for _, r := range started.Runs {
 		if r.Created {
-			tags[createdTag(r.Sink.Name())] = "true" // for a restarted bridge: see previousAttempt
+			tags[pipeline.CreatedTag(r.Sink.Name())] = "true" // for a restarted bridge: see previousAttempt
 		}
 	}
 
@@ -254,8 +254,6 @@ func truncate(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
-func createdTag(sink string) string { return "bridge.created_run." + sink }
-
 // previousAttempt finds an earlier attempt on sp that stopped without a
 // clean shutdown (a group OOM kill took bridge too, a node failure). Where
 // that attempt wrote to a run bridge can resume (MLflow's), this attempt
@@ -273,7 +271,7 @@ func previousAttempt(sp *spool.Spool, log *slog.Logger) (*forensics.Lost, pipeli
 		if !t.Resume || id == "" || os.Getenv(t.RunIDEnv) != "" {
 			continue
 		}
-		ov.RunIDs[t.Name], ov.Owned[t.Name] = id, lost.Record.Info[createdTag(t.Name)] == "true"
+		ov.RunIDs[t.Name], ov.Owned[t.Name] = id, lost.Record.Info[pipeline.CreatedTag(t.Name)] == "true"
 		log.Info("writing into the run of that attempt again", "tracker", t.Name, "run", id, "attempt", lost.Attempt)
 	}
 	return lost, ov

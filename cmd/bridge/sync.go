@@ -93,7 +93,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	startInfo := map[string]string{"mode": "sync"}
 	for _, r := range runs {
 		if r.Created {
-			startInfo[createdTag(r.Sink.Name())] = "true"
+			startInfo[pipeline.CreatedTag(r.Sink.Name())] = "true"
 		}
 	}
 	// Recorded so that a later sync finds the run it created, and marked as a
@@ -145,7 +145,7 @@ func createdByBridge(attempts []spool.Attempt, sink, id string) bool {
 		return false
 	}
 	for _, a := range attempts {
-		if a.Start.Runs[sink] == id && a.Start.Info[createdTag(sink)] == "true" {
+		if a.Start.Runs[sink] == id && a.Start.Info[pipeline.CreatedTag(sink)] == "true" {
 			return true
 		}
 	}

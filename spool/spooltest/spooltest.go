@@ -34,6 +34,25 @@ func ReadFile(path string) (samples []metrics.Sample, acks map[string]int64, att
 		switch rec.Type {
 		case spool.TypeStart:
 			attempts = append(attempts, spool.Attempt{Start: rec})
+		case spool.TypeRun:
+			// A run found after the start record belongs to that start.
+			if n := len(attempts); n > 0 && rec.Sink != "" && rec.Run != "" {
+				st := &attempts[n-1].Start
+				runs := map[string]string{rec.Sink: rec.Run}
+				for k, v := range st.Runs {
+					if k != rec.Sink {
+						runs[k] = v
+					}
+				}
+				info := map[string]string{}
+				for k, v := range st.Info {
+					info[k] = v
+				}
+				for k, v := range rec.Info {
+					info[k] = v
+				}
+				st.Runs, st.Info = runs, info
+			}
 		case spool.TypeEnd:
 			if n := len(attempts); n > 0 {
 				r := rec

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // batch builds one runs/log-batch body by hand, so that its exact size is
@@ -60,14 +60,14 @@ func (b *batch) body() []byte {
 }
 
 // encodeMetric renders one metric as protobuf JSON (non-finite values by
-// tracker.AppendFloat).
+// metrics.AppendJSONFloat).
 func encodeMetric(key string, value float64, timestampMS, step int64) []byte {
 	k, _ := json.Marshal(key)
 	m := make([]byte, 0, len(k)+80)
 	m = append(m, `{"key":`...)
 	m = append(m, k...)
 	m = append(m, `,"value":`...)
-	m = tracker.AppendFloat(m, value)
+	m = metrics.AppendJSONFloat(m, value)
 	m = append(m, `,"timestamp":`...)
 	m = strconv.AppendInt(m, timestampMS, 10)
 	m = append(m, `,"step":`...)
