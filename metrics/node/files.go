@@ -2,6 +2,8 @@ package node
 
 import (
 	"syscall"
+
+	kfileio "github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // kfile is one kernel file read every sample. On a real procfs it stays open
@@ -17,18 +19,12 @@ type kfile struct {
 
 func newKfile(path string, keep bool) *kfile { return &kfile{path: path, keep: keep, fd: -1} }
 
-// isProcfs reports whether dir is on a procfs (PROC_SUPER_MAGIC).
-func isProcfs(dir string) bool {
-	var st syscall.Statfs_t
-	return syscall.Statfs(dir, &st) == nil && st.Type == 0x9fa0
-}
-
 // read reads the whole file into buf's storage, growing it as needed.
 func (f *kfile) read(buf []byte) ([]byte, error) {
 	fd := f.fd
 	if fd < 0 {
 		var err error
-		if fd, err = syscall.Open(f.path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0); err != nil {
+		if fd, err = kfileio.Open(f.path); err != nil {
 			return buf[:0], err
 		}
 		if f.keep {
@@ -37,24 +33,11 @@ func (f *kfile) read(buf []byte) ([]byte, error) {
 			defer syscall.Close(fd)
 		}
 	}
-	buf = buf[:cap(buf)]
-	if len(buf) == 0 {
-		buf = make([]byte, 4096)
+	out, err := kfileio.ReadWhole(fd, buf, 4096)
+	if err != nil {
+		f.close() // open afresh next time
 	}
-	for {
-		n, err := syscall.Pread(fd, buf, 0)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			f.close() // open afresh next time
-			return buf[:0], err
-		}
-		if n < len(buf) {
-			return buf[:n], nil
-		}
-		buf = make([]byte, 2*len(buf)) // may have been cut: read again, whole
-	}
+	return out, err
 }
 
 func (f *kfile) close() {

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/metrics"
+	kfileio "github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Options configure a Collector.
@@ -74,7 +75,7 @@ func New(opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
 	}
-	keep := isProcfs(opts.ProcRoot)
+	keep := kfileio.IsProcfs(opts.ProcRoot)
 	file := func(rel string) *kfile { return newKfile(filepath.Join(opts.ProcRoot, rel), keep) }
 	var psi []*kfile
 	for _, res := range pressureResources {

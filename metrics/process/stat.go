@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // procStat is what the collector needs of one /proc/<pid>/stat line.
@@ -143,9 +145,7 @@ type openFiles[K comparable] struct {
 }
 
 func newOpenFiles[K comparable](procRoot string, max int) *openFiles[K] {
-	var st syscall.Statfs_t
-	keep := syscall.Statfs(procRoot, &st) == nil && st.Type == 0x9fa0 // PROC_SUPER_MAGIC
-	return &openFiles[K]{keep: keep, max: max, fds: map[K]int{}, used: map[K]bool{}}
+	return &openFiles[K]{keep: kfile.IsProcfs(procRoot), max: max, fds: map[K]int{}, used: map[K]bool{}}
 }
 
 // read reads the whole file of key into buf's storage (growing it as
@@ -154,7 +154,7 @@ func (o *openFiles[K]) read(key K, path func() string, buf []byte) ([]byte, erro
 	fd, cached := o.fds[key]
 	if !cached {
 		var err error
-		fd, err = syscall.Open(path(), syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		fd, err = kfile.Open(path())
 		if err != nil {
 			return buf[:0], err
 		}
@@ -166,26 +166,11 @@ func (o *openFiles[K]) read(key K, path func() string, buf []byte) ([]byte, erro
 		}
 	}
 	o.used[key] = true
-	buf = buf[:cap(buf)]
-	if len(buf) == 0 {
-		buf = make([]byte, 1024)
+	out, err := kfile.ReadWhole(fd, buf, 1024)
+	if err != nil && cached {
+		o.drop(key)
 	}
-	for {
-		n, err := syscall.Pread(fd, buf, 0)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			if cached {
-				o.drop(key)
-			}
-			return buf[:0], err
-		}
-		if n < len(buf) {
-			return buf[:n], nil
-		}
-		buf = make([]byte, 2*len(buf)) // may have been cut: read again, whole
-	}
+	return out, err
 }
 
 // sweep closes the descriptors of keys not read since the last sweep.
