@@ -480,7 +480,10 @@ func TestCtrlCInTerminalEndsFlush(t *testing.T) {
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	child := `echo $$ > ` + pidFile + `.tmp; mv ` + pidFile + `.tmp ` + pidFile + `; sleep 0.5; exit 5`
-	cmd := exec.Command("script", "-qec", bin+" --trackers=mlflow --start-timeout=1s --flush-timeout=120s --spool "+
+	// exec: the shell script(1) runs (dash when SHELL is unset, as in CI)
+	// would otherwise stay in bridge's process group, take the Ctrl-C and
+	// die of it, and script would report its 130 instead of bridge's status.
+	cmd := exec.Command("script", "-qec", "exec "+bin+" --trackers=mlflow --start-timeout=1s --flush-timeout=120s --spool "+
 		filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
 	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
 	stdin, err := cmd.StdinPipe()

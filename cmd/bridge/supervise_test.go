@@ -234,7 +234,7 @@ func TestCtrlCInTerminal(t *testing.T) {
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "ready")
 	child := `trap "echo got-int; exit 130" INT; read -r line; echo "read:$line"; touch ` + ready + `; while :; do sleep 0.05; done`
-	cmd := exec.Command("script", "-qec", bin+" --trackers=none --spool "+filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
+	cmd := exec.Command("script", "-qec", "exec "+bin+" --trackers=none --spool "+filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
 	cmd.Env = cleanEnv()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
