@@ -45,6 +45,10 @@ const (
 	defaultSpoolSize = 1 << 30
 )
 
+// DefaultStartTimeout is how long the child waits for the trackers before it
+// starts unless --start-timeout says otherwise.
+const DefaultStartTimeout = 5 * time.Second
+
 // Config is every setting of bridge. The mapstructure tags are the file keys
 // and flag names.
 type Config struct {
@@ -105,7 +109,7 @@ var options = []option{
 	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
 	{"keep-spool", false, "keep the spool file of a clean run even when every tracker has taken all of it"},
 	{"flush-timeout", 30 * time.Second, "after the child exits, longest wait in all for trackers to take what is left and record the end (the rest stays in the spool); a second SIGINT/SIGTERM ends it at once"},
-	{"start-timeout", 5 * time.Second, "longest wait for trackers before the child starts: the child starts within this whatever the trackers do (100ms to 10m)"},
+	{"start-timeout", DefaultStartTimeout, "longest wait for trackers before the child starts: the child starts within this whatever the trackers do (100ms to 10m)"},
 	{"kill-after", time.Duration(0), "after bridge forwards SIGTERM (or SIGINT), send SIGKILL to the child's group if it is still running this long after (0 = never)"},
 	{"queue-size", 1024, fmt.Sprintf("samples buffered between sampling and the spool writer (1 to %d)", MaxQueueSize)},
 	{"proc-root", "/proc", "where procfs is mounted (e.g. /host/proc for a sidecar reading another view)"},

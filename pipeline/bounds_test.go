@@ -25,7 +25,7 @@ func (s *stuckSink) Start(context.Context, tracker.StartInfo) ([]string, error) 
 	return nil, nil
 }
 
-// A sink whose Start ignores its context does not hold StartSinks past the
+// A sink whose Start ignores its context does not hold StartSinksWith past the
 // deadline; the others are started and kept.
 func TestStartSinksBoundedByDeadline(t *testing.T) {
 	stuck := &stuckSink{fakeSink: fakeSink{t: t, name: "stuck", runID: "s"}, release: make(chan struct{}), started: make(chan struct{})}
@@ -40,7 +40,7 @@ func TestStartSinksBoundedByDeadline(t *testing.T) {
 	select {
 	case st = <-done:
 	case <-time.After(deadline):
-		t.Fatal("StartSinks waited on a sink that ignores its context")
+		t.Fatal("StartSinksWith waited on a sink that ignores its context")
 	}
 	if len(st.Runs) != 1 || st.Runs[0].Sink.Name() != "good" {
 		t.Errorf("runs = %+v, want only the good sink", st.Runs)

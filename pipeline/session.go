@@ -72,7 +72,7 @@ type Options struct {
 	Collectors []metrics.Collector // what the sampler runs
 	Memory     MemoryProbe         // nil: no probing between samples
 	Spool      *spool.Spool        // an already open spool; nil opens Settings.Spool or the default
-	Started    Started             // from StartSinks
+	Started    Started             // from StartSinksWith
 	StartTags  map[string]string   // recorded in the spool's start record
 }
 

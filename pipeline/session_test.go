@@ -107,7 +107,7 @@ func settings(t *testing.T) Settings {
 
 func open(t *testing.T, set Settings, cs []metrics.Collector, mem MemoryProbe, sinks ...tracker.Sink) *Session {
 	t.Helper()
-	st := StartSinks(context.Background(), sinks, tracker.StartInfo{}, quiet())
+	st := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: DefaultStartTimeout}, quiet())
 	s, err := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: cs, Memory: mem, Started: st,
 		StartTags: map[string]string{"k": "v"}})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -43,7 +44,7 @@ type RunCreator interface {
 	Created() bool
 }
 
-// Started is what StartSinks returns: the sinks that will get samples, the
+// Started is what StartSinksWith returns: the sinks that will get samples, the
 // environment the child needs, and the sinks that could not start (rows for
 // the end-of-run table).
 type Started struct {
@@ -61,12 +62,9 @@ func (st Started) RunIDs() map[string]string {
 	return ids
 }
 
-// StartTimeout bounds each sink's Start for StartSinks (bridge sync).
-const StartTimeout = 15 * time.Second
-
 // DefaultStartTimeout is how long the child waits for the trackers before
 // it starts, by default (the --start-timeout setting).
-const DefaultStartTimeout = 5 * time.Second
+const DefaultStartTimeout = config.DefaultStartTimeout
 
 // StartPolicy says how long the child waits for each sink's Start and what
 // happens to a sink whose tracker did not answer in time.
@@ -76,11 +74,6 @@ type StartPolicy struct {
 	// has no run yet: its forwarder starts it later and sends what was
 	// spooled meanwhile. Without it (bridge sync), such a sink is dropped.
 	Background bool
-}
-
-// StartSinks starts every sink with StartTimeout and no background start.
-func StartSinks(ctx context.Context, sinks []tracker.Sink, info tracker.StartInfo, log *slog.Logger) Started {
-	return StartSinksWith(ctx, sinks, info, StartPolicy{Timeout: StartTimeout}, log)
 }
 
 // StartSinksWith starts every sink (finding or creating its run) at once,

@@ -48,7 +48,7 @@ const (
 //
 // Contract: calls never overlap and come in the order Start, RunID, Send...,
 // Finish. Start and RunID run on the caller's goroutine before any Send
-// (pipeline.StartSinks); Send runs on the sink's forwarder goroutine
+// (pipeline.StartSinksWith); Send runs on the sink's forwarder goroutine
 // (tracker.Forwarder); Finish runs on the caller's goroutine once that
 // forwarder has returned (pipeline.Session.Finish), and is skipped after a
 // permanent error. Send may be called again with the same samples after an

@@ -324,8 +324,12 @@ func TestSyncArgumentOrder(t *testing.T) {
 			if order == "flags first" {
 				args = []string{"--run-id", id, j.spool}
 			}
-			if code, out := syncCmd(t, srv, exp, args...); code != 0 {
+			code, out := syncCmd(t, srv, exp, args...)
+			if code != 0 {
 				t.Fatalf("sync %v: exit %d:\n%s", args, code, out)
+			}
+			if !strings.Contains(out, "not created by bridge, its status is left as it is") || strings.Contains(out, "end recorded") {
+				t.Errorf("sync to a run bridge did not create should say its status is left alone:\n%s", out)
 			}
 			requireHistory(t, srv, j, id, "system/node_memory_used_megabytes")
 			if st := srv.GetRun(t, id).Info.Status; st != "RUNNING" {
@@ -362,8 +366,12 @@ func TestSyncEndsRuns(t *testing.T) {
 		if code := j.run(t); code != 3 {
 			t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
 		}
-		if code, out := syncCmd(t, srv, uniqueName(t), j.spool); code != 0 {
+		code, out := syncCmd(t, srv, uniqueName(t), j.spool)
+		if code != 0 {
 			t.Fatalf("sync: exit %d:\n%s", code, out)
+		}
+		if !strings.Contains(out, "end recorded (exit code 3)") {
+			t.Errorf("sync output does not say it recorded the end:\n%s", out)
 		}
 		_, _, attempts, _ := spooltest.ReadFile(j.spool)
 		id := attempts[len(attempts)-1].Start.Runs["mlflow"]

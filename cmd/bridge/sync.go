@@ -84,7 +84,9 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	info := tracker.StartInfo{RunName: "bridge sync " + path, NodeID: cfg.NodeID, Tags: map[string]string{"bridge.version": version, "bridge.synced_from": path}}
-	runs := pipeline.StartSinks(context.Background(), sinks, info, log).Runs
+	// No background start: sync has no child to keep waiting, and a tracker
+	// that does not answer within --start-timeout fails the sync.
+	runs := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout}, log).Runs
 	if len(runs) == 0 {
 		fmt.Fprintln(stderr, "bridge: no tracker run to upload to (see the error above)")
 		return 1
@@ -125,11 +127,14 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		// gets its terminal status; the sink changes only runs bridge owns
 		// and that are still RUNNING.
 		end, how := endOfJob(attempts, r.Sink.Name(), r.RunID)
-		if err := r.Sink.Finish(ctx, end); err != nil {
+		switch err := r.Sink.Finish(ctx, end); {
+		case err != nil:
 			fmt.Fprintf(stderr, "bridge: %s run %s: cannot record the end of the job: %v\n", r.Sink.Name(), r.RunID, err)
 			code = 1
-		} else {
+		case r.Created || ov.Owned[r.Sink.Name()]:
 			fmt.Fprintf(stdout, "%s run %s: end recorded (%s)\n", r.Sink.Name(), r.RunID, how)
+		default:
+			fmt.Fprintf(stdout, "%s run %s: not created by bridge, its status is left as it is\n", r.Sink.Name(), r.RunID)
 		}
 	}
 	if err := sp.WriteEnd(spool.Record{Time: time.Now().UnixMilli(), Info: map[string]string{"mode": "sync"}}); err != nil {
