@@ -29,8 +29,12 @@ var ErrUsage = errors.New("usage error")
 // Scopes that can be collected.
 var AllScopes = []string{"container", "node", "rootfs", "netns", "process", "gpu"}
 
-// Trackers that can be selected.
-var allTrackers = []string{"auto", "mlflow", "wandb", "none"}
+// TrackerNames are the trackers --trackers can name besides "auto" and
+// "none"; pipeline.Trackers registers one sink for each (a test holds the two
+// lists equal).
+var TrackerNames = []string{"mlflow", "wandb"}
+
+var allTrackers = append(append([]string{"auto"}, TrackerNames...), "none")
 
 // Bounds on the sizes, so that a typo cannot make bridge allocate (or wait)
 // without limit.
@@ -103,7 +107,7 @@ var options = []option{
 	{"no-container", false, "turn container awareness off: no container_ metrics, as JVM -XX:-UseContainerSupport"},
 	{"node-id", "", "node id for multi-node runs: MLflow keys go under system/<node-id>/, W&B series get the label /l:<node-id>"},
 	{"log-level", "info", "log level: debug, info, warn, error"},
-	{"trackers", []string{"auto"}, "trackers to send to: auto, mlflow, wandb, none (comma-separated)"},
+	{"trackers", []string{"auto"}, "trackers to send to: " + strings.Join(allTrackers, ", ") + " (comma-separated)"},
 	{"run-name", "", "name of the run when bridge creates it (default: from the command line, secrets redacted)"},
 	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<run>.jsonl)"},
 	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
