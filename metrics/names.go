@@ -119,3 +119,17 @@ func GPUPrefix(i int) string { return GPUNamePrefix + strconv.Itoa(i) + "_" }
 
 // MIGPrefix is the name prefix of MIG slice m of GPU i ("gpu_0_mig_1_").
 func MIGPrefix(i, m int) string { return GPUPrefix(i) + "mig_" + strconv.Itoa(m) + "_" }
+
+// Digits reports whether s is a non-empty run of ASCII digits: the N of a
+// gpu_N_ name, or a MIG index.
+func Digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // The collectors under these directories produce the series; every other
@@ -177,4 +179,12 @@ func TestNamesSpelledOnce(t *testing.T) {
 			return true
 		})
 	})
+}
+
+func TestDigits(t *testing.T) {
+	for s, want := range map[string]bool{"0": true, "17": true, "": false, "1a": false, "-1": false, "٣": false, " 1": false} {
+		if got := metrics.Digits(s); got != want {
+			t.Errorf("Digits(%q) = %v, want %v", s, got, want)
+		}
+	}
 }

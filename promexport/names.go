@@ -56,11 +56,11 @@ func seriesFor(name string) series {
 	}
 	s := series{name: name, help: "bridge's " + name + " (see docs/prometheus.md)."}
 	if rest, ok := strings.CutPrefix(name, metrics.GPUNamePrefix); ok {
-		if idx, tail, ok := strings.Cut(rest, "_"); ok && digits(idx) {
+		if idx, tail, ok := strings.Cut(rest, "_"); ok && metrics.Digits(idx) {
 			s.labels = map[string]string{"gpu": idx}
 			s.name = "gpu_" + tail
 			if r, ok := strings.CutPrefix(tail, "mig_"); ok {
-				if m, t, ok := strings.Cut(r, "_"); ok && digits(m) {
+				if m, t, ok := strings.Cut(r, "_"); ok && metrics.Digits(m) {
 					s.labels["mig"] = m
 					s.name = "gpu_mig_" + t
 				}
@@ -90,16 +90,4 @@ func (s series) value(v float64) float64 {
 		return v * metrics.Megabyte
 	}
 	return v
-}
-
-func digits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
 }

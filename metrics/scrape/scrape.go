@@ -329,7 +329,7 @@ func (c *Collector) gpuIndex(labels map[string]string) (int, bool) {
 		}
 	}
 	gpu := labels["gpu"]
-	if !digits(gpu) {
+	if !metrics.Digits(gpu) {
 		return 0, false
 	}
 	idx, err := strconv.Atoi(gpu)
@@ -370,16 +370,4 @@ func passName(name string, labels map[string]string) string {
 		}
 		return '_'
 	}, b.String())
-}
-
-func digits(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
 }
