@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # bench/soak.sh: bridge's RSS over a long run (default 1 hour at 1 s, all
-# scopes, spool on disk, no tracker), read from /proc/<pid>/status every
+# scopes, spool on disk, no tracker; MLFLOW=1: one sink, a real MLflow server
+# on 127.0.0.1 that the script starts), read from /proc/<pid>/status every
 # STEP seconds. Prints a TSV (seconds, VmRSS MiB, VmHWM MiB) and a summary:
 # flat means the last reading is near the first after warm-up.
 #
 #   bench/soak.sh                         # 3600 s
 #   DURATION=600 STEP=30 BRIDGE_BIN=/tmp/bridge bench/soak.sh
+#   MLFLOW=1 bench/soak.sh                # with one sink (needs .venv's mlflow)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-3600}
@@ -13,16 +15,36 @@ STEP=${STEP:-60}
 INTERVAL=${INTERVAL:-1s}
 tmp=$(mktemp -d /tmp/bridge-soak.XXXXXX)
 bpid=
-cleanup() { [[ -n $bpid ]] && kill -TERM "$bpid" 2>/dev/null; sleep 1; rm -rf "$tmp"; }
+server=
+cleanup() {
+	[[ -n $bpid ]] && kill -TERM "$bpid" 2>/dev/null
+	[[ -n $server ]] && kill -TERM -- "-$server" 2>/dev/null
+	sleep 1
+	[[ -n $server ]] && kill -KILL -- "-$server" 2>/dev/null
+	rm -rf "$tmp"
+}
 trap cleanup EXIT
+trackers=(--trackers none)
+if [[ ${MLFLOW:-0} == 1 ]]; then
+	py=${PYTHON:-.venv/bin/python}
+	port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true setsid "$py" -m mlflow server --host 127.0.0.1 --port "$port" \
+		--backend-store-uri "sqlite:///$tmp/mlflow.db" --default-artifact-root "$tmp/artifacts" --workers 1 >"$tmp/mlflow.log" 2>&1 &
+	server=$!
+	disown "$server"
+	for _ in $(seq 240); do curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.5; done
+	curl -fsS "http://127.0.0.1:$port/health" >/dev/null
+	export MLFLOW_TRACKING_URI=http://127.0.0.1:$port MLFLOW_EXPERIMENT_NAME=bridge-soak
+	trackers=(--trackers mlflow)
+fi
 bin=${BRIDGE_BIN:-}
 if [[ -z $bin ]]; then
 	bin=$tmp/bridge
 	go build -o "$bin" ./cmd/bridge
 fi
-"$bin" --trackers none --interval "$INTERVAL" --spool "$tmp/soak.jsonl" -- sleep $((DURATION + 60)) >"$tmp/bridge.log" 2>&1 &
+"$bin" "${trackers[@]}" --interval "$INTERVAL" --spool "$tmp/soak.jsonl" -- sleep $((DURATION + 60)) >"$tmp/bridge.log" 2>&1 &
 bpid=$!
-echo "== $(date -u +%FT%TZ) bridge $bin, interval $INTERVAL, $DURATION s, RSS every $STEP s" >&2
+echo "== $(date -u +%FT%TZ) bridge $bin ${trackers[*]}, interval $INTERVAL, $DURATION s, RSS every $STEP s" >&2
 printf 'seconds\trss_mib\thwm_mib\n'
 for ((t = 0; t <= DURATION; t += STEP)); do
 	awk -v t="$t" '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} END{printf "%d\t%.1f\t%.1f\n", t, r/1024, h/1024}' "/proc/$bpid/status"

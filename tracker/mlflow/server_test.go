@@ -206,11 +206,19 @@ func TestServerRunIDGiven(t *testing.T) {
 	if _, ok := envValue(env, EnvExperimentID); ok {
 		t.Errorf("env %v exports %s for a given run", env, EnvExperimentID)
 	}
+	// The child waits only for the run's check: the start tags go with the
+	// first Send.
+	if v, ok := srv.GetRun(t, runID).Tags["bridge.node_id"]; ok {
+		t.Errorf("start tags recorded by Start (bridge.node_id=%q): the child waited for a second request", v)
+	}
 	in := systemSamples(3, time.Now().Truncate(time.Millisecond))
 	if acked, err := s.Send(ctx, in); err != nil || acked != 3 {
 		t.Fatalf("Send = %d, %v", acked, err)
 	}
 	checkHistories(t, srv, runID, "system/", in)
+	if got := srv.GetRun(t, runID).Tags["bridge.node_id"]; got != "n0" {
+		t.Errorf("after the first Send bridge.node_id = %q, want n0", got)
+	}
 	// Not bridge's run: Finish records tags and leaves the status alone.
 	if err := s.Finish(ctx, tracker.EndInfo{ExitCode: 1, Tags: map[string]string{"bridge.exit_code": "1"}}); err != nil {
 		t.Fatal(err)
@@ -218,6 +226,23 @@ func TestServerRunIDGiven(t *testing.T) {
 	run := srv.GetRun(t, runID)
 	if run.Info.Status != StatusRunning || run.Tags["bridge.exit_code"] != "1" || run.Tags["bridge.node_id"] != "n0" {
 		t.Errorf("run %+v tags %v; want RUNNING with the bridge tags", run.Info, run.Tags)
+	}
+}
+
+// A job that ends before its first sample is sent still gets its start tags.
+func TestServerRunIDGivenStartTagsAtFinish(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	ctx := context.Background()
+	runID := srv.CreateRun(t, srv.CreateExperiment(t, unique(t)), "users-run")
+	s := serverSink(t, srv.URL, Config{RunID: runID})
+	if _, err := s.Start(ctx, tracker.StartInfo{Tags: map[string]string{"bridge.version": "v1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, tracker.EndInfo{Tags: map[string]string{"bridge.exit_code": "0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if tags := srv.GetRun(t, runID).Tags; tags["bridge.version"] != "v1" || tags["bridge.exit_code"] != "0" {
+		t.Errorf("tags %v; want the start and the end tags", tags)
 	}
 }
 

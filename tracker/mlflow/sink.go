@@ -69,6 +69,11 @@ type Sink struct {
 	maxBody    int
 
 	keyOK map[string]bool // keys checked so far; a bad one is reported once
+
+	// startTags of a run the user gave (MLFLOW_RUN_ID) are recorded by the
+	// first Send (or Finish), not by Start: the child then waits for one
+	// request (the run's check), not two.
+	startTags map[string]string
 }
 
 var _ tracker.Sink = (*Sink)(nil)
@@ -167,12 +172,21 @@ func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, er
 		return env, tracker.Permanent(fmt.Errorf("%s=%s: run is deleted on MLflow at %s: restore it in the UI (or `mlflow runs restore --run-id %s`) or unset %s",
 			EnvRunID, s.runID, s.url, s.runID, EnvRunID))
 	}
-	if len(info.Tags) > 0 {
-		if err := s.SetTags(ctx, info.Tags); err != nil {
-			return env, err
-		}
-	}
+	s.startTags = maps.Clone(info.Tags)
 	return env, nil
+}
+
+// flushStartTags records the tags attach left for later; after an error
+// they stay pending for the next call.
+func (s *Sink) flushStartTags(ctx context.Context) error {
+	if len(s.startTags) == 0 {
+		return nil
+	}
+	if err := s.SetTags(ctx, s.startTags); err != nil {
+		return err
+	}
+	s.startTags = nil
+	return nil
 }
 
 func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, error) {
@@ -336,6 +350,9 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	if s.runID == "" {
 		return 0, errNoRun
 	}
+	if err := s.flushStartTags(ctx); err != nil {
+		return 0, err
+	}
 	b := newBatch(s.runID, s.maxMetrics, s.maxBody)
 	acked := 0
 	pending := 0 // samples complete once the open batch is posted
@@ -424,6 +441,9 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		return errNoRun
 	}
 	var errs []error
+	if err := s.flushStartTags(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if len(end.Tags) > 0 {
 		errs = append(errs, s.SetTags(ctx, end.Tags))
 	}

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# bench/latency.sh: the child's start delay under bridge and bridge's exit
+# after the child, against a real MLflow server (sqlite, 127.0.0.1) that this
+# script starts and stops. Issue 12's goal: start delay under 50 ms with
+# MLFLOW_RUN_ID set, exit within 1 s of the child on a healthy tracker.
+#
+#   bench/latency.sh                 # 20 runs per mode
+#   RUNS=50 bench/latency.sh
+#   BRIDGE_BIN=/tmp/bridge-before bench/latency.sh
+#
+# Needs: go (unless BRIDGE_BIN), PYTHON (default .venv/bin/python) with mlflow.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-20}
+PYTHON=${PYTHON:-.venv/bin/python}
+tmp=$(mktemp -d /tmp/bridge-latency.XXXXXX)
+server=
+cleanup() {
+	[[ -n $server ]] && kill -TERM -- "-$server" 2>/dev/null || true
+	sleep 1
+	[[ -n $server ]] && kill -KILL -- "-$server" 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+bin=${BRIDGE_BIN:-}
+if [[ -z $bin ]]; then
+	bin=$tmp/bridge
+	go build -o "$bin" ./cmd/bridge
+fi
+port=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true setsid "$PYTHON" -m mlflow server --host 127.0.0.1 --port "$port" \
+	--backend-store-uri "sqlite:///$tmp/mlflow.db" --default-artifact-root "$tmp/artifacts" --workers 1 >"$tmp/mlflow.log" 2>&1 &
+server=$!
+disown "$server" # no "Killed" line from bash when cleanup ends it
+for _ in $(seq 240); do
+	curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+	kill -0 "$server" 2>/dev/null || { tail -30 "$tmp/mlflow.log" >&2; exit 1; }
+	sleep 0.5
+done
+curl -fsS "http://127.0.0.1:$port/health" >/dev/null
+echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $RUNS runs per mode; bridge $bin" >&2
+"$PYTHON" bench/latency.py "$bin" "http://127.0.0.1:$port" "$RUNS"
