@@ -14,6 +14,7 @@ targets=(
   "./metrics/cgroup/ FuzzParseMemoryMax" "./metrics/cgroup/ FuzzParseCPUMax"
   "./metrics/cgroup/ FuzzParseV1Quota" "./metrics/cgroup/ FuzzParseCPUList"
   "./metrics/cgroup/ FuzzParseFlatKeyed" "./metrics/cgroup/ FuzzParsePSI"
+  "./metrics/cgroup/ FuzzParseStatKeys" "./metrics/cgroup/ FuzzParseCgroupUint"
   "./metrics/cgroup/ FuzzStripRoot"
   "./tracker/mlflow/ FuzzResponse" "./tracker/wandb/ FuzzResponse"
   "./config/ FuzzLoad" "./config/ FuzzArgs" "./redact/ FuzzArgv"

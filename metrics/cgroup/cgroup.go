@@ -3,8 +3,10 @@
 //
 // The leaf cgroup comes from <proc>/<pid>/cgroup and the mount points from
 // <proc>/<pid>/mountinfo, so cgroup namespaces ("0::/") and bind-mounted
-// subtrees resolve to the directories this process can actually see. Stats
-// come from github.com/containerd/cgroups/v3; limits (memory.max, cpu.max,
+// subtrees resolve to the directories this process can actually see. The
+// per-sample files are read directly, only the keys the series use, through
+// descriptors kept open and re-read with pread (files.go); containerd's
+// github.com/containerd/cgroups/v3 detects the mode. Limits (memory.max, cpu.max,
 // cpu.cfs_quota_us, cpusets) are read directly, from the leaf and every
 // visible ancestor, because the kernel enforces the tightest of them.
 // Formulas follow cAdvisor/kubelet (working set = usage - inactive file).
@@ -14,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -24,7 +25,6 @@ import (
 
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/containerd/cgroups/v3"
-	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 	"github.com/prometheus/procfs"
 )
 
@@ -123,7 +123,8 @@ type Collector struct {
 	procFS procfs.FS
 	now    func() time.Time
 
-	prev *cpuReading
+	prev  *cpuReading
+	files files // descriptors kept open on cgroupfs and procfs
 
 	mu     sync.Mutex
 	logged map[string]bool // "no data" debug lines already written
@@ -192,6 +193,13 @@ func New(opts Options) (*Collector, error) {
 		now:    time.Now,
 		logged: map[string]bool{},
 	}, nil
+}
+
+// Close implements metrics.Closer: it closes the descriptors kept open for
+// sampling (a later Collect opens them again).
+func (c *Collector) Close() error {
+	c.files.close()
+	return nil
 }
 
 // Name implements metrics.Collector.
@@ -266,7 +274,7 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &round{c: c, v2: map[string]*v2Result{}}
+	r := &round{c: c}
 	r.memory()
 	r.cpu()
 	r.pressure()
@@ -282,7 +290,7 @@ func (c *Collector) MemoryPoints(ctx context.Context) ([]metrics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &round{c: c, v2: map[string]*v2Result{}}
+	r := &round{c: c}
 	r.memory()
 	return r.pts, errors.Join(r.errs...)
 }
@@ -292,10 +300,21 @@ type round struct {
 	c    *Collector
 	pts  []metrics.Point
 	errs []error
-	v2   map[string]*v2Result // dir -> its containerd Stat, read once per round
-	// v1Mem is this round's v1 memory Stat, whose hierarchical_memory_limit
-	// is the limit; nil on v2 or when it could not be read.
-	v1Mem *v1stats.MemoryStat
+	// v1Limit is this round's v1 memory.stat hierarchical_memory_limit,
+	// when hasV1Limit (read with the usage).
+	v1Limit    uint64
+	hasV1Limit bool
+	// v2CPU is this round's v2 cpu.stat (v2CPUStatKeys), read once for
+	// usage and throttling; nil until read.
+	v2CPU    []uint64
+	v2CPUErr error
+}
+
+func (r *round) v1LimitPtr() *uint64 {
+	if !r.hasV1Limit {
+		return nil
+	}
+	return &r.v1Limit
 }
 
 func (r *round) add(name string, v float64, unit, source string) {
@@ -317,32 +336,6 @@ func (c *Collector) noData(path, what string) {
 	if !seen {
 		c.log.Debug("no data", "what", what, "path", path)
 	}
-}
-
-// exists reports whether path exists, logging once when it does not.
-func (c *Collector) exists(path, what string) bool {
-	if _, err := os.Stat(path); err != nil {
-		c.noData(path, what)
-		return false
-	}
-	return true
-}
-
-func fileExists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
-}
-
-// readFile reads a small cgroup file. A missing file is (false, nil).
-func readFile(path string) (string, bool, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, fmt.Errorf("reading %s: %w", path, err)
-	}
-	return string(b), true, nil
 }
 
 // src names the files a point came from: the first with its directory.

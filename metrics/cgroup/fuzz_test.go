@@ -1,8 +1,11 @@
 package cgroup
 
 import (
+	"bufio"
 	"errors"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -86,6 +89,93 @@ func FuzzParsePSI(f *testing.F) {
 			if math.IsNaN(l.avg10) || math.IsInf(l.avg10, 0) || l.avg10 < 0 {
 				t.Errorf("parsePSI(%q)[%s] avg10 = %v", s, k, l.avg10)
 			}
+		}
+	})
+}
+
+// FuzzParseStatKeys holds parseStatKeys to containerd's reading of a
+// flat-keyed stat file (a bufio line scan, strings.Fields, a map), which it
+// replaced: same values, and an error exactly where containerd failed, but
+// for one difference on purpose: a bad value of a key that is not read is
+// not an error (containerd failed the whole file).
+func FuzzParseStatKeys(f *testing.F) {
+	for _, s := range []string{
+		"cache 4096\nrss 8192\ntotal_inactive_file 1024\ntotal_rss 2\ntotal_cache 3\nhierarchical_memory_limit 9223372036854771712\n",
+		"usage_usec 5000000\nnr_periods 100\nnr_throttled 10\nthrottled_usec 200000\n",
+		"", "\n", "a 1\n\n", "a", "a b c", "anon -1", "anon -99999999999999999999", "anon 99999999999999999999",
+		"anon 1\r\nfile 2", "anon\t 3 \n", "anon 1\nanon 2\n", "anon\u00a05", "-0 -0",
+	} {
+		f.Add(s)
+	}
+	keys := []string{"anon", "file", "total_rss", "nr_periods", "hierarchical_memory_limit"}
+	f.Fuzz(func(t *testing.T, s string) {
+		if len(s) > 60000 {
+			return // past bufio.Scanner's line limit, where containerd failed on any file
+		}
+		vals := make([]uint64, len(keys))
+		err := parseStatKeys(s, keys, vals)
+		checkErr(t, err)
+		want, werr := containerdStat(s, keys)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("parseStatKeys(%q) err = %v, containerd's %v", s, err, werr)
+		}
+		if err != nil {
+			return
+		}
+		for i, k := range keys {
+			if vals[i] != want[k] {
+				t.Errorf("parseStatKeys(%q)[%s] = %d, containerd's %d", s, k, vals[i], want[k])
+			}
+		}
+	})
+}
+
+// containerdStat is containerd/cgroups v3's readKVStatsFile and parseKV,
+// checking the values of keys only.
+func containerdStat(s string, keys []string) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		parts := strings.Fields(sc.Text())
+		if len(parts) != 2 {
+			return nil, errors.New("invalid format")
+		}
+		v, err := strconv.ParseUint(parts[1], 10, 64)
+		if err != nil {
+			n, ierr := strconv.ParseInt(parts[1], 10, 64)
+			switch {
+			case ierr == nil && n < 0:
+				v = 0
+			case ierr != nil && ierr.(*strconv.NumError).Err == strconv.ErrRange && n < 0:
+				v = 0
+			case !slices.Contains(keys, parts[0]):
+				continue
+			default:
+				return nil, err
+			}
+		}
+		out[parts[0]] = v
+	}
+	return out, sc.Err()
+}
+
+func FuzzParseCgroupUint(f *testing.F) {
+	for _, s := range []string{"0\n", "max\n", "123456789\n", "-1", "", "18446744073709551616", " 7 ", "1e3", "maxx"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v1, err := parseV1Uint(s)
+		checkErr(t, err)
+		v2 := parseV2Uint(s)
+		if err == nil && v1 != v2 && !(strings.TrimSpace(s) == "max" && v1 == 0 && v2 == math.MaxUint64) {
+			t.Errorf("parseV1Uint(%q) = %d, parseV2Uint = %d", s, v1, v2)
+		}
+		if err != nil && v2 != 0 {
+			t.Errorf("parseV2Uint(%q) = %d, want 0 for what v1 cannot parse", s, v2)
+		}
+		cpus := countCPULines(s)
+		if cpus < 0 || cpus > strings.Count(s, "cpu") {
+			t.Errorf("countCPULines(%q) = %d", s, cpus)
 		}
 	})
 }

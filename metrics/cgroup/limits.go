@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-
-	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
 )
 
 type memLimit struct {
@@ -17,24 +15,24 @@ type memLimit struct {
 // memoryLimit returns the memory limit the kernel enforces on the leaf.
 //
 // v2: the tightest memory.max of the leaf and its visible ancestors.
-// v1: the leaf's hierarchical_memory_limit (memory.stat, from containerd's
-// Stat: m is this round's, or nil to read it), the kernel's own answer. An
+// v1: the leaf's hierarchical_memory_limit (memory.stat: hier is this
+// round's reading, or nil to read it), the kernel's own answer. An
 // ancestor's memory.limit_in_bytes applies only under memory.use_hierarchy=1,
 // and ancestors hidden by a bind mount count too, which only the kernel
 // knows. The ancestors are walked only to name the one that set it.
-func (c *Collector) memoryLimit(m *v1stats.MemoryStat) (memLimit, error) {
+func (c *Collector) memoryLimit(hier *uint64) (memLimit, error) {
 	p, ok := c.lay.places[ctlMemory]
 	if !ok {
 		return memLimit{}, nil
 	}
 	if p.v1 {
-		return c.v1MemoryLimit(p, m)
+		return c.v1MemoryLimit(p, hier)
 	}
 	var best memLimit
 	var errs []error
 	for _, d := range p.ancestors() {
 		path := filepath.Join(d, "memory.max")
-		s, found, err := readFile(path)
+		s, found, err := c.files.read(path)
 		if err != nil || !found {
 			// The v2 root has no memory.max; an absent file is no limit.
 			errs = append(errs, err)
@@ -52,23 +50,22 @@ func (c *Collector) memoryLimit(m *v1stats.MemoryStat) (memLimit, error) {
 	return best, errors.Join(errs...)
 }
 
-func (c *Collector) v1MemoryLimit(p place, m *v1stats.MemoryStat) (memLimit, error) {
-	if m == nil {
-		if !fileExists(filepath.Join(p.dir, "memory.stat")) {
-			return memLimit{}, nil
-		}
-		var err error
-		if m, err = v1MemoryStat(p.dir); err != nil {
+func (c *Collector) v1MemoryLimit(p place, hier *uint64) (memLimit, error) {
+	if hier == nil {
+		var vals [4]uint64
+		found, err := c.readStat(filepath.Join(p.dir, "memory.stat"), v1MemoryStatKeys, vals[:])
+		if err != nil || !found {
 			return memLimit{}, err
 		}
+		hier = &vals[3]
 	}
-	v := m.HierarchicalMemoryLimit
+	v := *hier
 	if v == 0 || v >= v1NoLimit {
 		return memLimit{}, nil
 	}
 	for _, d := range p.ancestors() {
 		path := filepath.Join(d, "memory.limit_in_bytes")
-		s, found, err := readFile(path)
+		s, found, err := c.files.read(path)
 		if err != nil || !found {
 			continue // naming only: the limit itself is the kernel's
 		}
@@ -98,7 +95,7 @@ func (c *Collector) cpuLimit() (cpuLimit, error) {
 	var errs []error
 	if p, ok := c.lay.places[ctlCPU]; ok {
 		for _, d := range p.ancestors() {
-			cores, limited, file, err := readQuota(d, p.v1)
+			cores, limited, file, err := c.readQuota(d, p.v1)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -112,7 +109,7 @@ func (c *Collector) cpuLimit() (cpuLimit, error) {
 	online := c.onlineCPUs()
 	best.cpus = online
 	if p, ok := c.lay.places[ctlCPUSet]; ok {
-		n, dir, err := readCPUSet(p)
+		n, dir, err := c.readCPUSet(p)
 		errs = append(errs, err)
 		if n > 0 {
 			best.cpus = n
@@ -126,11 +123,11 @@ func (c *Collector) cpuLimit() (cpuLimit, error) {
 
 // readQuota reads one directory's CPU quota; the file name is returned for
 // the "set by" text.
-func readQuota(dir string, v1 bool) (cores float64, limited bool, file string, err error) {
+func (c *Collector) readQuota(dir string, v1 bool) (cores float64, limited bool, file string, err error) {
 	if !v1 {
 		file = "cpu.max"
 		path := filepath.Join(dir, file)
-		s, found, err := readFile(path)
+		s, found, err := c.files.read(path)
 		if err != nil || !found {
 			return 0, false, file, err
 		}
@@ -141,11 +138,11 @@ func readQuota(dir string, v1 bool) (cores float64, limited bool, file string, e
 		return cores, limited, file, nil
 	}
 	file = "cpu.cfs_quota_us"
-	q, found, err := readFile(filepath.Join(dir, file))
+	q, found, err := c.files.read(filepath.Join(dir, file))
 	if err != nil || !found {
 		return 0, false, file, err
 	}
-	per, found, err := readFile(filepath.Join(dir, "cpu.cfs_period_us"))
+	per, found, err := c.files.read(filepath.Join(dir, "cpu.cfs_period_us"))
 	if err != nil || !found {
 		return 0, false, file, err
 	}
@@ -160,7 +157,7 @@ func readQuota(dir string, v1 bool) (cores float64, limited bool, file string, e
 // directory (leaf first) that has one; effective sets already intersect the
 // ancestors'. v2 shows cpuset.cpus.effective only where the controller is
 // enabled, so the walk goes up until one is found.
-func readCPUSet(p place) (int, string, error) {
+func (c *Collector) readCPUSet(p place) (int, string, error) {
 	files := []string{"cpuset.cpus.effective"}
 	if p.v1 {
 		files = []string{"cpuset.effective_cpus", "cpuset.cpus"}
@@ -168,7 +165,7 @@ func readCPUSet(p place) (int, string, error) {
 	for _, d := range p.ancestors() {
 		for _, f := range files {
 			path := filepath.Join(d, f)
-			s, found, err := readFile(path)
+			s, found, err := c.files.read(path)
 			if err != nil {
 				return 0, "", err
 			}
@@ -189,10 +186,11 @@ func readCPUSet(p place) (int, string, error) {
 
 // onlineCPUs counts the cpuN lines of <proc>/stat; 0 when unreadable.
 func (c *Collector) onlineCPUs() int {
-	st, err := c.procFS.Stat()
-	if err != nil {
-		c.noData(filepath.Join(c.opts.ProcRoot, "stat"), "online CPUs")
+	path := filepath.Join(c.opts.ProcRoot, "stat")
+	s, found, err := c.files.read(path)
+	if err != nil || !found {
+		c.noData(path, "online CPUs")
 		return 0
 	}
-	return len(st.CPU)
+	return countCPULines(s)
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // ErrFormat is wrapped by every parse error: the file exists but its content
@@ -181,4 +182,94 @@ func parsePSI(s string) (map[string]psiLine, error) {
 		}
 	}
 	return out, nil
+}
+
+// parseStatKeys reads the values of keys from a flat-keyed stat file
+// (memory.stat, cpu.stat) into vals (len(keys)), as containerd's Stat did:
+// every line must be "key value" (else ErrFormat), a key absent reads as 0,
+// a repeated key's last value counts, and a negative value reads as 0. Only
+// the keys asked for are kept: no map, no allocation.
+func parseStatKeys(s string, keys []string, vals []uint64) error {
+	clear(vals)
+	for len(s) > 0 {
+		line := s
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			line, s = s[:i], s[i+1:]
+		} else {
+			s = ""
+		}
+		line = strings.TrimSpace(line)
+		i := strings.IndexFunc(line, unicode.IsSpace)
+		if i < 0 {
+			return fmt.Errorf("%w: line %q is not \"key value\"", ErrFormat, line)
+		}
+		key, val := line[:i], strings.TrimSpace(line[i:])
+		if strings.IndexFunc(val, unicode.IsSpace) >= 0 {
+			return fmt.Errorf("%w: line %q is not \"key value\"", ErrFormat, line)
+		}
+		for k, want := range keys {
+			if key != want {
+				continue
+			}
+			v, err := parseKernelUint(val)
+			if err != nil {
+				return fmt.Errorf("%w: value in line %q", ErrFormat, line)
+			}
+			vals[k] = v
+		}
+	}
+	return nil
+}
+
+// parseKernelUint parses a counter as containerd does: an unsigned decimal,
+// or any negative decimal, which reads as 0.
+func parseKernelUint(s string) (uint64, error) {
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err == nil {
+		return v, nil
+	}
+	if n, ierr := strconv.ParseInt(s, 10, 64); (ierr == nil || errors.Is(ierr, strconv.ErrRange)) && n < 0 {
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%w: %q is not a number", ErrFormat, s)
+}
+
+// parseV1Uint parses a v1 single-value file (memory.usage_in_bytes,
+// cpuacct.usage, pids.current, pids.max) as containerd's v1 reader did:
+// "max" reads as 0.
+func parseV1Uint(s string) (uint64, error) {
+	s = strings.TrimSpace(s)
+	if s == "max" {
+		return 0, nil
+	}
+	return parseKernelUint(s)
+}
+
+// parseV2Uint parses a v2 single-value file (memory.current, memory.peak,
+// pids.current, pids.max) as containerd's v2 reader did: "max" reads as
+// math.MaxUint64, anything unparsable as 0.
+func parseV2Uint(s string) uint64 {
+	s = strings.TrimSpace(s)
+	if s == "max" {
+		return math.MaxUint64
+	}
+	v, _ := parseKernelUint(s)
+	return v
+}
+
+// countCPULines counts the "cpuN" lines of /proc/stat: the online CPUs.
+func countCPULines(s string) int {
+	n := 0
+	for len(s) > 0 {
+		line := s
+		if i := strings.IndexByte(s, '\n'); i >= 0 {
+			line, s = s[:i], s[i+1:]
+		} else {
+			s = ""
+		}
+		if len(line) > 3 && line[:3] == "cpu" && line[3] >= '0' && line[3] <= '9' {
+			n++
+		}
+	}
+	return n
 }

@@ -3,77 +3,62 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/containerd/cgroups/v3/cgroup1"
-	v1stats "github.com/containerd/cgroups/v3/cgroup1/stats"
-	"github.com/containerd/cgroups/v3/cgroup2"
-	v2stats "github.com/containerd/cgroups/v3/cgroup2/stats"
 )
 
-type v2Result struct {
-	m   *v2stats.Metrics
-	err error
+// Keys read from the flat-keyed stat files: only these are kept (parseStatKeys).
+var (
+	v1MemoryStatKeys = []string{"total_inactive_file", "total_rss", "total_cache", "hierarchical_memory_limit"}
+	v2MemoryStatKeys = []string{"inactive_file", "anon", "file"}
+	v1CPUStatKeys    = []string{"nr_periods", "nr_throttled", "throttled_time"}
+	v2CPUStatKeys    = []string{"usage_usec", "nr_periods", "nr_throttled", "throttled_usec"}
+)
+
+// readStat reads the keys of a flat-keyed stat file into vals. A missing file
+// is found == false with vals zero.
+func (c *Collector) readStat(path string, keys []string, vals []uint64) (found bool, err error) {
+	clear(vals)
+	s, found, err := c.files.read(path)
+	if err != nil || !found {
+		return false, err
+	}
+	if err := parseStatKeys(s, keys, vals); err != nil {
+		return true, fmt.Errorf("%s: %w", path, err)
+	}
+	return true, nil
 }
 
-// v2Stat reads a v2 leaf through containerd once per round (memory, CPU and
-// pids share one directory).
-func (r *round) v2Stat(p place) (*v2stats.Metrics, error) {
-	if res, ok := r.v2[p.dir]; ok {
-		return res.m, res.err
-	}
-	m, err := func() (*v2stats.Metrics, error) {
-		mgr, err := cgroup2.Load(p.rel, cgroup2.WithMountpoint(p.top))
-		if err != nil {
-			return nil, fmt.Errorf("loading cgroup %s: %w", p.dir, err)
-		}
-		st, err := mgr.StatFiltered(cgroup2.StatCPU | cgroup2.StatMemory | cgroup2.StatPids)
-		if err != nil {
-			return nil, fmt.Errorf("reading cgroup stats in %s: %w", p.dir, err)
-		}
-		return st, nil
-	}()
-	r.v2[p.dir] = &v2Result{m: m, err: err}
-	return m, err
-}
-
-// v1Stat runs one containerd v1 controller's Stat on dir. The controllers
-// join their name onto the root they are given (<root>/memory/<path>), which
-// assumes /sys/fs/cgroup/<name> mounts; rooting them at the leaf itself with
-// path ".." makes them read dir whatever the mount point is called
-// (cpu,cpuacct) or wherever it is bind-mounted.
-func v1Stat(st interface {
-	Stat(string, *v1stats.Metrics) error
-}, dir string) (*v1stats.Metrics, error) {
-	m := &v1stats.Metrics{CPU: &v1stats.CPUStat{Throttling: &v1stats.Throttle{}, Usage: &v1stats.CPUUsage{}}}
-	if err := st.Stat("..", m); err != nil {
-		return nil, fmt.Errorf("reading cgroup stats in %s: %w", dir, err)
-	}
-	return m, nil
-}
-
-// v1MemoryStat runs containerd's v1 memory Stat on dir.
-func v1MemoryStat(dir string) (*v1stats.MemoryStat, error) {
-	// Kernels without swap accounting (or without kmem) lack these files,
-	// and containerd fails on any it was not told to skip.
-	var ignore []string
-	for _, mod := range []string{"memsw", "kmem", "kmem.tcp"} {
-		for _, f := range []string{"usage_in_bytes", "max_usage_in_bytes", "failcnt", "limit_in_bytes"} {
-			if !fileExists(filepath.Join(dir, "memory."+mod+"."+f)) {
-				ignore = append(ignore, mod)
-				break
-			}
-		}
-	}
-	m, err := v1Stat(cgroup1.NewMemory(dir, cgroup1.IgnoreModules(ignore...)), dir)
+// readV1Uint reads a v1 single-value file; missing is an error, as in
+// containerd's v1 Stat, since the caller saw the controller's other files.
+func (c *Collector) readV1Uint(path string) (uint64, error) {
+	s, found, err := c.files.read(path)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	return m.Memory, nil
+	if !found {
+		return 0, fmt.Errorf("reading %s: %w", path, fs.ErrNotExist)
+	}
+	v, err := parseV1Uint(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
+// v2CPUStat reads the v2 leaf's cpu.stat once per round (usage and
+// throttling share it); a missing file reads as zeros, as in containerd.
+func (r *round) v2CPUStat(dir string) ([]uint64, error) {
+	if r.v2CPU == nil {
+		r.v2CPU = make([]uint64, len(v2CPUStatKeys))
+		_, r.v2CPUErr = r.c.readStat(filepath.Join(dir, "cpu.stat"), v2CPUStatKeys, r.v2CPU)
+	}
+	return r.v2CPU, r.v2CPUErr
 }
 
 // memory adds the memory points. Working set is cAdvisor's: usage minus
@@ -87,38 +72,66 @@ func (r *round) memory() {
 	var usage, inactive, rss, cache, peak uint64
 	var hasPeak bool
 	var usageFile, statFile, peakFile, inactiveKey, rssKey, cacheKey string
+	var vals [4]uint64
 	if p.v1 {
 		usageFile, statFile, peakFile = "memory.usage_in_bytes", "memory.stat", "memory.max_usage_in_bytes"
 		inactiveKey, rssKey, cacheKey = "total_inactive_file", "total_rss", "total_cache"
-		if !c.exists(filepath.Join(p.dir, usageFile), "memory usage") || !c.exists(filepath.Join(p.dir, statFile), "memory stat") {
-			return
-		}
-		mem, err := v1MemoryStat(p.dir)
+		path := filepath.Join(p.dir, usageFile)
+		s, found, err := c.files.read(path)
 		if err != nil {
 			r.fail(err)
 			return
 		}
-		r.v1Mem = mem
-		usage, inactive = mem.Usage.Usage, mem.TotalInactiveFile
-		rss, cache = mem.TotalRSS, mem.TotalCache
-		peak, hasPeak = mem.Usage.Max, true
+		if !found {
+			c.noData(path, "memory usage")
+			return
+		}
+		if usage, err = parseV1Uint(s); err != nil {
+			r.fail(fmt.Errorf("%s: %w", path, err))
+			return
+		}
+		path = filepath.Join(p.dir, statFile)
+		found, err = c.readStat(path, v1MemoryStatKeys, vals[:])
+		if err != nil {
+			r.fail(err)
+			return
+		}
+		if !found {
+			c.noData(path, "memory stat")
+			return
+		}
+		if peak, err = c.readV1Uint(filepath.Join(p.dir, peakFile)); err != nil {
+			r.fail(err)
+			return
+		}
+		inactive, rss, cache, hasPeak = vals[0], vals[1], vals[2], true
+		r.v1Limit, r.hasV1Limit = vals[3], true
 		r.v1OOMKill(p)
 	} else {
 		usageFile, statFile, peakFile = "memory.current", "memory.stat", "memory.peak"
 		inactiveKey, rssKey, cacheKey = "inactive_file", "anon", "file"
-		// containerd reads an absent memory.current as 0: absent means the
-		// memory controller is not enabled here (or this is the root).
-		if !c.exists(filepath.Join(p.dir, usageFile), "memory usage") {
-			return
-		}
-		m, err := r.v2Stat(p)
+		// An absent memory.current means the memory controller is not
+		// enabled here (or this is the root).
+		path := filepath.Join(p.dir, usageFile)
+		s, found, err := c.files.read(path)
 		if err != nil {
 			r.fail(err)
 			return
 		}
-		usage, inactive = m.Memory.Usage, m.Memory.InactiveFile
-		rss, cache = m.Memory.Anon, m.Memory.File
-		peak, hasPeak = m.Memory.MaxUsage, fileExists(filepath.Join(p.dir, peakFile))
+		if !found {
+			c.noData(path, "memory usage")
+			return
+		}
+		usage = parseV2Uint(s)
+		// An absent memory.stat reads as zeros, as containerd read it.
+		if _, err := c.readStat(filepath.Join(p.dir, statFile), v2MemoryStatKeys, vals[:3]); err != nil {
+			r.fail(err)
+			return
+		}
+		inactive, rss, cache = vals[0], vals[1], vals[2]
+		s, hasPeak, err = c.files.read(filepath.Join(p.dir, peakFile))
+		r.fail(err) // no peak point then, the others still count
+		peak = parseV2Uint(s)
 		r.memoryEvents(p)
 	}
 
@@ -137,7 +150,7 @@ func (r *round) memory() {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
 
-	lim, err := c.memoryLimit(r.v1Mem)
+	lim, err := c.memoryLimit(r.v1LimitPtr())
 	r.fail(err)
 	if lim.ok {
 		r.add(metrics.ContainerMemoryLimit, metrics.MB(float64(lim.bytes)), metrics.UnitMegabytes, lim.setBy)
@@ -155,7 +168,7 @@ func (r *round) memory() {
 // the missing key as 0, which would claim "no OOM kills" from no data.
 func (r *round) v1OOMKill(p place) {
 	path := filepath.Join(p.dir, "memory.oom_control")
-	s, found, err := readFile(path)
+	s, found, err := r.c.files.read(path)
 	if err != nil {
 		r.fail(err)
 		return
@@ -182,7 +195,7 @@ func (r *round) v1OOMKill(p place) {
 // oom_group_kill is only written by newer kernels.
 func (r *round) memoryEvents(p place) {
 	path := filepath.Join(p.dir, "memory.events")
-	s, found, err := readFile(path)
+	s, found, err := r.c.files.read(path)
 	if err != nil {
 		r.fail(err)
 		return
@@ -234,46 +247,69 @@ func (r *round) cpu() {
 	switch {
 	case hasAcct && acctP.v1:
 		usageSrc = src(acctP.dir, "cpuacct.usage")
-		if c.exists(filepath.Join(acctP.dir, "cpuacct.usage"), "cpu usage") {
-			m, err := v1Stat(cgroup1.NewCpuacct(acctP.dir), acctP.dir)
-			if err != nil {
-				r.fail(err)
+		path := filepath.Join(acctP.dir, "cpuacct.usage")
+		s, found, err := c.files.read(path)
+		switch {
+		case err != nil:
+			r.fail(err)
+		case !found:
+			c.noData(path, "cpu usage")
+		default:
+			if v, err := parseV1Uint(s); err != nil {
+				r.fail(fmt.Errorf("%s: %w", path, err))
 			} else {
-				cur.usageNs, cur.hasUsage = m.CPU.Usage.Total, true
+				cur.usageNs, cur.hasUsage = v, true
 			}
 		}
 	case hasCPU && !cpuP.v1:
 		usageSrc = src(cpuP.dir, "cpu.stat usage_usec")
-		if c.exists(filepath.Join(cpuP.dir, "cpu.stat"), "cpu usage") {
-			m, err := r.v2Stat(cpuP)
-			if err != nil {
-				r.fail(err)
-			} else {
-				cur.usageNs, cur.hasUsage = m.CPU.UsageUsec*1000, true
-			}
+		path := filepath.Join(cpuP.dir, "cpu.stat")
+		r.v2CPU = make([]uint64, len(v2CPUStatKeys))
+		found, err := c.readStat(path, v2CPUStatKeys, r.v2CPU)
+		r.v2CPUErr = err
+		switch {
+		case err != nil:
+			r.fail(err)
+		case !found:
+			c.noData(path, "cpu usage")
+		default:
+			cur.usageNs, cur.hasUsage = r.v2CPU[0]*1000, true
 		}
 	}
 	if hasCPU {
 		if cpuP.v1 {
 			throttleSrc = src(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_time")
-			if c.exists(filepath.Join(cpuP.dir, "cpu.stat"), "cpu throttling") {
-				m, err := v1Stat(cgroup1.NewCpu(cpuP.dir), cpuP.dir)
-				if err != nil {
-					r.fail(err)
-				} else {
-					t := m.CPU.Throttling
-					cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = t.Periods, t.ThrottledPeriods, t.ThrottledTime, true
-				}
+			path := filepath.Join(cpuP.dir, "cpu.stat")
+			var v [3]uint64
+			found, err := c.readStat(path, v1CPUStatKeys, v[:])
+			switch {
+			case err != nil:
+				r.fail(err)
+			case !found:
+				c.noData(path, "cpu throttling")
+			default:
+				cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = v[0], v[1], v[2], true
 			}
-		} else if c.exists(filepath.Join(cpuP.dir, "cpu.max"), "cpu controller (throttling)") {
+		} else {
 			// cpu.stat's nr_* keys exist only where the cpu controller is
 			// enabled, which cpu.max marks.
-			throttleSrc = src(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
-			m, err := r.v2Stat(cpuP)
-			if err != nil {
+			path := filepath.Join(cpuP.dir, "cpu.max")
+			_, found, err := c.files.read(path)
+			switch {
+			case err != nil:
 				r.fail(err)
-			} else {
-				cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = m.CPU.NrPeriods, m.CPU.NrThrottled, m.CPU.ThrottledUsec*1000, true
+			case !found:
+				c.noData(path, "cpu controller (throttling)")
+			default:
+				throttleSrc = src(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
+				reported := r.v2CPU != nil // read (and any error added) for usage
+				v, err := r.v2CPUStat(cpuP.dir)
+				switch {
+				case err == nil:
+					cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = v[1], v[2], v[3]*1000, true
+				case !reported:
+					r.fail(err)
+				}
 			}
 		}
 	}
@@ -343,13 +379,13 @@ func (r *round) pressure() {
 		return
 	}
 	// Every non-root cgroup has cgroup.events; the root never does.
-	if !fileExists(filepath.Join(p.dir, "cgroup.events")) {
+	if _, found, err := c.files.read(filepath.Join(p.dir, "cgroup.events")); err != nil || !found {
 		c.noData(filepath.Join(p.dir, "cgroup.events"), "PSI: the leaf is the root cgroup, whose pressure is node-wide")
 		return
 	}
 	for _, res := range []string{"cpu", "memory", "io"} {
 		path := filepath.Join(p.dir, res+".pressure")
-		s, found, err := readFile(path)
+		s, found, err := c.files.read(path)
 		if errors.Is(err, syscall.EOPNOTSUPP) {
 			found, err = false, nil // booted with psi=0
 		}
@@ -379,27 +415,38 @@ func (r *round) pressure() {
 func (r *round) pids() {
 	c := r.c
 	p, ok := c.lay.places[ctlPids]
-	if !ok || !c.exists(filepath.Join(p.dir, "pids.current"), "pids") {
+	if !ok {
+		return
+	}
+	path := filepath.Join(p.dir, "pids.current")
+	s, found, err := c.files.read(path)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if !found {
+		c.noData(path, "pids")
 		return
 	}
 	var cur, limit uint64
 	var limited bool
 	if p.v1 {
-		m, err := v1Stat(cgroup1.NewPids(p.dir), p.dir)
-		if err != nil {
+		if cur, err = parseV1Uint(s); err != nil {
+			r.fail(fmt.Errorf("%s: %w", path, err))
+			return
+		}
+		// containerd's v1 reader turned "max" into 0; parseV1Uint too.
+		if limit, err = c.readV1Uint(filepath.Join(p.dir, "pids.max")); err != nil {
 			r.fail(err)
 			return
 		}
-		// containerd's v1 reader turns "max" into 0.
-		cur, limit, limited = m.Pids.Current, m.Pids.Limit, m.Pids.Limit > 0
+		limited = limit > 0
 	} else {
-		m, err := r.v2Stat(p)
-		if err != nil {
-			r.fail(err)
-			return
-		}
-		cur, limit = m.Pids.Current, m.Pids.Limit
-		limited = limit != math.MaxUint64 && fileExists(filepath.Join(p.dir, "pids.max"))
+		cur = parseV2Uint(s)
+		s, found, err := c.files.read(filepath.Join(p.dir, "pids.max"))
+		r.fail(err) // no limit point then
+		limit = parseV2Uint(s)
+		limited = found && limit != math.MaxUint64
 	}
 	r.add(metrics.ContainerPIDs, float64(cur), metrics.UnitCount, src(p.dir, "pids.current"))
 	if limited {
@@ -407,8 +454,8 @@ func (r *round) pids() {
 	}
 	// pids.events max counts forks refused at pids.max (cumulative, v1 and
 	// v2 alike); containerd does not read it.
-	path := filepath.Join(p.dir, "pids.events")
-	s, found, err := readFile(path)
+	path = filepath.Join(p.dir, "pids.events")
+	s, found, err = c.files.read(path)
 	if err != nil {
 		r.fail(err)
 		return

@@ -82,7 +82,7 @@ var busyLimits = cgrouptest.Limits{MemoryBytes: 256 << 20, QuotaUs: 10000, Perio
 
 // startIn starts a helper, moves it into g and waits until it did its job.
 // It is killed at cleanup, before the cgroups are removed.
-func startIn(t *testing.T, g *cgrouptest.Group, mode string, env ...string) int {
+func startIn(t testing.TB, g *cgrouptest.Group, mode string, env ...string) int {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), helperEnv+"="+mode), env...)
@@ -115,7 +115,7 @@ func startIn(t *testing.T, g *cgrouptest.Group, mode string, env ...string) int 
 	return cmd.Process.Pid
 }
 
-func collectorFor(t *testing.T, pid int) *cgroup.Collector {
+func collectorFor(t testing.TB, pid int) *cgroup.Collector {
 	t.Helper()
 	c, err := cgroup.New(cgroup.Options{PID: pid, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -40,3 +40,19 @@ func ReadWhole(fd int, buf []byte, size int) ([]byte, error) {
 		buf = make([]byte, 2*len(buf)) // may have been cut: read again, whole
 	}
 }
+
+// Keep reports whether the descriptor fd is on a filesystem whose files
+// regenerate their content on every read from offset 0, so that it is worth
+// keeping open: procfs, cgroup (v1) and cgroup2. Anything else (a fixture
+// tree on tmpfs or disk) is opened afresh each time, since tests replace it.
+func Keep(fd int) bool {
+	var st syscall.Statfs_t
+	if syscall.Fstatfs(fd, &st) != nil {
+		return false
+	}
+	switch st.Type {
+	case 0x9fa0, 0x27e0eb, 0x63677270: // PROC, CGROUP, CGROUP2 _SUPER_MAGIC
+		return true
+	}
+	return false
+}

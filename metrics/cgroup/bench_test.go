@@ -1,0 +1,30 @@
+package cgroup_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+)
+
+// BenchmarkCollect measures one sample of the container scope on the real v1
+// hierarchy (memory, cpu, cpuacct) of a child cgroup holding an idle helper:
+// the per-sample cost of the cgroup collector (docs/performance.md). It skips
+// where cgrouptest cannot make a v1 cgroup (not root, v2 host).
+func BenchmarkCollect(b *testing.B) {
+	g := cgrouptest.NewV1(b, realLimits)
+	pid := startIn(b, g, "idle")
+	c := collectorFor(b, pid)
+	ctx := context.Background()
+	if _, err := c.Collect(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		pts, err := c.Collect(ctx)
+		if err != nil || len(pts) == 0 {
+			b.Fatalf("Collect: %d points, %v", len(pts), err)
+		}
+	}
+}
