@@ -181,6 +181,11 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	} else {
 		apiErr.Message = tracker.Shorten(string(resp.Body()))
 	}
+	if code == http.StatusBadRequest && serverDBError(me) {
+		// The server's trouble, not the request's: retried with backoff.
+		apiErr.Hint = "a database error on the MLflow server (under load, its connection pool: see MLFLOW_SQLALCHEMYSTORE_POOL_SIZE); retried"
+		return apiErr
+	}
 	switch {
 	case code == http.StatusUnauthorized:
 		apiErr.Hint = s.credentialHint()
@@ -204,4 +209,15 @@ func (s *Sink) credentialHint() string {
 func isCode(err error, code string) bool {
 	var ae *APIError
 	return errors.As(err, &ae) && ae.Code == code
+}
+
+// serverDBError reports an MLflow answer that blames its own database:
+// MLflow's SQL store turns any SQLAlchemy error other than OperationalError
+// (a pool timeout under load, "QueuePool limit of size 5 overflow 10
+// reached") into 400 BAD_REQUEST (mlflow/store/db/utils.py), which would
+// otherwise read as a request that can never succeed. SQLAlchemy ends its
+// messages with a link to its error docs.
+func serverDBError(me mlflowError) bool {
+	return me.ErrorCode == "BAD_REQUEST" &&
+		(strings.Contains(me.Message, "sqlalche.me/e/") || strings.Contains(me.Message, "sqlalchemy") || strings.Contains(me.Message, "QueuePool limit"))
 }

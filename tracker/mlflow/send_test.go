@@ -305,6 +305,11 @@ func TestClassify(t *testing.T) {
 		{"403", 403, "", `{"error_code":"PERMISSION_DENIED","message":"Permission denied"}`, Config{}, permanent, 0, []string{"403 PERMISSION_DENIED", "run1"}},
 		{"404 run", 404, "", `{"error_code":"RESOURCE_DOES_NOT_EXIST","message":"Run 'run1' not found"}`, Config{}, permanent, 0, []string{"RESOURCE_DOES_NOT_EXIST", "not found"}},
 		{"404 not mlflow", 404, "", `<html>Not Found</html>`, Config{}, permanent, 0, []string{"no MLflow REST API", EnvTrackingURI}},
+		// MLflow 3.17's answer when its database connection pool is exhausted
+		// (seen with 50 bridges on one server, bench/load.sh).
+		{"400 database pool timeout", 400, "", `{"error_code":"BAD_REQUEST","message":"QueuePool limit of size 5 overflow 10 reached, connection timed out, timeout 30.00 (Background on this error at: https://sqlalche.me/e/20/3o7r)"}`,
+			Config{}, retry, 0, []string{"400 BAD_REQUEST", "QueuePool", "database error on the MLflow server"}},
+		{"400 other request error", 400, "", `{"error_code":"BAD_REQUEST","message":"Invalid value for request parameter"}`, Config{}, permanent, 0, nil},
 		{"400 deleted run", 400, "", `{"error_code":"INVALID_PARAMETER_VALUE","message":"The run run1 must be in the 'active' state."}`, Config{}, permanent, 0, []string{"active"}},
 	}
 	for _, tc := range tests {
