@@ -61,6 +61,21 @@ func (r *round) v2CPUStat(dir string) ([]uint64, error) {
 	return r.v2CPU, r.v2CPUErr
 }
 
+// required reads a file the reading cannot do without: an error fails the
+// round, an absent file is no data (reported once); either way ok is false.
+func (r *round) required(path, what string) (s string, ok bool) {
+	s, found, err := r.c.files.read(path)
+	if err != nil {
+		r.fail(err)
+		return "", false
+	}
+	if !found {
+		r.c.noData(path, what)
+		return "", false
+	}
+	return s, true
+}
+
 // memory adds the memory points. Working set is cAdvisor's: usage minus
 // inactive file pages, clamped at 0.
 func (r *round) memory() {
@@ -77,15 +92,12 @@ func (r *round) memory() {
 		usageFile, statFile, peakFile = "memory.usage_in_bytes", "memory.stat", "memory.max_usage_in_bytes"
 		inactiveKey, rssKey, cacheKey = "total_inactive_file", "total_rss", "total_cache"
 		path := filepath.Join(p.dir, usageFile)
-		s, found, err := c.files.read(path)
-		if err != nil {
-			r.fail(err)
+		s, ok := r.required(path, "memory usage")
+		if !ok {
 			return
 		}
-		if !found {
-			c.noData(path, "memory usage")
-			return
-		}
+		var err error
+		var found bool
 		if usage, err = parseV1Uint(s); err != nil {
 			r.fail(fmt.Errorf("%s: %w", path, err))
 			return
@@ -112,14 +124,8 @@ func (r *round) memory() {
 		inactiveKey, rssKey, cacheKey = "inactive_file", "anon", "file"
 		// An absent memory.current means the memory controller is not
 		// enabled here (or this is the root).
-		path := filepath.Join(p.dir, usageFile)
-		s, found, err := c.files.read(path)
-		if err != nil {
-			r.fail(err)
-			return
-		}
-		if !found {
-			c.noData(path, "memory usage")
+		s, ok := r.required(filepath.Join(p.dir, usageFile), "memory usage")
+		if !ok {
 			return
 		}
 		usage = parseV2Uint(s)
@@ -129,6 +135,7 @@ func (r *round) memory() {
 			return
 		}
 		inactive, rss, cache = vals[0], vals[1], vals[2]
+		var err error
 		s, hasPeak, err = c.files.read(filepath.Join(p.dir, peakFile))
 		r.fail(err) // no peak point then, the others still count
 		peak = parseV2Uint(s)
@@ -248,13 +255,7 @@ func (r *round) cpu() {
 	case hasAcct && acctP.v1:
 		usageSrc = src(acctP.dir, "cpuacct.usage")
 		path := filepath.Join(acctP.dir, "cpuacct.usage")
-		s, found, err := c.files.read(path)
-		switch {
-		case err != nil:
-			r.fail(err)
-		case !found:
-			c.noData(path, "cpu usage")
-		default:
+		if s, ok := r.required(path, "cpu usage"); ok {
 			if v, err := parseV1Uint(s); err != nil {
 				r.fail(fmt.Errorf("%s: %w", path, err))
 			} else {
@@ -293,14 +294,7 @@ func (r *round) cpu() {
 		} else {
 			// cpu.stat's nr_* keys exist only where the cpu controller is
 			// enabled, which cpu.max marks.
-			path := filepath.Join(cpuP.dir, "cpu.max")
-			_, found, err := c.files.read(path)
-			switch {
-			case err != nil:
-				r.fail(err)
-			case !found:
-				c.noData(path, "cpu controller (throttling)")
-			default:
+			if _, ok := r.required(filepath.Join(cpuP.dir, "cpu.max"), "cpu controller (throttling)"); ok {
 				throttleSrc = src(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
 				reported := r.v2CPU != nil // read (and any error added) for usage
 				v, err := r.v2CPUStat(cpuP.dir)
