@@ -56,6 +56,7 @@ type Forwarder struct {
 	finalTry  bool      // a backoff was cut short by Finish (done once)
 
 	stopOnce sync.Once
+	initOnce sync.Once     // defaults
 	quit     chan struct{} // closed by Finish: return once nothing is pending
 
 	mu      sync.Mutex
@@ -127,24 +128,24 @@ func (f *Forwarder) Finish() {
 	f.stopOnce.Do(func() { close(f.quit) })
 }
 
+// defaults fills the unset options once: Run and Finish may call it at the
+// same time (a session stopped right after it opened).
 func (f *Forwarder) defaults() {
-	if f.Batch <= 0 {
-		f.Batch = 100
-	}
-	if f.MinGap <= 0 {
-		f.MinGap = time.Second
-	}
-	if f.MaxGap <= 0 {
-		f.MaxGap = 60 * time.Second
-	}
-	if f.Log == nil {
-		f.Log = slog.Default()
-	}
-	f.mu.Lock()
-	if f.quit == nil {
+	f.initOnce.Do(func() {
+		if f.Batch <= 0 {
+			f.Batch = 100
+		}
+		if f.MinGap <= 0 {
+			f.MinGap = time.Second
+		}
+		if f.MaxGap <= 0 {
+			f.MaxGap = 60 * time.Second
+		}
+		if f.Log == nil {
+			f.Log = slog.Default()
+		}
 		f.quit = make(chan struct{})
-	}
-	f.mu.Unlock()
+	})
 }
 
 func (f *Forwarder) quitting() bool {
