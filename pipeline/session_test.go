@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker"
@@ -107,7 +108,7 @@ func settings(t *testing.T) Settings {
 
 func open(t *testing.T, set Settings, cs []metrics.Collector, mem MemoryProbe, sinks ...tracker.Sink) *Session {
 	t.Helper()
-	st := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: DefaultStartTimeout}, quiet())
+	st := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: config.DefaultStartTimeout}, quiet())
 	s, err := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: cs, Memory: mem, Started: st,
 		StartTags: map[string]string{"k": "v"}})
 	if err != nil {

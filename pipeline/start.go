@@ -7,7 +7,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -61,10 +60,6 @@ func (st Started) RunIDs() map[string]string {
 	}
 	return ids
 }
-
-// DefaultStartTimeout is how long the child waits for the trackers before
-// it starts, by default (the --start-timeout setting).
-const DefaultStartTimeout = config.DefaultStartTimeout
 
 // StartPolicy says how long the child waits for each sink's Start and what
 // happens to a sink whose tracker did not answer in time.

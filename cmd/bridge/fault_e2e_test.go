@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
-	"github.com/bridge-dev/bridge/pipeline"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // These tests put mocks/faultproxy between the real bridge binary and a real
@@ -50,7 +51,7 @@ func runTimed(t *testing.T, j *job, childFor time.Duration) {
 		t.Fatalf("bridge exited %d, want the child's %d; stderr:\n%s", code, faultChildExit, &j.err)
 	}
 	// Start timeout (5 s) + the child + the end-of-run bound.
-	if bound := pipeline.DefaultStartTimeout + childFor + faultBound; took > bound {
+	if bound := config.DefaultStartTimeout + childFor + faultBound; took > bound {
 		t.Errorf("bridge took %s, over its bound %s; stderr:\n%s", took, bound, &j.err)
 	}
 }
@@ -148,7 +149,7 @@ func TestFaultRefusedDuringRun(t *testing.T) {
 	if code != faultChildExit {
 		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
 	}
-	if took, bound := time.Since(start), pipeline.DefaultStartTimeout+6*time.Second+faultBound; took > bound {
+	if took, bound := time.Since(start), config.DefaultStartTimeout+6*time.Second+faultBound; took > bound {
 		t.Errorf("bridge took %s, over %s", took, bound)
 	}
 	requireHistory(t, srv, j, j.runID(t), faultKey)
@@ -265,7 +266,12 @@ time.sleep(3)
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(pipeline.DefaultStartTimeout + 3*time.Second)
+	// The start record is written once the start timeout has passed and the
+	// child's environment is settled: only then may the tracker come back.
+	waitFor(t, 90*time.Second, "the start record", func() bool {
+		_, _, at, err := spooltest.ReadFile(j.spool)
+		return err == nil && len(at) > 0
+	})
 	if err := p.Up(); err != nil {
 		t.Fatal(err)
 	}

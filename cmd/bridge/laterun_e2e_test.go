@@ -66,7 +66,11 @@ func TestFaultLateRunSurvivesKill(t *testing.T) {
 	if id := spooledRun(); id != "" {
 		t.Fatalf("the start record names run %q while the tracker was down", id)
 	}
-	time.Sleep(pipeline.DefaultStartTimeout + 2*time.Second)
+	// Samples spooled while the tracker is down: the late run gets them too.
+	waitFor(t, 90*time.Second, "two samples spooled while the tracker is down", func() bool {
+		ss, _, _, err := spooltest.ReadFile(j.spool)
+		return err == nil && len(ss) >= 2
+	})
 	if err := p.Up(); err != nil {
 		t.Fatal(err)
 	}

@@ -300,21 +300,9 @@ type round struct {
 	c    *Collector
 	pts  []metrics.Point
 	errs []error
-	// v1Limit is this round's v1 memory.stat hierarchical_memory_limit,
-	// when hasV1Limit (read with the usage).
-	v1Limit    uint64
-	hasV1Limit bool
-	// v2CPU is this round's v2 cpu.stat (v2CPUStatKeys), read once for
-	// usage and throttling; nil until read.
-	v2CPU    []uint64
-	v2CPUErr error
-}
-
-func (r *round) v1LimitPtr() *uint64 {
-	if !r.hasV1Limit {
-		return nil
-	}
-	return &r.v1Limit
+	// v1Limit is this round's v1 memory.stat hierarchical_memory_limit
+	// (read with the usage); nil on v2 or when it could not be read.
+	v1Limit *uint64
 }
 
 func (r *round) add(name string, v float64, unit, source string) {

@@ -191,13 +191,7 @@ func parsePSI(s string) (map[string]psiLine, error) {
 // the keys asked for are kept: no map, no allocation.
 func parseStatKeys(s string, keys []string, vals []uint64) error {
 	clear(vals)
-	for len(s) > 0 {
-		line := s
-		if i := strings.IndexByte(s, '\n'); i >= 0 {
-			line, s = s[:i], s[i+1:]
-		} else {
-			s = ""
-		}
+	for line := range strings.Lines(s) {
 		line = strings.TrimSpace(line)
 		i := strings.IndexFunc(line, unicode.IsSpace)
 		if i < 0 {
@@ -260,13 +254,7 @@ func parseV2Uint(s string) uint64 {
 // countCPULines counts the "cpuN" lines of /proc/stat: the online CPUs.
 func countCPULines(s string) int {
 	n := 0
-	for len(s) > 0 {
-		line := s
-		if i := strings.IndexByte(s, '\n'); i >= 0 {
-			line, s = s[:i], s[i+1:]
-		} else {
-			s = ""
-		}
+	for line := range strings.Lines(s) {
 		if len(line) > 3 && line[:3] == "cpu" && line[3] >= '0' && line[3] <= '9' {
 			n++
 		}

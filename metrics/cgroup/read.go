@@ -51,16 +51,6 @@ func (c *Collector) readV1Uint(path string) (uint64, error) {
 	return v, nil
 }
 
-// v2CPUStat reads the v2 leaf's cpu.stat once per round (usage and
-// throttling share it); a missing file reads as zeros, as in containerd.
-func (r *round) v2CPUStat(dir string) ([]uint64, error) {
-	if r.v2CPU == nil {
-		r.v2CPU = make([]uint64, len(v2CPUStatKeys))
-		_, r.v2CPUErr = r.c.readStat(filepath.Join(dir, "cpu.stat"), v2CPUStatKeys, r.v2CPU)
-	}
-	return r.v2CPU, r.v2CPUErr
-}
-
 // required reads a file the reading cannot do without: an error fails the
 // round, an absent file is no data (reported once); either way ok is false.
 func (r *round) required(path, what string) (s string, ok bool) {
@@ -74,6 +64,21 @@ func (r *round) required(path, what string) (s string, ok bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// flatKeyed reads a required "key value" file (memory.events,
+// memory.oom_control, pids.events): the map says which keys the kernel wrote.
+func (r *round) flatKeyed(path, what string) (map[string]uint64, bool) {
+	s, ok := r.required(path, what)
+	if !ok {
+		return nil, false
+	}
+	kv, err := parseFlatKeyed(s)
+	if err != nil {
+		r.fail(fmt.Errorf("%s: %w", path, err))
+		return nil, false
+	}
+	return kv, true
 }
 
 // memory adds the memory points. Working set is cAdvisor's: usage minus
@@ -117,7 +122,7 @@ func (r *round) memory() {
 			return
 		}
 		inactive, rss, cache, hasPeak = vals[0], vals[1], vals[2], true
-		r.v1Limit, r.hasV1Limit = vals[3], true
+		r.v1Limit = &vals[3]
 		r.v1OOMKill(p)
 	} else {
 		usageFile, statFile, peakFile = "memory.current", "memory.stat", "memory.peak"
@@ -157,7 +162,7 @@ func (r *round) memory() {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
 
-	lim, err := c.memoryLimit(r.v1LimitPtr())
+	lim, err := c.memoryLimit(r.v1Limit)
 	r.fail(err)
 	if lim.ok {
 		r.add(metrics.ContainerMemoryLimit, metrics.MB(float64(lim.bytes)), metrics.UnitMegabytes, lim.setBy)
@@ -175,18 +180,8 @@ func (r *round) memory() {
 // the missing key as 0, which would claim "no OOM kills" from no data.
 func (r *round) v1OOMKill(p place) {
 	path := filepath.Join(p.dir, "memory.oom_control")
-	s, found, err := r.c.files.read(path)
-	if err != nil {
-		r.fail(err)
-		return
-	}
-	if !found {
-		r.c.noData(path, "memory OOM control")
-		return
-	}
-	kv, err := parseFlatKeyed(s)
-	if err != nil {
-		r.fail(fmt.Errorf("%s: %w", path, err))
+	kv, ok := r.flatKeyed(path, "memory OOM control")
+	if !ok {
 		return
 	}
 	// v1 counts OOM kills only; under_oom is a 0/1 state, not events.
@@ -202,18 +197,8 @@ func (r *round) v1OOMKill(p place) {
 // oom_group_kill is only written by newer kernels.
 func (r *round) memoryEvents(p place) {
 	path := filepath.Join(p.dir, "memory.events")
-	s, found, err := r.c.files.read(path)
-	if err != nil {
-		r.fail(err)
-		return
-	}
-	if !found {
-		r.c.noData(path, "memory events")
-		return
-	}
-	kv, err := parseFlatKeyed(s)
-	if err != nil {
-		r.fail(fmt.Errorf("%s: %w", path, err))
+	kv, ok := r.flatKeyed(path, "memory events")
+	if !ok {
 		return
 	}
 	for _, e := range []struct{ key, name string }{
@@ -251,6 +236,15 @@ func (r *round) cpu() {
 
 	cpuP, hasCPU := c.lay.places[ctlCPU]
 	acctP, hasAcct := c.lay.places[ctlCPUAcct]
+	// v2's cpu.stat holds both the usage and the throttling: read once.
+	var v2 [4]uint64 // v2CPUStatKeys
+	var v2Found bool
+	var v2Err error
+	v2Path := filepath.Join(cpuP.dir, "cpu.stat")
+	if hasCPU && !cpuP.v1 {
+		v2Found, v2Err = c.readStat(v2Path, v2CPUStatKeys, v2[:])
+		r.fail(v2Err)
+	}
 	switch {
 	case hasAcct && acctP.v1:
 		usageSrc = src(acctP.dir, "cpuacct.usage")
@@ -264,17 +258,12 @@ func (r *round) cpu() {
 		}
 	case hasCPU && !cpuP.v1:
 		usageSrc = src(cpuP.dir, "cpu.stat usage_usec")
-		path := filepath.Join(cpuP.dir, "cpu.stat")
-		r.v2CPU = make([]uint64, len(v2CPUStatKeys))
-		found, err := c.readStat(path, v2CPUStatKeys, r.v2CPU)
-		r.v2CPUErr = err
 		switch {
-		case err != nil:
-			r.fail(err)
-		case !found:
-			c.noData(path, "cpu usage")
+		case v2Err != nil: // reported above
+		case !v2Found:
+			c.noData(v2Path, "cpu usage")
 		default:
-			cur.usageNs, cur.hasUsage = r.v2CPU[0]*1000, true
+			cur.usageNs, cur.hasUsage = v2[0]*1000, true
 		}
 	}
 	if hasCPU {
@@ -296,13 +285,9 @@ func (r *round) cpu() {
 			// enabled, which cpu.max marks.
 			if _, ok := r.required(filepath.Join(cpuP.dir, "cpu.max"), "cpu controller (throttling)"); ok {
 				throttleSrc = src(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
-				reported := r.v2CPU != nil // read (and any error added) for usage
-				v, err := r.v2CPUStat(cpuP.dir)
-				switch {
-				case err == nil:
-					cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = v[1], v[2], v[3]*1000, true
-				case !reported:
-					r.fail(err)
+				// An absent cpu.stat reads as zeros, as containerd read it.
+				if v2Err == nil {
+					cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = v2[1], v2[2], v2[3]*1000, true
 				}
 			}
 		}
@@ -413,16 +398,12 @@ func (r *round) pids() {
 		return
 	}
 	path := filepath.Join(p.dir, "pids.current")
-	s, found, err := c.files.read(path)
-	if err != nil {
-		r.fail(err)
-		return
-	}
-	if !found {
-		c.noData(path, "pids")
+	s, ok := r.required(path, "pids")
+	if !ok {
 		return
 	}
 	var cur, limit uint64
+	var err error
 	var limited bool
 	if p.v1 {
 		if cur, err = parseV1Uint(s); err != nil {
@@ -449,18 +430,8 @@ func (r *round) pids() {
 	// pids.events max counts forks refused at pids.max (cumulative, v1 and
 	// v2 alike); containerd does not read it.
 	path = filepath.Join(p.dir, "pids.events")
-	s, found, err = c.files.read(path)
-	if err != nil {
-		r.fail(err)
-		return
-	}
-	if !found {
-		c.noData(path, "pids events")
-		return
-	}
-	kv, err := parseFlatKeyed(s)
-	if err != nil {
-		r.fail(fmt.Errorf("%s: %w", path, err))
+	kv, ok := r.flatKeyed(path, "pids events")
+	if !ok {
 		return
 	}
 	if v, ok := kv["max"]; ok {

@@ -31,28 +31,60 @@ func readUint(t *testing.T, path string) float64 {
 	return float64(v)
 }
 
+// statKey reads one key of a flat-keyed file (cpu.stat) afresh.
+func statKey(t *testing.T, path, key string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), " "); ok && k == key {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return float64(n)
+		}
+	}
+	t.Fatalf("%s has no %s", path, key)
+	return 0
+}
+
+// Each re-read lies between fresh reads of the same files taken just before
+// and after it; before each, the test waits (polling, no fixed time) until
+// the busy loop has moved the kernel's counters past the previous re-read,
+// so a stale pread could not pass.
 func TestRealPreadIsFresh(t *testing.T) {
 	g := cgrouptest.NewV1(t, busyLimits)
 	pid := startIn(t, g, "busy")
 	c := collectorFor(t, pid)
 	defer c.Close()
 	usage := filepath.Join(g.CPUAcct, "cpuacct.usage")
+	cpuStat := filepath.Join(g.CPU, "cpu.stat")
 	var lastUsage, lastPeriods float64
 	for i := 0; i < 4; i++ {
-		before := readUint(t, usage) / 1e9
+		for deadline := time.Now().Add(60 * time.Second); readUint(t, usage)/1e9 <= lastUsage || statKey(t, cpuStat, "nr_periods") <= lastPeriods; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("read %d: the busy loop moved neither cpuacct.usage nor nr_periods in 60 s", i)
+			}
+		}
+		before, beforeP := readUint(t, usage)/1e9, statKey(t, cpuStat, "nr_periods")
 		pts := collect(t, c)
-		after := readUint(t, usage) / 1e9
+		after, afterP := readUint(t, usage)/1e9, statKey(t, cpuStat, "nr_periods")
 		u := value(t, pts, "container_cpu_usage_seconds_total")
 		if u < before || u > after {
 			t.Errorf("read %d: usage %v s outside the fresh reads around it [%v, %v]: stale", i, u, before, after)
 		}
 		p := value(t, pts, "container_cpu_periods_total")
+		if p < beforeP || p > afterP {
+			t.Errorf("read %d: periods %v outside the fresh reads around it [%v, %v]: stale", i, p, beforeP, afterP)
+		}
 		if i > 0 && (u <= lastUsage || p <= lastPeriods) {
-			t.Errorf("read %d: usage %v s, periods %v did not grow from %v, %v over 300 ms of a busy loop: stale",
+			t.Errorf("read %d: usage %v s, periods %v did not grow from %v, %v though the kernel's did: stale",
 				i, u, p, lastUsage, lastPeriods)
 		}
 		lastUsage, lastPeriods = u, p
-		time.Sleep(300 * time.Millisecond)
 	}
 }
 
