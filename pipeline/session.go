@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -74,6 +75,9 @@ type Options struct {
 	Spool      *spool.Spool        // an already open spool; nil opens Settings.Spool or the default
 	Started    Started             // from StartSinksWith
 	StartTags  map[string]string   // recorded in the spool's start record
+	// Phase gives the wait between the first sample and the second, from
+	// the interval; nil draws it at random in [0, interval) (see loop).
+	Phase func(interval time.Duration) time.Duration
 }
 
 // Session is one job's sampling: collectors -> bounded queue -> spool ->
@@ -115,6 +119,7 @@ type Session struct {
 
 	prom    *promexport.Exporter // nil unless MetricsAddr is set
 	sources *Sources             // nil when the driver gave bare collectors
+	phase   func(time.Duration) time.Duration
 }
 
 // SpoolPath is the configured path or a default in the working directory
@@ -169,6 +174,10 @@ func Open(o Options) (*Session, error) {
 		doneW:        make(chan struct{}),
 	}
 	s.sources = o.Sources
+	s.phase = o.Phase
+	if s.phase == nil {
+		s.phase = RandomPhase
+	}
 	s.sampler.SetNextSeq(sp.NextSeq())
 	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: o.Version, Runs: o.Started.RunIDs(), Info: o.StartTags}); err != nil {
 		sp.Close()
@@ -231,10 +240,16 @@ func (s *Session) loop() {
 	defer close(s.doneS)
 	defer s.recoverGo("sampling loop")
 	fast := s.set.FastInterval > 0 && s.set.FastInterval < s.set.Interval && s.memory != nil
-	for {
+	for first := true; ; first = false {
 		smp := s.sampler.Sample(context.Background())
 		s.enqueue(smp)
 		next := smp.Time.Add(s.set.Interval)
+		if first {
+			// The first sample is taken at once; the rest keep a random
+			// phase, so that the bridges of a job started together (one per
+			// pod) do not all sample and post at the same instant.
+			next = smp.Time.Add(min(max(s.phase(s.set.Interval), 0), s.set.Interval))
+		}
 		if fast && s.nearLimit(smp.Points) {
 			next = smp.Time.Add(s.set.FastInterval)
 		}
@@ -264,6 +279,15 @@ func (s *Session) loop() {
 			}
 		}
 	}
+}
+
+// RandomPhase draws the wait before the second sample uniformly in
+// [0, interval).
+func RandomPhase(interval time.Duration) time.Duration {
+	if interval <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(interval)))
 }
 
 // nearLimit reports whether the working set is above the fast-sampling

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,7 +111,7 @@ func open(t *testing.T, set Settings, cs []metrics.Collector, mem MemoryProbe, s
 	t.Helper()
 	st := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: config.DefaultStartTimeout}, quiet())
 	s, err := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: cs, Memory: mem, Started: st,
-		StartTags: map[string]string{"k": "v"}})
+		StartTags: map[string]string{"k": "v"}, Phase: func(d time.Duration) time.Duration { return d }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,6 +315,57 @@ func TestSessionMemoryProbe(t *testing.T) {
 	case <-p.calls:
 	default:
 		t.Error("the probe was never read")
+	}
+}
+
+// The second sample comes after the phase, not after a whole interval: with
+// an hour's interval and a phase of zero, it is taken at once.
+func TestSessionPhase(t *testing.T) {
+	c := &counter{}
+	set := settings(t)
+	set.Interval = time.Hour
+	st := StartSinksWith(context.Background(), nil, tracker.StartInfo{}, StartPolicy{Timeout: config.DefaultStartTimeout}, quiet())
+	var asked atomic.Int64
+	s, err := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: []metrics.Collector{c}, Started: st,
+		Phase: func(d time.Duration) time.Duration { asked.Store(int64(d)); return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Run()
+	waitFor(t, "a second sample after a zero phase", func() bool { return c.calls() >= 2 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	if time.Duration(asked.Load()) != time.Hour {
+		t.Errorf("phase asked with %v, want the interval (1h)", time.Duration(asked.Load()))
+	}
+}
+
+// RandomPhase stays in [0, interval) and spreads: bridges started together
+// do not share a phase.
+func TestRandomPhase(t *testing.T) {
+	const interval = 10 * time.Second
+	seen := map[time.Duration]bool{}
+	var lo, hi int
+	for range 1000 {
+		p := RandomPhase(interval)
+		if p < 0 || p >= interval {
+			t.Fatalf("phase %v outside [0, %v)", p, interval)
+		}
+		seen[p] = true
+		if p < interval/4 {
+			lo++
+		}
+		if p >= 3*interval/4 {
+			hi++
+		}
+	}
+	// Each quarter holds ~250 of 1000 draws; under 100 is a broken draw
+	// (chance below 1e-30 for a uniform one).
+	if len(seen) < 900 || lo < 100 || hi < 100 {
+		t.Errorf("%d distinct phases, %d in the first quarter, %d in the last: not spread over the interval", len(seen), lo, hi)
+	}
+	if RandomPhase(0) != 0 {
+		t.Error("RandomPhase(0) != 0")
 	}
 }
 
