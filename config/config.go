@@ -98,7 +98,7 @@ type option struct {
 }
 
 var options = []option{
-	{"interval", 10 * time.Second, "time between samples (Go duration, e.g. 10s; 100ms to 24h)"},
+	{"interval", 10 * time.Second, "time between samples (Go duration, e.g. 10s; 100ms to 24h); the second sample comes after a random part of it, so that bridges started together do not post at once"},
 	{"fast-interval", time.Second, "time between samples while the working set is above --fast-threshold of the limit (0 turns it off)"},
 	{"fast-threshold", 90.0, "percent of the memory limit above which bridge samples every --fast-interval, in (0, 100]"},
 	{"collect-timeout", 5 * time.Second, "longest wait for one collector in one sample (10ms to 10m)"},
