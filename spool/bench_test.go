@@ -75,3 +75,22 @@ func BenchmarkAppend(b *testing.B) {
 		seq++
 	}
 }
+
+// BenchmarkEncodeSample is the encoding of one sample of 37 series; json is
+// the encoding/json path it replaced (for comparison).
+func BenchmarkEncodeSample(b *testing.B) {
+	smp := benchSample(37)
+	b.Run("encoder", func(b *testing.B) {
+		var e encoder
+		b.ReportAllocs()
+		for b.Loop() {
+			e.sample(&smp)
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			jsonSample(b, smp)
+		}
+	})
+}

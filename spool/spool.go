@@ -50,6 +50,9 @@ const (
 	// whole buffer, and a cap rewrite reads the whole file.
 	retryGap        = time.Second
 	compactRetryGap = 30 * time.Second
+
+	// maxKeptBuf bounds the write buffer kept between writes.
+	maxKeptBuf = 1 << 20
 )
 
 // ErrClosed is returned by writes to a closed spool.
@@ -174,6 +177,8 @@ type Spool struct {
 	lostLog  bool      // the buffer-full message was given
 	nextTry  time.Time // while failing, no retry before this
 	gap      time.Duration
+	enc      encoder // encodes samples and acks (reused: no allocation)
+	wbuf     []byte  // what one write sends (reused)
 }
 
 // Open opens the spool at path with default options.
@@ -482,12 +487,10 @@ func (s *Spool) WriteEnd(rec Record) error {
 // the file cannot be written the sample waits in memory (see Options); it
 // reaches the sinks either way.
 func (s *Spool) Append(smp metrics.Sample) error {
-	vals := make(Values, len(smp.Points))
 	// Keep only what sinks need: name and value (and a Time at ms, as sent).
-	c := metrics.Sample{Seq: smp.Seq, Time: time.UnixMilli(smp.Time.UnixMilli())}
-	for _, p := range smp.Points {
-		vals[p.Name] = p.Value
-		c.Points = append(c.Points, metrics.Point{Name: p.Name, Value: p.Value})
+	c := metrics.Sample{Seq: smp.Seq, Time: time.UnixMilli(smp.Time.UnixMilli()), Points: make([]metrics.Point, len(smp.Points))}
+	for i, p := range smp.Points {
+		c.Points[i] = metrics.Point{Name: p.Name, Value: p.Value}
 	}
 	seq := smp.Seq
 	s.mu.Lock()
@@ -504,7 +507,7 @@ func (s *Spool) Append(smp metrics.Sample) error {
 	if len(s.tracked) > 0 && (len(s.pend) == 0 || s.pend[len(s.pend)-1].seq < seq) {
 		s.pend = append(s.pend, entry{seq: seq, off: -1, smp: &c})
 	}
-	err := s.enqueueLocked(Record{Type: TypeSample, Seq: &seq, TS: c.Time.UnixMilli(), Metrics: vals}, seq, "")
+	s.enqueueLineLocked(s.enc.sample(&c), seq, "")
 	chans := s.notify
 	s.mu.Unlock()
 	for _, ch := range chans {
@@ -513,7 +516,7 @@ func (s *Spool) Append(smp metrics.Sample) error {
 		default:
 		}
 	}
-	return err
+	return nil
 }
 
 // Pending returns up to max samples that sink has not acknowledged for run,
@@ -590,7 +593,8 @@ func (s *Spool) Ack(sink, run string, seq int64) error {
 	k := ackKey(sink, run)
 	s.acks[k] = seq
 	s.trimLocked()
-	return s.enqueueLocked(Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq}, -1, k)
+	s.enqueueLineLocked(s.enc.ack(sink, run, seq), -1, k)
+	return nil
 }
 
 // Delivered reports whether every sample in the file reached every sink that
@@ -624,6 +628,13 @@ func (s *Spool) enqueueLocked(rec Record, seq int64, ack string) error {
 	if err != nil {
 		return fmt.Errorf("encoding spool record: %w", err)
 	}
+	s.enqueueLineLocked(append(b, '\n'), seq, ack)
+	return nil
+}
+
+// enqueueLineLocked queues a copy of line (a whole record and its newline)
+// and writes what is queued.
+func (s *Spool) enqueueLineLocked(line []byte, seq int64, ack string) {
 	if ack != "" {
 		// Only the newest acknowledgement of a sink matters.
 		for i := len(s.queue) - 1; i >= 0; i-- {
@@ -633,13 +644,12 @@ func (s *Spool) enqueueLocked(rec Record, seq int64, ack string) error {
 			}
 		}
 	}
-	s.queue = append(s.queue, queued{line: append(b, '\n'), seq: seq, ack: ack})
+	s.queue = append(s.queue, queued{line: append([]byte(nil), line...), seq: seq, ack: ack})
 	if seq >= 0 {
 		s.queuedN++
 	}
 	s.flushLocked(false)
 	s.boundLocked()
-	return nil
 }
 
 // boundLocked drops the oldest waiting samples past MaxBuffered.
@@ -675,9 +685,12 @@ func (s *Spool) flushLocked(force bool) {
 	if s.failing && !force && time.Now().Before(s.nextTry) {
 		return
 	}
-	var buf []byte
+	buf := s.wbuf[:0]
 	for _, q := range s.queue {
 		buf = append(buf, q.line...)
+	}
+	if cap(buf) <= maxKeptBuf {
+		s.wbuf = buf // kept for the next write; a flush after an outage is not
 	}
 	if s.opt.MaxSize > 0 && s.size+int64(len(buf)) > s.opt.MaxSize && s.size > 0 {
 		if err := s.compactLocked(); err != nil {
@@ -703,7 +716,8 @@ func (s *Spool) flushLocked(force bool) {
 		off += int64(len(q.line))
 	}
 	n := len(s.queue)
-	s.queue, s.queuedN = nil, 0
+	clear(s.queue) // the lines and keys go; the slice is reused
+	s.queue, s.queuedN = s.queue[:0], 0
 	s.evictLocked()
 	if s.failing {
 		s.failing = false
