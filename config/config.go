@@ -44,6 +44,7 @@ const (
 	maxSize          = 1 << 50 // 1 PiB: any larger "size" is a typo
 	maxDuration      = 24 * time.Hour
 	maxStartTimeout  = 10 * time.Minute
+	maxSpoolSync     = time.Minute // longer would leave minutes of samples to a machine crash
 	envPrefix        = "BRIDGE"
 	configKey        = "config"
 	defaultSpoolSize = 1 << 30
@@ -69,6 +70,7 @@ type Config struct {
 	RunName        string        `mapstructure:"run-name"`               // name of a run bridge creates
 	Spool          string        `mapstructure:"spool"`                  // JSON Lines spool path; empty = derived default
 	SpoolMaxSize   ByteSize      `mapstructure:"spool-max-size"`         // cap on the spool file; 0 = no cap
+	SpoolSync      time.Duration `mapstructure:"spool-sync"`             // longest delay of the spool's fsync; 0 = fsync every sample
 	KeepSpool      bool          `mapstructure:"keep-spool"`             // keep a fully delivered spool of a clean run
 	QueueSize      int           `mapstructure:"queue-size"`             // samples buffered between sampling and the spool writer
 	FlushTimeout   time.Duration `mapstructure:"flush-timeout"`          // after the child exits, longest wait for trackers
@@ -111,6 +113,7 @@ var options = []option{
 	{"run-name", "", "name of the run when bridge creates it (default: from the command line, secrets redacted)"},
 	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<run>.jsonl)"},
 	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
+	{"spool-sync", time.Second, "longest delay before the spool's writes are fsynced, 0 to 1m (0 = fsync every sample); a machine crash (not a crash of bridge) can lose the samples of this delay not yet sent"},
 	{"keep-spool", false, "keep the spool file of a clean run even when every tracker has taken all of it"},
 	{"flush-timeout", 30 * time.Second, "after the child exits, longest wait in all for trackers to take what is left and record the end (the rest stays in the spool); a second SIGINT/SIGTERM ends it at once"},
 	{"start-timeout", DefaultStartTimeout, "longest wait for trackers before the child starts: the child starts within this whatever the trackers do (100ms to 10m)"},
@@ -338,6 +341,7 @@ func (c *Config) validate(src sources) error {
 		{"flush-timeout", c.FlushTimeout, 0, maxDuration, true},
 		{"start-timeout", c.StartTimeout, 100 * time.Millisecond, maxStartTimeout, false},
 		{"kill-after", c.KillAfter, 0, maxDuration, true},
+		{"spool-sync", c.SpoolSync, 0, maxSpoolSync, true},
 		{"scrape-timeout", c.ScrapeTimeout, 10 * time.Millisecond, 10 * time.Minute, false},
 	}
 	for _, d := range durs {

@@ -159,6 +159,7 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"run-name", "a\nb"}, {"run-name", strings.Repeat("r", 251)},
 		{"spool", "a\x01b"}, {"spool", "/"},
 		{"spool-max-size", "12xb"}, {"spool-max-size", "-1"}, {"spool-max-size", "1KiB"}, {"spool-max-size", "9EiB"}, {"spool-max-size", "NaN"},
+		{"spool-sync", "-1s"}, {"spool-sync", "2m"}, {"spool-sync", "often"}, {"spool-sync", "1"},
 		{"keep-spool", "perhaps"},
 		{"flush-timeout", "-1s"}, {"flush-timeout", "30"}, {"flush-timeout", "100h"},
 		{"start-timeout", "0"}, {"start-timeout", "1h"}, {"start-timeout", "soon"},
@@ -219,25 +220,28 @@ func TestNewOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.StartTimeout != 5*time.Second || c.KillAfter != 0 || c.SpoolMaxSize != 1<<30 || c.KeepSpool {
-		t.Errorf("defaults: start %v kill-after %v spool-max-size %v keep %v", c.StartTimeout, c.KillAfter, c.SpoolMaxSize, c.KeepSpool)
+	if c.StartTimeout != 5*time.Second || c.KillAfter != 0 || c.SpoolMaxSize != 1<<30 || c.KeepSpool || c.SpoolSync != time.Second {
+		t.Errorf("defaults: start %v kill-after %v spool-max-size %v keep %v spool-sync %v", c.StartTimeout, c.KillAfter, c.SpoolMaxSize, c.KeepSpool, c.SpoolSync)
 	}
-	c, err = load(t, []string{"--spool-max-size=512MiB", "--kill-after=10s"}, map[string]string{"BRIDGE_START_TIMEOUT": "2s", "BRIDGE_KEEP_SPOOL": "true"})
+	c, err = load(t, []string{"--spool-max-size=512MiB", "--kill-after=10s"}, map[string]string{"BRIDGE_START_TIMEOUT": "2s", "BRIDGE_KEEP_SPOOL": "true", "BRIDGE_SPOOL_SYNC": "0"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SpoolMaxSize != 512<<20 || c.KillAfter != 10*time.Second || c.StartTimeout != 2*time.Second || !c.KeepSpool {
+	if c.SpoolMaxSize != 512<<20 || c.KillAfter != 10*time.Second || c.StartTimeout != 2*time.Second || !c.KeepSpool || c.SpoolSync != 0 {
 		t.Errorf("got %+v", c)
 	}
-	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nqueue-size: 2000\nnode-id: 7\ngpus: [0, 1]\n")}, nil)
+	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nqueue-size: 2000\nnode-id: 7\ngpus: [0, 1]\nspool-sync: 1m\n")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SpoolMaxSize != 0 || c.QueueSize != 2000 || c.NodeID != "7" || !reflect.DeepEqual(c.GPUs, []string{"0", "1"}) {
+	if c.SpoolMaxSize != 0 || c.QueueSize != 2000 || c.NodeID != "7" || !reflect.DeepEqual(c.GPUs, []string{"0", "1"}) || c.SpoolSync != time.Minute {
 		t.Errorf("file: %+v", c)
 	}
 	if c.SpoolMaxSize.String() != "0" || ByteSize(512<<20).String() != "512MiB" {
 		t.Errorf("ByteSize.String: %q %q", c.SpoolMaxSize, ByteSize(512<<20))
+	}
+	if c, err = load(t, []string{"--spool-sync=250ms"}, nil); err != nil || c.SpoolSync != 250*time.Millisecond {
+		t.Errorf("--spool-sync=250ms: %v, %v", c.SpoolSync, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -137,5 +138,15 @@ func TestSpoolOptionsNoCap(t *testing.T) {
 	}
 	if o := SpoolOptions(Settings{SpoolMaxSize: 1 << 20}, nil); o.MaxSize != 1<<20 {
 		t.Errorf("MaxSize = %d", o.MaxSize)
+	}
+}
+
+// --spool-sync reaches the spool as its group commit, from the config on.
+func TestSpoolOptionsSync(t *testing.T) {
+	if o := SpoolOptions(SettingsFrom(config.Config{SpoolSync: time.Second}), nil); o.SyncEvery != time.Second {
+		t.Errorf("--spool-sync=1s gives SyncEvery %v", o.SyncEvery)
+	}
+	if o := SpoolOptions(SettingsFrom(config.Config{}), nil); o.SyncEvery != 0 {
+		t.Errorf("--spool-sync=0 gives SyncEvery %v, want 0 (fsync every write)", o.SyncEvery)
 	}
 }

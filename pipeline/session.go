@@ -39,6 +39,7 @@ type Settings struct {
 	FlushTimeout   time.Duration // longest Stop and Finish take together, counted from Stop or EndBy
 	Spool          string        // spool path; "" derives one from the run (SpoolPath)
 	SpoolMaxSize   int64         // cap on the spool file in bytes; 0: no cap
+	SpoolSync      time.Duration // longest delay of the spool's fsync; 0: fsync every write
 	KeepSpool      bool          // keep a delivered spool at the default path too
 	MetricsAddr    string        // where /metrics is served; "" = off
 	NodeID         string        // the node_id label on /metrics
@@ -49,15 +50,16 @@ func SettingsFrom(cfg config.Config) Settings {
 	return Settings{
 		Interval: cfg.Interval, FastInterval: cfg.FastInterval, FastThreshold: cfg.FastThreshold,
 		CollectTimeout: cfg.CollectTimeout, QueueSize: cfg.QueueSize, FlushTimeout: cfg.FlushTimeout,
-		Spool: cfg.Spool, SpoolMaxSize: int64(cfg.SpoolMaxSize), KeepSpool: cfg.KeepSpool,
+		Spool: cfg.Spool, SpoolMaxSize: int64(cfg.SpoolMaxSize), SpoolSync: cfg.SpoolSync, KeepSpool: cfg.KeepSpool,
 		MetricsAddr: cfg.MetricsAddr, NodeID: cfg.NodeID,
 	}
 }
 
 // SpoolOptions are the spool's options for these settings: --spool-max-size
-// 0 means no cap (the spool's own 0 means its default).
+// 0 means no cap (the spool's own 0 means its default); --spool-sync is the
+// spool's group commit.
 func SpoolOptions(set Settings, log *slog.Logger) spool.Options {
-	o := spool.Options{Logger: log, MaxSize: set.SpoolMaxSize}
+	o := spool.Options{Logger: log, MaxSize: set.SpoolMaxSize, SyncEvery: set.SpoolSync}
 	if set.SpoolMaxSize == 0 {
 		o.MaxSize = -1
 	}

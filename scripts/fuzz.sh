@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of outside input for a bounded time (FUZZTIME, default
-# 10s each): the spool reader, the cgroup file parsers, MLflow's and W&B's
-# response handling, configuration and flag parsing, and argv redaction.
+# 10s each): the spool reader (and its record encoder against encoding/json),
+# the cgroup file parsers, MLflow's and W&B's response handling,
+# configuration and flag parsing, and argv redaction.
 # Seed corpora live in each package's testdata/fuzz/ and also run in the
 # ordinary `go test`. A crasher fails the run; add it to the corpus as a
 # regression case (go test writes it under testdata/fuzz/).
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 t=${FUZZTIME:-10s}
 targets=(
-  "./spool/ FuzzScan" "./spool/ FuzzOpen"
+  "./spool/ FuzzScan" "./spool/ FuzzOpen" "./spool/ FuzzAppendSample"
   "./metrics/cgroup/ FuzzParseMemoryMax" "./metrics/cgroup/ FuzzParseCPUMax"
   "./metrics/cgroup/ FuzzParseV1Quota" "./metrics/cgroup/ FuzzParseCPUList"
   "./metrics/cgroup/ FuzzParseFlatKeyed" "./metrics/cgroup/ FuzzParsePSI"

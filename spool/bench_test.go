@@ -49,13 +49,17 @@ func outageMemory(b *testing.B, day int64) {
 
 // BenchmarkAppend is one sample's steady-state cost in the spool: the
 // sample encoded, written and fsynced, then the tracker's acknowledgement of
-// it recorded, with 37 series (every scope, no GPU).
+// it recorded, with 37 series (every scope, no GPU). sync=0 fsyncs every
+// write (Options.SyncEvery 0); sync=1s is group commit at bridge's default.
 func BenchmarkAppend(b *testing.B) {
-	pts := make([]metrics.Point, 37)
-	for i := range pts {
-		pts[i] = metrics.Point{Name: fmt.Sprintf("container_metric_number_%02d_megabytes", i), Value: float64(i) * 1.5}
+	for _, every := range []time.Duration{0, time.Second} {
+		b.Run("sync="+every.String(), func(b *testing.B) { benchAppend(b, every) })
 	}
-	s, err := OpenWith(filepath.Join(b.TempDir(), "s.jsonl"), Options{})
+}
+
+func benchAppend(b *testing.B, every time.Duration) {
+	pts := benchSample(37).Points
+	s, err := OpenWith(filepath.Join(b.TempDir(), "s.jsonl"), Options{SyncEvery: every})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,4 +78,23 @@ func BenchmarkAppend(b *testing.B) {
 		}
 		seq++
 	}
+}
+
+// BenchmarkEncodeSample is the encoding of one sample of 37 series; json is
+// the encoding/json path it replaced (for comparison).
+func BenchmarkEncodeSample(b *testing.B) {
+	smp := benchSample(37)
+	b.Run("encoder", func(b *testing.B) {
+		var e encoder
+		b.ReportAllocs()
+		for b.Loop() {
+			e.sample(&smp)
+		}
+	})
+	b.Run("json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			jsonSample(b, smp)
+		}
+	})
 }

@@ -19,6 +19,10 @@ import (
 // older than the ones some sink still needs. The new file replaces the old
 // one by rename, so a crash leaves one or the other.
 func (s *Spool) compactLocked() error {
+	// The old file stays if the rewrite fails: what it holds must be durable.
+	if err := s.syncLocked(); err != nil {
+		return fmt.Errorf("compacting spool %s: %w", s.path, err)
+	}
 	src, err := os.Open(s.path)
 	if err != nil {
 		return fmt.Errorf("compacting spool %s: %w", s.path, err)
@@ -116,7 +120,7 @@ func (s *Spool) compactLocked() error {
 		return fmt.Errorf("reopening spool %s after compacting: %w", s.path, err)
 	}
 	s.f.Close()
-	s.f, s.size = f, size
+	s.f, s.size, s.synced = f, size, size // the new file was fsynced
 
 	// Samples that left the file leave memory too; count those not delivered.
 	low := s.lowAckLocked()

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // failingFile is the spool's file with a switch: while full, a write stores
@@ -261,8 +262,15 @@ func TestDelivered(t *testing.T) {
 // The sampler appends while two forwarders read and acknowledge, with a
 // tiny memory window (reads from the file) and a small cap (rewrites): every
 // sample reaches each forwarder once, in order, unless the cap dropped it.
+// With SyncEvery, the deferred fsync's timer runs beside them too.
 func TestConcurrentAppendPendingAck(t *testing.T) {
-	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), Options{MemSamples: 3, MaxSize: 64 << 10})
+	for _, every := range []time.Duration{0, time.Millisecond} {
+		t.Run("sync="+every.String(), func(t *testing.T) { concurrentAppendPendingAck(t, every) })
+	}
+}
+
+func concurrentAppendPendingAck(t *testing.T, every time.Duration) {
+	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), Options{MemSamples: 3, MaxSize: 64 << 10, SyncEvery: every})
 	if err != nil {
 		t.Fatal(err)
 	}

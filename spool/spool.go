@@ -50,6 +50,13 @@ const (
 	// whole buffer, and a cap rewrite reads the whole file.
 	retryGap        = time.Second
 	compactRetryGap = 30 * time.Second
+
+	// maxKeptBuf bounds the write buffer kept between writes.
+	maxKeptBuf = 1 << 20
+
+	// maxUnsynced is how many written bytes may wait for a deferred fsync:
+	// past it the spool fsyncs at once (it keeps them in memory until then).
+	maxUnsynced = 1 << 20
 )
 
 // ErrClosed is returned by writes to a closed spool.
@@ -77,6 +84,13 @@ type Options struct {
 	// MustExist refuses a missing file (`bridge sync` of a mistyped path)
 	// instead of creating it.
 	MustExist bool
+	// SyncEvery is group commit: 0 fsyncs after every write. A positive
+	// value writes at once (the page cache has it: a crash of bridge loses
+	// nothing) and fsyncs at most SyncEvery after the first record other
+	// than an ack that is not yet synced, or at once when 1 MiB waits; a
+	// machine crash can lose what was written in that time. Acks alone wait
+	// for the next fsync: losing one only makes a tracker get samples again.
+	SyncEvery time.Duration
 }
 
 func (o *Options) defaults() {
@@ -149,8 +163,9 @@ type file interface {
 // read Pending and Ack). Append, Ack, WriteStart and WriteEnd never fail for
 // a full or broken disk: the record waits in memory and the next call that
 // can write flushes it; they fail only on a closed spool. A record that
-// reached the file was fsynced. They block only for the write and fsync.
-// Returned samples are the caller's.
+// reached the file was fsynced, or will be within Options.SyncEvery (it is
+// kept in memory until then, and written again if that fsync fails). They
+// block only for the write and fsync. Returned samples are the caller's.
 type Spool struct {
 	path string
 	opt  Options
@@ -174,6 +189,18 @@ type Spool struct {
 	lostLog  bool      // the buffer-full message was given
 	nextTry  time.Time // while failing, no retry before this
 	gap      time.Duration
+	enc      encoder // encodes samples and acks (reused: no allocation)
+	wbuf     []byte  // what one write sends (reused)
+
+	// Group commit (SyncEvery > 0): the file's bytes from synced to size are
+	// written but not fsynced; unsynced holds a copy of them, to write them
+	// again when an fsync failed (Linux reports a writeback error once and
+	// may drop those pages).
+	synced   int64
+	unsynced []byte
+	resync   bool        // an fsync failed: rewrite unsynced before the next
+	timer    *time.Timer // the deferred fsync
+	armed    bool        // timer is set for what is unsynced
 }
 
 // Open opens the spool at path with default options.
@@ -207,6 +234,7 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 		return nil, fmt.Errorf("reading spool %s: %w", path, err)
 	}
 	s.size = res.end
+	s.synced = s.size
 	s.stats.BadLines, s.stats.BadLineNums = res.badLines, res.badAt
 	if res.tailOff >= 0 {
 		s.stats.TornTail = true
@@ -303,10 +331,12 @@ func (s *Spool) ackOf(sink, run string) int64 {
 }
 
 // evictLocked keeps at most MemSamples written samples in memory; the oldest
-// are re-read from the file when a sink needs them.
+// are re-read from the file when a sink needs them. Samples not yet fsynced
+// stay (at most 1 MiB of them): a failed fsync may take them from the file
+// until they are written again.
 func (s *Spool) evictLocked() {
 	for i := 0; s.inMem > s.opt.MemSamples && i < len(s.pend); i++ {
-		if e := &s.pend[i]; e.smp != nil && e.off >= 0 {
+		if e := &s.pend[i]; e.smp != nil && e.off >= 0 && e.off < s.synced {
 			e.smp = nil
 			s.inMem--
 		}
@@ -482,12 +512,10 @@ func (s *Spool) WriteEnd(rec Record) error {
 // the file cannot be written the sample waits in memory (see Options); it
 // reaches the sinks either way.
 func (s *Spool) Append(smp metrics.Sample) error {
-	vals := make(Values, len(smp.Points))
 	// Keep only what sinks need: name and value (and a Time at ms, as sent).
-	c := metrics.Sample{Seq: smp.Seq, Time: time.UnixMilli(smp.Time.UnixMilli())}
-	for _, p := range smp.Points {
-		vals[p.Name] = p.Value
-		c.Points = append(c.Points, metrics.Point{Name: p.Name, Value: p.Value})
+	c := metrics.Sample{Seq: smp.Seq, Time: time.UnixMilli(smp.Time.UnixMilli()), Points: make([]metrics.Point, len(smp.Points))}
+	for i, p := range smp.Points {
+		c.Points[i] = metrics.Point{Name: p.Name, Value: p.Value}
 	}
 	seq := smp.Seq
 	s.mu.Lock()
@@ -504,7 +532,7 @@ func (s *Spool) Append(smp metrics.Sample) error {
 	if len(s.tracked) > 0 && (len(s.pend) == 0 || s.pend[len(s.pend)-1].seq < seq) {
 		s.pend = append(s.pend, entry{seq: seq, off: -1, smp: &c})
 	}
-	err := s.enqueueLocked(Record{Type: TypeSample, Seq: &seq, TS: c.Time.UnixMilli(), Metrics: vals}, seq, "")
+	s.enqueueLineLocked(s.enc.sample(&c), seq, "")
 	chans := s.notify
 	s.mu.Unlock()
 	for _, ch := range chans {
@@ -513,7 +541,7 @@ func (s *Spool) Append(smp metrics.Sample) error {
 		default:
 		}
 	}
-	return err
+	return nil
 }
 
 // Pending returns up to max samples that sink has not acknowledged for run,
@@ -590,7 +618,8 @@ func (s *Spool) Ack(sink, run string, seq int64) error {
 	k := ackKey(sink, run)
 	s.acks[k] = seq
 	s.trimLocked()
-	return s.enqueueLocked(Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq}, -1, k)
+	s.enqueueLineLocked(s.enc.ack(sink, run, seq), -1, k)
+	return nil
 }
 
 // Delivered reports whether every sample in the file reached every sink that
@@ -624,6 +653,13 @@ func (s *Spool) enqueueLocked(rec Record, seq int64, ack string) error {
 	if err != nil {
 		return fmt.Errorf("encoding spool record: %w", err)
 	}
+	s.enqueueLineLocked(append(b, '\n'), seq, ack)
+	return nil
+}
+
+// enqueueLineLocked queues a copy of line (a whole record and its newline)
+// and writes what is queued.
+func (s *Spool) enqueueLineLocked(line []byte, seq int64, ack string) {
 	if ack != "" {
 		// Only the newest acknowledgement of a sink matters.
 		for i := len(s.queue) - 1; i >= 0; i-- {
@@ -633,13 +669,12 @@ func (s *Spool) enqueueLocked(rec Record, seq int64, ack string) error {
 			}
 		}
 	}
-	s.queue = append(s.queue, queued{line: append(b, '\n'), seq: seq, ack: ack})
+	s.queue = append(s.queue, queued{line: append([]byte(nil), line...), seq: seq, ack: ack})
 	if seq >= 0 {
 		s.queuedN++
 	}
 	s.flushLocked(false)
 	s.boundLocked()
-	return nil
 }
 
 // boundLocked drops the oldest waiting samples past MaxBuffered.
@@ -675,9 +710,20 @@ func (s *Spool) flushLocked(force bool) {
 	if s.failing && !force && time.Now().Before(s.nextTry) {
 		return
 	}
-	var buf []byte
+	if s.resync {
+		// What a failed fsync may have lost goes first, so that the file
+		// keeps its records in order.
+		if err := s.syncLocked(); err != nil {
+			s.failLocked(err)
+			return
+		}
+	}
+	buf := s.wbuf[:0]
 	for _, q := range s.queue {
 		buf = append(buf, q.line...)
+	}
+	if cap(buf) <= maxKeptBuf {
+		s.wbuf = buf // kept for the next write; a flush after an outage is not
 	}
 	if s.opt.MaxSize > 0 && s.size+int64(len(buf)) > s.opt.MaxSize && s.size > 0 {
 		if err := s.compactLocked(); err != nil {
@@ -692,7 +738,14 @@ func (s *Spool) flushLocked(force bool) {
 	}
 	off := s.size
 	s.size += int64(len(buf))
+	if s.opt.SyncEvery > 0 {
+		s.unsynced = append(s.unsynced, buf...)
+	} else {
+		s.synced = s.size
+	}
+	arm := false
 	for _, q := range s.queue {
+		arm = arm || q.ack == ""
 		if q.seq >= 0 {
 			s.stats.Written++
 			if j := s.firstAfterLocked(q.seq - 1); j < len(s.pend) && s.pend[j].seq == q.seq && s.pend[j].off < 0 {
@@ -703,19 +756,86 @@ func (s *Spool) flushLocked(force bool) {
 		off += int64(len(q.line))
 	}
 	n := len(s.queue)
-	s.queue, s.queuedN = nil, 0
+	clear(s.queue) // the lines and keys go; the slice is reused
+	s.queue, s.queuedN = s.queue[:0], 0
 	s.evictLocked()
+	if len(s.unsynced) >= maxUnsynced {
+		if err := s.syncLocked(); err != nil {
+			s.failLocked(err)
+			return
+		}
+	} else if arm && !s.armed && len(s.unsynced) > 0 {
+		s.armLocked()
+	}
 	if s.failing {
 		s.failing = false
 		s.log.Info("the spool is writable again; the records held in memory are written", "records", n)
 	}
 }
 
-// writeLocked appends b and fsyncs; on failure it cuts the file back to its
-// last whole record, so that a retry does not glue records to torn bytes.
+// armLocked sets the deferred fsync for what was just written: samples and
+// the other records arm it, acks alone do not (a lost ack only makes a
+// tracker get samples it has again).
+func (s *Spool) armLocked() {
+	s.armed = true
+	if s.timer == nil {
+		s.timer = time.AfterFunc(s.opt.SyncEvery, s.deferredSync)
+		return
+	}
+	s.timer.Reset(s.opt.SyncEvery)
+}
+
+// deferredSync is the timer's fsync. A failure is reported as a failed
+// write: the records stay in memory and are written again by the next
+// attempt (the next record, or Close).
+func (s *Spool) deferredSync() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return
+	}
+	if err := s.syncLocked(); err != nil {
+		s.failLocked(err)
+	}
+}
+
+// syncLocked makes every written record durable: the unsynced bytes are
+// first written again if an earlier fsync failed, then the file is fsynced.
+// On failure they stay in memory for the next attempt.
+func (s *Spool) syncLocked() error {
+	if s.armed {
+		s.timer.Stop()
+		s.armed = false
+	}
+	if len(s.unsynced) == 0 {
+		return nil
+	}
+	if s.resync {
+		if err := s.f.Truncate(s.synced); err != nil {
+			return fmt.Errorf("writing spool %s again from byte %d after a failed fsync: %w", s.path, s.synced, err)
+		}
+		if _, err := s.f.Write(s.unsynced); err != nil {
+			return fmt.Errorf("writing spool %s again from byte %d after a failed fsync: %w", s.path, s.synced, err)
+		}
+	}
+	if err := s.f.Sync(); err != nil {
+		s.resync = true
+		return fmt.Errorf("syncing spool %s: %w", s.path, err)
+	}
+	s.synced, s.resync = s.size, false
+	s.unsynced = s.unsynced[:0]
+	if cap(s.unsynced) > 2*maxUnsynced {
+		s.unsynced = nil // a flush after an outage: not kept
+	}
+	return nil
+}
+
+// writeLocked appends b and fsyncs it, unless SyncEvery defers that; on
+// failure it cuts the file back to its last whole record, so that a retry
+// does not glue records to torn bytes.
 func (s *Spool) writeLocked(b []byte) error {
 	_, err := s.f.Write(b)
-	if err == nil {
+	if err == nil && s.opt.SyncEvery <= 0 {
 		err = s.f.Sync()
 	}
 	if err != nil {
@@ -749,12 +869,18 @@ func (s *Spool) Close() error {
 	if s.queuedN > 0 {
 		s.log.Error("samples never reached the spool file (they were sent to the trackers that were up)", "samples", s.queuedN)
 	}
+	serr := s.syncLocked()
+	if serr != nil {
+		s.failLocked(serr)
+		s.log.Error("the spool's last records are in the file but may not survive a machine crash (fsync failed)",
+			"bytes", len(s.unsynced), "err", serr)
+	}
 	err := s.f.Close()
 	s.f = nil
 	if err != nil {
-		return fmt.Errorf("closing spool %s: %w", s.path, err)
+		return errors.Join(serr, fmt.Errorf("closing spool %s: %w", s.path, err))
 	}
-	return nil
+	return serr
 }
 
 // Remove closes the spool and deletes its file: for a run whose samples were

@@ -72,7 +72,7 @@ func pollFile(t *testing.T, path string, d time.Duration) time.Time {
 var badValues = map[string]string{
 	"interval": "ten", "fast-interval": "-1s", "fast-threshold": "NaN", "collect-timeout": "0",
 	"window": "-1s", "scopes": "cpu", "no-container": "maybe", "node-id": "a/b", "log-level": "loud",
-	"trackers": "neptune", "run-name": "a\nb", "spool": "/", "spool-max-size": "12xb",
+	"trackers": "neptune", "run-name": "a\nb", "spool": "/", "spool-max-size": "12xb", "spool-sync": "2m",
 	"keep-spool": "perhaps", "flush-timeout": "-1s", "start-timeout": "0", "kill-after": "-1s",
 	"queue-size": "1.5", "proc-root": "/nonexistent", "cgroup-root": "/nonexistent",
 	"rootfs": "/nonexistent", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",

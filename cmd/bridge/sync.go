@@ -50,7 +50,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	sp, err := spool.OpenWith(path, spool.Options{Logger: log, MustExist: true})
+	sp, err := spool.OpenWith(path, spool.Options{Logger: log, MustExist: true, SyncEvery: cfg.SpoolSync})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return exitUsage

@@ -1,0 +1,293 @@
+package spool
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// syncFile counts fsyncs and can make them fail with EIO. A failed fsync
+// drops what was written since the last good one, as Linux may (it reports a
+// writeback error once and marks the pages clean).
+type syncFile struct {
+	*os.File
+	mu    sync.Mutex
+	syncs int   // fsyncs that succeeded
+	tries int   // fsyncs asked for
+	fail  bool  // fsync fails
+	good  int64 // the file's size at the last good fsync
+}
+
+func (f *syncFile) Sync() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.tries++
+	if f.fail {
+		f.File.Truncate(f.good)
+		return &os.PathError{Op: "fsync", Path: f.Name(), Err: syscall.EIO}
+	}
+	if err := f.File.Sync(); err != nil {
+		return err
+	}
+	f.syncs++
+	st, err := f.File.Stat()
+	if err != nil {
+		return err
+	}
+	f.good = st.Size()
+	return nil
+}
+
+func (f *syncFile) setFail(v bool) { f.mu.Lock(); f.fail = v; f.mu.Unlock() }
+
+func (f *syncFile) counts() (syncs, tries int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.syncs, f.tries
+}
+
+// lockedBuffer takes the spool's log from its timer's goroutine too.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func openSync(t *testing.T, opt Options) (*Spool, *syncFile, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	opt.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf := &syncFile{File: s.f.(*os.File), good: s.size}
+	s.f = sf
+	s.gap = 0 // retry at every write: the test needs no clock
+	return s, sf, logs
+}
+
+// poll waits, generously, for cond; it asserts no timing.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// SyncEvery 0 keeps the old contract: one fsync for every write.
+func TestSyncEveryZeroSyncsEachAppend(t *testing.T) {
+	s, sf, _ := openSync(t, Options{})
+	defer s.Close()
+	s.Track("mlflow", "r")
+	for i := int64(0); i < 10; i++ {
+		s.Append(sample(i, 1))
+		if n, _ := sf.counts(); n != int(2*i+1) {
+			t.Fatalf("after append %d: %d fsyncs, want %d", i, n, 2*i+1)
+		}
+		s.Ack("mlflow", "r", i)
+		if n, _ := sf.counts(); n != int(2*i+2) {
+			t.Fatalf("after ack %d: %d fsyncs, want %d", i, n, 2*i+2)
+		}
+	}
+}
+
+// With SyncEvery the records are in the file at once (a crash of bridge
+// loses nothing: the kernel has them), the fsync is deferred, and Close
+// does it.
+func TestSyncEveryDefersAndCloseSyncs(t *testing.T) {
+	s, sf, _ := openSync(t, Options{SyncEvery: time.Hour})
+	s.WriteStart(Record{Time: 1})
+	s.Track("mlflow", "r")
+	for i := int64(0); i < 5; i++ {
+		s.Append(sample(i, 1))
+		s.Ack("mlflow", "r", i-1)
+	}
+	if n, _ := sf.counts(); n != 0 {
+		t.Fatalf("%d fsyncs before the deferred one, want 0", n)
+	}
+	raw, err := os.ReadFile(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(raw), `"type":"sample"`); n != 5 {
+		t.Fatalf("the file holds %d samples before any fsync, want 5:\n%s", n, raw)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := sf.counts(); n != 1 {
+		t.Fatalf("%d fsyncs after Close, want 1", n)
+	}
+}
+
+// The timer fsyncs what a sample wrote; acks alone do not arm it.
+func TestSyncEveryTimer(t *testing.T) {
+	s, sf, _ := openSync(t, Options{SyncEvery: 5 * time.Millisecond})
+	defer s.Close()
+	s.Track("mlflow", "r")
+	s.Append(sample(0, 1))
+	poll(t, "the deferred fsync", func() bool { n, _ := sf.counts(); return n >= 1 })
+	state := func() (bool, int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.armed, len(s.unsynced)
+	}
+	poll(t, "nothing unsynced", func() bool { armed, n := state(); return !armed && n == 0 })
+	s.Ack("mlflow", "r", 0)
+	if armed, n := state(); armed || n == 0 {
+		t.Fatalf("after an ack: timer armed %v, %d bytes unsynced; want not armed, the ack unsynced", armed, n)
+	}
+	s.Append(sample(1, 1))
+	if armed, _ := state(); !armed {
+		t.Fatal("a sample did not arm the deferred fsync")
+	}
+	poll(t, "the second deferred fsync", func() bool { _, n := state(); return n == 0 })
+}
+
+// 1 MiB waiting for an fsync is fsynced at once.
+func TestSyncEveryBoundsUnsynced(t *testing.T) {
+	s, sf, _ := openSync(t, Options{SyncEvery: time.Hour})
+	defer s.Close()
+	pts := make([]metrics.Point, 100)
+	for i := range pts {
+		pts[i] = metrics.Point{Name: strings.Repeat("x", 60) + string(rune('a'+i%26)) + string(rune('a'+i/26)), Value: 1}
+	}
+	for i := int64(0); s.Stats().Written*8000 < 2*maxUnsynced; i++ {
+		s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(1), Points: pts})
+	}
+	if n, _ := sf.counts(); n < 1 {
+		t.Fatalf("%d fsyncs after 2 MiB written, want at least 1", n)
+	}
+	if len(s.unsynced) >= maxUnsynced {
+		t.Fatalf("%d bytes unsynced, want under %d", len(s.unsynced), maxUnsynced)
+	}
+}
+
+// A failed deferred fsync costs no record: it is reported as a failed
+// write, the unsynced bytes are written again before the next fsync, and
+// the file ends with every record in order.
+func TestDeferredSyncFailureRewrites(t *testing.T) {
+	s, sf, logs := openSync(t, Options{SyncEvery: time.Hour})
+	s.WriteStart(Record{Time: 1})
+	s.Track("mlflow", "r")
+	for i := int64(0); i < 5; i++ {
+		s.Append(sample(i, float64(i)))
+	}
+	s.Ack("mlflow", "r", 1)
+	sf.setFail(true)
+	s.deferredSync() // what the timer runs
+	st := s.Stats()
+	if st.WriteFailures != 1 || st.Outages != 1 {
+		t.Fatalf("stats after a failed fsync: %+v", st)
+	}
+	if fi, _ := os.Stat(s.Path()); fi.Size() != 0 {
+		t.Fatalf("the fake did not drop the unsynced bytes: %d", fi.Size())
+	}
+	if err := s.Append(sample(5, 5)); err != nil { // retried: fails again
+		t.Fatal(err)
+	}
+	if got := s.Pending("mlflow", "r", 100); len(got) != 4 || got[0].Seq != 2 || got[3].Seq != 5 {
+		t.Fatalf("pending while failing = %v, want 2..5", got)
+	}
+	sf.setFail(false)
+	s.Append(sample(6, 6)) // rewrites, fsyncs, then writes 5 and 6
+	if st := s.Stats(); st.WriteFailures != 2 || st.Buffered != 0 || st.Written != 7 {
+		t.Fatalf("stats after recovery: %+v", st)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "cannot write the spool"); n != 1 {
+		t.Errorf("%d failure messages, want 1:\n%s", n, logs)
+	}
+	if n := strings.Count(logs.String(), "writable again"); n != 1 {
+		t.Errorf("%d recovery messages, want 1:\n%s", n, logs)
+	}
+
+	s2, err := Open(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if st := s2.Stats(); st.BadLines != 0 || st.TornTail {
+		t.Fatalf("file after the failed fsync has bad lines: %+v", st)
+	}
+	if got := pendingSeqs(t, s2); !slices.Equal(got, []int64{0, 1, 2, 3, 4, 5, 6}) {
+		t.Fatalf("samples in the file %v, want 0..6", got)
+	}
+	if a := s2.Acked("mlflow", "r"); a != 1 {
+		t.Fatalf("ack in the file = %d, want 1", a)
+	}
+	if at := s2.Attempts(); len(at) != 1 {
+		t.Fatalf("attempts %+v, want the start record once", at)
+	}
+}
+
+// A failed fsync at Close is reported, not hidden.
+func TestCloseReportsFailedSync(t *testing.T) {
+	s, sf, logs := openSync(t, Options{SyncEvery: time.Hour})
+	s.Append(sample(0, 1))
+	sf.setFail(true)
+	if err := s.Close(); err == nil || !strings.Contains(err.Error(), "input/output error") {
+		t.Fatalf("Close = %v, want the fsync's EIO", err)
+	}
+	if !strings.Contains(logs.String(), "may not survive a machine crash") {
+		t.Errorf("no message about the unsynced records:\n%s", logs)
+	}
+}
+
+// The size cap's rewrite fsyncs what is unsynced first (the old file stays
+// if the rewrite fails), and the new file holds the newest samples.
+func TestSyncEveryCompaction(t *testing.T) {
+	s, sf, _ := openSync(t, Options{SyncEvery: time.Hour, MaxSize: 16 << 10})
+	s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
+	s.Track("mlflow", "r")
+	var i int64
+	for ; s.Stats().Compactions == 0; i++ {
+		s.Append(sample(i, float64(i)))
+	}
+	if n, _ := sf.counts(); n != 1 {
+		t.Fatalf("%d fsyncs before the first rewrite, want 1", n)
+	}
+	for end := i + 200; i < end; i++ {
+		s.Append(sample(i, float64(i)))
+	}
+	path := s.Path()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got := pendingSeqs(t, s2)
+	if len(got) == 0 || got[len(got)-1] != i-1 || int64(len(got)) != got[len(got)-1]-got[0]+1 {
+		t.Fatalf("samples after compaction %v, want the newest, contiguous", got)
+	}
+}
