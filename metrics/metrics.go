@@ -86,8 +86,9 @@ type Collector interface {
 
 // Detector is implemented by collectors that can say what they found (cgroup
 // version and paths, limits and where they were set, GPUs). Detect is called
-// once, before sampling starts, from the same goroutine as Collect; values
-// must marshal to JSON.
+// once, before sampling starts, never concurrently with Collect (which the
+// Sampler calls from the collector's worker goroutine); values must marshal
+// to JSON.
 type Detector interface {
 	Detect(ctx context.Context) map[string]any
 }

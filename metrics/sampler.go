@@ -1,20 +1,25 @@
 package metrics
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 )
 
 // Sampler runs a fixed list of collectors and merges their points into one
-// Sample. Each collector runs in its own goroutine under a timeout and with
-// recover(): a collector that panics loses its points for that sample only, and
-// one that hangs (an NVML call, a stuck NFS statfs) is skipped until its call
-// returns, so it can never stall sampling or start a second concurrent call.
+// Sample. Each collector has one long-lived worker goroutine, started by the
+// first Sample and ended by Close: a sample hands each worker a job instead of
+// starting a goroutine (and a channel and closures) per collector per sample.
+// Calls run under a timeout and with recover(): a collector that panics loses
+// its points for that sample only, and one that hangs (an NVML call, a stuck
+// NFS statfs) is skipped until its call returns, so it can never stall
+// sampling or start a second concurrent call; its worker is the only
+// goroutine it holds.
 //
 // Contract: Sample is not safe for concurrent use; one goroutine drives it.
 type Sampler struct {
@@ -23,10 +28,38 @@ type Sampler struct {
 	log        *slog.Logger
 	now        func() time.Time
 
-	mu      sync.Mutex
-	busy    map[int]bool // collector index -> a call is still running
-	warned  map[int]bool // collector index -> an error was logged at warn once
+	// Owned by the goroutine that calls Sample (and Close).
+	workers []worker
+	results chan result // capacity len(collectors): a worker's send never blocks
+	started bool
+	timer   *time.Timer // the sample's timeout; reused, stopped between samples
+	closed  bool
 	nextSeq int64
+	parts   [][]Point    // per collector, this sample's points; reused
+	warned  map[int]bool // collector index -> an error was logged at warn once
+}
+
+// worker is one collector's goroutine and the sampling side's view of it.
+type worker struct {
+	jobs chan job // capacity 1; closed by Close
+	// inflight: a job was handed over and its result not yet received.
+	// Only the Sample goroutine reads or writes it, so a worker is free
+	// again as soon as its result is taken (no flag cleared after a send
+	// that a next Sample could race with).
+	inflight bool
+}
+
+// job asks a worker for one Collect under ctx, for sample seq.
+type job struct {
+	ctx context.Context
+	seq int64
+}
+
+type result struct {
+	idx    int
+	seq    int64 // the sample that asked; an older one's result is dropped
+	points []Point
+	err    error
 }
 
 // NewSampler returns a Sampler over cs. timeout bounds each collector's call.
@@ -39,7 +72,9 @@ func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sample
 		timeout:    timeout,
 		log:        log,
 		now:        time.Now,
-		busy:       map[int]bool{},
+		workers:    make([]worker, len(cs)),
+		results:    make(chan result, len(cs)),
+		parts:      make([][]Point, len(cs)),
 		warned:     map[int]bool{},
 	}
 }
@@ -47,10 +82,16 @@ func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sample
 // SetNextSeq makes the next sample's Seq n (used when a spool is resumed).
 func (s *Sampler) SetNextSeq(n int64) { s.nextSeq = n }
 
-type result struct {
-	idx    int
-	points []Point
-	err    error
+// start launches the workers. Lazily, on the first Sample, so that a Sampler
+// that never samples holds no goroutines.
+func (s *Sampler) start() {
+	s.started = true
+	s.timer = time.NewTimer(s.timeout)
+	s.timer.Stop()
+	for i := range s.workers {
+		s.workers[i].jobs = make(chan job, 1)
+		go s.work(i, s.workers[i].jobs)
+	}
 }
 
 // Sample takes one sample. The sample's Time is taken before the collectors run.
@@ -58,38 +99,79 @@ type result struct {
 func (s *Sampler) Sample(ctx context.Context) Sample {
 	smp := Sample{Seq: s.nextSeq, Time: s.now()}
 	s.nextSeq++
+	if s.closed {
+		s.log.Debug("sample asked of a closed sampler; it has no points", "seq", smp.Seq)
+		return smp
+	}
+	if !s.started {
+		s.start()
+	}
 
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	results := make(chan result, len(s.collectors))
-	started := 0
-	for i, c := range s.collectors {
-		s.mu.Lock()
-		if s.busy[i] {
-			s.mu.Unlock()
-			s.log.Debug("collector still busy from an earlier sample; skipped", "collector", c.Name())
+	// Results that came after an earlier sample gave up on them: their
+	// workers are free again.
+	for drained := false; !drained; {
+		select {
+		case r := <-s.results:
+			s.workers[r.idx].inflight = false
+			s.log.Debug("collector answered after its sample's timeout; its points were dropped",
+				"collector", s.collectors[r.idx].Name())
+		default:
+			drained = true
+		}
+	}
+
+	cctx := &sampleCtx{parent: ctx, deadline: time.Now().Add(s.timeout), done: make(chan struct{})}
+	defer cctx.cancel(context.Canceled)
+	s.timer.Reset(s.timeout)
+	defer s.timer.Stop()
+	clear(s.parts)
+	pending := 0
+	for i := range s.workers {
+		w := &s.workers[i]
+		if w.inflight {
+			s.log.Debug("collector still busy from an earlier sample; skipped", "collector", s.collectors[i].Name())
 			continue
 		}
-		s.busy[i] = true
-		s.mu.Unlock()
-		started++
-		go s.run(cctx, i, c, results)
+		w.inflight = true
+		w.jobs <- job{ctx: cctx, seq: smp.Seq} // the worker is idle: never blocks
+		pending++
 	}
-	parts := make([][]Point, len(s.collectors))
-	for n := 0; n < started; n++ {
+	for pending > 0 {
 		select {
-		case r := <-results:
-			parts[r.idx] = s.take(r)
-		case <-cctx.Done():
+		case r := <-s.results:
+			s.workers[r.idx].inflight = false
+			if r.seq != smp.Seq {
+				// A late answer to an earlier sample, from a
+				// collector skipped as busy in this one.
+				continue
+			}
+			pending--
+			s.parts[r.idx] = s.take(r)
+		case <-s.timer.C:
+			cctx.cancel(context.DeadlineExceeded)
 			s.log.Warn("collectors did not answer in time; their points are missing from this sample",
-				"timeout", s.timeout, "pending", started-n)
-			n = started // stop waiting; late results are dropped
+				"timeout", s.timeout, "pending", pending)
+			pending = 0 // stop waiting; late results are dropped by a later Sample
+		case <-ctx.Done():
+			cctx.cancel(ctx.Err())
+			s.log.Warn("sample cut short; the collectors that had not answered are missing from it",
+				"err", ctx.Err(), "pending", pending)
+			pending = 0
 		}
 	}
-	for _, p := range parts {
+	n := 0
+	for _, p := range s.parts {
+		n += len(p)
+	}
+	if n > 0 { // none: Points stays nil, as before
+		smp.Points = make([]Point, 0, n)
+	}
+	for _, p := range s.parts {
 		smp.Points = append(smp.Points, p...)
 	}
-	sort.SliceStable(smp.Points, func(a, b int) bool { return smp.Points[a].Name < smp.Points[b].Name })
+	clear(s.parts) // do not keep the collectors' slices alive between samples
+	// Stable: within a name, points stay in collector order (dedupe).
+	slices.SortStableFunc(smp.Points, func(a, b Point) int { return cmp.Compare(a.Name, b.Name) })
 	smp.Points = s.dedupe(smp.Points)
 	return smp
 }
@@ -110,31 +192,35 @@ func (s *Sampler) dedupe(pts []Point) []Point {
 	return out
 }
 
-func (s *Sampler) run(ctx context.Context, i int, c Collector, out chan<- result) {
-	r := result{idx: i}
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				r.err = fmt.Errorf("collector %s panicked: %v\n%s", c.Name(), p, debug.Stack())
-			}
-		}()
-		r.points, r.err = c.Collect(ctx)
+// work is collector i's goroutine: it runs one job at a time until Close
+// closes jobs. A call that hangs keeps it here; Sample skips the collector
+// until the call's result arrives.
+func (s *Sampler) work(i int, jobs <-chan job) {
+	c := s.collectors[i]
+	for j := range jobs {
+		r := result{idx: i, seq: j.seq}
+		r.points, r.err = s.call(j.ctx, c)
+		// At most one job per worker is unanswered (inflight), so the
+		// buffer always has room.
+		s.results <- r
+	}
+}
+
+// call runs one Collect, turning a panic into an error.
+func (s *Sampler) call(ctx context.Context, c Collector) (pts []Point, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			pts, err = nil, fmt.Errorf("collector %s panicked: %v\n%s", c.Name(), p, debug.Stack())
+		}
 	}()
-	// Not busy before the result is handed over: a next Sample that starts as
-	// soon as this one returns must not skip a collector that has finished.
-	s.mu.Lock()
-	s.busy[i] = false
-	s.mu.Unlock()
-	out <- r // buffered for every collector: never blocks
+	return c.Collect(ctx)
 }
 
 func (s *Sampler) take(r result) []Point {
 	c := s.collectors[r.idx]
 	if r.err != nil {
-		s.mu.Lock()
 		first := !s.warned[r.idx]
 		s.warned[r.idx] = true
-		s.mu.Unlock()
 		lvl := slog.LevelDebug
 		if first {
 			lvl = slog.LevelWarn
@@ -164,13 +250,65 @@ func (s *Sampler) Detect(ctx context.Context) map[string]any {
 	return out
 }
 
-// Close closes every collector that holds resources.
+// Close ends the workers and closes every collector that holds resources.
+// An idle worker exits at once; one stuck in a call exits when the call
+// returns. Close does not wait for it, as Sample never waits past the
+// timeout. Later Samples have no points; a second Close does nothing.
 func (s *Sampler) Close() {
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if s.started {
+		for i := range s.workers {
+			close(s.workers[i].jobs)
+		}
+	}
 	for _, c := range s.collectors {
 		if cl, ok := c.(Closer); ok {
 			if err := cl.Close(); err != nil {
 				s.log.Debug("closing collector", "collector", c.Name(), "err", err)
 			}
 		}
+	}
+}
+
+// sampleCtx is the context one sample's collectors get: the parent's values,
+// done at the sample's timeout, when the parent is done, or when Sample
+// returns. Sample's own timer (reused) ends it, which costs two allocations
+// where context.WithTimeout costs five and a runtime timer per sample.
+type sampleCtx struct {
+	parent   context.Context
+	deadline time.Time
+	done     chan struct{}
+
+	mu  sync.Mutex
+	err error
+}
+
+func (c *sampleCtx) Deadline() (time.Time, bool) {
+	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
+		return d, true
+	}
+	return c.deadline, true
+}
+
+func (c *sampleCtx) Done() <-chan struct{} { return c.done }
+
+func (c *sampleCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *sampleCtx) Value(key any) any { return c.parent.Value(key) }
+
+// cancel ends the context with err; the first call wins.
+func (c *sampleCtx) cancel(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+		close(c.done)
 	}
 }

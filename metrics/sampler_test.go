@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,6 +61,7 @@ func TestSamplerMergesSortsAndNumbers(t *testing.T) {
 		fixed{name: "b", pts: []Point{{Name: "node_b"}, {Name: "container_a"}}},
 		fixed{name: "a", pts: []Point{{Name: "gpu_0_x"}}, err: errors.New("partly failed")},
 	}, time.Second, quiet())
+	defer s.Close()
 	s.SetNextSeq(7)
 	first := s.Sample(context.Background())
 	second := s.Sample(context.Background())
@@ -79,6 +82,7 @@ func TestSamplerKeepsFirstCollectorsValue(t *testing.T) {
 		slow,
 		&signaller{fixed: fixed{name: "scrape", pts: []Point{{Name: "gpu_0_utilization_percentage", Value: 2, Source: "dcgm"}, {Name: "gpu_0_prof_x_ratio", Value: 0.5}}}, then: slow.release},
 	}, time.Minute, quiet())
+	defer s.Close()
 	smp := s.Sample(context.Background())
 	if len(smp.Points) != 2 {
 		t.Fatalf("points %+v, want one per name", smp.Points)
@@ -116,6 +120,7 @@ func (s *signaller) Collect(ctx context.Context) ([]Point, error) {
 func TestSamplerSurvivesHungCollector(t *testing.T) {
 	h := &hung{release: make(chan struct{})}
 	s := NewSampler([]Collector{h, fixed{name: "ok", pts: []Point{{Name: "node_x"}}}}, 50*time.Millisecond, quiet())
+	defer s.Close()
 	for i := 0; i < 3; i++ {
 		smp := s.Sample(context.Background())
 		if got := names(smp); len(got) != 1 || got[0] != "node_x" {
@@ -149,6 +154,7 @@ func TestSamplerSurvivesHungCollector(t *testing.T) {
 
 func TestSamplerRecoversPanics(t *testing.T) {
 	s := NewSampler([]Collector{panicky{}, fixed{name: "ok", pts: []Point{{Name: "node_x"}}}}, time.Second, quiet())
+	defer s.Close()
 	if got := names(s.Sample(context.Background())); len(got) != 1 || got[0] != "node_x" {
 		t.Fatalf("points %v, want node_x only", got)
 	}
@@ -171,5 +177,194 @@ func TestSamplerBackToBackSamplesAreWhole(t *testing.T) {
 		if got := names(s.Sample(context.Background())); len(got) != 2 {
 			t.Fatalf("sample %d has %v, want both collectors' points", i, got)
 		}
+	}
+}
+
+// waitFor polls cond until it holds or a generous deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Workers live from the first Sample to Close: one goroutine per collector
+// however many samples are taken, a hung call holds only its own worker, and
+// Close ends them all (the hung one once its call returns).
+func TestSamplerWorkersEndOnClose(t *testing.T) {
+	base := runtime.NumGoroutine()
+	h := &hung{release: make(chan struct{})}
+	cs := []Collector{h, fixed{name: "a", pts: []Point{{Name: "a"}}}, fixed{name: "b", pts: []Point{{Name: "b"}}}}
+	s := NewSampler(cs, 20*time.Millisecond, quiet())
+	if n := runtime.NumGoroutine(); n > base {
+		t.Errorf("%d goroutines after NewSampler, want at most %d (workers start with the first Sample)", n, base)
+	}
+	for i := range 20 {
+		if got := names(s.Sample(context.Background())); !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("sample %d: %v, want a and b", i, got)
+		}
+	}
+	if n := runtime.NumGoroutine(); n > base+len(cs) {
+		t.Errorf("%d goroutines after 20 samples with a hung collector, want at most %d (one worker each)", n, base+len(cs))
+	}
+	s.Close()
+	s.Close() // idempotent
+	if smp := s.Sample(context.Background()); len(smp.Points) != 0 {
+		t.Errorf("sample after Close has %v, want none", names(smp))
+	}
+	waitFor(t, "idle workers to exit after Close", func() bool { return runtime.NumGoroutine() <= base+1 })
+	close(h.release)
+	waitFor(t, "the hung worker to exit once its call returned", func() bool { return runtime.NumGoroutine() <= base })
+}
+
+// A Sampler that never sampled has no workers to end.
+func TestSamplerCloseWithoutSample(t *testing.T) {
+	base := runtime.NumGoroutine()
+	NewSampler([]Collector{fixed{name: "a"}}, time.Second, quiet()).Close()
+	if n := runtime.NumGoroutine(); n > base {
+		t.Errorf("%d goroutines, want %d", n, base)
+	}
+}
+
+// slowOnce blocks its first call until release is closed, answering "first";
+// later calls answer "second" at once.
+type slowOnce struct {
+	release chan struct{}
+	calls   atomic.Int32
+	done    atomic.Int32 // calls that returned
+}
+
+func (o *slowOnce) Name() string { return "slowOnce" }
+func (o *slowOnce) Collect(context.Context) ([]Point, error) {
+	defer o.done.Add(1)
+	if o.calls.Add(1) == 1 {
+		<-o.release
+		return []Point{{Name: "first"}}, nil
+	}
+	return []Point{{Name: "second"}}, nil
+}
+
+// An answer that comes after its sample's timeout belongs to no sample: the
+// next sample calls the collector again and carries only the fresh answer.
+func TestSamplerDropsLateAnswer(t *testing.T) {
+	o := &slowOnce{release: make(chan struct{})}
+	s := NewSampler([]Collector{o}, 20*time.Millisecond, quiet())
+	defer s.Close()
+	if got := names(s.Sample(context.Background())); len(got) != 0 {
+		t.Fatalf("first sample: %v, want nothing (timed out)", got)
+	}
+	close(o.release)
+	waitFor(t, "the late call to return", func() bool { return o.done.Load() == 1 })
+	if got := names(s.Sample(context.Background())); !slices.Equal(got, []string{"second"}) {
+		t.Fatalf("second sample: %v, want [second] (the late first answer dropped)", got)
+	}
+}
+
+// releaser frees a hung collector during a later sample and waits until its
+// call has returned, so the late answer arrives while that sample waits.
+type releaser struct {
+	h    *hung
+	once atomic.Bool
+}
+
+func (r *releaser) Name() string { return "releaser" }
+func (r *releaser) Collect(context.Context) ([]Point, error) {
+	if r.h.calls.Load() == 1 && r.once.CompareAndSwap(false, true) {
+		close(r.h.release)
+		for r.h.active.Load() != 0 {
+			runtime.Gosched()
+		}
+	}
+	return []Point{{Name: "r"}}, nil
+}
+
+// A collector skipped as busy whose late answer comes in during a later
+// sample does not put that answer in it, and is called again by the next.
+func TestSamplerLateAnswerDuringLaterSample(t *testing.T) {
+	h := &hung{release: make(chan struct{})}
+	r := &releaser{h: h}
+	s := NewSampler([]Collector{h, r}, 250*time.Millisecond, quiet())
+	defer s.Close()
+	// Sample 0: h hangs and the sample times out on it; r is disarmed.
+	r.once.Store(true)
+	if got := names(s.Sample(context.Background())); !slices.Equal(got, []string{"r"}) {
+		t.Fatalf("sample 0: %v, want [r]", got)
+	}
+	r.once.Store(false) // sample 1: h is still busy; r releases it
+	if got := names(s.Sample(context.Background())); !slices.Equal(got, []string{"r"}) {
+		t.Fatalf("sample 1: %v, want [r] (h was skipped as busy; its late answer is not this sample's)", got)
+	}
+	waitFor(t, "h's call to return", func() bool { return h.active.Load() == 0 })
+	var got []string
+	waitFor(t, "h to answer again", func() bool {
+		got = names(s.Sample(context.Background()))
+		return len(got) == 2
+	})
+	if !slices.Equal(got, []string{"late", "r"}) || h.calls.Load() != 2 {
+		t.Fatalf("points %v after %d calls, want [late r] from a second call", got, h.calls.Load())
+	}
+}
+
+// ctxWatcher waits for its context to end and records how it ended.
+type ctxWatcher struct {
+	started  chan struct{}
+	deadline bool
+	err      error
+}
+
+func newCtxWatcher() *ctxWatcher { return &ctxWatcher{started: make(chan struct{})} }
+
+func (w *ctxWatcher) Name() string { return "ctxWatcher" }
+func (w *ctxWatcher) Collect(ctx context.Context) ([]Point, error) {
+	_, w.deadline = ctx.Deadline()
+	close(w.started) // called once per test
+	<-ctx.Done()
+	w.err = ctx.Err()
+	return []Point{{Name: "late"}}, w.err
+}
+
+// A collector's context carries the deadline and ends at the timeout, or
+// earlier when the caller's context ends.
+func TestSamplerContextEnds(t *testing.T) {
+	w := newCtxWatcher()
+	s := NewSampler([]Collector{w}, 20*time.Millisecond, quiet())
+	defer s.Close()
+	if got := names(s.Sample(context.Background())); len(got) != 0 {
+		t.Errorf("timed-out sample has %v", got)
+	}
+	// The worker's answer is the synchronisation point for w's fields.
+	r := <-s.results
+	s.workers[r.idx].inflight = false
+	if !errors.Is(w.err, context.DeadlineExceeded) || !w.deadline {
+		t.Errorf("after the timeout: ctx.Err() = %v (want DeadlineExceeded), deadline set %v", w.err, w.deadline)
+	}
+
+	w = newCtxWatcher()
+	s = NewSampler([]Collector{w}, time.Hour, quiet())
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-w.started
+		cancel()
+	}()
+	if got := names(s.Sample(ctx)); len(got) != 0 {
+		t.Errorf("cut-short sample has %v", got)
+	}
+	<-s.results
+	if !errors.Is(w.err, context.Canceled) {
+		t.Errorf("after the caller's cancel: ctx.Err() = %v, want Canceled", w.err)
+	}
+}
+
+// A sample without points has nil Points (JSON null), as before.
+func TestSamplerEmptySampleIsNil(t *testing.T) {
+	s := NewSampler([]Collector{fixed{name: "none"}}, time.Second, quiet())
+	defer s.Close()
+	if smp := s.Sample(context.Background()); smp.Points != nil {
+		t.Errorf("Points = %#v, want nil", smp.Points)
 	}
 }

@@ -63,8 +63,17 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 			}
 		}
 	}
-	if cfg.HasScope("node") || cfg.HasScope("rootfs") || cfg.HasScope("netns") {
-		n, err := node.New(node.Options{ProcRoot: cfg.ProcRoot, RootfsPath: cfg.Rootfs, Log: log.With("collector", "node")})
+	// The node collector serves three scopes; it reads only the sources of
+	// those asked for (no statfs without rootfs, no net/dev without netns).
+	var nodeScopes []metrics.Scope
+	for _, sc := range []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns} {
+		if cfg.HasScope(string(sc)) {
+			nodeScopes = append(nodeScopes, sc)
+		}
+	}
+	if len(nodeScopes) > 0 {
+		n, err := node.New(node.Options{ProcRoot: cfg.ProcRoot, RootfsPath: cfg.Rootfs, Scopes: nodeScopes,
+			Log: log.With("collector", "node")})
 		if err != nil {
 			log.Warn("node metrics are off", "err", err)
 			s.Notes["node"] = "off: " + err.Error()

@@ -3,10 +3,12 @@ package pipeline
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/node"
 )
 
 // Without the container scope there is no memory probe and no cgroup in
@@ -37,6 +39,45 @@ func TestSourcesWithoutContainer(t *testing.T) {
 	for _, p := range smp.Sample(context.Background()).Points {
 		if p.Scope != metrics.ScopeNode && p.Scope != metrics.ScopeProcess {
 			t.Errorf("point %s of scope %s: only node and process were asked for", p.Name, p.Scope)
+		}
+	}
+}
+
+// The node collector is told which of its scopes are on, so that it reads
+// nothing for the others (no statfs without rootfs, no net/dev without netns).
+func TestSourcesNodeScopes(t *testing.T) {
+	for _, tt := range []struct {
+		scopes []string
+		want   []metrics.Scope
+	}{
+		{[]string{"container", "node"}, []metrics.Scope{metrics.ScopeNode}},
+		{[]string{"rootfs", "process"}, []metrics.Scope{metrics.ScopeRootfs}},
+		{config.AllScopes, []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}},
+	} {
+		cfg := config.Config{Scopes: tt.scopes, NoContainer: true, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/", CollectTimeout: deadline}
+		src, err := BuildSources(cfg, quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n *node.Collector
+		for _, c := range src.Collectors {
+			if f, ok := c.(scopeFilter); ok {
+				c = f.Collector
+			}
+			if nc, ok := c.(*node.Collector); ok {
+				n = nc
+			}
+		}
+		if n == nil {
+			t.Fatalf("scopes %v: no node collector", tt.scopes)
+		}
+		if got := n.Scopes(); !slices.Equal(got, tt.want) {
+			t.Errorf("scopes %v: the node collector reads %v, want %v", tt.scopes, got, tt.want)
+		}
+		for _, c := range src.Collectors {
+			if cl, ok := c.(metrics.Closer); ok {
+				cl.Close()
+			}
 		}
 	}
 }

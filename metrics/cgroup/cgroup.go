@@ -274,6 +274,7 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	c.files.tick(c.now())
 	r := &round{c: c}
 	r.memory()
 	r.cpu()

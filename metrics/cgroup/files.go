@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
@@ -20,12 +21,59 @@ import (
 // once: a removed cgroup's files fail with ENODEV, and opening again then
 // says the file is gone (no data), or reads the cgroup made in its place.
 //
+// A file found missing (memory.pressure without PSI, a controller not
+// delegated here, the root's absent pids files) is not opened again on every
+// sample: it reads as missing until a re-probe is due, reprobeRounds samples
+// or reprobeAfter after it was found missing, whichever comes first. The
+// sample count keeps the probes rare at short intervals, where the per-sample
+// cost matters; the time bound says when a file that appears (PSI enabled, a
+// controller delegated) is picked up at long intervals: within 30 s, or at the
+// next sample when the interval is longer.
+//
 // Collect and MemoryPoints run on one goroutine, Info and Detect may run on
-// another: mu guards the descriptors and the buffer.
+// another: mu guards the descriptors, the buffer and the absence records.
 type files struct {
-	mu  sync.Mutex
-	fds map[string]int // path -> kept descriptor
-	buf []byte
+	mu     sync.Mutex
+	fds    map[string]int // path -> kept descriptor
+	buf    []byte
+	absent map[string]absence // path -> when it was found missing
+	round  uint64             // samples so far (tick)
+	at     time.Time          // when this sample began (tick)
+	// open is kfile.Open; tests count the opens through it.
+	open func(path string) (int, error)
+}
+
+const (
+	reprobeRounds = 64
+	reprobeAfter  = 30 * time.Second
+)
+
+// absence is when a file was found missing: the sample and its time.
+type absence struct {
+	round uint64
+	at    time.Time
+}
+
+// tick marks the start of a sample taken at now.
+func (f *files) tick(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.round++
+	f.at = now
+}
+
+// knownAbsent reports whether path was found missing recently enough that
+// it is not probed again yet; a due re-probe forgets the record.
+func (f *files) knownAbsent(path string) bool {
+	a, ok := f.absent[path]
+	if !ok {
+		return false
+	}
+	if f.round-a.round < reprobeRounds && f.at.Sub(a.at) < reprobeAfter {
+		return true
+	}
+	delete(f.absent, path)
+	return false
 }
 
 // read reads the whole file at path. A missing file is ("", false, nil);
@@ -55,8 +103,21 @@ func (f *files) readLocked(path string) ([]byte, error) {
 		_ = syscall.Close(fd)
 		delete(f.fds, path)
 	}
-	fd, err := kfile.Open(path)
+	if f.knownAbsent(path) {
+		return nil, syscall.ENOENT
+	}
+	open := f.open
+	if open == nil {
+		open = kfile.Open
+	}
+	fd, err := open(path)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			if f.absent == nil {
+				f.absent = map[string]absence{}
+			}
+			f.absent[path] = absence{round: f.round, at: f.at}
+		}
 		return nil, err
 	}
 	b, err := kfile.ReadWhole(fd, f.buf, 4096)

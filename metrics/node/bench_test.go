@@ -3,28 +3,40 @@ package node
 import (
 	"context"
 	"testing"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // BenchmarkCollect measures one sample of the node, rootfs and netns sources
-// on this machine's /proc.
+// on this machine's /proc; "node" is --scopes ...,node without rootfs and
+// netns (no statfs, no net/dev).
 //
 //	go test -run '^$' -bench . -benchmem ./metrics/node/
 func BenchmarkCollect(b *testing.B) {
-	c, err := New(Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if cl, ok := any(c).(interface{ Close() error }); ok {
-		defer cl.Close()
-	}
-	ctx := context.Background()
-	if _, err := c.Collect(ctx); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		pts, err := c.Collect(ctx)
-		if err != nil || len(pts) == 0 {
-			b.Fatalf("Collect = %d points, %v", len(pts), err)
-		}
+	for _, bb := range []struct {
+		name   string
+		scopes []metrics.Scope
+	}{
+		{"all", nil},
+		{"node", []metrics.Scope{metrics.ScopeNode}},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			c, err := New(Options{Scopes: bb.scopes})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			if _, err := c.Collect(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				pts, err := c.Collect(ctx)
+				if err != nil || len(pts) == 0 {
+					b.Fatalf("Collect = %d points, %v", len(pts), err)
+				}
+			}
+		})
 	}
 }

@@ -33,6 +33,11 @@ type Options struct {
 	RootfsPath string
 	// Log receives debug notes about absent sources; nil discards them.
 	Log *slog.Logger
+	// Scopes are the scopes to read: node (/proc/stat, meminfo, loadavg,
+	// pressure), rootfs (statfs of RootfsPath), netns (/proc/net/dev).
+	// Sources of other scopes are not touched: --scopes container,node
+	// makes no statfs call. Empty means all three.
+	Scopes []metrics.Scope
 }
 
 // Collector reads the node, rootfs and netns sources. It keeps the previous
@@ -49,6 +54,11 @@ type Collector struct {
 
 	prevCPU *procfs.CPUStat
 	net     netTracker
+
+	// Which scopes Collect reads (Options.Scopes).
+	node, rootfs, netns bool
+	// statfs is readFsUsage; tests count its calls.
+	statfs func(path string) (fsUsage, error)
 
 	// Files read every sample, kept open on a real procfs; buf is reused.
 	statFile, meminfoFile, loadavgFile, netDevFile *kfile
@@ -81,7 +91,7 @@ func New(opts Options) (*Collector, error) {
 	for _, res := range pressureResources {
 		psi = append(psi, file("pressure/"+res))
 	}
-	return &Collector{
+	c := &Collector{
 		statFile:      file("stat"),
 		meminfoFile:   file("meminfo"),
 		loadavgFile:   file("loadavg"),
@@ -92,8 +102,25 @@ func New(opts Options) (*Collector, error) {
 		rootfsPath:    opts.RootfsPath,
 		log:           log.With("source", "node"),
 		now:           time.Now,
+		statfs:        readFsUsage,
 		absent:        map[string]bool{},
-	}, nil
+	}
+	if len(opts.Scopes) == 0 {
+		opts.Scopes = []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}
+	}
+	for _, sc := range opts.Scopes {
+		switch sc {
+		case metrics.ScopeNode:
+			c.node = true
+		case metrics.ScopeRootfs:
+			c.rootfs = true
+		case metrics.ScopeNetns:
+			c.netns = true
+		default:
+			return nil, fmt.Errorf("node metrics: scope %q is not one this collector reads (node, rootfs, netns)", sc)
+		}
+	}
+	return c, nil
 }
 
 // Close releases the files kept open.
@@ -121,26 +148,73 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	now := c.now()
 	var pts []metrics.Point
 	var errs []error
-	steps := []func() ([]metrics.Point, error){
-		c.collectCPU,
-		c.collectMemory,
-		c.collectLoad,
-		c.collectPressure,
-		c.collectRootfs,
-		func() ([]metrics.Point, error) { return c.collectNet(now) },
-	}
-	for _, step := range steps {
+	for step := range stepCount {
+		if !c.wants(step) {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
 		}
-		p, err := step()
+		var p []metrics.Point
+		var err error
+		switch step {
+		case stepCPU:
+			p, err = c.collectCPU()
+		case stepMemory:
+			p, err = c.collectMemory()
+		case stepLoad:
+			p, err = c.collectLoad()
+		case stepPressure:
+			p, err = c.collectPressure()
+		case stepRootfs:
+			p, err = c.collectRootfs()
+		case stepNet:
+			p, err = c.collectNet(now)
+		}
 		pts = append(pts, p...)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return pts, errors.Join(errs...)
+}
+
+// The sources Collect reads, in order.
+const (
+	stepCPU = iota
+	stepMemory
+	stepLoad
+	stepPressure
+	stepRootfs
+	stepNet
+	stepCount
+)
+
+// Scopes returns the scopes Collect reads, in the order node, rootfs, netns.
+func (c *Collector) Scopes() []metrics.Scope {
+	var out []metrics.Scope
+	for _, s := range []struct {
+		on    bool
+		scope metrics.Scope
+	}{{c.node, metrics.ScopeNode}, {c.rootfs, metrics.ScopeRootfs}, {c.netns, metrics.ScopeNetns}} {
+		if s.on {
+			out = append(out, s.scope)
+		}
+	}
+	return out
+}
+
+// wants reports whether a step's scope is enabled.
+func (c *Collector) wants(step int) bool {
+	switch step {
+	case stepRootfs:
+		return c.rootfs
+	case stepNet:
+		return c.netns
+	default:
+		return c.node
+	}
 }
 
 // Detect implements metrics.Detector.

@@ -34,7 +34,7 @@ func readFsUsage(path string) (fsUsage, error) {
 // collectRootfs reads statfs(RootfsPath).
 func (c *Collector) collectRootfs() ([]metrics.Point, error) {
 	src := "statfs(" + c.rootfsPath + ")"
-	u, err := readFsUsage(c.rootfsPath)
+	u, err := c.statfs(c.rootfsPath)
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)
