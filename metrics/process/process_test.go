@@ -239,13 +239,20 @@ func TestRealTree(t *testing.T) {
 		t.Fatalf("Tree = %v, want sh (%d) and its two sleeps", pids, cmd.Process.Pid)
 	}
 	fs := newFS(t, "/proc")
+	// A forked descendant is "sh" until it has exec'd sleep: poll for that.
 	for _, pid := range pids[1:] {
-		p, err := fs.Proc(pid)
-		if err != nil {
-			t.Fatal(err)
+		comm := ""
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			p, err := fs.Proc(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if comm, _ = p.Comm(); comm == "sleep" || time.Now().After(deadline) {
+				break
+			}
 		}
-		if comm, _ := p.Comm(); comm != "sleep" {
-			t.Errorf("descendant %d is %q, want sleep", pid, comm)
+		if comm != "sleep" {
+			t.Errorf("descendant %d is still %q after 10 s, want sleep", pid, comm)
 		}
 	}
 }
