@@ -226,6 +226,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 
 	var c Config
 	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		bareDurationHook,
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.TextUnmarshallerHookFunc(),
 		mapstructure.StringToSliceHookFunc(","),
@@ -281,6 +282,24 @@ func kindName(t reflect.Type) string {
 		return "list"
 	}
 	return t.String()
+}
+
+// bareDurationHook refuses a number without a unit (a YAML `interval: 20`)
+// for a duration setting, which mapstructure would take as nanoseconds:
+// `spool-sync: 1` would silently mean an fsync every write. 0 stays valid.
+func bareDurationHook(f, t reflect.Type, data any) (any, error) {
+	if t != reflect.TypeOf(time.Duration(0)) || f == t { // f == t: a default or a flag's value
+		return data, nil
+	}
+	switch f.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		if v := reflect.ValueOf(data); !v.IsZero() {
+			return nil, fmt.Errorf("a number without a unit: write it with one, e.g. %vs or %vms", data, data)
+		}
+		return time.Duration(0), nil
+	}
+	return data, nil
 }
 
 // wholeNumberHook refuses a fractional number (a YAML 1.5) for an integer
