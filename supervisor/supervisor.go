@@ -65,7 +65,8 @@ type Child struct {
 	log  *slog.Logger
 	opts Options
 
-	sigs     chan os.Signal
+	sigs     chan os.Signal // the signals bridge forwards
+	chld     chan os.Signal // SIGCHLD alone, capacity 1 (see loop)
 	done     chan struct{}
 	exit     Exit
 	late     chan os.Signal // signals that arrived after the child was reaped
@@ -107,10 +108,11 @@ func Start(opts Options) (*Child, error) {
 		}
 	}
 
-	c := &Child{log: opts.Log, opts: opts, sigs: make(chan os.Signal, 32), done: make(chan struct{}),
-		late: make(chan os.Signal, 1), stopLate: make(chan struct{})}
+	c := &Child{log: opts.Log, opts: opts, sigs: make(chan os.Signal, 32), chld: make(chan os.Signal, 1),
+		done: make(chan struct{}), late: make(chan os.Signal, 1), stopLate: make(chan struct{})}
 	// Subscribe before the child exists so that no signal is lost in between.
-	signal.Notify(c.sigs, append([]os.Signal{syscall.SIGCHLD}, Forwarded...)...)
+	signal.Notify(c.chld, syscall.SIGCHLD)
+	signal.Notify(c.sigs, Forwarded...)
 
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	if inForeground(0) {
@@ -129,6 +131,7 @@ func Start(opts Options) (*Child, error) {
 	c.tookTTY = err == nil && attr.Foreground
 	if err != nil {
 		signal.Stop(c.sigs)
+		signal.Stop(c.chld)
 		return nil, fmt.Errorf("cannot start %q: %w", opts.Argv[0], err)
 	}
 	c.pid = proc.Pid
@@ -175,6 +178,10 @@ func (c *Child) forward(sig syscall.Signal) {
 	c.log.Debug("forwarded signal", "signal", sig, "pgid", c.pid)
 }
 
+// safetyReap is how often the loop reaps without a SIGCHLD (a variable for
+// the test that proves SIGCHLD alone suffices).
+var safetyReap = 5 * time.Second
+
 func (c *Child) loop() {
 	var mainDone bool
 	var status syscall.WaitStatus
@@ -195,16 +202,21 @@ func (c *Child) loop() {
 			}
 		}
 	}
-	// SIGCHLD can coalesce or arrive before Notify; a slow tick covers both.
-	tick := time.NewTicker(500 * time.Millisecond)
+	// SIGCHLD has a channel of its own with room for one: when a SIGCHLD
+	// finds it full, a reap is already due and reap takes every exited
+	// process, so none is missed however signals coalesce. Waking only for
+	// it (no fast poll) matters: each wake-up of a Go program costs about
+	// as much as a sample. The slow tick covers a SIGCHLD of an orphan
+	// that died before Notify.
+	tick := time.NewTicker(safetyReap)
 	defer tick.Stop()
+	defer signal.Stop(c.chld) // ReapOrphans reaps after the child's exit
+	reap()
 	for !mainDone {
 		select {
+		case <-c.chld:
+			reap()
 		case s := <-c.sigs:
-			if s == syscall.SIGCHLD {
-				reap()
-				continue
-			}
 			c.forward(s.(syscall.Signal))
 			c.armKill(s.(syscall.Signal))
 		case <-c.killC:
@@ -251,9 +263,6 @@ func (c *Child) relayLate() {
 	for {
 		select {
 		case s := <-c.sigs:
-			if s == syscall.SIGCHLD {
-				continue
-			}
 			c.log.Debug("signal after the child's exit", "signal", s)
 			select {
 			case c.late <- s:

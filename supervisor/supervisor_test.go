@@ -3,6 +3,7 @@ package supervisor
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -98,5 +99,56 @@ func TestLateSignal(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the signal after the child's exit never reached Late")
+	}
+}
+
+// SIGCHLD alone reaps: with the safety tick an hour long, an orphan that
+// dies while the child runs is reaped (no zombie left) and the child's own
+// exit is seen.
+func TestReapOnSIGCHLD(t *testing.T) {
+	was := safetyReap
+	safetyReap = time.Hour
+	defer func() { safetyReap = was }()
+	dir := t.TempDir()
+	pidFile, release := filepath.Join(dir, "orphan"), filepath.Join(dir, "release")
+	// The subshell starts sleep and exits: sleep is orphaned to us (the
+	// subreaper) and dies 0.2 s later.
+	c, err := Start(Options{
+		Argv: []string{"sh", "-c", `(sleep 0.2 & echo $! > "$0.tmp"; mv "$0.tmp" "$0"); while [ ! -e "$1" ]; do sleep 0.05; done; exit 3`, pidFile, release},
+		Env:  os.Environ(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, pidFile)
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := strings.TrimSpace(string(b))
+	state := ""
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		st, err := os.ReadFile("/proc/" + orphan + "/stat")
+		if err != nil {
+			state = "" // reaped
+			break
+		}
+		// The state follows the ")" that ends the command name.
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		state = f[0]
+	}
+	if state != "" {
+		t.Fatalf("orphan %s is still there (state %s) 30 s after it was started to live 0.2 s: not reaped on SIGCHLD", orphan, state)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the child's exit was not seen without the safety tick")
+	}
+	if exit := c.Wait(); exit.Code != 3 {
+		t.Errorf("exit = %+v, want code 3", exit)
 	}
 }
