@@ -37,11 +37,13 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// maxProcs caps bridge's Ps. Its work is a few goroutines that mostly wait;
-// the runtime's default (every CPU the cgroup allows, often all of a large
-// node's) only adds idle Ps to wake, spin and run GC workers on: on 2 CPUs
-// GOMAXPROCS=32 cost 23% more CPU a sample than 2 (docs/performance.md).
-const maxProcs = 2
+// maxProcs caps bridge's Ps. Its work is a few goroutines that mostly wait
+// (blocking syscalls and cgo calls hand their P over; a busy goroutine is
+// preempted within 10 ms); every other P only adds threads to wake, spin and
+// run GC workers on. The runtime's default is every CPU the cgroup allows,
+// often all of a large node's: on 2 CPUs GOMAXPROCS=32 cost 23% more CPU a
+// sample than 2, and 1 about 9% less than 2 (docs/performance.md).
+const maxProcs = 1
 
 // limitProcs lowers GOMAXPROCS to maxProcs unless the user set it.
 func limitProcs(getenv func(string) string) {
