@@ -12,7 +12,7 @@
                                            timestamps in MLflow's history
   load_helper.py pct FILE                  p50 p99 max of the numbers in FILE
 """
-import json, os, sys, time, urllib.request, urllib.parse
+import json, os, sys, time, urllib.error, urllib.request, urllib.parse
 
 
 def ticks(pgids):
@@ -53,8 +53,21 @@ def run_of(path):
 
 
 def get(url, path, params, api="api"):
-    with urllib.request.urlopen(f"{url}/{api}/2.0/mlflow/{path}?{urllib.parse.urlencode(params)}", timeout=60) as r:
-        return json.load(r)
+    # A saturated server (N = 50 on 2 cores) answers 400 when its connection
+    # pool times out, or 5xx: retry with backoff, as bridge does, rather than
+    # lose the count of a whole run.
+    q = f"{url}/{api}/2.0/mlflow/{path}?{urllib.parse.urlencode(params)}"
+    for attempt in range(8):
+        try:
+            with urllib.request.urlopen(q, timeout=60) as r:
+                return json.load(r)
+        except urllib.error.HTTPError as e:
+            if e.code not in (400, 429) and e.code < 500 or attempt == 7:
+                raise
+        except (urllib.error.URLError, TimeoutError):
+            if attempt == 7:
+                raise
+        time.sleep(min(2 ** attempt, 30))
 
 
 def poll(url, out, runs):
