@@ -1,7 +1,6 @@
 package spool
 
 import (
-	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -55,27 +55,9 @@ func (f *syncFile) counts() (syncs, tries int) {
 	return f.syncs, f.tries
 }
 
-// lockedBuffer takes the spool's log from its timer's goroutine too.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func openSync(t *testing.T, opt Options) (*Spool, *syncFile, *lockedBuffer) {
+func openSync(t *testing.T, opt Options) (*Spool, *syncFile, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	opt.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), opt)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
@@ -56,8 +57,8 @@ func TestCrashAnywhereLosesNothing(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "spool.jsonl")
 	bin := testbin.Bridge(t)
-	start := func(args ...string) (*exec.Cmd, *lockedBuffer) {
-		var out lockedBuffer
+	start := func(args ...string) (*exec.Cmd, *syncbuf.Buffer) {
+		var out syncbuf.Buffer
 		cmd := exec.Command(bin, args...)
 		cmd.Dir = dir
 		cmd.Env = cleanEnv("BRIDGE_SPOOL=" + path)

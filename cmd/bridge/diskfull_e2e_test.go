@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
 )
 
@@ -69,7 +70,7 @@ func TestDiskFullSpoolRecovers(t *testing.T) {
 	path := filepath.Join(mnt, "spool.jsonl")
 
 	work := t.TempDir()
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	cmd := exec.Command(testbin.Bridge(t), "--interval=200ms", "--", "sh", "-c",
 		"while [ ! -e go ]; do sleep 0.1; done; sleep 1")
 	cmd.Dir = work

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,12 +13,12 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
@@ -45,24 +44,6 @@ func wbPython(t *testing.T) string {
 	return py
 }
 
-// lockedBuffer is bridge's stderr, read by the test while bridge writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // wbJob is one run of the real bridge binary around wandb_train.py.
 type wbJob struct {
 	cmd    *exec.Cmd
@@ -70,7 +51,7 @@ type wbJob struct {
 	spool  string
 	stdin  io.WriteCloser
 	lines  chan string // the child's stdout, line by line (closed at EOF)
-	stderr lockedBuffer
+	stderr syncbuf.Buffer
 	steps  int
 }
 
