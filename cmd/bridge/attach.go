@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/procfs"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/summary"
@@ -88,7 +90,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 	sess.Run()
 
-	reason := waitForPID(procs, pid, sigs)
+	reason := waitForPID(procs, pid, filepath.Clean(cfg.ProcRoot) == "/proc", sigs)
 	log.Info("attach: stopping", "reason", reason)
 	late := make(chan struct{})
 	go func() {
@@ -102,19 +104,47 @@ func runAttach(args []string, stderr io.Writer) int {
 	return 0
 }
 
-// waitForPID returns when pid is gone (or, with pid 0, never by itself) or a
-// signal arrives.
-func waitForPID(procs procfs.FS, pid int, sigs <-chan os.Signal) string {
+// waitForPID returns when pid is gone or a signal arrives.
+func waitForPID(procs procfs.FS, pid int, ownNS bool, sigs <-chan os.Signal) string {
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		watchExit(procs, pid, ownNS)
+	}()
+	select {
+	case s := <-sigs:
+		return "signal " + s.String()
+	case <-exited:
+		return fmt.Sprintf("process %d exited", pid)
+	}
+}
+
+// watchExit returns once pid has exited. A pidfd (Linux 5.3) becomes
+// readable at the exit, so one thread waits in poll without waking bridge
+// (each wake-up costs about as much as a sample) and a reused pid is never
+// mistaken for it; it names a process of bridge's own pid namespace, so only
+// when --proc-root is /proc. Else, or without pidfds, /proc is looked at
+// every 500 ms.
+func watchExit(procs procfs.FS, pid int, ownNS bool) {
+	if ownNS {
+		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
+			defer unix.Close(fd)
+			for {
+				_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
+				if err == nil {
+					return
+				}
+				if err != unix.EINTR {
+					break // fall back to looking
+				}
+			}
+		}
+	}
 	t := time.NewTicker(500 * time.Millisecond)
 	defer t.Stop()
-	for {
-		select {
-		case s := <-sigs:
-			return "signal " + s.String()
-		case <-t.C:
-			if pid > 0 && !alive(procs, pid) {
-				return fmt.Sprintf("process %d exited", pid)
-			}
+	for range t.C {
+		if !alive(procs, pid) {
+			return
 		}
 	}
 }
