@@ -1,7 +1,10 @@
 package cgroup
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,5 +110,37 @@ func TestAbsentFileV1(t *testing.T) {
 	wantValue(t, collect(t, c), name, 5)
 	if opens[path] != 2 {
 		t.Errorf("%s opened %d times in %d samples, want 2", path, opens[path], reprobeRounds+1)
+	}
+}
+
+// A pressure file that opens but fails with EOPNOTSUPP (a kernel booted
+// with psi=0) is remembered as missing too: no open a sample.
+func TestPSIOffFileNotReopenedEachSample(t *testing.T) {
+	f, _, leaf := k8sV2(t, nil, nil)
+	c := f.collector()
+	opens := countOpens(c)
+	psi := filepath.Join(leaf, "memory.pressure")
+	c.files.readFresh = func(fd int, buf []byte, size int) ([]byte, error) {
+		if target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err == nil && target == psi {
+			return buf[:0], syscall.EOPNOTSUPP
+		}
+		return kfile.ReadWhole(fd, buf, size)
+	}
+	clock := time.Unix(1700000000, 0)
+	c.now = func() time.Time { return clock }
+	const name = "container_pressure_memory_some_avg10_percentage"
+	for i := 1; i <= reprobeRounds; i++ {
+		clock = clock.Add(100 * time.Millisecond)
+		pts := collect(t, c)
+		wantAbsent(t, pts, name)
+		wantValue(t, pts, "container_pressure_cpu_some_avg10_percentage", 2)
+	}
+	if opens[psi] != 1 {
+		t.Fatalf("%s (EOPNOTSUPP) opened %d times in %d samples, want 1", psi, opens[psi], reprobeRounds)
+	}
+	clock = clock.Add(100 * time.Millisecond)
+	collect(t, c)
+	if opens[psi] != 2 {
+		t.Errorf("%s opened %d times after %d samples, want 2 (probed again)", psi, opens[psi], reprobeRounds+1)
 	}
 }

@@ -41,6 +41,9 @@ type files struct {
 	at     time.Time          // when this sample began (tick)
 	// open is kfile.Open; tests count the opens through it.
 	open func(path string) (int, error)
+	// readFresh is kfile.ReadWhole for a file just opened; tests make it
+	// fail as a kernel booted with psi=0 does.
+	readFresh func(fd int, buf []byte, size int) ([]byte, error)
 }
 
 const (
@@ -60,6 +63,14 @@ func (f *files) tick(now time.Time) {
 	defer f.mu.Unlock()
 	f.round++
 	f.at = now
+}
+
+// noteAbsent records that path was found missing in this sample.
+func (f *files) noteAbsent(path string) {
+	if f.absent == nil {
+		f.absent = map[string]absence{}
+	}
+	f.absent[path] = absence{round: f.round, at: f.at}
 }
 
 // knownAbsent reports whether path was found missing recently enough that
@@ -113,14 +124,20 @@ func (f *files) readLocked(path string) ([]byte, error) {
 	fd, err := open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			if f.absent == nil {
-				f.absent = map[string]absence{}
-			}
-			f.absent[path] = absence{round: f.round, at: f.at}
+			f.noteAbsent(path)
 		}
 		return nil, err
 	}
-	b, err := kfile.ReadWhole(fd, f.buf, 4096)
+	readFresh := f.readFresh
+	if readFresh == nil {
+		readFresh = kfile.ReadWhole
+	}
+	b, err := readFresh(fd, f.buf, 4096)
+	if errors.Is(err, syscall.EOPNOTSUPP) {
+		// A pressure file of a kernel booted with psi=0 opens but cannot
+		// be read: as good as missing until the next probe.
+		f.noteAbsent(path)
+	}
 	if err != nil || !kfile.Keep(fd) {
 		_ = syscall.Close(fd)
 	} else {
