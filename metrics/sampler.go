@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
-	"sync"
 	"time"
 )
 
@@ -32,7 +31,6 @@ type Sampler struct {
 	workers []worker
 	results chan result // capacity len(collectors): a worker's send never blocks
 	started bool
-	timer   *time.Timer // the sample's timeout; reused, stopped between samples
 	closed  bool
 	nextSeq int64
 	parts   [][]Point    // per collector, this sample's points; reused
@@ -86,8 +84,6 @@ func (s *Sampler) SetNextSeq(n int64) { s.nextSeq = n }
 // that never samples holds no goroutines.
 func (s *Sampler) start() {
 	s.started = true
-	s.timer = time.NewTimer(s.timeout)
-	s.timer.Stop()
 	for i := range s.workers {
 		s.workers[i].jobs = make(chan job, 1)
 		go s.work(i, s.workers[i].jobs)
@@ -120,10 +116,8 @@ func (s *Sampler) Sample(ctx context.Context) Sample {
 		}
 	}
 
-	cctx := &sampleCtx{parent: ctx, deadline: time.Now().Add(s.timeout), done: make(chan struct{})}
-	defer cctx.cancel(context.Canceled)
-	s.timer.Reset(s.timeout)
-	defer s.timer.Stop()
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	clear(s.parts)
 	pending := 0
 	for i := range s.workers {
@@ -147,16 +141,15 @@ func (s *Sampler) Sample(ctx context.Context) Sample {
 			}
 			pending--
 			s.parts[r.idx] = s.take(r)
-		case <-s.timer.C:
-			cctx.cancel(context.DeadlineExceeded)
-			s.log.Warn("collectors did not answer in time; their points are missing from this sample",
-				"timeout", s.timeout, "pending", pending)
+		case <-cctx.Done():
+			if err := ctx.Err(); err != nil {
+				s.log.Warn("sample cut short; the collectors that had not answered are missing from it",
+					"err", err, "pending", pending)
+			} else {
+				s.log.Warn("collectors did not answer in time; their points are missing from this sample",
+					"timeout", s.timeout, "pending", pending)
+			}
 			pending = 0 // stop waiting; late results are dropped by a later Sample
-		case <-ctx.Done():
-			cctx.cancel(ctx.Err())
-			s.log.Warn("sample cut short; the collectors that had not answered are missing from it",
-				"err", ctx.Err(), "pending", pending)
-			pending = 0
 		}
 	}
 	n := 0
@@ -270,45 +263,5 @@ func (s *Sampler) Close() {
 				s.log.Debug("closing collector", "collector", c.Name(), "err", err)
 			}
 		}
-	}
-}
-
-// sampleCtx is the context one sample's collectors get: the parent's values,
-// done at the sample's timeout, when the parent is done, or when Sample
-// returns. Sample's own timer (reused) ends it, which costs two allocations
-// where context.WithTimeout costs five and a runtime timer per sample.
-type sampleCtx struct {
-	parent   context.Context
-	deadline time.Time
-	done     chan struct{}
-
-	mu  sync.Mutex
-	err error
-}
-
-func (c *sampleCtx) Deadline() (time.Time, bool) {
-	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
-		return d, true
-	}
-	return c.deadline, true
-}
-
-func (c *sampleCtx) Done() <-chan struct{} { return c.done }
-
-func (c *sampleCtx) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-func (c *sampleCtx) Value(key any) any { return c.parent.Value(key) }
-
-// cancel ends the context with err; the first call wins.
-func (c *sampleCtx) cancel(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-		close(c.done)
 	}
 }

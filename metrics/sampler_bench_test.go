@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -36,21 +35,4 @@ func BenchmarkSampler(b *testing.B) {
 			b.Fatalf("%d points", len(smp.Points))
 		}
 	}
-}
-
-// BenchmarkEncodeSample measures encoding one 40-point sample as the JSON
-// line the spool writes (encoding/json of Sample).
-//
-//	go test -run '^$' -bench EncodeSample -benchmem ./metrics/
-func BenchmarkEncodeSample(b *testing.B) {
-	smp := Sample{Seq: 12345, Time: time.Unix(1764682500, 123456789).UTC(), Points: benchPoints(40)}
-	var n int
-	for b.Loop() {
-		line, err := json.Marshal(smp)
-		if err != nil {
-			b.Fatal(err)
-		}
-		n = len(line)
-	}
-	b.SetBytes(int64(n))
 }

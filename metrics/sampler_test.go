@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/waitfor"
 )
 
 type fixed struct {
@@ -118,8 +120,9 @@ func (s *signaller) Collect(ctx context.Context) ([]Point, error) {
 // A hung collector costs one timeout, is skipped while its call is stuck
 // (never called twice at once) and contributes again once it returns.
 func TestSamplerSurvivesHungCollector(t *testing.T) {
+	t.Parallel()
 	h := &hung{release: make(chan struct{})}
-	s := NewSampler([]Collector{h, fixed{name: "ok", pts: []Point{{Name: "node_x"}}}}, 50*time.Millisecond, quiet())
+	s := NewSampler([]Collector{h, fixed{name: "ok", pts: []Point{{Name: "node_x"}}}}, answerTimeout, quiet())
 	defer s.Close()
 	for i := 0; i < 3; i++ {
 		smp := s.Sample(context.Background())
@@ -180,17 +183,10 @@ func TestSamplerBackToBackSamplesAreWhole(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+// answerTimeout is the sampler's timeout in tests where a collector that does
+// answer must be in the sample: long enough for a loaded machine (only the
+// hung collector's first call waits it out).
+const answerTimeout = 5 * time.Second
 
 // Workers live from the first Sample to Close: one goroutine per collector
 // however many samples are taken, a hung call holds only its own worker, and
@@ -199,7 +195,7 @@ func TestSamplerWorkersEndOnClose(t *testing.T) {
 	base := runtime.NumGoroutine()
 	h := &hung{release: make(chan struct{})}
 	cs := []Collector{h, fixed{name: "a", pts: []Point{{Name: "a"}}}, fixed{name: "b", pts: []Point{{Name: "b"}}}}
-	s := NewSampler(cs, 20*time.Millisecond, quiet())
+	s := NewSampler(cs, answerTimeout, quiet())
 	if n := runtime.NumGoroutine(); n > base {
 		t.Errorf("%d goroutines after NewSampler, want at most %d (workers start with the first Sample)", n, base)
 	}
@@ -216,9 +212,9 @@ func TestSamplerWorkersEndOnClose(t *testing.T) {
 	if smp := s.Sample(context.Background()); len(smp.Points) != 0 {
 		t.Errorf("sample after Close has %v, want none", names(smp))
 	}
-	waitFor(t, "idle workers to exit after Close", func() bool { return runtime.NumGoroutine() <= base+1 })
+	waitfor.Cond(t, 10*time.Second, "idle workers to exit after Close", func() bool { return runtime.NumGoroutine() <= base+1 })
 	close(h.release)
-	waitFor(t, "the hung worker to exit once its call returned", func() bool { return runtime.NumGoroutine() <= base })
+	waitfor.Cond(t, 10*time.Second, "the hung worker to exit once its call returned", func() bool { return runtime.NumGoroutine() <= base })
 }
 
 // A Sampler that never sampled has no workers to end.
@@ -251,14 +247,15 @@ func (o *slowOnce) Collect(context.Context) ([]Point, error) {
 // An answer that comes after its sample's timeout belongs to no sample: the
 // next sample calls the collector again and carries only the fresh answer.
 func TestSamplerDropsLateAnswer(t *testing.T) {
+	t.Parallel()
 	o := &slowOnce{release: make(chan struct{})}
-	s := NewSampler([]Collector{o}, 20*time.Millisecond, quiet())
+	s := NewSampler([]Collector{o}, answerTimeout, quiet())
 	defer s.Close()
 	if got := names(s.Sample(context.Background())); len(got) != 0 {
 		t.Fatalf("first sample: %v, want nothing (timed out)", got)
 	}
 	close(o.release)
-	waitFor(t, "the late call to return", func() bool { return o.done.Load() == 1 })
+	waitfor.Cond(t, 10*time.Second, "the late call to return", func() bool { return o.done.Load() == 1 })
 	if got := names(s.Sample(context.Background())); !slices.Equal(got, []string{"second"}) {
 		t.Fatalf("second sample: %v, want [second] (the late first answer dropped)", got)
 	}
@@ -285,9 +282,10 @@ func (r *releaser) Collect(context.Context) ([]Point, error) {
 // A collector skipped as busy whose late answer comes in during a later
 // sample does not put that answer in it, and is called again by the next.
 func TestSamplerLateAnswerDuringLaterSample(t *testing.T) {
+	t.Parallel()
 	h := &hung{release: make(chan struct{})}
 	r := &releaser{h: h}
-	s := NewSampler([]Collector{h, r}, 250*time.Millisecond, quiet())
+	s := NewSampler([]Collector{h, r}, answerTimeout, quiet())
 	defer s.Close()
 	// Sample 0: h hangs and the sample times out on it; r is disarmed.
 	r.once.Store(true)
@@ -298,9 +296,9 @@ func TestSamplerLateAnswerDuringLaterSample(t *testing.T) {
 	if got := names(s.Sample(context.Background())); !slices.Equal(got, []string{"r"}) {
 		t.Fatalf("sample 1: %v, want [r] (h was skipped as busy; its late answer is not this sample's)", got)
 	}
-	waitFor(t, "h's call to return", func() bool { return h.active.Load() == 0 })
+	waitfor.Cond(t, 10*time.Second, "h's call to return", func() bool { return h.active.Load() == 0 })
 	var got []string
-	waitFor(t, "h to answer again", func() bool {
+	waitfor.Cond(t, 10*time.Second, "h to answer again", func() bool {
 		got = names(s.Sample(context.Background()))
 		return len(got) == 2
 	})

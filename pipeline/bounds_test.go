@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -67,7 +68,7 @@ func TestEndByBoundsStopAndFinish(t *testing.T) {
 	set.FlushTimeout = time.Hour // EndBy, not this, is the bound
 	s := open(t, set, []metrics.Collector{&counter{}}, nil, sink)
 	s.Run()
-	waitFor(t, "a sample", func() bool { return s.spool.NextSeq() > 0 })
+	waitfor.Cond(t, deadline, "a sample", func() bool { return s.spool.NextSeq() > 0 })
 	end := time.Now().Add(500 * time.Millisecond)
 	s.EndBy(end)
 	finished := make(chan struct{})
@@ -121,7 +122,7 @@ func TestKeepSpool(t *testing.T) {
 			s := open(t, set, []metrics.Collector{&counter{}}, nil, sink)
 			path := s.SpoolFile()
 			s.Run()
-			waitFor(t, "a sample", func() bool { return len(sink.received()) > 0 })
+			waitfor.Cond(t, deadline, "a sample", func() bool { return len(sink.received()) > 0 })
 			s.Stop(nil)
 			s.Finish(tracker.EndInfo{Time: time.Now()})
 			_, err := os.Stat(path)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -30,10 +31,10 @@ func TestSessionServesMetrics(t *testing.T) {
 	set.Interval, set.MetricsAddr, set.NodeID = 5*time.Millisecond, addr, "node-a"
 	s := open(t, set, []metrics.Collector{&counter{}}, nil, sink)
 	s.Run()
-	waitFor(t, "three samples at the sink", func() bool { return len(sink.received()) >= 3 })
+	waitfor.Cond(t, deadline, "three samples at the sink", func() bool { return len(sink.received()) >= 3 })
 
 	var text string
-	waitFor(t, "/metrics showing a sample and the sink's sends", func() bool {
+	waitfor.Cond(t, deadline, "/metrics showing a sample and the sink's sends", func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err != nil {
 			return false

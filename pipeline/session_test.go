@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker"
@@ -118,17 +119,6 @@ func open(t *testing.T, set Settings, cs []metrics.Collector, mem MemoryProbe, s
 	return s
 }
 
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	end := time.Now().Add(deadline)
-	for !ok() {
-		if time.Now().After(end) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 func report(s *Session) string {
 	var b bytes.Buffer
 	s.Report(&b, "end")
@@ -143,7 +133,7 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 	set := settings(t)
 	s := open(t, set, []metrics.Collector{c}, nil, sink)
 	s.Run()
-	waitFor(t, "five samples at the sink", func() bool { return len(sink.received()) >= 5 })
+	waitfor.Cond(t, deadline, "five samples at the sink", func() bool { return len(sink.received()) >= 5 })
 	s.Stop(nil)
 	s.Finish(tracker.EndInfo{ExitCode: 3, Time: time.Now()})
 
@@ -230,7 +220,7 @@ func TestStartSinksFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Run()
-	waitFor(t, "a sample at the started sink", func() bool { return len(ok.received()) > 0 })
+	waitfor.Cond(t, deadline, "a sample at the started sink", func() bool { return len(ok.received()) > 0 })
 	s.Stop(nil)
 	s.Finish(tracker.EndInfo{Time: time.Now()})
 	if len(refused.received())+len(norun.received()) > 0 || refused.finished+norun.finished > 0 {
@@ -261,7 +251,7 @@ func TestSessionHungSink(t *testing.T) {
 			}
 			s := open(t, set, []metrics.Collector{&counter{}}, nil, hung)
 			s.Run()
-			waitFor(t, "a sample in the spool", func() bool { return s.spool.PendingCount("hung", "r1") > 0 })
+			waitfor.Cond(t, deadline, "a sample in the spool", func() bool { return s.spool.PendingCount("hung", "r1") > 0 })
 			stopped := make(chan struct{})
 			go func() {
 				s.Stop(abort)
@@ -308,7 +298,7 @@ func TestSessionMemoryProbe(t *testing.T) {
 	p := probe{calls: make(chan struct{}, 1)}
 	s := open(t, set, []metrics.Collector{c}, p)
 	s.Run()
-	waitFor(t, "a second sample through the probe", func() bool { return c.calls() >= 2 })
+	waitfor.Cond(t, deadline, "a second sample through the probe", func() bool { return c.calls() >= 2 })
 	s.Stop(nil)
 	s.Finish(tracker.EndInfo{Time: time.Now()})
 	select {
@@ -332,7 +322,7 @@ func TestSessionPhase(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Run()
-	waitFor(t, "a second sample after a zero phase", func() bool { return c.calls() >= 2 })
+	waitfor.Cond(t, deadline, "a second sample after a zero phase", func() bool { return c.calls() >= 2 })
 	s.Stop(nil)
 	s.Finish(tracker.EndInfo{Time: time.Now()})
 	if time.Duration(asked.Load()) != time.Hour {

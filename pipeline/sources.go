@@ -66,7 +66,7 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 	// The node collector serves three scopes; it reads only the sources of
 	// those asked for (no statfs without rootfs, no net/dev without netns).
 	var nodeScopes []metrics.Scope
-	for _, sc := range []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns} {
+	for _, sc := range node.ServedScopes {
 		if cfg.HasScope(string(sc)) {
 			nodeScopes = append(nodeScopes, sc)
 		}

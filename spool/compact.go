@@ -120,7 +120,7 @@ func (s *Spool) compactLocked() error {
 		return fmt.Errorf("reopening spool %s after compacting: %w", s.path, err)
 	}
 	s.f.Close()
-	s.f, s.size, s.synced = f, size, size // the new file was fsynced
+	s.f, s.size = f, size // the new file was fsynced (nothing is unsynced)
 
 	// Samples that left the file leave memory too; count those not delivered.
 	low := s.lowAckLocked()

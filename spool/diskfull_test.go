@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 )
 
 // failingFile is the spool's file with a switch: while full, a write stores
@@ -33,18 +35,27 @@ func (f *failingFile) Write(b []byte) (int, error) {
 	return f.File.Write(b)
 }
 
-func openFailing(t *testing.T, opt Options) (*Spool, *failingFile, *bytes.Buffer) {
+func openFailing(t *testing.T, opt Options) (*Spool, *failingFile, *syncbuf.Buffer) {
 	t.Helper()
-	var logs bytes.Buffer
-	opt.Logger = logTo(&logs)
+	var ff *failingFile
+	s, logs := openWrapped(t, opt, func(f *os.File, _ int64) file { ff = &failingFile{File: f}; return ff })
+	return s, ff, logs
+}
+
+// openWrapped opens a spool in a temp dir whose file goes through wrap (a
+// file that fails on demand; size is the file's at open), retrying at every
+// write (the tests need no clock). Its log, at debug, is returned.
+func openWrapped(t *testing.T, opt Options, wrap func(f *os.File, size int64) file) (*Spool, *syncbuf.Buffer) {
+	t.Helper()
+	logs := &syncbuf.Buffer{}
+	opt.Logger = logTo(logs)
 	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ff := &failingFile{File: s.f.(*os.File)}
-	s.f = ff
-	s.gap = 0 // retry at every write: the test needs no clock
-	return s, ff, &logs
+	s.f = wrap(s.f.(*os.File), s.size)
+	s.gap = 0
+	return s, logs
 }
 
 // Disk full: no write fails a sample or an ack; samples reach the sink from

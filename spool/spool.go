@@ -192,11 +192,10 @@ type Spool struct {
 	enc      encoder // encodes samples and acks (reused: no allocation)
 	wbuf     []byte  // what one write sends (reused)
 
-	// Group commit (SyncEvery > 0): the file's bytes from synced to size are
+	// Group commit (SyncEvery > 0): the file's last len(unsynced) bytes are
 	// written but not fsynced; unsynced holds a copy of them, to write them
 	// again when an fsync failed (Linux reports a writeback error once and
 	// may drop those pages).
-	synced   int64
 	unsynced []byte
 	resync   bool        // an fsync failed: rewrite unsynced before the next
 	timer    *time.Timer // the deferred fsync
@@ -234,7 +233,6 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 		return nil, fmt.Errorf("reading spool %s: %w", path, err)
 	}
 	s.size = res.end
-	s.synced = s.size
 	s.stats.BadLines, s.stats.BadLineNums = res.badLines, res.badAt
 	if res.tailOff >= 0 {
 		s.stats.TornTail = true
@@ -336,7 +334,7 @@ func (s *Spool) ackOf(sink, run string) int64 {
 // until they are written again.
 func (s *Spool) evictLocked() {
 	for i := 0; s.inMem > s.opt.MemSamples && i < len(s.pend); i++ {
-		if e := &s.pend[i]; e.smp != nil && e.off >= 0 && e.off < s.synced {
+		if e := &s.pend[i]; e.smp != nil && e.off >= 0 && e.off < s.syncedLocked() {
 			e.smp = nil
 			s.inMem--
 		}
@@ -740,8 +738,6 @@ func (s *Spool) flushLocked(force bool) {
 	s.size += int64(len(buf))
 	if s.opt.SyncEvery > 0 {
 		s.unsynced = append(s.unsynced, buf...)
-	} else {
-		s.synced = s.size
 	}
 	arm := false
 	for _, q := range s.queue {
@@ -799,6 +795,9 @@ func (s *Spool) deferredSync() {
 	}
 }
 
+// syncedLocked is where the bytes known to be on disk end.
+func (s *Spool) syncedLocked() int64 { return s.size - int64(len(s.unsynced)) }
+
 // syncLocked makes every written record durable: the unsynced bytes are
 // first written again if an earlier fsync failed, then the file is fsynced.
 // On failure they stay in memory for the next attempt.
@@ -811,18 +810,19 @@ func (s *Spool) syncLocked() error {
 		return nil
 	}
 	if s.resync {
-		if err := s.f.Truncate(s.synced); err != nil {
-			return fmt.Errorf("writing spool %s again from byte %d after a failed fsync: %w", s.path, s.synced, err)
+		synced := s.syncedLocked()
+		if err := s.f.Truncate(synced); err != nil {
+			return fmt.Errorf("writing spool %s again from byte %d after a failed fsync: %w", s.path, synced, err)
 		}
 		if _, err := s.f.Write(s.unsynced); err != nil {
-			return fmt.Errorf("writing spool %s again from byte %d after a failed fsync: %w", s.path, s.synced, err)
+			return fmt.Errorf("writing spool %s again from byte %d after a failed fsync: %w", s.path, synced, err)
 		}
 	}
 	if err := s.f.Sync(); err != nil {
 		s.resync = true
 		return fmt.Errorf("syncing spool %s: %w", s.path, err)
 	}
-	s.synced, s.resync = s.size, false
+	s.resync = false
 	s.unsynced = s.unsynced[:0]
 	if cap(s.unsynced) > 2*maxUnsynced {
 		s.unsynced = nil // a flush after an outage: not kept

@@ -1,9 +1,7 @@
 package spool
 
 import (
-	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/syncbuf"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -57,28 +56,9 @@ func (f *syncFile) counts() (syncs, tries int) {
 
 func openSync(t *testing.T, opt Options) (*Spool, *syncFile, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &syncbuf.Buffer{}
-	opt.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sf := &syncFile{File: s.f.(*os.File), good: s.size}
-	s.f = sf
-	s.gap = 0 // retry at every write: the test needs no clock
+	var sf *syncFile
+	s, logs := openWrapped(t, opt, func(f *os.File, size int64) file { sf = &syncFile{File: f, good: size}; return sf })
 	return s, sf, logs
-}
-
-// poll waits, generously, for cond; it asserts no timing.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // SyncEvery 0 keeps the old contract: one fsync for every write.
@@ -133,22 +113,42 @@ func TestSyncEveryTimer(t *testing.T) {
 	defer s.Close()
 	s.Track("mlflow", "r")
 	s.Append(sample(0, 1))
-	poll(t, "the deferred fsync", func() bool { n, _ := sf.counts(); return n >= 1 })
-	state := func() (bool, int) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.armed, len(s.unsynced)
-	}
-	poll(t, "nothing unsynced", func() bool { armed, n := state(); return !armed && n == 0 })
+	waitfor.Cond(t, 20*time.Second, "the deferred fsync", func() bool { n, _ := sf.counts(); return n >= 1 })
+	waitfor.Cond(t, 20*time.Second, "nothing unsynced", func() bool { armed, n := syncState(s); return !armed && n == 0 })
 	s.Ack("mlflow", "r", 0)
-	if armed, n := state(); armed || n == 0 {
+	if armed, n := syncState(s); armed || n == 0 {
 		t.Fatalf("after an ack: timer armed %v, %d bytes unsynced; want not armed, the ack unsynced", armed, n)
 	}
 	s.Append(sample(1, 1))
-	if armed, _ := state(); !armed {
+	waitfor.Cond(t, 20*time.Second, "the second deferred fsync", func() bool { _, n := syncState(s); return n == 0 })
+
+	// Whether a record arms the timer, with one that cannot fire meanwhile
+	// (a 5 ms one may have fired before the check on a loaded machine).
+	s, _, _ = openSync(t, Options{SyncEvery: time.Hour})
+	defer s.Close()
+	s.Track("mlflow", "r")
+	s.Append(sample(0, 1))
+	s.mu.Lock()
+	err := s.syncLocked()
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Ack("mlflow", "r", 0)
+	if armed, n := syncState(s); armed || n == 0 {
+		t.Fatalf("after an ack: timer armed %v, %d bytes unsynced; want not armed, the ack unsynced", armed, n)
+	}
+	s.Append(sample(1, 1))
+	if armed, _ := syncState(s); !armed {
 		t.Fatal("a sample did not arm the deferred fsync")
 	}
-	poll(t, "the second deferred fsync", func() bool { _, n := state(); return n == 0 })
+}
+
+// syncState is whether the deferred fsync is armed and how much waits for it.
+func syncState(s *Spool) (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.armed, len(s.unsynced)
 }
 
 // 1 MiB waiting for an fsync is fsynced at once.

@@ -178,10 +178,6 @@ func (c *Child) forward(sig syscall.Signal) {
 	c.log.Debug("forwarded signal", "signal", sig, "pgid", c.pid)
 }
 
-// safetyReap is how often the loop reaps without a SIGCHLD (a variable for
-// the test that proves SIGCHLD alone suffices).
-var safetyReap = 5 * time.Second
-
 func (c *Child) loop() {
 	var mainDone bool
 	var status syscall.WaitStatus
@@ -204,12 +200,9 @@ func (c *Child) loop() {
 	}
 	// SIGCHLD has a channel of its own with room for one: when a SIGCHLD
 	// finds it full, a reap is already due and reap takes every exited
-	// process, so none is missed however signals coalesce. Waking only for
-	// it (no fast poll) matters: each wake-up of a Go program costs about
-	// as much as a sample. The slow tick covers a SIGCHLD of an orphan
-	// that died before Notify.
-	tick := time.NewTicker(safetyReap)
-	defer tick.Stop()
+	// process, so none is missed however signals coalesce, and no poll is
+	// needed (each wake-up of a Go program costs about as much as a
+	// sample). The first reap takes an orphan that died before Notify.
 	defer signal.Stop(c.chld) // ReapOrphans reaps after the child's exit
 	reap()
 	for !mainDone {
@@ -226,8 +219,6 @@ func (c *Child) loop() {
 			if err := syscall.Kill(-c.pid, syscall.SIGKILL); err != nil {
 				_ = syscall.Kill(c.pid, syscall.SIGKILL)
 			}
-		case <-tick.C:
-			reap()
 		}
 	}
 	exitTime := time.Now()

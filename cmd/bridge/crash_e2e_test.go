@@ -15,21 +15,9 @@ import (
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
-
-// waitFor polls cond until it holds or d passes (generous: the machine is
-// shared and the binary is built with -race).
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within %v", what, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // spooledSeqs are the seqs of the complete sample records in a spool file.
 func spooledSeqs(t *testing.T, path string) []int64 {
@@ -73,7 +61,7 @@ func TestCrashAnywhereLosesNothing(t *testing.T) {
 	for i := range 6 {
 		before := len(kept)
 		cmd, out := start("--interval=100ms", "--trackers=none", "--", "sleep", "3")
-		waitFor(t, 60*time.Second, fmt.Sprintf("attempt %d sampling", i), func() bool {
+		waitfor.Cond(t, 60*time.Second, fmt.Sprintf("attempt %d sampling", i), func() bool {
 			if _, err := os.Stat(path); err != nil {
 				return false // not created yet
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 )
 
 // mountTmpfs mounts a small tmpfs on a fresh directory, unmounted at cleanup.
@@ -82,10 +83,10 @@ func TestDiskFullSpoolRecovers(t *testing.T) {
 	t.Cleanup(func() { cmd.Process.Kill() })
 
 	const key = "system/node_memory_used_megabytes"
-	waitFor(t, 60*time.Second, "the write failure message", func() bool {
+	waitfor.Cond(t, 60*time.Second, "the write failure message", func() bool {
 		return strings.Contains(out.String(), "cannot write the spool")
 	})
-	waitFor(t, 60*time.Second, "samples reaching MLflow while the disk is full", func() bool {
+	waitfor.Cond(t, 60*time.Second, "samples reaching MLflow while the disk is full", func() bool {
 		return len(srv.History(t, id, key)) >= 3
 	})
 	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
@@ -94,7 +95,7 @@ func TestDiskFullSpoolRecovers(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "the recovery message", func() bool {
+	waitfor.Cond(t, 60*time.Second, "the recovery message", func() bool {
 		return strings.Contains(out.String(), "writable again")
 	})
 	os.WriteFile(filepath.Join(work, "go"), nil, 0o600)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/spool/spooltest"
@@ -268,7 +269,7 @@ time.sleep(3)
 	}
 	// The start record is written once the start timeout has passed and the
 	// child's environment is settled: only then may the tracker come back.
-	waitFor(t, 90*time.Second, "the start record", func() bool {
+	waitfor.Cond(t, 90*time.Second, "the start record", func() bool {
 		_, _, at, err := spooltest.ReadFile(j.spool)
 		return err == nil && len(at) > 0
 	})

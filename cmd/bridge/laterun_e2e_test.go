@@ -13,6 +13,7 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
@@ -59,7 +60,7 @@ func TestFaultLateRunSurvivesKill(t *testing.T) {
 		}
 		return at[len(at)-1].Start.Runs["mlflow"]
 	}
-	waitFor(t, 90*time.Second, "the start record", func() bool {
+	waitfor.Cond(t, 90*time.Second, "the start record", func() bool {
 		_, _, at, err := spooltest.ReadFile(j.spool)
 		return err == nil && len(at) > 0
 	})
@@ -67,7 +68,7 @@ func TestFaultLateRunSurvivesKill(t *testing.T) {
 		t.Fatalf("the start record names run %q while the tracker was down", id)
 	}
 	// Samples spooled while the tracker is down: the late run gets them too.
-	waitFor(t, 90*time.Second, "two samples spooled while the tracker is down", func() bool {
+	waitfor.Cond(t, 90*time.Second, "two samples spooled while the tracker is down", func() bool {
 		ss, _, _, err := spooltest.ReadFile(j.spool)
 		return err == nil && len(ss) >= 2
 	})
@@ -75,13 +76,13 @@ func TestFaultLateRunSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	var run string
-	waitFor(t, 120*time.Second, "the late run recorded in the spool", func() bool {
+	waitfor.Cond(t, 120*time.Second, "the late run recorded in the spool", func() bool {
 		run = spooledRun()
 		return run != ""
 	})
 	// Some samples reach the run before the kill, so that sync must skip
 	// what was acknowledged.
-	waitFor(t, 120*time.Second, "acknowledgements for the late run", func() bool {
+	waitfor.Cond(t, 120*time.Second, "acknowledgements for the late run", func() bool {
 		_, acks, _, err := spooltest.ReadFile(j.spool)
 		return err == nil && acks["mlflow\x00"+run] >= 2
 	})
@@ -89,7 +90,7 @@ func TestFaultLateRunSurvivesKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := len(j.samples(t))
-	waitFor(t, 60*time.Second, "samples spooled while the tracker is down again", func() bool {
+	waitfor.Cond(t, 60*time.Second, "samples spooled while the tracker is down again", func() bool {
 		return len(j.samples(t)) >= n+3
 	})
 	j.cmd.Process.Kill()

@@ -21,14 +21,10 @@ import (
 // once: a removed cgroup's files fail with ENODEV, and opening again then
 // says the file is gone (no data), or reads the cgroup made in its place.
 //
-// A file found missing (memory.pressure without PSI, a controller not
-// delegated here, the root's absent pids files) is not opened again on every
-// sample: it reads as missing until a re-probe is due, reprobeRounds samples
-// or reprobeAfter after it was found missing, whichever comes first. The
-// sample count keeps the probes rare at short intervals, where the per-sample
-// cost matters; the time bound says when a file that appears (PSI enabled, a
-// controller delegated) is picked up at long intervals: within 30 s, or at the
-// next sample when the interval is longer.
+// A file found missing (memory.pressure without PSI or under psi=0, a
+// controller not delegated here, the root's absent pids files) is not opened
+// again on every sample: it reads as missing until kfile.Absent says to probe
+// it again, the time being that of the sample (tick).
 //
 // Collect and MemoryPoints run on one goroutine, Info and Detect may run on
 // another: mu guards the descriptors, the buffer and the absence records.
@@ -36,9 +32,8 @@ type files struct {
 	mu     sync.Mutex
 	fds    map[string]int // path -> kept descriptor
 	buf    []byte
-	absent map[string]absence // path -> when it was found missing
-	round  uint64             // samples so far (tick)
-	at     time.Time          // when this sample began (tick)
+	absent map[string]*kfile.Absent // path -> its absence record
+	at     time.Time                // when this sample began (tick)
 	// open is kfile.Open; tests count the opens through it.
 	open func(path string) (int, error)
 	// readFresh is kfile.ReadWhole for a file just opened; tests make it
@@ -46,45 +41,27 @@ type files struct {
 	readFresh func(fd int, buf []byte, size int) ([]byte, error)
 }
 
-const (
-	reprobeRounds = 64
-	reprobeAfter  = 30 * time.Second
-)
-
-// absence is when a file was found missing: the sample and its time.
-type absence struct {
-	round uint64
-	at    time.Time
-}
-
 // tick marks the start of a sample taken at now.
 func (f *files) tick(now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.round++
 	f.at = now
 }
 
-// noteAbsent records that path was found missing in this sample.
-func (f *files) noteAbsent(path string) {
+// noteAbsent remembers path as absent when err says so.
+func (f *files) noteAbsent(path string, err error) {
+	if !kfile.IsAbsent(err) {
+		return
+	}
 	if f.absent == nil {
-		f.absent = map[string]absence{}
+		f.absent = map[string]*kfile.Absent{}
 	}
-	f.absent[path] = absence{round: f.round, at: f.at}
-}
-
-// knownAbsent reports whether path was found missing recently enough that
-// it is not probed again yet; a due re-probe forgets the record.
-func (f *files) knownAbsent(path string) bool {
-	a, ok := f.absent[path]
-	if !ok {
-		return false
+	a := f.absent[path]
+	if a == nil {
+		a = &kfile.Absent{}
+		f.absent[path] = a
 	}
-	if f.round-a.round < reprobeRounds && f.at.Sub(a.at) < reprobeAfter {
-		return true
-	}
-	delete(f.absent, path)
-	return false
+	a.Note(err, f.at)
 }
 
 // read reads the whole file at path. A missing file is ("", false, nil);
@@ -114,8 +91,10 @@ func (f *files) readLocked(path string) ([]byte, error) {
 		_ = syscall.Close(fd)
 		delete(f.fds, path)
 	}
-	if f.knownAbsent(path) {
-		return nil, syscall.ENOENT
+	if a := f.absent[path]; a != nil {
+		if err := a.Known(f.at); err != nil {
+			return nil, err
+		}
 	}
 	open := f.open
 	if open == nil {
@@ -123,9 +102,7 @@ func (f *files) readLocked(path string) ([]byte, error) {
 	}
 	fd, err := open(path)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			f.noteAbsent(path)
-		}
+		f.noteAbsent(path, err)
 		return nil, err
 	}
 	readFresh := f.readFresh
@@ -133,10 +110,10 @@ func (f *files) readLocked(path string) ([]byte, error) {
 		readFresh = kfile.ReadWhole
 	}
 	b, err := readFresh(fd, f.buf, 4096)
-	if errors.Is(err, syscall.EOPNOTSUPP) {
-		// A pressure file of a kernel booted with psi=0 opens but cannot
-		// be read: as good as missing until the next probe.
-		f.noteAbsent(path)
+	if err != nil {
+		// A pressure file of a kernel booted with psi=0 opens but fails
+		// with EOPNOTSUPP: as good as missing until the next probe.
+		f.noteAbsent(path, err)
 	}
 	if err != nil || !kfile.Keep(fd) {
 		_ = syscall.Close(fd)

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // The collector keeps its cgroup files open and re-reads them with pread.
@@ -116,13 +116,13 @@ func TestRealRemovedCgroupIsNoData(t *testing.T) {
 	}
 
 	// A cgroup of the same name made anew is read again (reopened) once the
-	// files found missing are probed again: within ReprobeRounds samples.
+	// files found missing are probed again: within kfile.AbsentLookups samples.
 	for _, d := range g.Dirs() {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := 0; i <= cgroup.ReprobeRounds; i++ {
+	for i := 0; i <= kfile.AbsentLookups; i++ {
 		pts = collect(t, c)
 		if _, ok := pts["container_cpu_usage_seconds_total"]; ok {
 			break

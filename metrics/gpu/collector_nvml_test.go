@@ -3,7 +3,6 @@
 package gpu
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,29 +19,12 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// logBuf collects log lines from every goroutine of a test.
-type logBuf struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuf) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuf) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func testLog() (*slog.Logger, *logBuf) {
-	b := &logBuf{}
+func testLog() (*slog.Logger, *syncbuf.Buffer) {
+	b := &syncbuf.Buffer{}
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
 }
 
@@ -101,7 +83,7 @@ func fakeServer(s *server.Server, n int) *server.Server {
 
 func dev(s *server.Server, i int) *server.Device { return s.Devices[i].(*server.Device) }
 
-func newCollector(t *testing.T, opts Options) (*Collector, *logBuf) {
+func newCollector(t *testing.T, opts Options) (*Collector, *syncbuf.Buffer) {
 	t.Helper()
 	log, buf := testLog()
 	opts.Log = log

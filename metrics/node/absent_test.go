@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	kfileio "github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // A kept file found absent is not looked for again until 64 reads or 30 s
@@ -25,7 +27,7 @@ func TestKfileAbsentReprobe(t *testing.T) {
 			t.Fatal(err)
 		}
 		if by == "time" {
-			clock = clock.Add(absentFor)
+			clock = clock.Add(kfileio.AbsentFor)
 		} else {
 			// Reads 2..64: still answered as absent, without looking.
 			for i := 2; i <= 64; i++ {

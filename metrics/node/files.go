@@ -15,22 +15,14 @@ import (
 //
 // A kept file found absent (no PSI: /proc/pressure/* missing, or failing
 // with EOPNOTSUPP under psi=0) answers the same error without a syscall
-// until it is probed again, after absentReads reads or absentFor, whichever
-// comes first: a kernel without PSI costs no open a sample.
+// until kfileio.Absent says to probe it again: a kernel without PSI costs no
+// open a sample.
 type kfile struct {
-	path string
-	keep bool
-	fd   int // -1: not open
-
-	absentErr   error     // why the file was found absent; nil: not known absent
-	absentLeft  int       // reads left that answer absentErr without a syscall
-	absentUntil time.Time // the latest those reads run to
+	path   string
+	keep   bool
+	fd     int // -1: not open
+	absent kfileio.Absent
 }
-
-const (
-	absentReads = 63 // probed again at the 64th read
-	absentFor   = 30 * time.Second
-)
 
 // now is the clock of the absence records (tests replace it).
 var now = time.Now
@@ -39,12 +31,10 @@ func newKfile(path string, keep bool) *kfile { return &kfile{path: path, keep: k
 
 // read reads the whole file into buf's storage, growing it as needed.
 func (f *kfile) read(buf []byte) ([]byte, error) {
-	if f.absentErr != nil {
-		if f.absentLeft > 0 && now().Before(f.absentUntil) {
-			f.absentLeft--
-			return buf[:0], f.absentErr
+	if f.keep {
+		if err := f.absent.Known(now()); err != nil {
+			return buf[:0], err
 		}
-		f.absentErr = nil
 	}
 	fd := f.fd
 	if fd < 0 {
@@ -70,8 +60,8 @@ func (f *kfile) read(buf []byte) ([]byte, error) {
 // noteAbsent starts answering err without a syscall, for a kept file that is
 // absent (see kfile).
 func (f *kfile) noteAbsent(err error) {
-	if f.keep && isAbsent(err) {
-		f.absentErr, f.absentLeft, f.absentUntil = err, absentReads, now().Add(absentFor)
+	if f.keep {
+		f.absent.Note(err, now())
 	}
 }
 

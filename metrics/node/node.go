@@ -12,11 +12,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -55,8 +54,10 @@ type Collector struct {
 	prevCPU *procfs.CPUStat
 	net     netTracker
 
-	// Which scopes Collect reads (Options.Scopes).
-	node, rootfs, netns bool
+	// The scopes Collect reads (Options.Scopes, in ServedScopes' order) and
+	// their sources' readers, in order.
+	scopes []metrics.Scope
+	steps  []func() ([]metrics.Point, error)
 	// statfs is readFsUsage; tests count its calls.
 	statfs func(path string) (fsUsage, error)
 
@@ -105,23 +106,31 @@ func New(opts Options) (*Collector, error) {
 		statfs:        readFsUsage,
 		absent:        map[string]bool{},
 	}
-	if len(opts.Scopes) == 0 {
-		opts.Scopes = []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}
-	}
 	for _, sc := range opts.Scopes {
+		if !slices.Contains(ServedScopes, sc) {
+			return nil, fmt.Errorf("node metrics: scope %q is not one this collector reads (node, rootfs, netns)", sc)
+		}
+	}
+	for _, sc := range ServedScopes {
+		if len(opts.Scopes) > 0 && !slices.Contains(opts.Scopes, sc) {
+			continue
+		}
+		c.scopes = append(c.scopes, sc)
 		switch sc {
 		case metrics.ScopeNode:
-			c.node = true
+			c.steps = append(c.steps, c.collectCPU, c.collectMemory, c.collectLoad, c.collectPressure)
 		case metrics.ScopeRootfs:
-			c.rootfs = true
+			c.steps = append(c.steps, c.collectRootfs)
 		case metrics.ScopeNetns:
-			c.netns = true
-		default:
-			return nil, fmt.Errorf("node metrics: scope %q is not one this collector reads (node, rootfs, netns)", sc)
+			c.steps = append(c.steps, func() ([]metrics.Point, error) { return c.collectNet(c.now()) })
 		}
 	}
 	return c, nil
 }
+
+// ServedScopes are the scopes the node collector serves, in the order it
+// reads them.
+var ServedScopes = []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}
 
 // Close releases the files kept open.
 func (c *Collector) Close() error {
@@ -145,33 +154,14 @@ func (c *Collector) Name() string { return "node" }
 // that fails is reported in the joined error while the others' points are
 // still returned.
 func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
-	now := c.now()
 	var pts []metrics.Point
 	var errs []error
-	for step := range stepCount {
-		if !c.wants(step) {
-			continue
-		}
+	for _, step := range c.steps {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
 		}
-		var p []metrics.Point
-		var err error
-		switch step {
-		case stepCPU:
-			p, err = c.collectCPU()
-		case stepMemory:
-			p, err = c.collectMemory()
-		case stepLoad:
-			p, err = c.collectLoad()
-		case stepPressure:
-			p, err = c.collectPressure()
-		case stepRootfs:
-			p, err = c.collectRootfs()
-		case stepNet:
-			p, err = c.collectNet(now)
-		}
+		p, err := step()
 		pts = append(pts, p...)
 		if err != nil {
 			errs = append(errs, err)
@@ -180,42 +170,8 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	return pts, errors.Join(errs...)
 }
 
-// The sources Collect reads, in order.
-const (
-	stepCPU = iota
-	stepMemory
-	stepLoad
-	stepPressure
-	stepRootfs
-	stepNet
-	stepCount
-)
-
 // Scopes returns the scopes Collect reads, in the order node, rootfs, netns.
-func (c *Collector) Scopes() []metrics.Scope {
-	var out []metrics.Scope
-	for _, s := range []struct {
-		on    bool
-		scope metrics.Scope
-	}{{c.node, metrics.ScopeNode}, {c.rootfs, metrics.ScopeRootfs}, {c.netns, metrics.ScopeNetns}} {
-		if s.on {
-			out = append(out, s.scope)
-		}
-	}
-	return out
-}
-
-// wants reports whether a step's scope is enabled.
-func (c *Collector) wants(step int) bool {
-	switch step {
-	case stepRootfs:
-		return c.rootfs
-	case stepNet:
-		return c.netns
-	default:
-		return c.node
-	}
-}
+func (c *Collector) Scopes() []metrics.Scope { return slices.Clone(c.scopes) }
 
 // Detect implements metrics.Detector.
 func (c *Collector) Detect(ctx context.Context) map[string]any {
@@ -247,9 +203,7 @@ func (c *Collector) path(rel string) string { return filepath.Join(c.procRoot, r
 
 // isAbsent reports whether err means "this machine has no such source": a
 // missing file, or a kernel that refuses it (PSI built in but disabled).
-func isAbsent(err error) bool {
-	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.EOPNOTSUPP)
-}
+func isAbsent(err error) bool { return kfileio.IsAbsent(err) }
 
 // noteAbsent logs once, at debug, that a source is missing.
 func (c *Collector) noteAbsent(src string, err error) {

@@ -1,0 +1,22 @@
+// Package waitfor polls a condition in tests. Tests never assert how soon
+// something happens, only that it does within a generous deadline (the
+// machine may be loaded, the binary built with -race).
+package waitfor
+
+import (
+	"testing"
+	"time"
+)
+
+// Cond polls cond until it holds, first every millisecond, then less often
+// (up to every 50 ms), and fails t if d passes first.
+func Cond(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for step := time.Millisecond; !cond(); step = min(2*step, 50*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within %v", what, d)
+		}
+		time.Sleep(step)
+	}
+}
