@@ -88,8 +88,11 @@ type Options struct {
 	// value writes at once (the page cache has it: a crash of bridge loses
 	// nothing) and fsyncs at most SyncEvery after the first record other
 	// than an ack that is not yet synced, or at once when 1 MiB waits; a
-	// machine crash can lose what was written in that time. Acks alone wait
-	// for the next fsync: losing one only makes a tracker get samples again.
+	// machine crash can lose what was written in that time. The fsync is
+	// done with the last write before it is due (at once when writes come
+	// SyncEvery or more apart), so that it costs no wake-up of its own.
+	// Acks alone wait for the next fsync: losing one only makes a tracker
+	// get samples again.
 	SyncEvery time.Duration
 }
 
@@ -200,6 +203,9 @@ type Spool struct {
 	resync   bool        // an fsync failed: rewrite unsynced before the next
 	timer    *time.Timer // the deferred fsync
 	armed    bool        // timer is set for what is unsynced
+	due      time.Time   // while armed: when the oldest unsynced record must be fsynced
+	lastArm  time.Time   // the last write that armed (or would have armed) the timer
+	now      func() time.Time
 }
 
 // Open opens the spool at path with default options.
@@ -226,7 +232,7 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 		return nil, fmt.Errorf("opening spool %s: %w", path, err)
 	}
 	s := &Spool{path: path, opt: opt, log: opt.Logger.With("spool", path), f: f,
-		acks: map[string]int64{}, tracked: map[string]bool{}, gap: retryGap}
+		acks: map[string]int64{}, tracked: map[string]bool{}, gap: retryGap, now: time.Now}
 	res, err := scan(f, opt.MaxLine, s.load)
 	if err != nil {
 		f.Close()
@@ -760,8 +766,11 @@ func (s *Spool) flushLocked(force bool) {
 			s.failLocked(err)
 			return
 		}
-	} else if arm && !s.armed && len(s.unsynced) > 0 {
-		s.armLocked()
+	} else if arm && len(s.unsynced) > 0 {
+		if err := s.deferSyncLocked(); err != nil {
+			s.failLocked(err)
+			return
+		}
 	}
 	if s.failing {
 		s.failing = false
@@ -769,16 +778,34 @@ func (s *Spool) flushLocked(force bool) {
 	}
 }
 
-// armLocked sets the deferred fsync for what was just written: samples and
-// the other records arm it, acks alone do not (a lost ack only makes a
-// tracker get samples it has again).
-func (s *Spool) armLocked() {
-	s.armed = true
-	if s.timer == nil {
-		s.timer = time.AfterFunc(s.opt.SyncEvery, s.deferredSync)
-		return
+// deferSyncLocked sees that what was just written is fsynced within
+// SyncEvery: samples and the other records call it, acks alone do not (a lost
+// ack only makes a tracker get samples it has again). When the next such
+// write is not expected before the oldest unsynced record is due (it comes
+// as far after this one as this one after the last: samples are periodic),
+// it fsyncs now instead of setting the timer: the fsync then rides on a
+// wake-up bridge has anyway, where a timer firing alone would wake the whole
+// runtime once more. So it fsyncs earlier than SyncEvery, never later.
+func (s *Spool) deferSyncLocked() error {
+	now := s.now()
+	gap := now.Sub(s.lastArm)
+	first := s.lastArm.IsZero()
+	s.lastArm = now
+	if !s.armed {
+		s.due = now.Add(s.opt.SyncEvery)
 	}
-	s.timer.Reset(s.opt.SyncEvery)
+	if !first && s.due.Sub(now) < gap+gap/2 {
+		return s.syncLocked()
+	}
+	if !s.armed {
+		s.armed = true
+		if s.timer == nil {
+			s.timer = time.AfterFunc(s.opt.SyncEvery, s.deferredSync)
+		} else {
+			s.timer.Reset(s.opt.SyncEvery)
+		}
+	}
+	return nil
 }
 
 // deferredSync is the timer's fsync. A failure is reported as a failed

@@ -273,3 +273,55 @@ func TestSyncEveryCompaction(t *testing.T) {
 		t.Fatalf("samples after compaction %v, want the newest, contiguous", got)
 	}
 }
+
+// A write that arms the deferred fsync does it at once when the next such
+// write is not expected before it is due (samples are periodic: the next
+// comes as far after as the last came before), so that the fsync rides on
+// a wake-up bridge has anyway. It is never later than SyncEvery. (SyncEvery
+// is an hour on a fake clock: the real timer cannot fire during the test.)
+func TestSyncRidesOnWrites(t *testing.T) {
+	const every = time.Hour
+	for _, tc := range []struct {
+		name string
+		gap  time.Duration // between samples
+		want []int         // fsyncs after each of samples 0..9
+	}{
+		// Samples as far apart as SyncEvery or more: each fsynced with its
+		// write (the first sets the timer: no gap is known yet).
+		{"gap = SyncEvery", every, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		{"gap = 10 SyncEvery", 10 * every, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+		// Shorter gaps: the sample written when the fsync is due within 1.5
+		// gaps does it, for itself and those before it. Two a SyncEvery or
+		// a bit fewer: every other sample.
+		{"gap = 2/3 SyncEvery", 2 * every / 3, []int{0, 1, 1, 2, 2, 3, 3, 4, 4, 5}},
+		{"gap = SyncEvery/2", every / 2, []int{0, 1, 1, 2, 2, 3, 3, 4, 4, 5}},
+		// Ten a SyncEvery: the tenth, 0.9 SyncEvery after the first.
+		{"gap = SyncEvery/10", every / 10, []int{0, 0, 0, 0, 0, 0, 0, 0, 0, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, sf, _ := openSync(t, Options{SyncEvery: every})
+			defer s.Close()
+			clock := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+			s.mu.Lock()
+			s.now = func() time.Time { return clock }
+			s.mu.Unlock()
+			var got []int
+			for i := range 10 {
+				s.Append(sample(int64(i), 1))
+				n, _ := sf.counts()
+				got = append(got, n)
+				s.mu.Lock()
+				// What is unsynced has the timer set, due within SyncEvery.
+				if len(s.unsynced) > 0 && (!s.armed || s.due.Sub(clock) > every) {
+					t.Errorf("after sample %d: %d bytes unsynced, timer armed %v, due in %v",
+						i, len(s.unsynced), s.armed, s.due.Sub(clock))
+				}
+				s.mu.Unlock()
+				clock = clock.Add(tc.gap)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("fsyncs after each sample %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -81,7 +81,7 @@ func (f *files) read(path string) (string, bool, error) {
 
 func (f *files) readLocked(path string) ([]byte, error) {
 	if fd, ok := f.fds[path]; ok {
-		b, err := kfile.ReadWhole(fd, f.buf, 4096)
+		b, err := kfile.ReadKept(fd, f.buf, 4096)
 		if err == nil {
 			f.buf = b
 			return b, nil

@@ -43,13 +43,19 @@ func (f *kfile) read(buf []byte) ([]byte, error) {
 			f.noteAbsent(err)
 			return buf[:0], err
 		}
-		if f.keep {
+		// Only a file of procfs itself: under lxcfs, /proc/meminfo and
+		// others are FUSE files, read afresh and the ordinary way.
+		if f.keep && kfileio.Keep(fd) {
 			f.fd = fd
 		} else {
 			defer syscall.Close(fd)
 		}
 	}
-	out, err := kfileio.ReadWhole(fd, buf, 4096)
+	read := kfileio.ReadWhole
+	if f.fd == fd {
+		read = kfileio.ReadKept
+	}
+	out, err := read(fd, buf, 4096)
 	if err != nil {
 		f.close() // open afresh next time
 		f.noteAbsent(err)

@@ -158,7 +158,7 @@ func (o *openFiles[K]) read(key K, path func() string, buf []byte) ([]byte, erro
 		if err != nil {
 			return buf[:0], err
 		}
-		if o.keep && len(o.fds) < o.max {
+		if o.keep && len(o.fds) < o.max && kfile.Keep(fd) {
 			o.fds[key] = fd
 			cached = true
 		} else {
@@ -166,7 +166,11 @@ func (o *openFiles[K]) read(key K, path func() string, buf []byte) ([]byte, erro
 		}
 	}
 	o.used[key] = true
-	out, err := kfile.ReadWhole(fd, buf, 1024)
+	read := kfile.ReadWhole
+	if cached {
+		read = kfile.ReadKept
+	}
+	out, err := read(fd, buf, 1024)
 	if err != nil && cached {
 		o.drop(key)
 	}
