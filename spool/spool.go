@@ -90,7 +90,9 @@ type Options struct {
 	// than an ack that is not yet synced, or at once when 1 MiB waits; a
 	// machine crash can lose what was written in that time. The fsync is
 	// done with the last write before it is due (at once when writes come
-	// SyncEvery or more apart), so that it costs no wake-up of its own.
+	// SyncEvery or more apart), so that it costs no wake-up of its own;
+	// it is cancelled once all it was for are samples every tracked sink
+	// acknowledged (the trackers have them).
 	// Acks alone wait for the next fsync: losing one only makes a tracker
 	// get samples again.
 	SyncEvery time.Duration
@@ -204,8 +206,12 @@ type Spool struct {
 	timer    *time.Timer // the deferred fsync
 	armed    bool        // timer is set for what is unsynced
 	due      time.Time   // while armed: when the oldest unsynced record must be fsynced
-	lastArm  time.Time   // the last write that armed (or would have armed) the timer
-	now      func() time.Time
+	// What the deferred fsync is for: the highest sample seq unsynced, and
+	// whether another record that arms it (start, run, end) is.
+	syncSeq   int64
+	syncOther bool
+	lastArm   time.Time // the last write that armed (or would have armed) the timer
+	now       func() time.Time
 }
 
 // Open opens the spool at path with default options.
@@ -232,7 +238,7 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 		return nil, fmt.Errorf("opening spool %s: %w", path, err)
 	}
 	s := &Spool{path: path, opt: opt, log: opt.Logger.With("spool", path), f: f,
-		acks: map[string]int64{}, tracked: map[string]bool{}, gap: retryGap, now: time.Now}
+		acks: map[string]int64{}, tracked: map[string]bool{}, gap: retryGap, now: time.Now, syncSeq: -1}
 	res, err := scan(f, opt.MaxLine, s.load)
 	if err != nil {
 		f.Close()
@@ -623,7 +629,26 @@ func (s *Spool) Ack(sink, run string, seq int64) error {
 	s.acks[k] = seq
 	s.trimLocked()
 	s.enqueueLineLocked(s.enc.ack(sink, run, seq), -1, k)
+	s.skipSyncLocked()
 	return nil
+}
+
+// skipSyncLocked cancels the deferred fsync once every record it was for is
+// a sample that every tracked sink acknowledged: the trackers have them, so
+// a machine crash that took them from the file would lose nothing. With a
+// healthy tracker that is every sample, a few milliseconds after its write:
+// the spool is then fsynced only for the records that need it (start, run,
+// end, and samples not yet delivered). Not while a sink gave up (its samples
+// are only in the file) or after a failed fsync (unsynced is to be written
+// again).
+func (s *Spool) skipSyncLocked() {
+	if !s.armed || s.syncOther || s.resync || s.untrack || len(s.tracked) == 0 || s.lowAckLocked() < s.syncSeq {
+		return
+	}
+	s.timer.Stop()
+	s.armed = false
+	s.unsynced = s.unsynced[:0]
+	s.syncSeq, s.syncOther = -1, false
 }
 
 // Delivered reports whether every sample in the file reached every sink that
@@ -747,7 +772,14 @@ func (s *Spool) flushLocked(force bool) {
 	}
 	arm := false
 	for _, q := range s.queue {
-		arm = arm || q.ack == ""
+		if q.ack == "" && s.opt.SyncEvery > 0 {
+			arm = true
+			if q.seq >= 0 {
+				s.syncSeq = max(s.syncSeq, q.seq)
+			} else {
+				s.syncOther = true
+			}
+		}
 		if q.seq >= 0 {
 			s.stats.Written++
 			if j := s.firstAfterLocked(q.seq - 1); j < len(s.pend) && s.pend[j].seq == q.seq && s.pend[j].off < 0 {
@@ -794,7 +826,10 @@ func (s *Spool) deferSyncLocked() error {
 	if !s.armed {
 		s.due = now.Add(s.opt.SyncEvery)
 	}
-	if !first && s.due.Sub(now) < gap+gap/2 {
+	// With tracked sinks, their acknowledgements may make the fsync
+	// needless (skipSyncLocked): wait for them instead.
+	ackable := len(s.tracked) > 0 && !s.untrack && !s.syncOther
+	if !first && !ackable && s.due.Sub(now) < gap+gap/2 {
 		return s.syncLocked()
 	}
 	if !s.armed {
@@ -851,6 +886,7 @@ func (s *Spool) syncLocked() error {
 	}
 	s.resync = false
 	s.unsynced = s.unsynced[:0]
+	s.syncSeq, s.syncOther = -1, false
 	if cap(s.unsynced) > 2*maxUnsynced {
 		s.unsynced = nil // a flush after an outage: not kept
 	}

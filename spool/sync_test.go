@@ -325,3 +325,70 @@ func TestSyncRidesOnWrites(t *testing.T) {
 		})
 	}
 }
+
+// Samples every tracked sink acknowledged need no fsync (the trackers have
+// them): the deferred fsync is cancelled once all it was for is acknowledged,
+// and not done early on a write while acknowledgements may still cancel it.
+// Start, run and end records, a sink that gave up, or a failed fsync keep it.
+func TestSyncSkippedWhenAcked(t *testing.T) {
+	s, sf, _ := openSync(t, Options{SyncEvery: time.Hour})
+	defer s.Close()
+	s.Track("mlflow", "r")
+	s.Track("wandb", "w")
+	clock := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	s.mu.Lock()
+	s.now = func() time.Time { return clock }
+	s.mu.Unlock()
+	for i := range 5 { // an hour apart: without sinks each would be fsynced at once
+		s.Append(sample(int64(i), 1))
+		clock = clock.Add(time.Hour)
+	}
+	if armed, _ := syncState(s); !armed {
+		t.Fatal("samples did not arm the deferred fsync")
+	}
+	s.Ack("mlflow", "r", 4)
+	s.Ack("wandb", "w", 3)
+	if armed, _ := syncState(s); !armed {
+		t.Fatal("disarmed with sample 4 not acknowledged by wandb")
+	}
+	s.Ack("wandb", "w", 4)
+	if armed, n := syncState(s); armed || n != 0 {
+		t.Fatalf("all acknowledged: timer armed %v, %d bytes unsynced; want neither", armed, n)
+	}
+	if n, _ := sf.counts(); n != 0 {
+		t.Fatalf("%d fsyncs, want 0", n)
+	}
+
+	// A run record is not a sample: its fsync stays. (The first comes an
+	// hour after the last write: fsynced at once, as without sinks.)
+	s.WriteRun(Record{Type: TypeRun, Sink: "mlflow", Run: "r"})
+	if n, _ := sf.counts(); n != 1 {
+		t.Fatalf("%d fsyncs after a run record an hour after the last write, want 1", n)
+	}
+	clock = clock.Add(time.Minute)
+	s.Append(sample(5, 1))
+	clock = clock.Add(time.Minute)
+	s.WriteRun(Record{Type: TypeRun, Sink: "wandb", Run: "w"})
+	s.Ack("mlflow", "r", 5)
+	s.Ack("wandb", "w", 5)
+	if armed, _ := syncState(s); !armed {
+		t.Fatal("a run record's fsync was cancelled by acknowledgements")
+	}
+	s.mu.Lock()
+	if err := s.syncLocked(); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Unlock()
+
+	// A sink that gave up: its samples are only in the file.
+	s.Untrack("wandb", "w")
+	clock = clock.Add(time.Minute)
+	s.Append(sample(6, 1))
+	s.Ack("mlflow", "r", 6)
+	if armed, _ := syncState(s); !armed {
+		t.Fatal("fsync cancelled though a sink gave up")
+	}
+	if n, _ := sf.counts(); n != 2 {
+		t.Fatalf("%d fsyncs, want 2 (the run records')", n)
+	}
+}
