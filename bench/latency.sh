@@ -28,16 +28,8 @@ if [[ -z $bin ]]; then
 	bin=$tmp/bridge
 	go build -o "$bin" ./cmd/bridge
 fi
-port=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true setsid "$PYTHON" -m mlflow server --host 127.0.0.1 --port "$port" \
-	--backend-store-uri "sqlite:///$tmp/mlflow.db" --default-artifact-root "$tmp/artifacts" --workers 1 >"$tmp/mlflow.log" 2>&1 &
-server=$!
-disown "$server" # no "Killed" line from bash when cleanup ends it
-for _ in $(seq 240); do
-	curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-	kill -0 "$server" 2>/dev/null || { tail -30 "$tmp/mlflow.log" >&2; exit 1; }
-	sleep 0.5
-done
-curl -fsS "http://127.0.0.1:$port/health" >/dev/null
+. bench/mlflow_server.sh
+start_mlflow "$tmp" "$PYTHON" || { server=${mlflow_pid:-}; exit 1; }
+server=$mlflow_pid port=$mlflow_port
 echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $RUNS runs per mode; bridge $bin" >&2
 "$PYTHON" bench/latency.py "$bin" "http://127.0.0.1:$port" "$RUNS"

@@ -27,13 +27,9 @@ trap cleanup EXIT
 trackers=(--trackers none)
 if [[ ${MLFLOW:-0} == 1 ]]; then
 	py=${PYTHON:-.venv/bin/python}
-	port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true setsid "$py" -m mlflow server --host 127.0.0.1 --port "$port" \
-		--backend-store-uri "sqlite:///$tmp/mlflow.db" --default-artifact-root "$tmp/artifacts" --workers 1 >"$tmp/mlflow.log" 2>&1 &
-	server=$!
-	disown "$server"
-	for _ in $(seq 240); do curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.5; done
-	curl -fsS "http://127.0.0.1:$port/health" >/dev/null
+	. bench/mlflow_server.sh
+	start_mlflow "$tmp" "$py" || { server=${mlflow_pid:-}; exit 1; }
+	server=$mlflow_pid port=$mlflow_port
 	export MLFLOW_TRACKING_URI=http://127.0.0.1:$port MLFLOW_EXPERIMENT_NAME=bridge-soak
 	trackers=(--trackers mlflow)
 fi
