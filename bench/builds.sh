@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# bench/sinkcost.sh: CPU per sample of bridge builds sending to a real MLflow
-# server (sqlite, 127.0.0.1, started here), side by side over one window:
-# what a sample costs with its log-batch, its acknowledgement and the
-# spool's fsync policy, which bench/overhead.sh (--trackers none) leaves out.
-# Also the context switches a sample (every thread's, from /proc).
+# bench/builds.sh: CPU and context switches a sample of bridge builds run side
+# by side over one window (every thread's, from /proc), by default sending
+# to a real MLflow server (sqlite, 127.0.0.1, started here): what a sample
+# costs with its log-batch, its acknowledgement and the spool's fsync policy,
+# which bench/overhead.sh (--trackers none, beside the other monitors)
+# leaves out. TRACKERS=none compares the builds alone, ARGS adds flags to
+# every one.
 #
-#   BRIDGE_BINS="/tmp/bridge-old /tmp/bridge-new" bench/sinkcost.sh
-#   INTERVAL=100ms WINDOW=20 SCOPES=all BRIDGE_BINS=... bench/sinkcost.sh
+#   BRIDGE_BINS="/tmp/bridge-old /tmp/bridge-new" bench/builds.sh
+#   INTERVAL=100ms WINDOW=20 SCOPES=all BRIDGE_BINS=... bench/builds.sh
+#   TRACKERS=none ARGS="--spool-sync 1m" BRIDGE_BINS=... bench/builds.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 INTERVAL=${INTERVAL:-1s}
 WINDOW=${WINDOW:-30}
 SCOPES=${SCOPES:-container,node}
 PYTHON=${PYTHON:-.venv/bin/python}
+TRACKERS=${TRACKERS:-mlflow}
+read -r -a args <<<"${ARGS:-}"
 read -r -a bins <<<"${BRIDGE_BINS:?BRIDGE_BINS: the bridge binaries to compare, space-separated}"
-tmp=$(mktemp -d /tmp/bridge-sinkcost.XXXXXX)
+tmp=$(mktemp -d /tmp/bridge-builds.XXXXXX)
 pids=()
 server=
 cleanup() {
@@ -25,23 +30,26 @@ cleanup() {
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-. bench/mlflow_server.sh
-start_mlflow "$tmp" "$PYTHON" || { server=${mlflow_pid:-}; exit 1; }
-server=$mlflow_pid
+if [[ $TRACKERS == mlflow ]]; then
+	. bench/mlflow_server.sh
+	start_mlflow "$tmp" "$PYTHON" || { server=${mlflow_pid:-}; exit 1; }
+	server=$mlflow_pid
+	export MLFLOW_TRACKING_URI=http://127.0.0.1:$mlflow_port MLFLOW_EXPERIMENT_NAME=builds
+fi
 scopes=()
 [[ $SCOPES != all ]] && scopes=(--scopes "$SCOPES")
 interval_s=$("$PYTHON" -c "import sys; v=sys.argv[1]; print(float(v[:-2])/1000 if v.endswith('ms') else float(v[:-1]))" "$INTERVAL")
 labels=()
 for i in "${!bins[@]}"; do
-	MLFLOW_TRACKING_URI=http://127.0.0.1:$mlflow_port MLFLOW_EXPERIMENT_NAME=sinkcost setsid "${bins[$i]}" --trackers mlflow \
-		--interval "$INTERVAL" "${scopes[@]}" --spool "$tmp/$i.jsonl" -- sleep "$((WINDOW + 30))" >"$tmp/$i.log" 2>&1 &
+	setsid "${bins[$i]}" --trackers "$TRACKERS" --interval "$INTERVAL" ${scopes[@]+"${scopes[@]}"} ${args[@]+"${args[@]}"} \
+		--spool "$tmp/$i.jsonl" -- sleep "$((WINDOW + 30))" >"$tmp/$i.log" 2>&1 &
 	pids+=($!)
 	labels+=("$i:${bins[$i]}=${pids[-1]}")
 done
 sleep 8 # runs created, first samples sent
 ctx() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/{s+=$2} END{print s+0}'; }
 before=(); for p in "${pids[@]}"; do before+=("$(ctx "$p")"); done
-echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); interval $INTERVAL, window $WINDOW s, scopes $SCOPES, MLflow sink" >&2
+echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); interval $INTERVAL, window $WINDOW s, scopes $SCOPES, trackers $TRACKERS${ARGS:+, $ARGS}" >&2
 out=$("$PYTHON" bench/measure.py "$WINDOW" "$interval_s" "${labels[@]}")
 printf '| build | CPU ms/sample | context switches/sample | RSS MiB |\n|---|---|---|---|\n'
 i=0
