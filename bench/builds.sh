@@ -47,15 +47,10 @@ for i in "${!bins[@]}"; do
 	labels+=("$i:${bins[$i]}=${pids[-1]}")
 done
 sleep 8 # runs created, first samples sent
-ctx() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/{s+=$2} END{print s+0}'; }
-before=(); for p in "${pids[@]}"; do before+=("$(ctx "$p")"); done
 echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); interval $INTERVAL, window $WINDOW s, scopes $SCOPES, trackers $TRACKERS${ARGS:+, $ARGS}" >&2
 out=$("$PYTHON" bench/measure.py "$WINDOW" "$interval_s" "${labels[@]}")
 printf '| build | CPU ms/sample | context switches/sample | RSS MiB |\n|---|---|---|---|\n'
-i=0
-while IFS=$'\t' read -r label cpu rss _; do
-	cs=$(awk -v a="${before[$i]}" -v b="$(ctx "${pids[$i]}")" -v n="$(awk "BEGIN{print $WINDOW/$interval_s}")" 'BEGIN{printf "%.1f", (b-a)/n}')
+while IFS=$'\t' read -r label cpu rss _ cs; do
 	printf '| %s | %s | %s | %s |\n' "${label#*:}" "$cpu" "$cs" "$rss"
-	i=$((i + 1))
 done <<<"$out"
 if grep -il 'level=ERROR' "$tmp"/*.log >/dev/null; then echo "== errors in bridge logs:" >&2; grep -ih 'level=ERROR' "$tmp"/*.log | head >&2; fi

@@ -98,8 +98,8 @@ declare -A series=([bridge-all]=$(points "$tmp/all.jsonl") [bridge-container,nod
 	[base-all]=$( [[ -f $tmp/base-all.jsonl ]] && points "$tmp/base-all.jsonl") [base-container,node]=$( [[ -f $tmp/base-cn.jsonl ]] && points "$tmp/base-cn.jsonl")
 	[mlflow-monitor]=$(cat "$tmp/mlflow.count" 2>/dev/null || echo '?') [mlflow-idle]=0 [wandb-monitor]='?')
 mlcpu=$(awk -F'\t' '$1=="mlflow-monitor"{print $2}' <<<"$out")
-printf '| tool | CPU ms/sample | x MLflow | RSS MiB | series | processes |\n|---|---|---|---|---|---|\n'
-while IFS=$'\t' read -r label cpu rss procs; do
+printf '| tool | CPU ms/sample | x MLflow | RSS MiB | series | processes | context switches/sample |\n|---|---|---|---|---|---|---|\n'
+while IFS=$'\t' read -r label cpu rss procs cs; do
 	ratio=$(awk "BEGIN{ if ($mlcpu > 0) printf \"%.2f\", $cpu/$mlcpu; else print \"-\" }")
-	printf '| %s | %s | %s | %s | %s | %s |\n' "$label" "$cpu" "$ratio" "$rss" "${series[$label]}" "$procs"
+	printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$label" "$cpu" "$ratio" "$rss" "${series[$label]}" "$procs" "$cs"
 done <<<"$out"

@@ -642,13 +642,20 @@ func (s *Spool) Ack(sink, run string, seq int64) error {
 // are only in the file) or after a failed fsync (unsynced is to be written
 // again).
 func (s *Spool) skipSyncLocked() {
-	if !s.armed || s.syncOther || s.resync || s.untrack || len(s.tracked) == 0 || s.lowAckLocked() < s.syncSeq {
+	if !s.armed || !s.ackMayCancelLocked() || s.lowAckLocked() < s.syncSeq {
 		return
 	}
 	s.timer.Stop()
 	s.armed = false
 	s.unsynced = s.unsynced[:0]
 	s.syncSeq, s.syncOther = -1, false
+}
+
+// ackMayCancelLocked reports whether acknowledgements can make the pending
+// fsync needless: it is only for samples, some sink tracks them, none gave
+// up, and no failed fsync waits to be redone.
+func (s *Spool) ackMayCancelLocked() bool {
+	return !s.syncOther && !s.resync && !s.untrack && len(s.tracked) > 0
 }
 
 // Delivered reports whether every sample in the file reached every sink that
@@ -826,10 +833,9 @@ func (s *Spool) deferSyncLocked() error {
 	if !s.armed {
 		s.due = now.Add(s.opt.SyncEvery)
 	}
-	// With tracked sinks, their acknowledgements may make the fsync
-	// needless (skipSyncLocked): wait for them instead.
-	ackable := len(s.tracked) > 0 && !s.untrack && !s.syncOther
-	if !first && !ackable && s.due.Sub(now) < gap+gap/2 {
+	// When acknowledgements may make the fsync needless (skipSyncLocked),
+	// wait for them instead.
+	if !first && !s.ackMayCancelLocked() && s.due.Sub(now) < gap+gap/2 {
 		return s.syncLocked()
 	}
 	if !s.armed {

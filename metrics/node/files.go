@@ -52,7 +52,7 @@ func (f *kfile) read(buf []byte) ([]byte, error) {
 		}
 	}
 	read := kfileio.ReadWhole
-	if f.fd == fd {
+	if f.fd >= 0 { // kept: a file of procfs itself
 		read = kfileio.ReadKept
 	}
 	out, err := read(fd, buf, 4096)

@@ -158,7 +158,7 @@ func (o *openFiles[K]) read(key K, path func() string, buf []byte) ([]byte, erro
 		if err != nil {
 			return buf[:0], err
 		}
-		if o.keep && len(o.fds) < o.max && kfile.Keep(fd) {
+		if o.keep && len(o.fds) < o.max {
 			o.fds[key] = fd
 			cached = true
 		} else {
@@ -167,7 +167,7 @@ func (o *openFiles[K]) read(key K, path func() string, buf []byte) ([]byte, erro
 	}
 	o.used[key] = true
 	read := kfile.ReadWhole
-	if cached {
+	if cached { // a /proc/<pid> file: procfs's own, never lxcfs's
 		read = kfile.ReadKept
 	}
 	out, err := read(fd, buf, 1024)
