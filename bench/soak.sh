@@ -2,8 +2,13 @@
 # bench/soak.sh: bridge's RSS over a long run (default 1 hour at 1 s, all
 # scopes, spool on disk, no tracker; MLFLOW=1: one sink, a real MLflow server
 # on 127.0.0.1 that the script starts), read from /proc/<pid>/status every
-# STEP seconds. Prints a TSV (seconds, VmRSS MiB, VmHWM MiB) and a summary:
-# flat means the last reading is near the first after warm-up.
+# STEP seconds. Prints a TSV (seconds, VmRSS, VmHWM, RssAnon, RssFile, all
+# MiB) and a summary: flat means the last reading is near the first after
+# warm-up. RssFile is the binary's (and libc's) page cache mapped in; bridge
+# gives back what it mapped in bulk at start (internal/memtrim), but how much
+# comes back depends on how the file came into the cache, so COLD=1 (the
+# default) drops the binary's cached pages first, as on a node that did not
+# just write it, and COLD=0 keeps them (a binary just built or copied).
 #
 #   bench/soak.sh                         # 3600 s
 #   DURATION=600 STEP=30 BRIDGE_BIN=/tmp/bridge bench/soak.sh
@@ -38,13 +43,17 @@ if [[ -z $bin ]]; then
 	bin=$tmp/bridge
 	go build -o "$bin" ./cmd/bridge
 fi
+if [[ ${COLD:-1} == 1 ]]; then
+	sync "$bin"
+	python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$bin"
+fi
 "$bin" "${trackers[@]}" --interval "$INTERVAL" --spool "$tmp/soak.jsonl" -- sleep $((DURATION + 60)) >"$tmp/bridge.log" 2>&1 &
 bpid=$!
 echo "== $(date -u +%FT%TZ) bridge $bin ${trackers[*]}, interval $INTERVAL, $DURATION s, RSS every $STEP s" >&2
-printf 'seconds\trss_mib\thwm_mib\n'
+printf 'seconds\trss_mib\thwm_mib\tanon_mib\tfile_mib\n'
 for ((t = 0; t <= DURATION; t += STEP)); do
-	awk -v t="$t" '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} END{printf "%d\t%.1f\t%.1f\n", t, r/1024, h/1024}' "/proc/$bpid/status"
+	awk -v t="$t" '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} /^RssAnon:/{a=$2} /^RssFile:/{f=$2} END{printf "%d\t%.1f\t%.1f\t%.1f\t%.1f\n", t, r/1024, h/1024, a/1024, f/1024}' "/proc/$bpid/status"
 	if ((t + STEP <= DURATION)); then sleep "$STEP"; fi
 done | tee "$tmp/rss.tsv"
-awk -F'\t' 'NR==2{first=$2} NR>2{last=$2; if($2>max)max=$2} END{printf "== RSS after warm-up %.1f MiB, at the end %.1f MiB, max %.1f MiB, growth %.1f MiB\n", first, last, max, last-first}' "$tmp/rss.tsv" >&2
+awk -F'\t' 'NR==2{first=$2} NR>2{last=$2; if($2>max)max=$2; a=$4; f=$5} END{printf "== RSS after warm-up %.1f MiB, at the end %.1f MiB (anonymous %.1f, file %.1f), max %.1f MiB, growth %.1f MiB\n", first, last, a, f, max, last-first}' "$tmp/rss.tsv" >&2
 echo "== samples spooled: $(grep -c '"type":"sample"' "$tmp/soak.jsonl")" >&2
