@@ -19,6 +19,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 )
@@ -102,12 +103,13 @@ func parseHeader(line []byte) (Mapping, bool) {
 	if len(f) >= 6 {
 		// A path may hold spaces: it is the rest of the line after the
 		// fifth field (the inode).
+		// Fields are split as bytes.Fields splits them.
 		rest := line
 		for range 5 {
-			rest = bytes.TrimLeft(rest, " \t")
-			rest = rest[bytes.IndexAny(rest, " \t"):]
+			rest = bytes.TrimLeftFunc(rest, unicode.IsSpace)
+			rest = rest[bytes.IndexFunc(rest, unicode.IsSpace):] // len(f) >= 6: found
 		}
-		m.Path = string(bytes.TrimRight(bytes.TrimLeft(rest, " \t"), " \n"))
+		m.Path = string(bytes.TrimSpace(rest))
 	}
 	return m, true
 }
