@@ -13,7 +13,6 @@ package memtrim
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -120,13 +119,32 @@ type Result struct {
 	Bytes    int64 // their size
 }
 
+// WriteBack writes the executable's dirty pages to disk (fdatasync): only
+// clean pages can be dropped, and a binary written moments ago (just built,
+// or unpacked from an image) has dirty ones. Nothing is written where
+// nothing is dirty. It may block as long as the disk does: call it where
+// that cannot hold anything up.
+func WriteBack() error {
+	exe, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return fmt.Errorf("writing back bridge's executable: %w", err)
+	}
+	defer exe.Close()
+	if err := unix.Fdatasync(int(exe.Fd())); err != nil {
+		return fmt.Errorf("writing back bridge's executable: fdatasync: %w", err)
+	}
+	return nil
+}
+
 // Trim advises every eligible mapping of this process MADV_RANDOM (later
 // faults read the page they need, not a read-ahead window) and
 // MADV_DONTNEED (its pages are unmapped; what the process touches again
-// comes back page by page), then drops the executable's cached pages that
-// no process maps (POSIX_FADV_DONTNEED), so that they are read again in
-// small folios. Copies of bridge running beside it keep what they map.
-// Errors leave the process as it was: it only costs memory.
+// comes back page by page), then drops the executable's clean cached pages
+// that no process maps (POSIX_FADV_DONTNEED), so that they are read again
+// in small folios. Copies of bridge running beside it keep what they map.
+// Call it after WriteBack and while little else runs: a page another
+// goroutine faults back between the two advices maps its whole large folio
+// again. Errors leave the process as it was: it only costs memory.
 func Trim() (Result, error) {
 	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
@@ -156,15 +174,8 @@ func Trim() (Result, error) {
 		return res, fmt.Errorf("trimming bridge's executable: %w", err)
 	}
 	defer exe.Close()
-	// Only clean pages can be dropped: a binary written moments ago (just
-	// built, or unpacked from an image) is written back first. Nothing is
-	// written where nothing is dirty.
-	var errs []error
-	if err := unix.Fdatasync(int(exe.Fd())); err != nil {
-		errs = append(errs, fmt.Errorf("trimming bridge's executable: fdatasync: %w", err))
-	}
 	if err := unix.Fadvise(int(exe.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
-		errs = append(errs, fmt.Errorf("trimming bridge's executable: fadvise: %w", err))
+		return res, fmt.Errorf("trimming bridge's executable: fadvise: %w", err)
 	}
-	return res, errors.Join(errs...)
+	return res, nil
 }

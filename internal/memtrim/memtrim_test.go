@@ -107,6 +107,9 @@ func TestTrim(t *testing.T) {
 	text := exeText(t, exe)
 	before := readMem(t, text, 64<<10)
 
+	if err := WriteBack(); err != nil {
+		t.Fatal(err)
+	}
 	res, err := Trim()
 	if err != nil {
 		t.Fatal(err)
