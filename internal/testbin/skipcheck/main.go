@@ -113,6 +113,15 @@ func check(in io.Reader, out io.Writer, rules []rule) int {
 			}
 			if e.Action == "fail" {
 				failed = true
+				// A package that failed without its tests' fail events
+				// (a timeout's panic, a crash, a SIGQUIT dump): what its
+				// running tests printed is the only clue, so print it.
+				for k, b := range buf {
+					if strings.HasPrefix(k, e.Package+"\x00") {
+						fmt.Fprint(out, b.String())
+						delete(buf, k)
+					}
+				}
 			}
 		case e.Action == "output":
 			if buf[key] == nil {

@@ -80,3 +80,28 @@ func TestBadAllowList(t *testing.T) {
 		t.Errorf("err = %v, want one naming line 1", err)
 	}
 }
+
+// A package that dies with a test still running (a timeout's panic, a
+// SIGQUIT dump) has no fail event for that test: its output must still be
+// printed, or the dump that says where it hung is lost.
+func TestPackageFailPrintsRunningTests(t *testing.T) {
+	const died = `{"Action":"run","Package":"p/m","Test":"TestHangs"}
+{"Action":"output","Package":"p/m","Test":"TestHangs","Output":"goroutine 7 [chan receive]:\n"}
+{"Action":"run","Package":"p/n","Test":"TestOther"}
+{"Action":"output","Package":"p/n","Test":"TestOther","Output":"other package's output\n"}
+{"Action":"output","Package":"p/m","Output":"FAIL\tp/m\t462.7s\n"}
+{"Action":"fail","Package":"p/m","Elapsed":462.7}
+{"Action":"pass","Package":"p/n","Test":"TestOther"}
+{"Action":"pass","Package":"p/n"}
+`
+	var out bytes.Buffer
+	if code := check(strings.NewReader(died), &out, nil); code == 0 {
+		t.Errorf("exit code 0 for a failed package")
+	}
+	if !strings.Contains(out.String(), "goroutine 7 [chan receive]") {
+		t.Errorf("the running test's output was not printed:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "other package's output") {
+		t.Errorf("a passing test of another package was printed:\n%s", out.String())
+	}
+}

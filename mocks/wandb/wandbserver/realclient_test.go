@@ -44,7 +44,21 @@ func TestRealClient(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, script, project, runID, strconv.Itoa(steps))
 	cmd.Dir = dir
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, srv.ClientEnv(dir, "")...)
+	// The client's system monitor samples on its own clock: the script keeps
+	// the run open until the mock holds a system-metrics line (the gate file
+	// appears), so that a loaded machine cannot end the run before the first
+	// sample.
+	gate := filepath.Join(dir, "events-seen")
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "BRIDGE_TEST_EVENTS_GATE=" + gate}, srv.ClientEnv(dir, "")...)
+	go func() {
+		for ctx.Err() == nil {
+			if run, ok := srv.Run(srv.Entity(), project, runID); ok && len(run.File(Primary, EventsFile).Lines) > 0 {
+				os.WriteFile(gate, nil, 0o600)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
