@@ -58,28 +58,34 @@ func ParseSmaps(r io.Reader) ([]Mapping, error) {
 			continue
 		}
 		last := &out[len(out)-1]
-		for _, fld := range []struct {
-			key string
-			dst *int64
-		}{{"Anonymous:", &last.Anonymous}, {"Swap:", &last.Swap}} {
-			if !bytes.HasPrefix(line, []byte(fld.key)) {
-				continue
-			}
-			f := bytes.Fields(line[len(fld.key):])
-			if len(f) == 0 {
-				return nil, fmt.Errorf("smaps: bad line %q", line)
-			}
-			kb, err := strconv.ParseInt(string(f[0]), 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("smaps: bad line %q: %w", line, err)
-			}
-			*fld.dst = kb
+		var err error
+		switch {
+		case bytes.HasPrefix(line, []byte("Anonymous:")):
+			last.Anonymous, err = kB(line, len("Anonymous:"))
+		case bytes.HasPrefix(line, []byte("Swap:")):
+			last.Swap, err = kB(line, len("Swap:"))
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading smaps: %w", err)
 	}
 	return out, nil
+}
+
+// kB reads the number after a field line's key ("Swap:   4 kB").
+func kB(line []byte, key int) (int64, error) {
+	f := bytes.Fields(line[key:])
+	if len(f) == 0 {
+		return 0, fmt.Errorf("smaps: bad line %q", line)
+	}
+	n, err := strconv.ParseInt(string(f[0]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("smaps: bad line %q: %w", line, err)
+	}
+	return n, nil
 }
 
 // parseHeader parses "start-end perms offset dev inode [path]"; the fields
