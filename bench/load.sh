@@ -11,6 +11,12 @@
 #   bench/load.sh                          # N = 10 50 100, 120 s each
 #   NS="10 50" DURATION=60 bench/load.sh
 #   BRIDGE_BIN=/tmp/bridge WORKERS=2 SCOPES=container,node bench/load.sh
+#   MLFLOW_SQLALCHEMYSTORE_POOL_SIZE=20 MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW=21 bench/load.sh
+#
+# With MLflow's default pool (5 + 10 a worker) the server deadlocks once 15
+# log-batches are inside one worker (each holds a connection and waits for a
+# second, until the 30 s pool timeout): more than 40 connections a worker
+# (its thread count) is the fix; see docs/performance.md.
 #
 # Needs root (apt-get install postgresql if missing; the cluster runs as the
 # postgres user), go (unless BRIDGE_BIN), PYTHON (default .venv/bin/python)
@@ -94,7 +100,7 @@ hz=$(getconf CLK_TCK)
 # Bridge's own requests: everything under /api/ (the poller uses /ajax-api/).
 reqs() { grep -c '"[A-Z]* /api/2.0/mlflow/' "$tmp/server.log" || true; }
 
-echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); MLflow $("$PYTHON" -c 'import mlflow; print(mlflow.__version__)') (uvicorn, $WORKERS workers) on PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}'); bridge $bin --interval 1s --scopes $SCOPES; ${DURATION} s per N" >&2
+echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); MLflow $("$PYTHON" -c 'import mlflow; print(mlflow.__version__)') (uvicorn, $WORKERS workers, pool ${MLFLOW_SQLALCHEMYSTORE_POOL_SIZE:-5} + ${MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW:-10} connections a worker) on PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}'); bridge $bin --interval 1s --scopes $SCOPES; ${DURATION} s per N" >&2
 printf '| N | duration s | samples | in MLflow | lost | requests/sample | server CPU ms/sample | bridge CPU ms/sample | delay p50 ms | delay p99 ms | delay max ms | bridge errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for n in $NS; do
 	d=$tmp/n$n

@@ -31,6 +31,12 @@ const maxRetryAfter = 10 * time.Minute
 // sending (the samples stay in the spool). An outage is logged once when it
 // starts and once when it ends. Nothing it does blocks sampling.
 //
+// A slow answer paces the next request: after a send (or a failed one) that
+// took SlowAnswer or longer, the next waits as long again, so that a
+// saturated server gets fewer, larger batches instead of a queue of small
+// ones from every bridge (each client busy at most half the time). A Finish
+// ends such a wait at once; Drain never waits.
+//
 // With Start set, the sink's Start has not succeeded yet (the tracker was
 // down when the job started): the forwarder calls it again, with the same
 // backoff, until it succeeds, then tracks the new run in the queue (under
@@ -43,8 +49,11 @@ type Forwarder struct {
 	Log    *slog.Logger
 	Batch  int           // samples per Send; default 100
 	MinGap time.Duration // first backoff; default 1s
-	MaxGap time.Duration // longest backoff; default 60s
-	Start  *StartInfo    // non-nil: call Sink.Start first, until it succeeds
+	MaxGap time.Duration // longest backoff, and longest pace; default 60s
+	// SlowAnswer: an attempt that took this long or longer delays the next
+	// by as long (at most MaxGap); default 250ms.
+	SlowAnswer time.Duration
+	Start      *StartInfo // non-nil: call Sink.Start first, until it succeeds
 	// OnLateStart, if set, is called once a late Start has found the run,
 	// before anything is sent or acknowledged for it: the caller records the
 	// run (the spool) so that a restart or `bridge sync` finds it.
@@ -54,6 +63,8 @@ type Forwarder struct {
 	notReady  bool      // the last failure was ErrNotReady (waiting, not an outage)
 	downSince time.Time // start of the current outage, zero when none
 	finalTry  bool      // a backoff was cut short by Finish (done once)
+	paceTill  time.Time // no send before this (a slow answer's pace), unless finishing
+	now       func() time.Time
 
 	stopOnce sync.Once
 	initOnce sync.Once     // defaults
@@ -141,6 +152,12 @@ func (f *Forwarder) defaults() {
 		if f.MaxGap <= 0 {
 			f.MaxGap = 60 * time.Second
 		}
+		if f.SlowAnswer <= 0 {
+			f.SlowAnswer = 250 * time.Millisecond
+		}
+		if f.now == nil {
+			f.now = time.Now
+		}
 		if f.Log == nil {
 			f.Log = slog.Default()
 		}
@@ -164,9 +181,12 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			return false
 		}
 		var err error
+		var took time.Duration
 		if f.Start != nil {
 			// Also while finishing: ctx (the flush timeout) bounds it.
+			began := f.now()
 			err = f.lateStart(ctx, log)
+			took = f.now().Sub(began)
 		} else {
 			batch := f.Queue.Pending(f.Sink.Name(), f.CurrentRun(), f.Batch)
 			if len(batch) == 0 {
@@ -181,8 +201,19 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				}
 				continue
 			}
+			if !drain {
+				if !f.pace(ctx) {
+					return false
+				}
+				// What arrived during the pace goes in the same request.
+				if batch = f.Queue.Pending(f.Sink.Name(), f.CurrentRun(), f.Batch); len(batch) == 0 {
+					continue
+				}
+			}
 			var acked int
+			began := f.now()
 			acked, err = f.send(ctx, batch)
+			took = f.now().Sub(began)
 			if acked > 0 {
 				if aerr := f.Queue.Ack(f.Sink.Name(), f.CurrentRun(), batch[acked-1].Seq); aerr != nil {
 					log.Error("cannot record acknowledgement in the spool; samples may be sent twice after a restart", "err", aerr)
@@ -192,6 +223,10 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				f.lastOK = time.Now()
 				f.mu.Unlock()
 			}
+		}
+		f.paceTill = time.Time{}
+		if took >= f.SlowAnswer {
+			f.paceTill = time.Now().Add(min(took, f.MaxGap))
 		}
 		if err == nil {
 			if !f.downSince.IsZero() {
@@ -212,6 +247,10 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		if stop {
 			return false
 		}
+		// A failure that took long (a pool timeout) says the server is
+		// saturated: wait at least as long as it took.
+		wait = max(wait, time.Until(f.paceTill))
+		f.paceTill = time.Time{}
 		// When the job ends (Finish) during a long backoff, one try is made
 		// at once instead of after the backoff, which could outlast the
 		// flush timeout; a server's Retry-After is still honoured.
@@ -231,6 +270,25 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			f.finalTry = true
 		}
 	}
+}
+
+// pace waits out a slow answer's pace; Finish ends the wait. It reports
+// false when ctx ended first.
+func (f *Forwarder) pace(ctx context.Context) bool {
+	wait := time.Until(f.paceTill)
+	if wait <= 0 || f.quitting() {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-f.quit:
+	}
+	f.paceTill = time.Time{}
+	return true
 }
 
 // failed records a failed attempt and says how long to wait, or to stop.

@@ -337,3 +337,194 @@ func TestForwarderFinishCutsBackoffOnce(t *testing.T) {
 		t.Fatal("Finish did not cut the hour-long backoff")
 	}
 }
+
+// fakeClock is the forwarder's clock for the pace tests: a Send "takes" as
+// long as the sink says, whatever the real time it took.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// slowSink is a scriptSink whose every Send takes `took` on the clock; it
+// records each call's batch size, its real start and end.
+type slowSink struct {
+	scriptSink
+	clock   *fakeClock
+	took    time.Duration
+	during  func(call int) // runs inside Send, before it answers
+	sizes   []int
+	starts  []time.Time
+	ends    []time.Time
+	sendsMu sync.Mutex
+}
+
+func (s *slowSink) Send(ctx context.Context, b []metrics.Sample) (int, error) {
+	s.sendsMu.Lock()
+	call := len(s.starts)
+	s.starts = append(s.starts, time.Now())
+	s.sizes = append(s.sizes, len(b))
+	s.sendsMu.Unlock()
+	if s.during != nil {
+		s.during(call)
+	}
+	s.clock.add(s.took)
+	n, err := s.scriptSink.Send(ctx, b)
+	s.sendsMu.Lock()
+	s.ends = append(s.ends, time.Now())
+	s.sendsMu.Unlock()
+	return n, err
+}
+
+func (s *slowSink) snapshot() (sizes []int, starts, ends []time.Time) {
+	s.sendsMu.Lock()
+	defer s.sendsMu.Unlock()
+	return append([]int(nil), s.sizes...), append([]time.Time(nil), s.starts...), append([]time.Time(nil), s.ends...)
+}
+
+func (q *memQueue) add(seqs ...int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, s := range seqs {
+		q.samples = append(q.samples, metrics.Sample{Seq: s})
+	}
+}
+
+// runForwarder runs f until the test ends; the channel closes when Run
+// returns.
+func runForwarder(t *testing.T, f *Forwarder) (wake chan struct{}, done chan struct{}) {
+	t.Helper()
+	wake = make(chan struct{}, 1)
+	f.Wake = wake
+	done = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { defer close(done); f.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return wake, done
+}
+
+func waitCalls(t *testing.T, s *slowSink, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if sizes, _, ends := s.snapshot(); len(sizes) >= n && len(ends) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			sizes, _, _ := s.snapshot()
+			t.Fatalf("after 30 s, %d sends, want %d", len(sizes), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// After an answer that took 300 ms, the next request waits 300 ms.
+func TestForwarderPacesAfterSlowAnswer(t *testing.T) {
+	q := queueOf(1)
+	sink := &slowSink{clock: &fakeClock{}, took: 300 * time.Millisecond}
+	sink.during = func(call int) {
+		if call == 0 {
+			q.add(1, 2)
+		}
+	}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, SlowAnswer: 100 * time.Millisecond, now: sink.clock.now}
+	runForwarder(t, f)
+	waitCalls(t, sink, 2)
+	sizes, starts, ends := sink.snapshot()
+	if gap := starts[1].Sub(ends[0]); gap < 300*time.Millisecond {
+		t.Errorf("second request %v after a 300 ms answer, want a pace of at least 300 ms", gap)
+	}
+	if sizes[1] != 2 {
+		t.Errorf("second request held %d samples, want 2", sizes[1])
+	}
+}
+
+// A long pace gathers what arrives into one request, and Finish ends it at
+// once: the job's end never waits out a pace.
+func TestForwarderPaceGathersAndFinishEndsIt(t *testing.T) {
+	q := queueOf(1)
+	sink := &slowSink{clock: &fakeClock{}, took: time.Hour}
+	sink.during = func(call int) {
+		if call == 0 {
+			q.add(1, 2)
+		}
+	}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, MaxGap: time.Hour, now: sink.clock.now}
+	wake, done := runForwarder(t, f)
+	waitCalls(t, sink, 1)
+	for seq := int64(3); seq < 10; seq++ {
+		q.add(seq)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	f.Finish()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Finish did not end the hour-long pace")
+	}
+	if sizes, _, _ := sink.snapshot(); fmt.Sprint(sizes) != "[1 9]" {
+		t.Errorf("batches %v, want [1 9]: what arrived during the pace goes in one request", sizes)
+	}
+	if got := len(q.Pending("", "", 100)); got != 0 {
+		t.Errorf("%d samples left unsent", got)
+	}
+}
+
+// Answers faster than SlowAnswer add no wait (here 30 min against 1 h).
+func TestForwarderFastAnswersNotPaced(t *testing.T) {
+	q := queueOf(1)
+	sink := &slowSink{clock: &fakeClock{}, took: 30 * time.Minute}
+	sink.during = func(call int) {
+		if call == 0 {
+			q.add(1)
+		}
+	}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, MaxGap: time.Hour, SlowAnswer: time.Hour, now: sink.clock.now}
+	runForwarder(t, f)
+	waitCalls(t, sink, 2)
+}
+
+// A failure that took long (a server's pool timeout) holds the retry at
+// least as long, whatever the backoff says.
+func TestForwarderSlowFailurePacesRetry(t *testing.T) {
+	q := queueOf(1)
+	sink := &slowSink{clock: &fakeClock{}, took: 300 * time.Millisecond}
+	sink.script = []error{errors.New("HTTP 400: QueuePool limit reached")}
+	// The backoff alone (MinGap 1ms, first failure) would retry at once.
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, MaxGap: time.Hour, SlowAnswer: 100 * time.Millisecond, now: sink.clock.now}
+	runForwarder(t, f)
+	waitCalls(t, sink, 2)
+	_, starts, ends := sink.snapshot()
+	if gap := starts[1].Sub(ends[0]); gap < 300*time.Millisecond {
+		t.Errorf("retried %v after a failure that took 300 ms", gap)
+	}
+}
+
+// Drain (bridge sync, the final flush) sends without pacing.
+func TestForwarderDrainNotPaced(t *testing.T) {
+	q := queueOf(3)
+	sink := &slowSink{clock: &fakeClock{}, took: time.Hour}
+	f := &Forwarder{Sink: sink, Queue: q, Batch: 1, MinGap: time.Millisecond, MaxGap: time.Hour, now: sink.clock.now}
+	done := make(chan bool, 1)
+	go func() { done <- f.Drain(context.Background()) }()
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Fatal("drain did not send everything")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("drain waited out a pace")
+	}
+	if sizes, _, _ := sink.snapshot(); len(sizes) != 3 {
+		t.Errorf("sends %v", sizes)
+	}
+}
