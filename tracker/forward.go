@@ -27,7 +27,9 @@ const maxRetryAfter = 10 * time.Minute
 // errors, 5xx and answers that are not the tracker's JSON; on 429/503 the
 // longer of that backoff and the server's Retry-After (so Retry-After: 0
 // cannot make it hammer the server); quiet waiting while the run is not
-// ready; and one clear report of a permanent error, after which it stops
+// ready (not counted as failures: it does not lengthen a later backoff);
+// when the job ends (Finish) during a backoff, one try as soon as the
+// server's Retry-After allows; and one clear report of a permanent error, after which it stops
 // sending (the samples stay in the spool). An outage is logged once when it
 // starts and once when it ends. Nothing it does blocks sampling.
 //
@@ -252,12 +254,17 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		wait = max(wait, time.Until(f.paceTill))
 		f.paceTill = time.Time{}
 		// When the job ends (Finish) during a long backoff, one try is made
-		// at once instead of after the backoff, which could outlast the
-		// flush timeout; a server's Retry-After is still honoured.
+		// as soon as the server allows (its Retry-After, else at once)
+		// instead of after the backoff, which could outlast the flush
+		// timeout.
 		var cut <-chan struct{}
-		var ra *RetryAfterError
-		if !f.finalTry && !errors.As(err, &ra) {
+		if !f.finalTry {
 			cut = f.quit
+		}
+		var allowed time.Time
+		var ra *RetryAfterError
+		if errors.As(err, &ra) {
+			allowed = time.Now().Add(min(ra.After, maxRetryAfter))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -268,7 +275,25 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		case <-cut:
 			t.Stop()
 			f.finalTry = true
+			if !sleepCtx(ctx, time.Until(allowed)) {
+				return false
+			}
 		}
+	}
+}
+
+// sleepCtx waits d (nothing when d <= 0); false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -293,23 +318,27 @@ func (f *Forwarder) pace(ctx context.Context) bool {
 
 // failed records a failed attempt and says how long to wait, or to stop.
 func (f *Forwarder) failed(err error, log *slog.Logger) (wait time.Duration, stop bool) {
-	defer func() { f.failures++ }()
 	if errors.Is(err, ErrPermanent) {
+		f.failures++
 		log.Error("tracker rejected bridge's requests; no more samples will be sent to it (they stay in the spool for `bridge sync`)", "err", err)
 		f.set(StateStopped, err)
 		f.Queue.Untrack(f.Sink.Name(), f.CurrentRun())
 		return 0, true
 	}
 	if errors.Is(err, ErrNotReady) {
-		f.notReady = true
-		if f.failures == 0 {
+		if !f.notReady {
 			log.Info("waiting for the run to exist before sending", "err", err)
 		}
+		// Waiting for the run is not an outage: it must not lengthen the
+		// backoff of one that follows (a job's first seconds could
+		// otherwise push a retry past the flush timeout).
+		f.notReady, f.failures = true, 0
 		f.set(StateWaiting, err)
 		return f.MinGap * 2, false
 	}
 	f.notReady = false
 	wait = f.backoff(f.failures)
+	f.failures++
 	var ra *RetryAfterError
 	if errors.As(err, &ra) {
 		// The server's hint lengthens the backoff, never shortens it.
@@ -319,7 +348,7 @@ func (f *Forwarder) failed(err error, log *slog.Logger) (wait time.Duration, sto
 		f.downSince = time.Now()
 		log.Warn("cannot send to the tracker; samples are kept in the spool and retried with backoff until it answers (reported again when it does)", "err", err)
 	} else {
-		log.Debug("tracker still failing", "err", err, "failures", f.failures+1, "next_try_in", wait)
+		log.Debug("tracker still failing", "err", err, "failures", f.failures, "next_try_in", wait)
 	}
 	f.set(StateRetrying, err)
 	return wait, false

@@ -528,3 +528,55 @@ func TestForwarderDrainNotPaced(t *testing.T) {
 		t.Errorf("sends %v", sizes)
 	}
 }
+
+// Waiting for the run (ErrNotReady) is not an outage: a failure after it
+// backs off from the start. Carried over, five waits would make the first
+// backoff 0.5 s + up to 32 s instead of up to 1.5 s; twenty tries make a
+// pass by chance impossible in practice ((1/32)^20).
+func TestForwarderWaitingForRunDoesNotLengthenBackoff(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	for range 20 {
+		f := &Forwarder{Sink: &scriptSink{}, Queue: queueOf(1), MinGap: time.Second, MaxGap: time.Hour}
+		f.defaults()
+		for range 5 {
+			if wait, stop := f.failed(fmt.Errorf("run r1: %w", ErrNotReady), log); stop || wait != 2*time.Second {
+				t.Fatalf("waiting for the run: wait %v, stop %v", wait, stop)
+			}
+		}
+		if wait, _ := f.failed(errors.New("HTTP 503"), log); wait > 1500*time.Millisecond {
+			t.Fatalf("first backoff after waiting for the run: %v, want at most 1.5s (the waits counted as failures)", wait)
+		}
+	}
+}
+
+// Finish during a backoff longer than the server's Retry-After makes one try
+// as soon as the server allows, not before and not after the backoff.
+func TestForwarderFinishCutsBackoffToRetryAfter(t *testing.T) {
+	q := queueOf(2)
+	sink := &scriptSink{script: []error{&RetryAfterError{After: 300 * time.Millisecond, Err: errors.New("429")}}}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Hour, MaxGap: time.Hour}
+	done := make(chan bool, 1)
+	go func() { done <- f.Drain(context.Background()) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sink.mu.Lock()
+		calls := sink.calls
+		sink.mu.Unlock()
+		if calls > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	f.Finish()
+	select {
+	case ok := <-done:
+		if !ok || len(sink.accepted) != 2 {
+			t.Fatalf("drain = %v, accepted %v", ok, sink.accepted)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Finish did not cut the hour-long backoff down to the server's Retry-After")
+	}
+	if gap := sink.gaps[1].Sub(sink.gaps[0]); gap < 300*time.Millisecond {
+		t.Errorf("retried %v after a 429 with Retry-After 300ms", gap)
+	}
+}
