@@ -315,7 +315,17 @@ func TestForwarderFinishCutsBackoffOnce(t *testing.T) {
 	q := queueOf(2)
 	sink := &scriptSink{script: []error{errors.New("connection refused")}}
 	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Hour, MaxGap: time.Hour}
-	done := make(chan bool)
+	if ok := drainFinishedAfterFirstCall(t, f, sink); !ok || len(sink.accepted) != 2 {
+		t.Errorf("drain = %v, accepted %v", ok, sink.accepted)
+	}
+}
+
+// drainFinishedAfterFirstCall drains f, calls Finish once the sink has had
+// its first call, and returns Drain's answer; the test fails when Drain
+// has not returned 30 s later (an hour-long backoff not cut).
+func drainFinishedAfterFirstCall(t *testing.T, f *Forwarder, sink *scriptSink) bool {
+	t.Helper()
+	done := make(chan bool, 1)
 	go func() { done <- f.Drain(context.Background()) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -330,11 +340,10 @@ func TestForwarderFinishCutsBackoffOnce(t *testing.T) {
 	f.Finish()
 	select {
 	case ok := <-done:
-		if !ok || len(sink.accepted) != 2 {
-			t.Errorf("drain = %v, accepted %v", ok, sink.accepted)
-		}
+		return ok
 	case <-time.After(30 * time.Second):
 		t.Fatal("Finish did not cut the hour-long backoff")
+		return false
 	}
 }
 
@@ -555,26 +564,8 @@ func TestForwarderFinishCutsBackoffToRetryAfter(t *testing.T) {
 	q := queueOf(2)
 	sink := &scriptSink{script: []error{&RetryAfterError{After: 300 * time.Millisecond, Err: errors.New("429")}}}
 	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Hour, MaxGap: time.Hour}
-	done := make(chan bool, 1)
-	go func() { done <- f.Drain(context.Background()) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		sink.mu.Lock()
-		calls := sink.calls
-		sink.mu.Unlock()
-		if calls > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	f.Finish()
-	select {
-	case ok := <-done:
-		if !ok || len(sink.accepted) != 2 {
-			t.Fatalf("drain = %v, accepted %v", ok, sink.accepted)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Finish did not cut the hour-long backoff down to the server's Retry-After")
+	if ok := drainFinishedAfterFirstCall(t, f, sink); !ok || len(sink.accepted) != 2 {
+		t.Fatalf("drain = %v, accepted %v", ok, sink.accepted)
 	}
 	if gap := sink.gaps[1].Sub(sink.gaps[0]); gap < 300*time.Millisecond {
 		t.Errorf("retried %v after a 429 with Retry-After 300ms", gap)
