@@ -29,9 +29,10 @@ const maxRetryAfter = 10 * time.Minute
 // cannot make it hammer the server); quiet waiting while the run is not
 // ready (not counted as failures: it does not lengthen a later backoff);
 // when the job ends (Finish) during a backoff, one try as soon as the
-// server's Retry-After allows; and one clear report of a permanent error, after which it stops
-// sending (the samples stay in the spool). An outage is logged once when it
-// starts and once when it ends. Nothing it does blocks sampling.
+// server's Retry-After allows; and one clear report of a permanent error,
+// after which it stops sending (the samples stay in the spool). An outage
+// is logged once when it starts and once when it ends. Nothing it does
+// blocks sampling.
 //
 // A slow answer paces the next request: after a send (or a failed one) that
 // took SlowAnswer or longer, the next waits as long again, so that a
@@ -204,12 +205,13 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				continue
 			}
 			if !drain {
-				if !f.pace(ctx) {
+				waited, ok := f.pace(ctx)
+				if !ok {
 					return false
 				}
-				// What arrived during the pace goes in the same request.
-				if batch = f.Queue.Pending(f.Sink.Name(), f.CurrentRun(), f.Batch); len(batch) == 0 {
-					continue
+				if waited {
+					// What arrived during the pace goes in the same request.
+					batch = f.Queue.Pending(f.Sink.Name(), f.CurrentRun(), f.Batch)
 				}
 			}
 			var acked int
@@ -226,11 +228,12 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				f.mu.Unlock()
 			}
 		}
-		f.paceTill = time.Time{}
+		var pace time.Duration // a slow answer's: the next attempt waits as long
 		if took >= f.SlowAnswer {
-			f.paceTill = time.Now().Add(min(took, f.MaxGap))
+			pace = min(took, f.MaxGap)
 		}
 		if err == nil {
+			f.paceTill = time.Now().Add(pace)
 			if !f.downSince.IsZero() {
 				log.Info("tracker reachable again; sending the samples held in the spool",
 					"down_for", time.Since(f.downSince).Round(time.Second), "failed_attempts", f.failures)
@@ -245,14 +248,14 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		f.mu.Lock()
 		f.errs++
 		f.mu.Unlock()
-		wait, stop := f.failed(err, log)
+		wait, hint, stop := f.failed(err, log)
 		if stop {
 			return false
 		}
+		allowed := time.Now().Add(hint)
 		// A failure that took long (a pool timeout) says the server is
 		// saturated: wait at least as long as it took.
-		wait = max(wait, time.Until(f.paceTill))
-		f.paceTill = time.Time{}
+		wait = max(wait, pace)
 		// When the job ends (Finish) during a long backoff, one try is made
 		// as soon as the server allows (its Retry-After, else at once)
 		// instead of after the backoff, which could outlast the flush
@@ -261,69 +264,56 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		if !f.finalTry {
 			cut = f.quit
 		}
-		var allowed time.Time
-		var ra *RetryAfterError
-		if errors.As(err, &ra) {
-			allowed = time.Now().Add(min(ra.After, maxRetryAfter))
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		case <-cut:
-			t.Stop()
+		cutShort, ok := waitFor(ctx, wait, cut)
+		if cutShort {
 			f.finalTry = true
-			if !sleepCtx(ctx, time.Until(allowed)) {
-				return false
-			}
+			_, ok = waitFor(ctx, time.Until(allowed), nil)
+		}
+		if !ok {
+			return false
 		}
 	}
 }
 
-// sleepCtx waits d (nothing when d <= 0); false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
+// waitFor waits d, or until cut closes (cutShort), or until ctx ends (ok is
+// false). A nil cut never closes.
+func waitFor(ctx context.Context, d time.Duration, cut <-chan struct{}) (cutShort, ok bool) {
 	if d <= 0 {
-		return ctx.Err() == nil
+		return false, ctx.Err() == nil
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return false, false
 	case <-t.C:
-		return true
+		return false, true
+	case <-cut:
+		return true, true
 	}
 }
 
-// pace waits out a slow answer's pace; Finish ends the wait. It reports
-// false when ctx ended first.
-func (f *Forwarder) pace(ctx context.Context) bool {
-	wait := time.Until(f.paceTill)
-	if wait <= 0 || f.quitting() {
-		return true
+// pace waits out a slow answer's pace unless the job is ending (Finish
+// also ends the wait). It reports whether it waited, and ok false when ctx
+// ended first.
+func (f *Forwarder) pace(ctx context.Context) (waited, ok bool) {
+	d := time.Until(f.paceTill)
+	if d <= 0 || f.quitting() {
+		return false, true
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-	case <-f.quit:
-	}
-	f.paceTill = time.Time{}
-	return true
+	_, ok = waitFor(ctx, d, f.quit)
+	return true, ok
 }
 
-// failed records a failed attempt and says how long to wait, or to stop.
-func (f *Forwarder) failed(err error, log *slog.Logger) (wait time.Duration, stop bool) {
+// failed records a failed attempt and says how long to wait, or to stop;
+// hint is the server's Retry-After (0 without one), which no retry may
+// come before.
+func (f *Forwarder) failed(err error, log *slog.Logger) (wait, hint time.Duration, stop bool) {
 	if errors.Is(err, ErrPermanent) {
-		f.failures++
 		log.Error("tracker rejected bridge's requests; no more samples will be sent to it (they stay in the spool for `bridge sync`)", "err", err)
 		f.set(StateStopped, err)
 		f.Queue.Untrack(f.Sink.Name(), f.CurrentRun())
-		return 0, true
+		return 0, 0, true
 	}
 	if errors.Is(err, ErrNotReady) {
 		if !f.notReady {
@@ -334,7 +324,7 @@ func (f *Forwarder) failed(err error, log *slog.Logger) (wait time.Duration, sto
 		// otherwise push a retry past the flush timeout).
 		f.notReady, f.failures = true, 0
 		f.set(StateWaiting, err)
-		return f.MinGap * 2, false
+		return f.MinGap * 2, 0, false
 	}
 	f.notReady = false
 	wait = f.backoff(f.failures)
@@ -342,7 +332,8 @@ func (f *Forwarder) failed(err error, log *slog.Logger) (wait time.Duration, sto
 	var ra *RetryAfterError
 	if errors.As(err, &ra) {
 		// The server's hint lengthens the backoff, never shortens it.
-		wait = max(wait, min(ra.After, maxRetryAfter))
+		hint = min(ra.After, maxRetryAfter)
+		wait = max(wait, hint)
 	}
 	if f.downSince.IsZero() {
 		f.downSince = time.Now()
@@ -351,7 +342,7 @@ func (f *Forwarder) failed(err error, log *slog.Logger) (wait time.Duration, sto
 		log.Debug("tracker still failing", "err", err, "failures", f.failures, "next_try_in", wait)
 	}
 	f.set(StateRetrying, err)
-	return wait, false
+	return wait, hint, false
 }
 
 // lateStart calls the sink's Start once; on success the samples spooled

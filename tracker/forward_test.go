@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -327,16 +328,11 @@ func drainFinishedAfterFirstCall(t *testing.T, f *Forwarder, sink *scriptSink) b
 	t.Helper()
 	done := make(chan bool, 1)
 	go func() { done <- f.Drain(context.Background()) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitfor.Cond(t, 30*time.Second, "the sink's first call", func() bool {
 		sink.mu.Lock()
-		calls := sink.calls
-		sink.mu.Unlock()
-		if calls > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer sink.mu.Unlock()
+		return sink.calls > 0
+	})
 	f.Finish()
 	select {
 	case ok := <-done:
@@ -420,17 +416,10 @@ func runForwarder(t *testing.T, f *Forwarder) (wake chan struct{}, done chan str
 
 func waitCalls(t *testing.T, s *slowSink, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if sizes, _, ends := s.snapshot(); len(sizes) >= n && len(ends) >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			sizes, _, _ := s.snapshot()
-			t.Fatalf("after 30 s, %d sends, want %d", len(sizes), n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitfor.Cond(t, 30*time.Second, fmt.Sprintf("%d answered sends", n), func() bool {
+		_, _, ends := s.snapshot()
+		return len(ends) >= n
+	})
 }
 
 // After an answer that took 300 ms, the next request waits 300 ms.
@@ -548,11 +537,11 @@ func TestForwarderWaitingForRunDoesNotLengthenBackoff(t *testing.T) {
 		f := &Forwarder{Sink: &scriptSink{}, Queue: queueOf(1), MinGap: time.Second, MaxGap: time.Hour}
 		f.defaults()
 		for range 5 {
-			if wait, stop := f.failed(fmt.Errorf("run r1: %w", ErrNotReady), log); stop || wait != 2*time.Second {
+			if wait, _, stop := f.failed(fmt.Errorf("run r1: %w", ErrNotReady), log); stop || wait != 2*time.Second {
 				t.Fatalf("waiting for the run: wait %v, stop %v", wait, stop)
 			}
 		}
-		if wait, _ := f.failed(errors.New("HTTP 503"), log); wait > 1500*time.Millisecond {
+		if wait, _, _ := f.failed(errors.New("HTTP 503"), log); wait > 1500*time.Millisecond {
 			t.Fatalf("first backoff after waiting for the run: %v, want at most 1.5s (the waits counted as failures)", wait)
 		}
 	}
