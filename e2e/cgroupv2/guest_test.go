@@ -619,6 +619,10 @@ func (c checker) oomGroupNoCap(t *testing.T) {
 	if ev["oom_group_kill"] < 1 {
 		t.Fatalf("the kernel made no group kill: %v", ev)
 	}
+	// The premise: bridge, without the capability, says it stays killable.
+	if !strings.Contains(sec["stderr"], "could not protect itself from the OOM killer") {
+		t.Errorf("bridge did not report that it could not lower its oom_score_adj; first stderr:\n%s", sec["stderr"])
+	}
 	r := c.supervised(t, sec, "exit_code2", "spool2")
 	lost := r.tags["bridge.previous_attempt_lost"]
 	t.Logf("second attempt exit %d; bridge.previous_attempt_lost: %s", r.code, lost)

@@ -224,9 +224,16 @@ func nocap(argv []string) error {
 	if len(argv) == 0 {
 		usage()
 	}
+	// The bounding set is per thread, like namespaces: drop and exec on the
+	// same one. Without the lock the exec could run on another thread that
+	// still has the capability, and bridge would keep it.
+	runtime.LockOSThread()
 	const prCapbsetDrop, capSysResource = 24, 24
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prCapbsetDrop, capSysResource, 0); e != 0 {
 		return fmt.Errorf("dropping CAP_SYS_RESOURCE from the bounding set: %w", e)
+	}
+	if err := checkNoCap(capSysResource); err != nil {
+		return err
 	}
 	prog, err := exec.LookPath(argv[0])
 	if err != nil {
@@ -234,4 +241,26 @@ func nocap(argv []string) error {
 	}
 	// Root's capabilities are recomputed from the bounding set at exec.
 	return syscall.Exec(prog, argv, os.Environ())
+}
+
+// checkNoCap confirms that the calling thread's bounding set lacks capability
+// bit: the case's premise, checked rather than assumed.
+func checkNoCap(bit uint) error {
+	b, err := os.ReadFile("/proc/thread-self/status")
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			set, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return fmt.Errorf("CapBnd %q: %w", v, err)
+			}
+			if set&(1<<bit) != 0 {
+				return fmt.Errorf("capability %d is still in this thread's bounding set (%s)", bit, strings.TrimSpace(v))
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no CapBnd line in /proc/thread-self/status")
 }
