@@ -191,6 +191,11 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			err = f.lateStart(ctx, log)
 			took = f.now().Sub(began)
 		} else {
+			// A slow answer's pace comes before the batch is read, so what
+			// arrives during it goes in the same request.
+			if !drain && !f.pace(ctx) {
+				return false
+			}
 			batch := f.Queue.Pending(f.Sink.Name(), f.CurrentRun(), f.Batch)
 			if len(batch) == 0 {
 				if drain || f.quitting() {
@@ -203,16 +208,6 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				case <-f.quit:
 				}
 				continue
-			}
-			if !drain {
-				waited, ok := f.pace(ctx)
-				if !ok {
-					return false
-				}
-				if waited {
-					// What arrived during the pace goes in the same request.
-					batch = f.Queue.Pending(f.Sink.Name(), f.CurrentRun(), f.Batch)
-				}
 			}
 			var acked int
 			began := f.now()
@@ -293,16 +288,11 @@ func waitFor(ctx context.Context, d time.Duration, cut <-chan struct{}) (cutShor
 	}
 }
 
-// pace waits out a slow answer's pace unless the job is ending (Finish
-// also ends the wait). It reports whether it waited, and ok false when ctx
-// ended first.
-func (f *Forwarder) pace(ctx context.Context) (waited, ok bool) {
-	d := time.Until(f.paceTill)
-	if d <= 0 || f.quitting() {
-		return false, true
-	}
-	_, ok = waitFor(ctx, d, f.quit)
-	return true, ok
+// pace waits out a slow answer's pace; Finish ends it at once (the job's
+// end never waits for one). It is false when ctx ended first.
+func (f *Forwarder) pace(ctx context.Context) bool {
+	_, ok := waitFor(ctx, time.Until(f.paceTill), f.quit)
+	return ok
 }
 
 // failed records a failed attempt and says how long to wait, or to stop;

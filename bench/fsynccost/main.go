@@ -27,6 +27,12 @@ func main() {
 	interval := flag.Duration("interval", time.Second, "time between lines")
 	path := flag.String("file", "", "file to write (created, truncated)")
 	flag.Parse()
+	switch *mode {
+	case "none", "fsync", "fdatasync", "raw", "overwrite":
+	default:
+		fmt.Fprintf(os.Stderr, "fsynccost: unknown -mode %q\n", *mode)
+		os.Exit(2)
+	}
 	if *path == "" {
 		fmt.Fprintln(os.Stderr, "fsynccost: -file is required")
 		os.Exit(2)
@@ -68,8 +74,6 @@ func run(mode string, interval time.Duration, path string) error {
 			if _, _, e := syscall.RawSyscall(syscall.SYS_FSYNC, f.Fd(), 0, 0); e != 0 {
 				err = e
 			}
-		default:
-			return fmt.Errorf("unknown -mode %q", mode)
 		}
 		if err != nil {
 			return err

@@ -32,6 +32,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 const mib = 1 << 20
@@ -246,21 +248,20 @@ func nocap(argv []string) error {
 // checkNoCap confirms that the calling thread's bounding set lacks capability
 // bit: the case's premise, checked rather than assumed.
 func checkNoCap(bit uint) error {
-	b, err := os.ReadFile("/proc/thread-self/status")
+	fs, err := procfs.NewFS("/proc")
 	if err != nil {
 		return err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
-			set, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				return fmt.Errorf("CapBnd %q: %w", v, err)
-			}
-			if set&(1<<bit) != 0 {
-				return fmt.Errorf("capability %d is still in this thread's bounding set (%s)", bit, strings.TrimSpace(v))
-			}
-			return nil
-		}
+	p, err := fs.Proc(syscall.Gettid()) // the thread's own status, not the leader's
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("no CapBnd line in /proc/thread-self/status")
+	st, err := p.NewStatus()
+	if err != nil {
+		return err
+	}
+	if st.CapBnd&(1<<bit) != 0 {
+		return fmt.Errorf("capability %d is still in this thread's bounding set (%x)", bit, st.CapBnd)
+	}
+	return nil
 }
