@@ -183,7 +183,7 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	}
 	if code == http.StatusBadRequest && serverDBError(me) {
 		// The server's trouble, not the request's: retried with backoff.
-		apiErr.Hint = "a database error on the MLflow server (under load, its connection pool: a log-batch holds two connections at once, so give each server worker more than its 40 threads, MLFLOW_SQLALCHEMYSTORE_POOL_SIZE + MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW >= 41); retried"
+		apiErr.Hint = "a database error on the MLflow server (under load, its connection pool: a log-batch holds two connections at once, so give each server worker more than its 40 threads, MLFLOW_SQLALCHEMYSTORE_POOL_SIZE + MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW >= 41; see \"Sizing an MLflow server for many bridges\" in bridge's docs/mlflow.md); retried"
 		return apiErr
 	}
 	switch {
