@@ -49,7 +49,8 @@ tag=$(printf '%04x' $((RANDOM % 65536)))
 while ip link show "sl${tag}br" >/dev/null 2>&1; do tag=$(printf '%04x' $((RANDOM % 65536))); done
 net=
 for i in $(seq 16 254); do
-  if ! ip -4 addr show | grep -q " 10\.231\.$i\."; then net=10.231.$i; break; fi
+  # (not grep -q: with pipefail, ip's SIGPIPE would read as "unused")
+  if ! ip -4 addr show | grep " 10\.231\.$i\." >/dev/null; then net=10.231.$i; break; fi
 done
 [ -n "$net" ] || die "no free 10.231.x.0/24 for the cluster network"
 
@@ -97,20 +98,7 @@ node_lines=
 for i in $(seq 1 "$nodes"); do
   node_lines+="NodeName=n$i NodeHostname=n$i NodeAddr=$net.$((10 + i)) CPUs=2 State=UNKNOWN"$'\n'
 done
-# What mattered, each line for a reason:
-# - SlurmUser/SlurmdUser root: no slurm user to create, and slurmd must be
-#   root to start jobs anyway.
-# - AuthInfo socket=: munged's socket lives in DIR, not /run/munge.
-# - ProctrackType linuxproc, TaskPlugin none, JobAcctGatherType none: no
-#   cgroup plugin (this machine's cgroup v1 tree is shared with other work;
-#   a fresh CI machine may be cgroup v2); processes are tracked by parent pid.
-# - AccountingStorageType none: no slurmdbd, so no MySQL.
-# - SchedulerType builtin: jobs start at submission, not at the next
-#   backfill pass.
-# - SlurmdParameters config_overrides: nodes keep CPUs=2 whatever the
-#   machine has, so --ntasks-per-node=2 fits on a 1-CPU runner too.
-# - ReturnToService 2: a node that re-registers is idle again at once.
-# - %n in the slurmd paths: several slurmd share one filesystem.
+# Why each setting is there: README.md beside this script.
 cat >"$dir/slurm.conf" <<EOF
 ClusterName=$cluster
 SlurmctldHost=ctl($net.2)
