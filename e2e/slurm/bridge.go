@@ -70,3 +70,24 @@ func RequireExits(t testing.TB, j Job, want int, procs ...string) {
 		t.Fatalf("job %s (exit %d):\n%s\njob output:\n%s", j.ID, j.Exit, strings.Join(bad, "\n"), j.Output)
 	}
 }
+
+// ChildRuns maps each MLFLOW_RUN_ID that bridge handed a child (the
+// process recorded as "child") to the hosts whose child got it; it fails t
+// when a child got none or one that is not a run of experiment.
+func ChildRuns(t testing.TB, srv *mlflowtest.Server, j Job, experiment string) map[string][]string {
+	t.Helper()
+	runs := srv.RunIDs(t, experiment)
+	handed := map[string][]string{}
+	for _, task := range j.Tasks {
+		child := task.Procs["child"]
+		id := child.Env["MLFLOW_RUN_ID"]
+		switch {
+		case id == "":
+			t.Fatalf("rank %d: the child on %s got no MLFLOW_RUN_ID; bridge said:\n%s", task.Rank, child.Host, task.Launched().Stderr)
+		case !slices.Contains(runs, id):
+			t.Fatalf("rank %d: the child on %s got MLFLOW_RUN_ID=%s, not a run of experiment %s (%v)", task.Rank, child.Host, id, experiment, runs)
+		}
+		handed[id] = append(handed[id], child.Host)
+	}
+	return handed
+}

@@ -1,7 +1,6 @@
 package slurm
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -11,7 +10,7 @@ import (
 // bridge under srun, one task per node, posting to the suite's MLflow
 // server. What this checks holds before and after issue 22 (one run per
 // job): every node's bridge and child succeed, every child is handed a run
-// that exists and holds that node's system metrics, and the experiment has
+// that exists and holds system metrics, and the experiment has
 // no run that no child was handed. How many runs the job made is logged:
 // today, one per node.
 func TestBridgeUnderSrun(t *testing.T) {
@@ -23,30 +22,20 @@ func TestBridgeUnderSrun(t *testing.T) {
 	}
 	requireLauncherFacts(t, c, j.ID, j.Tasks, 1)
 
-	handed := map[string][]string{} // run id -> hosts whose child got it
 	for _, task := range j.Tasks {
-		child := task.Procs["child"]
-		id := child.Env["MLFLOW_RUN_ID"]
-		if id == "" {
-			t.Fatalf("the child on %s got no MLFLOW_RUN_ID; bridge said:\n%s", child.Host, task.Launched().Stderr)
-		}
-		handed[id] = append(handed[id], child.Host)
-		if child.Host != task.Launched().Host {
-			t.Errorf("bridge ran on %s, its child on %s", task.Launched().Host, child.Host)
+		if bh, ch := task.Launched().Host, task.Procs["child"].Host; bh != ch {
+			t.Errorf("bridge ran on %s, its child on %s", bh, ch)
 		}
 	}
-	runs := srv.RunIDs(t, experiment)
+	handed := ChildRuns(t, srv, j, experiment)
 	for id, hosts := range handed {
-		if !slices.Contains(runs, id) {
-			t.Errorf("the children on %v got MLFLOW_RUN_ID=%s, not a run of experiment %s (%v)", hosts, id, experiment, runs)
-			continue
-		}
 		if keys := srv.MetricKeys(t, id, "system/"); len(keys) == 0 {
 			t.Errorf("run %s (handed to %v) holds no system/ metrics", id, hosts)
 		} else {
 			t.Logf("run %s, handed to %v: %d system keys, e.g. %s", id, hosts, len(keys), strings.Join(keys[:min(3, len(keys))], " "))
 		}
 	}
+	runs := srv.RunIDs(t, experiment)
 	for _, id := range runs {
 		if _, ok := handed[id]; !ok {
 			t.Errorf("experiment %s holds run %s, handed to no child", experiment, id)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -53,17 +52,13 @@ time.sleep(2)
 		t.Fatalf("batch job %s exited %d:\n%s", j.ID, j.Exit, j.Output)
 	}
 	requireLauncherFacts(t, c, j.ID, j.Tasks, 1)
-	runs := srv.RunIDs(t, experiment)
+	handed := ChildRuns(t, srv, j, experiment)
 	for _, task := range j.Tasks {
 		child := task.Procs["child"]
-		id := child.Env["MLFLOW_RUN_ID"]
-		want := fmt.Sprintf("train.py ['--epochs', '1'] rank %d run %s", task.Rank, id)
-		if id == "" || !strings.Contains(child.Stdout, want) {
-			t.Errorf("rank %d on %s printed %q, want %q with a run id", task.Rank, child.Host, child.Stdout, want)
-		}
-		if !slices.Contains(runs, id) {
-			t.Errorf("rank %d got MLFLOW_RUN_ID=%s, not a run of %s (%v)", task.Rank, id, experiment, runs)
+		want := fmt.Sprintf("train.py ['--epochs', '1'] rank %d run %s", task.Rank, child.Env["MLFLOW_RUN_ID"])
+		if !strings.Contains(child.Stdout, want) {
+			t.Errorf("rank %d on %s printed %q, want %q", task.Rank, child.Host, child.Stdout, want)
 		}
 	}
-	t.Logf("deploy/sbatch.sh on %d nodes: %d MLflow run(s)", len(c.Nodes), len(runs))
+	t.Logf("deploy/sbatch.sh on %d nodes: %d MLflow run(s)", len(c.Nodes), len(handed))
 }
