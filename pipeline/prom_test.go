@@ -120,16 +120,7 @@ func TestMetricsAfterLateStart(t *testing.T) {
 	}
 	s.Run()
 	scrape := func() map[string]*dto.MetricFamily {
-		resp, err := http.Get("http://" + set.MetricsAddr + "/metrics")
-		if err != nil {
-			return nil
-		}
-		defer resp.Body.Close()
-		p := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := p.TextToMetricFamilies(resp.Body)
-		if err != nil {
-			t.Fatalf("parsing /metrics: %v", err)
-		}
+		fams, _, _ := promtest.Families(set.MetricsAddr)
 		return fams
 	}
 	labels := func(m *dto.Metric) map[string]string {

@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/bridge-dev/bridge/internal/hostile"
 	"github.com/bridge-dev/bridge/internal/promtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
@@ -178,18 +175,11 @@ func TestScrapeURLSecretsNeverShown(t *testing.T) {
 	t.Cleanup(func() { os.WriteFile(filepath.Join(cmd.Dir, "stop"), nil, 0o600) })
 	var metrics string
 	waitfor.Cond(t, 2*time.Minute, "/metrics counting a failure of each failing URL, and the answering one's series", func() bool {
-		resp, err := http.Get("http://" + addr + "/metrics")
+		fams, text, err := promtest.Families(addr)
 		if err != nil {
 			return false
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		metrics = string(b)
-		p := expfmt.NewTextParser(model.UTF8Validation)
-		fams, err := p.TextToMetricFamilies(strings.NewReader(metrics))
-		if err != nil {
-			t.Fatalf("parsing /metrics: %v\n%s", err, metrics)
-		}
+		metrics = text
 		failing := 0
 		for _, m := range fams["bridge_scrape_failures_total"].GetMetric() {
 			if m.GetCounter().GetValue() >= 1 {
