@@ -30,10 +30,14 @@ const chunkBytes = 16 << 10
 // line, so every line is parsed as the whole answer would have it (a
 // histogram's _bucket lines stay a histogram's, and are skipped).
 func (c *Collector) read(r io.Reader, t *target) (*answer, error) {
-	br := bufio.NewReaderSize(r, MaxLineBytes)
-	p := expfmt.NewTextParser(model.UTF8Validation)
+	if t.reader == nil {
+		t.reader = &reader{br: bufio.NewReaderSize(r, MaxLineBytes), p: expfmt.NewTextParser(model.UTF8Validation)}
+	}
+	br, p, chunk := t.reader.br, &t.reader.p, &t.reader.chunk
+	br.Reset(r)
+	defer br.Reset(nil) // keep no answer's body
+	chunk.Reset()
 	a := &answer{c: c, t: t, seen: map[unique.Handle[string]]struct{}{}}
-	var chunk bytes.Buffer
 	var typeLine []byte
 	for {
 		line, err := br.ReadSlice('\n')
@@ -48,7 +52,7 @@ func (c *Collector) read(r io.Reader, t *target) (*answer, error) {
 		}
 		chunk.Write(line)
 		if chunk.Len() >= chunkBytes || err == io.EOF {
-			fams, perr := p.TextToMetricFamilies(&chunk)
+			fams, perr := p.TextToMetricFamilies(chunk)
 			if perr != nil {
 				return nil, fmt.Errorf("parsing the Prometheus text format: %w", perr)
 			}
@@ -62,6 +66,15 @@ func (c *Collector) read(r io.Reader, t *target) (*answer, error) {
 			return a, nil
 		}
 	}
+}
+
+// reader is what reading an answer needs, kept between a URL's answers so
+// that a scrape allocates none of it again (only the request in flight
+// uses it).
+type reader struct {
+	br    *bufio.Reader
+	p     expfmt.TextParser
+	chunk bytes.Buffer
 }
 
 // isTypeLine reports whether line is a "# TYPE" comment (blanks and tabs

@@ -100,7 +100,8 @@ type Collector struct {
 // target is one URL's scrape: at most one request in flight, and its
 // result held until a sample takes it (once: a dead exporter's last values
 // are never repeated). c.mu guards every field; the request in flight
-// reads keys without it (it changes only once that request has returned).
+// reads keys and uses reader without it (keys change only once that
+// request has returned).
 type target struct {
 	url    string
 	shown  string // url as bridge prints it (redact.URI)
@@ -115,7 +116,8 @@ type target struct {
 
 	// keys are those this URL has added (MaxKeys), interned: the samples
 	// held in memory share one copy of each.
-	keys map[unique.Handle[string]]struct{}
+	keys   map[unique.Handle[string]]struct{}
+	reader *reader // the request in flight's
 }
 
 // New returns the collector.
