@@ -14,7 +14,9 @@ import (
 // SinkRun is a started sink: the run it writes to and, once the session is
 // open, its forwarder.
 type SinkRun struct {
-	Sink    tracker.Sink
+	Sink tracker.Sink
+	// RunID is the run known at start. Once the session is open, read
+	// run(): a late start (Late) writes to a run RunID never holds.
 	RunID   string
 	Created bool // bridge created the run (it may set its terminal status)
 	// Late is set when the tracker was not reachable within the start
