@@ -4,13 +4,16 @@
 // user gets it: installed with `pip install --no-index` into a fresh venv,
 // its bridge run against a real MLflow server (and the W&B mock with the real
 // wandb client), its notebook call run from a real Python process, and
-// uninstalled. scripts/wheel-check.sh runs it after building the wheel:
+// uninstalled; and the aarch64 wheel's binary under qemu-user.
+// scripts/wheel-check.sh builds the wheels and runs it with
 //
-//	BRIDGE_TEST_WHEEL=dist/....whl BRIDGE_TEST_PYTHON=.venv/bin/python go test -tags wheel ./e2e/wheel/
+//	BRIDGE_TEST_WHEEL, BRIDGE_TEST_WHEEL_AARCH64  the wheels (absolute paths)
+//	BRIDGE_TEST_ZIG     zig (from .wheel-tools), to build for aarch64
+//	BRIDGE_TEST_PYTHON  a python with mlflow and wandb (.venv)
 //
-// BRIDGE_TEST_PYTHON (a python with mlflow and wandb) makes the venvs and
-// the MLflow server; the venv's python reaches mlflow and wandb through
-// PYTHONPATH, so the wheel goes into a venv that has nothing else.
+// BRIDGE_TEST_PYTHON makes the venvs and the MLflow server; the venv's
+// python reaches mlflow and wandb through PYTHONPATH, so the wheel goes into
+// a venv that has nothing else.
 package wheel
 
 import (
@@ -18,6 +21,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -27,6 +31,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,15 +53,17 @@ const deadline = 90 * time.Second
 func TestMain(m *testing.M) {
 	// Both are set by scripts/wheel-check.sh; without them every test would
 	// have nothing to check, so this package fails rather than skips.
-	for _, v := range []string{"BRIDGE_TEST_WHEEL", mlflowtest.EnvPython} {
+	for _, v := range []string{"BRIDGE_TEST_WHEEL", "BRIDGE_TEST_WHEEL_AARCH64", "BRIDGE_TEST_ZIG", mlflowtest.EnvPython} {
 		if os.Getenv(v) == "" {
-			fmt.Fprintf(os.Stderr, "%s is unset: run scripts/wheel-check.sh, which builds the wheel and sets BRIDGE_TEST_WHEEL and %s\n", v, mlflowtest.EnvPython)
+			fmt.Fprintf(os.Stderr, "%s is unset: run scripts/wheel-check.sh, which builds the wheels and sets it\n", v)
 			os.Exit(1)
 		}
 	}
-	if !filepath.IsAbs(os.Getenv("BRIDGE_TEST_WHEEL")) {
-		fmt.Fprintf(os.Stderr, "BRIDGE_TEST_WHEEL=%s: give an absolute path (tests run in their package's directory)\n", os.Getenv("BRIDGE_TEST_WHEEL"))
-		os.Exit(1)
+	for _, v := range []string{"BRIDGE_TEST_WHEEL", "BRIDGE_TEST_WHEEL_AARCH64"} {
+		if !filepath.IsAbs(os.Getenv(v)) {
+			fmt.Fprintf(os.Stderr, "%s=%s: give an absolute path (tests run in their package's directory)\n", v, os.Getenv(v))
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	mlflowtest.StopShared()
@@ -310,7 +317,7 @@ func TestJobUnderInstalledBridge(t *testing.T) {
 		t.Fatalf("runs in %s: %v, want the one bridge created", exp, ids)
 	}
 	keys := srv.MetricKeys(t, ids[0], "system/")
-	if !contains(keys, "system/node_memory_used_megabytes") {
+	if !slices.Contains(keys, "system/node_memory_used_megabytes") {
 		t.Errorf("the run's system metrics %v lack system/node_memory_used_megabytes", keys)
 	}
 	if h := srv.History(t, ids[0], "system/node_memory_used_megabytes"); len(h) < 2 {
@@ -319,15 +326,6 @@ func TestJobUnderInstalledBridge(t *testing.T) {
 	if v := srv.GetRun(t, ids[0]).Tags["bridge.version"]; v != wheelVersion(t) {
 		t.Errorf("run tag bridge.version = %q, want %s", v, wheelVersion(t))
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // pyProc is a Python process of the venv, driven line by line on stdin.
@@ -448,7 +446,7 @@ func TestAttachMLflow(t *testing.T) {
 				t.Errorf("attach used %s, want the wheel's %s", binary, want)
 			}
 			waitfor.Cond(t, deadline, "bridge's system metrics in the run", func() bool {
-				return contains(srv.MetricKeys(t, runID, "system/"), "system/node_memory_used_megabytes")
+				return slices.Contains(srv.MetricKeys(t, runID, "system/"), "system/node_memory_used_megabytes")
 			})
 			p.finish(t)
 			if how == "stop" {
@@ -546,9 +544,50 @@ func TestAttachWandb(t *testing.T) {
 // weakly to answer NOT_SUPPORTED.
 func TestGPUPath(t *testing.T) {
 	bin := filepath.Join(sharedVenv(t), "bin", "bridge")
+	checkGPUPath(t, []string{bin}, bin, []string{"cc"})
+}
+
+// TestAarch64Wheel: the cross-built aarch64 wheel's binary, run under
+// qemu-user with Debian's aarch64 glibc: its version, and the GPU path as in
+// TestGPUPath, the stand-in library built by zig for aarch64.
+func TestAarch64Wheel(t *testing.T) {
+	z, err := zip.OpenReader(os.Getenv("BRIDGE_TEST_WHEEL_AARCH64"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	bin := filepath.Join(t.TempDir(), "bridge")
+	for _, f := range z.File {
+		if strings.HasSuffix(f.Name, ".data/scripts/bridge") {
+			rc, err := f.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(rc)
+			rc.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(bin, b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	qemu := []string{"qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", bin}
+	ver := strings.TrimSpace(run(t, testbin.CleanEnv(), qemu[0], append(qemu[1:], "version")...))
+	if want := "bridge " + wheelVersion(t); ver != want {
+		t.Errorf("aarch64 bridge version = %q, want %q", ver, want)
+	}
+	checkGPUPath(t, qemu, bin, []string{os.Getenv("BRIDGE_TEST_ZIG"), "cc", "-target", "aarch64-linux-gnu.2.17"})
+}
+
+// checkGPUPath runs `bridge sample --json` (command: bin, or an emulator and
+// bin) without NVML, then with a stand-in NVML built by cc.
+func checkGPUPath(t *testing.T, command []string, bin string, cc []string) {
+	t.Helper()
 	sample := func(env ...string) map[string]any {
 		t.Helper()
-		cmd := exec.Command(bin, "sample", "--json", "--window", "100ms")
+		cmd := exec.Command(command[0], append(command[1:], "sample", "--json", "--window", "100ms")...)
 		cmd.Env = testbin.CleanEnv(env...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -576,8 +615,7 @@ func TestGPUPath(t *testing.T) {
 	})
 
 	t.Run("fake driver", func(t *testing.T) {
-		lib := fakeNVML(t, bin)
-		d := sample("LD_LIBRARY_PATH=" + lib)
+		d := sample("LD_LIBRARY_PATH=" + fakeNVML(t, bin, cc))
 		g := gpu(d)
 		if g["status"] != "on" || g["driver"] != "999.99-fake" {
 			t.Fatalf("gpu detected %v, want on with driver 999.99-fake", g)
@@ -606,25 +644,28 @@ func TestGPUPath(t *testing.T) {
 }
 
 // fakeNVML builds testdata/fakenvml.c, plus a weak definition of every other
-// nvml* symbol bin leaves to run time, as dir/libnvidia-ml.so.1.
-func fakeNVML(t *testing.T, bin string) string {
+// nvml* symbol bin leaves to run time, with cc as dir/libnvidia-ml.so.1.
+func fakeNVML(t *testing.T, bin string, cc []string) string {
 	t.Helper()
-	out, err := exec.Command("objdump", "-T", bin).Output()
+	f, err := elf.Open(bin)
 	if err != nil {
-		t.Fatalf("objdump -T %s: %v", bin, err)
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
 	}
 	var weak strings.Builder
-	seen := map[string]bool{}
-	for _, line := range strings.Split(string(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || !strings.Contains(line, "*UND*") || !strings.HasPrefix(f[len(f)-1], "nvml") || seen[f[len(f)-1]] {
-			continue
+	n := 0
+	for _, s := range syms {
+		if s.Section == elf.SHN_UNDEF && strings.HasPrefix(s.Name, "nvml") {
+			fmt.Fprintf(&weak, "__attribute__((weak)) int %s(void) { return 3; }\n", s.Name)
+			n++
 		}
-		seen[f[len(f)-1]] = true
-		fmt.Fprintf(&weak, "__attribute__((weak)) int %s(void) { return 3; }\n", f[len(f)-1])
 	}
-	if len(seen) < 100 {
-		t.Fatalf("bin leaves %d nvml* symbols to run time; go-nvml uses hundreds", len(seen))
+	if n < 100 {
+		t.Fatalf("%s leaves %d nvml* symbols to run time; go-nvml uses hundreds", bin, n)
 	}
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "weak.c"), []byte(weak.String()), 0o644); err != nil {
@@ -634,6 +675,7 @@ func fakeNVML(t *testing.T, bin string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, os.Environ(), "cc", "-shared", "-fPIC", "-O2", "-o", filepath.Join(dir, "libnvidia-ml.so.1"), src, filepath.Join(dir, "weak.c"))
+	args := append(slices.Clone(cc[1:]), "-shared", "-fPIC", "-O2", "-o", filepath.Join(dir, "libnvidia-ml.so.1"), src, filepath.Join(dir, "weak.c"))
+	run(t, os.Environ(), cc[0], args...)
 	return dir
 }
