@@ -146,18 +146,15 @@ func clientPath(t *testing.T) string {
 	return strings.TrimSpace(run(t, testbin.CleanEnv(), mlflowtest.Python(t), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
 }
 
-// TestWheelRecord: RECORD lists every other file of the wheel with its
-// sha256 and size, the binary is executable, and WHEEL and METADATA say what
-// PEP 427 and the core metadata spec ask for.
-func TestWheelRecord(t *testing.T) {
-	z, err := zip.OpenReader(wheelPath(t))
+// unzip returns a wheel's entries in their order, and their contents by name.
+func unzip(t *testing.T, path string) ([]*zip.File, map[string][]byte) {
+	t.Helper()
+	z, err := zip.OpenReader(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer z.Close()
-	stem := strings.ReplaceAll(dist, "-", "_") + "-" + wheelVersion(t)
 	files := map[string][]byte{}
-	var names []string
 	for _, f := range z.File {
 		rc, err := f.Open()
 		if err != nil {
@@ -166,9 +163,21 @@ func TestWheelRecord(t *testing.T) {
 		b, err := io.ReadAll(rc)
 		rc.Close()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s in %s: %v", f.Name, path, err)
 		}
 		files[f.Name] = b
+	}
+	return z.File, files
+}
+
+// TestWheelRecord: RECORD lists every other file of the wheel with its
+// sha256 and size, the binary is executable, and WHEEL and METADATA say what
+// PEP 427 and the core metadata spec ask for.
+func TestWheelRecord(t *testing.T) {
+	entries, files := unzip(t, wheelPath(t))
+	stem := strings.ReplaceAll(dist, "-", "_") + "-" + wheelVersion(t)
+	var names []string
+	for _, f := range entries {
 		names = append(names, f.Name)
 		mode := f.Mode().Perm()
 		want := os.FileMode(0o644)
@@ -429,15 +438,20 @@ func gone(pid int) bool {
 // TestAttachMLflow: attach() from a Python process with an active MLflow run
 // puts bridge's system metrics in that run while it trains, and bridge ends
 // before the process does, by stop() or by the atexit hook, and records why.
+// Beside an offline W&B run it warns and attaches to the MLflow run alone.
 func TestAttachMLflow(t *testing.T) {
 	venv := sharedVenv(t)
 	srv := mlflowtest.Shared(t)
-	for _, how := range []string{"stop", "exit"} {
+	for _, how := range []string{"stop", "exit", "offline-wandb"} {
 		t.Run(how, func(t *testing.T) {
 			exp := "bridge-wheel-attach-" + how + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-			p := startPython(t, venv, t.TempDir(), nil, "attach_mlflow.py", srv.URL, exp, how)
+			dir := t.TempDir()
+			// Where an offline wandb writes; nothing outside dir.
+			env := []string{"HOME=" + dir, "WANDB_DIR=" + dir, "WANDB_CACHE_DIR=" + filepath.Join(dir, "cache"),
+				"WANDB_CONFIG_DIR=" + filepath.Join(dir, "config"), "WANDB_DATA_DIR=" + filepath.Join(dir, "data")}
+			p := startPython(t, venv, dir, env, "attach_mlflow.py", srv.URL, exp, how)
 			f := p.expect(t, "attached")
-			runID, binary := f[0], f[2]
+			runID, binary, trackers := f[0], f[2], f[3]
 			pid, err := strconv.Atoi(f[1])
 			if err != nil {
 				t.Fatal(err)
@@ -445,11 +459,17 @@ func TestAttachMLflow(t *testing.T) {
 			if want := filepath.Join(venv, "bin", "bridge"); binary != want {
 				t.Errorf("attach used %s, want the wheel's %s", binary, want)
 			}
+			if trackers != "mlflow" {
+				t.Errorf("attached to %s, want mlflow", trackers)
+			}
 			waitfor.Cond(t, deadline, "bridge's system metrics in the run", func() bool {
 				return slices.Contains(srv.MetricKeys(t, runID, "system/"), "system/node_memory_used_megabytes")
 			})
 			p.finish(t)
-			if how == "stop" {
+			if want := "is offline: bridge writes to the W&B server, so it needs an online run; attaching to the mlflow run only"; how == "offline-wandb" && !strings.Contains(p.stderr.String(), want) {
+				t.Errorf("no warning %q in python's stderr", want)
+			}
+			if how != "exit" {
 				if got := p.expect(t, "stopped"); got[0] != "0" {
 					t.Errorf("stop() returned %s, want bridge's exit status 0", got[0])
 				}
@@ -551,23 +571,10 @@ func TestGPUPath(t *testing.T) {
 // qemu-user with Debian's aarch64 glibc: its version, and the GPU path as in
 // TestGPUPath, the stand-in library built by zig for aarch64.
 func TestAarch64Wheel(t *testing.T) {
-	z, err := zip.OpenReader(os.Getenv("BRIDGE_TEST_WHEEL_AARCH64"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer z.Close()
+	_, files := unzip(t, os.Getenv("BRIDGE_TEST_WHEEL_AARCH64"))
 	bin := filepath.Join(t.TempDir(), "bridge")
-	for _, f := range z.File {
-		if strings.HasSuffix(f.Name, ".data/scripts/bridge") {
-			rc, err := f.Open()
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(rc)
-			rc.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
+	for name, b := range files {
+		if strings.HasSuffix(name, ".data/scripts/bridge") {
 			if err := os.WriteFile(bin, b, 0o755); err != nil {
 				t.Fatal(err)
 			}

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 
 __all__ = ["attach", "Attached", "NoActiveRunError", "binary"]
 
@@ -141,17 +142,26 @@ def attach(args=(), pid=None):
     mlflow.active_run() and/or wandb.run. args are more bridge flags, e.g.
     ["--interval", "5s"]; BRIDGE_* variables apply as well. bridge's messages
     go to this process's stderr. Raises NoActiveRunError when there is no run,
-    ValueError when the run cannot be written by bridge (a non-HTTP MLflow
-    tracking URI, an offline W&B run)."""
+    ValueError when the only run cannot be written by bridge (a non-HTTP
+    MLflow tracking URI, an offline W&B run); with two runs, one of them
+    unusable, it warns and attaches to the other."""
     env = dict(os.environ)
-    runs = {}
+    runs, problems = {}, []
     for name, find in (("mlflow", _mlflow_run), ("wandb", _wandb_run)):
-        run_id = find(env)
+        try:
+            run_id = find(env)
+        except ValueError as e:
+            problems.append(e)
+            continue
         if run_id:
             runs[name] = run_id
     if not runs:
+        if problems:
+            raise problems[0]
         raise NoActiveRunError("no active run: call mlflow.start_run() or wandb.init() first "
                                "(bridge writes into mlflow.active_run() or wandb.run)")
+    for p in problems:  # the other tracker's run is used
+        warnings.warn("bridge_system_metrics.attach: %s; attaching to the %s run only" % (p, " and ".join(runs)), stacklevel=2)
     command = [binary(), "attach", "--trackers", ",".join(runs), "--pid", str(pid or os.getpid())] + list(args)
     # Its own session: a Ctrl-C meant for the training script does not stop
     # it; it ends with the process it watches or through stop().
