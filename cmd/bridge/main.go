@@ -9,6 +9,7 @@
 package main
 
 import (
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
@@ -23,8 +24,14 @@ import (
 	"github.com/bridge-dev/bridge/config"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+// versionFile is the one place bridge's version is written: `go build` embeds
+// it, and scripts/wheel.sh gives the same string to the wheel's metadata (a
+// PEP 440 version, so that both print alike).
+//
+//go:embed VERSION
+var versionFile string
+
+var version = strings.TrimSpace(versionFile)
 
 // Exit codes of bridge's own failures (a child's status passes through).
 const (
