@@ -7,6 +7,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -21,6 +22,8 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+
+	"github.com/bridge-dev/bridge/internal/userfile"
 )
 
 // ErrUsage marks a configuration error; the CLI exits 2 on it.
@@ -49,6 +52,10 @@ const (
 	configKey        = "config"
 	defaultSpoolSize = 1 << 30
 )
+
+// MaxConfigBytes bounds the --config file: its few dozen keys take a few
+// KiB; anything near this is not a configuration file.
+const MaxConfigBytes = 1 << 20
 
 // DefaultStartTimeout is how long the child waits for the trackers before it
 // starts unless --start-timeout says otherwise.
@@ -201,11 +208,16 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	}
 	src := sources{fs: fs, v: v}
 
-	if file := v.GetString(configKey); file != "" {
+	if file := strings.TrimSpace(v.GetString(configKey)); file != "" {
 		src.file, src.fileVia = file, src.name(configKey)
-		v.SetConfigFile(file)
 		v.SetConfigType("yaml")
-		if err := v.ReadInConfig(); err != nil {
+		// Read by bridge, not viper: only a regular file, of bounded size
+		// (/dev/zero would be read without end, a FIFO waited on forever).
+		raw, err := userfile.Read(file, MaxConfigBytes)
+		if err == nil {
+			err = v.ReadConfig(bytes.NewReader(raw))
+		}
+		if err != nil {
 			return Config{}, fmt.Errorf("%w: cannot read config file %q (from %s): %w", ErrUsage, file, src.fileVia, err)
 		}
 		// Said here, by name, rather than in UnmarshalExact's terms.

@@ -132,6 +132,45 @@ func TestEveryOptionExit2BeforeChild(t *testing.T) {
 	}
 }
 
+// A --config that is not a regular file of sane size (/dev/zero read
+// without end, a FIFO that blocks its reader forever, a directory, a huge
+// file) is exit 2 naming it, promptly, and the child never runs.
+func TestConfigFileNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.yaml")
+	if err := os.WriteFile(huge, bytes.Repeat([]byte("# padding\n"), config.MaxConfigBytes/10+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{"dev-zero": "/dev/zero", "fifo": fifo, "directory": dir, "huge": huge} {
+		t.Run(name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "ran")
+			cmd, _, errb := bridgeCmd(t, "--config", path, "--", "touch", marker)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				cmd.Process.Kill()
+				t.Fatalf("bridge --config %s still runs after a minute", path)
+			}
+			if code := exitCode(t, err); code != 2 || !strings.Contains(errb.String(), path) {
+				t.Fatalf("exit %d, want 2 naming %s; stderr:\n%s", code, path, errb)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Error("the child ran despite the bad config file")
+			}
+		})
+	}
+}
+
 // attach without --pid would sample until killed: it is a usage error.
 func TestAttachNeedsPID(t *testing.T) {
 	cmd, _, errb := bridgeCmd(t, "attach", "--trackers=none")

@@ -9,13 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-resty/resty/v2"
 
+	"github.com/bridge-dev/bridge/internal/userfile"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -94,11 +94,19 @@ func newClient(cfg Config, log *slog.Logger) (*resty.Client, error) {
 	return c, nil
 }
 
+// Bounds on the files the MLflow variables name (internal/userfile): a CA
+// bundle of the whole web PKI is about 220 KB, a certificate with its key a
+// few KB.
+const (
+	maxCABundle       = 16 << 20
+	maxCredentialFile = 1 << 20
+)
+
 func tlsConfig(cfg Config) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureTLS} //nolint:gosec // the user asked for it with MLFLOW_TRACKING_INSECURE_TLS
 	if cfg.ServerCertPath != "" {
 		// requests' verify=<path> trusts that bundle only, not the system roots.
-		pem, err := os.ReadFile(cfg.ServerCertPath)
+		pem, err := userfile.Read(cfg.ServerCertPath, maxCABundle)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvServerCertPath, err)
 		}
@@ -110,7 +118,11 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 	}
 	if cfg.ClientCertPath != "" {
 		// requests' cert=<path>: one PEM file with the certificate and its key.
-		cert, err := tls.LoadX509KeyPair(cfg.ClientCertPath, cfg.ClientCertPath)
+		pem, err := userfile.Read(cfg.ClientCertPath, maxCredentialFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvClientCertPath, err)
+		}
+		cert, err := tls.X509KeyPair(pem, pem)
 		if err != nil {
 			return nil, fmt.Errorf("%s=%s: want one PEM file with the certificate and its private key: %w", EnvClientCertPath, cfg.ClientCertPath, err)
 		}

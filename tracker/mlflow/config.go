@@ -10,6 +10,7 @@ package mlflow
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/userfile"
 )
 
 // Environment variables read by ConfigFromEnv; the names are MLflow's.
@@ -201,15 +204,14 @@ func readCredentialsFile(path string) (user, pass string, err error) {
 	if path == "" {
 		return "", "", nil
 	}
-	f, err := os.Open(path)
+	raw, err := userfile.Read(path, maxCredentialFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", "", nil
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("reading MLflow credentials: %w", err)
 	}
-	defer f.Close()
-	kv, err := parseCredentials(f)
+	kv, err := parseCredentials(bytes.NewReader(raw))
 	if err != nil {
 		return "", "", fmt.Errorf("reading MLflow credentials %s: %w", path, err)
 	}

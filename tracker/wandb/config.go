@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/userfile"
 )
 
 // DefaultBaseURL is W&B's cloud API, wandb's own default.
@@ -76,7 +78,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 	if path == "" {
 		return c, nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := userfile.Read(path, maxNetrc)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}
@@ -111,6 +113,10 @@ func parseMode(mode, disabled string) (string, error) {
 		return "", fmt.Errorf("WANDB_MODE %q is not one of online, offline, disabled", mode)
 	}
 }
+
+// maxNetrc bounds the netrc file read (internal/userfile): a few entries of
+// a line each.
+const maxNetrc = 1 << 20
 
 // netrcPath is $NETRC, else ~/.netrc if it exists, else ~/_netrc if it
 // exists, else ~/.netrc (absent), as wandb's wbnetrc.py chooses.
