@@ -228,6 +228,8 @@ func userinfo(s string) string {
 // URLError hides the secrets of the URL in every *url.Error in err's chain,
 // in place, and returns err. The net/http client's errors carry the request
 // URL, query included (it strips only a password), and bridge prints them.
+// Call it on the client's error before wrapping it: fmt.Errorf keeps the
+// text it was made with.
 func URLError(err error) error {
 	for e := range chain(err) {
 		if ue, ok := e.(*url.Error); ok {

@@ -1,6 +1,8 @@
 package redact
 
 import (
+	"errors"
+	"fmt"
 	"net/url"
 	"reflect"
 	"strings"
@@ -151,5 +153,22 @@ func TestOrdinaryArgumentsKept(t *testing.T) {
 		if got := New(nil).Argv(args); !reflect.DeepEqual(got, args) {
 			t.Errorf("Argv changed ordinary arguments:\n got %q\nwant %q", got, args)
 		}
+	}
+}
+
+// The net/http client quotes the request URL in its errors, query token
+// included: URLError hides it wherever the *url.Error sits in the chain.
+func TestURLError(t *testing.T) {
+	inner := &url.Error{Op: "Post", URL: "http://tok123@h:5000/api?token=abc123&x=1", Err: errors.New("connection refused")}
+	err := errors.Join(errors.New("other"), inner)
+	got := fmt.Errorf("posting: %w", URLError(err)).Error()
+	if strings.Contains(got, "abc123") || strings.Contains(got, "tok123") || !strings.Contains(got, "token=***&x=1") {
+		t.Fatalf("URLError left %q", got)
+	}
+	if !errors.Is(err, inner) {
+		t.Fatal("the chain was changed")
+	}
+	if URLError(nil) != nil {
+		t.Fatal("URLError(nil) is not nil")
 	}
 }

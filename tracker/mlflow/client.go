@@ -16,6 +16,7 @@ import (
 	"github.com/go-resty/resty/v2"
 
 	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -179,8 +180,9 @@ func decode(body []byte, out any) error { return json.Unmarshal(body, out) }
 // rest. Its errors are *APIError with MLflow's error_code and message.
 func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	if err != nil {
-		// http.Client strips the password from the URL in its errors.
-		return fmt.Errorf("%s: MLflow at %s unreachable: %w", op, s.url, err)
+		// http.Client's errors carry the request URL; it strips only a
+		// password, not a token in the query.
+		return fmt.Errorf("%s: MLflow at %s unreachable: %w", op, s.url, redact.URLError(err))
 	}
 	code := resp.StatusCode()
 	if code >= 200 && code < 300 {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/redact"
 )
 
 // Environment variables read by ConfigFromEnv; the names are MLflow's.
@@ -165,19 +166,9 @@ func checkHTTP(uri string) error {
 	}
 	u, err := url.Parse(uri)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%w; got %s=%q", ErrNotHTTP, EnvTrackingURI, redactURI(uri))
+		return fmt.Errorf("%w; got %s=%q", ErrNotHTTP, EnvTrackingURI, redact.URI(uri))
 	}
 	return nil
-}
-
-// redactURI hides a password in user:pass@host; unparsable input is returned
-// as is (it then has no userinfo Go could find either).
-func redactURI(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil {
-		return uri
-	}
-	return u.Redacted()
 }
 
 // parseBool accepts what MLflow's _BooleanEnvironmentVariable accepts.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/redact"
 )
 
 // DefaultBaseURL is W&B's cloud API, wandb's own default.
@@ -68,7 +69,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
 	u, err := url.Parse(c.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return c, fmt.Errorf("WANDB_BASE_URL %q is not an http(s) URL", c.BaseURL)
+		return c, fmt.Errorf("WANDB_BASE_URL %q is not an http(s) URL", redact.URI(c.BaseURL))
 	}
 	if c.APIKey != "" {
 		c.KeySource = "WANDB_API_KEY"
