@@ -182,7 +182,11 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	if err != nil {
 		// http.Client's errors carry the request URL; it strips only a
 		// password, not a token in the query.
-		return fmt.Errorf("%s: MLflow at %s unreachable: %w", op, s.url, redact.URLError(err))
+		err = redact.URLError(err)
+		if tracker.TLSUntrusted(err) {
+			return tracker.Permanent(fmt.Errorf("%s: MLflow at %s: %s: %w", op, s.url, s.trustHint(), err))
+		}
+		return fmt.Errorf("%s: MLflow at %s unreachable: %w", op, s.url, err)
 	}
 	code := resp.StatusCode()
 	if code >= 200 && code < 300 {
@@ -207,6 +211,17 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 		apiErr.Hint = fmt.Sprintf("no MLflow REST API under %s: check %s (the address of `mlflow server`, with its path prefix if any)", s.url, EnvTrackingURI)
 	}
 	return tracker.Classify(code, resp.Header().Get("Retry-After"), time.Now(), apiErr)
+}
+
+// trustHint says what to set when the server's certificate is not trusted.
+func (s *Sink) trustHint() string {
+	const what = "its TLS certificate is not trusted, a configuration error (not retried)"
+	if s.cfg.ServerCertPath != "" {
+		return fmt.Sprintf("%s: %s=%s does not hold the CA that signed it (or set %s=true to skip verification)",
+			what, EnvServerCertPath, s.cfg.ServerCertPath, EnvInsecureTLS)
+	}
+	return fmt.Sprintf("%s: set %s to the CA bundle that signed it, or %s=true to skip verification",
+		what, EnvServerCertPath, EnvInsecureTLS)
 }
 
 func (s *Sink) credentialHint() string {

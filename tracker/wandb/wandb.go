@@ -432,7 +432,7 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 		SetBody(body).
 		Post(path)
 	if err != nil {
-		return fmt.Errorf("W&B file_stream %s: %w", endpoint, redact.URLError(err))
+		return transportError("W&B file_stream "+endpoint, err)
 	}
 	raw := resp.Body()
 	if err := statusError(resp, raw, "file_stream "+endpoint); err != nil {
@@ -520,7 +520,7 @@ func (s *Sink) graphql(ctx context.Context, op, query string, vars map[string]an
 		SetBody(body).
 		Post("/graphql")
 	if err != nil {
-		return fmt.Errorf("GraphQL %s at %s: %w", op, endpoint, redact.URLError(err))
+		return transportError("GraphQL "+op+" at "+endpoint, err)
 	}
 	raw := resp.Body()
 	if err := statusError(resp, raw, "GraphQL "+op+" at "+endpoint); err != nil {
@@ -594,6 +594,20 @@ func statusError(resp *resty.Response, body []byte, what string) error {
 		err = fmt.Errorf("not found on W&B (check WANDB_BASE_URL, or the run was deleted): %w", err)
 	}
 	return tracker.Classify(code, resp.Header().Get("Retry-After"), time.Now(), err)
+}
+
+// transportError words an HTTP client error (no answer came) for what: an
+// outage, or, for a certificate that fails verification, configuration
+// (Permanent). The client's error quotes the request URL: redacted.
+func transportError(what string, err error) error {
+	err = redact.URLError(err)
+	if tracker.TLSUntrusted(err) {
+		// Go reads the system's CA certificates, or SSL_CERT_FILE and
+		// SSL_CERT_DIR (crypto/x509); wandb's Python client reads
+		// REQUESTS_CA_BUNDLE, which bridge does not.
+		return tracker.Permanent(fmt.Errorf("%s: the W&B server's TLS certificate is not trusted, a configuration error (not retried): bridge verifies it with the system's CA certificates; set SSL_CERT_FILE (or SSL_CERT_DIR) to a bundle that holds the CA that signed it: %w", what, err))
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // randomID returns n lowercase alphanumerics, the alphabet wandb uses for
