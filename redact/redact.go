@@ -79,8 +79,9 @@ func SecretName(name string) bool {
 func splitWords(n string) []string {
 	var words []string
 	start := 0
-	isUpper := func(c byte) bool { return c >= 'A' && c <= 'Z' }
-	isLower := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= '0' && c <= '9' }
+	upper := func(i int) bool { return i < len(n) && n[i] >= 'A' && n[i] <= 'Z' }
+	lower := func(i int) bool { return i < len(n) && n[i] >= 'a' && n[i] <= 'z' }
+	digit := func(i int) bool { return i < len(n) && n[i] >= '0' && n[i] <= '9' }
 	for i := 0; i <= len(n); i++ {
 		switch {
 		case i == len(n) || n[i] == '-' || n[i] == '_' || n[i] == '.':
@@ -88,7 +89,9 @@ func splitWords(n string) []string {
 				words = append(words, strings.ToLower(n[start:i]))
 			}
 			start = i + 1
-		case i > start && isUpper(n[i]) && (isLower(n[i-1]) || isUpper(n[i-1]) && i+1 < len(n) && isLower(n[i+1]) && n[i+1] > '9'):
+		// A hump: aB (apiKey), 1B (sha256Sig), or the last capital of
+		// an acronym before a word (HFToken).
+		case i > start && upper(i) && (lower(i-1) || digit(i-1) || upper(i-1) && lower(i+1)):
 			words = append(words, strings.ToLower(n[start:i]))
 			start = i
 		}

@@ -172,3 +172,16 @@ func TestURLError(t *testing.T) {
 		t.Fatal("URLError(nil) is not nil")
 	}
 }
+
+func TestSecretName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"--password": true, "apiKey": true, "AccountKey": true, "HFToken": true, "X-Amz-Signature": true, "sig": true,
+		"--session-id": true, "sessionId": true, "Proxy-Authorization": true, "+db.password": true, "privateKey": true,
+		"--max-tokens": false, "maxTokens": false, "--tokenizer": false, "keyFile": false, "monkey": false, "--author": false,
+		"--sig-figs": false, "secretName": false, "--passes": false, "": false, "--": false,
+	} {
+		if got := SecretName(name); got != want {
+			t.Errorf("SecretName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
