@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
@@ -120,6 +123,73 @@ func TestStderrClosedMidRun(t *testing.T) {
 		t.Fatalf("exit %d, want the child's 5 (bridge must not die of SIGPIPE)", code)
 	}
 	requireEnded(t, srv, j, 5, "FAILED")
+}
+
+// The reader of bridge's stderr stays but stops reading (a stalled log
+// shipper): the pipe is full before bridge starts, so every write would
+// block, in a blocking pipe and in a non-blocking one (O_NONBLOCK is shared
+// by everyone writing to the pipe). bridge still starts the child, ends
+// the job and exits with its status, not when the reader wakes up.
+func TestStderrStalledReader(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	for _, nonblock := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nonblocking=%v", nonblock), func(t *testing.T) {
+			j := newJob(t, srv.URL, "--interval=200ms", "--", "sh", "-c", "touch started; sleep 1; exit 6")
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close() // kept open, never read
+			defer w.Close()
+			fd := int(w.Fd())
+			fillPipe(t, fd)
+			if err := unix.SetNonblock(fd, nonblock); err != nil {
+				t.Fatal(err)
+			}
+			j.cmd.Stderr = w
+			if err := j.cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { j.cmd.Process.Kill() })
+			done := make(chan error, 1)
+			go func() { done <- j.cmd.Wait() }()
+			select {
+			case err = <-done:
+			case <-time.After(2 * time.Minute):
+				t.Fatal("bridge did not exit while its stderr was stalled")
+			}
+			if code := exitCode(t, err); code != 6 {
+				t.Fatalf("exit %d, want the child's 6", code)
+			}
+			if _, err := os.Stat(filepath.Join(j.dir, "started")); err != nil {
+				t.Fatal("the child never started")
+			}
+			requireEnded(t, srv, j, 6, "FAILED")
+		})
+	}
+}
+
+// fillPipe writes to the pipe's write end fd until it is full.
+func fillPipe(t *testing.T, fd int) {
+	t.Helper()
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	page := make([]byte, 4096)
+	for {
+		if _, err := unix.Write(fd, page); err != nil {
+			if err == unix.EAGAIN {
+				break
+			}
+			t.Fatalf("filling the pipe: %v", err)
+		}
+	}
+	// Whatever room is left is less than a page: fill it byte by byte.
+	for {
+		if _, err := unix.Write(fd, page[:1]); err != nil {
+			return
+		}
+	}
 }
 
 // `bridge sample` and `bridge sync` print to stdout: a reader that went away
