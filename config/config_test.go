@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -143,43 +142,6 @@ func TestUnreadableConfigFile(t *testing.T) {
 	_, err := load(t, nil, map[string]string{"BRIDGE_CONFIG": missing})
 	if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), "BRIDGE_CONFIG") || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("err = %v, want a usage error naming BRIDGE_CONFIG and the path", err)
-	}
-}
-
-// Only a regular file of at most MaxConfigBytes is read as the config:
-// anything else is a usage error naming the file and where it was given,
-// returned at once (a FIFO with no writer included).
-func TestConfigFileMustBeRegularAndSmall(t *testing.T) {
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo.yaml")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	huge := filepath.Join(dir, "huge.yaml")
-	if err := os.WriteFile(huge, []byte("interval: 5s\n#"+strings.Repeat("x", MaxConfigBytes)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	clearEnv(t)
-	for _, path := range []string{"/dev/zero", fifo, dir, huge} {
-		done := make(chan error, 1)
-		go func() {
-			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-			RegisterFlags(fs)
-			if err := fs.Parse([]string{"--config", path}); err != nil {
-				done <- err
-				return
-			}
-			_, err := Load(fs)
-			done <- err
-		}()
-		select {
-		case err := <-done:
-			if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "--config") {
-				t.Errorf("--config %s: %v, want a usage error naming the file and --config", path, err)
-			}
-		case <-time.After(time.Minute):
-			t.Fatalf("--config %s: Load did not return", path)
-		}
 	}
 }
 

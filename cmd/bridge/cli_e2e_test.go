@@ -162,8 +162,8 @@ func TestConfigFileNotRegular(t *testing.T) {
 				cmd.Process.Kill()
 				t.Fatalf("bridge --config %s still runs after a minute", path)
 			}
-			if code := exitCode(t, err); code != 2 || !strings.Contains(errb.String(), path) {
-				t.Fatalf("exit %d, want 2 naming %s; stderr:\n%s", code, path, errb)
+			if code := exitCode(t, err); code != 2 || !strings.Contains(errb.String(), path) || !strings.Contains(errb.String(), "--config") {
+				t.Fatalf("exit %d, want 2 naming %s and --config; stderr:\n%s", code, path, errb)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Error("the child ran despite the bad config file")
