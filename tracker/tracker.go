@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/redact"
 )
 
 // StartInfo describes the job to a sink before the child starts.
@@ -135,9 +136,15 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // DebugLogger sends an HTTP client library's own messages (resty's) to slog
 // at debug level: bridge reports request failures itself, once, through the
-// forwarder.
+// forwarder. The messages may hold request URLs: redacted.
 type DebugLogger struct{ Log *slog.Logger }
 
-func (l DebugLogger) Errorf(format string, v ...any) { l.Log.Debug(fmt.Sprintf(format, v...)) }
-func (l DebugLogger) Warnf(format string, v ...any)  { l.Log.Debug(fmt.Sprintf(format, v...)) }
-func (l DebugLogger) Debugf(format string, v ...any) { l.Log.Debug(fmt.Sprintf(format, v...)) }
+func (l DebugLogger) Errorf(format string, v ...any) {
+	l.Log.Debug(redact.Text(fmt.Sprintf(format, v...)))
+}
+func (l DebugLogger) Warnf(format string, v ...any) {
+	l.Log.Debug(redact.Text(fmt.Sprintf(format, v...)))
+}
+func (l DebugLogger) Debugf(format string, v ...any) {
+	l.Log.Debug(redact.Text(fmt.Sprintf(format, v...)))
+}

@@ -15,13 +15,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/safeout"
 )
 
 // versionFile is the one place bridge's version is written: `go build` embeds
@@ -43,7 +47,30 @@ const (
 func main() {
 	limitProcs(os.Getenv)
 	leanGC(os.Getenv)
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	keepSIGPIPE()
+	// bridge's own output never blocks it or fails it (internal/safeout):
+	// a closed, full or stalled stdout or stderr costs lines, not the job.
+	stdout, stderr := safeout.New(os.Stdout), safeout.New(os.Stderr)
+	slog.SetDefault(newLogger(stderr, "info")) // for anything logged without a logger of its own
+	code := run(os.Args[1:], stdout, stderr)
+	stdout.Flush(exitFlush)
+	stderr.Flush(exitFlush)
+	os.Exit(code)
+}
+
+// exitFlush bounds the wait for bridge's last lines (the end-of-run table)
+// at exit: a stalled reader must not hold back the child's exit status.
+const exitFlush = time.Second
+
+// keepSIGPIPE makes a write to a closed stdout or stderr an EPIPE error
+// instead of the end of bridge: Go's runtime exits with SIGPIPE on such a
+// write to fd 1 or 2 unless SIGPIPE is notified (os/signal), and bridge
+// dying would orphan the child and lose its exit status. Notified, not
+// ignored: an ignored signal stays ignored across exec, a handled one is
+// reset to the default, so the child gets SIGPIPE's default disposition
+// even when bridge itself was started with it ignored.
+func keepSIGPIPE() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
 // maxProcs caps bridge's Ps. Its work is a few goroutines that mostly wait

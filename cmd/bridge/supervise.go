@@ -112,7 +112,13 @@ func runSupervise(args []string, stderr io.Writer) int {
 	// Only bridge itself, after the child has forked: the value is inherited,
 	// and the training process must stay the OOM killer's choice.
 	if err := forensics.SetOOMScoreAdj("/proc", os.Getpid(), forensics.OOMScoreAdjMin); err != nil {
-		log.Info("bridge could not protect itself from the OOM killer (a group OOM kill may take it too; the spool keeps what it sampled)", "err", err)
+		// Most containers lack CAP_SYS_RESOURCE: normal, so one short line
+		// at debug rather than the errno chain at every start.
+		why := "needs CAP_SYS_RESOURCE"
+		if !errors.Is(err, forensics.ErrOOMScorePermission) {
+			why = err.Error()
+		}
+		log.Debug("bridge's oom_score_adj is not lowered: a group OOM kill may take bridge too", "why", why)
 	} else {
 		log.Debug("bridge set its oom_score_adj to -1000")
 	}

@@ -3,12 +3,15 @@ package mlflow
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -427,5 +430,36 @@ func TestTagValuesTruncated(t *testing.T) {
 	}
 	if n := len([]rune(got[1].Value)); n != maxTagValue {
 		t.Errorf("long value kept %d characters, want %d", n, maxTagValue)
+	}
+}
+
+// A server whose certificate is not trusted is configuration: a permanent
+// error naming the variables that set what is trusted, not an outage. With
+// its CA given, the same server is an ordinary tracker (here: one that is
+// unavailable, retried).
+func TestUntrustedCertificateIsPermanent(t *testing.T) {
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer ts.Close()
+	s, err := New(Config{TrackingURI: ts.URL, RunID: "run1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Start(context.Background(), tracker.StartInfo{})
+	if !errors.Is(err, tracker.ErrPermanent) || !strings.Contains(err.Error(), EnvServerCertPath) || !strings.Contains(err.Error(), EnvInsecureTLS) {
+		t.Fatalf("Start = %v; want a permanent error naming %s and %s", err, EnvServerCertPath, EnvInsecureTLS)
+	}
+
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = New(Config{TrackingURI: ts.URL, RunID: "run1", ServerCertPath: ca}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = s.Start(context.Background(), tracker.StartInfo{}); err == nil || errors.Is(err, tracker.ErrPermanent) || tracker.TLSUntrusted(err) {
+		t.Fatalf("Start with the CA given = %v; want the server's 503, retryable", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/go-resty/resty/v2"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -99,7 +100,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		cfg:        cfg,
 		log:        log,
 		client:     client,
-		url:        redactURI(cfg.TrackingURI),
+		url:        redact.URI(cfg.TrackingURI),
 		maxMetrics: maxMetricsPerBatch,
 		maxBody:    maxBodyBytes,
 		keyOK:      map[string]bool{},
