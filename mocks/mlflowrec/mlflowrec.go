@@ -9,9 +9,15 @@
 // run ids are 32 hex digits) so that the answers, and what bridge sends after
 // them, are the same on every run; metrics are checked against MLflow's
 // limits and recorded, not stored (runs/get answers the run's tags, no
-// metrics). Any other endpoint gets MLflow's 404 ENDPOINT_NOT_FOUND, recorded
-// like the rest, so a test notices when bridge starts using a new one.
+// metrics). Any other path gets the HTML 404 MLflow's server answers there,
+// recorded like the rest, so a test notices when bridge starts using a new
+// endpoint. The answers' status and error_code are checked against a real
+// server in mlflowrec_test.go.
 // Requests are not authenticated; their Authorization header is recorded.
+//
+// Proxy records the same way in front of a real MLflow server, which
+// answers instead: a test with Python checks there that a client sends the
+// real server what it sends the recorder.
 //
 // Concurrency: every method is safe for concurrent use; Requests returns
 // copies the caller owns.
@@ -26,6 +32,7 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strconv"
@@ -37,12 +44,15 @@ import (
 // Prefix is the path of MLflow's REST API under the tracking URI.
 const Prefix = "/api/2.0/mlflow/"
 
-// Limits of runs/log-batch (mlflow/utils/validation.py).
+// Limits of runs/log-batch (mlflow/utils/validation.py). MLflow 3.17's
+// server does not refuse a body over its documented 1e6 bytes.
 const (
 	maxMetrics = 1000
 	maxTags    = 100
-	maxBody    = 1_000_000
 )
+
+// maxBody bounds what the recorder reads of one request.
+const maxBody = 16 << 20
 
 // Request is one recorded request.
 type Request struct {
@@ -54,9 +64,11 @@ type Request struct {
 	Status int // the status the server answered
 }
 
-// Server is a running recorder. Start it with Start.
+// Server is a running recorder. Start it with Start or Proxy.
 type Server struct {
 	URL string // the tracking URI: http://127.0.0.1:PORT
+
+	upstream *httputil.ReverseProxy // Proxy: the real server answers
 
 	mu    sync.Mutex
 	reqs  []Request
@@ -94,6 +106,10 @@ type runInfo struct {
 	LifecycleStage string `json:"lifecycle_stage"`
 }
 
+// RunID is the id the recorder gives the n-th run created (from 1): 32 hex
+// digits, as MLflow's.
+func RunID(n int) string { return fmt.Sprintf("%032x", n) }
+
 // Start serves a recorder on 127.0.0.1 until the test ends.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
@@ -101,6 +117,22 @@ func Start(tb testing.TB) *Server {
 		exps: []experiment{{ID: "0", Name: "Default", Stage: "active"}},
 		runs: map[string]*run{},
 	}
+	ts := httptest.NewServer(s)
+	tb.Cleanup(ts.Close)
+	s.URL = ts.URL
+	return s
+}
+
+// Proxy serves a recorder on 127.0.0.1 until the test ends that forwards
+// every request to the MLflow server at trackingURI and records it with the
+// status that server answered.
+func Proxy(tb testing.TB, trackingURI string) *Server {
+	tb.Helper()
+	u, err := url.Parse(trackingURI)
+	if err != nil {
+		tb.Fatalf("mlflowrec: tracking URI %q: %v", trackingURI, err)
+	}
+	s := &Server{upstream: httputil.NewSingleHostReverseProxy(u)}
 	ts := httptest.NewServer(s)
 	tb.Cleanup(ts.Close)
 	s.URL = ts.URL
@@ -134,8 +166,18 @@ func errorf(status int, code, format string, a ...any) *apiError {
 
 // ServeHTTP implements http.Handler: it records the request, then answers.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 2*maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	rec := Request{Method: r.Method, Path: strings.TrimPrefix(r.URL.Path, Prefix), Query: r.URL.Query(), Header: r.Header.Clone(), Body: body}
+	if s.upstream != nil && err == nil {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		s.upstream.ServeHTTP(sw, r)
+		rec.Status = sw.status
+		s.mu.Lock()
+		s.reqs = append(s.reqs, rec)
+		s.mu.Unlock()
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out any
@@ -150,9 +192,37 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rec.Status, out = aerr.status, aerr
 	}
 	s.reqs = append(s.reqs, rec)
+	if aerr == errNoEndpoint {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = io.WriteString(w, notFoundPage)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(rec.Status)
 	_ = json.NewEncoder(w).Encode(out)
+}
+
+// errNoEndpoint is a path MLflow's server has no handler for: Flask's HTML
+// 404 page, not MLflow's JSON.
+var errNoEndpoint = &apiError{status: http.StatusNotFound}
+
+const notFoundPage = `<!doctype html>
+<html lang=en>
+<title>404 Not Found</title>
+<h1>Not Found</h1>
+<p>The requested URL was not found on the server. If you entered the URL manually please check your spelling and try again.</p>
+`
+
+// statusWriter keeps the status a proxied answer had.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // handle answers one request; s.mu is held.
@@ -160,7 +230,7 @@ func (s *Server) handle(r *http.Request, endpoint string, body []byte) (any, *ap
 	if r.Method == http.MethodPost {
 		// MLflow refuses a POST whose body it would not parse as JSON.
 		if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "application/json" {
-			return nil, errorf(http.StatusBadRequest, "BAD_REQUEST", "Bad Request. Content-Type must be application/json for %s", endpoint)
+			return nil, errorf(http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "Bad Request. Content-Type must be one of ['application/json'].")
 		}
 	}
 	switch r.Method + " " + endpoint {
@@ -213,10 +283,9 @@ func (s *Server) handle(r *http.Request, endpoint string, body []byte) (any, *ap
 		if err != nil {
 			return nil, err
 		}
-		if !slices.Contains([]string{"", "RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"}, req.Status) {
-			return nil, errorf(http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "Invalid value %q for parameter 'status'", req.Status)
-		}
-		if req.Status != "" {
+		// An unknown status is ignored, as MLflow's protobuf parsing drops
+		// an unknown enum value.
+		if slices.Contains([]string{"RUNNING", "SCHEDULED", "FINISHED", "FAILED", "KILLED"}, req.Status) {
 			ru.info.Status = req.Status
 		}
 		if req.EndTime != nil {
@@ -224,12 +293,12 @@ func (s *Server) handle(r *http.Request, endpoint string, body []byte) (any, *ap
 		}
 		return map[string]any{"run_info": ru.info}, nil
 	}
-	return nil, errorf(http.StatusNotFound, "ENDPOINT_NOT_FOUND", "No API endpoint found for %s %s", r.Method, r.URL.Path)
+	return nil, errNoEndpoint
 }
 
 func decode(body []byte, v any) *apiError {
 	if err := json.Unmarshal(body, v); err != nil {
-		return errorf(http.StatusBadRequest, "BAD_REQUEST", "the request body is not the JSON this endpoint takes: %v", err)
+		return errorf(http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "the request body is not the JSON this endpoint takes: %v", err)
 	}
 	return nil
 }
@@ -277,7 +346,7 @@ func (s *Server) createRun(body []byte) (any, *apiError) {
 		req.RunName = tags["mlflow.runName"]
 	}
 	tags["mlflow.runName"] = req.RunName
-	id := fmt.Sprintf("%032x", len(s.order)+1)
+	id := RunID(len(s.order) + 1)
 	s.runs[id] = &run{
 		info: runInfo{RunID: id, RunUUID: id, RunName: req.RunName, ExperimentID: req.ExperimentID, Status: "RUNNING",
 			StartTime: req.StartTime, ArtifactURI: "mlflow-artifacts:/" + req.ExperimentID + "/" + id + "/artifacts", LifecycleStage: "active"},
@@ -297,8 +366,6 @@ func (s *Server) logBatch(body []byte) (any, *apiError) {
 		return nil, err
 	}
 	switch {
-	case len(body) > maxBody:
-		return nil, errorf(http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "Batched logging API requests must be at most %d bytes, got a request of %d bytes", maxBody, len(body))
 	case len(req.Metrics) > maxMetrics:
 		return nil, errorf(http.StatusBadRequest, "INVALID_PARAMETER_VALUE", "A batch logging request can contain at most %d metrics. Got %d metrics.", maxMetrics, len(req.Metrics))
 	case len(req.Tags) > maxTags:
