@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/mocks/mlflowrec"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
@@ -56,8 +58,53 @@ const (
 )
 
 func TestGoldenWire(t *testing.T) {
-	root := podV2(t)
 	mlf := mlflowrec.Start(t)
+	root, wb := goldenJob(t, mlf, goldenExperiment)
+	n := newWireNormaliser(t, root)
+	checkGolden(t, "wire-mlflow.txt", "the requests bridge sent to MLflow", n.render("MLflow", mlflowRequests(n, mlf)))
+	var wr []wireRequest
+	for _, r := range wb.Requests() {
+		wr = append(wr, wireRequest{r.Method, r.Path, r.Header, []byte(r.Body), r.Status})
+	}
+	checkGolden(t, "wire-wandb.txt", "the requests bridge sent to W&B", n.render("W&B", wr))
+}
+
+// TestGoldenWireRealMLflow checks the recorder against a real MLflow
+// server: the same job, through mlflowrec.Proxy, sends the real server
+// what testdata/golden/wire-mlflow.txt holds, once the ids the real server
+// chose (experiment, run) and the experiment's name, unique on a shared
+// server, are mapped to the recorder's.
+func TestGoldenWireRealMLflow(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	mlf := mlflowrec.Proxy(t, srv.URL)
+	exp := fmt.Sprintf("golden-%d", time.Now().UnixNano())
+	root, _ := goldenJob(t, mlf, exp)
+	n := newWireNormaliser(t, root)
+	runs := srv.RunIDs(t, exp)
+	if len(runs) != 1 {
+		t.Fatalf("experiment %s holds runs %v, want the one bridge created", exp, runs)
+	}
+	// The recorder gives the first experiment created id 1.
+	n.same = map[string]map[string]string{
+		"name": {exp: goldenExperiment}, "experiment_name": {exp: goldenExperiment},
+		"experiment_id": {srv.ExperimentID(t, exp): "1"}, "run_id": {runs[0]: mlflowrec.RunID(1)},
+	}
+	want, err := os.ReadFile(filepath.Join("testdata", "golden", "wire-mlflow.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := n.render("MLflow", mlflowRequests(n, mlf)); got != string(want) {
+		t.Errorf("what bridge sent a real MLflow server differs from testdata/golden/wire-mlflow.txt; if TestGoldenWire passes, mocks/mlflowrec answers differently from MLflow:\n%s", lineDiff(string(want), got))
+	}
+}
+
+// goldenJob runs the job whose requests the golden files hold: bridge on
+// podV2's files with MLflow (mlf, experiment exp) and the W&B mock, child
+// gated as the file's comment says. It returns the fixture's root and the
+// W&B mock.
+func goldenJob(t *testing.T, mlf *mlflowrec.Server, exp string) (string, *wandbserver.Server) {
+	t.Helper()
+	root := podV2(t)
 	wb := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
 	// What the child's wandb.init would leave: bridge writes into this run.
 	wb.CreateStartedRun("", goldenProject, goldenWandbRun)
@@ -72,7 +119,7 @@ func TestGoldenWire(t *testing.T) {
 		"--", "sh", "-c", "while [ ! -e go ]; do sleep 0.01; done")
 	cmd.Env = append(cmd.Env,
 		"HOME="+cmd.Dir, // no ~/.mlflow/credentials or ~/.netrc of the machine's
-		"MLFLOW_TRACKING_URI="+mlf.URL, "MLFLOW_EXPERIMENT_NAME="+goldenExperiment, "MLFLOW_TRACKING_TOKEN="+goldenToken,
+		"MLFLOW_TRACKING_URI="+mlf.URL, "MLFLOW_EXPERIMENT_NAME="+exp, "MLFLOW_TRACKING_TOKEN="+goldenToken,
 		"WANDB_BASE_URL="+wb.URL(), "WANDB_API_KEY="+wbKey, "WANDB_PROJECT="+goldenProject, "WANDB_RUN_ID="+goldenWandbRun)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -111,26 +158,26 @@ func TestGoldenWire(t *testing.T) {
 	if ss := spooled(t, cmd); len(ss) != 2 {
 		t.Fatalf("the spool holds %d samples, want 2 (the first and the final): a regular sample fell within the child's life, or bridge samples differently now\n%s", len(ss), errb)
 	}
+	return root, wb
+}
 
-	host, err := os.Hostname()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := wireNormaliser{root: root, hostname: host}
-	var ml []wireRequest
+// mlflowRequests are mlf's requests for render.
+func mlflowRequests(n *wireNormaliser, mlf *mlflowrec.Server) []wireRequest {
+	var out []wireRequest
 	for _, r := range mlf.Requests() {
 		target := mlflowrec.Prefix + r.Path
 		if len(r.Query) > 0 {
-			target += "?" + r.Query.Encode()
+			q := url.Values{}
+			for k, vs := range r.Query {
+				for _, v := range vs {
+					q.Add(k, n.alias(k, v))
+				}
+			}
+			target += "?" + q.Encode()
 		}
-		ml = append(ml, wireRequest{r.Method, target, r.Header, r.Body, r.Status})
+		out = append(out, wireRequest{r.Method, target, r.Header, r.Body, r.Status})
 	}
-	var wr []wireRequest
-	for _, r := range wb.Requests() {
-		wr = append(wr, wireRequest{r.Method, r.Path, r.Header, []byte(r.Body), r.Status})
-	}
-	checkGolden(t, "wire-mlflow.txt", "the requests bridge sent to MLflow", n.render("MLflow", ml))
-	checkGolden(t, "wire-wandb.txt", "the requests bridge sent to W&B", n.render("W&B", wr))
+	return out
 }
 
 // advanceCounters moves podV2's counters on, in place (bridge may keep the
@@ -170,6 +217,25 @@ type wireNormaliser struct {
 	root     string
 	hostname string
 	clients  []string // W&B client ids in order of appearance: <client id N>
+	// same maps a field's (or query parameter's) values that a real server
+	// chose to the recorder's: field -> value -> replacement.
+	same map[string]map[string]string
+}
+
+func newWireNormaliser(t *testing.T, root string) *wireNormaliser {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &wireNormaliser{root: root, hostname: host}
+}
+
+// alias is v, or what same maps it to as a value of field.
+func (n *wireNormaliser) alias(field, v string) string {
+	if r, ok := n.same[field][v]; ok {
+		return r
+	}
+	return v
 }
 
 // wireHeaders are the headers left out: Content-Length follows the
@@ -285,7 +351,7 @@ func (n *wireNormaliser) value(path string, v any) any {
 		}
 		return out
 	case string:
-		return n.text(v)
+		return n.text(n.alias(path[strings.LastIndex(path, ".")+1:], v))
 	}
 	return v
 }
