@@ -251,13 +251,10 @@ func (n *wireNormaliser) render(tracker string, reqs []wireRequest) string {
 	fmt.Fprintf(&b, "# W&B file_stream lines are JSON text on the wire, shown decoded; multi-line strings follow their request.\n")
 	for i, r := range reqs {
 		fmt.Fprintf(&b, "\n### %d. %s %s -> %d\n", i+1, r.method, n.text(r.target), r.status)
-		for _, k := range slices.Sorted(func(yield func(string) bool) {
-			for k := range r.header {
-				if !wireHeaders[k] && !yield(k) {
-					return
-				}
+		for _, k := range slices.Sorted(maps.Keys(r.header)) {
+			if wireHeaders[k] {
+				continue
 			}
-		}) {
 			for _, v := range r.header[k] {
 				fmt.Fprintf(&b, "%s: %s\n", k, n.header(k, v))
 			}
@@ -273,7 +270,7 @@ func (n *wireNormaliser) render(tracker string, reqs []wireRequest) string {
 			continue
 		}
 		var texts []string
-		writeJSON(&b, n.value("", body), "", func(path, s string) string {
+		writeJSON(&b, n.value("", body), func(path, s string) string {
 			var t strings.Builder
 			t.WriteString(path + ":\n")
 			for _, line := range strings.Split(s, "\n") {
@@ -327,7 +324,7 @@ func (n *wireNormaliser) value(path string, v any) any {
 		out := make(map[string]any, len(v))
 		for k, e := range v {
 			key := k
-			if label, ok := strings.CutPrefix(k, "system."); ok && strings.HasSuffix(label, "/l:"+n.hostname) {
+			if rest, ok := strings.CutPrefix(k, "system."); ok && strings.HasSuffix(rest, "/l:"+n.hostname) {
 				// A W&B key: system.<name>/l:<label>, the label the hostname.
 				key = strings.TrimSuffix(k, n.hostname) + phHostname
 			}
@@ -420,7 +417,7 @@ const maxInline = 4
 // and an object of at most maxInline scalars, stays on one line. A string
 // with a line break is replaced by what long returns (it lists the text
 // after the block, each line behind "  | ").
-func writeJSON(b *strings.Builder, v any, indent string, long func(path, s string) string) {
+func writeJSON(b *strings.Builder, v any, long func(path, s string) string) {
 	var walk func(path string, v any, indent string)
 	scalar := func(v any) string {
 		var buf bytes.Buffer
@@ -500,7 +497,7 @@ func writeJSON(b *strings.Builder, v any, indent string, long func(path, s strin
 			b.WriteString(scalar(v))
 		}
 	}
-	walk("", v, indent)
+	walk("", v, "")
 }
 
 func isComposite(v any) bool {
