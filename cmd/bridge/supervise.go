@@ -124,7 +124,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	go func() {
 		select {
 		case sig := <-child.Late():
-			log.Warn("signal during the final flush: bridge exits now; for what no tracker took, "+sess.Unsent(), "signal", sig)
+			log.Warn("signal during the final flush: bridge exits now; "+sess.Unsent(), "signal", sig)
 			close(abort)
 		case <-stopReaping:
 		}
