@@ -453,7 +453,7 @@ func (s *Session) trackerRows() []summary.Row {
 	rows = append(rows, s.failedStarts...)
 	rows = append(rows, s.spoolRows()...)
 	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
-		where := "samples are in " + s.spool.Path()
+		where := "samples are in " + s.spool.Path() + "; upload them with: " + SyncCommand(s.spool.Path())
 		if s.spool.InMemory() {
 			where = "and no spool file: samples are only in this table"
 		}
