@@ -2,7 +2,9 @@ package main
 
 import (
 	"errors"
+	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -440,5 +442,48 @@ func TestSyncBadValues(t *testing.T) {
 	run := srv.GetRun(t, ids[0])
 	if run.Info.Status != "FINISHED" || run.Tags["bridge.sync_points_left_out"] != "2" {
 		t.Errorf("run %s, tags %v: want FINISHED (every sample delivered) noting 2 points left out", run.Info.Status, run.Tags)
+	}
+}
+
+// A sync that could not deliver every sample does not end the run as if it
+// had: the run keeps its status, a tag says what is missing, sync exits 1,
+// and the next sync delivers the rest and records the end.
+func TestSyncIncompleteKeepsStatus(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := uniqueName(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.jsonl")
+	offline := bridgeIn(t, dir, srv, exp, "--interval=200ms", "--trackers=none", "--spool="+path, "--", "sleep", "0.8")
+	if out, err := offline.CombinedOutput(); exitCode(t, err) != 0 {
+		t.Fatalf("offline job:\n%s", out)
+	}
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Schedule(faultproxy.Fault{Path: "runs/log-batch", Kind: faultproxy.Status, Code: http.StatusForbidden, Times: 1})
+	cmd := exec.Command(testbin.Bridge(t), "sync", path)
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+p.URL(), "MLFLOW_EXPERIMENT_NAME="+exp)
+	out, err := cmd.CombinedOutput()
+	if code := exitCode(t, err); code != 1 || !strings.Contains(string(out), "status left as it is") {
+		t.Fatalf("sync refused by the tracker: exit %d, want 1 saying the status is left:\n%s", code, out)
+	}
+	ids := srv.RunIDs(t, exp)
+	if len(ids) != 1 {
+		t.Fatalf("runs %v, want one", ids)
+	}
+	if run := srv.GetRun(t, ids[0]); run.Info.Status != "RUNNING" || run.Tags["bridge.sync_incomplete"] == "" {
+		t.Fatalf("run %s with tags %v: want RUNNING and bridge.sync_incomplete", run.Info.Status, run.Tags)
+	}
+	if code, out := syncCmd(t, srv, exp, path); code != 0 || !strings.Contains(out, "end recorded (exit code 0)") {
+		t.Fatalf("second sync: exit %d:\n%s", code, out)
+	}
+	if ids2 := srv.RunIDs(t, exp); !slices.Equal(ids2, ids) {
+		t.Fatalf("runs %v after the second sync, want %v", ids2, ids)
+	}
+	requireHistory(t, srv, &job{spool: path}, ids[0], memKey)
+	if st := srv.GetRun(t, ids[0]).Info.Status; st != "FINISHED" {
+		t.Errorf("status %s after every sample was delivered, want FINISHED", st)
 	}
 }
