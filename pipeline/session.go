@@ -376,9 +376,9 @@ func (s *Session) SpoolFile() string { return s.spool.Path() }
 // there is no spool file.
 func (s *Session) Unsent() string {
 	if s.spool.InMemory() {
-		return "there is no spool file: what no tracker took is lost"
+		return "there is no spool file: the samples no tracker took are lost"
 	}
-	return "what no tracker took stays in the spool; upload it later with: " + SyncCommand(s.spool.Path())
+	return "the samples no tracker took stay in the spool; upload them later with: " + SyncCommand(s.spool.Path())
 }
 
 // Acc is what was measured; read it only after Stop.

@@ -328,13 +328,7 @@ func (s *Spool) Notify() <-chan struct{} {
 // belong to it.
 func (s *Spool) WriteStart(rec Record) error {
 	rec.Type = TypeStart
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	rec.Attempt = s.ix.addAttempt(rec)
-	return s.enqueueLocked(rec)
+	return s.writeRecord(rec, func(r *Record) { r.Attempt = s.ix.addAttempt(*r) })
 }
 
 // WriteRun records that sink writes to rec.Run for an attempt, found after
@@ -344,24 +338,24 @@ func (s *Spool) WriteStart(rec Record) error {
 // Info. Attempts reports it as part of the start record.
 func (s *Spool) WriteRun(rec Record) error {
 	rec.Type = TypeRun
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
-	}
-	s.ix.mergeRun(rec)
-	return s.enqueueLocked(rec)
+	return s.writeRecord(rec, func(r *Record) { s.ix.mergeRun(*r) })
 }
 
 // WriteEnd records a clean shutdown of the current attempt.
 func (s *Spool) WriteEnd(rec Record) error {
 	rec.Type = TypeEnd
+	return s.writeRecord(rec, func(r *Record) { s.ix.setEnd(*r) })
+}
+
+// writeRecord puts a start, run or end record into the index (index) and
+// the file.
+func (s *Spool) writeRecord(rec Record, index func(*Record)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return ErrClosed
 	}
-	s.ix.setEnd(rec)
+	index(&rec)
 	return s.enqueueLocked(rec)
 }
 

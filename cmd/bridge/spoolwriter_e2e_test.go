@@ -57,6 +57,18 @@ func seqsWith(ss []metrics.Sample, name string, from, to int64) []int64 {
 	return out
 }
 
+// offlineSpool runs a short job with no tracker and returns its spool.
+func offlineSpool(t *testing.T, srv *mlflowtest.Server, exp string) string {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.jsonl")
+	offline := bridgeIn(t, dir, srv, exp, "--interval=200ms", "--trackers=none", "--spool="+path, "--", "sleep", "0.8")
+	if out, err := offline.CombinedOutput(); exitCode(t, err) != 0 {
+		t.Fatalf("offline job:\n%s", out)
+	}
+	return path
+}
+
 // Two bridges given one --spool: the second never writes into it; its job
 // runs with its exit status, its samples reach its own run from memory, and
 // it says which file is taken and what to do. The file holds the first
@@ -174,12 +186,7 @@ func TestSpoolLockReleasedByKill(t *testing.T) {
 func TestOverlappingSyncs(t *testing.T) {
 	srv := mlflowtest.Shared(t)
 	exp := uniqueName(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "s.jsonl")
-	offline := bridgeIn(t, dir, srv, exp, "--interval=200ms", "--trackers=none", "--spool="+path, "--", "sleep", "0.8")
-	if out, err := offline.CombinedOutput(); exitCode(t, err) != 0 {
-		t.Fatalf("offline job:\n%s", out)
-	}
+	path := offlineSpool(t, srv, exp)
 	// The first sync's tracker accepts and never answers: it holds the
 	// spool while it waits for its start timeout.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -451,12 +458,7 @@ func TestSyncBadValues(t *testing.T) {
 func TestSyncIncompleteKeepsStatus(t *testing.T) {
 	srv := mlflowtest.Shared(t)
 	exp := uniqueName(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "s.jsonl")
-	offline := bridgeIn(t, dir, srv, exp, "--interval=200ms", "--trackers=none", "--spool="+path, "--", "sleep", "0.8")
-	if out, err := offline.CombinedOutput(); exitCode(t, err) != 0 {
-		t.Fatalf("offline job:\n%s", out)
-	}
+	path := offlineSpool(t, srv, exp)
 	p, err := faultproxy.Start(srv.URL)
 	if err != nil {
 		t.Fatal(err)
