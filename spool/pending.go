@@ -21,6 +21,7 @@ type index struct {
 	gaveUp     bool             // a tracked sink gave up: its samples are only in the file
 	partial    bool             // pend may lack samples of the file (dropped, or never added)
 	memSamples int
+	evictFrom  int // entries before it hold nothing evict can free (reset when pend changes shape)
 }
 
 // entry is one sample some tracked (sink, run) has not acknowledged.
@@ -229,6 +230,7 @@ func (ix *index) trim() {
 	}
 	clear(ix.pend[len(kept):]) // the samples go
 	ix.pend = kept
+	ix.reshaped()
 }
 
 // merge puts entries read from the file (by seq) into pend, each seq once.
@@ -251,6 +253,7 @@ func (ix *index) merge(older []entry) {
 		}
 	}
 	ix.pend = out
+	ix.reshaped()
 }
 
 // first is the index in pend of the first sample after seq.
@@ -291,6 +294,7 @@ func (ix *index) placed(seq, off int64, n int) {
 func (ix *index) drop(seq int64) {
 	if j := ix.first(seq - 1); j < len(ix.pend) && ix.pend[j].seq == seq {
 		ix.pend = append(ix.pend[:j], ix.pend[j+1:]...)
+		ix.reshaped()
 	}
 }
 
@@ -298,14 +302,23 @@ func (ix *index) drop(seq int64) {
 // the oldest are read back from the file when a sink needs them. Samples
 // past synced (written, not yet fsynced) stay: a failed fsync may take them
 // from the file until they are written again.
+// It resumes where it stopped (evictFrom): scanning from the front at every
+// sample made a long outage, and opening a large spool, quadratic.
 func (ix *index) evict(synced int64) {
-	for i := 0; ix.inMem > ix.memSamples && i < len(ix.pend); i++ {
-		if e := &ix.pend[i]; e.smp != nil && e.off >= 0 && e.off < synced {
+	for ; ix.inMem > ix.memSamples && ix.evictFrom < len(ix.pend); ix.evictFrom++ {
+		e := &ix.pend[ix.evictFrom]
+		if e.smp != nil && e.off >= synced {
+			return // it and every later one wait for the fsync
+		}
+		if e.smp != nil && e.off >= 0 {
 			e.smp = nil
 			ix.inMem--
 		}
 	}
 }
+
+// reshaped is told that pend lost or gained entries: evict starts over.
+func (ix *index) reshaped() { ix.evictFrom = 0 }
 
 // safeThrough is the highest seq of the current attempt that every tracked
 // key claiming it acknowledged: what the trackers hold, so that the file

@@ -486,6 +486,7 @@ func (s *Spool) boundMemoryLocked() {
 	}
 	clear(s.ix.pend[:over])
 	s.ix.pend = append(s.ix.pend[:0], s.ix.pend[over:]...)
+	s.ix.reshaped()
 	s.stats.LostUnwritten += int64(over)
 	if !s.bufLog {
 		s.bufLog = true
@@ -516,6 +517,7 @@ func (s *Spool) Pending(sink, run string, max int) []metrics.Sample {
 			// cannot be sent; say so once per sample, then move on.
 			s.log.Warn("cannot re-read a sample from the spool; it is skipped", "seq", e.seq, "err", err)
 			s.ix.pend = append(s.ix.pend[:i], s.ix.pend[i+1:]...)
+			s.ix.reshaped()
 			i--
 			continue
 		}
