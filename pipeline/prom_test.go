@@ -113,11 +113,8 @@ func TestMetricsAfterLateStart(t *testing.T) {
 	}
 	set := settings(t)
 	set.Interval, set.MetricsAddr, set.FlushTimeout = 5*time.Millisecond, promtest.FreeAddr(t), time.Second
-	s, err := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: []metrics.Collector{&counter{}}, Started: st,
+	s := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: []metrics.Collector{&counter{}}, Started: st,
 		Phase: func(d time.Duration) time.Duration { return d }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	s.Run()
 	scrape := func() map[string]*dto.MetricFamily {
 		fams, _, _ := promtest.Families(set.MetricsAddr)

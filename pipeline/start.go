@@ -122,7 +122,7 @@ collect:
 	var st Started
 	for i, s := range sinks {
 		if !answered[i] {
-			log.Error("tracker did not answer within --start-timeout; the child starts without it, samples stay in the spool (upload later with `bridge sync`)",
+			log.Error("tracker did not answer within --start-timeout; the child starts without it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
 				"tracker", s.Name(), "waited", pol.Timeout)
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: no answer within --start-timeout"})
 			continue
@@ -137,7 +137,7 @@ collect:
 		switch {
 		case err == nil:
 		case errors.Is(err, tracker.ErrPermanent) || (id == "" && !pol.Background):
-			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples stay in the spool (upload later with `bridge sync`)",
+			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
 				"tracker", s.Name(), "err", err)
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
 			continue

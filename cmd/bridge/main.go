@@ -4,7 +4,7 @@
 //	bridge [flags] -- CMD [ARGS...]   run CMD and sample while it runs
 //	bridge sample [--json]            print one sample of every collector
 //	bridge attach --run-id ID --pid PID  sample beside a running process (notebooks)
-//	bridge sync FILE                  upload a spool file to its run
+//	bridge sync FILE                  upload a spool file to its runs
 //	bridge version                    print the version
 package main
 
@@ -170,7 +170,7 @@ usage:
   bridge [flags] -- CMD [ARGS...]   run CMD as a child, sample, send to MLflow/W&B
   bridge sample [--json] [flags]    print one sample of every collector
   bridge attach --run-id ID --pid PID   sample beside a running process (notebooks)
-  bridge sync FILE [--run-id ID]    upload a spool file to its MLflow run
+  bridge sync FILE [--run-id ID]    upload a spool file to its runs
   bridge version
 
 Every flag can also be set as BRIDGE_<FLAG> (e.g. BRIDGE_INTERVAL=5s) or in a

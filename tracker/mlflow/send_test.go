@@ -463,3 +463,48 @@ func TestUntrustedCertificateIsPermanent(t *testing.T) {
 		t.Fatalf("Start with the CA given = %v; want the server's 503, retryable", err)
 	}
 }
+
+// MLflow refuses a whole batch for one point timed before 1970: such
+// points are left out and counted, the rest of their batch is sent, and
+// their samples count as acknowledged.
+func TestSendLeavesOutRefusedTimes(t *testing.T) {
+	rc := &recorder{}
+	s := testSink(t, rc, Config{})
+	in := samples(2, 3, 2)
+	in[1].Time = time.UnixMilli(-1)
+	in = append(in, metrics.Sample{Seq: 3, Time: t0, Points: []metrics.Point{{Name: "ok", Value: 1}, {Name: "bad{key}", Value: 2}}})
+	acked, err := s.Send(context.Background(), in)
+	if err != nil || acked != 4 {
+		t.Fatalf("Send = %d, %v; want all 4 acknowledged", acked, err)
+	}
+	var steps []int64
+	for _, b := range rc.batches(t) {
+		for _, m := range b.Metrics {
+			if m.Timestamp < 0 {
+				t.Errorf("sent a point timed %d", m.Timestamp)
+			}
+			steps = append(steps, m.Step)
+		}
+	}
+	if len(steps) != 5 {
+		t.Errorf("sent %d points (steps %v), want the 5 MLflow accepts", len(steps), steps)
+	}
+	if s.Dropped() != 4 {
+		t.Errorf("Dropped = %d, want 4 (3 early points, 1 bad key)", s.Dropped())
+	}
+}
+
+// KeepStatus records the tags of a run bridge owns and leaves its status.
+func TestFinishKeepStatus(t *testing.T) {
+	rc := &recorder{}
+	s := testSink(t, rc, Config{})
+	s.created = true
+	if err := s.Finish(context.Background(), tracker.EndInfo{Time: t0, KeepStatus: true, Tags: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.bodies) != 1 || !strings.Contains(string(rc.bodies[0]), `"k"`) {
+		t.Fatalf("requests %q, want one: the tags", rc.bodies)
+	}
+}
