@@ -124,7 +124,7 @@ type Collector struct {
 	now    func() time.Time
 
 	prev  *cpuReading
-	files files // descriptors kept open on cgroupfs and procfs
+	files *files // descriptors kept open on cgroupfs and procfs
 
 	mu     sync.Mutex
 	logged map[string]bool // "no data" debug lines already written
@@ -185,18 +185,21 @@ func New(opts Options) (*Collector, error) {
 		return nil, fmt.Errorf("%w: %s lists no %s hierarchy", ErrUnavailable,
 			filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "cgroup"), opts.Mode)
 	}
-	return &Collector{
+	c := &Collector{
 		opts:   opts,
 		log:    log,
 		lay:    lay,
 		procFS: pfs,
 		now:    time.Now,
 		logged: map[string]bool{},
-	}, nil
+	}
+	c.files = newFiles(func() time.Time { return c.now() })
+	return c, nil
 }
 
 // Close implements metrics.Closer: it closes the descriptors kept open for
-// sampling (a later Collect opens them again).
+// sampling, without waiting for a read in flight (see kfile.Reader.Close).
+// Reads after it, of a Collect still running, keep nothing open.
 func (c *Collector) Close() error {
 	c.files.close()
 	return nil
@@ -274,7 +277,6 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c.files.tick(c.now())
 	r := &round{c: c}
 	r.memory()
 	r.cpu()
