@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/procfs"
 
@@ -32,6 +33,7 @@ type Sources struct {
 	// Notes say why a scope is missing, for `bridge sample`.
 	Notes map[string]any
 
+	log      *slog.Logger
 	cgroup   *cgroup.Collector // nil when the container scope is off or unavailable
 	gpu      *gpu.Collector    // nil when the gpu scope is off
 	scrape   *scrape.Collector // nil without --scrape
@@ -43,7 +45,7 @@ type Sources struct {
 // that is unavailable here is left out with a note; the only error is a
 // malformed --gpus entry, a usage error.
 func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
-	s := &Sources{Notes: map[string]any{}}
+	s := &Sources{Notes: map[string]any{}, log: log}
 	if cfg.HasScope("container") {
 		switch {
 		case cfg.NoContainer:
@@ -181,12 +183,41 @@ func (s *Sources) Memory() MemoryProbe {
 	return s.cgroup
 }
 
-// CgroupVersion is "1" or "2", "" without a cgroup collector (forensics).
+// CgroupVersion is "v1", "v2" or "hybrid", "" without a cgroup collector
+// (forensics). It reads no file: at the end of the run, a read that hangs
+// must not hold up the child's exit status.
 func (s *Sources) CgroupVersion() string {
 	if s.cgroup == nil {
 		return ""
 	}
-	return string(s.cgroup.Info().Version)
+	return string(s.cgroup.Version())
+}
+
+// cgroupInfo is the cgroup collector's Info, read on a goroutine of its own
+// and waited for at most timeout: a limit file whose read hangs (a v1
+// memory.stat stalled in a flush) must not hold up the child's start. ok is
+// false when it did not answer in time.
+func (s *Sources) cgroupInfo(timeout time.Duration) (info cgroup.Info, ok bool) {
+	if s.cgroup == nil {
+		return info, true
+	}
+	ch := make(chan cgroup.Info, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("internal error reading the cgroup's limits; the job goes on", "panic", p)
+			}
+		}()
+		ch <- s.cgroup.Info()
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case info = <-ch:
+		return info, true
+	case <-t.C:
+		return cgroup.Info{}, false
+	}
 }
 
 // XidEvents are the GPU errors seen so far, nil without GPUs (forensics).
@@ -239,9 +270,13 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 	if cfg.NoContainer {
 		t["bridge.container_awareness"] = "off"
 	}
-	if c := s.cgroup; c != nil {
-		info := c.Info()
-		t["bridge.cgroup.version"] = string(info.Version)
+	if s.cgroup != nil {
+		t["bridge.cgroup.version"] = s.CgroupVersion()
+	}
+	if info, ok := s.cgroupInfo(cfg.CollectTimeout); !ok {
+		s.log.Warn("reading the cgroup's limit files did not answer in time (--collect-timeout); the run's limit tags are left out",
+			"waited", cfg.CollectTimeout)
+	} else if s.cgroup != nil {
 		var paths []string
 		for k, v := range info.Paths {
 			paths = append(paths, k+"="+v)

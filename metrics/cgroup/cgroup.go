@@ -208,6 +208,10 @@ func (c *Collector) Close() error {
 // Name implements metrics.Collector.
 func (c *Collector) Name() string { return "cgroup" }
 
+// Version is the cgroup layout read (Info's Version), without reading a
+// file.
+func (c *Collector) Version() Mode { return c.opts.Mode }
+
 // Info returns what was found; limits are read afresh (they can be resized).
 func (c *Collector) Info() Info {
 	inf := Info{Version: c.opts.Mode, Paths: map[string]string{}}
