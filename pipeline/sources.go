@@ -42,8 +42,9 @@ type Sources struct {
 }
 
 // BuildSources creates the collectors the configuration asks for. A source
-// that is unavailable here is left out with a note; the only error is a
-// malformed --gpus entry, a usage error.
+// that is unavailable here is left out with a note; an error is a usage
+// error that names its flag: a malformed --gpus entry, or a --proc-root
+// the GPU collector's process finder cannot read.
 func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 	s := &Sources{Notes: map[string]any{}, log: log}
 	if cfg.HasScope("container") {
@@ -99,17 +100,12 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 		}
 	}
 	if cfg.HasScope("gpu") {
-		_, err := procfs.NewFS(cfg.ProcRoot) // a --proc-root that is no procfs fails here, as before
-		if err == nil {
-			var g *gpu.Collector
-			if g, err = newGPUSource(cfg, s.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)), log); err == nil {
-				s.gpu = g
-				s.Collectors = append(s.Collectors, g)
-			}
-		}
+		g, err := s.buildGPU(cfg, log)
 		if err != nil {
-			return nil, fmt.Errorf("--gpus / BRIDGE_GPUS: %w", err)
+			return nil, err
 		}
+		s.gpu = g
+		s.Collectors = append(s.Collectors, g)
 	}
 	s.Collectors = filterScopes(s.Collectors, cfg)
 	// After the scope filter: --scrape asks for its series explicitly.
@@ -128,6 +124,20 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 		s.Collectors = append(s.Collectors, s.scrape)
 	}
 	return s, nil
+}
+
+// buildGPU builds the GPU collector and the process finder it reads the
+// child's tree with. Each error names the flag at fault: the proc root the
+// finder reads (not a directory procfs can read), or a malformed --gpus.
+func (s *Sources) buildGPU(cfg config.Config, log *slog.Logger) (*gpu.Collector, error) {
+	if _, err := procfs.NewFS(cfg.ProcRoot); err != nil {
+		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", cfg.ProcRoot, err)
+	}
+	g, err := newGPUSource(cfg, s.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)), log)
+	if err != nil {
+		return nil, fmt.Errorf("--gpus / BRIDGE_GPUS: %w", err)
+	}
+	return g, nil
 }
 
 // ScrapeFailures are the failed --scrape reads per URL (nil without --scrape).
