@@ -238,14 +238,11 @@ func (s *Sources) XidEvents() []gpu.XidEvent {
 	return s.gpu.XidEvents()
 }
 
-// CgroupOptions points the cgroup collector at the configured roots. On the
-// host's own mounts it asks the kernel for the layout; under other roots it
-// reads the layout and bridge's own pid ("self") from the files there.
+// CgroupOptions points the cgroup collector at the configured roots (it
+// finds their layout itself). Under another proc root bridge's own pid is
+// that root's "self".
 func CgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
 	o := cgroup.Options{ProcRoot: cfg.ProcRoot, CgroupRoot: cfg.CgroupRoot, Log: log.With("collector", "cgroup")}
-	if filepath.Clean(cfg.CgroupRoot) != "/sys/fs/cgroup" {
-		o.Mode = cgroup.ModeAt(cfg.CgroupRoot)
-	}
 	if filepath.Clean(cfg.ProcRoot) != "/proc" {
 		if fs, err := procfs.NewFS(cfg.ProcRoot); err == nil {
 			if self, err := fs.Self(); err == nil {
