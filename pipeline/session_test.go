@@ -340,14 +340,7 @@ func TestSessionMemoryProbeHangs(t *testing.T) {
 	p := hungProbe{fifo: fifo, entered: make(chan struct{}), once: &sync.Once{}, calls: &atomic.Int64{}}
 	s := open(t, set, []metrics.Collector{c}, p)
 	s.Run()
-	waitfor.Cond(t, deadline, "the memory probe entering its read", func() bool {
-		select {
-		case <-p.entered:
-			return true
-		default:
-			return false
-		}
-	})
+	waitfor.Cond(t, deadline, "the memory probe entering its read", waitfor.Closed(p.entered))
 	at := c.calls()
 	waitfor.Cond(t, deadline, "three more samples while the probe hangs", func() bool { return c.calls() >= at+3 })
 	stopped := make(chan struct{})
@@ -356,14 +349,7 @@ func TestSessionMemoryProbeHangs(t *testing.T) {
 		s.Stop(nil)
 		s.Finish(tracker.EndInfo{Time: time.Now()})
 	}()
-	waitfor.Cond(t, deadline, "Stop and Finish while the probe hangs", func() bool {
-		select {
-		case <-stopped:
-			return true
-		default:
-			return false
-		}
-	})
+	waitfor.Cond(t, deadline, "Stop and Finish while the probe hangs", waitfor.Closed(stopped))
 	if n := p.calls.Load(); n != 1 {
 		t.Errorf("the probe was called %d times, want once: no second probe beside a stuck one", n)
 	}

@@ -114,14 +114,7 @@ func TestHungReadLeavesBridgeLive(t *testing.T) {
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			waitfor.Cond(t, time.Minute, "bridge exiting after the forwarded SIGTERM", func() bool {
-				select {
-				case <-exited:
-					return true
-				default:
-					return false
-				}
-			})
+			waitfor.Cond(t, time.Minute, "bridge exiting after the forwarded SIGTERM", waitfor.Closed(exited))
 			if code := exitCode(t, waitErr); code != 42 {
 				t.Fatalf("bridge exited %d, want the child's 42 (its SIGTERM trap); stderr:\n%s", code, errb)
 			}

@@ -35,14 +35,7 @@ func TestCloseWhileReadHangs(t *testing.T) {
 			probed := make(chan struct{})
 			go func() { defer close(probed); c.MemoryPoints(context.Background()) }()
 			closetest.CloseWhileReadHangs(t, c, filepath.Dir(f.proc), release)
-			waitfor.Cond(t, time.Minute, "the stuck memory probe returning", func() bool {
-				select {
-				case <-probed:
-					return true
-				default:
-					return false
-				}
-			})
+			waitfor.Cond(t, time.Minute, "the stuck memory probe returning", waitfor.Closed(probed))
 		})
 	}
 }

@@ -69,12 +69,12 @@ func CloseWhileStuck(t *testing.T, c metrics.Collector, root string, release fun
 	}
 	closed := make(chan struct{})
 	go func() { defer close(closed); s.Close() }()
-	waitfor.Cond(t, deadline, c.Name()+": Sampler.Close beside a call stuck in Collect", done(closed))
-	inFlight = !done(w.returned)()
+	waitfor.Cond(t, deadline, c.Name()+": Sampler.Close beside a call stuck in Collect", waitfor.Closed(closed))
+	inFlight = !waitfor.Closed(w.returned)()
 
 	release()
-	waitfor.Cond(t, deadline, c.Name()+": the stuck Collect returning once released", done(w.returned))
-	waitfor.Cond(t, deadline, c.Name()+": Detect returning", done(detected))
+	waitfor.Cond(t, deadline, c.Name()+": the stuck Collect returning once released", waitfor.Closed(w.returned))
+	waitfor.Cond(t, deadline, c.Name()+": Detect returning", waitfor.Closed(detected))
 	noneOpen(t, root)
 	if _, err := c.Collect(context.Background()); err != nil {
 		t.Logf("%s: Collect after Close: %v", c.Name(), err)
@@ -107,7 +107,7 @@ func Race(t *testing.T, c metrics.Collector) {
 			c.Collect(context.Background())
 		}
 	}()
-	for !done(collected)() {
+	for !waitfor.Closed(collected)() {
 		if d, ok := c.(metrics.Detector); ok {
 			d.Detect(context.Background())
 		}
@@ -184,18 +184,6 @@ func Fifo(t testing.TB, path, body string) (release func()) {
 		}
 		if err == nil {
 			w.Close()
-		}
-	}
-}
-
-// done is a condition for waitfor: ch is closed.
-func done(ch <-chan struct{}) func() bool {
-	return func() bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
 		}
 	}
 }

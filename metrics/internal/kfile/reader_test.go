@@ -302,14 +302,7 @@ func TestCloseDuringHungRead(t *testing.T) {
 	<-entered
 	closed := make(chan struct{})
 	go func() { r.Close(); close(closed) }()
-	waitfor.Cond(t, 30*time.Second, "Close beside a hung read", func() bool {
-		select {
-		case <-closed:
-			return true
-		default:
-			return false
-		}
-	})
+	waitfor.Cond(t, 30*time.Second, "Close beside a hung read", waitfor.Closed(closed))
 	// A read after Close still answers, and keeps nothing.
 	if b, err := r.Read("/proc/self/stat", nil); err != nil || len(b) == 0 || r.Kept() != 0 {
 		t.Errorf("read after Close: %q, %v, %d kept; want content and nothing kept", b, err, r.Kept())
