@@ -9,9 +9,8 @@
 #   BRIDGE_BIN=/tmp/bridge-before bench/latency.sh
 #   COLD=1 bench/latency.sh          # bridge's binary not in the page cache
 #
-# bridge drops its binary's cached pages that nothing maps once it runs
-# (internal/memtrim), so the runs after the first start it from disk
-# unless another bridge keeps it mapped; COLD=1 makes every build start so.
+# COLD=1 drops the binary's cached pages before every run, so that every
+# build starts from disk, as on a node that has not run it yet.
 #
 # Needs: go (unless BRIDGE_BIN), PYTHON (default .venv/bin/python) with mlflow.
 set -euo pipefail

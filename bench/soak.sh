@@ -4,11 +4,11 @@
 # on 127.0.0.1 that the script starts), read from /proc/<pid>/status every
 # STEP seconds. Prints a TSV (seconds, VmRSS, VmHWM, RssAnon, RssFile, all
 # MiB) and a summary: flat means the last reading is near the first after
-# warm-up. RssFile is the binary's (and libc's) page cache mapped in; bridge
-# gives back what it mapped in bulk at start (internal/memtrim), but how much
-# comes back depends on how the file came into the cache, so COLD=1 (the
-# default) drops the binary's cached pages first, as on a node that did not
-# just write it, and COLD=0 keeps them (a binary just built or copied).
+# warm-up. RssFile is the binary's (and libc's) page cache mapped in; how
+# much of it is mapped depends on how the file came into the cache, so
+# COLD=1 (the default) drops the binary's cached pages first, as on a node
+# that did not just write it, and COLD=0 keeps them (a binary just built or
+# copied).
 #
 #   bench/soak.sh                         # 3600 s
 #   DURATION=600 STEP=30 BRIDGE_BIN=/tmp/bridge bench/soak.sh

@@ -74,7 +74,9 @@ func (s Sample) Value(name string) (float64, bool) {
 // Collector reads one source.
 //
 // Contract: Collect is called from one goroutine at a time (the Sampler's);
-// it must return promptly when ctx is done. Values that need two readings (CPU
+// it should return promptly when ctx is done (one that cannot, stuck in a
+// system call, is skipped by the Sampler until it returns). Detect and
+// Close may run beside it (see Detector, Closer). Values that need two readings (CPU
 // usage) are computed from the previous call's reading: the first call returns
 // none of them, never a value averaged since boot. A source that is absent on
 // this machine returns no points and a nil error; an error means the source
@@ -85,15 +87,33 @@ type Collector interface {
 }
 
 // Detector is implemented by collectors that can say what they found (cgroup
-// version and paths, limits and where they were set, GPUs). Detect is called
-// once, before sampling starts, never concurrently with Collect (which the
-// Sampler calls from the collector's worker goroutine); values must marshal
-// to JSON.
+// version and paths, limits and where they were set, GPUs); values must
+// marshal to JSON. Detect may run on another goroutine than Collect, and
+// beside a Collect still in flight (one the Sampler gave up on), so the two
+// must share no unguarded state.
 type Detector interface {
 	Detect(ctx context.Context) map[string]any
 }
 
-// Closer is implemented by collectors that hold resources (NVML, event fds).
+// Closer is implemented by collectors that hold resources (NVML, kept
+// descriptors).
+//
+// Contract: Close may run while a Collect or a Detect is still in flight on
+// another goroutine: the Sampler closes its collectors at shutdown even when
+// a worker is stuck in a call it gave up on (a hung NVML call, a kernel read
+// that never returns). So Close
+//   - never waits for such a call: it takes no lock that a call holds
+//     across a blocking system call or cgo call, and returns promptly;
+//   - shares no unguarded state with it (the race detector sees none: a
+//     concurrent map read and write is a fatal error, and would end bridge,
+//     and the job's exit status with it);
+//   - never releases a resource under a call that still uses it: a
+//     descriptor closed under an in-flight read frees its number for the
+//     next file opened, and the read then reads that file. Such a resource
+//     is released by the call, when it is done with it.
+//
+// A Collect that runs after Close returns (its points or an error) and
+// leaves nothing open. A second Close does nothing harmful.
 type Closer interface {
 	Close() error
 }

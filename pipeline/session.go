@@ -218,6 +218,8 @@ func (s *Session) loop() {
 	defer close(s.doneS)
 	defer s.recoverGo("sampling loop")
 	fast := s.set.FastInterval > 0 && s.set.FastInterval < s.set.Interval && s.memory != nil
+	var probing chan bool // the memory probe in flight, if any; nil: none
+	var probed time.Time  // when it started
 	for first := true; ; first = false {
 		smp := s.sampler.Sample(context.Background())
 		s.enqueue(smp)
@@ -234,9 +236,13 @@ func (s *Session) loop() {
 		// Between samples, a memory-only look every FastInterval (about
 		// 0.5 ms, BenchmarkMemoryProbe): a working set that climbs toward the
 		// limit gets the fast interval at once, not at the next regular
-		// sample. Without a limit there is nothing to near.
+		// sample. Without a limit there is nothing to near. The probe runs
+		// on a goroutine of its own, one at a time: a read of it that hangs
+		// in the kernel (memory.stat stalled in a flush) must not stall
+		// sampling, nor Stop, which waits for this loop.
 		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent)
 		probe := fast && limited
+	wait:
 		for {
 			wait := time.Until(next)
 			if probe {
@@ -247,16 +253,33 @@ func (s *Session) loop() {
 			case <-s.stopS:
 				t.Stop()
 				return
+			case near := <-probing:
+				t.Stop()
+				probing = nil
+				if near && probed.After(smp.Time) { // not one started before this sample
+					break wait
+				}
+				continue
 			case <-t.C:
 			}
 			if !time.Now().Before(next) {
 				break
 			}
-			if pts, err := s.memory.MemoryPoints(context.Background()); err == nil && s.nearLimit(pts) {
-				break
+			if probing == nil {
+				probing, probed = make(chan bool, 1), time.Now()
+				go s.probeMemory(probing)
 			}
 		}
 	}
+}
+
+// probeMemory sends on near whether the working set is near the limit.
+func (s *Session) probeMemory(near chan<- bool) {
+	v := false
+	defer func() { near <- v }()
+	defer s.recoverGo("memory probe")
+	pts, err := s.memory.MemoryPoints(context.Background())
+	v = err == nil && s.nearLimit(pts)
 }
 
 // RandomPhase draws the wait before the second sample uniformly in

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,6 +302,58 @@ func TestSessionMemoryProbe(t *testing.T) {
 	default:
 		t.Error("the probe was never read")
 	}
+}
+
+// hungProbe is a memory probe whose read hangs for real: it opens a FIFO
+// that nobody writes, as a memory.stat read stalled in the kernel.
+type hungProbe struct {
+	fifo    string
+	entered chan struct{} // closed at the first call
+	once    *sync.Once
+	calls   *atomic.Int64
+}
+
+func (p hungProbe) MemoryPoints(context.Context) ([]metrics.Point, error) {
+	p.calls.Add(1)
+	p.once.Do(func() { close(p.entered) })
+	_, err := os.ReadFile(p.fifo)
+	return nil, err
+}
+
+// A memory probe stuck in a read stalls neither sampling nor Stop: samples
+// go on at the interval, no second probe is started beside the stuck one,
+// and the session ends.
+func TestSessionMemoryProbeHangs(t *testing.T) {
+	c := &limited{}
+	set := settings(t)
+	set.Interval, set.FastInterval, set.FastThreshold = 5*time.Millisecond, time.Millisecond, 90
+	fifo := filepath.Join(t.TempDir(), "memory.stat")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := hungProbe{fifo: fifo, entered: make(chan struct{}), once: &sync.Once{}, calls: &atomic.Int64{}}
+	s := open(t, set, []metrics.Collector{c}, p)
+	s.Run()
+	waitfor.Cond(t, deadline, "the memory probe entering its read", waitfor.Closed(p.entered))
+	at := c.calls()
+	waitfor.Cond(t, deadline, "three more samples while the probe hangs", func() bool { return c.calls() >= at+3 })
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		s.Stop(nil)
+		s.Finish(tracker.EndInfo{Time: time.Now()})
+	}()
+	waitfor.Cond(t, deadline, "Stop and Finish while the probe hangs", waitfor.Closed(stopped))
+	if n := p.calls.Load(); n != 1 {
+		t.Errorf("the probe was called %d times, want once: no second probe beside a stuck one", n)
+	}
+	// Let the stuck read return (a writer's open ends it), so that the
+	// test leaves no goroutine behind.
+	w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatalf("no reader on the FIFO: the probe was not stuck in it (%v)", err)
+	}
+	w.Close()
 }
 
 // The second sample comes after the phase, not after a whole interval: with

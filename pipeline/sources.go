@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/procfs"
 
@@ -32,6 +33,7 @@ type Sources struct {
 	// Notes say why a scope is missing, for `bridge sample`.
 	Notes map[string]any
 
+	log      *slog.Logger
 	cgroup   *cgroup.Collector // nil when the container scope is off or unavailable
 	gpu      *gpu.Collector    // nil when the gpu scope is off
 	scrape   *scrape.Collector // nil without --scrape
@@ -40,10 +42,11 @@ type Sources struct {
 }
 
 // BuildSources creates the collectors the configuration asks for. A source
-// that is unavailable here is left out with a note; the only error is a
-// malformed --gpus entry, a usage error.
+// that is unavailable here is left out with a note; an error is a usage
+// error that names its flag: a malformed --gpus entry, or a --proc-root
+// the GPU collector's process finder cannot read.
 func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
-	s := &Sources{Notes: map[string]any{}}
+	s := &Sources{Notes: map[string]any{}, log: log}
 	if cfg.HasScope("container") {
 		switch {
 		case cfg.NoContainer:
@@ -97,17 +100,12 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 		}
 	}
 	if cfg.HasScope("gpu") {
-		_, err := procfs.NewFS(cfg.ProcRoot) // a --proc-root that is no procfs fails here, as before
-		if err == nil {
-			var g *gpu.Collector
-			if g, err = newGPUSource(cfg, s.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)), log); err == nil {
-				s.gpu = g
-				s.Collectors = append(s.Collectors, g)
-			}
-		}
+		g, err := s.buildGPU(cfg, log)
 		if err != nil {
-			return nil, fmt.Errorf("--gpus / BRIDGE_GPUS: %w", err)
+			return nil, err
 		}
+		s.gpu = g
+		s.Collectors = append(s.Collectors, g)
 	}
 	s.Collectors = filterScopes(s.Collectors, cfg)
 	// After the scope filter: --scrape asks for its series explicitly.
@@ -126,6 +124,20 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 		s.Collectors = append(s.Collectors, s.scrape)
 	}
 	return s, nil
+}
+
+// buildGPU builds the GPU collector and the process finder it reads the
+// child's tree with. Each error names the flag at fault: the proc root the
+// finder reads (not a directory procfs can read), or a malformed --gpus.
+func (s *Sources) buildGPU(cfg config.Config, log *slog.Logger) (*gpu.Collector, error) {
+	if _, err := procfs.NewFS(cfg.ProcRoot); err != nil {
+		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", cfg.ProcRoot, err)
+	}
+	g, err := newGPUSource(cfg, s.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)), log)
+	if err != nil {
+		return nil, fmt.Errorf("--gpus / BRIDGE_GPUS: %w", err)
+	}
+	return g, nil
 }
 
 // ScrapeFailures are the failed --scrape reads per URL (nil without --scrape).
@@ -181,12 +193,41 @@ func (s *Sources) Memory() MemoryProbe {
 	return s.cgroup
 }
 
-// CgroupVersion is "1" or "2", "" without a cgroup collector (forensics).
+// CgroupVersion is "v1", "v2" or "hybrid", "" without a cgroup collector
+// (forensics). It reads no file: at the end of the run, a read that hangs
+// must not hold up the child's exit status.
 func (s *Sources) CgroupVersion() string {
 	if s.cgroup == nil {
 		return ""
 	}
-	return string(s.cgroup.Info().Version)
+	return string(s.cgroup.Version())
+}
+
+// cgroupInfo is the cgroup collector's Info, read on a goroutine of its own
+// and waited for at most timeout: a limit file whose read hangs (a v1
+// memory.stat stalled in a flush) must not hold up the child's start. ok is
+// false when it did not answer in time.
+func (s *Sources) cgroupInfo(timeout time.Duration) (info cgroup.Info, ok bool) {
+	if s.cgroup == nil {
+		return info, true
+	}
+	ch := make(chan cgroup.Info, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("internal error reading the cgroup's limits; the job goes on", "panic", p)
+			}
+		}()
+		ch <- s.cgroup.Info()
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case info = <-ch:
+		return info, true
+	case <-t.C:
+		return cgroup.Info{}, false
+	}
 }
 
 // XidEvents are the GPU errors seen so far, nil without GPUs (forensics).
@@ -197,14 +238,11 @@ func (s *Sources) XidEvents() []gpu.XidEvent {
 	return s.gpu.XidEvents()
 }
 
-// CgroupOptions points the cgroup collector at the configured roots. On the
-// host's own mounts it asks the kernel for the layout; under other roots it
-// reads the layout and bridge's own pid ("self") from the files there.
+// CgroupOptions points the cgroup collector at the configured roots (it
+// finds their layout itself). Under another proc root bridge's own pid is
+// that root's "self".
 func CgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
 	o := cgroup.Options{ProcRoot: cfg.ProcRoot, CgroupRoot: cfg.CgroupRoot, Log: log.With("collector", "cgroup")}
-	if filepath.Clean(cfg.CgroupRoot) != "/sys/fs/cgroup" {
-		o.Mode = cgroup.ModeAt(cfg.CgroupRoot)
-	}
 	if filepath.Clean(cfg.ProcRoot) != "/proc" {
 		if fs, err := procfs.NewFS(cfg.ProcRoot); err == nil {
 			if self, err := fs.Self(); err == nil {
@@ -239,9 +277,13 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 	if cfg.NoContainer {
 		t["bridge.container_awareness"] = "off"
 	}
-	if c := s.cgroup; c != nil {
-		info := c.Info()
-		t["bridge.cgroup.version"] = string(info.Version)
+	if s.cgroup != nil {
+		t["bridge.cgroup.version"] = s.CgroupVersion()
+	}
+	if info, ok := s.cgroupInfo(cfg.CollectTimeout); !ok {
+		s.log.Warn("reading the cgroup's limit files did not answer in time (--collect-timeout); the run's limit tags are left out",
+			"waited", cfg.CollectTimeout)
+	} else if s.cgroup != nil {
 		var paths []string
 		for k, v := range info.Paths {
 			paths = append(paths, k+"="+v)

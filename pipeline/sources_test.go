@@ -3,7 +3,9 @@ package pipeline
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/bridge-dev/bridge/config"
@@ -79,5 +81,31 @@ func TestSourcesNodeScopes(t *testing.T) {
 				cl.Close()
 			}
 		}
+	}
+}
+
+// A BuildSources error names the flag at fault: a --proc-root that is no
+// directory is not reported as a --gpus error, nor a malformed --gpus as a
+// --proc-root one.
+func TestSourcesErrorNamesItsFlag(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "proc")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name      string
+		cfg       config.Config
+		want, not string
+	}{
+		{"proc root", config.Config{ProcRoot: notDir}, "--proc-root", "--gpus"},
+		{"gpus", config.Config{ProcRoot: "/proc", GPUs: []string{"cuda:0"}}, "--gpus", "--proc-root"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.cfg.Scopes, tt.cfg.CgroupRoot, tt.cfg.Rootfs, tt.cfg.CollectTimeout = []string{"gpu"}, "/sys/fs/cgroup", "/", deadline
+			_, err := BuildSources(tt.cfg, quiet())
+			if err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), tt.not) {
+				t.Errorf("BuildSources error %v: want one naming %s, not %s", err, tt.want, tt.not)
+			}
+		})
 	}
 }

@@ -84,7 +84,6 @@ func runAttach(args []string, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, supervisor.Forwarded...)
 	defer signal.Stop(sigs)
-	trimImage(log)
 	sess.Run()
 
 	reason := waitForPID(procs, pid, filepath.Clean(cfg.ProcRoot) == "/proc", sigs)

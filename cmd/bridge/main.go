@@ -73,12 +73,18 @@ func keepSIGPIPE() {
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
-// maxProcs caps bridge's Ps. Its work is a few goroutines that mostly wait
-// (blocking syscalls and cgo calls hand their P over; a busy goroutine is
-// preempted within 10 ms); every other P only adds threads to wake, spin and
-// run GC workers on. The runtime's default is every CPU the cgroup allows,
-// often all of a large node's: on 2 CPUs GOMAXPROCS=32 cost 23% more CPU a
-// sample than 2, and 1 about 9% less than 2 (docs/performance.md).
+// maxProcs caps bridge's Ps. Liveness first: every call of bridge's that
+// can block in the kernel (kernel file reads, the supervisor's waits and
+// signals, NVML's cgo calls) takes the ordinary system call path, which
+// hands its P to another thread when it blocks, so one P keeps signal
+// forwarding, reaping, the collect timeout and the end of the run going
+// while a read hangs forever (TestHungReadLeavesBridgeLive). A second P
+// would not help against what can still hold a P, a thread stuck outside
+// any system call (a page fault on a hung NFS image): the next garbage
+// collection waits for it whatever GOMAXPROCS is. Every other P only adds
+// threads to wake, spin and run GC workers on: 2 cost 6-20% more CPU a
+// sample than 1 (bench/builds.sh, 2026-12-04), and the runtime's default,
+// every CPU the cgroup allows, 23% more at 32 than at 2 (docs/performance.md).
 const maxProcs = 1
 
 // limitProcs lowers GOMAXPROCS to maxProcs unless the user set it.

@@ -16,7 +16,6 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/forensics"
-	"github.com/bridge-dev/bridge/internal/memtrim"
 	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/spool"
@@ -116,7 +115,6 @@ func runSupervise(args []string, stderr io.Writer) int {
 	} else {
 		log.Debug("bridge set its oom_score_adj to -1000")
 	}
-	trimImage(log)
 	sess.Run()
 
 	// Signals while the child runs were forwarded by the supervisor; one
@@ -266,35 +264,4 @@ func previousAttempt(sp *spool.Spool, log *slog.Logger) (*forensics.Lost, pipeli
 		log.Info("writing into the run of that attempt again", "tracker", t.Name, "run", id, "attempt", lost.Attempt)
 	}
 	return lost, ov
-}
-
-// trimWriteBack bounds the wait for a dirty binary's write-back before
-// the trim; past it the trim is skipped and sampling starts.
-const trimWriteBack = time.Second
-
-// trimImage gives back the pages of bridge's program files mapped in bulk
-// at start (internal/memtrim): from here on only the code a sample runs
-// stays resident. After the child's start, which it does not delay, and
-// before sampling starts, so that nothing maps pages back between the
-// unmapping and the dropping. A write-back stuck on a slow disk is left to
-// its goroutine: it must not hold up sampling.
-func trimImage(log *slog.Logger) {
-	wb := make(chan error, 1)
-	go func() { wb <- memtrim.WriteBack() }()
-	t := time.NewTimer(trimWriteBack)
-	defer t.Stop()
-	select {
-	case err := <-wb:
-		if err != nil {
-			log.Debug("cannot write back bridge's executable; its dirty pages stay mapped", "err", err)
-		}
-	case <-t.C:
-		log.Debug("writing back bridge's executable takes long; its mapped pages are not trimmed", "waited", trimWriteBack)
-		return
-	}
-	if res, err := memtrim.Trim(); err != nil {
-		log.Debug("cannot trim bridge's mapped program files; it only costs memory", "err", err)
-	} else {
-		log.Debug("trimmed bridge's mapped program files", "mappings", res.Mappings, "bytes", res.Bytes)
-	}
 }

@@ -37,17 +37,23 @@ func exitCode(t *testing.T, err error) int { t.Helper(); return testbin.ExitCode
 // spooled reads the samples of the spool a bridgeCmd wrote (BRIDGE_SPOOL).
 func spooled(t *testing.T, cmd *exec.Cmd) []metrics.Sample {
 	t.Helper()
+	ss, _, _, err := spooltest.ReadFile(spoolPath(t, cmd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ss
+}
+
+// spoolPath is the spool a bridgeCmd writes (BRIDGE_SPOOL).
+func spoolPath(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
 	for _, kv := range cmd.Env {
 		if path, ok := strings.CutPrefix(kv, "BRIDGE_SPOOL="); ok {
-			ss, _, _, err := spooltest.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return ss
+			return path
 		}
 	}
 	t.Fatal("the command has no BRIDGE_SPOOL")
-	return nil
+	return ""
 }
 
 func TestExitCodePassedThrough(t *testing.T) {

@@ -20,3 +20,15 @@ func Cond(t testing.TB, d time.Duration, what string, cond func() bool) {
 		time.Sleep(step)
 	}
 }
+
+// Closed is a condition for Cond: ch is closed (a goroutine has ended).
+func Closed(ch <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+}

@@ -31,7 +31,7 @@ import (
 // Mode is the cgroup layout of a host.
 type Mode string
 
-// Modes. The zero Mode in Options means DetectMode().
+// Modes. The zero Mode in Options means: detect it (see Options.Mode).
 const (
 	ModeV1          Mode = "v1"          // legacy: one hierarchy per controller
 	ModeV2          Mode = "v2"          // unified
@@ -43,9 +43,13 @@ const (
 // collector can read (no cgroupfs, no /proc/<pid>/cgroup).
 var ErrUnavailable = errors.New("no readable cgroup")
 
-// DetectMode returns the real host's mode. It statfs()es /sys/fs/cgroup
-// (through containerd's cgroups.Mode, which cannot be pointed elsewhere), so
-// fixture tests pass their Mode in Options instead.
+// hostRoot is where the host's cgroup filesystems are mounted, the only
+// root containerd's mode detection looks at.
+const hostRoot = "/sys/fs/cgroup"
+
+// DetectMode returns the real host's mode, by containerd's cgroups.Mode: a
+// statfs of /sys/fs/cgroup (and of its unified/), which cannot be pointed
+// elsewhere.
 func DetectMode() Mode {
 	switch cgroups.Mode() {
 	case cgroups.Unified:
@@ -59,31 +63,30 @@ func DetectMode() Mode {
 	}
 }
 
-// ModeAt tells the layout of a cgroup filesystem mounted at root from its
-// files, for a root other than the host's /sys/fs/cgroup (DetectMode's
-// statfs cannot be pointed elsewhere): cgroup.controllers at the root means
-// v2; v1 controller directories beside a unified/ v2 mount mean hybrid.
-func ModeAt(root string) Mode {
-	has := func(p string) bool { _, err := os.Stat(filepath.Join(root, p)); return err == nil }
-	switch {
-	case has("cgroup.controllers"):
-		return ModeV2
-	case (has("memory") || has("cpu")) && has("unified/cgroup.controllers"):
-		return ModeHybrid
-	case has("memory") || has("cpu") || has("cpu,cpuacct"):
-		return ModeV1
+// checkMode accepts a known layout; "" is not known yet.
+func checkMode(opts Options) error {
+	switch opts.Mode {
+	case "", ModeV1, ModeV2, ModeHybrid:
+		return nil
+	case ModeUnavailable:
+		return fmt.Errorf("%w: no cgroup filesystem at %s", ErrUnavailable, opts.CgroupRoot)
 	default:
-		return ModeUnavailable
+		return fmt.Errorf("cgroup mode %q: want v1, v2 or hybrid", opts.Mode)
 	}
 }
 
 // Options configures a Collector. Zero values take the defaults shown.
 type Options struct {
-	ProcRoot   string       // "/proc"
-	CgroupRoot string       // "/sys/fs/cgroup"; only cgroup mounts at or under it count
-	PID        int          // os.Getpid(): the child shares bridge's cgroup
-	Mode       Mode         // DetectMode()
-	Log        *slog.Logger // slog.Default()
+	ProcRoot   string // "/proc"
+	CgroupRoot string // "/sys/fs/cgroup"; only cgroup mounts at or under it count
+	PID        int    // os.Getpid(): the child shares bridge's cgroup
+	// Mode is the layout under CgroupRoot. Zero: DetectMode() when
+	// CgroupRoot is the host's /sys/fs/cgroup; under another root (a
+	// sidecar's mount of the host's, a fixture tree) containerd cannot
+	// look, so the same rule is applied to the filesystems the process's
+	// mountinfo shows mounted there (modeOfMounts).
+	Mode Mode
+	Log  *slog.Logger // slog.Default()
 }
 
 // Info is what the collector found, typed for run tags.
@@ -124,7 +127,7 @@ type Collector struct {
 	now    func() time.Time
 
 	prev  *cpuReading
-	files files // descriptors kept open on cgroupfs and procfs
+	files *files // descriptors kept open on cgroupfs and procfs
 
 	mu     sync.Mutex
 	logged map[string]bool // "no data" debug lines already written
@@ -142,19 +145,15 @@ func New(opts Options) (*Collector, error) {
 	if opts.PID == 0 {
 		opts.PID = os.Getpid()
 	}
-	if opts.Mode == "" {
+	if opts.Mode == "" && filepath.Clean(opts.CgroupRoot) == hostRoot {
 		opts.Mode = DetectMode()
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
 	log := opts.Log.With("source", "cgroup")
-	switch opts.Mode {
-	case ModeV1, ModeV2, ModeHybrid:
-	case ModeUnavailable:
-		return nil, fmt.Errorf("%w: no cgroup filesystem at %s", ErrUnavailable, opts.CgroupRoot)
-	default:
-		return nil, fmt.Errorf("cgroup mode %q: want v1, v2 or hybrid", opts.Mode)
+	if err := checkMode(opts); err != nil {
+		return nil, err
 	}
 
 	pfs, err := procfs.NewFS(opts.ProcRoot)
@@ -177,6 +176,12 @@ func New(opts Options) (*Collector, error) {
 		log.Debug("no mountinfo; assuming the usual mount points",
 			"path", filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "mountinfo"), "err", err)
 	}
+	if opts.Mode == "" {
+		opts.Mode = modeOfMounts(mounts, opts.CgroupRoot)
+		if err := checkMode(opts); err != nil {
+			return nil, fmt.Errorf("%w (in %s)", err, filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "mountinfo"))
+		}
+	}
 	lay := resolve(opts.Mode, cgs, mounts, opts.CgroupRoot)
 	for _, n := range lay.notes {
 		log.Debug(n)
@@ -185,18 +190,21 @@ func New(opts Options) (*Collector, error) {
 		return nil, fmt.Errorf("%w: %s lists no %s hierarchy", ErrUnavailable,
 			filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "cgroup"), opts.Mode)
 	}
-	return &Collector{
+	c := &Collector{
 		opts:   opts,
 		log:    log,
 		lay:    lay,
 		procFS: pfs,
 		now:    time.Now,
 		logged: map[string]bool{},
-	}, nil
+	}
+	c.files = newFiles(func() time.Time { return c.now() })
+	return c, nil
 }
 
 // Close implements metrics.Closer: it closes the descriptors kept open for
-// sampling (a later Collect opens them again).
+// sampling, without waiting for a read in flight (see kfile.Reader.Close).
+// Reads after it, of a Collect still running, keep nothing open.
 func (c *Collector) Close() error {
 	c.files.close()
 	return nil
@@ -204,6 +212,10 @@ func (c *Collector) Close() error {
 
 // Name implements metrics.Collector.
 func (c *Collector) Name() string { return "cgroup" }
+
+// Version is the cgroup layout read (Info's Version), without reading a
+// file.
+func (c *Collector) Version() Mode { return c.opts.Mode }
 
 // Info returns what was found; limits are read afresh (they can be resized).
 func (c *Collector) Info() Info {
@@ -274,7 +286,6 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	c.files.tick(c.now())
 	r := &round{c: c}
 	r.memory()
 	r.cpu()

@@ -137,6 +137,31 @@ func resolve(mode Mode, cgroups []procfs.Cgroup, mounts []*procfs.MountInfo, cgr
 	return l
 }
 
+// modeOfMounts is containerd's rule (cgroups.Mode) for a root other than
+// /sys/fs/cgroup, read from mountinfo rather than statfs: cgroup2 mounted
+// at root is v2, else cgroup2 at root/unified is hybrid, else cgroup v1
+// mounted at or under root is v1. Nothing of the kind: unavailable.
+func modeOfMounts(mounts []*procfs.MountInfo, root string) Mode {
+	root = filepath.Clean(root)
+	mounted := func(fsType string, at func(mp string) bool) bool {
+		for _, m := range mounts {
+			if m.FSType == fsType && at(filepath.Clean(m.MountPoint)) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case mounted("cgroup2", func(mp string) bool { return mp == root }):
+		return ModeV2
+	case mounted("cgroup2", func(mp string) bool { return mp == filepath.Join(root, ctlUnified) }):
+		return ModeHybrid
+	case mounted("cgroup", func(mp string) bool { return mp == root || strings.HasPrefix(mp, root+"/") }):
+		return ModeV1
+	}
+	return ModeUnavailable
+}
+
 // makePlace joins a cgroup path (as /proc/<pid>/cgroup shows it) onto the
 // mount point, stripping the mount's root.
 func makePlace(mountPoint, mountRoot, cgPath string, v1 bool, l *layout) place {

@@ -42,8 +42,9 @@ type Options struct {
 // Collector reads the node, rootfs and netns sources. It keeps the previous
 // /proc/stat and /proc/net/dev readings to compute deltas.
 //
-// Contract: as metrics.Collector; Collect and Detect must not be called
-// concurrently with each other (the Sampler calls them from one goroutine).
+// Contract: as metrics.Collector and metrics.Closer. Detect keeps no state
+// and may run beside a Collect, Close too (the kept files are a
+// kfile.Reader's).
 type Collector struct {
 	fs         procfs.FS
 	procRoot   string
@@ -61,9 +62,12 @@ type Collector struct {
 	// statfs is readFsUsage; tests count its calls.
 	statfs func(path string) (fsUsage, error)
 
-	// Files read every sample, kept open on a real procfs; buf is reused.
-	statFile, meminfoFile, loadavgFile, netDevFile *kfile
-	pressureFiles                                  []*kfile // as pressureResources
+	// The files read every sample (paths under ProcRoot), read through
+	// files: kept open on a real procfs, a missing one (no PSI) not looked
+	// for every sample. buf is Collect's, reused.
+	statFile, meminfoFile, loadavgFile, netDevFile string
+	pressureFiles                                  []string // as pressureResources
+	files                                          *kfileio.Reader[string]
 	buf                                            []byte
 
 	mu     sync.Mutex
@@ -86,9 +90,8 @@ func New(opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
 	}
-	keep := kfileio.IsProcfs(opts.ProcRoot)
-	file := func(rel string) *kfile { return newKfile(filepath.Join(opts.ProcRoot, rel), keep) }
-	var psi []*kfile
+	file := func(rel string) string { return filepath.Join(opts.ProcRoot, rel) }
+	var psi []string
 	for _, res := range pressureResources {
 		psi = append(psi, file("pressure/"+res))
 	}
@@ -106,6 +109,7 @@ func New(opts Options) (*Collector, error) {
 		statfs:        readFsUsage,
 		absent:        map[string]bool{},
 	}
+	c.files = kfileio.NewPathReader(kfileio.Options{Absent: true, Now: func() time.Time { return c.now() }})
 	for _, sc := range opts.Scopes {
 		if !slices.Contains(ServedScopes, sc) {
 			return nil, fmt.Errorf("node metrics: scope %q is not one this collector reads (node, rootfs, netns)", sc)
@@ -132,18 +136,14 @@ func New(opts Options) (*Collector, error) {
 // reads them.
 var ServedScopes = []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}
 
-// Close releases the files kept open.
-func (c *Collector) Close() error {
-	for _, f := range append([]*kfile{c.statFile, c.meminfoFile, c.loadavgFile, c.netDevFile}, c.pressureFiles...) {
-		f.close()
-	}
-	return nil
-}
+// Close releases the files kept open, without waiting for a read in flight
+// (see kfile.Reader.Close).
+func (c *Collector) Close() error { return c.files.Close() }
 
-// read reads f into the collector's buffer.
-func (c *Collector) read(f *kfile) ([]byte, error) {
+// read reads the file at path into the collector's buffer.
+func (c *Collector) read(path string) ([]byte, error) {
 	var err error
-	c.buf, err = f.read(c.buf)
+	c.buf, err = c.files.Read(path, c.buf)
 	return c.buf, err
 }
 

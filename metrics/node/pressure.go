@@ -18,8 +18,8 @@ func (c *Collector) collectPressure() ([]metrics.Point, error) {
 	var pts []metrics.Point
 	var errs []error
 	for i, res := range pressureResources {
-		src := c.pressureFiles[i].path
-		b, err := c.read(c.pressureFiles[i])
+		src := c.pressureFiles[i]
+		b, err := c.read(src)
 		var ps procfs.PSIStats
 		if err == nil {
 			ps, err = parsePSI(b)

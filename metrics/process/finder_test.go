@@ -143,7 +143,7 @@ func TestRealFinderAvoidsScan(t *testing.T) {
 		t.Skipf("SKIP: no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN) and this test runs in a root cgroup: only a full scan is possible here")
 	}
 	t.Logf("tree found by %s (%v)", c.find.method, c.find.cgroupDirs)
-	if n := len(c.stats.files.fds); n != 3 {
+	if n := c.stats.files.Kept(); n != 3 {
 		t.Errorf("%d stat files kept open, want 3 (the tree)", n)
 	}
 }

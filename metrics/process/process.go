@@ -152,7 +152,8 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 
 var pageSize = float64(os.Getpagesize())
 
-// Close releases the files kept open.
+// Close releases the files kept open, without waiting for a Collect in
+// flight (see kfile.Reader.Close).
 func (c *Collector) Close() error {
 	c.close()
 	return nil
@@ -174,7 +175,7 @@ func newTreeReader(procRoot, cgroupRoot string) treeReader {
 		cgroupRoot = "/sys/fs/cgroup"
 	}
 	return treeReader{
-		find:  finder{procRoot: procRoot, cgroupRoot: cgroupRoot},
+		find:  newFinder(procRoot, cgroupRoot),
 		stats: newStatFiles(procRoot),
 		all:   map[int]procStat{},
 	}
@@ -214,10 +215,9 @@ func (f *Finder) Tree(root, adopter int) ([]int, error) {
 	return pids, nil
 }
 
-// Close releases the files kept open.
+// Close releases the files kept open. It does not take the lock that Tree
+// holds across its reads: a Tree stuck in a read cannot hold Close up.
 func (f *Finder) Close() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.r.close()
 	return nil
 }

@@ -131,95 +131,32 @@ func atoi(b []byte) (int64, bool) {
 	return int64(u), true
 }
 
-// openFiles reads small kernel files by key. On a real procfs it keeps each
-// file open and re-reads it with pread: one syscall a sample instead of
-// three, and no poller set-up. A descriptor stays bound to the process it was
-// opened for, so a reused pid reads ESRCH, never another process's figures.
-// On a fixture tree (a plain directory) files are opened each time, since
-// tests replace them.
-type openFiles[K comparable] struct {
-	keep bool // keep descriptors open (the root is a procfs)
-	max  int  // descriptors kept at most; beyond, open/read/close
-	fds  map[K]int
-	used map[K]bool
-}
-
-func newOpenFiles[K comparable](procRoot string, max int) *openFiles[K] {
-	return &openFiles[K]{keep: kfile.IsProcfs(procRoot), max: max, fds: map[K]int{}, used: map[K]bool{}}
-}
-
-// read reads the whole file of key into buf's storage (growing it as
-// needed); path is called only to open it.
-func (o *openFiles[K]) read(key K, path func() string, buf []byte) ([]byte, error) {
-	fd, cached := o.fds[key]
-	if !cached {
-		var err error
-		fd, err = kfile.Open(path())
-		if err != nil {
-			return buf[:0], err
-		}
-		if o.keep && len(o.fds) < o.max {
-			o.fds[key] = fd
-			cached = true
-		} else {
-			defer syscall.Close(fd)
-		}
-	}
-	o.used[key] = true
-	read := kfile.ReadWhole
-	if cached { // a /proc/<pid> file: procfs's own, never lxcfs's
-		read = kfile.ReadKept
-	}
-	out, err := read(fd, buf, 1024)
-	if err != nil && cached {
-		o.drop(key)
-	}
-	return out, err
-}
-
-// sweep closes the descriptors of keys not read since the last sweep.
-func (o *openFiles[K]) sweep() {
-	for k := range o.fds {
-		if !o.used[k] {
-			o.drop(k)
-		}
-	}
-	clear(o.used)
-}
-
-func (o *openFiles[K]) drop(k K) {
-	if fd, ok := o.fds[k]; ok {
-		_ = syscall.Close(fd)
-		delete(o.fds, k)
-	}
-}
-
-func (o *openFiles[K]) close() {
-	for k := range o.fds {
-		o.drop(k)
-	}
-}
-
 // maxOpenStats bounds the files a reader keeps open, of each kind (stat
 // files, children links): a huge tree, or one with hundreds of threads, reads
 // the rest with open/read/close rather than spend bridge's descriptors.
 const maxOpenStats = 256
 
-// statFiles reads /proc/<pid>/stat files.
+// statFiles reads /proc/<pid>/stat files. On a real procfs each stays open
+// and is re-read with pread (kfile.Reader): one syscall a process a sample.
+// A kept descriptor stays bound to the process it was opened for, so a
+// reused pid reads ESRCH (gone), never another process's figures; those of
+// processes no longer in the tree are closed by sweep.
 type statFiles struct {
 	procRoot string
-	files    *openFiles[int]
+	files    *kfile.Reader[int]
 	buf      []byte
 }
 
 func newStatFiles(procRoot string) *statFiles {
-	return &statFiles{procRoot: procRoot, files: newOpenFiles[int](procRoot, maxOpenStats)}
+	f := &statFiles{procRoot: procRoot}
+	f.files = kfile.NewReader(f.path, kfile.Options{Size: 1024, MaxKept: maxOpenStats})
+	return f
 }
 
 // read returns the stat of pid; gone is true when the process no longer
 // exists (or exited while being read).
 func (f *statFiles) read(pid int) (s procStat, gone bool, err error) {
-	f.buf, err = f.files.read(pid, func() string { return f.path(pid) }, f.buf)
+	f.buf, err = f.files.Read(pid, f.buf)
 	if err != nil {
 		if isGone(err) {
 			return s, true, nil
@@ -236,8 +173,8 @@ func (f *statFiles) read(pid int) (s procStat, gone bool, err error) {
 	return s, false, nil
 }
 
-func (f *statFiles) sweep() { f.files.sweep() }
-func (f *statFiles) close() { f.files.close() }
+func (f *statFiles) sweep() { f.files.Sweep() }
+func (f *statFiles) close() { f.files.Close() }
 
 func (f *statFiles) dir(pid int) string  { return f.procRoot + "/" + strconv.Itoa(pid) }
 func (f *statFiles) path(pid int) string { return f.dir(pid) + "/stat" }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Tree returns root and all its descendants (by the parent pid field of
@@ -132,18 +134,22 @@ type finder struct {
 	method        string
 	both          bool // children links and a cgroup: choose by cost
 	calls         int
-	linkReads     int                // children files the last walk read
-	cgroupDirs    []string           // viaCgroup: the cgroup directories walked
-	children      *openFiles[[2]int] // viaChildren: {pid, tid} -> its children file
+	linkReads     int                   // children files the last walk read
+	cgroupDirs    []string              // viaCgroup: the cgroup directories walked
+	children      *kfile.Reader[[2]int] // viaChildren: {pid, tid} -> its children file
 	buf           []byte
 }
 
-// close releases the files kept open.
-func (f *finder) close() {
-	if f.children != nil {
-		f.children.close()
-	}
+func newFinder(procRoot, cgroupRoot string) finder {
+	f := finder{procRoot: procRoot, cgroupRoot: cgroupRoot}
+	f.children = kfile.NewReader(func(k [2]int) string {
+		return filepath.Join(procRoot, strconv.Itoa(k[0]), "task", strconv.Itoa(k[1]), "children")
+	}, kfile.Options{Size: 1024, MaxKept: maxOpenStats})
+	return f
 }
+
+// close releases the files kept open; safe beside a walk in flight.
+func (f *finder) close() { f.children.Close() }
 
 // candidates returns a superset of the tree of root (plus the adopter's
 // other children), never the whole machine unless nothing better exists.
@@ -214,9 +220,6 @@ func (f *finder) choose(root, adopter int) {
 // byChildren walks the children links from root (and the adopter) down.
 // Each thread lists the children it forked, so every task is read.
 func (f *finder) byChildren(root, adopter int) []int {
-	if f.children == nil {
-		f.children = newOpenFiles[[2]int](f.procRoot, maxOpenStats)
-	}
 	out := []int{root}
 	if adopter > 0 && adopter != root {
 		out = append(out, adopter) // its children are the adopted orphans; buildTree drops it
@@ -236,9 +239,7 @@ func (f *finder) byChildren(root, adopter int) []int {
 				continue
 			}
 			f.linkReads++
-			f.buf, err = f.children.read([2]int{pid, tid}, func() string {
-				return filepath.Join(taskDir, name, "children")
-			}, f.buf)
+			f.buf, err = f.children.Read([2]int{pid, tid}, f.buf)
 			if err != nil {
 				continue // the thread exited
 			}
@@ -250,7 +251,7 @@ func (f *finder) byChildren(root, adopter int) []int {
 			}
 		}
 	}
-	f.children.sweep()
+	f.children.Sweep()
 	return out
 }
 

@@ -1,0 +1,63 @@
+package process
+
+import (
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/bridge-dev/bridge/metrics/internal/closetest"
+)
+
+// Close beside a Collect stuck for real opening a process's stat file, a
+// FIFO nobody writes: Close does not wait for it, nothing races, and
+// nothing stays open once it returns.
+func TestCloseWhileReadHangs(t *testing.T) {
+	root := t.TempDir()
+	procs := []fakeProc{{pid: 100, ppid: 1, comm: "python"}, {pid: 101, ppid: 100, comm: "worker"}}
+	writeProcs(t, root, procs...)
+	c, err := New(Options{ProcRoot: root, RootPID: func() int { return 100 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := closetest.Fifo(t, filepath.Join(root, "101", "stat"), procs[1].statLine())
+	closetest.CloseWhileReadHangs(t, c, root, release)
+}
+
+// Collect and Close at once on the real /proc, the tree of a real process
+// (its stat files and children links kept open): no data race.
+func TestCloseRaceReal(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "sleep 30 & sleep 30 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	waitForTree(t, cmd.Process.Pid, 3)
+	c, err := New(Options{RootPID: func() int { return cmd.Process.Pid }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closetest.Race(t, c)
+
+	// The GPU collector's Finder too: Close does not take Tree's lock.
+	f := NewFinder("", "")
+	walked := make(chan struct{})
+	go func() {
+		defer close(walked)
+		for range 50 {
+			f.Tree(cmd.Process.Pid, 0)
+		}
+	}()
+	for open := true; open; {
+		f.Close()
+		select {
+		case <-walked:
+			open = false
+		default:
+		}
+	}
+}
