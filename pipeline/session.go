@@ -240,7 +240,7 @@ func (s *Session) loop() {
 		// on a goroutine of its own, one at a time: a read of it that hangs
 		// in the kernel (memory.stat stalled in a flush) must not stall
 		// sampling, nor Stop, which waits for this loop.
-		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent)
+		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent.Name)
 		probe := fast && limited
 	wait:
 		for {
@@ -296,7 +296,7 @@ func RandomPhase(interval time.Duration) time.Duration {
 // the spool's notification, sent) every FastInterval.
 func (s *Session) nearLimit(pts []metrics.Point) bool {
 	for _, p := range pts {
-		if p.Name == metrics.ContainerMemoryWorkingSetPercent {
+		if p.Desc == metrics.ContainerMemoryWorkingSetPercent {
 			return p.Value >= s.set.FastThreshold
 		}
 	}

@@ -38,11 +38,15 @@ type counter struct {
 
 func (c *counter) Name() string { return "counter" }
 
-func (c *counter) Collect(context.Context) ([]metrics.Point, error) {
+// testCalls is the counter's one series.
+var testCalls = &metrics.Desc{Name: "test_calls_count", Unit: metrics.UnitCount, Scope: metrics.ScopeNode, Help: "Calls of the test collector."}
+
+func (c *counter) Collect(_ context.Context, b *metrics.Batch) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n++
-	return []metrics.Point{{Name: "test_calls_count", Value: float64(c.n), Unit: metrics.UnitCount, Scope: metrics.ScopeNode}}, nil
+	b.Add(testCalls, float64(c.n), "test")
+	return nil
 }
 
 func (c *counter) calls() int {
@@ -274,15 +278,16 @@ func (p probe) MemoryPoints(context.Context) ([]metrics.Point, error) {
 	case p.calls <- struct{}{}:
 	default:
 	}
-	return []metrics.Point{{Name: metrics.ContainerMemoryWorkingSetPercent, Value: 99}}, nil
+	return []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSetPercent, 99)}, nil
 }
 
 // limited is a collector under a memory limit, below the threshold.
 type limited struct{ counter }
 
-func (l *limited) Collect(ctx context.Context) ([]metrics.Point, error) {
-	pts, err := l.counter.Collect(ctx)
-	return append(pts, metrics.Point{Name: metrics.ContainerMemoryWorkingSetPercent, Value: 10}), err
+func (l *limited) Collect(ctx context.Context, b *metrics.Batch) error {
+	err := l.counter.Collect(ctx, b)
+	b.Add(metrics.ContainerMemoryWorkingSetPercent, 10, "test")
+	return err
 }
 
 // Between samples the memory probe is read; a working set near the limit

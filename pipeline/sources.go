@@ -321,15 +321,11 @@ type scopeFilter struct {
 	keep map[metrics.Scope]bool
 }
 
-func (f scopeFilter) Collect(ctx context.Context) ([]metrics.Point, error) {
-	pts, err := f.Collector.Collect(ctx)
-	out := pts[:0]
-	for _, p := range pts {
-		if f.keep[p.Scope] {
-			out = append(out, p)
-		}
-	}
-	return out, err
+func (f scopeFilter) Collect(ctx context.Context, b *metrics.Batch) error {
+	from := len(b.Points)
+	err := f.Collector.Collect(ctx, b)
+	b.Keep(from, func(d *metrics.Desc) bool { return f.keep[d.Scope] })
+	return err
 }
 
 func (f scopeFilter) Detect(ctx context.Context) map[string]any {

@@ -1,7 +1,8 @@
 // Package promexport serves bridge's samples on /metrics in the Prometheus
-// text format: the very samples the trackers get, under cAdvisor's names and
-// base units where cAdvisor has the series, and bridge's own health (samples
-// taken, sent and pending per tracker, queue depth, send errors).
+// text format: the very samples the trackers get, each under the name, type,
+// help and base unit its descriptor gives (cAdvisor's names where cAdvisor
+// has the series, metrics.Desc), and bridge's own health (samples taken,
+// sent and pending per tracker, queue depth, send errors).
 package promexport
 
 import (
@@ -11,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -134,24 +137,29 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.NewMetricWithTimestamp(smp.Time, prometheus.MustNewConstMetric(seqDesc, prometheus.GaugeValue, float64(smp.Seq), lv...))
 	seen := map[string]bool{}
 	for _, p := range smp.Points {
-		s := seriesFor(p.Name)
-		if !validName(s.name) || seen[p.Name] {
+		d := p.Desc
+		if d == nil || seen[d.Name] {
+			continue // a point known by name only is not one a collector made
+		}
+		name := d.PromName()
+		if !validName(name) {
 			continue
 		}
-		seen[p.Name] = true
-		names, values := append([]string(nil), labelNames...), append([]string(nil), lv...)
-		for _, k := range []string{"gpu", "mig"} {
-			if v, ok := s.labels[k]; ok {
-				names, values = append(names, k), append(values, v)
+		seen[d.Name] = true
+		names, values := labelNames, lv
+		if d.Of != nil { // a per-GPU series: its GPU (and MIG slice) as labels
+			names, values = append(slices.Clone(names), "gpu"), append(slices.Clone(values), strconv.Itoa(d.GPU))
+			if d.MIG >= 0 {
+				names, values = append(names, "mig"), append(values, strconv.Itoa(d.MIG))
 			}
 		}
 		vt := prometheus.GaugeValue
-		if s.kind == counter {
+		if d.Kind == metrics.Counter {
 			vt = prometheus.CounterValue
 		}
-		m, err := prometheus.NewConstMetric(prometheus.NewDesc(s.name, s.help, names, nil), vt, s.value(p.Value), values...)
+		m, err := prometheus.NewConstMetric(prometheus.NewDesc(name, d.Help, names, nil), vt, d.Unit.Base(p.Value), values...)
 		if err != nil {
-			e.opt.Log.Debug("point not exposed", "name", p.Name, "err", err)
+			e.opt.Log.Debug("point not exposed", "name", d.Name, "err", err)
 			continue
 		}
 		ch <- prometheus.NewMetricWithTimestamp(smp.Time, m)

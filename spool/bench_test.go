@@ -23,7 +23,7 @@ func BenchmarkOutageMemory(b *testing.B) {
 func outageMemory(b *testing.B, day int64) {
 	pts := make([]metrics.Point, 60)
 	for i := range pts {
-		pts[i] = metrics.Point{Name: fmt.Sprintf("container_metric_number_%02d_megabytes", i), Value: float64(i) * 1.5}
+		pts[i] = metrics.Named(fmt.Sprintf("container_metric_number_%02d_megabytes", i), float64(i)*1.5)
 	}
 	for b.Loop() {
 		s, err := OpenWith(filepath.Join(b.TempDir(), "s.jsonl"), Options{})

@@ -119,7 +119,7 @@ func toSample(rec *Record) metrics.Sample {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		smp.Points = append(smp.Points, metrics.Point{Name: k, Value: rec.Metrics[k]})
+		smp.Points = append(smp.Points, metrics.Named(k, rec.Metrics[k]))
 	}
 	return smp
 }

@@ -55,15 +55,15 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 
 	detected := src.Detected(ctx, smp)
 	// Rates (CPU cores, throttling) need two readings: take one, wait, take
-	// the one that is printed.
+	// the one that is printed, with where each value came from.
 	smp.Sample(ctx)
 	time.Sleep(cfg.Window)
-	sample := smp.Sample(ctx)
+	sample, sources := smp.SampleExplained(ctx)
 
 	if asJSON {
 		out := sampleOutput{Detected: detected, Metrics: make([]jsonPoint, 0, len(sample.Points))}
 		for _, p := range sample.Points {
-			out.Metrics = append(out.Metrics, jsonPoint{p.Name, jsonValue(p.Value), p.Unit, string(p.Scope), p.Source})
+			out.Metrics = append(out.Metrics, jsonPoint{p.Name(), jsonValue(p.Value), string(p.Desc.Unit), string(p.Desc.Scope), sources[p.Name()]})
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -78,7 +78,7 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight*0)
 	fmt.Fprintln(tw, "NAME\tVALUE\tUNIT\tSCOPE\tSOURCE")
 	for _, p := range sample.Points {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, formatValue(p.Value), p.Unit, p.Scope, p.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name(), formatValue(p.Value), p.Desc.Unit, p.Desc.Scope, sources[p.Name()])
 	}
 	tw.Flush()
 	return 0
