@@ -176,6 +176,9 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"scrape-include", "("}, {"scrape-exclude", "[z-a]"},
 		{"scrape-passthrough", "sometimes"},
 		{"scrape-timeout", "1ms"}, {"scrape-timeout", "1h"},
+		{"job-key", "it's"}, {"job-key", "a b"}, {"job-key", strings.Repeat("k", 201)},
+		{"nodes", "-1"}, {"nodes", "1.5"}, {"nodes", "100001"}, {"nodes", "many"},
+		{"job-settle", "0"}, {"job-settle", "10ms"}, {"job-settle", "2m"}, {"job-settle", "1"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
@@ -300,4 +303,27 @@ func clearEnv(t *testing.T) {
 func yamlQuote(s string) string {
 	b, _ := json.Marshal(s) // JSON strings are YAML strings
 	return string(b)
+}
+
+// The multi-node options: good values, and where each came from.
+func TestJobOptions(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JobKey != "" || c.Nodes != 0 || c.JobSettle != time.Second || c.JobKeyFrom != "" || c.NodesFrom != "" || c.NodeIDFrom != "" {
+		t.Errorf("defaults: %q (%q) %d (%q) %v", c.JobKey, c.JobKeyFrom, c.Nodes, c.NodesFrom, c.JobSettle)
+	}
+	c, err = load(t, []string{"--job-key=slurm:alps:42.0", "--job-settle=2s"}, map[string]string{"BRIDGE_NODES": "8", "BRIDGE_NODE_ID": "node-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JobKey != "slurm:alps:42.0" || c.JobKeyFrom != "--job-key" || c.Nodes != 8 || c.NodesFrom != "BRIDGE_NODES" ||
+		c.NodeID != "node-3" || c.NodeIDFrom != "BRIDGE_NODE_ID" || c.JobSettle != 2*time.Second {
+		t.Errorf("got key %q (%q) nodes %d (%q) node %q (%q) settle %v", c.JobKey, c.JobKeyFrom, c.Nodes, c.NodesFrom, c.NodeID, c.NodeIDFrom, c.JobSettle)
+	}
+	file := writeFile(t, "job-key: none\n")
+	if c, err = load(t, []string{"--config", file}, nil); err != nil || c.JobKey != "none" || !strings.HasPrefix(c.JobKeyFrom, "job-key (in ") {
+		t.Errorf("job-key none from a file: %q (%q), %v", c.JobKey, c.JobKeyFrom, err)
+	}
 }
