@@ -19,6 +19,8 @@ package wandb
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -151,6 +153,9 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 	s.label = sanitizeLabel(firstNonEmpty(s.cfg.Label, info.NodeID, hostname()))
 	s.start = time.Now()
 	env := []string{"WANDB_RUN_ID=" + s.cfg.RunID}
+	if s.cfg.Shared {
+		env = append(env, SharedEnv(s.label, s.cfg.Primary, s.cfg.PrimaryKnown)...)
+	}
 	s.log.Info("W&B: the training process creates the run; bridge writes its system metrics as a second writer",
 		"run_id", s.cfg.RunID, "label", s.label, "base_url", s.cfg.BaseURL, "key_from", s.cfg.KeySource)
 
@@ -645,4 +650,39 @@ func nilIfEmpty(s string) any {
 		return nil
 	}
 	return s
+}
+
+// SharedEnv are the variables that put the child's wandb in shared mode,
+// one labelled writer of the job's run: wandb reads WANDB_MODE, and a
+// WANDB__NAME variable as its private setting x_name
+// (wandb/sdk/wandb_settings.py, Settings.update_from_env_vars, wandb
+// 0.31): x_label names its series, x_primary says who uploads config and
+// files, x_update_finish_state whether it may mark the run finished.
+func SharedEnv(label string, primary, known bool) []string {
+	env := []string{"WANDB_MODE=shared", "WANDB__LABEL=" + label}
+	if known {
+		env = append(env, "WANDB__PRIMARY="+strconv.FormatBool(primary))
+		if !primary {
+			env = append(env, "WANDB__UPDATE_FINISH_STATE=false")
+		}
+	}
+	return env
+}
+
+// RunIDFor is the W&B run id of a job's key, the same on every node: the
+// key with the characters a run id may not hold (: ; , # ? / ' and spaces,
+// wandb's validate_run_id) made '-', cut to 48, and 10 hex digits of its
+// SHA-256, so that two keys never share an id.
+func RunIDFor(key string) string {
+	b := []byte(key)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 48 {
+		b = b[:48]
+	}
+	sum := sha256.Sum256([]byte(key))
+	return string(b) + "-" + hex.EncodeToString(sum[:5])
 }

@@ -516,3 +516,48 @@ func TestFinishWithoutRun(t *testing.T) {
 		t.Error("Finish created the run")
 	}
 }
+
+// A job's W&B run id is a function of its key: the same on every node,
+// different for every key, and one wandb accepts (validate_run_id: none of
+// : ; , # ? / ' nor spaces).
+func TestRunIDFor(t *testing.T) {
+	keys := []string{"slurm:alps:4242.0", "slurm:alps:4242.1", "jobset:llm:9a8b", "torchrun:x/y@z", strings.Repeat("k", 200), strings.Repeat("k", 199) + "j"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		id := RunIDFor(k)
+		if id != RunIDFor(k) || len(id) > 64 || strings.ContainsAny(id, ":;,#?/' ") {
+			t.Errorf("RunIDFor(%q) = %q", k, id)
+		}
+		if other, dup := seen[id]; dup {
+			t.Errorf("keys %q and %q share run id %q", other, k, id)
+		}
+		seen[id] = k
+	}
+	if got := RunIDFor("slurm:alps:4242.0"); !strings.HasPrefix(got, "slurm-alps-4242.0-") {
+		t.Errorf("RunIDFor keeps the key readable: %q", got)
+	}
+}
+
+// A shared run: Start hands the child wandb's shared-mode settings, the
+// primary's on node 0 only.
+func TestStartSharedEnv(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	cases := []struct {
+		primary, known bool
+		want           string
+	}{
+		{true, true, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB__PRIMARY=true"},
+		{false, true, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB__PRIMARY=false WANDB__UPDATE_FINISH_STATE=false"},
+		{false, false, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a"},
+	}
+	for _, c := range cases {
+		s := newSink(t, srv, func(cfg *Config) { cfg.RunID, cfg.Shared, cfg.Primary, cfg.PrimaryKnown = "job-1", true, c.primary, c.known })
+		env, err := s.Start(context.Background(), tracker.StartInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(env, " "); got != c.want {
+			t.Errorf("primary %v known %v: env %q, want %q", c.primary, c.known, got, c.want)
+		}
+	}
+}
