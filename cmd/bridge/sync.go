@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
@@ -75,7 +76,17 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	for name, id := range ov.RunIDs {
 		ov.Owned[name] = createdByBridge(attempts, name, id)
 	}
-	sinks, err := pipeline.BuildSinks(cfg, ov, log)
+	// A multi-node job's spool is joined to the job's run by its key, as
+	// its bridge would have: the election finds the elected run.
+	job := jobOf(attempts, cfg)
+	if job != nil && runID == "" {
+		cfg.NodeID = job.NodeID
+		delete(ov.RunIDs, "mlflow")
+		log.Info("the spool is one node's of a multi-node job: uploading to the job's run", "key", job.Key, "node", job.NodeID)
+	} else {
+		job = nil
+	}
+	sinks, err := pipeline.BuildSinks(cfg, ov, job, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
@@ -194,4 +205,15 @@ func endOfJob(attempts []spool.Attempt, sink, id string) (tracker.EndInfo, strin
 		}
 		return end, fmt.Sprintf("exit code %d", end.ExitCode)
 	}
+}
+
+// jobOf is the multi-node job the spool's last training attempt belonged
+// to, nil for a single-node one.
+func jobOf(attempts []spool.Attempt, cfg config.Config) *pipeline.Job {
+	for i := len(attempts) - 1; i >= 0; i-- {
+		if a := attempts[i]; a.Start.Info["mode"] != "sync" {
+			return pipeline.JobFromTags(a.Start.Info, cfg.JobSettle)
+		}
+	}
+	return nil
 }
