@@ -46,7 +46,8 @@ type mnNode struct {
 
 // mnChild is the job's command: it writes the run and node id it was
 // given and its own start time, lives a while, and exits with $CHILD_EXIT.
-const mnChild = `printf '%s %s %s\n' "$MLFLOW_RUN_ID" "$MLFLOW_SYSTEM_METRICS_NODE_ID" "$(date +%s%N)" > seen; sleep 2; exit "${CHILD_EXIT:-0}"`
+// "-" stands for a variable that is not set.
+const mnChild = `printf '%s %s %s\n' "${MLFLOW_RUN_ID:--}" "${MLFLOW_SYSTEM_METRICS_NODE_ID:--}" "$(date +%s%N)" > seen; sleep 2; exit "${CHILD_EXIT:-0}"`
 
 var mnJobs atomic.Int64
 
@@ -241,22 +242,31 @@ func TestMultinodeRounds(t *testing.T) {
 	}
 }
 
-// TestMultinodeSingleNodeDelay gives bench/multinode.sh today's figure next
-// to the election's: the same bridge and child with no job key (it creates
-// a run of its own), N = 1.
-func TestMultinodeSingleNodeDelay(t *testing.T) {
-	if os.Getenv("BRIDGE_TEST_MULTINODE_REPORT") == "" {
-		t.Skip("only for bench/multinode.sh (BRIDGE_TEST_MULTINODE_REPORT): the single-node start is tested elsewhere")
-	}
+// TestSingleNodeUnchanged: with no job key (none found, or --job-key=none
+// in a Slurm step) bridge creates a run of its own as before: no election,
+// keys under system/ alone, no node id for the child. It also gives
+// bench/multinode.sh today's child-start delay next to the election's.
+func TestSingleNodeUnchanged(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
-	for range envInt("BRIDGE_TEST_MULTINODE_ROUNDS", 1) {
-		n := startMN(t, srv.URL, fmt.Sprintf("single-%d", mnJobs.Add(1)), []string{"BRIDGE_JOB_KEY=none"})
-		n.id = "single"
-		wait(t, n)
-		if run, _, _ := n.seen(t); n.code != 0 || run == "" {
-			t.Fatalf("single-node bridge exited %d, child saw run %q", n.code, run)
+	slurm := slurmJob(fmt.Sprint(mnJobs.Add(1)), time.Now().Unix(), 2, 0)(0)
+	for r := range envInt("BRIDGE_TEST_MULTINODE_ROUNDS", 1) {
+		for _, env := range [][]string{nil, append(slurm, "BRIDGE_JOB_KEY=none")} {
+			n := startMN(t, srv.URL, fmt.Sprintf("single-%d", mnJobs.Add(1)), env)
+			n.id = "single"
+			wait(t, n)
+			id, node, _ := n.seen(t)
+			if n.code != 0 || id == "-" || node != "-" {
+				t.Fatalf("round %d, env %v: bridge exited %d, the child saw run %q node %q: want a run and no node id", r, env, n.code, id, node)
+			}
+			run := srv.GetRun(t, id)
+			if run.Tags[mlflow.TagJobKey] != "" || run.Info.Status != mlflow.StatusFinished {
+				t.Errorf("env %v: run tags %v, status %s: want no job, FINISHED", env, run.Tags, run.Info.Status)
+			}
+			if keys := srv.MetricKeys(t, id, "system/"); len(keys) == 0 || strings.Count(keys[0], "/") != 1 {
+				t.Errorf("env %v: keys %v, want system/<name>", env, keys)
+			}
+			report(t, "single", []*mnNode{n})
 		}
-		report(t, "single", []*mnNode{n})
 	}
 }
 
@@ -385,8 +395,8 @@ func TestMultinodeElectionUnfinished(t *testing.T) {
 	if n1.code != 0 {
 		t.Fatalf("node 1's bridge exited %d, want its child's 0", n1.code)
 	}
-	if b, err := os.ReadFile(filepath.Join(n1.dir, "seen")); err != nil || !strings.HasPrefix(string(b), " ") {
-		t.Errorf("node 1's child saw %q (%v), want no MLFLOW_RUN_ID", b, err)
+	if run, _, _ := n1.seen(t); run != "-" {
+		t.Errorf("node 1's child saw MLFLOW_RUN_ID=%s, want none", run)
 	}
 	if !strings.Contains(n1.stderr.String(), "bridge sync "+spoolPath) {
 		t.Errorf("node 1 does not say how to join its samples (bridge sync %s):\n%s", spoolPath, n1.stderr.String())
@@ -402,6 +412,7 @@ func TestMultinodeElectionUnfinished(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bridge sync: %v\n%s", err, out)
 	}
+	// The child ran without the run; what it would have seen, for checkJob.
 	os.WriteFile(filepath.Join(n1.dir, "seen"), []byte(checkJobRun(t, srv, exp, key)+" node-1 0\n"), 0o644)
 	if r := checkJob(t, srv, exp, key, []*mnNode{n0, n1}); r.Info.Status != mlflow.StatusFinished || r.Tags["bridge.node.node-1.status"] != mlflow.StatusFinished {
 		t.Errorf("after the sync the run is %s, node 1's status %q; want FINISHED\n%s", r.Info.Status, r.Tags["bridge.node.node-1.status"], out)
