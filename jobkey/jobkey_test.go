@@ -1,6 +1,8 @@
 package jobkey
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -229,6 +231,48 @@ func TestValidKey(t *testing.T) {
 	for _, k := range []string{"", "it's", "a b", `a\b`, "a\"b", "a\x00", strings.Repeat("k", 201), "é"} {
 		if ValidKey(k) {
 			t.Errorf("ValidKey(%q) = true", k)
+		}
+	}
+}
+
+// The deploy/ examples project, under the names Detect reads, the
+// downward-API fields docs/multinode.md names; with what they project
+// Detect finds a key and the node.
+func TestDeployExamples(t *testing.T) {
+	cases := []struct {
+		file     string
+		projects map[string]string // variable -> field path
+		env      []string          // what a pod of it sees
+		key      string
+	}{
+		{"indexed-job.yaml", map[string]string{
+			EnvJobUID:  "metadata.labels['batch.kubernetes.io/controller-uid']",
+			EnvJobName: "metadata.labels['batch.kubernetes.io/job-name']",
+		}, []string{"JOB_COMPLETION_INDEX=2", "JOB_UID=u-1", "JOB_NAME=train-llm", "BRIDGE_NODES=4"}, "k8s-job:train-llm:u-1"},
+		{"jobset.yaml", map[string]string{
+			EnvJobSetName:     "metadata.annotations['jobset.sigs.k8s.io/jobset-name']",
+			EnvJobSetUID:      "metadata.annotations['jobset.sigs.k8s.io/jobset-uid']",
+			EnvJobIndex:       "metadata.annotations['jobset.sigs.k8s.io/job-global-index']",
+			EnvJobSetReplicas: "metadata.annotations['jobset.sigs.k8s.io/global-replicas']",
+			EnvJobSetRestart:  "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']",
+		}, []string{"JOBSET_NAME=pretrain", "JOBSET_UID=u-2", "JOB_GLOBAL_INDEX=2", "JOBSET_GLOBAL_REPLICAS=4", "JOBSET_RESTART_ATTEMPT=0", "JOB_COMPLETION_INDEX=0"}, "jobset:pretrain:u-2"},
+	}
+	for _, c := range cases {
+		b, err := os.ReadFile(filepath.Join("..", "deploy", c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		for name, path := range c.projects {
+			// "- name: VAR", then "valueFrom:", then its fieldRef.
+			i := slices.IndexFunc(lines, func(l string) bool { return strings.TrimSpace(strings.SplitN(l, "#", 2)[0]) == "- name: "+name })
+			if i < 0 || i+2 >= len(lines) || !strings.Contains(lines[i+2], path) {
+				t.Errorf("deploy/%s does not project %s from %s", c.file, name, path)
+			}
+		}
+		j := Detect(Input{Getenv: env(c.env...)})
+		if j.Key != c.key || j.NodeID != "node-2" {
+			t.Errorf("deploy/%s: key %q node %q, want %q and node-2", c.file, j.Key, j.NodeID, c.key)
 		}
 	}
 }
