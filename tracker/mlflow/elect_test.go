@@ -10,6 +10,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -269,6 +270,25 @@ func TestJobEnd(t *testing.T) {
 		r := srv.GetRun(t, win)
 		if r.Info.Status != StatusFailed || r.Tags["bridge.failed.node-1"] == "" || r.Params[ParamFinished] != "" {
 			t.Errorf("after the rest ended cleanly: %s, tags %v, params %v; want FAILED kept", r.Info.Status, r.Tags, r.Params)
+		}
+	})
+	t.Run("a node whose previous attempt was lost", func(t *testing.T) {
+		exp, key := unique(t), "lost-attempt:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+		startTogether(t, nodes[:1])
+		// Node 1's bridge found in its spool an attempt that never ended.
+		env, err := nodes[1].sink.Start(context.Background(), tracker.StartInfo{NodeID: "node-1",
+			Tags: map[string]string{tagPreviousAttemptLost: "attempt 1 stopped without a clean shutdown"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[1].env = env
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[0], 0)
+		endNode(t, nodes[1], 0)
+		r := srv.GetRun(t, win)
+		if r.Info.Status != StatusKilled || !strings.Contains(r.Tags["bridge.failed.node-1"], "lost") || r.Tags["bridge.node.node-1.previous_attempt_lost"] == "" {
+			t.Errorf("both nodes ended cleanly after node 1 lost an attempt: %s, tags %v; want KILLED", r.Info.Status, r.Tags)
 		}
 	})
 	t.Run("a restarted node ends clean after a failed attempt", func(t *testing.T) {

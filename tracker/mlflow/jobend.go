@@ -58,6 +58,11 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 		s.startTags[s.scope+".attempt"] = strconv.Itoa(job.Attempt)
 	}
 	s.startTags[s.scope+".started"] = strconv.FormatInt(time.Now().UnixMilli(), 10)
+	if lost := info.Tags[tagPreviousAttemptLost]; lost != "" {
+		// That attempt's end was never recorded (its bridge died with
+		// the child, or the node did): it counts against the job.
+		s.startTags["bridge.failed."+s.who] = StatusKilled + ": the previous attempt was lost: " + lost
+	}
 	if job.Nodes > 0 {
 		s.startTags[TagNodes] = strconv.Itoa(job.Nodes)
 	}
@@ -68,6 +73,11 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 	}
 	return env, nil
 }
+
+// tagPreviousAttemptLost is forensics.TagPreviousAttemptLost, set by the
+// caller when this node's previous attempt stopped without recording its
+// end.
+const tagPreviousAttemptLost = "bridge.previous_attempt_lost"
 
 // scoped moves bridge's own tags (bridge.*) under this node's scope: each
 // node's cgroup, limits, exit code... live side by side on the job's run.
