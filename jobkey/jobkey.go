@@ -163,6 +163,12 @@ func Detect(in Input) Job {
 			job.Attempt, job.AttemptFrom = p.attempt, p.attemptOf
 		}
 	}
+	if job.Key == "" && job.NodeID != "" {
+		// Without a key bridge behaves as for a single-node job: a
+		// launcher's node does not nest its keys.
+		job.Notes = append(job.Notes, fmt.Sprintf("node %s (%s) not used: no job key", job.NodeID, job.NodeFrom))
+		job.NodeID, job.NodeFrom = "", ""
+	}
 	if ex.NodeID != "" {
 		job.NodeID, job.NodeFrom = ex.NodeID, ex.NodeFrom
 	}

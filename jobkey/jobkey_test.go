@@ -134,7 +134,7 @@ func TestDetect(t *testing.T) {
 				w.key, w.keyFrom, w.node, w.rank, w.nodes, w.launcher = "torchrun:fromenv", "PET_RDZV_ID", "node-2", 2, 3, "torchrun"
 			})},
 		{"torchrun default rdzv id is no key", Input{Getenv: env(), Argv: []string{"torchrun", "--nnodes=2", "--node-rank=0", "train.py"}},
-			with(func(w *want) { w.node, w.rank, w.nodes = "node-0", 0, 2 })},
+			with(func(w *want) { w.rank, w.nodes, w.note = 0, 2, "not used: no job key" })},
 		{"torchrun rdzv id none", Input{Getenv: env(), Argv: []string{"torchrun", "--rdzv-id=none", "train.py"}},
 			with(func(w *want) { w.note = `default "none"` })},
 		{"torchrun standalone is no key", Input{Getenv: env(), Argv: []string{"torchrun", "--standalone", "--rdzv-id=x", "train.py"}},
@@ -148,14 +148,14 @@ func TestDetect(t *testing.T) {
 			})},
 		{"torchelastic run id none", Input{Getenv: env("TORCHELASTIC_RUN_ID=none", "GROUP_RANK=0", "RANK=0", "LOCAL_RANK=0", "GROUP_WORLD_SIZE=1")},
 			with(func(w *want) {
-				w.node, w.rank, w.proc, w.local, w.nodes, w.note = "node-0", 0, 0, 0, 1, "names no job"
+				w.rank, w.proc, w.local, w.nodes, w.note = 0, 0, 0, 1, "names no job"
 			})},
 		{"indexed job with the uid projected", Input{Getenv: env("JOB_COMPLETION_INDEX=3", "JOB_UID=0f1e2d3c-aaaa", "JOB_NAME=train")},
 			with(func(w *want) {
 				w.key, w.node, w.rank, w.launcher = "k8s-job:train:0f1e2d3c-aaaa", "node-3", 3, "indexed-job"
 			})},
 		{"indexed job without the uid", Input{Getenv: env("JOB_COMPLETION_INDEX=3")},
-			with(func(w *want) { w.node, w.rank, w.note = "node-3", 3, "batch.kubernetes.io/controller-uid" })},
+			with(func(w *want) { w.rank, w.note = 3, "batch.kubernetes.io/controller-uid" })},
 		{"jobset, one pod per child job", Input{Getenv: env("JOBSET_NAME=llm", "JOBSET_UID=9a8b", "JOB_GLOBAL_INDEX=5", "JOBSET_GLOBAL_REPLICAS=8",
 			"JOBSET_RESTART_ATTEMPT=1", "JOB_COMPLETION_INDEX=0")},
 			with(func(w *want) {
@@ -164,16 +164,16 @@ func TestDetect(t *testing.T) {
 		{"jobset, several pods per child job", Input{Getenv: env("JOBSET_NAME=llm", "JOBSET_UID=9a8b", "JOB_GLOBAL_INDEX=1", "JOB_COMPLETION_INDEX=2")},
 			with(func(w *want) { w.key, w.node, w.launcher = "jobset:llm:9a8b", "node-1-2", "jobset" })},
 		{"jobset name without uid is no key", Input{Getenv: env("JOBSET_NAME=llm", "JOB_GLOBAL_INDEX=1", "JOB_COMPLETION_INDEX=0")},
-			with(func(w *want) { w.node, w.rank, w.note = "node-0", 0, "name is reused" })},
+			with(func(w *want) { w.rank, w.note = 0, "name is reused" })},
 		{"pytorchjob: ranks, no key", Input{Getenv: env("MASTER_ADDR=mnist-master-0", "MASTER_PORT=23456", "WORLD_SIZE=4", "RANK=2")},
-			with(func(w *want) { w.node, w.rank, w.proc, w.nodes, w.note = "node-2", 2, 2, 4, "BRIDGE_JOB_KEY" })},
+			with(func(w *want) { w.rank, w.proc, w.nodes, w.note = 2, 2, 4, "BRIDGE_JOB_KEY" })},
 		{"pytorchjob with the documented key", Input{Getenv: env("MASTER_ADDR=mnist-master-0", "WORLD_SIZE=4", "RANK=0"),
 			Explicit: Explicit{Key: "pytorchjob:mnist:7f3a", KeyFrom: "BRIDGE_JOB_KEY"}},
 			with(func(w *want) {
 				w.key, w.keyFrom, w.node, w.rank, w.proc, w.nodes, w.launcher = "pytorchjob:mnist:7f3a", "BRIDGE_JOB_KEY", "node-0", 0, 0, 4, "explicit"
 			})},
 		{"open mpi: ranks and the host", Input{Getenv: env("OMPI_COMM_WORLD_RANK=5", "OMPI_COMM_WORLD_SIZE=16", "OMPI_COMM_WORLD_LOCAL_RANK=1"), Hostname: "gpu-07.cluster"},
-			with(func(w *want) { w.node, w.proc, w.local, w.note = "gpu-07.cluster", 5, 1, "no job id" })},
+			with(func(w *want) { w.proc, w.local, w.note = 5, 1, "no job id" })},
 		{"mpich hydra with an explicit key and node count", Input{Getenv: env("PMI_RANK=0", "PMI_SIZE=8", "MPI_LOCALRANKID=0"), Hostname: "n1",
 			Explicit: Explicit{Key: "sweep-12", KeyFrom: "--job-key", Nodes: 2, NodesFrom: "--nodes"}},
 			with(func(w *want) {
