@@ -29,6 +29,20 @@ func firstOf(get getter, names ...string) (value, name string) {
 	return "", ""
 }
 
+// ranks reads a launcher's node index, global rank and rank on the node
+// from the variables named (who names the launcher in NodeFrom).
+func (p *part) ranks(get getter, node, proc, local, who string) {
+	if n, ok := count(get(node)); ok {
+		p.rank, p.hasRank, p.nodeOf = n, true, node+" ("+who+")"
+	}
+	if n, ok := count(get(proc)); ok {
+		p.procRank, p.hasProc = n, true
+	}
+	if n, ok := count(get(local)); ok {
+		p.local, p.hasLocal = n, true
+	}
+}
+
 // Slurm's reserved step ids (slurm.h): the batch script, the extern step
 // and an interactive step are no training launch of their own.
 const slurmReservedStep = 0xFFFFFFF0
@@ -67,15 +81,7 @@ func slurm(get getter) part {
 	p.key, p.keyOf = key, strings.Join(vars, ", ")+" (Slurm)"
 	p.generation = get("SLURM_JOB_START_TIME")
 
-	if n, ok := count(get("SLURM_NODEID")); ok {
-		p.rank, p.hasRank, p.nodeOf = n, true, "SLURM_NODEID (Slurm)"
-	}
-	if n, ok := count(get("SLURM_PROCID")); ok {
-		p.procRank, p.hasProc = n, true
-	}
-	if n, ok := count(get("SLURM_LOCALID")); ok {
-		p.local, p.hasLocal = n, true
-	}
+	p.ranks(get, "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "Slurm")
 	if step == "" {
 		// The batch script runs on the allocation's first node only.
 		p.nodes, p.nodesOf = 1, "the Slurm batch step (one node)"
@@ -208,15 +214,7 @@ func torchElastic(get getter) part {
 	} else {
 		p.key, p.keyOf = "torchrun:"+clean(id, 120), "TORCHELASTIC_RUN_ID (torchrun's --rdzv-id)"
 	}
-	if n, ok := count(get("GROUP_RANK")); ok {
-		p.rank, p.hasRank, p.nodeOf = n, true, "GROUP_RANK (torchrun)"
-	}
-	if n, ok := count(get("RANK")); ok {
-		p.procRank, p.hasProc = n, true
-	}
-	if n, ok := count(get("LOCAL_RANK")); ok {
-		p.local, p.hasLocal = n, true
-	}
+	p.ranks(get, "GROUP_RANK", "RANK", "LOCAL_RANK", "torchrun")
 	if n, ok := count(get("GROUP_WORLD_SIZE")); ok && n > 0 {
 		p.nodes, p.nodesOf = n, "GROUP_WORLD_SIZE (torchrun)"
 	}
@@ -359,20 +357,27 @@ func parseTorchrun(args []string) map[string]string {
 	return out
 }
 
-// nodeSafe makes a host name a node id (letters, digits, '_', '-', '.', at
-// most 100): "" when nothing of it is left.
+// nodeSafe makes a host name a node id (at most 100 of letters, digits,
+// '_', '-', '.'): "" when nothing of it is left.
 func nodeSafe(s string) string {
+	if len(s) > 100 {
+		s = s[:100]
+	}
+	s = Segment(s, '_')
+	if strings.Trim(s, "_.") == "" {
+		return ""
+	}
+	return s
+}
+
+// Segment replaces every byte of s other than letters, digits, '_', '-' and
+// '.' with repl: what one segment of a tracker's key or id may hold.
+func Segment(s string, repl byte) string {
 	b := []byte(s)
 	for i, c := range b {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			b[i] = '_'
+			b[i] = repl
 		}
-	}
-	if len(b) > 100 {
-		b = b[:100]
-	}
-	if strings.Trim(string(b), "_.") == "" {
-		return ""
 	}
 	return string(b)
 }

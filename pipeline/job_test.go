@@ -55,19 +55,12 @@ func TestTakeNode(t *testing.T) {
 		j.Local = local
 		return j
 	}
-	log := quiet()
-	a := job("k", "n0", 0)
-	a.TakeNode(dir, log)
-	defer a.Release()
-	b := job("k", "n0", 1)
-	b.TakeNode(dir, log)
-	defer b.Release()
-	c := job("k", "n1", 0)
-	c.TakeNode(dir, log)
-	defer c.Release()
-	d := job("other", "n0", 0)
-	d.TakeNode(dir, log)
-	defer d.Release()
+	take := func(j *Job) *Job {
+		j.TakeNode(dir, quiet())
+		t.Cleanup(j.Release)
+		return j
+	}
+	a, b, c, d := take(job("k", "n0", 0)), take(job("k", "n0", 1)), take(job("k", "n1", 0)), take(job("other", "n0", 0))
 	if a.Task != "" || b.Task != "task-1" || c.Task != "" || d.Task != "" {
 		t.Fatalf("tasks %q %q %q %q, want only the second bridge of job k on n0 not to lead", a.Task, b.Task, c.Task, d.Task)
 	}
@@ -77,14 +70,11 @@ func TestTakeNode(t *testing.T) {
 		t.Errorf("the second bridge: scopes %v, label %q", cfg.Scopes, b.Label())
 	}
 	a.Release()
-	e := job("k", "n0", 2)
-	e.TakeNode(dir, log)
-	defer e.Release()
-	if e.Task != "" {
+	if e := take(job("k", "n0", 2)); e.Task != "" {
 		t.Errorf("after the lead released the node, a new bridge is %q, want the lead", e.Task)
 	}
 	none := DetectJob(config.Config{}, nil, getenv())
-	none.TakeNode(dir, log)
+	none.TakeNode(dir, quiet())
 	if none.Task != "" || none.lock != nil {
 		t.Errorf("a single-node job took a node lock")
 	}

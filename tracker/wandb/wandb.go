@@ -38,6 +38,7 @@ import (
 
 	"github.com/go-resty/resty/v2"
 
+	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -674,15 +675,10 @@ func SharedEnv(label string, primary, known bool) []string {
 // wandb's validate_run_id) made '-', cut to 48, and 10 hex digits of its
 // SHA-256, so that two keys never share an id.
 func RunIDFor(key string) string {
-	b := []byte(key)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			b[i] = '-'
-		}
-	}
-	if len(b) > 48 {
-		b = b[:48]
+	id := jobkey.Segment(key, '-')
+	if len(id) > 48 {
+		id = id[:48]
 	}
 	sum := sha256.Sum256([]byte(key))
-	return string(b) + "-" + hex.EncodeToString(sum[:5])
+	return id + "-" + hex.EncodeToString(sum[:5])
 }

@@ -551,7 +551,9 @@ func TestStartSharedEnv(t *testing.T) {
 		{false, false, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a"},
 	}
 	for _, c := range cases {
-		s := newSink(t, srv, func(cfg *Config) { cfg.RunID, cfg.Shared, cfg.Primary, cfg.PrimaryKnown = "job-1", true, c.primary, c.known })
+		s := newSink(t, srv, func(cfg *Config) {
+			cfg.RunID, cfg.Shared, cfg.Primary, cfg.PrimaryKnown = "job-1", true, c.primary, c.known
+		})
 		env, err := s.Start(context.Background(), tracker.StartInfo{})
 		if err != nil {
 			t.Fatal(err)
