@@ -392,23 +392,28 @@ func (s *Sink) setParam(ctx context.Context, run, key, value string) (string, er
 // setTag sets one tag, retrying a transient error within ctx.
 func (s *Sink) setTag(ctx context.Context, run, key, value string) error {
 	req := map[string]string{"run_id": run, "key": key, "value": value}
+	return s.retry(ctx, "runs/set-tag", req, fmt.Sprintf("setting tag %s on run %s", key, run))
+}
+
+// deleteRun marks a candidate deleted, retrying a transient error within
+// ctx. One left behind by a failure is reported: a void one is cleared by
+// a later election, a losing eligible one stays beside the job's run.
+func (s *Sink) deleteRun(ctx context.Context, run, what string) {
+	if err := s.retry(ctx, "runs/delete", map[string]string{"run_id": run}, "deleting "+what+" "+run); err != nil {
+		s.log.Warn("cannot delete a candidate run of the job; delete it by hand if it stays", "run_id", run, "what", what, "err", err)
+	}
+}
+
+// retry makes one POST, again after a transient error, until ctx ends.
+func (s *Sink) retry(ctx context.Context, endpoint string, req any, op string) error {
 	for gap := 100 * time.Millisecond; ; gap = min(2*gap, 2*time.Second) {
-		err := s.call(ctx, http.MethodPost, "runs/set-tag", nil, req, nil, fmt.Sprintf("setting tag %s on run %s", key, run))
+		err := s.call(ctx, http.MethodPost, endpoint, nil, req, nil, op)
 		if err == nil || errors.Is(err, tracker.ErrPermanent) {
 			return err
 		}
 		if serr := sleep(ctx, gap); serr != nil {
 			return err
 		}
-	}
-}
-
-// deleteRun marks a run deleted, best effort: a candidate left behind is
-// void or never eligible, and the next election clears it.
-func (s *Sink) deleteRun(ctx context.Context, run, what string) {
-	err := s.call(ctx, http.MethodPost, "runs/delete", nil, map[string]string{"run_id": run}, nil, "deleting "+what+" "+run)
-	if err != nil {
-		s.log.Debug("cannot delete a candidate run; the next election clears it", "run_id", run, "err", err)
 	}
 }
 
