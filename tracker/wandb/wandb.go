@@ -239,8 +239,13 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		s.log.Info("W&B run was never created by the training process; the exit verdict is in the spool and on stderr only", "run", s.runPath())
 		return nil
 	}
-	tags := mergeTags(b.Tags, verdictTags(end))
-	notes := withVerdict(derefOr(b.Notes, ""), end)
+	// A job's run holds every node's verdict, each under its label.
+	who := ""
+	if s.cfg.Shared {
+		who = s.label
+	}
+	tags := mergeTags(b.Tags, verdictTags(end, who), tagPrefix(who))
+	notes := withVerdict(derefOr(b.Notes, ""), end, who)
 	v := map[string]any{"name": s.cfg.RunID, "project": s.project, "entity": s.entity, "tags": tags, "notes": notes}
 	var out struct {
 		UpsertBucket *struct {
@@ -252,35 +257,60 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.graphql(ctx, "UpsertBucket", upsertBucketMutation, v, &out); err != nil {
 		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
 	}
-	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID, "tags", verdictTags(end))
+	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID, "tags", verdictTags(end, who))
 	return nil
 }
 
-// verdictSection starts bridge's part of the run's notes.
-const verdictSection = "\n\n---\nbridge (end of job):\n"
+// verdictSection starts bridge's part of the run's notes; a job's run has
+// one per node: verdictHeader.
+const verdictSection = "\n\n---\nbridge (end of job"
 
-// withVerdict appends (or replaces) bridge's section of the notes: one
-// "key: value" line per end tag, sorted.
-func withVerdict(notes string, end tracker.EndInfo) string {
-	if i := strings.Index(notes, verdictSection); i >= 0 {
-		notes = notes[:i]
+func verdictHeader(who string) string {
+	if who == "" {
+		return verdictSection + "):\n"
+	}
+	return verdictSection + ", " + who + "):\n"
+}
+
+// withVerdict appends (or replaces) bridge's section of the notes, who's
+// (a node's label, "" for a single run): one "key: value" line per end
+// tag, sorted. Other nodes' sections are kept. Nodes ending at the same
+// moment may each write over the other's notes (W&B has no
+// compare-and-set); the MLflow run's node tags are the record.
+func withVerdict(notes string, end tracker.EndInfo, who string) string {
+	h := verdictHeader(who)
+	if i := strings.Index(notes, h); i >= 0 {
+		rest := notes[i+len(h):]
+		if j := strings.Index(rest, verdictSection); j >= 0 {
+			notes = notes[:i] + rest[j:]
+		} else {
+			notes = notes[:i]
+		}
 	}
 	keys := slices.Sorted(maps.Keys(end.Tags))
 	var b strings.Builder
 	b.WriteString(notes)
-	b.WriteString(verdictSection)
+	b.WriteString(h)
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s: %s\n", k, end.Tags[k])
 	}
 	return b.String()
 }
 
-// verdictTags are the W&B tags for the verdict: letters, digits, '-' and
+// tagPrefix starts who's verdict tags ("bridge-", "bridge-<label>-").
+func tagPrefix(who string) string {
+	if who == "" {
+		return "bridge-"
+	}
+	return "bridge-" + who + "-"
+}
+
+// verdictTags are the W&B tags for who's verdict: letters, digits, '-' and
 // '_', at most 64 characters (W&B's tag limit).
-func verdictTags(end tracker.EndInfo) []string {
-	tags := []string{"bridge-exit-" + strconv.Itoa(end.ExitCode)}
+func verdictTags(end tracker.EndInfo, who string) []string {
+	tags := []string{tagPrefix(who) + "exit-" + strconv.Itoa(end.ExitCode)}
 	if r := end.Tags["bridge.exit_reason"]; r != "" {
-		tags = append(tags, "bridge-"+r)
+		tags = append(tags, tagPrefix(who)+r)
 	}
 	for i, t := range tags {
 		t = sanitizeLabel(t)
@@ -292,12 +322,12 @@ func verdictTags(end tracker.EndInfo) []string {
 	return tags
 }
 
-// mergeTags keeps the run's tags, drops bridge's earlier verdict tags and
-// adds the new ones.
-func mergeTags(have, add []string) []string {
+// mergeTags keeps the run's tags, drops the earlier verdict tags that start
+// with prefix and adds the new ones.
+func mergeTags(have, add []string, prefix string) []string {
 	out := []string{}
 	for _, t := range have {
-		if !strings.HasPrefix(t, "bridge-") {
+		if !strings.HasPrefix(t, prefix) {
 			out = append(out, t)
 		}
 	}

@@ -504,6 +504,40 @@ func TestFinishRecordsVerdict(t *testing.T) {
 	}
 }
 
+// A job's shared run: each node's verdict under its label, in tags and a
+// section of the notes of its own; a node's second Finish replaces only
+// its own.
+func TestFinishVerdictPerNode(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	ctx := context.Background()
+	nodes := make([]*Sink, 2)
+	for i := range nodes {
+		nodes[i] = newSink(t, srv, func(c *Config) { c.RunID, c.Shared, c.Label = "job-1", true, fmt.Sprintf("node-%d", i) })
+		start(t, nodes[i])
+	}
+	createRun(t, srv, "demo", "job-1", true)
+	end := func(code int, reason string) tracker.EndInfo {
+		return tracker.EndInfo{ExitCode: code, Tags: map[string]string{"bridge.exit_code": fmt.Sprint(code), "bridge.exit_reason": reason}}
+	}
+	for _, f := range []struct {
+		node int
+		end  tracker.EndInfo
+	}{{0, end(0, "success")}, {1, end(1, "error")}, {1, end(3, "error")}} {
+		if err := nodes[f.node].Finish(ctx, f.end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run, _ := srv.FindRun("job-1")
+	if fmt.Sprint(run.Tags) != "[bridge-node-0-exit-0 bridge-node-0-success bridge-node-1-exit-3 bridge-node-1-error]" {
+		t.Errorf("tags %q", run.Tags)
+	}
+	want := "\n\n---\nbridge (end of job, node-0):\nbridge.exit_code: 0\nbridge.exit_reason: success\n" +
+		"\n\n---\nbridge (end of job, node-1):\nbridge.exit_code: 3\nbridge.exit_reason: error\n"
+	if run.Notes != want {
+		t.Errorf("notes %q, want %q", run.Notes, want)
+	}
+}
+
 // A run the child never created gets nothing, and Finish does not fail.
 func TestFinishWithoutRun(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
