@@ -539,7 +539,9 @@ func TestMultinodeTasksOnOneNode(t *testing.T) {
 	if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, prefix) }) {
 		t.Errorf("no %s* key; node 0's keys: %v", prefix, keys)
 	}
-	if slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, "system/node-0/task-") && !strings.HasPrefix(k, prefix) }) {
+	if slices.ContainsFunc(keys, func(k string) bool {
+		return strings.HasPrefix(k, "system/node-0/task-") && !strings.HasPrefix(k, prefix)
+	}) {
 		t.Errorf("node-wide series under a task: %v", keys)
 	}
 	ss, _, _, _ := spooltest.ReadFile(filepath.Join(nodes[lead].dir, "spool.jsonl"))
