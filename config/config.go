@@ -4,9 +4,14 @@
 // them and decodes them strictly into Config; unknown file keys and bad
 // values are usage errors (ErrUsage) that name the flag, variable or file key
 // involved.
+//
+// One whitespace rule for every value from every source: surrounding
+// whitespace is not part of it and is trimmed (a Kubernetes value written as
+// a YAML block, `value: |`, ends in a newline).
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -22,6 +27,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/bridge-dev/bridge/internal/userfile"
 	"github.com/bridge-dev/bridge/jobkey"
 )
 
@@ -52,6 +58,10 @@ const (
 	configKey        = "config"
 	defaultSpoolSize = 1 << 30
 )
+
+// MaxConfigBytes bounds the --config file: its few dozen keys take a few
+// KiB; anything near this is not a configuration file.
+const MaxConfigBytes = 1 << 20
 
 // DefaultStartTimeout is how long the child waits for the trackers before it
 // starts unless --start-timeout says otherwise.
@@ -184,9 +194,19 @@ func RegisterFlags(fs *pflag.FlagSet) {
 		default:
 			panic(fmt.Sprintf("config: option %s has default of unhandled type %T", o.key, o.def))
 		}
+		if _, isList := o.def.([]string); !isList { // a list's items are trimmed by list
+			f := fs.Lookup(o.key)
+			f.Value = trimmed{f.Value}
+		}
 	}
 	fs.String(configKey, "", "YAML config file (also BRIDGE_CONFIG)")
 }
+
+// trimmed hands a flag's value to its typed parser without surrounding
+// whitespace: the whitespace rule (see the package doc) for flags.
+type trimmed struct{ pflag.Value }
+
+func (t trimmed) Set(s string) error { return t.Value.Set(strings.TrimSpace(s)) }
 
 // Parse parses args into fs (made with RegisterFlags); a bad flag is an
 // error wrapping ErrUsage that names it.
@@ -217,11 +237,16 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 	}
 	src := sources{fs: fs, v: v}
 
-	if file := v.GetString(configKey); file != "" {
+	if file := strings.TrimSpace(v.GetString(configKey)); file != "" {
 		src.file, src.fileVia = file, src.name(configKey)
-		v.SetConfigFile(file)
 		v.SetConfigType("yaml")
-		if err := v.ReadInConfig(); err != nil {
+		// Read by bridge, not viper: only a regular file, of bounded size
+		// (/dev/zero would be read without end, a FIFO waited on forever).
+		raw, err := userfile.Read(file, MaxConfigBytes)
+		if err == nil {
+			err = v.ReadConfig(bytes.NewReader(raw))
+		}
+		if err != nil {
 			return Config{}, fmt.Errorf("%w: cannot read config file %q (from %s): %w", ErrUsage, file, src.fileVia, err)
 		}
 		// Said here, by name, rather than in UnmarshalExact's terms.
@@ -242,6 +267,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 
 	var c Config
 	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		trimHook,
 		bareDurationHook,
 		mapstructure.StringToTimeDurationHookFunc(),
 		mapstructure.TextUnmarshallerHookFunc(),
@@ -298,6 +324,16 @@ func kindName(t reflect.Type) string {
 		return "list"
 	}
 	return t.String()
+}
+
+// trimHook trims surrounding whitespace from every string value (the
+// environment, the file and flags as viper hands them on): the whitespace
+// rule of the package doc, before any other hook parses the value.
+func trimHook(f, _ reflect.Type, data any) (any, error) {
+	if s, ok := data.(string); ok {
+		return strings.TrimSpace(s), nil
+	}
+	return data, nil
 }
 
 // bareDurationHook refuses a number without a unit (a YAML `interval: 20`)

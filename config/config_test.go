@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -325,5 +326,55 @@ func TestJobOptions(t *testing.T) {
 	file := writeFile(t, "job-key: none\n")
 	if c, err = load(t, []string{"--config", file}, nil); err != nil || c.JobKey != "none" || !strings.HasPrefix(c.JobKeyFrom, "job-key (in ") {
 		t.Errorf("job-key none from a file: %q (%q), %v", c.JobKey, c.JobKeyFrom, err)
+	}
+}
+
+// goodValues has one valid value per option; every option must have one.
+var goodValues = map[string]string{
+	"interval": "1s", "fast-interval": "500ms", "fast-threshold": "50", "collect-timeout": "2s", "window": "1s",
+	"scopes": "node,container", "no-container": "true", "node-id": "n1", "log-level": "debug", "trackers": "none",
+	"run-name": "my run", "spool": "/tmp/bridge-ws.jsonl", "spool-max-size": "1GiB", "spool-sync": "2s", "keep-spool": "true",
+	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "queue-size": "7", "proc-root": "/proc",
+	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "gpus": "0,1", "gpu-match-cuda-visible": "true", "metrics-addr": "9100",
+	"scrape": "http://a/m", "scrape-include": "^DCGM_", "scrape-exclude": "_total$", "scrape-passthrough": "true",
+	"scrape-timeout": "1s", "job-key": "slurm:alps:42.0", "nodes": "8", "job-settle": "2s",
+}
+
+// One whitespace rule for every option and every source: surrounding
+// whitespace (a trailing newline from a YAML block, a stray space) is
+// trimmed, so the value means what it means without it.
+func TestWhitespaceTrimmedEveryOption(t *testing.T) {
+	// The file quotes the value so that YAML keeps its whitespace.
+	sources := map[string]func(key, val string) (Config, error){
+		"flag": func(k, v string) (Config, error) { return load(t, []string{"--" + k + "=" + v}, nil) },
+		"env":  func(k, v string) (Config, error) { return load(t, nil, map[string]string{EnvName(k): v}) },
+		"file": func(k, v string) (Config, error) {
+			return load(t, []string{"--config", writeFile(t, fmt.Sprintf("%s: %q\n", k, v))}, nil)
+		},
+	}
+	norm := func(c Config) string {
+		c.ConfigFile = "" // the file's path differs from one file to the next
+		return fmt.Sprintf("%+v include=%v exclude=%v", c, c.ScrapeInclude, c.ScrapeExclude)
+	}
+	for _, k := range Keys() {
+		good, ok := goodValues[k]
+		if !ok {
+			t.Errorf("option %s has no good value in this test", k)
+			continue
+		}
+		for name, src := range sources {
+			want, err := src(k, good)
+			if err != nil {
+				t.Fatalf("%s %s=%q: %v", name, k, good, err)
+			}
+			for _, val := range []string{" " + good, good + "\n", "\n" + good, "\t" + good + " \r\n"} {
+				got, err := src(k, val)
+				if err != nil {
+					t.Errorf("%s %s=%q: %v", name, k, val, err)
+				} else if norm(got) != norm(want) {
+					t.Errorf("%s %s=%q gives another config than %q:\n got %s\nwant %s", name, k, val, good, norm(got), norm(want))
+				}
+			}
+		}
 	}
 }

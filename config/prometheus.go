@@ -4,6 +4,9 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
+
+	"github.com/bridge-dev/bridge/redact"
 )
 
 // validatePrometheus checks --metrics-addr and the --scrape URLs (the
@@ -17,6 +20,12 @@ func (c *Config) validatePrometheus(bad func(key string, val any, why string) er
 		}
 		c.MetricsAddr = addr
 	}
+	// Checked here, before list() would echo every entry.
+	for _, u := range c.Scrape {
+		if strings.ContainsFunc(u, isControl) {
+			return bad("scrape", shownURL(u), "control character in the URL")
+		}
+	}
 	var err error
 	if c.Scrape, err = list(c.Scrape, nil, "scrape", bad); err != nil {
 		return err
@@ -24,10 +33,21 @@ func (c *Config) validatePrometheus(bad func(key string, val any, why string) er
 	for _, u := range c.Scrape {
 		p, e := url.Parse(u)
 		if e != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
-			return bad("scrape", u, "not an http:// or https:// URL")
+			return bad("scrape", shownURL(u), "not an http:// or https:// URL")
 		}
 	}
 	return nil
+}
+
+// shownURL is a --scrape entry as a message may show it: through
+// redact.URI, as everywhere bridge prints a scrape URL; one that does not
+// parse as a URL is not shown at all (redact.URI would leave it whole,
+// and it may hold a token).
+func shownURL(u string) string {
+	if _, err := url.Parse(u); err != nil {
+		return "(not shown: not a URL, and it may hold a secret)"
+	}
+	return redact.URI(u)
 }
 
 // listenAddr: a bare port binds 127.0.0.1 only, so a job's numbers are

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -51,6 +52,44 @@ func TestPrometheusBadValues(t *testing.T) {
 		_, err := load(t, []string{tc.arg}, nil)
 		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.mention) {
 			t.Errorf("%s: %v, want a usage error naming %s", tc.arg, err, tc.mention)
+		}
+	}
+}
+
+// A --scrape URL that is refused never shows its password or token, from a
+// flag, the environment or the file.
+func TestPrometheusBadURLNotShown(t *testing.T) {
+	const pw, tok = "s3cretpw", "t0kval"
+	yamlList := func(s string) string {
+		var q []string
+		for _, e := range strings.Split(s, ",") {
+			q = append(q, strconv.Quote(e))
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	for _, bad := range []string{
+		"ftp://user:" + pw + "@x/metrics?token=" + tok,
+		"http://user:" + pw + "@x/metrics?token=" + tok + "\x01",
+		"localhost:9400/metrics?token=" + tok,
+		"http://user:" + pw + "@x/metrics?token=" + tok + ",ftp://y/?api_key=" + tok,
+	} {
+		for _, src := range []struct {
+			args []string
+			env  map[string]string
+			name string
+		}{
+			{[]string{"--scrape=" + bad}, nil, "--scrape"},
+			{nil, map[string]string{"BRIDGE_SCRAPE": bad}, "BRIDGE_SCRAPE"},
+			{[]string{"--config=" + writeFile(t, "scrape: "+yamlList(bad)+"\n")}, nil, "scrape (in "},
+		} {
+			_, err := loadErr(t, src.args, src.env)
+			if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), src.name) {
+				t.Errorf("%q from %s: %v, want a usage error naming it", bad, src.name, err)
+				continue
+			}
+			if msg := err.Error(); strings.Contains(msg, pw) || strings.Contains(msg, tok) {
+				t.Errorf("%q from %s: the message shows a secret: %s", bad, src.name, msg)
+			}
 		}
 	}
 }

@@ -8,14 +8,7 @@ func (s *Session) serveMetrics() {
 	if s.set.MetricsAddr == "" {
 		return
 	}
-	runID := ""
-	for _, r := range s.sinks {
-		if r.RunID != "" {
-			runID = r.RunID
-			break
-		}
-	}
-	e := promexport.New(promexport.Options{RunID: runID, NodeID: s.set.NodeID, Health: s.health, Log: s.log})
+	e := promexport.New(promexport.Options{RunID: s.runID, NodeID: s.set.NodeID, Health: s.health, Log: s.log})
 	if err := e.Serve(s.set.MetricsAddr); err != nil {
 		s.log.Error("metrics endpoint is off", "err", err)
 		return
@@ -23,15 +16,29 @@ func (s *Session) serveMetrics() {
 	s.prom = e
 }
 
+// runID is the run_id label of /metrics: the first tracker's run now (a
+// tracker that started late has one only once it answered). It runs on the
+// HTTP server's goroutine, as health does.
+func (s *Session) runID() string {
+	for _, r := range s.sinks {
+		if id := r.run(); id != "" {
+			return id
+		}
+	}
+	return ""
+}
+
 // health is bridge's own state for /metrics; it runs on the HTTP server's
-// goroutine, so it reads only what is safe beside the pipeline.
+// goroutine, so it reads only what is safe beside the pipeline. Every run
+// is read through run(): a tracker that started late writes to a run its
+// SinkRun.RunID does not hold.
 func (s *Session) health() promexport.Health {
 	h := promexport.Health{QueueDepth: len(s.queue), Dropped: int(s.dropped.Load())}
 	for _, r := range s.sinks {
 		_, _, sent := r.fwd.Status()
 		errs, last := r.fwd.Counters()
 		h.Sinks = append(h.Sinks, promexport.SinkHealth{
-			Name: r.Sink.Name(), Sent: sent, Pending: s.spool.PendingCount(r.Sink.Name(), r.RunID),
+			Name: r.Sink.Name(), Sent: sent, Pending: s.spool.PendingCount(r.Sink.Name(), r.run()),
 			Errors: errs, LastSend: last,
 		})
 	}

@@ -1,16 +1,21 @@
 package pipeline
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/bridge-dev/bridge/internal/promtest"
 	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
@@ -60,4 +65,99 @@ func TestSessionServesMetrics(t *testing.T) {
 	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
 		t.Error("/metrics still served after Finish")
 	}
+}
+
+// lateSink is a tracker that is down until up is set, then creates run
+// "late-run"; it refuses samples (an outage) until accept is set, so they
+// stay pending for that run.
+type lateSink struct {
+	up, accept atomic.Bool
+	run        atomic.Value // string
+}
+
+func (l *lateSink) Name() string { return "late" }
+
+func (l *lateSink) RunID() string {
+	id, _ := l.run.Load().(string)
+	return id
+}
+
+func (l *lateSink) Start(context.Context, tracker.StartInfo) ([]string, error) {
+	if !l.up.Load() {
+		return nil, errors.New("connection refused")
+	}
+	l.run.Store("late-run")
+	return nil, nil
+}
+
+func (l *lateSink) Send(_ context.Context, smp []metrics.Sample) (int, error) {
+	if !l.accept.Load() {
+		return 0, errors.New("503 Service Unavailable")
+	}
+	return len(smp), nil
+}
+
+func (l *lateSink) Finish(context.Context, tracker.EndInfo) error { return nil }
+
+// A tracker that starts after the job did: /metrics labels every series
+// with the run it created then (the first tracker's), and counts the
+// samples pending for that run, not for run "" (which counts every sample
+// still held for another tracker).
+func TestMetricsAfterLateStart(t *testing.T) {
+	sink := &lateSink{}
+	down := &fakeSink{t: t, name: "down", runID: "r-down", hang: true} // holds every sample in the spool
+	st := StartSinksWith(context.Background(), []tracker.Sink{sink, down}, tracker.StartInfo{},
+		StartPolicy{Timeout: 100 * time.Millisecond, Background: true}, quiet())
+	if len(st.Runs) != 2 || st.Runs[0].Late == nil {
+		t.Fatalf("runs %+v: want the first sink left to start late", st.Runs)
+	}
+	set := settings(t)
+	set.Interval, set.MetricsAddr, set.FlushTimeout = 5*time.Millisecond, promtest.FreeAddr(t), time.Second
+	s := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: []metrics.Collector{&counter{}}, Started: st,
+		Phase: func(d time.Duration) time.Duration { return d }})
+	s.Run()
+	scrape := func() map[string]*dto.MetricFamily {
+		fams, _, _ := promtest.Families(set.MetricsAddr)
+		return fams
+	}
+	labels := func(m *dto.Metric) map[string]string {
+		out := map[string]string{}
+		for _, l := range m.GetLabel() {
+			out[l.GetName()] = l.GetValue()
+		}
+		return out
+	}
+	pending := func(fams map[string]*dto.MetricFamily, sink string) (float64, map[string]string, bool) {
+		for _, m := range fams["bridge_sink_samples_pending"].GetMetric() {
+			if l := labels(m); l["sink"] == sink {
+				return m.GetGauge().GetValue(), l, true
+			}
+		}
+		return 0, nil, false
+	}
+	waitfor.Cond(t, deadline, "/metrics before the tracker answers", func() bool {
+		fams := scrape()
+		return fams != nil && fams["bridge_samples_taken_total"] != nil
+	})
+	sink.up.Store(true)
+	waitfor.Cond(t, deadline, "/metrics with the late run and its pending samples", func() bool {
+		n, l, ok := pending(scrape(), "late")
+		return ok && l["run_id"] == "late-run" && n > 0
+	})
+	for name, f := range scrape() {
+		for _, m := range f.GetMetric() {
+			if id := labels(m)["run_id"]; id != "late-run" {
+				t.Errorf("%s labelled run_id=%q after the late start, want late-run", name, id)
+			}
+		}
+	}
+	sink.accept.Store(true)
+	waitfor.Cond(t, deadline, "the late tracker's samples sent while the other holds them", func() bool {
+		fams := scrape()
+		late, _, ok1 := pending(fams, "late")
+		held, _, ok2 := pending(fams, "down")
+		return ok1 && ok2 && late == 0 && held > 0
+	})
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
 }

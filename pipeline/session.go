@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,33 +124,11 @@ type Session struct {
 	phase   func(time.Duration) time.Duration
 }
 
-// SpoolPath is the configured path or a default in the working directory
-// named after the run, so that a restarted bridge with the same run id finds
-// what its predecessor left.
-func SpoolPath(configured string, runs []SinkRun, now time.Time) string {
-	if configured != "" {
-		return configured
-	}
-	for _, r := range runs {
-		if r.RunID != "" {
-			return "bridge-spool-" + safeName(r.RunID) + ".jsonl"
-		}
-	}
-	return fmt.Sprintf("bridge-spool-%s-%d.jsonl", now.UTC().Format("20060102T150405"), os.Getpid())
-}
-
-func safeName(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '-' || r == '_' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') {
-			return r
-		}
-		return '_'
-	}, s)
-}
-
 // Open records the attempt in the spool and starts forwarding to the
-// started sinks. Sampling starts with Run.
-func Open(o Options) (*Session, error) {
+// started sinks. Sampling starts with Run. It cannot fail: a spool that
+// cannot be opened leaves the samples in memory for the trackers
+// (OpenSpool).
+func Open(o Options) *Session {
 	now := time.Now()
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -160,10 +138,7 @@ func Open(o Options) (*Session, error) {
 	}
 	sp := o.Spool
 	if sp == nil {
-		var err error
-		if sp, err = spool.OpenWith(SpoolPath(o.Settings.Spool, o.Started.Runs, now), SpoolOptions(o.Settings, o.Log)); err != nil {
-			return nil, err
-		}
+		sp = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Started.Runs, now), o.Settings, o.Log)
 	}
 	s := &Session{
 		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: summary.New(),
@@ -182,11 +157,12 @@ func Open(o Options) (*Session, error) {
 	}
 	s.sampler.SetNextSeq(sp.NextSeq())
 	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: o.Version, Runs: o.Started.RunIDs(), Info: o.StartTags}); err != nil {
-		sp.Close()
-		return nil, err
+		s.log.Error("cannot record the start in the spool", "err", err) // a closed spool: a caller's bug
 	}
-	abs, _ := filepath.Abs(sp.Path())
-	s.log.Info("spooling samples", "path", abs)
+	if !sp.InMemory() {
+		abs, _ := filepath.Abs(sp.Path())
+		s.log.Info("spooling samples", "path", abs)
+	}
 
 	fctx, cancel := context.WithCancel(context.Background())
 	s.fwdCancel = cancel
@@ -208,7 +184,7 @@ func Open(o Options) (*Session, error) {
 	}
 	// After the forwarders exist: /metrics reads their counters.
 	s.serveMetrics()
-	return s, nil
+	return s
 }
 
 // recordLateRun returns what records in the spool the run a late start of
@@ -384,16 +360,26 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	s.fwdCancel()
 	for _, r := range s.sinks {
 		if n := s.spool.PendingCount(r.Sink.Name(), r.run()); n > 0 {
-			s.log.Warn("tracker did not take every sample before bridge exits; they stay in the spool",
-				"tracker", r.Sink.Name(), "unsent", n, "spool", s.spool.Path(),
-				"upload_with", "bridge sync "+s.spool.Path())
+			s.log.Warn("tracker did not take every sample before bridge exits; "+s.Unsent(),
+				"tracker", r.Sink.Name(), "unsent", n)
 		}
 	}
 	s.sampler.Close()
 }
 
-// SpoolFile is the path of the session's spool.
+// SpoolFile is the path of the session's spool; "" when it has none (its
+// samples went to the trackers from memory).
 func (s *Session) SpoolFile() string { return s.spool.Path() }
+
+// Unsent says what becomes of samples a tracker has not taken when bridge
+// exits: the command that uploads them later, or that they are lost when
+// there is no spool file.
+func (s *Session) Unsent() string {
+	if s.spool.InMemory() {
+		return "there is no spool file: the samples no tracker took are lost"
+	}
+	return "the samples no tracker took stay in the spool; upload them later with: " + SyncCommand(s.spool.Path())
+}
 
 // Acc is what was measured; read it only after Stop.
 func (s *Session) Acc() *summary.Accumulator { return s.acc }
@@ -416,6 +402,10 @@ func (s *Session) Finish(end tracker.EndInfo) {
 		case <-ctx.Done():
 		}
 	}()
+	info := maps.Clone(end.Tags)
+	if info == nil {
+		info = map[string]string{}
+	}
 	for _, r := range s.sinks {
 		func() {
 			defer s.recoverGo("finish " + r.Sink.Name())
@@ -429,11 +419,14 @@ func (s *Session) Finish(end tracker.EndInfo) {
 			}
 			if err := r.Sink.Finish(ctx, end); err != nil {
 				s.log.Warn("cannot record the end of the job on the tracker; `bridge sync` records it later", "tracker", r.Sink.Name(), "err", err)
+				return
 			}
+			// So that `bridge sync` leaves a delivered run it ended alone.
+			info[EndRecordedTag(r.Sink.Name())] = r.run()
 		}()
 	}
 	code := end.ExitCode
-	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: end.Tags}); err != nil {
+	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: info}); err != nil {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
 	s.closeSpool()
@@ -460,7 +453,11 @@ func (s *Session) trackerRows() []summary.Row {
 	rows = append(rows, s.failedStarts...)
 	rows = append(rows, s.spoolRows()...)
 	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
-		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: samples are in " + s.spool.Path()})
+		where := "samples are in " + s.spool.Path() + "; upload them with: " + SyncCommand(s.spool.Path())
+		if s.spool.InMemory() {
+			where = "and no spool file: samples are only in this table"
+		}
+		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: " + where})
 	}
 	for _, r := range s.sinks {
 		st, err, sent := r.fwd.Status()
@@ -472,7 +469,11 @@ func (s *Session) trackerRows() []summary.Row {
 			v += " (run created after the job started)"
 		}
 		if n := s.spool.PendingCount(r.Sink.Name(), run); n > 0 {
-			v += fmt.Sprintf(", %d unsent (in %s; bridge sync uploads them)", n, s.spool.Path())
+			where := "in the spool; " + SyncCommand(s.spool.Path()) + " uploads them"
+			if s.spool.InMemory() {
+				where = "lost: no spool file"
+			}
+			v += fmt.Sprintf(", %d unsent (%s)", n, where)
 		}
 		if err != nil && st != tracker.StateOK {
 			v += ": " + err.Error()

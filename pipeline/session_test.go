@@ -111,11 +111,8 @@ func settings(t *testing.T) Settings {
 func open(t *testing.T, set Settings, cs []metrics.Collector, mem MemoryProbe, sinks ...tracker.Sink) *Session {
 	t.Helper()
 	st := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: config.DefaultStartTimeout}, quiet())
-	s, err := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: cs, Memory: mem, Started: st,
+	s := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: cs, Memory: mem, Started: st,
 		StartTags: map[string]string{"k": "v"}, Phase: func(d time.Duration) time.Duration { return d }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return s
 }
 
@@ -215,10 +212,7 @@ func TestStartSinksFailures(t *testing.T) {
 		t.Errorf("env %v: want every sink's variables, started or not", st.Env)
 	}
 
-	s, err := Open(Options{Settings: settings(t), Log: quiet(), Collectors: []metrics.Collector{&counter{}}, Started: st})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := Open(Options{Settings: settings(t), Log: quiet(), Collectors: []metrics.Collector{&counter{}}, Started: st})
 	s.Run()
 	waitfor.Cond(t, deadline, "a sample at the started sink", func() bool { return len(ok.received()) > 0 })
 	s.Stop(nil)
@@ -316,11 +310,8 @@ func TestSessionPhase(t *testing.T) {
 	set.Interval = time.Hour
 	st := StartSinksWith(context.Background(), nil, tracker.StartInfo{}, StartPolicy{Timeout: config.DefaultStartTimeout}, quiet())
 	var asked atomic.Int64
-	s, err := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: []metrics.Collector{c}, Started: st,
+	s := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: []metrics.Collector{c}, Started: st,
 		Phase: func(d time.Duration) time.Duration { asked.Store(int64(d)); return 0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
 	s.Run()
 	waitfor.Cond(t, deadline, "a second sample after a zero phase", func() bool { return c.calls() >= 2 })
 	s.Stop(nil)

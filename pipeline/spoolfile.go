@@ -1,12 +1,91 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
+
+// SpoolPath is the configured path or a default in the working directory
+// named after the node (node, else the host name) and the run: unique per
+// node, so that the bridges of a multi-node job that share a directory
+// (NFS, one volume) and a run id never write one file, and the same on a
+// restart, so that a restarted bridge on the node finds what its
+// predecessor left.
+func SpoolPath(configured, node string, runs []SinkRun, now time.Time) string {
+	if configured != "" {
+		return configured
+	}
+	if node == "" {
+		node = hostname()
+	}
+	node = safeName(node)
+	for _, r := range runs {
+		if r.RunID != "" {
+			return "bridge-spool-" + node + "-" + safeName(r.RunID) + ".jsonl"
+		}
+	}
+	return fmt.Sprintf("bridge-spool-%s-%s-%d.jsonl", node, now.UTC().Format("20060102T150405"), os.Getpid())
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '-' || r == '_' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// OpenSpool opens the job's spool at path. When it cannot (a read-only
+// working directory, a spool another live bridge writes, any other
+// failure), the job still gets its samples: they go to the trackers from
+// memory (spool.NewMemory), and one ERROR says why and where to point
+// --spool. Never nil.
+func OpenSpool(path string, set Settings, log *slog.Logger) *spool.Spool {
+	opt := SpoolOptions(set, log)
+	sp, err := spool.OpenWith(path, opt)
+	if err == nil {
+		return sp
+	}
+	abs, aerr := filepath.Abs(path)
+	if aerr != nil {
+		abs = path
+	}
+	if errors.Is(err, spool.ErrLocked) {
+		log.Error("another bridge is writing this spool (one writer per spool); this job's samples go to the trackers from memory only, and are lost if they cannot take them: give each job its own --spool (BRIDGE_SPOOL)",
+			"path", abs)
+	} else {
+		log.Error("cannot open the spool; the job runs, and its samples go to the trackers from memory only (lost if they cannot take them): point --spool (BRIDGE_SPOOL) at a writable file, e.g. on an emptyDir volume",
+			"path", abs, "err", err)
+	}
+	return spool.NewMemory(opt)
+}
+
+// SyncCommand is the command that uploads the spool at path later; the
+// spool records its runs and node id, so the path is all it needs.
+func SyncCommand(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if strings.Trim(path, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:@,") != "" {
+		path = "'" + strings.ReplaceAll(path, "'", `'\''`) + "'"
+	}
+	return "bridge sync " + path
+}
+
+// EndRecordedTag is the end record's note that the end of the job was
+// recorded on sink's run (its value), so that `bridge sync` leaves a
+// delivered run that is already ended alone.
+func EndRecordedTag(sink string) string { return "bridge.end_recorded." + sink }
 
 // closeSpool closes the spool and removes it when it holds nothing a user
 // still needs: bridge chose its path (a path the user gave is always kept),
@@ -16,7 +95,7 @@ import (
 // forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's run) keeps it
 // because a later bridge on that run continues its steps from the file.
 func (s *Session) closeSpool() {
-	if s.set.Spool != "" || s.set.KeepSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
+	if s.spool.InMemory() || s.set.Spool != "" || s.set.KeepSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
 		s.spool.Close()
 		return
 	}
@@ -47,6 +126,13 @@ func (s *Session) spoolRows() []summary.Row {
 	if s.spoolRemoved {
 		where = "removed (every sample delivered)"
 	}
+	if s.spool.InMemory() {
+		v := "none (it could not be opened): samples went to the trackers from memory"
+		if st.LostUnwritten > 0 {
+			v += fmt.Sprintf("; %d dropped from the full memory buffer", st.LostUnwritten)
+		}
+		return []summary.Row{{What: "spool", Value: v}}
+	}
 	var notes []string
 	if st.Outages > 0 {
 		notes = append(notes, fmt.Sprintf("writing failed %d times (%d outages)", st.WriteFailures, st.Outages))
@@ -59,6 +145,12 @@ func (s *Session) spoolRows() []summary.Row {
 	}
 	if st.DroppedByCap > 0 || st.Compactions > 0 {
 		notes = append(notes, fmt.Sprintf("size cap: %d undelivered samples dropped in %d rewrites", st.DroppedByCap, st.Compactions))
+	}
+	if st.PointsLeftOut > 0 {
+		notes = append(notes, fmt.Sprintf("%d points left out (over the bounds of a sample)", st.PointsLeftOut))
+	}
+	if st.BadValues > 0 {
+		notes = append(notes, fmt.Sprintf("%d values that are not numbers skipped", st.BadValues))
 	}
 	if st.BadLines > 0 {
 		notes = append(notes, fmt.Sprintf("%d unreadable lines skipped (lines %v)", st.BadLines, st.BadLineNums))

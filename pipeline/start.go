@@ -14,7 +14,9 @@ import (
 // SinkRun is a started sink: the run it writes to and, once the session is
 // open, its forwarder.
 type SinkRun struct {
-	Sink    tracker.Sink
+	Sink tracker.Sink
+	// RunID is the run known at start. Once the session is open, read
+	// run(): a late start (Late) writes to a run RunID never holds.
 	RunID   string
 	Created bool // bridge created the run (it may set its terminal status)
 	// Late is set when the tracker was not reachable within the start
@@ -120,7 +122,7 @@ collect:
 	var st Started
 	for i, s := range sinks {
 		if !answered[i] {
-			log.Error("tracker did not answer within --start-timeout; the child starts without it, samples stay in the spool (upload later with `bridge sync`)",
+			log.Error("tracker did not answer within --start-timeout; the child starts without it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
 				"tracker", s.Name(), "waited", pol.Timeout)
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: no answer within --start-timeout"})
 			continue
@@ -135,7 +137,7 @@ collect:
 		switch {
 		case err == nil:
 		case errors.Is(err, tracker.ErrPermanent) || (id == "" && !pol.Background):
-			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples stay in the spool (upload later with `bridge sync`)",
+			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
 				"tracker", s.Name(), "err", err)
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
 			continue

@@ -39,7 +39,9 @@ type Health struct {
 
 // Options configure an Exporter.
 type Options struct {
-	RunID  string        // label run_id on every series
+	// RunID is the label run_id on every series, read at each scrape: a
+	// tracker that started after the job has no run at first. Nil: "".
+	RunID  func() string
 	NodeID string        // label node_id on every series
 	Health func() Health // nil: no per-tracker health series
 	Log    *slog.Logger
@@ -103,7 +105,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	e.mu.Lock()
 	smp, have, taken := e.last, e.have, e.taken
 	e.mu.Unlock()
-	lv := []string{e.opt.RunID, e.opt.NodeID}
+	runID := ""
+	if e.opt.RunID != nil {
+		runID = e.opt.RunID()
+	}
+	lv := []string{runID, e.opt.NodeID}
 	ch <- prometheus.MustNewConstMetric(takenDesc, prometheus.CounterValue, float64(taken), lv...)
 	if e.opt.Health != nil {
 		h := e.opt.Health()

@@ -65,7 +65,7 @@ func keys(m map[string]*dto.MetricFamily) []string {
 }
 
 func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
-	e := New(Options{RunID: "run1", NodeID: "n0", Health: func() Health {
+	e := New(Options{RunID: func() string { return "run1" }, NodeID: "n0", Health: func() Health {
 		return Health{QueueDepth: 2, Dropped: 1, Scrapes: map[string]int{"http://x/metrics": 3}, Sinks: []SinkHealth{{Name: "mlflow", Sent: 5, Pending: 4, Errors: 7, LastSend: time.UnixMilli(1700000000123)}}}
 	}})
 	if err := e.Serve("127.0.0.1:0"); err != nil {

@@ -1,22 +1,40 @@
-// Package redact hides secrets wherever bridge records the child's command
-// line (run tags, run name, the spool, logs). The rule, documented in
+// Package redact hides secrets wherever bridge records or prints text it was
+// given: the child's command line (run tags, run name, the spool), and every
+// URL it prints (tracker addresses, their errors). One rule, documented in
 // docs/reliability.md:
 //
-//   - a secret-looking name is one whose last word (words split at '-', '_',
-//     '.') is password, passwd, pass, pwd, passphrase, secret, token, key,
-//     apikey, auth, credential(s), cookie or signature, or that ends in
-//     password, secret, token or apikey (--hftoken, --apikey);
-//   - --NAME=VALUE and NAME=VALUE with a secret-looking NAME: VALUE is replaced;
-//   - --NAME VALUE (or -NAME VALUE) with a secret-looking NAME: the next
-//     argument is replaced, whatever it looks like;
-//   - single-letter flags (-p) are not treated as secret: their meaning
-//     differs from tool to tool;
-//   - a URL's password (user:pass@) and the values of its secret-looking
-//     query parameters (?token=) are replaced;
-//   - the value of every secret-looking environment variable (at least 4
-//     characters long) is replaced wherever it appears.
+//   - A secret-looking name is one whose last word is password, passwd,
+//     pass, pwd, pw, passphrase, secret, token, key, apikey, auth,
+//     authorization, credential(s), creds, cookie, signature, sig, sas, jwt,
+//     bearer or sessionid, or that ends in password, secret, token, apikey
+//     or sessionid (--hftoken). Words are split at '-', '_', '.' and at
+//     camelCase humps (apiKey, AccountKey, X-Amz-Signature).
+//     --max-tokens, --tokenizer, --key-file, monkey are not secret-looking.
+//   - A secret-looking name followed by its value hides the value, in every
+//     carrier people pass:
+//     --NAME=VALUE, -NAME=VALUE and NAME=VALUE (Hydra overrides, env
+//     assignments) as an argument: the rest of the argument;
+//     --NAME VALUE: the next argument, whatever it looks like, or the next
+//     word inside one argument (a `sh -c` command line);
+//     NAME=VALUE inside an argument, after a separator (query strings
+//     ?sig=, &X-Amz-Signature=, Azure connection strings ;AccountKey=,
+//     cookies, --env=HF_TOKEN=...): up to the next separator;
+//     NAME: VALUE, "NAME": VALUE, 'NAME': VALUE (HTTP headers such as
+//     `Authorization: Bearer ...` and `X-Api-Key: ...`, JSON, YAML): a
+//     quoted string, a whole {...} or [...], else the rest of the line (in
+//     a {...} or [...], up to the next ',', '}' or ']'). An argument that
+//     ends with the name (`Authorization:`) or with an auth scheme alone
+//     (`Authorization: Bearer`) hides the next argument.
+//   - Single-letter flags (-p) are not secret-looking: their meaning differs
+//     from tool to tool.
+//   - A URL's user information: its password (user:***@host), or the whole
+//     of it when there is no password (https://***@host: a token given as
+//     the user name). URI applies the rule to one URL; every URL bridge
+//     prints goes through it.
+//   - The value of every secret-looking environment variable (at least 4
+//     characters long) is hidden wherever it appears.
 //
-// Replaced text becomes Mask.
+// Hidden text becomes Mask.
 package redact
 
 import (
@@ -29,21 +47,18 @@ import (
 const Mask = "***"
 
 var lastWords = map[string]bool{
-	"password": true, "passwd": true, "pass": true, "pwd": true, "passphrase": true,
-	"secret": true, "token": true, "key": true, "apikey": true, "auth": true,
-	"credential": true, "credentials": true, "cookie": true, "signature": true,
+	"password": true, "passwd": true, "pass": true, "pwd": true, "pw": true, "passphrase": true,
+	"secret": true, "token": true, "key": true, "apikey": true, "auth": true, "authorization": true,
+	"credential": true, "credentials": true, "creds": true, "cookie": true, "signature": true,
+	"sig": true, "sas": true, "jwt": true, "bearer": true, "sessionid": true,
 }
 
-var suffixes = []string{"password", "secret", "token", "apikey"}
+var suffixes = []string{"password", "secret", "token", "apikey", "sessionid"}
 
-// SecretName reports whether a flag, variable or parameter name looks like
-// it holds a secret.
+// SecretName reports whether a flag, variable, parameter, header or key
+// name looks like it holds a secret.
 func SecretName(name string) bool {
-	n := strings.ToLower(strings.TrimLeft(name, "-"))
-	if n == "" {
-		return false
-	}
-	words := strings.FieldsFunc(n, func(r rune) bool { return r == '-' || r == '_' || r == '.' })
+	words := splitWords(strings.TrimLeft(name, "-+~"))
 	if len(words) == 0 {
 		return false
 	}
@@ -57,6 +72,31 @@ func SecretName(name string) bool {
 		}
 	}
 	return false
+}
+
+// splitWords splits a name at '-', '_', '.' and camelCase humps
+// (apiKey -> api key, HFToken -> hf token), lowercased.
+func splitWords(n string) []string {
+	var words []string
+	start := 0
+	upper := func(i int) bool { return i < len(n) && n[i] >= 'A' && n[i] <= 'Z' }
+	lower := func(i int) bool { return i < len(n) && n[i] >= 'a' && n[i] <= 'z' }
+	digit := func(i int) bool { return i < len(n) && n[i] >= '0' && n[i] <= '9' }
+	for i := 0; i <= len(n); i++ {
+		switch {
+		case i == len(n) || n[i] == '-' || n[i] == '_' || n[i] == '.':
+			if i > start {
+				words = append(words, strings.ToLower(n[start:i]))
+			}
+			start = i + 1
+		// A hump: aB (apiKey), 1B (sha256Sig), or the last capital of
+		// an acronym before a word (HFToken).
+		case i > start && upper(i) && (lower(i-1) || digit(i-1) || upper(i-1) && lower(i+1)):
+			words = append(words, strings.ToLower(n[start:i]))
+			start = i
+		}
+	}
+	return words
 }
 
 // Redactor replaces secrets; the zero value knows no environment secrets.
@@ -82,41 +122,34 @@ func New(env []string) *Redactor {
 // Argv returns a copy of argv with secret values replaced.
 func (r *Redactor) Argv(argv []string) []string {
 	out := make([]string, len(argv))
-	nextIsSecret := false
+	next := false
 	for i, a := range argv {
-		switch {
-		case nextIsSecret:
-			out[i] = Mask
-			nextIsSecret = false
+		if next {
+			out[i], next = Mask, false
 			continue
-		case strings.HasPrefix(a, "-") && len(a) > 2:
-			name, _, hasValue := strings.Cut(a, "=")
-			if SecretName(name) {
-				// The name itself may hold an environment secret too.
-				if hasValue {
-					out[i] = r.String(name) + "=" + Mask
-				} else {
-					out[i], nextIsSecret = r.String(a), true
-				}
-				continue
-			}
-		case !strings.HasPrefix(a, "-"):
-			if name, _, ok := strings.Cut(a, "="); ok && SecretName(name) && !strings.ContainsAny(name, "/:") {
-				out[i] = r.String(name) + "=" + Mask
-				continue
-			}
 		}
-		out[i] = r.String(a)
+		out[i], next = r.arg(a)
 	}
 	return out
 }
 
-// String hides URL credentials and known secret values in s.
+// String hides secrets in s (a run name, a message) by the same rule as in
+// one argument.
 func (r *Redactor) String(s string) string {
+	out, _ := r.arg(s)
+	return out
+}
+
+// Text hides secrets in s by the rule, without environment values: for
+// messages of libraries (an HTTP client's log lines) that may carry URLs.
+func Text(s string) string { return (&Redactor{}).String(s) }
+
+// arg redacts one argument and reports whether the next one is a secret.
+func (r *Redactor) arg(s string) (string, bool) {
 	// Until nothing is left: a secret that begins or ends with the mask's
 	// own characters can reappear next to a mask. Each replacement shortens
 	// s (secrets are longer than the mask), so this ends.
-	for changed := r != nil; changed; {
+	for changed := true; changed; {
 		changed = false
 		for _, v := range r.values {
 			if strings.Contains(s, v) {
@@ -124,67 +157,114 @@ func (r *Redactor) String(s string) string {
 			}
 		}
 	}
-	if strings.Contains(s, "://") || strings.Contains(s, "?") {
+	s, next := scan(s)
+	if strings.Contains(s, "://") {
 		s = urls(s)
 	}
-	return s
+	return s, next
 }
 
-// urls redacts every URL-looking field of s.
+// urls hides the user information of every URL in s.
 func urls(s string) string {
 	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '"' || r == '\'' || r == ',' })
 	for _, f := range fields {
+		i := strings.Index(f, "://")
+		if i < 0 {
+			continue
+		}
 		// A flag's value may carry a URL: --db=postgres://u:p@h.
 		start := 0
-		if i := strings.Index(f, "://"); i >= 0 {
-			if j := strings.LastIndexAny(f[:i], "=:"); j >= 0 {
-				start = j + 1
-			}
+		if j := strings.LastIndexAny(f[:i], "=:"); j >= 0 {
+			start = j + 1
 		}
-		if red := URI(f[start:]); red != f[start:] {
+		if red := userinfo(f[start:]); red != f[start:] {
 			s = strings.Replace(s, f[start:], red, 1)
 		}
 	}
 	return s
 }
 
-// URI hides a URL's password and its secret-looking query values; anything
-// that does not parse as a URL is returned as is.
+// URI hides the secrets of one URL: its user information and the values of
+// its secret-looking query and fragment parameters (?token=, &sig=,
+// X-Amz-Signature=, #access_token=). Every URL bridge prints goes through
+// it.
 func URI(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		// An unparsable URL may still carry user:pass@: cut it out.
-		if i := strings.Index(s, "://"); i >= 0 {
-			if j := strings.LastIndex(s, "@"); j > i {
-				return s[:i+3] + Mask + s[j:]
-			}
-		}
+	out, _ := scan(userinfo(s))
+	return out
+}
+
+// userinfo hides a URL's password, or its whole user information when that
+// has no password (https://TOKEN@host).
+func userinfo(s string) string {
+	i := strings.Index(s, "://")
+	if i < 0 {
 		return s
 	}
-	changed := false
-	if u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), Mask)
-			changed = true
+	rest := s[i+3:]
+	// As url.Parse: the authority ends at the first '/', '?' or '#', the
+	// user information at its last '@'.
+	auth := rest
+	if k := strings.IndexAny(rest, "/?#"); k >= 0 {
+		auth = rest[:k]
+	}
+	at := strings.LastIndex(auth, "@")
+	if at < 0 {
+		if _, err := url.Parse(s); err == nil {
+			return s
+		}
+		// Unparsable, as with a password holding a '/': up to the last
+		// '@' before the query.
+		q := rest
+		if k := strings.IndexAny(rest, "?#"); k >= 0 {
+			q = rest[:k]
+		}
+		if at = strings.LastIndex(q, "@"); at < 0 {
+			return s
 		}
 	}
-	if u.RawQuery != "" {
-		q := u.Query()
-		for k := range q {
-			if SecretName(k) {
-				for i := range q[k] {
-					q[k][i] = Mask
+	if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+		return s[:i+3] + user + ":" + Mask + rest[at:]
+	}
+	return s[:i+3] + Mask + rest[at:]
+}
+
+// URLError hides the secrets of the URL in every *url.Error in err's chain,
+// in place, and returns err. The net/http client's errors carry the request
+// URL, query included (it strips only a password), and bridge prints them.
+// Call it on the client's error before wrapping it: fmt.Errorf keeps the
+// text it was made with.
+func URLError(err error) error {
+	for e := range chain(err) {
+		if ue, ok := e.(*url.Error); ok {
+			ue.URL = URI(ue.URL)
+		}
+	}
+	return err
+}
+
+// chain yields err and everything it wraps, as errors.Is walks it.
+func chain(err error) func(func(error) bool) {
+	return func(yield func(error) bool) {
+		var walk func(error) bool
+		walk = func(e error) bool {
+			if e == nil {
+				return true
+			}
+			if !yield(e) {
+				return false
+			}
+			switch u := e.(type) {
+			case interface{ Unwrap() error }:
+				return walk(u.Unwrap())
+			case interface{ Unwrap() []error }:
+				for _, w := range u.Unwrap() {
+					if !walk(w) {
+						return false
+					}
 				}
-				changed = true
 			}
+			return true
 		}
-		if changed {
-			u.RawQuery = q.Encode()
-		}
+		walk(err)
 	}
-	if !changed {
-		return s
-	}
-	// Encode escapes the mask; show it plainly.
-	return strings.ReplaceAll(u.String(), url.QueryEscape(Mask), Mask)
 }

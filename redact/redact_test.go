@@ -1,6 +1,9 @@
 package redact
 
 import (
+	"errors"
+	"fmt"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -36,8 +39,17 @@ func TestURI(t *testing.T) {
 		"http://h:5000/?api_key=k&run=1":    "http://h:5000/?api_key=***&run=1",
 		"http://h:5000":                     "http://h:5000",
 		"sqlite:///mlflow.db":               "sqlite:///mlflow.db",
-		"http://u:p%zz@h":                   "http://***@h",
-		"https://h/x?Signature=abc&Expires": "https://h/x?Expires=&Signature=***",
+		"http://u:p%zz@h":                   "http://u:***@h",
+		"https://h/x?Signature=abc&Expires": "https://h/x?Signature=***&Expires",
+		// The user name alone may be a token (https://<token>@github.com).
+		"https://ghp_abc@github.com/o/r.git": "https://***@github.com/o/r.git",
+		// A password holding '/' makes the URL unparsable: still hidden.
+		"https://u:a/b@h/p": "https://u:***@h/p",
+		// Cloud SAS and presigned URLs; the order and form of the rest kept.
+		"https://a.blob.core.windows.net/c/b?sv=2022-11-02&se=2030-01-01&sp=r&sig=AbC%2Bd%3D":                                "https://a.blob.core.windows.net/c/b?sv=2022-11-02&se=2030-01-01&sp=r&sig=***",
+		"https://b.s3.amazonaws.com/k?X-Amz-Credential=AKIA%2F20240101%2Fs3&X-Amz-Date=20240101T000000Z&X-Amz-Signature=f00": "https://b.s3.amazonaws.com/k?X-Amz-Credential=***&X-Amz-Date=20240101T000000Z&X-Amz-Signature=***",
+		"https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=0a1b":                         "https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=***",
+		"https://h/cb#access_token=xyz&state=1":                                                                              "https://h/cb#access_token=***&state=1",
 	} {
 		if got := URI(in); got != want {
 			t.Errorf("URI(%q) = %q, want %q", in, got, want)
@@ -52,5 +64,124 @@ func TestShortEnvValuesIgnored(t *testing.T) {
 	}
 	if got := New([]string{"X_TOKEN=abcd"}).String("1abcd2"); strings.Contains(got, "abcd") {
 		t.Errorf("got %q", got)
+	}
+}
+
+// carriers are the formats people pass secrets in, one argv each: %s is the
+// secret, %q the secret escaped for a URL query, %u for a URL's user
+// information. Each must hide it without knowing it from the environment.
+var carriers = [][]string{
+	// Flags and assignments.
+	{"--password=%s"}, {"--api-key", "%s"}, {"-api-key=%s"}, {"db.password=%s"}, {"+db.password=%s"},
+	{"--authorization", "%s"}, {"--creds=%s"}, {"--pw", "%s"}, {"--sessionid=%s"}, {"--session-id", "%s"},
+	{"--client_secret=%s"}, {"--hftoken", "%s"}, {"AWS_SECRET_ACCESS_KEY=%s"}, {"--env=HF_TOKEN=%s"},
+	{"-e", "HF_TOKEN=%s"}, {"--jwt", "%s"},
+	// URLs: credentials, query and fragment tokens, cloud SAS and presigned URLs.
+	{"https://user:%u@host/path"}, {"https://%u@github.com/org/repo.git"}, {"--db=postgres://u:%u@h:5432/d"},
+	{"http://h:5000/?token=%q&x=1"},
+	{"https://acct.blob.core.windows.net/c/b?sv=2022-11-02&se=2030-01-01&sr=b&sp=r&sig=%q"},
+	{"https://b.s3.amazonaws.com/k?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=%q&X-Amz-Signature=%q&X-Amz-Security-Token=%q"},
+	{"https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential=%q&X-Goog-Signature=%q"},
+	{"https://h/cb#access_token=%q&state=1"},
+	{"s3.amazonaws.com/b/k?Signature=%q&Expires=1"},
+	// Azure connection strings.
+	{"DefaultEndpointsProtocol=https;AccountName=a;AccountKey=%s;EndpointSuffix=core.windows.net"},
+	{"--connection-string", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=Root;SharedAccessKey=%s"},
+	// HTTP header arguments, whole or split (curl -H, httpie).
+	{"-H", "Authorization: Bearer %s"}, {"--header=Authorization: Bearer %s"}, {"--header", "Authorization:", "Bearer %s"},
+	{"-H", "Authorization: Bearer", "%s"}, {"-H", "X-Api-Key: %s"}, {"X-Api-Key:%s"}, {"Proxy-Authorization: Basic %s"},
+	{"-H", "Cookie: theme=dark; session=%s"}, {"-H", "X-Auth-Token: %s"},
+	// JSON and YAML fragments.
+	{`{"api_key": "%s"}`}, {`{"apiKey":"%s","user":"u"}`}, {`{"auth": {"token": "%s"}}`}, {`{"credentials": ["%s"]}`},
+	{`--config-json={"wandb": {"api_key": "%s"}, "lr": 0.1}`}, {"token: %s"}, {"db:\n  password: %s\n  user: u\n"},
+	{"{token: %s, user: u}"}, {"secretKey: '%s'"}, {`{"privateKey":"%s"}`},
+	// A command line inside one argument (sh -c).
+	{"sh", "-c", "python train.py --wandb-api-key %s --lr 0.1"},
+	{"bash", "-c", `curl -H "Authorization: Bearer %s" https://h/x`},
+	{"sh", "-c", "export HF_TOKEN=%s; python train.py"},
+}
+
+// fill puts secret into a carrier.
+func fill(carrier []string, secret string) []string {
+	out := make([]string, len(carrier))
+	r := strings.NewReplacer("%s", secret, "%q", url.QueryEscape(secret), "%u", url.PathEscape(secret))
+	for i, a := range carrier {
+		out[i] = r.Replace(a)
+	}
+	return out
+}
+
+// leaked reports where secret (or its URL-escaped forms) is left in out.
+func leaked(out []string, secret string) string {
+	for _, a := range out {
+		for _, form := range []string{secret, url.QueryEscape(secret), url.PathEscape(secret)} {
+			if strings.Contains(a, form) {
+				return a
+			}
+		}
+	}
+	return ""
+}
+
+func TestEveryCarrierHidesTheSecret(t *testing.T) {
+	const secret = "Zq7-s3cr3t_V4lue+/="
+	for _, c := range carriers {
+		in := fill(c, secret)
+		out := New(nil).Argv(in)
+		if a := leaked(out, secret); a != "" {
+			t.Errorf("Argv(%q): the secret is left in %q", in, a)
+		}
+		if len(out) != len(in) {
+			t.Errorf("Argv(%q) has %d arguments", in, len(out))
+		}
+	}
+}
+
+// Ordinary arguments pass unchanged: the rule must not cost the record of
+// what ran.
+func TestOrdinaryArgumentsKept(t *testing.T) {
+	for _, args := range [][]string{
+		{"python", "train.py", "--lr", "0.1", "--epochs=3", "-p", "8080", "--max-tokens", "5", "--tokenizer", "gpt2"},
+		{"x", "--key-file", "k.pem", "--monkey", "1", "--tokens=5", "--keys", "a,b", "--passes", "2", "--author", "me"},
+		{"x", "--output-dir", "s3://bucket/path/to", "--model", "org/model:v1", "--uri", "http://host:5000/api?run=1&x=2"},
+		{"x", "--prompt", "The key to success: hard work", "--note", "token budget: 100", "trainer.max_epochs=3", "PATH=/usr/bin"},
+		{"x", `{"lr": 0.1, "key_file": "k.pem", "token_budget": 100, "tokens": 5}`, "schedule:\n  warmup: 100\n  decay: cosine\n"},
+		{"x", "--auth-type=oauth", "--signature-version", "v4", "--session", "main", "--sig-figs", "3", "time=12:30:00"},
+		{"torchrun", "--nproc-per-node=8", "--rdzv-endpoint=host:29400", "train.py", "--config", "cfg/base.yaml"},
+		{"sh", "-c", "python train.py --lr 0.1 && echo done; ls -la /data"},
+	} {
+		if got := New(nil).Argv(args); !reflect.DeepEqual(got, args) {
+			t.Errorf("Argv changed ordinary arguments:\n got %q\nwant %q", got, args)
+		}
+	}
+}
+
+// The net/http client quotes the request URL in its errors, query token
+// included: URLError hides it wherever the *url.Error sits in the chain.
+func TestURLError(t *testing.T) {
+	inner := &url.Error{Op: "Post", URL: "http://tok123@h:5000/api?token=abc123&x=1", Err: errors.New("connection refused")}
+	err := errors.Join(errors.New("other"), inner)
+	got := fmt.Errorf("posting: %w", URLError(err)).Error()
+	if strings.Contains(got, "abc123") || strings.Contains(got, "tok123") || !strings.Contains(got, "token=***&x=1") {
+		t.Fatalf("URLError left %q", got)
+	}
+	if !errors.Is(err, inner) {
+		t.Fatal("the chain was changed")
+	}
+	if URLError(nil) != nil {
+		t.Fatal("URLError(nil) is not nil")
+	}
+}
+
+func TestSecretName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"--password": true, "apiKey": true, "AccountKey": true, "HFToken": true, "X-Amz-Signature": true, "sig": true,
+		"--session-id": true, "sessionId": true, "Proxy-Authorization": true, "+db.password": true, "privateKey": true,
+		"--max-tokens": false, "maxTokens": false, "--tokenizer": false, "keyFile": false, "monkey": false, "--author": false,
+		"--sig-figs": false, "secretName": false, "--passes": false, "": false, "--": false,
+	} {
+		if got := SecretName(name); got != want {
+			t.Errorf("SecretName(%q) = %v, want %v", name, got, want)
+		}
 	}
 }

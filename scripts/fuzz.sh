@@ -2,7 +2,7 @@
 # Fuzzes every parser of outside input for a bounded time (FUZZTIME, default
 # 10s each): the spool reader (and its record encoder against encoding/json),
 # the cgroup file parsers, MLflow's and W&B's response handling,
-# configuration and flag parsing, and argv redaction.
+# configuration and flag parsing, and argv redaction (every carrier format).
 # Seed corpora live in each package's testdata/fuzz/ and also run in the
 # ordinary `go test`. A crasher fails the run; add it to the corpus as a
 # regression case (go test writes it under testdata/fuzz/).
@@ -18,7 +18,7 @@ targets=(
   "./metrics/cgroup/ FuzzParseStatKeys" "./metrics/cgroup/ FuzzParseCgroupUint"
   "./metrics/cgroup/ FuzzStripRoot"
   "./tracker/mlflow/ FuzzResponse" "./tracker/wandb/ FuzzResponse"
-  "./config/ FuzzLoad" "./config/ FuzzArgs" "./redact/ FuzzArgv"
+  "./config/ FuzzLoad" "./config/ FuzzArgs" "./redact/ FuzzArgv" "./redact/ FuzzCarriers"
   "./internal/memtrim/ FuzzParseSmaps"
 )
 # Go 1.26's fuzz coordinator can report its own -fuzztime deadline as a

@@ -2,7 +2,8 @@
 # Sets up everything the tests use on a fresh machine and runs them:
 #   a Python venv with pinned mlflow, wandb and psycopg2 (.venv), Debian's
 #   postgresql (the multi-node tests start MLflow on it), Debian's chromium and
-#   playwright-core for the MLflow UI test, one MLflow server on 127.0.0.1 for
+#   playwright-core for the MLflow UI test, Debian's Slurm and munge for the
+#   launcher tests (e2e/slurm), one MLflow server on 127.0.0.1 for
 #   the suite (stopped however the tests end), then go vet and go test -race.
 # Extra arguments go to `go test` (e.g. scripts/test.sh -run TestMLflow ./cmd/...).
 set -euo pipefail
@@ -61,6 +62,10 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v prometheus-node-expor
     log "prometheus missing and cannot be installed here: the Prometheus tests will skip"
   fi
 fi
+
+# Slurm and munge for the launcher tests (e2e/slurm: a cluster of network
+# namespaces on this machine).
+bash e2e/slurm/prepare.sh || log "Slurm unavailable: the e2e/slurm tests will skip"
 
 # One MLflow server for the suite; tests that stop and restart a server start
 # their own.

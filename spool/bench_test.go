@@ -2,6 +2,7 @@ package spool
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -97,4 +98,25 @@ func BenchmarkEncodeSample(b *testing.B) {
 			jsonSample(b, smp)
 		}
 	})
+}
+
+// BenchmarkOpen reads a spool of 200000 small samples, as a restarted bridge
+// does before its child starts (a long outage's file): it must stay linear.
+func BenchmarkOpen(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "s.jsonl")
+	var buf []byte
+	buf = append(buf, `{"type":"start","time":1,"runs":{"mlflow":"r"}}`+"\n"...)
+	for i := range 200000 {
+		buf = fmt.Appendf(buf, `{"type":"sample","seq":%d,"ts":%d,"metrics":{"a":1,"b":2}}`+"\n", i, 1000+i)
+	}
+	if err := os.WriteFile(path, buf, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		s, err := Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Close()
+	}
 }

@@ -2,142 +2,165 @@ package spool
 
 import (
 	"bufio"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
 
-// compactLocked rewrites the file within the size cap: every start and end
-// record, one ack per sink and run, and the newest samples that fit in half
-// the cap (the half leaves room to append before the next rewrite). The
-// oldest samples go first: the ones every sink has acknowledged are always
-// older than the ones some sink still needs. The new file replaces the old
-// one by rename, so a crash leaves one or the other.
-func (s *Spool) compactLocked() error {
+// compact rewrites the file within the size cap: every start, run and end
+// record, one ack per sink and run, and the samples that fit in half the
+// cap (the half leaves room to append before the next rewrite). Samples
+// every run of their attempt acknowledged go first, then the oldest of the
+// rest. The new file, locked before it takes the old one's place by rename
+// (a crash leaves one or the other), becomes the spool's file.
+func (w *writer) compact() error {
 	// The old file stays if the rewrite fails: what it holds must be durable.
-	if err := s.syncLocked(); err != nil {
-		return fmt.Errorf("compacting spool %s: %w", s.path, err)
+	if err := w.sync(); err != nil {
+		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
-	src, err := os.Open(s.path)
+	src, err := os.Open(w.path)
 	if err != nil {
-		return fmt.Errorf("compacting spool %s: %w", s.path, err)
+		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
 	defer src.Close()
 
 	var acks []byte
-	keys := make([]string, 0, len(s.acks))
-	for k := range s.acks {
+	keys := make([]string, 0, len(w.ix.acks))
+	for k := range w.ix.acks {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		seq := s.acks[k]
+		seq := w.ix.acks[k]
 		sink, run := splitKey(k)
 		b, _ := json.Marshal(Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq})
 		acks = append(append(acks, b...), '\n')
 	}
 
-	// Pass 1: what the records other than samples take, and each sample's size.
+	// Pass 1: what the records other than samples take, and each sample's
+	// size and whether its runs have it.
 	type sized struct {
-		seq int64
-		n   int
+		seq  int64
+		n    int
+		done bool // delivered: dropped first
 	}
 	var meta int64
 	var samples []sized
-	if _, err := scan(io.LimitReader(src, s.size), s.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
+	att := -1
+	if _, err := scan(io.LimitReader(src, w.size), w.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
 		switch rec.Type {
 		case TypeSample:
-			samples = append(samples, sized{*rec.Seq, len(line)})
+			samples = append(samples, sized{*rec.Seq, len(line), w.ix.delivered(att, *rec.Seq)})
 		case TypeAck:
+		case TypeStart:
+			att++
+			fallthrough
 		default:
 			meta += int64(len(line))
 		}
 	}); err != nil {
-		return fmt.Errorf("compacting spool %s: %w", s.path, err)
+		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
-	budget := s.opt.MaxSize/2 - meta - int64(len(acks))
-	keep := len(samples)
-	for used := int64(0); keep > 0 && used+int64(samples[keep-1].n) <= budget; keep-- {
-		used += int64(samples[keep-1].n)
+	// The newest undelivered samples first, then the newest delivered ones.
+	order := make([]int, len(samples))
+	for i := range order {
+		order[i] = len(samples) - 1 - i
 	}
-	firstKept := int64(math.MaxInt64)
-	if keep < len(samples) {
-		firstKept = samples[keep].seq
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case samples[a].done == samples[b].done:
+			return 0
+		case samples[a].done:
+			return 1
+		}
+		return -1
+	})
+	budget := w.opt.MaxSize/2 - meta - int64(len(acks))
+	keep := map[int64]bool{}
+	for used, k := int64(0), 0; k < len(order); k++ {
+		s := samples[order[k]]
+		if used+int64(s.n) > budget {
+			break
+		}
+		used += int64(s.n)
+		keep[s.seq] = true
 	}
 
 	// Pass 2: the new file.
-	tmp, err := os.CreateTemp(filepath.Dir(s.path), ".bridge-spool-*.tmp")
+	tmpPath := filepath.Join(filepath.Dir(w.path), ".bridge-spool-"+rand.Text()+".tmp")
+	tmp, err := os.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("compacting spool %s: %w", s.path, err)
+		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
-	defer os.Remove(tmp.Name()) // after a successful rename: nothing to remove
-	w := bufio.NewWriter(tmp)
+	defer os.Remove(tmpPath) // after a successful rename: nothing to remove
+	bw := bufio.NewWriter(tmp)
 	newOff := map[int64]int64{}
 	var size int64
 	if _, err := src.Seek(0, io.SeekStart); err != nil {
 		tmp.Close()
-		return fmt.Errorf("compacting spool %s: %w", s.path, err)
+		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
-	_, err = scan(io.LimitReader(src, s.size), s.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
+	_, err = scan(io.LimitReader(src, w.size), w.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
 		switch {
 		case rec.Type == TypeAck:
 			return
-		case rec.Type == TypeSample && *rec.Seq < firstKept:
+		case rec.Type == TypeSample && !keep[*rec.Seq]:
 			return
 		case rec.Type == TypeSample:
 			newOff[*rec.Seq] = size
 		}
-		w.Write(line) // errors stay in w and come back from Flush
+		bw.Write(line) // errors stay in bw and come back from Flush
 		size += int64(len(line))
 	})
 	if err == nil {
-		_, err = w.Write(acks)
+		_, err = bw.Write(acks)
 		size += int64(len(acks))
 	}
 	if err == nil {
-		err = w.Flush()
+		err = bw.Flush()
 	}
 	if err == nil {
 		err = tmp.Sync()
 	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		// Locked before it is at path: no other bridge can take it there.
+		// (On a filesystem without locks it goes unlocked, as at open.)
+		_ = flock(tmp)
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), s.path)
+		err = os.Rename(tmpPath, w.path)
 	}
 	if err != nil {
-		return fmt.Errorf("compacting spool %s: %w", s.path, err)
+		tmp.Close()
+		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
-	syncDir(filepath.Dir(s.path))
-	f, err := os.OpenFile(s.path, os.O_RDWR|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("reopening spool %s after compacting: %w", s.path, err)
-	}
-	s.f.Close()
-	s.f, s.size = f, size // the new file was fsynced (nothing is unsynced)
+	syncDir(filepath.Dir(w.path))
+	w.f.Close()
+	w.f, w.size = tmp, size // the new file was fsynced (nothing is unsynced)
 
 	// Samples that left the file leave memory too; count those not delivered.
-	low := s.lowAckLocked()
 	var dropped, undelivered int64
-	for _, smp := range samples[:keep] {
-		dropped++
-		if len(s.tracked) == 0 || smp.seq > low {
-			undelivered++
+	for _, s := range samples {
+		if !keep[s.seq] {
+			dropped++
+			if !s.done {
+				undelivered++
+			}
 		}
 	}
-	kept := s.pend[:0]
-	for _, e := range s.pend {
+	kept := w.ix.pend[:0]
+	for _, e := range w.ix.pend {
 		if e.off >= 0 {
 			off, ok := newOff[e.seq]
 			if !ok {
 				if e.smp != nil {
-					s.inMem--
+					w.ix.inMem--
 				}
 				continue
 			}
@@ -145,28 +168,23 @@ func (s *Spool) compactLocked() error {
 		}
 		kept = append(kept, e)
 	}
-	s.pend = kept
-	s.stats.Compactions++
-	s.stats.DroppedByCap += undelivered
-	s.log.Warn("the spool reached its size cap; its oldest samples were removed",
-		"max_size", s.opt.MaxSize, "removed", dropped, "not_yet_delivered", undelivered)
+	clear(w.ix.pend[len(kept):])
+	w.ix.pend = kept
+	w.ix.reshaped()
+	w.st.Compactions++
+	w.st.DroppedByCap += undelivered
+	// Said once: a small cap rewrites at every sample; the end-of-run
+	// table counts them all.
+	log := w.log.Debug
+	if !w.capLog {
+		w.capLog, log = true, w.log.Warn
+	}
+	msg := "the spool reached its size cap (--spool-max-size); its oldest samples were removed"
+	if undelivered > 0 {
+		msg = "the spool reached its size cap (--spool-max-size); samples no tracker has yet were removed and will never be sent (a larger cap keeps them)"
+	}
+	log(msg, "max_size", w.opt.MaxSize, "removed", dropped, "not_yet_delivered", undelivered)
 	return nil
-}
-
-// lowAckLocked is the highest seq every tracked sink acknowledged (-1: none).
-func (s *Spool) lowAckLocked() int64 {
-	low := int64(math.MaxInt64)
-	for k := range s.tracked {
-		a := int64(-1)
-		if v, ok := s.acks[k]; ok {
-			a = v
-		}
-		low = min(low, a)
-	}
-	if low == math.MaxInt64 {
-		return -1
-	}
-	return low
 }
 
 func splitKey(k string) (sink, run string) {

@@ -96,14 +96,26 @@ func (r *scanResult) bad(line int) {
 }
 
 // parseRecord decodes one line; a record must be a JSON object with a type,
-// and a sample or an ack must carry its seq.
+// and a sample or an ack must carry its seq. A sample's values that are not
+// numbers are left out and counted (Record.badValues), not the record.
 func parseRecord(line []byte) (*Record, bool) {
-	var rec Record
-	if err := json.Unmarshal(line, &rec); err != nil || rec.Type == "" {
+	var w struct {
+		Record
+		Metrics json.RawMessage `json:"metrics,omitempty"` // shadows Record.Metrics
+	}
+	if err := json.Unmarshal(line, &w); err != nil || w.Type == "" {
 		return nil, false
 	}
+	rec := &w.Record
 	if (rec.Type == TypeSample || rec.Type == TypeAck) && rec.Seq == nil {
 		return nil, false
 	}
-	return &rec, true
+	if len(w.Metrics) > 0 && string(w.Metrics) != "null" {
+		m, bad, err := parseValues(w.Metrics)
+		if err != nil {
+			return nil, false
+		}
+		rec.Metrics, rec.badValues = m, bad
+	}
+	return rec, true
 }

@@ -2,7 +2,6 @@ package spool
 
 import (
 	"encoding/json"
-	"fmt"
 	"sort"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -29,12 +28,14 @@ type Record struct {
 	Metrics  Values            `json:"metrics,omitempty"`
 	Sink     string            `json:"sink,omitempty"`
 	Run      string            `json:"run,omitempty"`
-	Attempt  int               `json:"attempt,omitempty"`
+	Attempt  int               `json:"attempt,omitempty"` // start: its number; run: the attempt it names (0: the last)
 	PID      int               `json:"pid,omitempty"`
 	Version  string            `json:"version,omitempty"`
 	Runs     map[string]string `json:"runs,omitempty"` // start: sink -> run id
 	ExitCode *int              `json:"exit_code,omitempty"`
 	Info     map[string]string `json:"info,omitempty"` // free-form facts (limits, reason)
+
+	badValues int // sample values that are not numbers, left out of Metrics
 }
 
 // Values are a sample's metric values by name.
@@ -61,38 +62,48 @@ func (v Values) MarshalJSON() ([]byte, error) {
 	return append(buf, '}'), nil
 }
 
-// UnmarshalJSON accepts numbers and the non-finite strings.
+// UnmarshalJSON accepts numbers and the non-finite strings. A value that is
+// neither (a string, null, a number beyond float64) is left out: one bad
+// value costs only itself, not its sample.
 func (v *Values) UnmarshalJSON(b []byte) error {
-	raw := map[string]json.RawMessage{}
-	if err := json.Unmarshal(b, &raw); err != nil {
+	out, _, err := parseValues(b)
+	if err != nil {
 		return err
-	}
-	out := make(Values, len(raw))
-	for k, r := range raw {
-		var f float64
-		if err := json.Unmarshal(r, &f); err == nil {
-			out[k] = f
-			continue
-		}
-		var s string
-		if err := json.Unmarshal(r, &s); err != nil {
-			return fmt.Errorf("metric %q: not a number", short(k))
-		}
-		f, ok := metrics.ParseJSONNonFinite(s)
-		if !ok {
-			return fmt.Errorf("metric %q: a string that is not NaN, Infinity or -Infinity", short(k))
-		}
-		out[k] = f
 	}
 	*v = out
 	return nil
 }
 
-// short keeps a bad name or value out of a message at a readable length.
-func short(s string) string {
-	const n = 40
-	if len(s) <= n {
-		return s
+// parseValues reads a metrics object, leaving out (and counting) the values
+// that are not numbers; only an object that is not one is an error.
+func parseValues(b []byte) (Values, int, error) {
+	raw := map[string]json.RawMessage{}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, 0, err
 	}
-	return s[:n] + "..."
+	out := make(Values, len(raw))
+	bad := 0
+	for k, r := range raw {
+		if f, ok := parseValue(r); ok {
+			out[k] = f
+		} else {
+			bad++
+		}
+	}
+	return out, bad, nil
+}
+
+func parseValue(r json.RawMessage) (float64, bool) {
+	if string(r) == "null" { // decodes into a float64 as nothing at all
+		return 0, false
+	}
+	var f float64
+	if err := json.Unmarshal(r, &f); err == nil {
+		return f, true
+	}
+	var s string
+	if err := json.Unmarshal(r, &s); err != nil {
+		return 0, false
+	}
+	return metrics.ParseJSONNonFinite(s)
 }

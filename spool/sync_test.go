@@ -83,7 +83,7 @@ func TestSyncEveryZeroSyncsEachAppend(t *testing.T) {
 // does it.
 func TestSyncEveryDefersAndCloseSyncs(t *testing.T) {
 	s, sf, _ := openSync(t, Options{SyncEvery: time.Hour})
-	s.WriteStart(Record{Time: 1})
+	s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
 	s.Track("mlflow", "r")
 	for i := int64(0); i < 5; i++ {
 		s.Append(sample(i, 1))
@@ -128,12 +128,7 @@ func TestSyncEveryTimer(t *testing.T) {
 	defer s.Close()
 	s.Track("mlflow", "r")
 	s.Append(sample(0, 1))
-	s.mu.Lock()
-	err := s.syncLocked()
-	s.mu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fire(s)
 	s.Ack("mlflow", "r", 0)
 	if armed, n := syncState(s); armed || n == 0 {
 		t.Fatalf("after an ack: timer armed %v, %d bytes unsynced; want not armed, the ack unsynced", armed, n)
@@ -144,11 +139,22 @@ func TestSyncEveryTimer(t *testing.T) {
 	}
 }
 
-// syncState is whether the deferred fsync is armed and how much waits for it.
+// syncState is whether the fsync timer is armed and how much waits for it.
 func syncState(s *Spool) (bool, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.armed, len(s.unsynced)
+	return s.w.armed, len(s.w.unsynced)
+}
+
+// fire does what the fsync timer does when it fires (the tests set an hour,
+// so that the real one never fires during them).
+func fire(s *Spool) {
+	s.mu.Lock()
+	armed := s.w.armed
+	s.mu.Unlock()
+	if armed {
+		s.w.fire()
+	}
 }
 
 // 1 MiB waiting for an fsync is fsynced at once.
@@ -165,8 +171,8 @@ func TestSyncEveryBoundsUnsynced(t *testing.T) {
 	if n, _ := sf.counts(); n < 1 {
 		t.Fatalf("%d fsyncs after 2 MiB written, want at least 1", n)
 	}
-	if len(s.unsynced) >= maxUnsynced {
-		t.Fatalf("%d bytes unsynced, want under %d", len(s.unsynced), maxUnsynced)
+	if _, n := syncState(s); n >= maxUnsynced {
+		t.Fatalf("%d bytes unsynced, want under %d", n, maxUnsynced)
 	}
 }
 
@@ -175,14 +181,14 @@ func TestSyncEveryBoundsUnsynced(t *testing.T) {
 // the file ends with every record in order.
 func TestDeferredSyncFailureRewrites(t *testing.T) {
 	s, sf, logs := openSync(t, Options{SyncEvery: time.Hour})
-	s.WriteStart(Record{Time: 1})
+	s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
 	s.Track("mlflow", "r")
 	for i := int64(0); i < 5; i++ {
 		s.Append(sample(i, float64(i)))
 	}
 	s.Ack("mlflow", "r", 1)
 	sf.setFail(true)
-	s.deferredSync() // what the timer runs
+	fire(s)
 	st := s.Stats()
 	if st.WriteFailures != 1 || st.Outages != 1 {
 		t.Fatalf("stats after a failed fsync: %+v", st)
@@ -274,77 +280,46 @@ func TestSyncEveryCompaction(t *testing.T) {
 	}
 }
 
-// A write that arms the deferred fsync does it at once when the next such
-// write is not expected before it is due (samples are periodic: the next
-// comes as far after as the last came before), so that the fsync rides on
-// a wake-up bridge has anyway. It is never later than SyncEvery. (SyncEvery
-// is an hour on a fake clock: the real timer cannot fire during the test.)
-func TestSyncRidesOnWrites(t *testing.T) {
-	const every = time.Hour
-	for _, tc := range []struct {
-		name string
-		gap  time.Duration // between samples
-		want []int         // fsyncs after each of samples 0..9
-	}{
-		// Samples as far apart as SyncEvery or more: each fsynced with its
-		// write (the first sets the timer: no gap is known yet).
-		{"gap = SyncEvery", every, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
-		{"gap = 10 SyncEvery", 10 * every, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
-		// Shorter gaps: the sample written when the fsync is due within 1.5
-		// gaps does it, for itself and those before it. Two a SyncEvery or
-		// a bit fewer: every other sample.
-		{"gap = 2/3 SyncEvery", 2 * every / 3, []int{0, 1, 1, 2, 2, 3, 3, 4, 4, 5}},
-		{"gap = SyncEvery/2", every / 2, []int{0, 1, 1, 2, 2, 3, 3, 4, 4, 5}},
-		// Ten a SyncEvery: the tenth, 0.9 SyncEvery after the first.
-		{"gap = SyncEvery/10", every / 10, []int{0, 0, 0, 0, 0, 0, 0, 0, 0, 1}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s, sf, _ := openSync(t, Options{SyncEvery: every})
-			defer s.Close()
-			clock := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-			s.mu.Lock()
-			s.now = func() time.Time { return clock }
-			s.mu.Unlock()
-			var got []int
-			for i := range 10 {
-				s.Append(sample(int64(i), 1))
-				n, _ := sf.counts()
-				got = append(got, n)
-				s.mu.Lock()
-				// What is unsynced has the timer set, due within SyncEvery.
-				if len(s.unsynced) > 0 && (!s.armed || s.due.Sub(clock) > every) {
-					t.Errorf("after sample %d: %d bytes unsynced, timer armed %v, due in %v",
-						i, len(s.unsynced), s.armed, s.due.Sub(clock))
-				}
-				s.mu.Unlock()
-				clock = clock.Add(tc.gap)
+// The rule with no tracker: the first write starts the timer, writes
+// while it runs wait for it, and its fsync covers them all: one fsync a
+// SyncEvery whatever the sample rate, none before it fires.
+func TestSyncRuleNoTracker(t *testing.T) {
+	s, sf, _ := openSync(t, Options{SyncEvery: time.Hour})
+	defer s.Close()
+	for round := 1; round <= 3; round++ {
+		for i := range 5 {
+			s.Append(sample(int64(5*round+i), 1))
+			if armed, _ := syncState(s); !armed {
+				t.Fatalf("round %d: sample %d did not leave the timer armed", round, i)
 			}
-			if !slices.Equal(got, tc.want) {
-				t.Fatalf("fsyncs after each sample %v, want %v", got, tc.want)
-			}
-		})
+		}
+		if n, _ := sf.counts(); n != round-1 {
+			t.Fatalf("round %d: %d fsyncs before the timer fired, want %d", round, n, round-1)
+		}
+		fire(s)
+		if armed, n := syncState(s); armed || n != 0 {
+			t.Fatalf("round %d: after the timer: armed %v, %d bytes unsynced", round, armed, n)
+		}
+		if n, _ := sf.counts(); n != round {
+			t.Fatalf("round %d: %d fsyncs after the timer, want %d", round, n, round)
+		}
 	}
 }
 
 // Samples every tracked sink acknowledged need no fsync (the trackers have
-// them): the deferred fsync is cancelled once all it was for is acknowledged,
-// and not done early on a write while acknowledgements may still cancel it.
-// Start, run and end records, a sink that gave up, or a failed fsync keep it.
+// them): an ack that leaves nothing waiting stops the timer, and a timer
+// that fires finds nothing to do. Start, run and end records, and samples
+// while a sink has given up, are fsynced.
 func TestSyncSkippedWhenAcked(t *testing.T) {
 	s, sf, _ := openSync(t, Options{SyncEvery: time.Hour})
 	defer s.Close()
 	s.Track("mlflow", "r")
 	s.Track("wandb", "w")
-	clock := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-	s.mu.Lock()
-	s.now = func() time.Time { return clock }
-	s.mu.Unlock()
-	for i := range 5 { // an hour apart: without sinks each would be fsynced at once
+	for i := range 5 {
 		s.Append(sample(int64(i), 1))
-		clock = clock.Add(time.Hour)
 	}
 	if armed, _ := syncState(s); !armed {
-		t.Fatal("samples did not arm the deferred fsync")
+		t.Fatal("samples did not arm the fsync timer")
 	}
 	s.Ack("mlflow", "r", 4)
 	s.Ack("wandb", "w", 3)
@@ -355,40 +330,39 @@ func TestSyncSkippedWhenAcked(t *testing.T) {
 	if armed, n := syncState(s); armed || n != 0 {
 		t.Fatalf("all acknowledged: timer armed %v, %d bytes unsynced; want neither", armed, n)
 	}
+	// Acknowledged before the timer fires: it finds nothing to do.
+	s.Append(sample(5, 1))
+	s.mu.Lock()
+	s.ix.ack(ackKey("mlflow", "r"), 5) // as if the ack came just before
+	s.ix.ack(ackKey("wandb", "w"), 5)
+	s.mu.Unlock()
+	fire(s)
 	if n, _ := sf.counts(); n != 0 {
 		t.Fatalf("%d fsyncs, want 0", n)
 	}
 
-	// A run record is not a sample: its fsync stays. (The first comes an
-	// hour after the last write: fsynced at once, as without sinks.)
+	// A run record is not a sample: acknowledgements leave its fsync.
 	s.WriteRun(Record{Type: TypeRun, Sink: "mlflow", Run: "r"})
-	if n, _ := sf.counts(); n != 1 {
-		t.Fatalf("%d fsyncs after a run record an hour after the last write, want 1", n)
-	}
-	clock = clock.Add(time.Minute)
-	s.Append(sample(5, 1))
-	clock = clock.Add(time.Minute)
-	s.WriteRun(Record{Type: TypeRun, Sink: "wandb", Run: "w"})
-	s.Ack("mlflow", "r", 5)
-	s.Ack("wandb", "w", 5)
+	s.Append(sample(6, 1))
+	s.Ack("mlflow", "r", 6)
+	s.Ack("wandb", "w", 6)
 	if armed, _ := syncState(s); !armed {
 		t.Fatal("a run record's fsync was cancelled by acknowledgements")
 	}
-	s.mu.Lock()
-	if err := s.syncLocked(); err != nil {
-		t.Fatal(err)
+	fire(s)
+	if n, _ := sf.counts(); n != 1 {
+		t.Fatalf("%d fsyncs, want 1 (the run record's)", n)
 	}
-	s.mu.Unlock()
 
 	// A sink that gave up: its samples are only in the file.
 	s.Untrack("wandb", "w")
-	clock = clock.Add(time.Minute)
-	s.Append(sample(6, 1))
-	s.Ack("mlflow", "r", 6)
+	s.Append(sample(7, 1))
+	s.Ack("mlflow", "r", 7)
 	if armed, _ := syncState(s); !armed {
 		t.Fatal("fsync cancelled though a sink gave up")
 	}
+	fire(s)
 	if n, _ := sf.counts(); n != 2 {
-		t.Fatalf("%d fsyncs, want 2 (the run records')", n)
+		t.Fatalf("%d fsyncs, want 2", n)
 	}
 }

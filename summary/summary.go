@@ -30,12 +30,22 @@ func (s Stat) Mean() float64 {
 	return s.Sum / float64(s.N)
 }
 
+// MinRateWindow is the shortest window over which the table takes the peak
+// of a rate (CPU cores): a rate over a shorter one, such as the sample taken
+// as the child exits tens of milliseconds after the one before, is mostly
+// the counter's lag (the kernel charges CPU time at ticks), not the job.
+const MinRateWindow = time.Second
+
 // Accumulator keeps a Stat per metric name. Not safe for concurrent use.
 type Accumulator struct {
 	stats   map[string]*Stat
 	samples int
 	first   time.Time
 	last    metrics.Sample
+	// cpuPeak is the peak of container CPU over windows of at least
+	// MinRateWindow (cpuPeakOK: one was seen).
+	cpuPeak   float64
+	cpuPeakOK bool
 	// recent keeps the last few samples for forensics (values near the end).
 	recent []metrics.Sample
 }
@@ -48,6 +58,9 @@ func (a *Accumulator) Add(s metrics.Sample) {
 	if a.samples == 0 {
 		a.first = s.Time
 	}
+	// The collector's rate is over the time since its previous reading:
+	// at least this, the time since the previous sample.
+	steady := a.samples > 0 && s.Time.Sub(a.last.Time) >= MinRateWindow
 	a.samples++
 	a.last = s
 	a.recent = append(a.recent, s)
@@ -65,6 +78,9 @@ func (a *Accumulator) Add(s metrics.Sample) {
 		st.N++
 		if p.Value > st.Peak {
 			st.Peak, st.PeakAt = p.Value, s.Time
+		}
+		if p.Name == metrics.ContainerCPUUsage && steady && (!a.cpuPeakOK || p.Value > a.cpuPeak) {
+			a.cpuPeak, a.cpuPeakOK = p.Value, true
 		}
 	}
 }
@@ -105,7 +121,11 @@ func (a *Accumulator) Rows() []Row {
 		rows = append(rows, Row{"peak working set", v})
 	}
 	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
-		v := fmt.Sprintf("%.2f cores (mean %.2f)", cpu.Peak, cpu.Mean())
+		peak := cpu.Peak // a job too short, or sampled too fast, for a steady window
+		if a.cpuPeakOK {
+			peak = a.cpuPeak
+		}
+		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, cpu.Mean())
 		_, split := a.Get(metrics.ContainerCPUUsageLimitSplit)
 		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 && split {
 			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)

@@ -37,6 +37,24 @@ func TestRowsAgainstLimits(t *testing.T) {
 	}
 }
 
+// The peak CPU is taken over windows of at least MinRateWindow: the last
+// sample, 50 ms after the one before (the child's exit), does not set it.
+func TestPeakCPUIgnoresShortWindows(t *testing.T) {
+	a := New()
+	t0 := time.Unix(1000, 0)
+	for _, s := range []struct {
+		at    time.Duration
+		cores float64
+	}{{0, 0}, {10 * time.Second, 0.5}, {20 * time.Second, 1.5}, {20*time.Second + 50*time.Millisecond, 2.0}} {
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{{Name: metrics.ContainerCPUUsage, Value: s.cores}}})
+	}
+	var b bytes.Buffer
+	Write(&b, "end", a.Rows())
+	if !strings.Contains(b.String(), "peak container CPU  1.50 cores") {
+		t.Errorf("the peak is not the one over a full window:\n%s", b.String())
+	}
+}
+
 func TestRowsWithoutLimits(t *testing.T) {
 	a := New()
 	a.Add(metrics.Sample{Points: []metrics.Point{{Name: metrics.ContainerMemoryWorkingSet, Value: 5}, {Name: metrics.ContainerCPUUsage, Value: 1}}})

@@ -300,7 +300,7 @@ func (f *Forwarder) pace(ctx context.Context) bool {
 // come before.
 func (f *Forwarder) failed(err error, log *slog.Logger) (wait, hint time.Duration, stop bool) {
 	if errors.Is(err, ErrPermanent) {
-		log.Error("tracker rejected bridge's requests; no more samples will be sent to it (they stay in the spool for `bridge sync`)", "err", err)
+		log.Error("tracker rejected bridge's requests; no more samples will be sent to it (they wait in the spool, within --spool-max-size, for `bridge sync`)", "err", err)
 		f.set(StateStopped, err)
 		f.Queue.Untrack(f.Sink.Name(), f.CurrentRun())
 		return 0, 0, true
@@ -327,7 +327,7 @@ func (f *Forwarder) failed(err error, log *slog.Logger) (wait, hint time.Duratio
 	}
 	if f.downSince.IsZero() {
 		f.downSince = time.Now()
-		log.Warn("cannot send to the tracker; samples are kept in the spool and retried with backoff until it answers (reported again when it does)", "err", err)
+		log.Warn("cannot send to the tracker; samples wait in the spool (within --spool-max-size, the oldest go first) and are retried with backoff until it answers (reported again when it does)", "err", err)
 	} else {
 		log.Debug("tracker still failing", "err", err, "failures", f.failures, "next_try_in", wait)
 	}

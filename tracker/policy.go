@@ -2,6 +2,8 @@ package tracker
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,6 +47,23 @@ func Classify(code int, retryAfter string, now time.Time, err error) error {
 		return err
 	}
 	return Permanent(err)
+}
+
+// TLSUntrusted reports whether err, an HTTP client's error (no answer came),
+// is a failed verification of the server's TLS certificate: an unknown
+// authority, a name that does not match, an expired certificate. That is
+// configuration, not an outage: no retry can fix it, so a sink returns it
+// as Permanent at once, naming the variables that set what is trusted.
+func TLSUntrusted(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		hostname x509.HostnameError
+		invalid  x509.CertificateInvalidError
+		roots    x509.SystemRootsError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
+		errors.As(err, &invalid) || errors.As(err, &roots)
 }
 
 // ErrNotJSON marks a 2xx answer whose body is not the JSON object the

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/redact"
 )
 
 // StartInfo describes the job to a sink before the child starts.
@@ -34,6 +35,10 @@ type EndInfo struct {
 	// run left RUNNING with the status of the spool's end record, or
 	// StatusKilled for an attempt that was lost.
 	Status string
+	// KeepStatus records the tags only and leaves the run's status as it
+	// is: `bridge sync` could not deliver every sample, and a run shown
+	// FINISHED would claim they are all there.
+	KeepStatus bool
 }
 
 // Terminal run statuses for EndInfo.Status (MLflow's names; W&B's run
@@ -82,6 +87,14 @@ type Sink interface {
 	// Finish records the end of the job (terminal status where the sink owns
 	// it). It is called once, after the last Send.
 	Finish(ctx context.Context, end EndInfo) error
+}
+
+// Dropper is implemented by sinks that leave out points their tracker
+// would refuse (MLflow: a bad key, a time before 1970) instead of failing
+// the request that carries them.
+type Dropper interface {
+	// Dropped is how many points were left out so far.
+	Dropped() int
 }
 
 // ErrPermanent marks an error that retrying cannot fix (401, 403, a deleted
@@ -135,9 +148,15 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 
 // DebugLogger sends an HTTP client library's own messages (resty's) to slog
 // at debug level: bridge reports request failures itself, once, through the
-// forwarder.
+// forwarder. The messages may hold request URLs: redacted.
 type DebugLogger struct{ Log *slog.Logger }
 
-func (l DebugLogger) Errorf(format string, v ...any) { l.Log.Debug(fmt.Sprintf(format, v...)) }
-func (l DebugLogger) Warnf(format string, v ...any)  { l.Log.Debug(fmt.Sprintf(format, v...)) }
-func (l DebugLogger) Debugf(format string, v ...any) { l.Log.Debug(fmt.Sprintf(format, v...)) }
+func (l DebugLogger) Errorf(format string, v ...any) {
+	l.Log.Debug(redact.Text(fmt.Sprintf(format, v...)))
+}
+func (l DebugLogger) Warnf(format string, v ...any) {
+	l.Log.Debug(redact.Text(fmt.Sprintf(format, v...)))
+}
+func (l DebugLogger) Debugf(format string, v ...any) {
+	l.Log.Debug(redact.Text(fmt.Sprintf(format, v...)))
+}

@@ -79,12 +79,8 @@ func runAttach(args []string, stderr io.Writer) int {
 	tags["bridge.attached_pid"] = strconv.Itoa(pid)
 	started := pipeline.StartSinksWith(context.Background(), sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags},
 		pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
-	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
+	sess := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
 		Sources: src, Started: started, StartTags: tags})
-	if err != nil {
-		fmt.Fprintf(stderr, "bridge: %v\n", err)
-		return 1
-	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, supervisor.Forwarded...)
 	defer signal.Stop(sigs)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -128,6 +129,45 @@ func TestEveryOptionExit2BeforeChild(t *testing.T) {
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Error("the child ran despite the usage error")
+			}
+		})
+	}
+}
+
+// A --config that is not a regular file of sane size (/dev/zero read
+// without end, a FIFO that blocks its reader forever, a directory, a huge
+// file) is exit 2 naming it, promptly, and the child never runs.
+func TestConfigFileNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.yaml")
+	if err := os.WriteFile(huge, bytes.Repeat([]byte("# padding\n"), config.MaxConfigBytes/10+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{"dev-zero": "/dev/zero", "fifo": fifo, "directory": dir, "huge": huge} {
+		t.Run(name, func(t *testing.T) {
+			marker := filepath.Join(t.TempDir(), "ran")
+			cmd, _, errb := bridgeCmd(t, "--config", path, "--", "touch", marker)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(time.Minute):
+				cmd.Process.Kill()
+				t.Fatalf("bridge --config %s still runs after a minute", path)
+			}
+			if code := exitCode(t, err); code != 2 || !strings.Contains(errb.String(), path) || !strings.Contains(errb.String(), "--config") {
+				t.Fatalf("exit %d, want 2 naming %s and --config; stderr:\n%s", code, path, errb)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Error("the child ran despite the bad config file")
 			}
 		})
 	}
@@ -475,6 +515,59 @@ func TestSecretsNeverRecorded(t *testing.T) {
 	}
 	if wbReqs.Len() == 0 {
 		t.Error("the W&B mock received nothing: the check above looked at nothing")
+	}
+}
+
+// Every URL bridge prints goes through one redaction rule: tracker
+// addresses whose secrets sit in the user name, the query or a SAS
+// signature never show in bridge's output or the spool, also where the
+// HTTP client's own errors (*url.Error) quote the request URL, for a
+// refused connection and for an error answer, at debug level.
+func TestTrackerURLSecretsNeverPrinted(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(notFound.Close)
+	answers := strings.TrimPrefix(notFound.URL, "http://")
+	for _, tc := range []struct {
+		name, secret string
+		env          func(secret string) []string
+	}{
+		{"mlflow user-name token", "usertok-1", func(s string) []string { return []string{"MLFLOW_TRACKING_URI=http://" + s + "@" + refused} }},
+		{"mlflow query token", "querytok-2", func(s string) []string { return []string{"MLFLOW_TRACKING_URI=http://" + refused + "/?token=" + s} }},
+		{"mlflow SAS signature, 404", "sigtok-3", func(s string) []string {
+			return []string{"MLFLOW_TRACKING_URI=http://" + answers + "/p?sv=2022-11-02&sig=" + s}
+		}},
+		{"mlflow password, 404", "passtok-4", func(s string) []string { return []string{"MLFLOW_TRACKING_URI=http://u:" + s + "@" + answers} }},
+		{"wandb query token", "wbtok-5", func(s string) []string {
+			return []string{"WANDB_BASE_URL=http://" + refused + "/?api_key=" + s, "WANDB_API_KEY=" + strings.Repeat("k", 40), "WANDB_PROJECT=p"}
+		}},
+		{"wandb user-name token, 404", "wbtok-6", func(s string) []string {
+			return []string{"WANDB_BASE_URL=http://" + s + "@" + answers, "WANDB_API_KEY=" + strings.Repeat("k", 40), "WANDB_PROJECT=p"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd, out, errb := bridgeCmd(t, "--log-level=debug", "--start-timeout=1s", "--flush-timeout=1s", "--", "true")
+			cmd.Env = append(cmd.Env, tc.env(tc.secret)...)
+			if code := exitCode(t, cmd.Run()); code != 0 {
+				t.Fatalf("exit %d; stderr:\n%s", code, errb)
+			}
+			raw, _ := os.ReadFile(filepath.Join(cmd.Dir, "spool.jsonl")) // bridgeCmd's BRIDGE_SPOOL
+			for where, text := range map[string]string{"stdout": out.String(), "stderr": errb.String(), "spool": string(raw)} {
+				if strings.Contains(text, tc.secret) {
+					t.Errorf("secret %q in %s:\n%s", tc.secret, where, text)
+				}
+			}
+			// The failure was reported, naming the server: the check above
+			// looked at the messages that quote the URL.
+			if !strings.Contains(errb.String(), "127.0.0.1") || !strings.Contains(errb.String(), "***") {
+				t.Errorf("no message names the tracker with its secret hidden:\n%s", errb)
+			}
+		})
 	}
 }
 

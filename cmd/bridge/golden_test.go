@@ -91,8 +91,14 @@ func TestGoldenSampleV2(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("bridge sample: %v\n%s", err, &errb)
 	}
-	got := strings.ReplaceAll(out.String(), root, "<root>")
-	golden := filepath.Join("testdata", "golden", "sample-v2.json")
+	checkGolden(t, "sample-v2.json", "bridge sample --json", strings.ReplaceAll(out.String(), root, "<root>"))
+}
+
+// checkGolden compares got, what produced it, with testdata/golden/name, or
+// rewrites that file under -update.
+func checkGolden(t *testing.T, name, what, got string) {
+	t.Helper()
+	golden := filepath.Join("testdata", "golden", name)
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(golden), 0o755); err != nil {
 			t.Fatal(err)
@@ -106,24 +112,59 @@ func TestGoldenSampleV2(t *testing.T) {
 		t.Fatalf("%v (run with -update to create it)", err)
 	}
 	if got != string(want) {
-		t.Fatalf("bridge sample --json differs from %s (rerun with -update if intended):\n%s", golden, lineDiff(string(want), got))
+		t.Errorf("%s differs from %s (rerun with -update if intended):\n%s", what, golden, lineDiff(string(want), got))
 	}
 }
 
-// lineDiff lists the lines that differ, for a readable failure.
+// lineDiff lists the lines that differ, by a longest common subsequence
+// of lines, so that a line added or removed shows as one line, not as every
+// line after it: "-" the golden file's (want) line, "+" the new one, each
+// with its line number in its own file, under the request ("### ") it is
+// part of.
 func lineDiff(want, got string) string {
 	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	// lcs[i][j] is the length of the longest common subsequence of w[i:]
+	// and g[j:].
+	lcs := make([][]int, len(w)+1)
+	for i := range lcs {
+		lcs[i] = make([]int, len(g)+1)
+	}
+	for i := len(w) - 1; i >= 0; i-- {
+		for j := len(g) - 1; j >= 0; j-- {
+			if w[i] == g[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
 	var b strings.Builder
-	for i := 0; i < max(len(w), len(g)); i++ {
-		var wl, gl string
-		if i < len(w) {
-			wl = w[i]
+	// Each change is shown under the last "### " (request) line before it.
+	var block, shown string
+	emit := func(sign byte, n int, line string) {
+		if block != shown {
+			fmt.Fprintf(&b, "        %s\n", block)
+			shown = block
 		}
-		if i < len(g) {
-			gl = g[i]
-		}
-		if wl != gl {
-			fmt.Fprintf(&b, "line %d:\n  want %s\n  got  %s\n", i+1, wl, gl)
+		fmt.Fprintf(&b, "%c%5d  %s\n", sign, n, line)
+	}
+	i, j := 0, 0
+	for i < len(w) || j < len(g) {
+		switch {
+		case i < len(w) && j < len(g) && w[i] == g[j]:
+			if strings.HasPrefix(w[i], "### ") {
+				block = w[i]
+			}
+			i, j = i+1, j+1
+		case i < len(w) && (j == len(g) || lcs[i+1][j] >= lcs[i][j+1]):
+			emit('-', i+1, w[i])
+			i++
+		default:
+			emit('+', j+1, g[j])
+			if strings.HasPrefix(g[j], "### ") {
+				block = g[j]
+			}
+			j++
 		}
 	}
 	return b.String()

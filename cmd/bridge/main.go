@@ -4,27 +4,38 @@
 //	bridge [flags] -- CMD [ARGS...]   run CMD and sample while it runs
 //	bridge sample [--json]            print one sample of every collector
 //	bridge attach --run-id ID --pid PID  sample beside a running process (notebooks)
-//	bridge sync FILE                  upload a spool file to its run
+//	bridge sync FILE                  upload a spool file to its runs
 //	bridge version                    print the version
 package main
 
 import (
+	_ "embed"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/safeout"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+// versionFile is the one place bridge's version is written: `go build` embeds
+// it, and scripts/wheel.sh gives the same string to the wheel's metadata (a
+// PEP 440 version, so that both print alike).
+//
+//go:embed VERSION
+var versionFile string
+
+var version = strings.TrimSpace(versionFile)
 
 // Exit codes of bridge's own failures (a child's status passes through).
 const (
@@ -36,7 +47,30 @@ const (
 func main() {
 	limitProcs(os.Getenv)
 	leanGC(os.Getenv)
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	keepSIGPIPE()
+	// bridge's own output never blocks it or fails it (internal/safeout):
+	// a closed, full or stalled stdout or stderr costs lines, not the job.
+	stdout, stderr := safeout.New(os.Stdout), safeout.New(os.Stderr)
+	slog.SetDefault(newLogger(stderr, "info")) // for anything logged without a logger of its own
+	code := run(os.Args[1:], stdout, stderr)
+	stdout.Flush(exitFlush)
+	stderr.Flush(exitFlush)
+	os.Exit(code)
+}
+
+// exitFlush bounds the wait for bridge's last lines (the end-of-run table)
+// at exit: a stalled reader must not hold back the child's exit status.
+const exitFlush = time.Second
+
+// keepSIGPIPE makes a write to a closed stdout or stderr an EPIPE error
+// instead of the end of bridge: Go's runtime exits with SIGPIPE on such a
+// write to fd 1 or 2 unless SIGPIPE is notified (os/signal), and bridge
+// dying would orphan the child and lose its exit status. Notified, not
+// ignored: an ignored signal stays ignored across exec, a handled one is
+// reset to the default, so the child gets SIGPIPE's default disposition
+// even when bridge itself was started with it ignored.
+func keepSIGPIPE() {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 }
 
 // maxProcs caps bridge's Ps. Its work is a few goroutines that mostly wait
@@ -136,7 +170,7 @@ usage:
   bridge [flags] -- CMD [ARGS...]   run CMD as a child, sample, send to MLflow/W&B
   bridge sample [--json] [flags]    print one sample of every collector
   bridge attach --run-id ID --pid PID   sample beside a running process (notebooks)
-  bridge sync FILE [--run-id ID]    upload a spool file to its MLflow run
+  bridge sync FILE [--run-id ID]    upload a spool file to its runs
   bridge version
 
 Every flag can also be set as BRIDGE_<FLAG> (e.g. BRIDGE_INTERVAL=5s) or in a

@@ -50,19 +50,18 @@ func runSupervise(args []string, stderr io.Writer) int {
 	defer job.Release()
 	job.Apply(&cfg)
 	// An explicit spool is opened once, before the trackers start: what an
-	// earlier attempt left there decides the run and goes into its tags.
+	// earlier attempt left there decides the run and goes into its tags. One
+	// that cannot be opened (read-only, another bridge writing it) leaves the
+	// samples in memory for the trackers: the job runs, sampled, either way.
 	var sp *spool.Spool
 	var lost *forensics.Lost
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
-		var err error
-		if sp, err = spool.OpenWith(cfg.Spool, pipeline.SpoolOptions(pipeline.SettingsFrom(cfg), log)); err != nil {
-			// The job matters more than its metrics: run it without a spool.
-			log.Error("cannot open the spool; running the command without sampling", "err", err)
-			return runBare(argv, os.Environ(), log)
+		sp = pipeline.OpenSpool(cfg.Spool, pipeline.SettingsFrom(cfg), log)
+		if !sp.InMemory() {
+			lost, ov = previousAttempt(sp, job.Multi(), log)
+			job.CountAttempts(sp.Attempts())
 		}
-		lost, ov = previousAttempt(sp, job.Multi(), log)
-		job.CountAttempts(sp.Attempts())
 	}
 	logJob(job, log)
 	sinks, err := pipeline.BuildSinks(cfg, ov, job, log)
@@ -106,13 +105,8 @@ func runSupervise(args []string, stderr io.Writer) int {
 		}
 	}
 
-	sess, err := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
+	sess := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
 		Sources: src, Spool: sp, Started: started, StartTags: tags})
-	if err != nil {
-		// The job matters more than its metrics: run it without a spool.
-		log.Error("cannot open the spool; running the command without sampling", "err", err)
-		return runBare(argv, mergeEnv(os.Environ(), env), log)
-	}
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.
 	grace := min(2*time.Second, max(cfg.FlushTimeout, time.Millisecond))
@@ -131,7 +125,13 @@ func runSupervise(args []string, stderr io.Writer) int {
 	// Only bridge itself, after the child has forked: the value is inherited,
 	// and the training process must stay the OOM killer's choice.
 	if err := forensics.SetOOMScoreAdj("/proc", os.Getpid(), forensics.OOMScoreAdjMin); err != nil {
-		log.Info("bridge could not protect itself from the OOM killer (a group OOM kill may take it too; the spool keeps what it sampled)", "err", err)
+		// Most containers lack CAP_SYS_RESOURCE: normal, so one short line
+		// at debug rather than the errno chain at every start.
+		why := "needs CAP_SYS_RESOURCE"
+		if !errors.Is(err, forensics.ErrOOMScorePermission) {
+			why = err.Error()
+		}
+		log.Debug("bridge's oom_score_adj is not lowered: a group OOM kill may take bridge too", "why", why)
 	} else {
 		log.Debug("bridge set its oom_score_adj to -1000")
 	}
@@ -149,8 +149,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	go func() {
 		select {
 		case sig := <-child.Late():
-			log.Warn("signal during the final flush: bridge exits now; what is unsent stays in the spool (bridge sync uploads it)",
-				"signal", sig, "spool", sess.SpoolFile())
+			log.Warn("signal during the final flush: bridge exits now; "+sess.Unsent(), "signal", sig)
 			close(abort)
 		case <-stopReaping:
 		}
@@ -220,16 +219,6 @@ func startFailureCode(err error) int {
 		return exitNoCmd
 	}
 	return 126
-}
-
-// runBare runs the command under the supervisor without any sampling.
-func runBare(argv, env []string, log *slog.Logger) int {
-	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: env, Log: log})
-	if err != nil {
-		log.Error("cannot start the command", "err", err)
-		return startFailureCode(err)
-	}
-	return child.Wait().Code
 }
 
 // runName is --run-name, or the command's base name and first arguments.

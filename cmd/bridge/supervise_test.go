@@ -275,3 +275,27 @@ func TestOrphansStayInProcessScope(t *testing.T) {
 		t.Fatalf("process_count peaked at %v over %d samples, want 3 (sh, sleep, adopted orphan)", most, len(ss))
 	}
 }
+
+// Lowering bridge's oom_score_adj needs CAP_SYS_RESOURCE, which most
+// containers lack: whether it worked is one short line at debug level,
+// nothing at the default level.
+func TestOOMScoreLineIsShortDebug(t *testing.T) {
+	for _, level := range []string{"info", "debug"} {
+		cmd, _, errb := bridgeCmd(t, "--log-level="+level, "--", "true")
+		if code := exitCode(t, cmd.Run()); code != 0 {
+			t.Fatalf("exit %d; stderr:\n%s", code, errb)
+		}
+		var lines []string
+		for _, l := range strings.Split(errb.String(), "\n") {
+			if strings.Contains(l, "oom_score_adj") {
+				lines = append(lines, l)
+			}
+		}
+		switch {
+		case level == "info" && len(lines) != 0:
+			t.Errorf("at info level: %q", lines)
+		case level == "debug" && (len(lines) != 1 || !strings.Contains(lines[0], "level=DEBUG") || len(lines[0]) > 200):
+			t.Errorf("at debug level, want one short DEBUG line: %q", lines)
+		}
+	}
+}

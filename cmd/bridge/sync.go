@@ -1,10 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,7 +31,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	var timeout time.Duration
 	fs, cfg, ok := parse("sync", args, stderr, func(fs *pflag.FlagSet) {
 		fs.SetInterspersed(true) // `bridge sync FILE --run-id ID`, as documented, and flags first
-		fs.StringVar(&runID, "run-id", "", "run to upload to (default: the run recorded in the spool; else a new run)")
+		fs.StringVar(&runID, "run-id", "", "run to upload to (default: each job's run recorded in the spool, else a new one)")
 		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long; what is not sent stays in the file")
 	})
 	if !ok {
@@ -52,104 +58,275 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	sp, err := spool.OpenWith(path, spool.Options{Logger: log, MustExist: true, SyncEvery: cfg.SpoolSync})
+	if errors.Is(err, spool.ErrLocked) {
+		// Sending what a live bridge is sending would make two runs of it,
+		// or the same samples twice.
+		fmt.Fprintf(stderr, "bridge: sync: %s is being written by a running bridge (one writer per spool); run bridge sync once it has exited\n", path)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return exitUsage
 	}
 	defer sp.Close()
 
-	attempts := sp.Attempts()
-	ov := pipeline.SameRun(runID)
-	if runID == "" {
-		// The latest attempt's run of each tracker.
-		ov = pipeline.Overrides{RunIDs: map[string]string{}}
-		for _, a := range attempts {
-			for name, id := range a.Start.Runs {
-				if id != "" {
-					ov.RunIDs[name] = id
-				}
-			}
-		}
-	}
-	// A run bridge (or an earlier sync) created is bridge's to end.
-	ov.Owned = map[string]bool{}
-	for name, id := range ov.RunIDs {
-		ov.Owned[name] = createdByBridge(attempts, name, id)
-	}
 	// A multi-node job's spool is joined to the job's run by its key, as
-	// its bridge would have: the election finds the elected run.
-	job := jobOf(attempts, cfg)
-	if job != nil && runID == "" {
-		cfg.NodeID = job.NodeID
-		delete(ov.RunIDs, "mlflow")
-		log.Info("the spool is one node's of a multi-node job: uploading to the job's run", "key", job.Key, "node", job.NodeID)
-	} else {
-		job = nil
+	// its bridge would have: the election finds the elected run (for the
+	// attempts that recorded no run; --run-id names the run instead).
+	var job *pipeline.Job
+	if runID == "" {
+		job = jobOf(sp.Attempts(), cfg)
 	}
-	sinks, err := pipeline.BuildSinks(cfg, ov, job, log)
+	on, err := pipeline.BuildSinks(cfg, pipeline.Overrides{}, nil, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	if len(sinks) == 0 {
+	if len(on) == 0 {
 		fmt.Fprintln(stderr, "bridge: sync needs a tracker: set MLFLOW_TRACKING_URI=http(s)://... (or W&B's variables)")
 		return exitUsage
 	}
-	info := tracker.StartInfo{RunName: "bridge sync " + path, NodeID: cfg.NodeID, Tags: map[string]string{"bridge.version": version, "bridge.synced_from": path}}
-	// No background start: sync has no child to keep waiting, and a tracker
-	// that does not answer within --start-timeout fails the sync.
-	runs := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout}, log).Runs
-	if len(runs) == 0 {
-		fmt.Fprintln(stderr, "bridge: no tracker run to upload to (see the error above)")
-		return 1
+	var trackers []string
+	for _, s := range on {
+		trackers = append(trackers, s.Name())
 	}
-	ids := pipeline.Started{Runs: runs}.RunIDs()
-	startInfo := map[string]string{"mode": "sync"}
-	for _, r := range runs {
-		if r.Created {
-			startInfo[pipeline.CreatedTag(r.Sink.Name())] = "true"
-		}
+	jobs, skipped := planSync(sp.Attempts(), trackers, runID)
+	for _, sk := range skipped {
+		fmt.Fprintf(stderr, "bridge: sync: %s\n", sk)
 	}
-	// Recorded so that a later sync finds the run it created, and marked as a
-	// sync so that forensics does not read it as a lost training attempt.
-	if err := sp.WriteStart(spool.Record{Time: time.Now().UnixMilli(), Version: version, Runs: ids, Info: startInfo}); err != nil {
+	if st := sp.Stats(); st.BadValues > 0 {
+		fmt.Fprintf(stderr, "bridge: sync: %d values in %s are not numbers; each was left out of its sample, the rest is sent\n", st.BadValues, path)
+	}
+	// Recorded (with the runs it uses, below) so that a later sync finds
+	// them, and marked as a sync so that forensics does not read it as a
+	// lost training attempt.
+	if err := sp.WriteStart(spool.Record{Time: time.Now().UnixMilli(), Version: version, Info: map[string]string{"mode": "sync"}}); err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	code := 0
-	for _, r := range runs {
-		before := sp.Acked(r.Sink.Name(), r.RunID)
-		if err := sp.Track(r.Sink.Name(), r.RunID); err != nil {
-			fmt.Fprintf(stderr, "bridge: %v\n", err)
-			return 1
-		}
-		pending := sp.PendingCount(r.Sink.Name(), r.RunID)
-		fwd := &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Queue: sp, Log: log}
-		done := fwd.Drain(ctx)
-		_, ferr, sent := fwd.Status()
-		fmt.Fprintf(stdout, "%s run %s: %d samples sent, %d already acknowledged before (up to step %d)\n",
-			r.Sink.Name(), r.RunID, sent, max(0, int(before+1)), before)
-		if !done {
-			fmt.Fprintf(stderr, "bridge: %s: %d of %d samples not sent: %v\n", r.Sink.Name(), pending-sent, pending, ferr)
-			code = 1
-		}
-		// A run left RUNNING (its bridge was killed, or sync created it)
-		// gets its terminal status; the sink changes only runs bridge owns
-		// and that are still RUNNING.
-		end, how := endOfJob(attempts, r.Sink.Name(), r.RunID)
-		switch err := r.Sink.Finish(ctx, end); {
-		case err != nil:
-			fmt.Fprintf(stderr, "bridge: %s run %s: cannot record the end of the job: %v\n", r.Sink.Name(), r.RunID, err)
-			code = 1
-		case r.Created || ov.Owned[r.Sink.Name()]:
-			fmt.Fprintf(stdout, "%s run %s: end recorded (%s)\n", r.Sink.Name(), r.RunID, how)
-		default:
-			fmt.Fprintf(stdout, "%s run %s: not created by bridge, its status is left as it is\n", r.Sink.Name(), r.RunID)
-		}
+	for _, j := range jobs {
+		code = max(code, j.upload(ctx, syncEnv{cfg: cfg, sp: sp, path: path, job: job, log: log, stdout: stdout, stderr: stderr}))
 	}
 	if err := sp.WriteEnd(spool.Record{Time: time.Now().UnixMilli(), Info: map[string]string{"mode": "sync"}}); err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
+	}
+	return code
+}
+
+// syncJob is one run `bridge sync` uploads to, and the attempts whose
+// samples belong to it: those that recorded it, or, for run "", a chain of
+// attempts that recorded no run for the tracker (an attempt that follows a
+// lost one resumes its job), which the run sync creates then takes
+// (claim).
+type syncJob struct {
+	tracker string
+	run     string // "": sync creates one
+	claim   []int  // attempt numbers the run is recorded for
+	last    *spool.Attempt
+}
+
+// planSync lists the runs to upload to, tracker by tracker, in the order
+// the file first names them. With runID, every tracker uploads to it the
+// samples of the attempts that recorded it or no run at all; attempts that
+// wrote to other runs are left out and named in skipped.
+func planSync(attempts []spool.Attempt, trackers []string, runID string) (jobs []syncJob, skipped []string) {
+	var training []*spool.Attempt
+	lastSync := map[string]string{}
+	for i := range attempts {
+		if a := &attempts[i]; a.Start.Info["mode"] == "sync" {
+			for t, r := range a.Start.Runs {
+				lastSync[t] = r
+			}
+		} else {
+			training = append(training, a)
+		}
+	}
+	for _, t := range trackers {
+		if len(training) == 0 {
+			// A file bridge did not write: its samples go to the run an
+			// earlier sync gave them, else to a new one.
+			jobs = append(jobs, syncJob{tracker: t, run: cmp.Or(runID, lastSync[t])})
+			continue
+		}
+		if runID != "" {
+			j := syncJob{tracker: t, run: runID}
+			var others []string
+			for _, a := range training {
+				switch r := a.Start.Runs[t]; r {
+				case "":
+					j.claim, j.last = append(j.claim, a.Start.Attempt), a
+				case runID:
+					j.last = a
+				default:
+					others = append(others, fmt.Sprintf("%d (run %s)", a.Start.Attempt, r))
+				}
+			}
+			if len(others) > 0 {
+				skipped = append(skipped, fmt.Sprintf("%s: attempts %s wrote to other runs; their samples are not sent to --run-id %s (without --run-id, sync sends them to their own runs)",
+					t, strings.Join(others, ", "), runID))
+			}
+			jobs = append(jobs, j)
+			continue
+		}
+		byRun := map[string]int{}
+		chain := -1 // the job of the run-less chain the previous attempt is in
+		for i, a := range training {
+			r := a.Start.Runs[t]
+			if r != "" {
+				if k, ok := byRun[r]; ok {
+					jobs[k].last = a
+				} else {
+					byRun[r] = len(jobs)
+					jobs = append(jobs, syncJob{tracker: t, run: r, last: a})
+				}
+				chain = -1
+				continue
+			}
+			if chain >= 0 && training[i-1].End == nil {
+				jobs[chain].claim, jobs[chain].last = append(jobs[chain].claim, a.Start.Attempt), a
+				continue
+			}
+			chain = len(jobs)
+			jobs = append(jobs, syncJob{tracker: t, claim: []int{a.Start.Attempt}, last: a})
+		}
+	}
+	// A chain whose attempts wrote no sample has nothing to upload.
+	kept := jobs[:0]
+	for _, j := range jobs {
+		if j.run != "" || j.last == nil || slices.ContainsFunc(training, func(a *spool.Attempt) bool {
+			return a.Samples > 0 && slices.Contains(j.claim, a.Start.Attempt)
+		}) {
+			kept = append(kept, j)
+		}
+	}
+	return kept, skipped
+}
+
+// syncEnv is what every job of one sync shares.
+type syncEnv struct {
+	cfg            config.Config
+	sp             *spool.Spool
+	path           string
+	job            *pipeline.Job // a multi-node job's key, from the spool; nil for one node
+	log            *slog.Logger
+	stdout, stderr io.Writer
+}
+
+// upload sends the job's samples to its run (found, or created) and
+// records the end of the job on it; it returns sync's exit code for it.
+func (j syncJob) upload(ctx context.Context, e syncEnv) int {
+	t, sp := j.tracker, e.sp
+	// A run already ended by its bridge that has every sample is left
+	// alone: a reused spool names every earlier job's run.
+	if j.run != "" && j.last != nil && j.last.End != nil && j.last.End.Info[pipeline.EndRecordedTag(t)] == j.run {
+		if err := sp.Track(t, j.run); err == nil && sp.PendingCount(t, j.run) == 0 {
+			fmt.Fprintf(e.stdout, "%s run %s: 0 samples sent, all acknowledged before (up to step %d); its end was recorded by its bridge\n",
+				t, j.run, sp.Acked(t, j.run))
+			return 0
+		}
+	}
+	// The node id the spool recorded wins: its samples were keyed with it.
+	cfg := e.cfg
+	if j.last != nil && j.last.Start.Info["bridge.version"] != "" {
+		rec := j.last.Start.Info["bridge.node_id"]
+		if rec != cfg.NodeID {
+			if cfg.NodeID != "" {
+				e.log.Warn("--node-id differs from the node id the spool recorded for this run; the spool's is used",
+					"node_id", cfg.NodeID, "recorded", rec, "tracker", t)
+			}
+			cfg.NodeID = rec
+		}
+		if rec == "" && t == "wandb" {
+			// W&B labels series with the host name when there is no node
+			// id: the recorded host's, not sync's.
+			cfg.NodeID = j.last.Start.Info["bridge.hostname"]
+		}
+	}
+	ov := pipeline.Overrides{RunIDs: map[string]string{t: j.run}, Owned: map[string]bool{t: createdByBridge(sp.Attempts(), t, j.run)}}
+	// Samples of a multi-node job with no run recorded join the job's
+	// run: the election finds it, or makes it, as their bridge would have.
+	var job *pipeline.Job
+	if e.job != nil && j.run == "" {
+		job = e.job
+		cfg.NodeID = job.NodeID
+		e.log.Info("the spool is one node's of a multi-node job: uploading to the job's run", "key", job.Key, "node", job.NodeID, "tracker", t)
+	}
+	sinks, err := pipeline.BuildSinks(cfg, ov, job, e.log)
+	if err != nil {
+		return usageError(e.stderr, err)
+	}
+	sinks = slices.DeleteFunc(sinks, func(s tracker.Sink) bool { return s.Name() != t })
+	info := tracker.StartInfo{RunName: "bridge sync " + e.path, NodeID: cfg.NodeID,
+		Tags: map[string]string{"bridge.version": version, "bridge.synced_from": e.path}}
+	// No background start: sync has no child to keep waiting, and a tracker
+	// that does not answer within --start-timeout fails the sync.
+	runs := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout}, e.log).Runs
+	if len(runs) == 0 {
+		fmt.Fprintf(e.stderr, "bridge: %s: no run to upload to (see the error above)\n", t)
+		return 1
+	}
+	r := runs[0]
+	var created map[string]string
+	if r.Created {
+		created = map[string]string{pipeline.CreatedTag(t): "true"}
+	}
+	// Before anything is sent: a later sync finds the run (and that bridge
+	// made it) instead of creating another.
+	for _, k := range j.claim {
+		if err := sp.WriteRun(spool.Record{Time: time.Now().UnixMilli(), Sink: t, Run: r.RunID, Attempt: k, Info: created}); err != nil {
+			fmt.Fprintf(e.stderr, "bridge: %v\n", err)
+			return 1
+		}
+	}
+	if err := sp.WriteRun(spool.Record{Time: time.Now().UnixMilli(), Sink: t, Run: r.RunID, Info: created}); err != nil {
+		fmt.Fprintf(e.stderr, "bridge: %v\n", err)
+		return 1
+	}
+	before := sp.Acked(t, r.RunID)
+	if err := sp.Track(t, r.RunID); err != nil {
+		fmt.Fprintf(e.stderr, "bridge: %v\n", err)
+		return 1
+	}
+	pending := sp.PendingCount(t, r.RunID)
+	fwd := &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Queue: sp, Log: e.log}
+	done := fwd.Drain(ctx)
+	_, ferr, sent := fwd.Status()
+	line := fmt.Sprintf("%s run %s: %d samples sent, %d already acknowledged before (up to step %d)", t, r.RunID, sent, max(0, int(before+1)), before)
+	left := 0
+	if d, ok := r.Sink.(tracker.Dropper); ok {
+		left = d.Dropped()
+	}
+	if left > 0 {
+		line += fmt.Sprintf("; %d points left out (the tracker refuses them)", left)
+	}
+	fmt.Fprintln(e.stdout, line)
+	code := 0
+	end, how := endOfJob(sp.Attempts(), t, r.RunID)
+	if left > 0 {
+		end.Tags["bridge.sync_points_left_out"] = strconv.Itoa(left)
+	}
+	if !done {
+		fmt.Fprintf(e.stderr, "bridge: %s: %d of %d samples not sent: %v\n", t, pending-sent, pending, ferr)
+		code = 1
+		// Not FINISHED (or FAILED) as if its samples were all there: the
+		// status stays, and the next sync that delivers them records it.
+		end.KeepStatus = true
+		end.Tags["bridge.sync_incomplete"] = fmt.Sprintf("%d of %d samples not delivered; run bridge sync again", pending-sent, pending)
+		how = "status left as it is: samples are missing"
+	}
+	// A run left RUNNING (its bridge was killed, or sync created it) gets
+	// its terminal status; the sink changes only runs bridge owns and that
+	// are still RUNNING.
+	switch err := r.Sink.Finish(ctx, end); {
+	case err != nil:
+		fmt.Fprintf(e.stderr, "bridge: %s run %s: cannot record the end of the job: %v\n", t, r.RunID, err)
+		code = 1
+	case r.Created || ov.Owned[t]:
+		fmt.Fprintf(e.stdout, "%s run %s: end recorded (%s)\n", t, r.RunID, how)
+	default:
+		fmt.Fprintf(e.stdout, "%s run %s: not created by bridge, its status is left as it is\n", t, r.RunID)
 	}
 	return code
 }

@@ -148,8 +148,8 @@ done_ oom_group
 #     same spool reports the lost one.
 section oom_group_nocap
 C=$CG/grp7c; mkdir -p $C; echo 100M > $C/memory.max; echo 1 > $C/memory.oom.group
-# bridge says at info level that it could not lower its oom_score_adj.
-WRAP="env BRIDGE_LOG_LEVEL=info workload nocap"
+# bridge says at debug level that it could not lower its oom_score_adj.
+WRAP="env BRIDGE_LOG_LEVEL=debug workload nocap"
 supervise oom_group_nocap $C workload alloc 8 600 0s
 WRAP=
 put memory.events $C/memory.events

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -16,6 +17,10 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Binaries, overridable for a non-Debian layout.
@@ -170,4 +175,24 @@ func (s *Server) Raw(t testing.TB, selector string, window time.Duration) []Samp
 		}
 	}
 	return out
+}
+
+// Families GETs http://addr/metrics and parses the text format; it returns
+// the body too. An error means no answer yet, or one that does not parse.
+func Families(addr string) (map[string]*dto.MetricFamily, string, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, "", err
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		return nil, string(b), fmt.Errorf("parsing /metrics: %w", err)
+	}
+	return fams, string(b), nil
 }

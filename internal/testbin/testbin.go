@@ -14,37 +14,56 @@ import (
 	"testing"
 )
 
-var (
+// build is one build of the binary, made once per test process.
+type build struct {
 	once sync.Once
 	path string
 	err  error
 	out  []byte
-)
+}
+
+var asTests, plain build
 
 // Bridge returns the path of a freshly built bridge binary (built with -race
 // when the tests are). The binary lives in a temp dir removed at process exit
 // by the OS's tmp cleaning; it is shared by all tests of the package.
 func Bridge(t testing.TB) string {
 	t.Helper()
-	once.Do(func() {
+	return asTests.get(t, raceEnabled)
+}
+
+// BridgePlain is Bridge built without -race, whatever the tests are built
+// with: for tests that hold bridge to a memory bound (a memory cgroup), as
+// the race detector multiplies its memory and its time.
+func BridgePlain(t testing.TB) string {
+	t.Helper()
+	if !raceEnabled {
+		return Bridge(t)
+	}
+	return plain.get(t, false)
+}
+
+func (b *build) get(t testing.TB, race bool) string {
+	t.Helper()
+	b.once.Do(func() {
 		dir, e := os.MkdirTemp("", "bridge-testbin-")
 		if e != nil {
-			err = e
+			b.err = e
 			return
 		}
-		path = filepath.Join(dir, "bridge")
-		args := []string{"build", "-o", path}
-		if raceEnabled {
+		b.path = filepath.Join(dir, "bridge")
+		args := []string{"build", "-o", b.path}
+		if race {
 			args = append(args, "-race")
 		}
 		args = append(args, "github.com/bridge-dev/bridge/cmd/bridge")
 		cmd := exec.Command(runtime.GOROOT()+"/bin/go", args...)
-		out, err = cmd.CombinedOutput()
+		b.out, b.err = cmd.CombinedOutput()
 	})
-	if err != nil {
-		t.Fatalf("building bridge: %v\n%s", err, out)
+	if b.err != nil {
+		t.Fatalf("building bridge: %v\n%s", b.err, b.out)
 	}
-	return path
+	return b.path
 }
 
 // CleanEnv is the test process's environment without MLflow, W&B or bridge

@@ -326,6 +326,14 @@ func (r *round) cpu() {
 	}
 	if cur.hasUsage && prev.hasUsage && cur.usageNs >= prev.usageNs {
 		cores := float64(cur.usageNs-prev.usageNs) / 1e9 / wall
+		// The kernel charges a running task's time at ticks and switches,
+		// so each reading can lag by up to a tick per CPU: over a short
+		// window (the sample taken as the child exits) the rate can pass
+		// what the cgroup's CPUs can do (2.17 cores on 2 CPUs over 50 ms).
+		// More than every CPU busy is impossible: capped there.
+		if lim.cpus > 0 {
+			cores = min(cores, float64(lim.cpus))
+		}
 		r.add(metrics.ContainerCPUUsage, cores, metrics.UnitCores, usageSrc)
 		switch {
 		case split:

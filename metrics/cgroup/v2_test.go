@@ -253,6 +253,19 @@ func TestV2CPUDelta(t *testing.T) {
 	}
 }
 
+// Over a short window the counter's lag can make the rate pass every CPU
+// the cgroup may use: never more than those (8 in the fixture) is reported.
+func TestV2CPURateCappedAtCPUs(t *testing.T) {
+	f, _, leaf := k8sV2(t, map[string]string{"cpu.max": "max 100000\n"}, nil)
+	c := f.collector()
+	pts := collectTwice(t, c, 50*time.Millisecond, func() {
+		// 0.5 s of CPU in 50 ms: 10 cores on 8 CPUs.
+		f.write(filepath.Join(leaf, "cpu.stat"), "usage_usec 5500000\nnr_periods 100\nnr_throttled 10\nthrottled_usec 500000\n")
+	})
+	wantValue(t, pts, "container_cpu_usage_cores", 8)
+	wantValue(t, pts, "container_cpu_utilization_percentage", 100)
+}
+
 func TestV2CPUCounterReset(t *testing.T) {
 	f, _, leaf := k8sV2(t, nil, nil)
 	c := f.collector()

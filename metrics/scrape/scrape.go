@@ -2,29 +2,70 @@
 // (dcgm-exporter, node-exporter, anything) with prometheus/common's parser.
 // It maps what bridge knows (dcgm-exporter's GPU series to gpu_N_ keys) and,
 // when asked, passes the rest through under a prom_ prefix.
+//
+// No exporter can harm bridge through it: each answer is read as a stream
+// within the bounds below (bytes before and after inflating, line length,
+// series kept and their label bytes), an answer over any of them is dropped
+// whole, a URL adds at most MaxKeys keys over the run, redirects leave
+// neither the URL's scheme nor its host, and a URL is only ever shown
+// through redact.URI (its password and secret-looking query values hidden).
 package scrape
 
 import (
 	"context"
-
+	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math"
 	"net/http"
 	"regexp"
-	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"unique"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/redact"
 )
+
+// Bounds on what one --scrape URL may cost, whatever its exporter sends.
+// An answer over a per-answer bound adds nothing (it is dropped whole).
+const (
+	// MaxBodyBytes bounds the bytes read from the connection, and again
+	// the bytes a gzip body inflates to: a gzip bomb stops here.
+	MaxBodyBytes = 16 << 20
+	// MaxLineBytes bounds one line: one series with its labels, or a
+	// comment.
+	MaxLineBytes = 64 << 10
+	// MaxSeries bounds the series bridge keeps from one answer (mapped to
+	// gpu_N_ keys or passed through), after --scrape-include and
+	// --scrape-exclude: dcgm-exporter serves a few hundred on an 8-GPU
+	// node; a larger exporter is narrowed with those filters. Every
+	// sample held (the spool keeps up to 1024 unacknowledged ones in
+	// memory) holds at most this many points from one URL.
+	MaxSeries = 2000
+	// MaxLabelBytes bounds the metric names, label names and label values
+	// of the series bridge keeps from one answer.
+	MaxLabelBytes = 1 << 20
+	// MaxKeyLength bounds a key (MLflow refuses keys over 250 characters):
+	// a series whose key would be longer is left out.
+	MaxKeyLength = 250
+	// MaxKeys bounds the distinct keys one URL adds over the whole run: an
+	// exporter whose label values change at every answer (a timestamp, a
+	// request id) cannot grow the key space of the run, and the memory
+	// bridge and the trackers keep per key, without end. Series with new
+	// keys past it are left out.
+	MaxKeys = 10_000
+	// MaxGPUs bounds dcgm-exporter's gpu label (the GPU's index on the
+	// node): the NVIDIA driver supports at most 32 GPUs in one system
+	// (NV_MAX_DEVICES, open-gpu-kernel-modules nvlimits.h).
+	MaxGPUs = 32
+	// MaxMIGID bounds the GPU_I_ID label (a MIG GPU instance id): a GPU
+	// holds at most 7 MIG instances, numbered by their placement, far
+	// below this.
+	MaxMIGID = 32
+)
+
+// ErrTooLarge is the error of an answer over one of the bounds.
+var ErrTooLarge = errors.New("answer over a bound")
 
 // Options configure the collector.
 type Options struct {
@@ -32,7 +73,7 @@ type Options struct {
 	Include     *regexp.Regexp // nil: every series; else only names it matches
 	Exclude     *regexp.Regexp // nil: none excluded
 	Passthrough bool           // series bridge does not map become prom_<name>[__<label>_<value>...]
-	Timeout     time.Duration  // per request; default 2s
+	Timeout     time.Duration  // per request, reading the answer included; default 2s
 	Grace       time.Duration  // longest a sample waits for requests in flight; default 250ms
 	// Pod and Namespace are this pod's identity; when both are set, series
 	// that carry pod/namespace labels (dcgm-exporter --kubernetes) count
@@ -43,29 +84,40 @@ type Options struct {
 	// a dcgm-exporter series is keyed by its UUID label's index there, and
 	// one whose GPU NVML does not see (another container's) is dropped.
 	GPUIndexes func() map[string]int
-	Client     *http.Client // nil: a default client
 	Log        *slog.Logger
 }
 
-// Collector reads the endpoints. It implements metrics.Collector.
+// Collector reads the endpoints. It implements metrics.Collector and
+// metrics.Detector.
 type Collector struct {
-	o Options
+	o      Options
+	client *http.Client
 
-	mu       sync.Mutex
-	targets  []*target
-	failures map[string]int  // per URL, since start
-	failing  map[string]bool // per URL: in a failure streak (logged once)
+	mu      sync.Mutex
+	targets []*target
 }
 
 // target is one URL's scrape: at most one request in flight, and its
 // result held until a sample takes it (once: a dead exporter's last values
-// are never repeated).
+// are never repeated). c.mu guards every field; the request in flight
+// reads keys and uses reader without it (keys change only once that
+// request has returned).
 type target struct {
 	url    string
+	shown  string // url as bridge prints it (redact.URI)
 	busy   bool
 	done   chan struct{} // closed when the request in flight ends
 	points []metrics.Point
 	have   bool
+
+	failures int             // failed scrapes since start
+	failing  bool            // in a failure streak (logged once)
+	warned   map[string]bool // reports made once a run: "bound", "long", "keys"
+
+	// keys are those this URL has added (MaxKeys), interned: the samples
+	// held in memory share one copy of each.
+	keys   map[unique.Handle[string]]struct{}
+	reader *reader // the request in flight's
 }
 
 // New returns the collector.
@@ -79,12 +131,9 @@ func New(o Options) *Collector {
 	if o.Grace <= 0 {
 		o.Grace = 250 * time.Millisecond
 	}
-	if o.Client == nil {
-		o.Client = &http.Client{}
-	}
-	c := &Collector{o: o, failures: map[string]int{}, failing: map[string]bool{}}
+	c := &Collector{o: o, client: newHTTPClient()}
 	for _, u := range o.URLs {
-		c.targets = append(c.targets, &target{url: u})
+		c.targets = append(c.targets, &target{url: u, shown: redact.URI(u), warned: map[string]bool{}, keys: map[unique.Handle[string]]struct{}{}})
 	}
 	return c
 }
@@ -92,13 +141,23 @@ func New(o Options) *Collector {
 // Name implements metrics.Collector.
 func (c *Collector) Name() string { return "scrape" }
 
-// Failures returns the failed scrapes per URL so far.
+// Detect implements metrics.Detector: the URLs, as bridge shows them.
+func (c *Collector) Detect(context.Context) map[string]any {
+	urls := make([]string, len(c.targets))
+	for i, t := range c.targets {
+		urls[i] = t.shown
+	}
+	return map[string]any{"urls": urls}
+}
+
+// Failures returns the failed scrapes (answers over a bound included) per
+// URL so far, each URL as bridge shows it (redact.URI).
 func (c *Collector) Failures() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make(map[string]int, len(c.failures))
-	for k, v := range c.failures {
-		out[k] = v
+	out := make(map[string]int, len(c.targets))
+	for _, t := range c.targets {
+		out[t.shown] += t.failures
 	}
 	return out
 }
@@ -147,227 +206,68 @@ wait:
 	return out, nil
 }
 
-// scrape runs one request; its own timeout bounds it, not the sample's.
+// scrape runs one request; its own timeout bounds it, not the sample's. It
+// runs on a goroutine of its own, outside the Sampler's recover: a panic
+// on hostile input is this scrape's failure, never bridge's end.
 func (c *Collector) scrape(t *target, done chan struct{}) {
 	defer close(done)
-	fams, err := c.fetch(context.Background(), t.url)
-	var pts []metrics.Point
-	if err == nil {
-		pts = c.Map(fams, t.url)
-	}
+	var (
+		a   *answer
+		err error
+	)
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				a, err = nil, fmt.Errorf("internal error reading the answer: %v", p)
+			}
+		}()
+		a, err = c.fetch(context.Background(), t)
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.record(t.url, err)
+	c.record(t, a, err)
 	if err == nil {
-		t.points, t.have = pts, true
+		for h := range a.seen {
+			t.keys[h] = struct{}{}
+		}
+		t.points, t.have = a.points, true
 	}
 	t.busy = false
 }
 
-// record counts a failure and logs the first of a streak; c.mu is held.
-func (c *Collector) record(u string, err error) {
+// record counts a failure and reports it: the first failure of a streak
+// once (and the recovery); an answer over a bound, and series left out
+// for their keys, once a run each (an exporter that always answers too
+// much would otherwise alternate warnings). c.mu is held.
+func (c *Collector) record(t *target, a *answer, err error) {
+	log := c.o.Log.With("url", t.shown)
+	once := func(what, msg string, args ...any) {
+		if !t.warned[what] {
+			t.warned[what] = true
+			log.Warn(msg, args...)
+		}
+	}
 	switch {
+	case errors.Is(err, ErrTooLarge):
+		t.failures++
+		once("bound", "scrape answer dropped whole: it is over a bound of what one answer may cost bridge (narrow a large exporter with --scrape-include or --scrape-exclude); such answers are counted in bridge_scrape_failures_total and not reported again (sampling goes on)", "err", err)
 	case err != nil:
-		c.failures[u]++
-		if !c.failing[u] {
-			c.failing[u] = true
-			c.o.Log.Warn("cannot scrape; its series are missing until it answers (sampling goes on)", "url", u, "err", err)
+		t.failures++
+		if !t.failing {
+			t.failing = true
+			log.Warn("cannot scrape; its series are missing until it answers (sampling goes on)", "err", err)
 		}
-	case c.failing[u]:
-		c.failing[u] = false
-		c.o.Log.Info("scrape target answers again", "url", u, "failed_scrapes", c.failures[u])
+	case t.failing:
+		t.failing = false
+		log.Info("scrape target answers again", "failed_scrapes", t.failures)
 	}
-}
-
-func (c *Collector) fetch(ctx context.Context, u string) (map[string]*dto.MetricFamily, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return nil, fmt.Errorf("--scrape %q: %w", u, err)
+	if a == nil {
+		return
 	}
-	// Only the classic text format: that is what the parser reads.
-	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := c.o.Client.Do(req)
-	if err != nil {
-		return nil, err
+	if a.long > 0 {
+		once("long", "scraped series left out: their keys would be longer than MLflow takes; not reported again", "max_key_length", MaxKeyLength, "example", a.longExample)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return nil, fmt.Errorf("--scrape %q: HTTP %s", u, resp.Status)
+	if a.overKeys > 0 {
+		once("keys", "scraped series with new keys left out: this URL has added the most distinct keys bridge takes from one URL in a run (are its label values changing at every answer?); not reported again", "max_keys", MaxKeys)
 	}
-	return Parse(io.LimitReader(resp.Body, 64<<20))
-}
-
-// Parse reads the Prometheus text format.
-func Parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return nil, fmt.Errorf("parsing the Prometheus text format: %w", err)
-	}
-	return fams, nil
-}
-
-// Map turns parsed families into points, in name order.
-func (c *Collector) Map(fams map[string]*dto.MetricFamily, source string) []metrics.Point {
-	names := make([]string, 0, len(fams))
-	for n := range fams {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	var out []metrics.Point
-	for _, n := range names {
-		if c.o.Include != nil && !c.o.Include.MatchString(n) {
-			continue
-		}
-		if c.o.Exclude != nil && c.o.Exclude.MatchString(n) {
-			continue
-		}
-		f := fams[n]
-		for _, m := range f.GetMetric() {
-			v, ok := value(f.GetType(), m)
-			if !ok {
-				continue
-			}
-			labels := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
-			if p, ok := c.dcgm(n, labels, v); ok {
-				p.Source = source
-				out = append(out, p)
-				continue
-			} else if strings.HasPrefix(n, "DCGM_") {
-				continue // a DCGM series of another pod, or one bridge does not map
-			}
-			if c.o.Passthrough {
-				out = append(out, metrics.Point{Name: passName(n, labels), Value: v, Scope: metrics.ScopeProm, Source: source})
-			}
-		}
-	}
-	return out
-}
-
-func value(t dto.MetricType, m *dto.Metric) (float64, bool) {
-	var v float64
-	switch t {
-	case dto.MetricType_GAUGE:
-		v = m.GetGauge().GetValue()
-	case dto.MetricType_COUNTER:
-		v = m.GetCounter().GetValue()
-	case dto.MetricType_UNTYPED:
-		v = m.GetUntyped().GetValue()
-	default:
-		return 0, false // histograms and summaries: no single value
-	}
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, false // trackers reject them
-	}
-	return v, true
-}
-
-// dcgmSeries maps dcgm-exporter's fields (etc/default-counters.csv) to
-// bridge's GPU suffixes and the factor to bridge's unit.
-var dcgmSeries = map[string]struct {
-	suffix, unit string
-	mib          bool // MiB: to bytes, then to bridge's 10^6-byte megabytes as the NVML collector does
-}{
-	"DCGM_FI_DEV_GPU_UTIL":      {metrics.GPUUtilization, metrics.UnitPercentage, false},
-	"DCGM_FI_DEV_FB_USED":       {metrics.GPUMemoryUsed, metrics.UnitMegabytes, true},
-	"DCGM_FI_DEV_POWER_USAGE":   {metrics.GPUPowerUsage, metrics.UnitWatts, false},
-	"DCGM_FI_DEV_GPU_TEMP":      {metrics.GPUTemperature, metrics.UnitCelsius, false},
-	"DCGM_FI_DEV_SM_CLOCK":      {metrics.GPUSMClock, metrics.UnitMHz, false},
-	"DCGM_FI_DEV_XID_ERRORS":    {metrics.GPULastXid, metrics.UnitCount, false},
-	"DCGM_FI_DEV_MEM_COPY_UTIL": {metrics.GPUMemoryControllerUtilization, metrics.UnitPercentage, false},
-}
-
-// dcgm maps one dcgm-exporter series. The GPU is the gpu label (its index on
-// the node); a MIG slice (GPU_I_ID label) becomes gpu_N_mig_M_.
-func (c *Collector) dcgm(name string, labels map[string]string, v float64) (metrics.Point, bool) {
-	var suffix, unit string
-	switch {
-	case dcgmSeries[name].suffix != "":
-		s := dcgmSeries[name]
-		suffix, unit = s.suffix, s.unit
-		if s.mib {
-			v = metrics.MB(v * (1 << 20))
-		}
-	case strings.HasPrefix(name, "DCGM_FI_PROF_"):
-		base := strings.ToLower(strings.TrimPrefix(name, "DCGM_FI_PROF_"))
-		if b, ok := strings.CutSuffix(base, "_bytes"); ok {
-			// PCIe/NVLink counters are bytes per second.
-			suffix, unit, v = "prof_"+b+"_"+metrics.UnitMegabytesPerSecond, metrics.UnitMegabytesPerSecond, v/metrics.Megabyte
-		} else {
-			suffix, unit = "prof_"+base+"_"+metrics.UnitRatio, metrics.UnitRatio
-		}
-	default:
-		return metrics.Point{}, false
-	}
-	if !c.ours(labels) {
-		return metrics.Point{}, false
-	}
-	idx, ok := c.gpuIndex(labels)
-	if !ok {
-		return metrics.Point{}, false
-	}
-	prefix := metrics.GPUPrefix(idx)
-	if m, err := strconv.Atoi(labels["GPU_I_ID"]); err == nil && m >= 0 {
-		prefix = metrics.MIGPrefix(idx, m)
-	}
-	return metrics.Point{Name: prefix + suffix, Value: v, Unit: unit, Scope: metrics.ScopeGPU}, true
-}
-
-// gpuIndex is the GPU's index: NVML's for its UUID when NVML works here,
-// else dcgm-exporter's gpu label (the node's index).
-func (c *Collector) gpuIndex(labels map[string]string) (int, bool) {
-	if c.o.GPUIndexes != nil {
-		if m := c.o.GPUIndexes(); len(m) > 0 {
-			idx, ok := m[labels["UUID"]]
-			return idx, ok
-		}
-	}
-	gpu := labels["gpu"]
-	if !metrics.Digits(gpu) {
-		return 0, false
-	}
-	idx, err := strconv.Atoi(gpu)
-	return idx, err == nil
-}
-
-// ours reports whether a series belongs to this pod: without a known
-// identity, or without pod labels on the series, every GPU counts.
-func (c *Collector) ours(labels map[string]string) bool {
-	if c.o.Pod == "" || c.o.Namespace == "" {
-		return true
-	}
-	pod, hasPod := labels["pod"]
-	ns, hasNS := labels["namespace"]
-	if !hasPod && !hasNS {
-		return true
-	}
-	return pod == c.o.Pod && ns == c.o.Namespace
-}
-
-// passName is a key for a series bridge does not map: prom_<name>, then
-// __<label>_<value> per label in name order, characters outside MLflow's key
-// alphabet replaced by '_'.
-func passName(name string, labels map[string]string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	b.WriteString("prom_" + name)
-	for _, k := range keys {
-		b.WriteString("__" + k + "_" + labels[k])
-	}
-	return strings.Map(func(r rune) rune {
-		if r == '_' || r == '-' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') {
-			return r
-		}
-		return '_'
-	}, b.String())
 }

@@ -35,8 +35,13 @@ func ReadFile(path string) (samples []metrics.Sample, acks map[string]int64, att
 		case spool.TypeStart:
 			attempts = append(attempts, spool.Attempt{Start: rec})
 		case spool.TypeRun:
-			// A run found after the start record belongs to that start.
-			if n := len(attempts); n > 0 && rec.Sink != "" && rec.Run != "" {
+			// A run found after the start record belongs to the attempt it
+			// names, else to the last.
+			n := len(attempts)
+			for rec.Attempt > 0 && n > 0 && attempts[n-1].Start.Attempt != rec.Attempt {
+				n--
+			}
+			if n > 0 && rec.Sink != "" && rec.Run != "" {
 				st := &attempts[n-1].Start
 				runs := map[string]string{rec.Sink: rec.Run}
 				for k, v := range st.Runs {

@@ -9,13 +9,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-resty/resty/v2"
 
+	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -94,11 +95,19 @@ func newClient(cfg Config, log *slog.Logger) (*resty.Client, error) {
 	return c, nil
 }
 
+// Bounds on the files the MLflow variables name (internal/userfile): a CA
+// bundle of the whole web PKI is about 220 KB, a certificate with its key a
+// few KB.
+const (
+	maxCABundle       = 16 << 20
+	maxCredentialFile = 1 << 20
+)
+
 func tlsConfig(cfg Config) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureTLS} //nolint:gosec // the user asked for it with MLFLOW_TRACKING_INSECURE_TLS
 	if cfg.ServerCertPath != "" {
 		// requests' verify=<path> trusts that bundle only, not the system roots.
-		pem, err := os.ReadFile(cfg.ServerCertPath)
+		pem, err := userfile.Read(cfg.ServerCertPath, maxCABundle)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvServerCertPath, err)
 		}
@@ -110,7 +119,11 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 	}
 	if cfg.ClientCertPath != "" {
 		// requests' cert=<path>: one PEM file with the certificate and its key.
-		cert, err := tls.LoadX509KeyPair(cfg.ClientCertPath, cfg.ClientCertPath)
+		pem, err := userfile.Read(cfg.ClientCertPath, maxCredentialFile)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", EnvClientCertPath, err)
+		}
+		cert, err := tls.X509KeyPair(pem, pem)
 		if err != nil {
 			return nil, fmt.Errorf("%s=%s: want one PEM file with the certificate and its private key: %w", EnvClientCertPath, cfg.ClientCertPath, err)
 		}
@@ -167,7 +180,12 @@ func decode(body []byte, out any) error { return json.Unmarshal(body, out) }
 // rest. Its errors are *APIError with MLflow's error_code and message.
 func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	if err != nil {
-		// http.Client strips the password from the URL in its errors.
+		// http.Client's errors carry the request URL; it strips only a
+		// password, not a token in the query.
+		err = redact.URLError(err)
+		if tracker.TLSUntrusted(err) {
+			return tracker.Permanent(fmt.Errorf("%s: MLflow at %s: %s: %w", op, s.url, s.trustHint(), err))
+		}
 		return fmt.Errorf("%s: MLflow at %s unreachable: %w", op, s.url, err)
 	}
 	code := resp.StatusCode()
@@ -183,7 +201,7 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	}
 	if code == http.StatusBadRequest && serverDBError(me) {
 		// The server's trouble, not the request's: retried with backoff.
-		apiErr.Hint = "a database error on the MLflow server (under load, its connection pool: a log-batch holds two connections at once, so give each server worker more than its 40 threads, MLFLOW_SQLALCHEMYSTORE_POOL_SIZE + MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW >= 41); retried"
+		apiErr.Hint = "a database error on the MLflow server (under load, its connection pool: a log-batch holds two connections at once, so give each server worker more than its 40 threads, MLFLOW_SQLALCHEMYSTORE_POOL_SIZE + MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW >= 41; see \"Sizing an MLflow server for many bridges\" in bridge's docs/mlflow.md); retried"
 		return apiErr
 	}
 	switch {
@@ -193,6 +211,17 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 		apiErr.Hint = fmt.Sprintf("no MLflow REST API under %s: check %s (the address of `mlflow server`, with its path prefix if any)", s.url, EnvTrackingURI)
 	}
 	return tracker.Classify(code, resp.Header().Get("Retry-After"), time.Now(), apiErr)
+}
+
+// trustHint says what to set when the server's certificate is not trusted.
+func (s *Sink) trustHint() string {
+	const what = "its TLS certificate is not trusted, a configuration error (not retried)"
+	if s.cfg.ServerCertPath != "" {
+		return fmt.Sprintf("%s: %s=%s does not hold the CA that signed it (or set %s=true to skip verification)",
+			what, EnvServerCertPath, s.cfg.ServerCertPath, EnvInsecureTLS)
+	}
+	return fmt.Sprintf("%s: set %s to the CA bundle that signed it, or %s=true to skip verification",
+		what, EnvServerCertPath, EnvInsecureTLS)
 }
 
 func (s *Sink) credentialHint() string {

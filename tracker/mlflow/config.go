@@ -10,6 +10,7 @@ package mlflow
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/redact"
 )
 
 // Environment variables read by ConfigFromEnv; the names are MLflow's.
@@ -167,19 +171,9 @@ func checkHTTP(uri string) error {
 	}
 	u, err := url.Parse(uri)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%w; got %s=%q", ErrNotHTTP, EnvTrackingURI, redactURI(uri))
+		return fmt.Errorf("%w; got %s=%q", ErrNotHTTP, EnvTrackingURI, redact.URI(uri))
 	}
 	return nil
-}
-
-// redactURI hides a password in user:pass@host; unparsable input is returned
-// as is (it then has no userinfo Go could find either).
-func redactURI(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil {
-		return uri
-	}
-	return u.Redacted()
 }
 
 // parseBool accepts what MLflow's _BooleanEnvironmentVariable accepts.
@@ -206,15 +200,14 @@ func readCredentialsFile(path string) (user, pass string, err error) {
 	if path == "" {
 		return "", "", nil
 	}
-	f, err := os.Open(path)
+	raw, err := userfile.Read(path, maxCredentialFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", "", nil
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("reading MLflow credentials: %w", err)
 	}
-	defer f.Close()
-	kv, err := parseCredentials(f)
+	kv, err := parseCredentials(bytes.NewReader(raw))
 	if err != nil {
 		return "", "", fmt.Errorf("reading MLflow credentials %s: %w", path, err)
 	}

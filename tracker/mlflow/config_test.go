@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -155,6 +156,10 @@ func TestConfigFromEnvErrors(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		cfg  Config
@@ -164,6 +169,10 @@ func TestNewValidates(t *testing.T) {
 		{"slash in node id", Config{TrackingURI: "http://127.0.0.1:1", NodeID: "a/b"}, "node id"},
 		{"missing CA bundle", Config{TrackingURI: "https://127.0.0.1:1", ServerCertPath: "/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
 		{"missing client cert", Config{TrackingURI: "https://127.0.0.1:1", ClientCertPath: "/nonexistent/c.pem"}, EnvClientCertPath},
+		// Read in bounded time and memory (internal/userfile).
+		{"CA bundle /dev/zero", Config{TrackingURI: "https://127.0.0.1:1", ServerCertPath: "/dev/zero"}, EnvServerCertPath + ": /dev/zero: not a regular file"},
+		{"CA bundle FIFO", Config{TrackingURI: "https://127.0.0.1:1", ServerCertPath: fifo}, fifo + ": not a regular file"},
+		{"client cert FIFO", Config{TrackingURI: "https://127.0.0.1:1", ClientCertPath: fifo}, EnvClientCertPath},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,12 +3,15 @@ package mlflow
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -427,5 +430,81 @@ func TestTagValuesTruncated(t *testing.T) {
 	}
 	if n := len([]rune(got[1].Value)); n != maxTagValue {
 		t.Errorf("long value kept %d characters, want %d", n, maxTagValue)
+	}
+}
+
+// A server whose certificate is not trusted is configuration: a permanent
+// error naming the variables that set what is trusted, not an outage. With
+// its CA given, the same server is an ordinary tracker (here: one that is
+// unavailable, retried).
+func TestUntrustedCertificateIsPermanent(t *testing.T) {
+	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer ts.Close()
+	s, err := New(Config{TrackingURI: ts.URL, RunID: "run1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Start(context.Background(), tracker.StartInfo{})
+	if !errors.Is(err, tracker.ErrPermanent) || !strings.Contains(err.Error(), EnvServerCertPath) || !strings.Contains(err.Error(), EnvInsecureTLS) {
+		t.Fatalf("Start = %v; want a permanent error naming %s and %s", err, EnvServerCertPath, EnvInsecureTLS)
+	}
+
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err = New(Config{TrackingURI: ts.URL, RunID: "run1", ServerCertPath: ca}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = s.Start(context.Background(), tracker.StartInfo{}); err == nil || errors.Is(err, tracker.ErrPermanent) || tracker.TLSUntrusted(err) {
+		t.Fatalf("Start with the CA given = %v; want the server's 503, retryable", err)
+	}
+}
+
+// MLflow refuses a whole batch for one point timed before 1970: such
+// points are left out and counted, the rest of their batch is sent, and
+// their samples count as acknowledged.
+func TestSendLeavesOutRefusedTimes(t *testing.T) {
+	rc := &recorder{}
+	s := testSink(t, rc, Config{})
+	in := samples(2, 3, 2)
+	in[1].Time = time.UnixMilli(-1)
+	in = append(in, metrics.Sample{Seq: 3, Time: t0, Points: []metrics.Point{{Name: "ok", Value: 1}, {Name: "bad{key}", Value: 2}}})
+	acked, err := s.Send(context.Background(), in)
+	if err != nil || acked != 4 {
+		t.Fatalf("Send = %d, %v; want all 4 acknowledged", acked, err)
+	}
+	var steps []int64
+	for _, b := range rc.batches(t) {
+		for _, m := range b.Metrics {
+			if m.Timestamp < 0 {
+				t.Errorf("sent a point timed %d", m.Timestamp)
+			}
+			steps = append(steps, m.Step)
+		}
+	}
+	if len(steps) != 5 {
+		t.Errorf("sent %d points (steps %v), want the 5 MLflow accepts", len(steps), steps)
+	}
+	if s.Dropped() != 4 {
+		t.Errorf("Dropped = %d, want 4 (3 early points, 1 bad key)", s.Dropped())
+	}
+}
+
+// KeepStatus records the tags of a run bridge owns and leaves its status.
+func TestFinishKeepStatus(t *testing.T) {
+	rc := &recorder{}
+	s := testSink(t, rc, Config{})
+	s.created = true
+	if err := s.Finish(context.Background(), tracker.EndInfo{Time: t0, KeepStatus: true, Tags: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if len(rc.bodies) != 1 || !strings.Contains(string(rc.bodies[0]), `"k"`) {
+		t.Fatalf("requests %q, want one: the tags", rc.bodies)
 	}
 }

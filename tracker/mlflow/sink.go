@@ -16,6 +16,7 @@ import (
 	"github.com/go-resty/resty/v2"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -68,7 +69,9 @@ type Sink struct {
 	maxMetrics int
 	maxBody    int
 
-	keyOK map[string]bool // keys checked so far; a bad one is reported once
+	keyOK   map[string]bool // keys checked so far; a bad one is reported once
+	dropped int             // points not sent because MLflow would refuse them
+	tsLog   bool            // a time MLflow refuses was reported
 
 	// startTags of a run the user gave (MLFLOW_RUN_ID) or the job's run are
 	// recorded by the first Send (or Finish), not by Start: the child then
@@ -103,7 +106,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 		cfg:        cfg,
 		log:        log,
 		client:     client,
-		url:        redactURI(cfg.TrackingURI),
+		url:        redact.URI(cfg.TrackingURI),
 		maxMetrics: maxMetricsPerBatch,
 		maxBody:    maxBodyBytes,
 		keyOK:      map[string]bool{},
@@ -372,8 +375,10 @@ var errNoRun = fmt.Errorf("mlflow sink has no run yet (Start has not succeeded):
 // first, whose every point is in a request that succeeded. Resending is safe:
 // MLflow drops a point identical to a stored one.
 //
-// A point whose key MLflow would reject is skipped (reported once per key),
-// not sent: one bad name must not block every other metric.
+// A point MLflow would refuse (a bad key, reported once per key; a time
+// before 1970, reported once) is left out and counted (Dropped), not sent:
+// MLflow refuses a whole batch for one bad point, and one must cost only
+// itself.
 func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) {
 	if s.runID == "" {
 		return 0, errNoRun
@@ -399,9 +404,20 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	}
 	for i, sm := range samples {
 		ts := sm.Time.UnixMilli()
+		if ts < 0 {
+			// MLflow: "Timestamp must be a nonnegative long".
+			s.dropped += len(sm.Points)
+			if !s.tsLog {
+				s.tsLog = true
+				s.log.Warn("a sample's time is before 1970, which MLflow refuses; its points are not sent", "step", sm.Seq, "time_ms", ts)
+			}
+			pending = i + 1
+			continue
+		}
 		for _, p := range sm.Points {
 			key := s.prefix + p.Name
 			if !s.checkKey(key) {
+				s.dropped++
 				continue
 			}
 			m := encodeMetric(key, p.Value, ts, sm.Seq)
@@ -419,6 +435,10 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	}
 	return acked, nil
 }
+
+// Dropped is how many points Send left out because MLflow would refuse
+// them (see Send).
+func (s *Sink) Dropped() int { return s.dropped }
 
 // checkKey applies MLflow's key rules, so that a bad name is dropped here
 // instead of failing a whole batch with a 400.
@@ -478,7 +498,7 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if len(end.Tags) > 0 {
 		errs = append(errs, s.SetTags(ctx, end.Tags))
 	}
-	if !s.created {
+	if !s.created || end.KeepStatus {
 		return errors.Join(errs...)
 	}
 	run, err := s.getRun(ctx, s.runID)

@@ -9,6 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/redact"
 )
 
 // DefaultBaseURL is W&B's cloud API, wandb's own default.
@@ -72,7 +75,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
 	u, err := url.Parse(c.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return c, fmt.Errorf("WANDB_BASE_URL %q is not an http(s) URL", c.BaseURL)
+		return c, fmt.Errorf("WANDB_BASE_URL %q is not an http(s) URL", redact.URI(c.BaseURL))
 	}
 	if c.APIKey != "" {
 		c.KeySource = "WANDB_API_KEY"
@@ -82,7 +85,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 	if path == "" {
 		return c, nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := userfile.Read(path, maxNetrc)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}
@@ -117,6 +120,10 @@ func parseMode(mode, disabled string) (string, error) {
 		return "", fmt.Errorf("WANDB_MODE %q is not one of online, offline, disabled", mode)
 	}
 }
+
+// maxNetrc bounds the netrc file read (internal/userfile): a few entries of
+// a line each.
+const maxNetrc = 1 << 20
 
 // netrcPath is $NETRC, else ~/.netrc if it exists, else ~/_netrc if it
 // exists, else ~/.netrc (absent), as wandb's wbnetrc.py chooses.

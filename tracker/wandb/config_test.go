@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -78,6 +79,10 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirAsNetrc := t.TempDir()
+	fifo := filepath.Join(home, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tc := range []struct {
 		name    string
@@ -115,6 +120,9 @@ func TestConfigFromEnv(t *testing.T) {
 		{name: "bad base URL", home: noNetrc, env: map[string]string{"WANDB_BASE_URL": "api.wandb.ai"}, wantErr: `WANDB_BASE_URL "api.wandb.ai"`},
 		{name: "malformed netrc", home: noNetrc, env: map[string]string{"NETRC": write("bad", "machine")}, wantErr: "netrc file " + filepath.Join(home, "bad")},
 		{name: "unreadable netrc", home: noNetrc, env: map[string]string{"NETRC": dirAsNetrc}, wantErr: "reading W&B credentials from netrc file " + dirAsNetrc},
+		// Read in bounded time and memory (internal/userfile).
+		{name: "netrc /dev/zero", home: noNetrc, env: map[string]string{"NETRC": "/dev/zero"}, wantErr: "netrc file /dev/zero"},
+		{name: "netrc FIFO", home: noNetrc, env: map[string]string{"NETRC": fifo}, wantErr: "netrc file " + fifo},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ConfigFromEnv(func(k string) string { return tc.env[k] }, tc.home)

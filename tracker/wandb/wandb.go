@@ -40,6 +40,7 @@ import (
 
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -56,6 +57,7 @@ const userAgent = "bridge"
 // most one HTTP attempt per request and honours ctx.
 type Sink struct {
 	cfg      Config
+	url      string // cfg.BaseURL redacted (redact.URI), for messages
 	log      *slog.Logger
 	client   *resty.Client
 	clientID string // this writer's id, 32 lowercase alphanumerics as wandb's
@@ -93,10 +95,10 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("W&B base URL %q is not an http(s) URL", cfg.BaseURL)
+		return nil, fmt.Errorf("W&B base URL %q is not an http(s) URL", redact.URI(cfg.BaseURL))
 	}
 	if cfg.APIKey == "" {
-		return nil, fmt.Errorf("no W&B API key for %s: set WANDB_API_KEY or add \"machine %s password <key>\" to ~/.netrc", cfg.BaseURL, u.Host)
+		return nil, fmt.Errorf("no W&B API key for %s: set WANDB_API_KEY or add \"machine %s password <key>\" to ~/.netrc", redact.URI(cfg.BaseURL), u.Host)
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 30 * time.Second
@@ -107,6 +109,7 @@ func New(cfg Config, log *slog.Logger) (*Sink, error) {
 	}
 	return &Sink{
 		cfg:      cfg,
+		url:      redact.URI(cfg.BaseURL),
 		log:      log,
 		client:   newClient(cfg, log),
 		clientID: id,
@@ -158,7 +161,7 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 		env = append(env, SharedEnv(s.label, s.cfg.Primary, s.cfg.PrimaryKnown)...)
 	}
 	s.log.Info("W&B: the training process creates the run; bridge writes its system metrics as a second writer",
-		"run_id", s.cfg.RunID, "label", s.label, "base_url", s.cfg.BaseURL, "key_from", s.cfg.KeySource)
+		"run_id", s.cfg.RunID, "label", s.label, "base_url", s.url, "key_from", s.cfg.KeySource)
 
 	var resp struct {
 		Viewer *struct {
@@ -167,10 +170,10 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 		} `json:"viewer"`
 	}
 	if err := s.graphql(ctx, "Viewer", viewerQuery, nil, &resp); err != nil {
-		return env, fmt.Errorf("checking the W&B API key at %s: %w", s.cfg.BaseURL, err)
+		return env, fmt.Errorf("checking the W&B API key at %s: %w", s.url, err)
 	}
 	if resp.Viewer == nil {
-		return env, tracker.Permanent(fmt.Errorf("W&B at %s does not recognise the API key (from %s): no viewer", s.cfg.BaseURL, s.cfg.KeySource))
+		return env, tracker.Permanent(fmt.Errorf("W&B at %s does not recognise the API key (from %s): no viewer", s.url, s.cfg.KeySource))
 	}
 	return env, nil
 }
@@ -459,13 +462,13 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 	}
 	path := "/files/" + url.PathEscape(s.entity) + "/" + url.PathEscape(s.project) + "/" +
 		url.PathEscape(s.cfg.RunID) + "/file_stream"
-	endpoint := s.cfg.BaseURL + path
+	endpoint := s.url + path
 	resp, err := s.client.R().SetContext(ctx).
 		SetHeader("X-WANDB-ASYNC-CLIENT-ID", s.clientID).
 		SetBody(body).
 		Post(path)
 	if err != nil {
-		return fmt.Errorf("W&B file_stream %s: %w", endpoint, err)
+		return transportError("W&B file_stream "+endpoint, err)
 	}
 	raw := resp.Body()
 	if err := statusError(resp, raw, "file_stream "+endpoint); err != nil {
@@ -547,13 +550,13 @@ func (s *Sink) graphql(ctx context.Context, op, query string, vars map[string]an
 	if err != nil {
 		return tracker.Permanent(fmt.Errorf("encoding GraphQL %s: %w", op, err))
 	}
-	endpoint := s.cfg.BaseURL + "/graphql"
+	endpoint := s.url + "/graphql"
 	resp, err := s.client.R().SetContext(ctx).
 		SetHeader("X-WANDB-CLIENT-ID", s.clientID).
 		SetBody(body).
 		Post("/graphql")
 	if err != nil {
-		return fmt.Errorf("GraphQL %s at %s: %w", op, endpoint, err)
+		return transportError("GraphQL "+op+" at "+endpoint, err)
 	}
 	raw := resp.Body()
 	if err := statusError(resp, raw, "GraphQL "+op+" at "+endpoint); err != nil {
@@ -627,6 +630,20 @@ func statusError(resp *resty.Response, body []byte, what string) error {
 		err = fmt.Errorf("not found on W&B (check WANDB_BASE_URL, or the run was deleted): %w", err)
 	}
 	return tracker.Classify(code, resp.Header().Get("Retry-After"), time.Now(), err)
+}
+
+// transportError words an HTTP client error (no answer came) for what: an
+// outage, or, for a certificate that fails verification, configuration
+// (Permanent). The client's error quotes the request URL: redacted.
+func transportError(what string, err error) error {
+	err = redact.URLError(err)
+	if tracker.TLSUntrusted(err) {
+		// Go reads the system's CA certificates, or SSL_CERT_FILE and
+		// SSL_CERT_DIR (crypto/x509); wandb's Python client reads
+		// REQUESTS_CA_BUNDLE, which bridge does not.
+		return tracker.Permanent(fmt.Errorf("%s: the W&B server's TLS certificate is not trusted, a configuration error (not retried): bridge verifies it with the system's CA certificates; set SSL_CERT_FILE (or SSL_CERT_DIR) to a bundle that holds the CA that signed it: %w", what, err))
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // randomID returns n lowercase alphanumerics, the alphabet wandb uses for

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
@@ -595,5 +596,20 @@ func TestStartSharedEnv(t *testing.T) {
 		if got := strings.Join(env, " "); got != c.want {
 			t.Errorf("primary %v known %v: env %q, want %q", c.primary, c.known, got, c.want)
 		}
+	}
+}
+
+// The W&B sink treats an untrusted certificate as MLflow's does: permanent
+// at once, saying which variables set what is trusted.
+func TestUntrustedCertificateIsPermanent(t *testing.T) {
+	ts := httptest.NewTLSServer(http.NotFoundHandler())
+	defer ts.Close()
+	s, err := New(Config{BaseURL: ts.URL, APIKey: testKey, KeySource: "test", Project: "demo", Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Start(context.Background(), tracker.StartInfo{})
+	if !errors.Is(err, tracker.ErrPermanent) || !strings.Contains(err.Error(), "SSL_CERT_FILE") {
+		t.Fatalf("Start = %v; want a permanent error naming SSL_CERT_FILE", err)
 	}
 }

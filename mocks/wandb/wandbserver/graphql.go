@@ -145,17 +145,7 @@ func (s *Server) upsertBucket(v vars, clientID string) any {
 	ru, ok := s.runs[key]
 	inserted := !ok
 	if !ok {
-		ru = &run{
-			key:       key,
-			storageID: gqlID("Run", "v1", key.name, key.project, key.entity),
-			created:   time.Now(),
-			config:    map[string]any{},
-			writers:   map[string]*writer{},
-			uploaded:  map[string]bool{},
-			uploads:   map[string][]byte{},
-		}
-		s.runs[key] = ru
-		s.order = append(s.order, key)
+		ru = s.newRun(key)
 	}
 	ru.upserts = append(ru.upserts, clientID)
 	if d := v.str("displayName"); d != "" {
@@ -200,6 +190,38 @@ func (s *Server) upsertBucket(v vars, clientID string) any {
 		},
 		"inserted": inserted,
 	}}
+}
+
+// newRun adds an empty run; s.mu is held.
+func (s *Server) newRun(key runKey) *run {
+	ru := &run{
+		key:       key,
+		storageID: gqlID("Run", "v1", key.name, key.project, key.entity),
+		created:   time.Now(),
+		config:    map[string]any{},
+		writers:   map[string]*writer{},
+		uploaded:  map[string]bool{},
+		uploads:   map[string][]byte{},
+	}
+	s.runs[key] = ru
+	s.order = append(s.order, key)
+	return ru
+}
+
+// CreateStartedRun adds a run as a training process's wandb.init leaves it:
+// its config holds _wandb.t, so clients count it as started. It makes no
+// request: a test that does not run the real client uses it in place of the
+// child's wandb.init, and the recorded requests stay the client's under test.
+// An empty entity is the viewer's; an empty project "uncategorized".
+func (s *Server) CreateStartedRun(entity, project, name string) {
+	key := runKey{s.entityOr(entity), projectOr(project), name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ru, ok := s.runs[key]
+	if !ok {
+		ru = s.newRun(key)
+	}
+	ru.config["_wandb"] = map[string]any{"value": map[string]any{"t": map[string]any{}}}
 }
 
 func (ru *run) notesOrNil() any {

@@ -1,0 +1,196 @@
+package scrape
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"unique"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// chunkBytes is how much text the parser gets at a time. Its objects for
+// one chunk (about 100 bytes a series, more for labels) are all the
+// memory an answer's unkept series ever take.
+const chunkBytes = 16 << 10
+
+// read parses one answer as a stream and maps it, within the bounds.
+// prometheus/common's text parser reads a whole input into one map (its
+// Decoder too), so it is given the answer a chunk of whole lines at a
+// time; a chunk that continues a family begins with that family's # TYPE
+// line, so every line is parsed as the whole answer would have it (a
+// histogram's _bucket lines stay a histogram's, and are skipped).
+func (c *Collector) read(r io.Reader, t *target) (*answer, error) {
+	if t.reader == nil {
+		t.reader = &reader{br: bufio.NewReaderSize(r, MaxLineBytes), p: expfmt.NewTextParser(model.UTF8Validation)}
+	}
+	br, p, chunk := t.reader.br, &t.reader.p, &t.reader.chunk
+	br.Reset(r)
+	defer br.Reset(nil) // keep no answer's body
+	chunk.Reset()
+	a := &answer{c: c, t: t, seen: map[unique.Handle[string]]struct{}{}}
+	var typeLine []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			return nil, fmt.Errorf("%w: a line longer than %d KiB", ErrTooLarge, MaxLineBytes>>10)
+		case err != nil && err != io.EOF:
+			return nil, err
+		}
+		if isTypeLine(line) {
+			typeLine = append(typeLine[:0], line...)
+		}
+		chunk.Write(line)
+		if chunk.Len() >= chunkBytes || err == io.EOF {
+			fams, perr := p.TextToMetricFamilies(chunk)
+			if perr != nil {
+				return nil, fmt.Errorf("parsing the Prometheus text format: %w", perr)
+			}
+			if aerr := a.add(fams); aerr != nil {
+				return a, aerr
+			}
+			chunk.Reset()
+			chunk.Write(typeLine)
+		}
+		if err == io.EOF {
+			return a, nil
+		}
+	}
+}
+
+// reader is what reading an answer needs, kept between a URL's answers so
+// that a scrape allocates none of it again (only the request in flight
+// uses it).
+type reader struct {
+	br    *bufio.Reader
+	p     expfmt.TextParser
+	chunk bytes.Buffer
+}
+
+// isTypeLine reports whether line is a "# TYPE" comment (blanks and tabs
+// allowed where the parser allows them).
+func isTypeLine(line []byte) bool {
+	rest, ok := bytes.CutPrefix(bytes.TrimLeft(line, " \t"), []byte("#"))
+	if !ok {
+		return false
+	}
+	rest, ok = bytes.CutPrefix(bytes.TrimLeft(rest, " \t"), []byte("TYPE"))
+	return ok && len(rest) > 0 && (rest[0] == ' ' || rest[0] == '\t')
+}
+
+// answer is what one answer has kept so far.
+type answer struct {
+	c          *Collector
+	t          *target
+	points     []metrics.Point
+	labelBytes int                                // names and labels of the kept series
+	seen       map[unique.Handle[string]]struct{} // keys kept: a repeated series counts once
+	fresh      int                                // kept keys the URL had not added before
+	long       int                                // series left out for MaxKeyLength
+	overKeys   int                                // series left out for MaxKeys
+	// longExample is the start of one key left out for its length.
+	longExample string
+}
+
+// add maps one chunk's families, in name order, and checks the bounds.
+func (a *answer) add(fams map[string]*dto.MetricFamily) error {
+	names := make([]string, 0, len(fams))
+	for n := range fams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	o := a.c.o
+	for _, n := range names {
+		if o.Include != nil && !o.Include.MatchString(n) {
+			continue
+		}
+		if o.Exclude != nil && o.Exclude.MatchString(n) {
+			continue
+		}
+		f := fams[n]
+		for _, m := range f.GetMetric() {
+			v, ok := value(f.GetType(), m)
+			if !ok {
+				continue
+			}
+			labels := make(map[string]string, len(m.GetLabel()))
+			size := len(n)
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+				size += len(lp.GetName()) + len(lp.GetValue())
+			}
+			p, ok := a.c.dcgm(n, labels, v)
+			switch {
+			case ok:
+			case isDCGM(n):
+				continue // a DCGM series of another pod, or one bridge does not map
+			case o.Passthrough:
+				p = metrics.Point{Name: passName(n, labels), Value: v, Scope: metrics.ScopeProm}
+			default:
+				continue
+			}
+			if err := a.keep(p, size); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// keep adds one point of a series whose names and labels are size bytes.
+func (a *answer) keep(p metrics.Point, size int) error {
+	if len(p.Name) > MaxKeyLength {
+		a.long++
+		a.longExample = strings.ToValidUTF8(p.Name[:64], "") + "..."
+		return nil
+	}
+	h := unique.Make(p.Name)
+	if _, dup := a.seen[h]; dup {
+		return nil
+	}
+	if _, known := a.t.keys[h]; !known {
+		if len(a.t.keys)+a.fresh >= MaxKeys {
+			a.overKeys++
+			return nil
+		}
+		a.fresh++
+	}
+	if len(a.points) == MaxSeries {
+		return fmt.Errorf("%w: more than %d series kept", ErrTooLarge, MaxSeries)
+	}
+	if a.labelBytes += size; a.labelBytes > MaxLabelBytes {
+		return fmt.Errorf("%w: more than %d MiB of names and labels in the series kept", ErrTooLarge, MaxLabelBytes>>20)
+	}
+	a.seen[h] = struct{}{}
+	p.Name, p.Source = h.Value(), a.t.shown
+	a.points = append(a.points, p)
+	return nil
+}
+
+func value(t dto.MetricType, m *dto.Metric) (float64, bool) {
+	var v float64
+	switch t {
+	case dto.MetricType_GAUGE:
+		v = m.GetGauge().GetValue()
+	case dto.MetricType_COUNTER:
+		v = m.GetCounter().GetValue()
+	case dto.MetricType_UNTYPED:
+		v = m.GetUntyped().GetValue()
+	default:
+		return 0, false // histograms and summaries: no single value
+	}
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return 0, false // trackers reject them
+	}
+	return v, true
+}

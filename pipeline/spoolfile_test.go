@@ -1,0 +1,113 @@
+package pipeline
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// The default spool name holds the node and the run: bridges of one run on
+// two nodes never share a file, and a restart on one node finds its own.
+func TestSpoolPathUniquePerNode(t *testing.T) {
+	runs := []SinkRun{{RunID: "run/1"}}
+	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	a, b := SpoolPath("", "node-a", runs, now), SpoolPath("", "node-b", runs, now)
+	if a == b {
+		t.Fatalf("two nodes share %s", a)
+	}
+	if a != "bridge-spool-node-a-run_1.jsonl" {
+		t.Errorf("name %q, want bridge-spool-node-a-run_1.jsonl", a)
+	}
+	if again := SpoolPath("", "node-a", runs, now.Add(time.Hour)); again != a {
+		t.Errorf("a restart on the node gets %s, not %s", again, a)
+	}
+	if h := SpoolPath("", "", runs, now); h != "bridge-spool-"+safeName(hostname())+"-run_1.jsonl" {
+		t.Errorf("without a node id: %s, want the host name in it", h)
+	}
+	if norun := SpoolPath("", "n1", nil, now); !strings.HasPrefix(norun, "bridge-spool-n1-20261204T000000-") {
+		t.Errorf("without a run: %s", norun)
+	}
+	if given := SpoolPath("/x/s.jsonl", "n1", runs, now); given != "/x/s.jsonl" {
+		t.Errorf("a given path became %s", given)
+	}
+}
+
+// Any spool that cannot be opened (here: a path under a file, and one that
+// another writer holds) gives a memory spool and one ERROR naming the path
+// and --spool.
+func TestOpenSpoolFallsBackToMemory(t *testing.T) {
+	dir := t.TempDir()
+	held := filepath.Join(dir, "held.jsonl")
+	first, err := spool.Open(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	notDir := filepath.Join(dir, "file")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ path, says string }{
+		{filepath.Join(notDir, "s.jsonl"), "cannot open the spool"},
+		{held, "another bridge is writing this spool"},
+	} {
+		var logs bytes.Buffer
+		sp := OpenSpool(tc.path, Settings{}, slog.New(slog.NewTextHandler(&logs, nil)))
+		if !sp.InMemory() {
+			t.Errorf("%s: not a memory spool", tc.path)
+		}
+		if out := logs.String(); strings.Count(out, "level=ERROR") != 1 || !strings.Contains(out, tc.says) ||
+			!strings.Contains(out, "--spool") || !strings.Contains(out, tc.path) {
+			t.Errorf("%s: message %q, want one ERROR saying %q, naming the path and --spool", tc.path, out, tc.says)
+		}
+		sp.Close()
+	}
+}
+
+// A session without a spool file still samples, sends every sample to the
+// tracker, records the end, and says in its table that the spool is none.
+func TestSessionWithoutSpoolFile(t *testing.T) {
+	sink := &fakeSink{t: t, name: "fake", runID: "r1"}
+	set := settings(t)
+	set.Spool = filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(set.Spool, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	set.Spool = filepath.Join(set.Spool, "s.jsonl") // under a file: cannot be opened
+	s := open(t, set, []metrics.Collector{&counter{}}, nil, sink)
+	s.Run()
+	waitfor.Cond(t, deadline, "samples at the sink", func() bool { return len(sink.received()) >= 3 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	if sink.finished != 1 {
+		t.Errorf("Finish called %d times, want 1", sink.finished)
+	}
+	if got, taken := len(sink.received()), s.Acc().Samples(); got != taken {
+		t.Errorf("sink got %d samples of %d", got, taken)
+	}
+	if r := report(s); !strings.Contains(r, "none (it could not be opened)") || strings.Contains(r, "unsent") {
+		t.Errorf("report:\n%s\nwant the spool row to say there is none, and nothing unsent", r)
+	}
+}
+
+// The upload advice is a command a shell runs as is.
+func TestSyncCommand(t *testing.T) {
+	if got := SyncCommand("/a/b-1.jsonl"); got != "bridge sync /a/b-1.jsonl" {
+		t.Errorf("plain path: %s", got)
+	}
+	if got := SyncCommand("/a/it's here.jsonl"); got != `bridge sync '/a/it'\''s here.jsonl'` {
+		t.Errorf("path with a space and a quote: %s", got)
+	}
+	if got := SyncCommand("rel.jsonl"); !strings.HasPrefix(got, "bridge sync /") {
+		t.Errorf("relative path not made absolute: %s", got)
+	}
+}

@@ -1,0 +1,169 @@
+"""bridge for notebooks: scope-correct system metrics into the run you train in.
+
+    import mlflow, bridge_system_metrics
+    mlflow.start_run()                          # or wandb.init()
+    monitor = bridge_system_metrics.attach()    # samples until this process ends
+    ...                                         # train
+    monitor.stop()                              # optional: stop earlier
+
+attach() starts `bridge attach` (the binary this package was installed with)
+beside the current process, writing into the active run: MLflow's
+mlflow.active_run() and W&B's wandb.run, whichever this process has. It is the
+counterpart of mlflow.enable_system_metrics_logging(), with the container's
+cgroup, the node, the root filesystem and GPUs under names that say their scope
+(docs/metrics.md). Only the standard library is used; mlflow and wandb are
+looked at only if this process has imported them.
+"""
+
+import atexit
+import importlib.metadata
+import os
+import signal
+import subprocess
+import sys
+import warnings
+
+__all__ = ["attach", "Attached", "NoActiveRunError", "binary"]
+
+DISTRIBUTION = "bridge-system-metrics"
+
+
+class NoActiveRunError(RuntimeError):
+    """attach() found no run to write into."""
+
+
+def binary():
+    """The path of the bridge binary installed by this package's own wheel
+    (not whichever bridge comes first on PATH)."""
+    here = os.path.realpath(__file__)
+    for dist in importlib.metadata.distributions():
+        if (dist.metadata["Name"] or "").lower() != DISTRIBUTION:
+            continue
+        files = dist.files or []
+        if not any(os.path.realpath(dist.locate_file(f)) == here for f in files):
+            continue  # another installation of the same distribution
+        for f in files:
+            if f.name == "bridge" and len(f.parts) > 1 and f.parts[-2] == "bin":
+                path = os.path.realpath(dist.locate_file(f))
+                if os.access(path, os.X_OK):
+                    return path
+                raise FileNotFoundError("%s: bridge from the %s wheel is missing or not executable; reinstall it" % (path, DISTRIBUTION))
+    raise FileNotFoundError("%s is not installed from its wheel (no installed bridge is listed with %s); "
+                            "install it with pip, see the README" % (__name__, here))
+
+
+def _mlflow_run(env):
+    """MLflow's active run, as bridge attach's environment; None if none."""
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None:
+        return None
+    run = mlflow.active_run()
+    if run is None:
+        return None
+    uri = mlflow.get_tracking_uri()
+    if not uri.startswith(("http://", "https://")):
+        raise ValueError("MLflow's tracking URI is %r: bridge writes to an `mlflow server` over REST; "
+                         "start one and call mlflow.set_tracking_uri('http://HOST:PORT') before mlflow.start_run()" % uri)
+    env["MLFLOW_TRACKING_URI"] = uri
+    env["MLFLOW_RUN_ID"] = run.info.run_id
+    return run.info.run_id
+
+
+def _wandb_run(env):
+    """W&B's run, as bridge attach's environment; None if none."""
+    wandb = sys.modules.get("wandb")
+    run = getattr(wandb, "run", None) if wandb is not None else None
+    if run is None:
+        return None
+    if run.offline or run.disabled:
+        raise ValueError("wandb.run %s is %s: bridge writes to the W&B server, so it needs an online run"
+                         % (run.id, "offline" if run.offline else "disabled"))
+    # The script may have named these in wandb.init() rather than in the
+    # environment; bridge reads them only from there.
+    env["WANDB_RUN_ID"] = run.id
+    env["WANDB_PROJECT"] = run.project
+    if run.entity:
+        env["WANDB_ENTITY"] = run.entity
+    env["WANDB_BASE_URL"] = run.settings.base_url
+    key = getattr(run.settings, "api_key", None)
+    if key and not env.get("WANDB_API_KEY"):
+        env["WANDB_API_KEY"] = key  # else bridge reads ~/.netrc, as wandb does
+    env.pop("WANDB_MODE", None)
+    return run.id
+
+
+class Attached:
+    """A running `bridge attach`. It ends by itself when the attached process
+    exits; stop() ends it earlier, and runs at interpreter exit (before
+    mlflow's and wandb's own exit hooks end the run, so the last samples land
+    in a running run).
+
+    runs: tracker name -> run id written to. process: the subprocess.Popen.
+    """
+
+    def __init__(self, process, runs, command):
+        self.process = process
+        self.runs = runs
+        self.command = command
+        atexit.register(self.stop)
+
+    @property
+    def running(self):
+        return self.process.poll() is None
+
+    def stop(self, timeout=60.0):
+        """Stops bridge and waits for it to send what it has (bridge bounds
+        that itself with --flush-timeout, 30 s by default). If it has not
+        exited after timeout seconds, it is killed; what it had not sent stays
+        in its spool file for `bridge sync`. Returns bridge's exit status."""
+        atexit.unregister(self.stop)
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = "running" if self.running else "exited %s" % self.process.returncode
+        return "<bridge attach pid=%d runs=%r %s>" % (self.process.pid, self.runs, state)
+
+
+def attach(args=(), pid=None):
+    """Starts `bridge attach` for this process (or pid) and the active run:
+    mlflow.active_run() and/or wandb.run. args are more bridge flags, e.g.
+    ["--interval", "5s"]; BRIDGE_* variables apply as well. bridge's messages
+    go to this process's stderr. Raises NoActiveRunError when there is no run,
+    ValueError when the only run cannot be written by bridge (a non-HTTP
+    MLflow tracking URI, an offline W&B run); with two runs, one of them
+    unusable, it warns and attaches to the other."""
+    env = dict(os.environ)
+    runs, problems = {}, []
+    for name, find in (("mlflow", _mlflow_run), ("wandb", _wandb_run)):
+        try:
+            run_id = find(env)
+        except ValueError as e:
+            problems.append(e)
+            continue
+        if run_id:
+            runs[name] = run_id
+    if not runs:
+        if problems:
+            raise problems[0]
+        raise NoActiveRunError("no active run: call mlflow.start_run() or wandb.init() first "
+                               "(bridge writes into mlflow.active_run() or wandb.run)")
+    for p in problems:  # the other tracker's run is used
+        warnings.warn("bridge_system_metrics.attach: %s; attaching to the %s run only" % (p, " and ".join(runs)), stacklevel=2)
+    command = [binary(), "attach", "--trackers", ",".join(runs), "--pid", str(pid or os.getpid())] + list(args)
+    # Its own session: a Ctrl-C meant for the training script does not stop
+    # it; it ends with the process it watches or through stop().
+    process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    return Attached(process, runs, command)

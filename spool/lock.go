@@ -1,0 +1,84 @@
+package spool
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrLocked is returned by OpenWith when another live process writes the
+// spool: a spool has one writer at a time.
+var ErrLocked = errors.New("another bridge is writing this spool")
+
+// maxLockTries bounds how often OpenWith opens the path again because the
+// file it locked had been replaced (a size-cap rewrite) or removed (a
+// delivered spool) by the writer it waited for.
+const maxLockTries = 10
+
+// openLocked opens path and takes the spool's writer lock on it: an
+// exclusive flock(2), never waited for. The kernel releases it when the
+// last descriptor of that open file is closed, however the holder ends
+// (kill -9, an OOM kill), so a dead writer never blocks the next one.
+// flock rather than a classic POSIX lock, which closing any descriptor of
+// the file drops (the spool opens its file again to re-read it); an OFD
+// lock would do too. On NFS, Linux turns flock into a whole-file NFS lock
+// (NFSv4, or NLM for v3) that other clients see; with `-o nolock` (or
+// local_lock=flock) it is only local to the client, so bridges on two
+// nodes can both write one file. A lock of a client that died is released
+// when its NFSv4 lease expires (90 s by default), or under NLM only once
+// that client reboots.
+//
+// The lock is on the file, and a size-cap rewrite replaces the file by
+// rename (with the new file locked first): a lock taken on a file that is
+// no longer at path is let go, and path opened again.
+func openLocked(path string, flags int, log *slog.Logger) (*os.File, error) {
+	for try := 0; ; try++ {
+		f, err := os.OpenFile(path, flags, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		err = flock(f)
+		switch {
+		case errors.Is(err, unix.EWOULDBLOCK):
+			f.Close()
+			return nil, fmt.Errorf("spool %s: %w", path, ErrLocked)
+		case err != nil:
+			// A filesystem without locks: write anyway (samples matter
+			// more), but say that one writer is not enforced there.
+			log.Warn("cannot lock the spool; nothing stops a second bridge from writing it", "err", err)
+			return f, nil
+		}
+		if same, err := stillAt(f, path); err != nil || same || try >= maxLockTries {
+			return f, nil
+		}
+		f.Close()
+	}
+}
+
+func flock(f *os.File) error {
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// stillAt reports whether f is the file at path now.
+func stillAt(f *os.File, path string) (bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	pi, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(fi, pi), nil
+}
