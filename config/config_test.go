@@ -353,8 +353,13 @@ func TestWhitespaceTrimmedEveryOption(t *testing.T) {
 		},
 	}
 	norm := func(c Config) string {
-		c.ConfigFile = "" // the file's path differs from one file to the next
-		return fmt.Sprintf("%+v include=%v exclude=%v", c, c.ScrapeInclude, c.ScrapeExclude)
+		// The file's path differs from one file to the next; the *From
+		// fields name it too.
+		s := fmt.Sprintf("%+v include=%v exclude=%v", c, c.ScrapeInclude, c.ScrapeExclude)
+		if c.ConfigFile != "" {
+			s = strings.ReplaceAll(s, c.ConfigFile, "FILE")
+		}
+		return s
 	}
 	for _, k := range Keys() {
 		good, ok := goodValues[k]
