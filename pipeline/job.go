@@ -100,6 +100,26 @@ func (j *Job) TakeNode(dir string, log *slog.Logger) {
 		"node", j.NodeID, "task", j.Task)
 }
 
+// SpoolTask tells this bridge's default spool (SpoolPath) apart from those
+// of its job's other bridges on the node (srun --ntasks-per-node), which
+// share its node id and run: the launcher's task index on the node
+// (SLURM_LOCALID, ...) when it gives one, stable across a requeue so that a
+// restarted task finds its own spool whichever task leads the node; else
+// the task name of a bridge that is not the node's lead. "" for the first
+// task and for a node's only bridge.
+func (j *Job) SpoolTask() string {
+	switch {
+	case j == nil:
+		return ""
+	case j.Local >= 0:
+		if j.Local == 0 {
+			return ""
+		}
+		return "task-" + strconv.Itoa(j.Local)
+	}
+	return j.Task
+}
+
 // Release lets another bridge of the job on this node take the lead.
 func (j *Job) Release() {
 	if j != nil && j.lock != nil {

@@ -80,6 +80,44 @@ func TestTakeNode(t *testing.T) {
 	}
 }
 
+// Each bridge of a job on one node gets its own default spool task: the
+// launcher's task index when it gives one, whichever task leads the node
+// (the same after a requeue), else the task name of a bridge that does not
+// lead; the node's first or only bridge none.
+func TestSpoolTask(t *testing.T) {
+	dir := t.TempDir()
+	bridge := func(job, local string) *Job {
+		j := DetectJob(config.Config{}, nil, getenv("SLURM_CLUSTER_NAME=c", "SLURM_JOB_ID="+job, "SLURM_STEP_ID=0",
+			"SLURM_NODEID=0", "SLURM_LOCALID="+local))
+		j.TakeNode(dir, quiet())
+		t.Cleanup(j.Release)
+		return j
+	}
+	// Task 1 takes the node first: it leads, and still keeps task-1.
+	one, zero, two := bridge("7", "1"), bridge("7", "0"), bridge("7", "2")
+	if one.Task != "" || zero.Task != "task-0" {
+		t.Fatalf("leads: task 1 %q, task 0 %q", one.Task, zero.Task)
+	}
+	for _, c := range []struct {
+		j    *Job
+		want string
+	}{{zero, ""}, {one, "task-1"}, {two, "task-2"}} {
+		if got := c.j.SpoolTask(); got != c.want {
+			t.Errorf("SLURM_LOCALID=%d (task %q): spool task %q, want %q", c.j.Local, c.j.Task, got, c.want)
+		}
+	}
+	// No task index (another job): the lead has none, the others their
+	// task name.
+	lead, other := bridge("8", ""), bridge("8", "")
+	if lead.SpoolTask() != "" || other.SpoolTask() == "" || other.SpoolTask() != other.Task {
+		t.Errorf("without SLURM_LOCALID: lead %q, other %q (task %q)", lead.SpoolTask(), other.SpoolTask(), other.Task)
+	}
+	var single *Job
+	if single.SpoolTask() != "" || DetectJob(config.Config{}, nil, getenv()).SpoolTask() != "" {
+		t.Error("a single-node job has a spool task")
+	}
+}
+
 // What the spool's start record keeps is enough for `bridge sync` to find
 // the job's run again.
 func TestJobTagsRoundTrip(t *testing.T) {

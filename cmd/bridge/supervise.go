@@ -49,6 +49,8 @@ func runSupervise(args []string, stderr io.Writer) int {
 	job.TakeNode("", log)
 	defer job.Release()
 	job.Apply(&cfg)
+	set := pipeline.SettingsFrom(cfg)
+	set.Task = job.SpoolTask() // the job's other bridges on this node have spools of their own
 	// An explicit spool is opened once, before the trackers start: what an
 	// earlier attempt left there decides the run and goes into its tags. One
 	// that cannot be opened (read-only, another bridge writing it) leaves the
@@ -57,7 +59,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	var lost *forensics.Lost
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
-		sp = pipeline.OpenSpool(cfg.Spool, pipeline.SettingsFrom(cfg), log)
+		sp = pipeline.OpenSpool(cfg.Spool, set, log)
 		if !sp.InMemory() {
 			lost, ov = previousAttempt(sp, job.Multi(), log)
 			job.CountAttempts(sp.Attempts())
@@ -105,7 +107,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 		}
 	}
 
-	sess := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
+	sess := pipeline.Open(pipeline.Options{Settings: set, Log: log, Version: version,
 		Sources: src, Spool: sp, Started: started, StartTags: tags})
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.
