@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/spool/spooltest"
@@ -553,5 +555,97 @@ func TestMultinodeTasksOnOneNode(t *testing.T) {
 	}
 	if r := srv.GetRun(t, run); r.Info.Status != mlflow.StatusFinished {
 		t.Errorf("run %s, want FINISHED", r.Info.Status)
+	}
+}
+
+// TestMultinodeTasksShareWorkdir: srun --ntasks-per-node=2 starts both of
+// a node's bridges in the job's one working directory, with no --spool.
+// Each writes a default spool of its own (node id, task, run): neither
+// finds the other's locked and goes without one. The second task's
+// log-batch calls are refused (503), so its samples stay in its spool;
+// `bridge sync` of it sends them where its bridge would have: under
+// system/node-0/task-1/ on the job's run, its end under the task's scope,
+// the run's status left to the nodes.
+func TestMultinodeTasksShareWorkdir(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Schedule(faultproxy.Fault{Path: "runs/log-batch", Kind: faultproxy.Status, Code: 503})
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("workdir-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 1, 0)(0)
+	dir := t.TempDir() // the job's working directory, and the node's /tmp
+	task := func(local int, uri string) *mnNode {
+		n := &mnNode{id: fmt.Sprintf("node-0 task %d", local), dir: dir}
+		e := slices.Clone(env)
+		e[4], e[5] = "SLURM_PROCID="+strconv.Itoa(local), "SLURM_LOCALID="+strconv.Itoa(local)
+		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--start-timeout", "3m", "--flush-timeout", "3s", "--", "sleep", "2")
+		n.cmd.Dir = dir
+		n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + uri, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + dir,
+			"BRIDGE_SCOPES=node,process"}, e...)...)
+		n.cmd.Stderr = &n.stderr
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("%s: bridge's stderr:\n%s", n.id, n.stderr.String())
+			}
+		})
+		return n
+	}
+	lead := task(0, srv.URL)
+	// Task 0 leads the node: it has taken the node's lock once it names
+	// the job.
+	waitfor.Cond(t, time.Minute, "task 0 naming the job", func() bool { return strings.Contains(lead.stderr.String(), "multi-node job") })
+	other := task(1, p.URL())
+	wait(t, lead, other)
+	spools := map[string]bool{}
+	for _, n := range []*mnNode{lead, other} {
+		out := n.stderr.String()
+		if n.code != 0 || strings.Contains(out, "another bridge is writing this spool") || strings.Contains(out, "memory only") {
+			t.Fatalf("%s: exit %d, want 0 with a spool file of its own:\n%s", n.id, n.code, out)
+		}
+		m := regexp.MustCompile(`msg="spooling samples" .*path=(\S+)`).FindStringSubmatch(out)
+		if m == nil || spools[m[1]] {
+			t.Fatalf("%s spools to %q; the other task to %v:\n%s", n.id, m, spools, out)
+		}
+		spools[m[1]] = true
+	}
+
+	run := checkJobRun(t, srv, exp, "slurm:e2e:"+id+".0")
+	path := filepath.Join(dir, "bridge-spool-node-0.task-1-"+run+".jsonl")
+	ss, _, attempts, err := spooltest.ReadFile(path)
+	if err != nil || len(attempts) != 1 || attempts[0].Start.PID != other.cmd.Process.Pid {
+		t.Fatalf("task 1's default spool %s: %v, attempts %+v; want task 1's attempt alone", path, err, attempts)
+	}
+	procs := 0
+	for _, s := range ss {
+		if _, ok := s.Value("process_count"); ok {
+			procs++
+		}
+	}
+	if procs == 0 {
+		t.Fatalf("task 1's spool holds no process_count among %d samples", len(ss))
+	}
+	p.Clear()
+	sync := exec.Command(testbin.Bridge(t), "sync", path)
+	sync.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+exp)
+	out, err := sync.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bridge sync: %v\n%s", err, out)
+	}
+	if h := srv.History(t, run, "system/node-0/task-1/process_count"); len(h) != procs {
+		t.Errorf("system/node-0/task-1/process_count has %d points after the sync, task 1's spool %d\n%s", len(h), procs, out)
+	}
+	r := srv.GetRun(t, run)
+	if r.Tags["bridge.task.node-0.task-1.status"] != mlflow.StatusFinished || r.Tags["bridge.exit_code"] != "" {
+		t.Errorf("task 1's end: scoped status %q, unscoped exit code %q; want FINISHED under bridge.task.node-0.task-1 only",
+			r.Tags["bridge.task.node-0.task-1.status"], r.Tags["bridge.exit_code"])
+	}
+	if r.Info.Status != mlflow.StatusFinished {
+		t.Errorf("the job's run is %s, want FINISHED (its one node ended cleanly)", r.Info.Status)
 	}
 }
