@@ -92,12 +92,7 @@ if "SLURM_RESTART_COUNT" not in os.environ:
 	if j.Exit != 0 {
 		t.Fatalf("batch job %s exited %d:\n%s", j.ID, j.Exit, j.Output)
 	}
-	var again []Task
-	for _, task := range j.Tasks {
-		if task.Attempt == 1 {
-			again = append(again, task)
-		}
-	}
+	again := j.Attempt(1)
 	RequireExits(t, Job{ID: j.ID, Tasks: again, Output: j.Output}, 0, "task", "child")
 	requireLauncherFacts(t, c, j.ID, again, 1)
 	if len(again) == len(j.Tasks) {

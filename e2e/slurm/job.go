@@ -56,6 +56,11 @@ type Proc struct {
 	Exit   int // -1 when none was recorded: still running, or task.sh itself was killed
 }
 
+// Attempt is the job's tasks of one attempt (SLURM_RESTART_COUNT), by rank.
+func (j Job) Attempt(n int) []Task {
+	return slices.DeleteFunc(slices.Clone(j.Tasks), func(k Task) bool { return k.Attempt != n })
+}
+
 // Launched is the task as the launcher started it: what bridge, as the
 // task's command, reads.
 func (t Task) Launched() Proc { return t.Procs["task"] }
