@@ -74,9 +74,10 @@ time.sleep(2)
 
 // deploy/sbatch.sh requeued while it trains (scontrol requeue, as after a
 // node failure or a preemption): the second attempt's bridges rejoin the
-// first attempt's run, and each node's attempt is tagged on it. The first
-// attempt died of SIGTERM, so the run stays KILLED: a status never goes
-// from worse back to better.
+// first attempt's run, and each node's attempt is tagged on it. Every
+// node recorded the first attempt's end (the requeue's SIGTERM), so the
+// run stays KILLED (or FAILED): a status never goes from worse back to
+// better.
 func TestDeploySbatchRequeue(t *testing.T) {
 	c := Shared(t)
 	srv := mlflowtest.SharedPostgres(t)
@@ -105,8 +106,10 @@ if "SLURM_RESTART_COUNT" not in os.environ:
 		if got := run.Tags[scope+"attempt"]; got != "1" || run.Tags[scope+"status"] != "FINISHED" {
 			t.Errorf("run %s: %sattempt=%q, %sstatus=%q; want the requeued attempt 1, FINISHED", run.Info.RunID, scope, got, scope, run.Tags[scope+"status"])
 		}
-		if failed := run.Tags[fmt.Sprintf("bridge.failed.node-%d", n)]; !strings.HasPrefix(failed, "KILLED") {
-			t.Errorf("run %s: bridge.failed.node-%d=%q, want the first attempt KILLED", run.Info.RunID, n, failed)
+		// KILLED when the child died of the SIGTERM; FAILED when the
+		// child, here task.sh wrapping python, lived to exit 143.
+		if failed := run.Tags[fmt.Sprintf("bridge.failed.node-%d", n)]; !strings.HasSuffix(failed, ": exit 143, attempt 0") {
+			t.Errorf("run %s: bridge.failed.node-%d=%q, want the first attempt's end, exit 143", run.Info.RunID, n, failed)
 		}
 	}
 	late := 0
@@ -121,7 +124,7 @@ if "SLURM_RESTART_COUNT" not in os.environ:
 			t.Logf("attempt %d, rank %d: bridge said:\n%s", task.Attempt, task.Rank, task.Launched().Stderr)
 		}
 	}
-	if run.Info.Status != "KILLED" {
-		t.Errorf("run %s is %s, want KILLED (the first attempt's end)", run.Info.RunID, run.Info.Status)
+	if run.Info.Status != "KILLED" && run.Info.Status != "FAILED" {
+		t.Errorf("run %s is %s, want the first attempt's KILLED (or FAILED)", run.Info.RunID, run.Info.Status)
 	}
 }
