@@ -4,8 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/bridge-dev/bridge/internal/launchertest"
 )
 
 // env turns "K=V" pairs into a getenv.
@@ -117,9 +120,19 @@ func TestDetect(t *testing.T) {
 			with(func(w *want) {
 				w.key, w.node, w.rank, w.nodes, w.attempt, w.launcher = "slurm:my_cluster_s:9.0", "node-0", 0, 1, 0, "slurm"
 			})},
-		{"torchrun as the child, dash spellings", Input{Getenv: env(), Argv: []string{"torchrun", "--nnodes", "4", "--nproc-per-node=8", "--node-rank", "3", "--rdzv-id", "job-77", "--rdzv-backend=c10d", "train.py", "--node-rank", "9"}},
+		{"torchrun as the child, dash spellings", Input{Getenv: env(), Argv: []string{"torchrun", "--nnodes", "4", "--nproc-per-node=8", "--node-rank", "3", "--rdzv-id", "job-77", "train.py", "--node-rank", "9"}},
 			with(func(w *want) {
 				w.key, w.keyFrom, w.node, w.rank, w.nodes, w.launcher = "torchrun:job-77", "--rdzv-id", "node-3", 3, 4, "torchrun"
+			})},
+		// argparse takes any unambiguous prefix of an option; -r takes a value.
+		{"torchrun abbreviated options", Input{Getenv: env(), Argv: []string{"torchrun", "--nnod", "2", "-r", "3", "--rdzv-i=abc", "--node_r", "1", "train.py", "--rdzv-id", "other"}},
+			with(func(w *want) {
+				w.key, w.keyFrom, w.node, w.rank, w.nodes, w.launcher = "torchrun:abc", "--rdzv-id", "node-1", 1, 2, "torchrun"
+			})},
+		// c10d ranks the nodes at rendezvous: --node-rank says nothing.
+		{"torchrun c10d, node rank not used", Input{Getenv: env(), Hostname: "gpu-a", Argv: []string{"torchrun", "--nnodes", "4", "--node-rank", "3", "--rdzv-id", "job-77", "--rdzv-backend=c10d", "train.py"}},
+			with(func(w *want) {
+				w.key, w.keyFrom, w.node, w.nodes, w.launcher, w.note = "torchrun:job-77", "--rdzv-id", "gpu-a", 4, "torchrun", "is not used"
 			})},
 		{"torchrun as the child, underscore spellings and =", Input{Getenv: env(), Argv: []string{"/usr/bin/torchrun", "--no-python", "--nnodes=2:2", "--node_rank=1", "--rdzv_id=abc", "-m", "pkg.train"}},
 			with(func(w *want) {
@@ -135,8 +148,8 @@ func TestDetect(t *testing.T) {
 			})},
 		{"torchrun default rdzv id is no key", Input{Getenv: env(), Argv: []string{"torchrun", "--nnodes=2", "--node-rank=0", "train.py"}},
 			with(func(w *want) { w.rank, w.nodes, w.note = 0, 2, "not used: no job key" })},
-		{"torchrun rdzv id none", Input{Getenv: env(), Argv: []string{"torchrun", "--rdzv-id=none", "train.py"}},
-			with(func(w *want) { w.note = `default "none"` })},
+		{"torchrun rdzv id none", Input{Getenv: env(), Argv: []string{"torchrun", "--nnodes=2", "--rdzv-id=none", "train.py"}},
+			with(func(w *want) { w.note, w.nodes = `default "none"`, 2 })},
 		{"torchrun standalone is no key", Input{Getenv: env(), Argv: []string{"torchrun", "--standalone", "--rdzv-id=x", "train.py"}},
 			with(func(w *want) { w.note = "--standalone" })},
 		{"python running a script is not torchrun", Input{Getenv: env(), Argv: []string{"python", "train.py", "-m", "torch.distributed.run", "--rdzv-id=x"}}, unknown()},
@@ -274,5 +287,47 @@ func TestDeployExamples(t *testing.T) {
 		if j.Key != c.key || j.NodeID != "node-2" {
 			t.Errorf("deploy/%s: key %q node %q, want %q and node-2", c.file, j.Key, j.NodeID, c.key)
 		}
+	}
+}
+
+// What torchrun did with each command line, observed on torch 2.15
+// (internal/launchertest), is what bridge reads from it: the job's key only
+// where every node's workers got the same TORCHELASTIC_RUN_ID from the
+// command line (not "none", not a uuid of torchrun's own, more than one
+// node), the node's index only where torchrun used --node-rank as its
+// GROUP_RANK, and the node count only where --nnodes fixes it.
+func TestTorchrunAsObserved(t *testing.T) {
+	for _, c := range launchertest.TorchrunCases {
+		t.Run(c.Name, func(t *testing.T) {
+			got := Detect(Input{Getenv: env(c.Env...), Argv: c.Argv, Hostname: "host-a"})
+			lo, hi, isRange := strings.Cut(c.NNodes, ":")
+			if !isRange {
+				hi = lo
+			}
+			multi := hi != "1"
+			wantKey := ""
+			if multi && !c.RandomRunID && c.RunID != "none" {
+				wantKey = "torchrun:" + c.RunID
+			}
+			if got.Key != wantKey {
+				t.Errorf("Key = %q, want %q (torchrun's workers got run id %q, random %v, nnodes %s)", got.Key, wantKey, c.RunID, c.RandomRunID, c.NNodes)
+			}
+			if wantKey == "" {
+				return
+			}
+			switch {
+			case c.NodeRank >= 0 && got.Rank != c.NodeRank:
+				t.Errorf("Rank = %d, want torchrun's GROUP_RANK %d", got.Rank, c.NodeRank)
+			case c.NodeRank < 0 && (got.Rank != -1 || got.NodeID != "host-a"):
+				t.Errorf("Rank, NodeID = %d, %q; want unknown and the host name: torchrun ranks the nodes at rendezvous", got.Rank, got.NodeID)
+			}
+			wantNodes := 0
+			if !isRange || lo == hi {
+				wantNodes, _ = strconv.Atoi(hi)
+			}
+			if got.Nodes != wantNodes {
+				t.Errorf("Nodes = %d, want %d (--nnodes %s)", got.Nodes, wantNodes, c.NNodes)
+			}
+		})
 	}
 }

@@ -252,7 +252,11 @@ func mpi(get getter, hostname string) part {
 // (bridge -- torchrun ... train.py), or `python -m torch.distributed.run`:
 // torchrun's variables exist only in its workers, after bridge has started.
 // An option not on the command line is read from torchrun's PET_<NAME>
-// variable, as torchrun does (torch/distributed/argparse_util.py).
+// variable, as torchrun does (torch/distributed/argparse_util.py). What
+// torchrun does with them was observed on torch 2.15 (internal/launchertest):
+// a run of at most one node gets a fresh rendezvous id whatever --rdzv-id
+// says, and --node-rank counts only under the static rendezvous; c10d ranks
+// the nodes at rendezvous, after bridge has had to start the child.
 func torchrun(get getter, argv []string) part {
 	args, ok := torchrunArgs(argv)
 	if !ok {
@@ -270,18 +274,7 @@ func torchrun(get getter, argv []string) part {
 		return "", ""
 	}
 	p := part{launcher: "torchrun"}
-	if _, standalone := opts["standalone"]; standalone || get("PET_STANDALONE") == "1" {
-		p.notes = append(p.notes, "torchrun --standalone makes a new rendezvous id on every node: no job key")
-	} else if id, from := val("rdzv_id"); id == "none" {
-		p.notes = append(p.notes, "torchrun's --rdzv-id is its default \"none\": no job key")
-	} else if id != "" {
-		p.key, p.keyOf = "torchrun:"+clean(id, 120), from
-	}
-	if v, from := val("node_rank"); v != "" {
-		if n, ok := count(v); ok {
-			p.rank, p.hasRank, p.nodeOf = n, true, from
-		}
-	}
+	maxNodes := 1 // torchrun's default --nnodes is 1:1
 	if v, from := val("nnodes"); v != "" {
 		lo, hi, found := strings.Cut(v, ":")
 		a, aok := count(lo)
@@ -291,9 +284,31 @@ func torchrun(get getter, argv []string) part {
 		}
 		switch {
 		case aok && bok && a == b && a > 0:
-			p.nodes, p.nodesOf = a, from
+			p.nodes, p.nodesOf, maxNodes = a, from, a
 		case aok && bok:
+			maxNodes = b
 			p.notes = append(p.notes, fmt.Sprintf("torchrun --nnodes=%s is a range: the node count is not known (set --nodes)", v))
+		}
+	}
+	_, standalone := opts["standalone"]
+	switch id, from := val("rdzv_id"); {
+	case standalone || get("PET_STANDALONE") == "1":
+		p.notes = append(p.notes, "torchrun --standalone makes a new rendezvous id on every node: no job key")
+	case maxNodes <= 1:
+		p.notes = append(p.notes, "torchrun of one node: a single-node job, no job key")
+	case id == "none" || id == "":
+		p.notes = append(p.notes, "torchrun's --rdzv-id is its default \"none\": no job key")
+	default:
+		p.key, p.keyOf = "torchrun:"+clean(id, 120), from
+	}
+	backend, _ := val("rdzv_backend")
+	if v, from := val("node_rank"); v != "" {
+		n, ok := count(v)
+		switch {
+		case ok && (backend == "" || backend == "static"):
+			p.rank, p.hasRank, p.nodeOf = n, true, from
+		case ok:
+			p.notes = append(p.notes, fmt.Sprintf("torchrun --node-rank=%s is not used: the %s rendezvous ranks the nodes itself", v, backend))
 		}
 	}
 	return p
@@ -326,12 +341,43 @@ func torchrunArgs(argv []string) ([]string, bool) {
 	return nil, false
 }
 
-// torchrunFlags are torchrun's options that take no value
-// (torch/distributed/run.py: check_env actions).
-var torchrunFlags = map[string]bool{"standalone": true, "module": true, "m": true, "no_python": true, "run_path": true}
+// torchrunOptions are torchrun's long options (torch/distributed/run.py,
+// get_args_parser), names with underscores, and whether each takes a
+// value. argparse also takes any unambiguous prefix of one (--rdzv-i).
+var torchrunOptions = map[string]bool{
+	"nnodes": true, "nproc_per_node": true, "rdzv_backend": true, "rdzv_endpoint": true, "rdzv_id": true,
+	"rdzv_conf": true, "standalone": false, "max_restarts": true, "monitor_interval": true, "start_method": true,
+	"event_log_handler": true, "role": true, "module": false, "no_python": false, "run_path": false,
+	"log_dir": true, "redirects": true, "tee": true, "local_ranks_filter": true, "node_rank": true,
+	"master_addr": true, "master_port": true, "local_addr": true, "logs_specs": true, "numa_binding": true,
+	"signals_to_handle": true,
+}
+
+// torchrunShort are torchrun's one-letter options: -m takes no value, -r
+// and -t do.
+var torchrunShort = map[string]string{"m": "module", "r": "redirects", "t": "tee"}
+
+// torchrunOption resolves an option as argparse does: a full name, or the
+// one option it is a prefix of; "" when unknown or ambiguous.
+func torchrunOption(name string) string {
+	if _, ok := torchrunOptions[name]; ok {
+		return name
+	}
+	found := ""
+	for o := range torchrunOptions {
+		if strings.HasPrefix(o, name) {
+			if found != "" {
+				return ""
+			}
+			found = o
+		}
+	}
+	return found
+}
 
 // parseTorchrun reads torchrun's options up to the training script, names
-// normalised to underscores; a flag without a value maps to "".
+// resolved to torchrun's own with underscores; a flag without a value maps
+// to "".
 func parseTorchrun(args []string) map[string]string {
 	out := map[string]string{}
 	for i := 0; i < len(args); i++ {
@@ -339,9 +385,15 @@ func parseTorchrun(args []string) map[string]string {
 		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
 			break // the training script and its arguments
 		}
-		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		name = strings.ReplaceAll(name, "-", "_")
-		if torchrunFlags[name] {
+		raw, value, hasValue := strings.Cut(a, "=")
+		var name string
+		if long, ok := strings.CutPrefix(raw, "--"); ok {
+			name = torchrunOption(strings.ReplaceAll(long, "-", "_"))
+		} else {
+			name = torchrunShort[strings.TrimPrefix(raw, "-")]
+		}
+		takes, known := torchrunOptions[name]
+		if known && !takes {
 			out[name] = ""
 			continue
 		}
@@ -352,7 +404,9 @@ func parseTorchrun(args []string) map[string]string {
 			i++
 			value = args[i]
 		}
-		out[name] = value
+		if known {
+			out[name] = value
+		}
 	}
 	return out
 }
