@@ -28,6 +28,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/jobkey"
 )
 
 // ErrUsage marks a configuration error; the CLI exits 2 on it.
@@ -47,6 +48,7 @@ var allTrackers = append(append([]string{"auto"}, TrackerNames...), "none")
 // without limit.
 const (
 	MaxQueueSize     = 100_000
+	MaxNodes         = 100_000
 	MinSpoolMaxSize  = 4 << 10 // below this not even one sample fits
 	maxSize          = 1 << 50 // 1 PiB: any larger "size" is a typo
 	maxDuration      = 24 * time.Hour
@@ -94,6 +96,16 @@ type Config struct {
 	GPUMatchCUDA   bool          `mapstructure:"gpu-match-cuda-visible"` // restrict GPUs to CUDA_VISIBLE_DEVICES, matched by UUID
 	ConfigFile     string        `mapstructure:"config"`                 // the YAML file read, if any
 
+	// Multi-node jobs (docs/multinode.md): the explicit settings win over
+	// what the launcher gives (package jobkey).
+	JobKey    string        `mapstructure:"job-key"`    // names the job's one run on every node; "none": no key
+	Nodes     int           `mapstructure:"nodes"`      // nodes the job has; 0: from the launcher
+	JobSettle time.Duration `mapstructure:"job-settle"` // the election's settle time
+
+	// Where JobKey, NodeID and Nodes came from ("--job-key", "BRIDGE_JOB_KEY",
+	// "job-key (in FILE)"), for `bridge sample` and the log; "" when unset.
+	JobKeyFrom, NodeIDFrom, NodesFrom string `mapstructure:"-"`
+
 	MetricsAddr       string         `mapstructure:"metrics-addr"`       // listen address of /metrics; "" = off (a bare port became 127.0.0.1:PORT)
 	Scrape            []string       `mapstructure:"scrape"`             // Prometheus text-format endpoints read at every sample
 	ScrapeInclude     *regexp.Regexp `mapstructure:"scrape-include"`     // nil: every scraped series
@@ -122,7 +134,7 @@ var options = []option{
 	{"log-level", "info", "log level: debug, info, warn, error"},
 	{"trackers", []string{"auto"}, "trackers to send to: " + strings.Join(allTrackers, ", ") + " (comma-separated)"},
 	{"run-name", "", "name of the run when bridge creates it (default: from the command line, secrets redacted)"},
-	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<run>.jsonl)"},
+	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<node>-<run>.jsonl)"},
 	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
 	{"spool-sync", time.Second, "longest delay before the spool's writes are fsynced, 0 to 1m (0 = fsync every sample); a machine crash (not a crash of bridge) can lose the samples of this delay not yet sent"},
 	{"keep-spool", false, "keep the spool file of a clean run even when every tracker has taken all of it"},
@@ -141,6 +153,9 @@ var options = []option{
 	{"scrape-exclude", "", "regular expression (RE2): drop scraped series whose name matches"},
 	{"scrape-passthrough", false, "send scraped series bridge does not map under prom_<name>"},
 	{"scrape-timeout", 2 * time.Second, "longest wait for one --scrape URL in one sample (10ms to 10m)"},
+	{"job-key", "", "multi-node jobs: the key that names the job's one run on every node (default: found from the launcher: Slurm, torchrun, Kubernetes; \"none\" turns that off); " + jobkey.KeyRule},
+	{"nodes", 0, "multi-node jobs: how many nodes the job has (default: from the launcher); the run is FINISHED once that many nodes ended cleanly"},
+	{"job-settle", time.Second, "multi-node jobs: how long a node that created a candidate run waits before it looks again and picks the job's run (100ms to 1m; see docs/multinode.md)"},
 }
 
 // Keys returns the known configuration keys (the flag names).
@@ -399,6 +414,7 @@ func (c *Config) validate(src sources) error {
 		{"kill-after", c.KillAfter, 0, maxDuration, true},
 		{"spool-sync", c.SpoolSync, 0, maxSpoolSync, true},
 		{"scrape-timeout", c.ScrapeTimeout, 10 * time.Millisecond, 10 * time.Minute, false},
+		{"job-settle", c.JobSettle, 100 * time.Millisecond, time.Minute, false},
 	}
 	for _, d := range durs {
 		switch {
@@ -448,6 +464,21 @@ func (c *Config) validate(src sources) error {
 	}
 	if c.NodeID != "" && !ValidNodeID(c.NodeID) {
 		return bad("node-id", c.NodeID, nodeIDRule)
+	}
+	if c.JobKey != "" && !strings.EqualFold(c.JobKey, jobkey.None) && !jobkey.ValidKey(c.JobKey) {
+		return bad("job-key", c.JobKey, jobkey.KeyRule+`, or "none"`)
+	}
+	if c.Nodes < 0 || c.Nodes > MaxNodes {
+		return bad("nodes", c.Nodes, fmt.Sprintf("must be a whole number from 1 to %d (0: from the launcher)", MaxNodes))
+	}
+	for _, k := range []struct {
+		key  string
+		val  string
+		from *string
+	}{{"job-key", c.JobKey, &c.JobKeyFrom}, {"node-id", c.NodeID, &c.NodeIDFrom}, {"nodes", fmt.Sprint(c.Nodes), &c.NodesFrom}} {
+		if k.val != "" && k.val != "0" {
+			*k.from = strings.TrimSuffix(src.name(k.key), " (default)")
+		}
 	}
 	if len(c.RunName) > 250 || strings.ContainsFunc(c.RunName, isControl) {
 		return bad("run-name", c.RunName, "must be at most 250 characters without control characters")

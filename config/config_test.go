@@ -177,6 +177,9 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"scrape-include", "("}, {"scrape-exclude", "[z-a]"},
 		{"scrape-passthrough", "sometimes"},
 		{"scrape-timeout", "1ms"}, {"scrape-timeout", "1h"},
+		{"job-key", "it's"}, {"job-key", "a b"}, {"job-key", strings.Repeat("k", 201)},
+		{"nodes", "-1"}, {"nodes", "1.5"}, {"nodes", "100001"}, {"nodes", "many"},
+		{"job-settle", "0"}, {"job-settle", "10ms"}, {"job-settle", "2m"}, {"job-settle", "1"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
@@ -303,6 +306,29 @@ func yamlQuote(s string) string {
 	return string(b)
 }
 
+// The multi-node options: good values, and where each came from.
+func TestJobOptions(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JobKey != "" || c.Nodes != 0 || c.JobSettle != time.Second || c.JobKeyFrom != "" || c.NodesFrom != "" || c.NodeIDFrom != "" {
+		t.Errorf("defaults: %q (%q) %d (%q) %v", c.JobKey, c.JobKeyFrom, c.Nodes, c.NodesFrom, c.JobSettle)
+	}
+	c, err = load(t, []string{"--job-key=slurm:alps:42.0", "--job-settle=2s"}, map[string]string{"BRIDGE_NODES": "8", "BRIDGE_NODE_ID": "node-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JobKey != "slurm:alps:42.0" || c.JobKeyFrom != "--job-key" || c.Nodes != 8 || c.NodesFrom != "BRIDGE_NODES" ||
+		c.NodeID != "node-3" || c.NodeIDFrom != "BRIDGE_NODE_ID" || c.JobSettle != 2*time.Second {
+		t.Errorf("got key %q (%q) nodes %d (%q) node %q (%q) settle %v", c.JobKey, c.JobKeyFrom, c.Nodes, c.NodesFrom, c.NodeID, c.NodeIDFrom, c.JobSettle)
+	}
+	file := writeFile(t, "job-key: none\n")
+	if c, err = load(t, []string{"--config", file}, nil); err != nil || c.JobKey != "none" || !strings.HasPrefix(c.JobKeyFrom, "job-key (in ") {
+		t.Errorf("job-key none from a file: %q (%q), %v", c.JobKey, c.JobKeyFrom, err)
+	}
+}
+
 // goodValues has one valid value per option; every option must have one.
 var goodValues = map[string]string{
 	"interval": "1s", "fast-interval": "500ms", "fast-threshold": "50", "collect-timeout": "2s", "window": "1s",
@@ -311,7 +337,7 @@ var goodValues = map[string]string{
 	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "queue-size": "7", "proc-root": "/proc",
 	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "gpus": "0,1", "gpu-match-cuda-visible": "true", "metrics-addr": "9100",
 	"scrape": "http://a/m", "scrape-include": "^DCGM_", "scrape-exclude": "_total$", "scrape-passthrough": "true",
-	"scrape-timeout": "1s",
+	"scrape-timeout": "1s", "job-key": "slurm:alps:42.0", "nodes": "8", "job-settle": "2s",
 }
 
 // One whitespace rule for every option and every source: surrounding
@@ -327,8 +353,13 @@ func TestWhitespaceTrimmedEveryOption(t *testing.T) {
 		},
 	}
 	norm := func(c Config) string {
-		c.ConfigFile = "" // the file's path differs from one file to the next
-		return fmt.Sprintf("%+v include=%v exclude=%v", c, c.ScrapeInclude, c.ScrapeExclude)
+		// The file's path differs from one file to the next; the *From
+		// fields name it too.
+		s := fmt.Sprintf("%+v include=%v exclude=%v", c, c.ScrapeInclude, c.ScrapeExclude)
+		if c.ConfigFile != "" {
+			s = strings.ReplaceAll(s, c.ConfigFile, "FILE")
+		}
+		return s
 	}
 	for _, k := range Keys() {
 		good, ok := goodValues[k]

@@ -6,12 +6,30 @@
 #   sbatch --nodes=4 deploy/sbatch.sh train.py --epochs 20
 #
 # sbatch passes the submitting shell's environment to the job, so the MLflow
-# (or W&B) variables set above reach every node's bridge. One task per node:
-# the script starts its own workers (torchrun, DataLoader processes), and
-# bridge samples the node once. BRIDGE names the binary if it is not on PATH.
+# (or W&B) variables set above reach every node's bridge. Nothing else is
+# passed by hand: every node's bridge finds the job's one run from Slurm's
+# own variables (key slurm:<cluster>:<job id>.<step>, node id
+# node-<SLURM_NODEID>, the node count from SLURM_STEP_NUM_NODES;
+# docs/multinode.md), hands it to train.py (MLFLOW_RUN_ID) and writes its
+# node's series under system/node-<N>/. `bridge sample` inside the
+# allocation shows what it finds.
+#
+# One task per node: the script starts its own workers (DataLoader
+# processes, or torchrun's), and bridge samples the node once. For torchrun
+# on every node, the same line with torchrun as bridge's child (Slurm's key
+# wins over --rdzv-id; the c10d rendezvous numbers the nodes, and this
+# script's variables are the same on every node):
+#
+#   head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+#   exec srun --kill-on-bad-exit=1 bridge -- torchrun --nnodes "$SLURM_NNODES" \
+#     --nproc-per-node 8 --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d \
+#     --rdzv-endpoint "$head:29500" train.py
+#
+# BRIDGE names the binary if it is not on PATH.
 #SBATCH --job-name=train
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=1
+#SBATCH --requeue
 #SBATCH --output=%x-%j.out
 set -euo pipefail
 if [ -z "${MLFLOW_TRACKING_URI:-}${WANDB_PROJECT:-}" ]; then
@@ -19,10 +37,10 @@ if [ -z "${MLFLOW_TRACKING_URI:-}${WANDB_PROJECT:-}" ]; then
   exit 2
 fi
 
-# Each task's spool gets its own name: the working directory is usually on a
-# filesystem that every node shares. Job id and rank stay the same when Slurm
-# requeues the job, so a restarted task finds what its predecessor left.
-# --kill-on-bad-exit: a node whose training fails ends the others.
-exec srun --kill-on-bad-exit=1 bash -c \
-  'exec "${BRIDGE:-bridge}" --spool "bridge-spool-$SLURM_JOB_ID-$SLURM_PROCID.jsonl" -- python "$@"' \
-  bridge "$@"
+# --requeue above: a requeued job (a node failure, a preemption) rejoins its
+# run, each node's attempt tagged (bridge.node.<node-id>.attempt). Each
+# bridge's default spool is named after its node, task and run, so the
+# working directory may be one that every node shares, and a requeued task
+# finds what its predecessor left. --kill-on-bad-exit: a node whose training
+# fails ends the others.
+exec srun --kill-on-bad-exit=1 "${BRIDGE:-bridge}" -- python "$@"

@@ -43,6 +43,7 @@ type Settings struct {
 	KeepSpool      bool          // keep a delivered spool at the default path too
 	MetricsAddr    string        // where /metrics is served; "" = off
 	NodeID         string        // the node_id label on /metrics
+	Task           string        // this bridge's task among its job's bridges on the node (Job.SpoolTask), "" if alone
 }
 
 // SettingsFrom takes the session's settings from the configuration.
@@ -138,7 +139,7 @@ func Open(o Options) *Session {
 	}
 	sp := o.Spool
 	if sp == nil {
-		sp = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Started.Runs, now), o.Settings, o.Log)
+		sp = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Settings.Task, o.Started.Runs, now), o.Settings, o.Log)
 	}
 	s := &Session{
 		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: summary.New(),

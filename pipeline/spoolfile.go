@@ -15,17 +15,20 @@ import (
 )
 
 // SpoolPath is the configured path or a default in the working directory
-// named after the node (node, else the host name) and the run: unique per
-// node, so that the bridges of a multi-node job that share a directory
-// (NFS, one volume) and a run id never write one file, and the same on a
-// restart, so that a restarted bridge on the node finds what its
-// predecessor left.
-func SpoolPath(configured, node string, runs []SinkRun, now time.Time) string {
+// named after the node (node, else the host name), the task (Job.SpoolTask:
+// several bridges of one job on one node) and the run: unique per bridge,
+// so that the bridges of a multi-node job that share a directory (NFS, one
+// volume) and a run id never write one file, and the same on a restart, so
+// that a restarted bridge finds what its predecessor left.
+func SpoolPath(configured, node, task string, runs []SinkRun, now time.Time) string {
 	if configured != "" {
 		return configured
 	}
 	if node == "" {
 		node = hostname()
+	}
+	if task != "" {
+		node += "." + task
 	}
 	node = safeName(node)
 	for _, r := range runs {

@@ -15,28 +15,38 @@ import (
 	"github.com/bridge-dev/bridge/tracker"
 )
 
-// The default spool name holds the node and the run: bridges of one run on
-// two nodes never share a file, and a restart on one node finds its own.
-func TestSpoolPathUniquePerNode(t *testing.T) {
+// The default spool name holds the node, the task and the run: bridges of
+// one run on two nodes, or on one node (srun --ntasks-per-node), never share
+// a file, and a restart on one node finds its own.
+func TestSpoolPathUniquePerBridge(t *testing.T) {
 	runs := []SinkRun{{RunID: "run/1"}}
 	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
-	a, b := SpoolPath("", "node-a", runs, now), SpoolPath("", "node-b", runs, now)
-	if a == b {
-		t.Fatalf("two nodes share %s", a)
+	names := map[string]bool{}
+	for _, node := range []string{"node-a", "node-b"} {
+		for _, task := range []string{"", "task-1", "task-2"} {
+			p := SpoolPath("", node, task, runs, now)
+			if names[p] {
+				t.Errorf("node %s task %q: %s is another bridge's", node, task, p)
+			}
+			names[p] = true
+			if again := SpoolPath("", node, task, runs, now.Add(time.Hour)); again != p {
+				t.Errorf("a restart of node %s task %q gets %s, not %s", node, task, again, p)
+			}
+		}
 	}
-	if a != "bridge-spool-node-a-run_1.jsonl" {
+	if a := SpoolPath("", "node-a", "", runs, now); a != "bridge-spool-node-a-run_1.jsonl" {
 		t.Errorf("name %q, want bridge-spool-node-a-run_1.jsonl", a)
 	}
-	if again := SpoolPath("", "node-a", runs, now.Add(time.Hour)); again != a {
-		t.Errorf("a restart on the node gets %s, not %s", again, a)
+	if a := SpoolPath("", "node-a", "task-1", runs, now); a != "bridge-spool-node-a.task-1-run_1.jsonl" {
+		t.Errorf("name %q, want bridge-spool-node-a.task-1-run_1.jsonl", a)
 	}
-	if h := SpoolPath("", "", runs, now); h != "bridge-spool-"+safeName(hostname())+"-run_1.jsonl" {
+	if h := SpoolPath("", "", "", runs, now); h != "bridge-spool-"+safeName(hostname())+"-run_1.jsonl" {
 		t.Errorf("without a node id: %s, want the host name in it", h)
 	}
-	if norun := SpoolPath("", "n1", nil, now); !strings.HasPrefix(norun, "bridge-spool-n1-20261204T000000-") {
+	if norun := SpoolPath("", "n1", "", nil, now); !strings.HasPrefix(norun, "bridge-spool-n1-20261204T000000-") {
 		t.Errorf("without a run: %s", norun)
 	}
-	if given := SpoolPath("/x/s.jsonl", "n1", runs, now); given != "/x/s.jsonl" {
+	if given := SpoolPath("/x/s.jsonl", "n1", "task-1", runs, now); given != "/x/s.jsonl" {
 		t.Errorf("a given path became %s", given)
 	}
 }

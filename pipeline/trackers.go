@@ -48,6 +48,7 @@ type Build struct {
 	Explicit bool   // named in --trackers (not just "auto"): must be configured
 	RunID    string // an override, or ""
 	Owned    bool   // bridge created RunID in an earlier attempt
+	Job      *Job   // a multi-node job (nil, or no key: a single-node one)
 	Getenv   func(string) string
 	Home     string
 	Log      *slog.Logger
@@ -74,7 +75,7 @@ func Registered(name string) (Tracker, bool) {
 // tracker is on when its own variables say so (MLFLOW_TRACKING_URI, W&B's
 // API key or project); a tracker named explicitly must be configured, or it
 // is a usage error (every error it returns is one).
-func BuildSinks(cfg config.Config, ov Overrides, log *slog.Logger) ([]tracker.Sink, error) {
+func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) ([]tracker.Sink, error) {
 	if slices.Contains(cfg.Trackers, "none") {
 		return nil, nil
 	}
@@ -86,8 +87,11 @@ func BuildSinks(cfg config.Config, ov Overrides, log *slog.Logger) ([]tracker.Si
 		if !auto && !explicit {
 			continue
 		}
+		if job != nil && !job.Multi() {
+			job = nil
+		}
 		s, err := t.Build(Build{Config: cfg, Explicit: explicit, RunID: ov.RunIDs[t.Name], Owned: ov.Owned[t.Name],
-			Getenv: os.Getenv, Home: home, Log: log})
+			Job: job, Getenv: os.Getenv, Home: home, Log: log})
 		if err != nil {
 			return nil, err
 		}
@@ -123,6 +127,11 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 	if b.RunID != "" {
 		mc.RunID, mc.OwnsRun = b.RunID, b.Owned
 	}
+	// A given MLFLOW_RUN_ID keeps its meaning: that run, no election.
+	if j := b.Job; j != nil && mc.RunID == "" {
+		mc.Job = &mlflow.Job{Key: j.Key, KeyFrom: j.KeyFrom, Generation: j.Generation, Attempt: j.Attempt,
+			Nodes: j.Nodes, Settle: j.Settle, Task: j.Task}
+	}
 	return mlflow.New(mc, b.Log.With("tracker", "mlflow"))
 }
 
@@ -150,6 +159,14 @@ func buildWandb(b Build) (tracker.Sink, error) {
 	wc.Label = b.Config.NodeID
 	if b.RunID != "" {
 		wc.RunID = b.RunID
+	}
+	if j := b.Job; j != nil {
+		// One run for the whole job, written by every node in shared mode.
+		if wc.RunID == "" {
+			wc.RunID = wandb.RunIDFor(j.Key)
+		}
+		wc.Shared, wc.Label = true, j.Label()
+		wc.Primary, wc.PrimaryKnown = j.Primary()
 	}
 	return wandb.New(wc, b.Log) // New adds tracker=wandb itself
 }

@@ -50,7 +50,7 @@ func TestBuildSinksFromEnvironment(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			sinks, err := BuildSinks(config.Config{Trackers: tt.trackers}, Overrides{}, quiet())
+			sinks, err := BuildSinks(config.Config{Trackers: tt.trackers}, Overrides{}, nil, quiet())
 			var got []string
 			for _, s := range sinks {
 				got = append(got, s.Name())

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the tests use on a fresh machine and runs them:
-#   a Python venv with pinned mlflow and wandb (.venv), Debian's chromium and
+#   a Python venv with pinned mlflow, wandb and psycopg2 (.venv), Debian's
+#   postgresql (the multi-node tests start MLflow on it), Debian's chromium and
 #   playwright-core for the MLflow UI test, Debian's Slurm and munge for the
 #   launcher tests (e2e/slurm), one MLflow server on 127.0.0.1 for
 #   the suite (stopped however the tests end), then go vet and go test -race.
@@ -18,7 +19,7 @@ log() { printf '== %s\n' "$*" >&2; }
 bash e2e/cgroupv2/prepare.sh >/dev/null || log "cgroup v2 guest unavailable: TestCgroupV2Guest will skip"
 
 # Python clients (reused when the pins are already installed).
-if ! .venv/bin/python -c 'import mlflow, wandb, sys; sys.exit(0 if (mlflow.__version__, wandb.__version__) == ("3.17.2", "0.31.0") else 1)' 2>/dev/null; then
+if ! .venv/bin/python -c 'import mlflow, wandb, psycopg2, sys; sys.exit(0 if (mlflow.__version__, wandb.__version__, psycopg2.__version__.split()[0]) == ("3.17.2", "0.31.0", "2.9.13") else 1)' 2>/dev/null; then
   log "creating .venv with $(grep -v '^#' scripts/requirements-test.txt | xargs)"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
@@ -38,6 +39,17 @@ if [ -d e2e/browser ]; then
   if [ -f e2e/browser/package.json ] && [ ! -d e2e/browser/node_modules ]; then
     log "installing playwright-core"
     (cd e2e/browser && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
+
+# PostgreSQL for the multi-node tests' MLflow server (internal/mlflowtest
+# starts a throwaway cluster from it, as the postgres user, per test process).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing Debian postgresql"
+    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  else
+    log "postgresql missing and cannot be installed here: the multi-node tests will skip"
   fi
 fi
 

@@ -151,8 +151,11 @@ func (c *Child) Done() <-chan struct{} { return c.done }
 // Late delivers the forwardable signals that bridge received after the child
 // was reaped (none of them was forwarded): the caller's cue to cut its final
 // flush short. Every such signal is either forwarded or delivered here, so
-// none is lost between the reaping and the caller's own handling. The
-// subscription lasts until Release.
+// none is lost between the reaping and the caller's own handling, with one
+// exception: bridge's own copy of the signal that ended the child, when
+// bridge had not forwarded it and the child has no terminal (see
+// endingSignal), is the request the child already obeyed, not a second one.
+// The subscription lasts until Release.
 func (c *Child) Late() <-chan os.Signal { return c.late }
 
 // Release ends the signal subscription that Late reads from.
@@ -222,7 +225,7 @@ func (c *Child) loop() {
 		}
 	}
 	exitTime := time.Now()
-	go c.relayLate()
+	go c.relayLate(c.endingSignal(status))
 	if c.killTimer != nil {
 		c.killTimer.Stop()
 	}
@@ -247,13 +250,49 @@ func (c *Child) loop() {
 	close(c.done)
 }
 
+// endingSignal is the signal that ended the child (it died of it, or exited
+// 128+its number) when bridge did not forward it and the child has no
+// terminal; 0 otherwise. Such a signal was sent to every process of the job
+// at once (Slurm signals all of a step's processes on scancel, requeue or
+// time limit; systemd all of a unit's cgroup), and bridge's copy may arrive
+// after the child is gone: it asks for the end the child already made, and
+// the flush goes on (within --flush-timeout). In a terminal the keyboard's
+// signals reach bridge only once it has taken the terminal back: each late
+// one is a new keypress.
+func (c *Child) endingSignal(ws syscall.WaitStatus) syscall.Signal {
+	var sig syscall.Signal
+	switch {
+	case c.tookTTY:
+		return 0
+	case ws.Signaled():
+		sig = ws.Signal()
+	case ws.Exited() && ws.ExitStatus() > 128:
+		sig = syscall.Signal(ws.ExitStatus() - 128)
+	default:
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if slices.ContainsFunc(c.forwarded, func(r SignalRecord) bool { return r.Signal == sig }) {
+		return 0 // bridge had it and passed it on: another one is a second
+	}
+	return sig
+}
+
 // relayLate passes signals received after the child's exit to Late (one
-// pending is enough: the caller only needs to know that one came).
-func (c *Child) relayLate() {
+// pending is enough: the caller only needs to know that one came), except
+// the first copy of ending, the signal that ended the child (endingSignal).
+func (c *Child) relayLate(ending syscall.Signal) {
 	defer signal.Stop(c.sigs)
 	for {
 		select {
 		case s := <-c.sigs:
+			if ending != 0 && s == ending {
+				ending = 0
+				c.log.Info("the signal that ended the child reached bridge too (sent to every process of the job): the final flush goes on; a second signal cuts it short",
+					"signal", s)
+				continue
+			}
 			c.log.Debug("signal after the child's exit", "signal", s)
 			select {
 			case c.late <- s:

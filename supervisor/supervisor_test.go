@@ -1,12 +1,16 @@
 package supervisor
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/syncbuf"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 )
 
 // waitFile polls for path (the child writes it once its trap is set).
@@ -89,6 +93,13 @@ func TestLateSignal(t *testing.T) {
 	if exit := c.Wait(); exit.Code != 0 {
 		t.Fatalf("exit %+v", exit)
 	}
+	requireLate(t, c)
+}
+
+// requireLate sends bridge's process SIGTERM and fails t unless Late
+// delivers it.
+func requireLate(t *testing.T, c *Child) {
+	t.Helper()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +111,42 @@ func TestLateSignal(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the signal after the child's exit never reached Late")
 	}
+}
+
+// A signal sent to every process of the job at once (Slurm's SIGTERM to a
+// step on scancel or requeue) may kill the child before bridge takes its
+// own copy: that copy, arriving after the child is gone, is the request the
+// child obeyed, not a second one, and Late does not deliver it; a second
+// signal after it does.
+func TestLateCopyOfEndingSignal(t *testing.T) {
+	var logs syncbuf.Buffer
+	ready := filepath.Join(t.TempDir(), "ready")
+	c, err := Start(Options{Argv: []string{"sh", "-c", `echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; while :; do sleep 0.1; done`, ready},
+		Env: os.Environ(), Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	waitFile(t, ready)
+	// The job's signal reaches the child first, then bridge.
+	if err := syscall.Kill(c.PID(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if exit := c.Wait(); exit.Signal != syscall.SIGTERM || len(exit.Forwarded) != 0 {
+		t.Fatalf("exit %+v, want killed by SIGTERM, nothing forwarded", exit)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitfor.Cond(t, 30*time.Second, "bridge taking its copy of the child's SIGTERM", func() bool {
+		return strings.Contains(logs.String(), "the signal that ended the child reached bridge too")
+	})
+	select {
+	case s := <-c.Late():
+		t.Fatalf("Late delivered %v, bridge's copy of the signal that ended the child", s)
+	default:
+	}
+	requireLate(t, c) // a second one is a request to hurry
 }
 
 // SIGCHLD alone reaps (there is no poll): an orphan that dies while the

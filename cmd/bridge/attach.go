@@ -60,7 +60,7 @@ func runAttach(args []string, stderr io.Writer) int {
 			ov.RunIDs[t.Name] = os.Getenv(t.RunIDEnv)
 		}
 	}
-	sinks, err := pipeline.BuildSinks(cfg, ov, log)
+	sinks, err := pipeline.BuildSinks(cfg, ov, nil, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}

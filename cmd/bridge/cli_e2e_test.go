@@ -79,6 +79,7 @@ var badValues = map[string]string{
 	"rootfs": "/nonexistent", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",
 	"metrics-addr": "70000", "scrape": "ftp://x/metrics", "scrape-include": "(", "scrape-exclude": "[z-a]",
 	"scrape-passthrough": "sometimes", "scrape-timeout": "1ms",
+	"job-key": "it's", "nodes": "-1", "job-settle": "10ms",
 }
 
 // Every option, as a flag, a variable and a file key, with a wrong value:

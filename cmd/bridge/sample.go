@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -40,11 +41,15 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "bridge: sample takes no arguments (got %q)\n", fs.Args())
+	// A command after the flags is the one bridge would run: a torchrun's
+	// options name the job (bridge sample -- torchrun ... train.py).
+	if fs.NArg() > 0 && !isCommand(args, fs.Args()) {
+		fmt.Fprintf(stderr, "bridge: sample takes no arguments, only a command after -- (got %q)\n", fs.Args())
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	job := pipeline.DetectJob(cfg, fs.Args(), os.Getenv)
+	job.Apply(&cfg)
 	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
@@ -54,6 +59,7 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	ctx := context.Background()
 
 	detected := src.Detected(ctx, smp)
+	detected["job"] = job.Describe()
 	// Rates (CPU cores, throttling) need two readings: take one, wait, take
 	// the one that is printed, with where each value came from.
 	smp.Sample(ctx)
@@ -158,4 +164,11 @@ func flat(v any) string {
 		}
 		return string(b)
 	}
+}
+
+// isCommand reports whether rest, what is left after the flags, came after
+// a "--" in args.
+func isCommand(args, rest []string) bool {
+	n := len(args) - len(rest)
+	return n > 0 && args[n-1] == "--"
 }

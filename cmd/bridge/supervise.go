@@ -42,6 +42,14 @@ func runSupervise(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: cannot run %q: %v\n", argv[0], err)
 		return startFailureCode(err)
 	}
+	// A multi-node job: the key its bridges share, this node, and whether
+	// this bridge is the node's lead (docs/multinode.md).
+	job := pipeline.DetectJob(cfg, argv, os.Getenv)
+	job.TakeNode("", log)
+	defer job.Release()
+	job.Apply(&cfg)
+	set := pipeline.SettingsFrom(cfg)
+	set.Task = job.SpoolTask() // the job's other bridges on this node have spools of their own
 	// An explicit spool is opened once, before the trackers start: what an
 	// earlier attempt left there decides the run and goes into its tags. One
 	// that cannot be opened (read-only, another bridge writing it) leaves the
@@ -50,12 +58,14 @@ func runSupervise(args []string, stderr io.Writer) int {
 	var lost *forensics.Lost
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
-		sp = pipeline.OpenSpool(cfg.Spool, pipeline.SettingsFrom(cfg), log)
+		sp = pipeline.OpenSpool(cfg.Spool, set, log)
 		if !sp.InMemory() {
-			lost, ov = previousAttempt(sp, log)
+			lost, ov = previousAttempt(sp, job.Multi(), log)
+			job.CountAttempts(sp.Attempts())
 		}
 	}
-	sinks, err := pipeline.BuildSinks(cfg, ov, log)
+	logJob(job, log)
+	sinks, err := pipeline.BuildSinks(cfg, ov, job, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
@@ -68,6 +78,9 @@ func runSupervise(args []string, stderr io.Writer) int {
 	shown := red.Argv(argv)
 	tags := src.StartTags(cfg, version)
 	tags["bridge.command"] = truncate(strings.Join(shown, " "), 500)
+	for k, v := range job.Tags() {
+		tags[k] = v
+	}
 	var lostRows []summary.Row
 	if lost != nil {
 		// Reported from the start: this attempt may not survive either.
@@ -79,13 +92,21 @@ func runSupervise(args []string, stderr io.Writer) int {
 	info := tracker.StartInfo{Command: shown, RunName: red.String(runName(cfg, shown)), NodeID: cfg.NodeID, Tags: tags}
 	started := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
 	env := started.Env
+	if job.Multi() {
+		for _, r := range started.Runs {
+			if r.Late != nil && r.Sink.Name() == "mlflow" {
+				log.Warn("the job's run was not found within --start-timeout: the child starts without MLFLOW_RUN_ID; bridge keeps looking in the background and sends the spooled samples there. If it never finds it, `bridge sync SPOOL` joins them to the job's run later (the spool records the key)",
+					"key", job.Key)
+			}
+		}
+	}
 	for _, r := range started.Runs {
 		if r.Created {
 			tags[pipeline.CreatedTag(r.Sink.Name())] = "true" // for a restarted bridge: see previousAttempt
 		}
 	}
 
-	sess := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
+	sess := pipeline.Open(pipeline.Options{Settings: set, Log: log, Version: version,
 		Sources: src, Spool: sp, Started: started, StartTags: tags})
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.
@@ -248,7 +269,7 @@ func truncate(s string, n int) string {
 // that attempt wrote to a run bridge can resume (MLflow's), this attempt
 // writes into that run again instead of creating a new one, unless the
 // tracker's run variable (MLFLOW_RUN_ID) says otherwise.
-func previousAttempt(sp *spool.Spool, log *slog.Logger) (*forensics.Lost, pipeline.Overrides) {
+func previousAttempt(sp *spool.Spool, multi bool, log *slog.Logger) (*forensics.Lost, pipeline.Overrides) {
 	ov := pipeline.Overrides{RunIDs: map[string]string{}, Owned: map[string]bool{}}
 	lost, ok := forensics.LostBefore(sp.Attempts(), time.Now())
 	if !ok {
@@ -257,11 +278,25 @@ func previousAttempt(sp *spool.Spool, log *slog.Logger) (*forensics.Lost, pipeli
 	log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
 	for _, t := range pipeline.Trackers {
 		id := lost.Record.Runs[t.Name]
-		if !t.Resume || id == "" || os.Getenv(t.RunIDEnv) != "" {
+		// A multi-node job's run is found by its key again (the election
+		// joins the elected run), which also records this node's end.
+		if !t.Resume || id == "" || os.Getenv(t.RunIDEnv) != "" || multi {
 			continue
 		}
 		ov.RunIDs[t.Name], ov.Owned[t.Name] = id, lost.Record.Info[pipeline.CreatedTag(t.Name)] == "true"
 		log.Info("writing into the run of that attempt again", "tracker", t.Name, "run", id, "attempt", lost.Attempt)
 	}
 	return lost, ov
+}
+
+// logJob says which job this bridge belongs to, and what it saw and did not
+// use.
+func logJob(job *pipeline.Job, log *slog.Logger) {
+	if job.Multi() {
+		log.Info("multi-node job: one run for every node's bridge", "key", job.Key, "key_from", job.KeyFrom,
+			"node", job.NodeID, "node_from", job.NodeFrom, "nodes", job.Nodes, "attempt", job.Attempt, "task", job.Task)
+	}
+	for _, n := range job.Notes {
+		log.Info("job detection", "note", n)
+	}
 }

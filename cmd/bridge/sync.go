@@ -70,7 +70,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	}
 	defer sp.Close()
 
-	on, err := pipeline.BuildSinks(cfg, pipeline.Overrides{}, log)
+	on, err := pipeline.BuildSinks(cfg, pipeline.Overrides{}, nil, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
@@ -100,7 +100,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	code := 0
 	for _, j := range jobs {
-		code = max(code, j.upload(ctx, syncEnv{cfg: cfg, sp: sp, path: path, log: log, stdout: stdout, stderr: stderr}))
+		code = max(code, j.upload(ctx, syncEnv{cfg: cfg, sp: sp, path: path, byKey: runID == "", log: log, stdout: stdout, stderr: stderr}))
 	}
 	if err := sp.WriteEnd(spool.Record{Time: time.Now().UnixMilli(), Info: map[string]string{"mode": "sync"}}); err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
@@ -202,6 +202,7 @@ type syncEnv struct {
 	cfg            config.Config
 	sp             *spool.Spool
 	path           string
+	byKey          bool // no --run-id: a multi-node job's attempts go to the job's run, found by its key
 	log            *slog.Logger
 	stdout, stderr io.Writer
 }
@@ -237,7 +238,22 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 		}
 	}
 	ov := pipeline.Overrides{RunIDs: map[string]string{t: j.run}, Owned: map[string]bool{t: createdByBridge(sp.Attempts(), t, j.run)}}
-	sinks, err := pipeline.BuildSinks(cfg, ov, e.log)
+	// The attempts of a multi-node job go to the job's run as their bridge
+	// would have sent them: the election finds it (or makes it, when none
+	// was recorded), the keys are the node's (or its task's), and the end
+	// is this node's record on the job's run, not the run's status.
+	var job *pipeline.Job
+	if e.byKey && j.last != nil {
+		job = pipeline.JobFromTags(j.last.Start.Info, cfg.JobSettle)
+	}
+	if job != nil {
+		cfg.NodeID = job.NodeID
+		if t == "mlflow" {
+			delete(ov.RunIDs, t)
+		}
+		e.log.Info("the spool is one node's of a multi-node job: uploading to the job's run", "key", job.Key, "node", job.Label(), "tracker", t)
+	}
+	sinks, err := pipeline.BuildSinks(cfg, ov, job, e.log)
 	if err != nil {
 		return usageError(e.stderr, err)
 	}
@@ -256,9 +272,20 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	if r.Created {
 		created = map[string]string{pipeline.CreatedTag(t): "true"}
 	}
+	claim := j.claim
+	if j.run != "" && r.RunID != j.run {
+		// The job's run is not the one recorded (that one was deleted):
+		// the samples of the attempts that recorded it go to the job's.
+		e.log.Warn("the job's run is not the one the spool recorded; its samples go to the job's run", "recorded", j.run, "run", r.RunID, "tracker", t)
+		for _, a := range sp.Attempts() {
+			if a.Start.Info["mode"] != "sync" && a.Start.Runs[t] == j.run {
+				claim = append(claim, a.Start.Attempt)
+			}
+		}
+	}
 	// Before anything is sent: a later sync finds the run (and that bridge
 	// made it) instead of creating another.
-	for _, k := range j.claim {
+	for _, k := range claim {
 		if err := sp.WriteRun(spool.Record{Time: time.Now().UnixMilli(), Sink: t, Run: r.RunID, Attempt: k, Info: created}); err != nil {
 			fmt.Fprintf(e.stderr, "bridge: %v\n", err)
 			return 1

@@ -56,6 +56,11 @@ type Proc struct {
 	Exit   int // -1 when none was recorded: still running, or task.sh itself was killed
 }
 
+// Attempt is the job's tasks of one attempt (SLURM_RESTART_COUNT), by rank.
+func (j Job) Attempt(n int) []Task {
+	return slices.DeleteFunc(slices.Clone(j.Tasks), func(k Task) bool { return k.Attempt != n })
+}
+
 // Launched is the task as the launcher started it: what bridge, as the
 // task's command, reads.
 func (t Task) Launched() Proc { return t.Procs["task"] }
@@ -166,9 +171,19 @@ func (b *Batch) Wait(t testing.TB) Job {
 // recorded their environment) and returns them.
 func (b *Batch) WaitStarted(t testing.TB, attempt, n int) []Task {
 	t.Helper()
+	return b.WaitProc(t, attempt, n, "task")
+}
+
+// WaitProc waits until the process recorded as name (Cluster.Wrap) has
+// started in n tasks of the attempt, and returns those tasks.
+func (b *Batch) WaitProc(t testing.TB, attempt, n int, name string) []Task {
+	t.Helper()
 	var tasks []Task
-	waitfor.Cond(t, b.timeout+time.Minute, fmt.Sprintf("%d tasks of job %s, attempt %d, starting", n, b.ID, attempt), func() bool {
-		tasks = slices.DeleteFunc(readTasks(t, b.Dir), func(k Task) bool { return k.Attempt != attempt })
+	waitfor.Cond(t, b.timeout+time.Minute, fmt.Sprintf("%q in %d tasks of job %s, attempt %d, starting", name, n, b.ID, attempt), func() bool {
+		tasks = slices.DeleteFunc(readTasks(t, b.Dir), func(k Task) bool {
+			_, ok := k.Procs[name]
+			return k.Attempt != attempt || !ok
+		})
 		return len(tasks) >= n
 	})
 	return tasks

@@ -117,7 +117,6 @@ func TestSbatchRequeue(t *testing.T) {
 	if j.Exit != 0 {
 		t.Fatalf("batch job %s exited %d:\n%s", j.ID, j.Exit, j.Output)
 	}
-	var again []Task
 	for _, task := range j.Tasks {
 		switch task.Attempt {
 		case 0:
@@ -127,11 +126,11 @@ func TestSbatchRequeue(t *testing.T) {
 				t.Errorf("first attempt, task %d exited %d: want it killed by SIGTERM from the requeue", task.Rank, e)
 			}
 		case 1:
-			again = append(again, task)
 		default:
 			t.Errorf("task %d ran as attempt %d: only one requeue was asked for", task.Rank, task.Attempt)
 		}
 	}
+	again := j.Attempt(1)
 	requireLauncherFacts(t, c, b.ID, again, 1)
 	for _, task := range again {
 		if got := task.Launched().Env["SLURM_RESTART_COUNT"]; got != "1" {

@@ -29,11 +29,62 @@ type RunInfo struct {
 	EndTime        int64
 }
 
-// Run is a run's info, tags and latest value per metric key.
+// Run is a run's info, tags, params and latest value per metric key.
 type Run struct {
 	Info   RunInfo
 	Tags   map[string]string
+	Params map[string]string
 	Latest map[string]Metric
+}
+
+// wireRun is a run as runs/get and runs/search answer.
+type wireRun struct {
+	Info struct {
+		RunID          string      `json:"run_id"`
+		RunName        string      `json:"run_name"`
+		ExperimentID   string      `json:"experiment_id"`
+		Status         string      `json:"status"`
+		LifecycleStage string      `json:"lifecycle_stage"`
+		StartTime      json.Number `json:"start_time"`
+		EndTime        json.Number `json:"end_time"`
+	} `json:"info"`
+	Data struct {
+		Metrics []wireMetric `json:"metrics"`
+		Tags    []keyValue   `json:"tags"`
+		Params  []keyValue   `json:"params"`
+	} `json:"data"`
+}
+
+type keyValue struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+func (w wireRun) run(t testing.TB) Run {
+	t.Helper()
+	in := w.Info
+	r := Run{
+		Info:   RunInfo{RunID: in.RunID, RunName: in.RunName, ExperimentID: in.ExperimentID, Status: in.Status, LifecycleStage: in.LifecycleStage},
+		Tags:   map[string]string{},
+		Params: map[string]string{},
+		Latest: map[string]Metric{},
+	}
+	r.Info.StartTime, _ = in.StartTime.Int64()
+	r.Info.EndTime, _ = in.EndTime.Int64()
+	for _, tg := range w.Data.Tags {
+		r.Tags[tg.Key] = tg.Value
+	}
+	for _, p := range w.Data.Params {
+		r.Params[p.Key] = p.Value
+	}
+	for _, wm := range w.Data.Metrics {
+		m, err := wm.metric()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Latest[m.Key] = m
+	}
+	return r
 }
 
 // Metric is one stored point.
@@ -139,49 +190,40 @@ func (s *Server) try(method, endpoint string, query url.Values, body, out any) (
 	return resp.StatusCode, ""
 }
 
-// GetRun reads a run's info, tags and latest metrics.
+// GetRun reads a run's info, tags, params and latest metrics.
 func (s *Server) GetRun(t testing.TB, runID string) Run {
 	t.Helper()
 	var out struct {
-		Run struct {
-			Info struct {
-				RunID          string      `json:"run_id"`
-				RunName        string      `json:"run_name"`
-				ExperimentID   string      `json:"experiment_id"`
-				Status         string      `json:"status"`
-				LifecycleStage string      `json:"lifecycle_stage"`
-				StartTime      json.Number `json:"start_time"`
-				EndTime        json.Number `json:"end_time"`
-			} `json:"info"`
-			Data struct {
-				Metrics []wireMetric `json:"metrics"`
-				Tags    []struct {
-					Key   string `json:"key"`
-					Value string `json:"value"`
-				} `json:"tags"`
-			} `json:"data"`
-		} `json:"run"`
+		Run wireRun `json:"run"`
 	}
 	s.do(t, http.MethodGet, "runs/get", url.Values{"run_id": {runID}}, nil, &out)
-	in := out.Run.Info
-	r := Run{
-		Info:   RunInfo{RunID: in.RunID, RunName: in.RunName, ExperimentID: in.ExperimentID, Status: in.Status, LifecycleStage: in.LifecycleStage},
-		Tags:   map[string]string{},
-		Latest: map[string]Metric{},
-	}
-	r.Info.StartTime, _ = in.StartTime.Int64()
-	r.Info.EndTime, _ = in.EndTime.Int64()
-	for _, tg := range out.Run.Data.Tags {
-		r.Tags[tg.Key] = tg.Value
-	}
-	for _, w := range out.Run.Data.Metrics {
-		m, err := w.metric()
-		if err != nil {
-			t.Fatal(err)
+	return out.Run.run(t)
+}
+
+// SearchRuns returns the runs of an experiment that match filter (MLflow's
+// search syntax, "" for all), in view ACTIVE_ONLY, DELETED_ONLY or ALL.
+func (s *Server) SearchRuns(t testing.TB, experimentID, filter, view string) []Run {
+	t.Helper()
+	var runs []Run
+	token := ""
+	for {
+		req := map[string]any{"experiment_ids": []string{experimentID}, "filter": filter, "run_view_type": view, "max_results": 1000}
+		if token != "" {
+			req["page_token"] = token
 		}
-		r.Latest[m.Key] = m
+		var out struct {
+			Runs          []wireRun `json:"runs"`
+			NextPageToken string    `json:"next_page_token"`
+		}
+		s.do(t, http.MethodPost, "runs/search", nil, req, &out)
+		for _, w := range out.Runs {
+			runs = append(runs, w.run(t))
+		}
+		if out.NextPageToken == "" || len(out.Runs) == 0 {
+			return runs
+		}
+		token = out.NextPageToken
 	}
-	return r
 }
 
 // MetricKeys lists a run's metric keys, sorted; with prefix, only those

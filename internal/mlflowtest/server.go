@@ -41,6 +41,8 @@ type Server struct {
 	python  string
 	port    int
 	logPath string
+	backend string   // --backend-store-uri; "" for sqlite in Dir
+	env     []string // extra environment for the server
 
 	mu    sync.Mutex
 	cmd   *exec.Cmd
@@ -113,6 +115,7 @@ func StopShared() {
 		shared.srv.kill()
 		os.RemoveAll(shared.srv.Dir)
 	}
+	stopPostgres()
 }
 
 // Main is a TestMain body for packages that use Shared:
@@ -125,18 +128,18 @@ func Main(m *testing.M) int {
 }
 
 func start(python, dir string) (*Server, error) {
+	return startWith(&Server{python: python, Dir: dir})
+}
+
+// startWith fills in and launches s (python, Dir, and optionally backend
+// and env set by the caller).
+func startWith(s *Server) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{
-		URL:     "http://127.0.0.1:" + strconv.Itoa(port),
-		Dir:     dir,
-		python:  python,
-		port:    port,
-		logPath: filepath.Join(dir, "mlflow-server.log"),
-		owner:   true,
-	}
+	dir := s.Dir
+	s.URL, s.port, s.logPath, s.owner = "http://127.0.0.1:"+strconv.Itoa(port), port, filepath.Join(dir, "mlflow-server.log"), true
 	if err := os.MkdirAll(filepath.Join(dir, "artifacts"), 0o755); err != nil {
 		return nil, err
 	}
@@ -161,15 +164,19 @@ func (s *Server) launch() error {
 		return fmt.Errorf("mlflow server log: %w", err)
 	}
 	defer logf.Close()
+	backend := s.backend
+	if backend == "" {
+		backend = "sqlite:///" + filepath.Join(s.Dir, "mlflow.db")
+	}
 	args := []string{"-c", wrapper, "sh", s.python, "-m", "mlflow", "server",
 		"--host", "127.0.0.1", "--port", strconv.Itoa(s.port),
-		"--backend-store-uri", "sqlite:///" + filepath.Join(s.Dir, "mlflow.db"),
+		"--backend-store-uri", backend,
 		"--default-artifact-root", filepath.Join(s.Dir, "artifacts"),
 		"--workers", "1"}
 	cmd := exec.Command("/bin/sh", args...)
 	cmd.Dir = s.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = serverEnv(os.Environ())
+	cmd.Env = append(serverEnv(os.Environ()), s.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

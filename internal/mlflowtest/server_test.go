@@ -3,6 +3,8 @@ package mlflowtest
 import (
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -56,3 +58,25 @@ func (f *fakeT) Fatalf(format string, args ...any) {
 	f.msg = fmt.Sprintf(format, args...)
 	panic("fatal")
 }
+
+// TestPostgres: a server on PostgreSQL stores runs, and PostgreSQL holds
+// them (read back with psycopg2, past MLflow).
+func TestPostgres(t *testing.T) {
+	s := StartPostgres(t)
+	exp := s.CreateExperiment(t, "pg-check")
+	run := s.CreateRun(t, exp, "r")
+	if r := s.GetRun(t, run); r.Info.Status != "RUNNING" || r.Info.ExperimentID != exp {
+		t.Errorf("run on PostgreSQL: %+v", r.Info)
+	}
+	uri := "postgresql://" + strings.TrimPrefix(s.backend, "postgresql+psycopg2://")
+	const q = `import sys, psycopg2
+c = psycopg2.connect(sys.argv[1]).cursor()
+c.execute("SELECT name FROM runs WHERE run_uuid = %s", (sys.argv[2],))
+print(c.fetchone()[0])`
+	out, err := exec.Command(Python(t), "-c", q, uri, run).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "r" {
+		t.Errorf("the run in PostgreSQL at %s: %v %s", uri, err, out)
+	}
+}
+
+func TestMain(m *testing.M) { os.Exit(Main(m)) }

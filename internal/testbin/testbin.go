@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -66,19 +67,27 @@ func (b *build) get(t testing.TB, race bool) string {
 }
 
 // CleanEnv is the test process's environment without MLflow, W&B or bridge
-// variables (a developer's shell must not leak into a test), with the Python
-// clients' telemetry off (tests reach only 127.0.0.1), plus extra.
+// variables (a developer's shell must not leak into a test) nor a
+// launcher's (tests run under Slurm or in a pod would otherwise be jobs of
+// their own: package jobkey), with the Python clients' telemetry off
+// (tests reach only 127.0.0.1), plus extra.
 func CleanEnv(extra ...string) []string {
 	env := []string{"MLFLOW_DISABLE_TELEMETRY=true", "DO_NOT_TRACK=true", "WANDB_ERROR_REPORTING=false"}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "MLFLOW_") || strings.HasPrefix(k, "WANDB_") || strings.HasPrefix(k, "BRIDGE_") {
+		if slices.ContainsFunc(dropPrefixes, func(p string) bool { return strings.HasPrefix(k, p) }) || slices.Contains(dropNames, k) {
 			continue
 		}
 		env = append(env, kv)
 	}
 	return append(env, extra...)
 }
+
+var (
+	dropPrefixes = []string{"MLFLOW_", "WANDB_", "BRIDGE_", "SLURM_", "TORCHELASTIC_", "PET_", "OMPI_COMM_WORLD_", "PMI_", "JOBSET_"}
+	dropNames    = []string{"JOB_COMPLETION_INDEX", "JOB_UID", "JOB_NAME", "JOB_GLOBAL_INDEX", "GROUP_RANK", "GROUP_WORLD_SIZE",
+		"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MPI_LOCALRANKID"}
+)
 
 // ExitCode is the exit status of a finished command; any error other than a
 // non-zero exit fails the test.

@@ -35,6 +35,9 @@ const (
 	Hang Kind = "hang"
 	// Slow forwards the request after Delay.
 	Slow Kind = "slow"
+	// SlowAnswer forwards the request at once (the server applies it) and
+	// answers Delay later.
+	SlowAnswer Kind = "slow-answer"
 	// Status answers Code (429, 500, 502, 503...) with Retry-After when set
 	// and a small body, without forwarding.
 	Status Kind = "status"
@@ -61,7 +64,7 @@ type Fault struct {
 	Times       int           // how many matching requests get it; 0 for all until Clear
 	Code        int           // Status, Answer
 	RetryAfter  string        // Status: the Retry-After header ("0", "5", an HTTP date)
-	Delay       time.Duration // Slow
+	Delay       time.Duration // Slow, SlowAnswer
 	Body        string        // Answer
 	ContentType string        // Answer; default text/html
 	RunID       string        // RewriteRunID
@@ -260,6 +263,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.forwardAndCopy(w, r, body)
+	case SlowAnswer:
+		resp, err := p.forward(r, body)
+		select {
+		case <-time.After(f.Delay):
+		case <-r.Context().Done():
+			return
+		}
+		if err != nil {
+			reset(w)
+			return
+		}
+		copyHeader(w.Header(), resp.header)
+		w.WriteHeader(resp.code)
+		w.Write(resp.body) //nolint:errcheck // the client may have given up
 	case Status:
 		if f.RetryAfter != "" {
 			w.Header().Set("Retry-After", f.RetryAfter)

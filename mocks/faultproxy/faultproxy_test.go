@@ -103,3 +103,35 @@ func TestEndless(t *testing.T) {
 		t.Errorf("read %d bytes, %v; want the 8 MiB cap reached", n, err)
 	}
 }
+
+// SlowAnswer: the server has the request at once; its answer reaches the
+// client no sooner than Delay after that.
+func TestSlowAnswer(t *testing.T) {
+	applied := make(chan time.Time, 1)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		applied <- time.Now()
+		io.WriteString(w, `{"ok":true}`) //nolint:errcheck
+	}))
+	defer backend.Close()
+	p, err := Start(backend.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const delay = 300 * time.Millisecond
+	p.Schedule(Fault{Path: "runs/create", Kind: SlowAnswer, Delay: delay, Times: 1})
+	resp, err := http.Post(p.URL()+"/api/2.0/mlflow/runs/create", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := time.Now()
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	at := <-applied
+	if resp.StatusCode != 200 || string(b) != `{"ok":true}` {
+		t.Errorf("answer %d %q", resp.StatusCode, b)
+	}
+	if answered.Sub(at) < delay {
+		t.Errorf("answered %v after the server applied it, want at least %v", answered.Sub(at), delay)
+	}
+}

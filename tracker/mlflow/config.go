@@ -76,6 +76,11 @@ type Config struct {
 	NodeID string
 
 	Timeout time.Duration // per request; DefaultTimeout when zero
+
+	// Job, when set (and RunID is not), makes the sink one of the bridges
+	// of a multi-node job: it elects the job's one run (elect.go) and
+	// records the job's end (jobend.go).
+	Job *Job
 }
 
 // ConfigFromEnv reads MLflow's environment variables. getenv is os.Getenv in

@@ -73,10 +73,14 @@ type Sink struct {
 	dropped int             // points not sent because MLflow would refuse them
 	tsLog   bool            // a time MLflow refuses was reported
 
-	// startTags of a run the user gave (MLFLOW_RUN_ID) are recorded by the
-	// first Send (or Finish), not by Start: the child then waits for one
-	// request (the run's check), not two.
+	// startTags of a run the user gave (MLFLOW_RUN_ID) or the job's run are
+	// recorded by the first Send (or Finish), not by Start: the child then
+	// waits for fewer requests.
 	startTags map[string]string
+
+	el    election // a multi-node job's election (Config.Job), kept across Start calls
+	scope string   // a job run: the prefix of this node's tags ("bridge.node.<id>")
+	who   string   // a job run: this node (and task) in the job's records
 }
 
 var _ tracker.Sink = (*Sink)(nil)
@@ -154,6 +158,9 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 	if s.cfg.RunID != "" {
 		return s.attach(ctx, info)
 	}
+	if s.cfg.Job != nil {
+		return s.startJob(ctx, info)
+	}
 	return s.create(ctx, info)
 }
 
@@ -201,22 +208,9 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	if err := tracker.ValidID("experiment id", expID); err != nil {
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
 	}
-	name := s.cfg.RunName
-	if name == "" {
-		name = info.RunName
-	}
-	tags := map[string]string{}
-	if len(info.Command) > 0 {
-		// What the UI shows as the run's source, as the Python client does.
-		tags["mlflow.source.name"] = strings.Join(info.Command, " ")
-		tags["mlflow.source.type"] = "LOCAL"
-	}
+	tags := sourceTags(info)
 	maps.Copy(tags, info.Tags)
-	if s.startID == "" {
-		s.startID = rand.Text()
-	}
-	tags[StartIDTag] = s.startID
-	if s.creates++; s.creates > 1 {
+	if s.creates++; s.creates > 1 && s.startID != "" {
 		// An earlier attempt may have created the run.
 		run, found, err := s.findStarted(ctx, expID)
 		if err != nil {
@@ -231,6 +225,46 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 			return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
 		}
 	}
+	id, err := s.createRun(ctx, expID, s.runName(info), tags)
+	if err != nil {
+		return nil, err
+	}
+	s.runID, s.created = id, true
+	s.log.Info("created MLflow run", "run_id", s.runID, "experiment_id", expID)
+	// The experiment id goes along even when the user named the experiment
+	// (MLFLOW_EXPERIMENT_NAME, which the Python client checks against it, or
+	// a bridge flag the child never sees): a second start_run() in the child
+	// then lands in the same experiment.
+	return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
+}
+
+// runName is the name of a run bridge creates: --run-name, else the one
+// derived from the command line.
+func (s *Sink) runName(info tracker.StartInfo) string {
+	if s.cfg.RunName != "" {
+		return s.cfg.RunName
+	}
+	return info.RunName
+}
+
+// sourceTags are what the UI shows as the run's source, as the Python
+// client sets them.
+func sourceTags(info tracker.StartInfo) map[string]string {
+	tags := map[string]string{}
+	if len(info.Command) > 0 {
+		tags["mlflow.source.name"] = strings.Join(info.Command, " ")
+		tags["mlflow.source.type"] = "LOCAL"
+	}
+	return tags
+}
+
+// createRun creates a run in experiment expID with tags, and the start id
+// that finds it again when the answer is lost; it returns the run's id.
+func (s *Sink) createRun(ctx context.Context, expID, name string, tags map[string]string) (string, error) {
+	if s.startID == "" {
+		s.startID = rand.Text()
+	}
+	tags[StartIDTag] = s.startID
 	// A mlflow.runName tag that differs from run_name is a 400.
 	if name != "" {
 		delete(tags, "mlflow.runName")
@@ -243,20 +277,14 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	}
 	var out runResponse
 	if err := s.call(ctx, http.MethodPost, "runs/create", nil, req, &out, fmt.Sprintf("creating a run in experiment %s", expID)); err != nil {
-		return nil, err
+		return "", err
 	}
 	// The run id goes into the child's environment: an invalid one (a NUL
 	// byte, 200 KB) would keep the child from starting.
 	if err := tracker.ValidID("run id", out.Run.Info.RunID); err != nil {
-		return nil, tracker.Permanent(fmt.Errorf("creating a run in experiment %s: MLflow at %s answered with an unusable run: %w", expID, s.url, err))
+		return "", tracker.Permanent(fmt.Errorf("creating a run in experiment %s: MLflow at %s answered with an unusable run: %w", expID, s.url, err))
 	}
-	s.runID, s.created = out.Run.Info.RunID, true
-	s.log.Info("created MLflow run", "run_id", s.runID, "experiment_id", expID, "run_name", out.Run.Info.RunName)
-	// The experiment id goes along even when the user named the experiment
-	// (MLFLOW_EXPERIMENT_NAME, which the Python client checks against it, or
-	// a bridge flag the child never sees): a second start_run() in the child
-	// then lands in the same experiment.
-	return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
+	return out.Run.Info.RunID, nil
 }
 
 // experiment returns the id of the experiment to create the run in, creating
@@ -459,6 +487,9 @@ func (s *Sink) SetTags(ctx context.Context, tags map[string]string) error {
 func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if s.runID == "" {
 		return errNoRun
+	}
+	if s.scope != "" {
+		return s.finishJob(ctx, end)
 	}
 	var errs []error
 	if err := s.flushStartTags(ctx); err != nil {

@@ -30,6 +30,7 @@ type RunInfo struct {
 type RunData struct {
 	Metrics []Metric `json:"metrics"`
 	Tags    []Tag    `json:"tags"`
+	Params  []Tag    `json:"params"` // same shape as a tag: key and value
 }
 
 // TagMap returns the tags as a map.

@@ -42,6 +42,12 @@ type Config struct {
 	// Timeout bounds one HTTP request; default 30s. The caller's ctx may
 	// end it sooner.
 	Timeout time.Duration
+
+	// Shared: the run is a multi-node job's, written by every node in W&B's
+	// shared mode. Start then hands the child the shared-mode settings
+	// (SharedEnv). Primary says whether this node's child is the job's
+	// primary writer; PrimaryKnown false leaves wandb's default (primary).
+	Shared, Primary, PrimaryKnown bool
 }
 
 // ConfigFromEnv reads the configuration as wandb does: getenv is os.Getenv

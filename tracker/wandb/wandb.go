@@ -19,6 +19,8 @@ package wandb
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +38,7 @@ import (
 
 	"github.com/go-resty/resty/v2"
 
+	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
@@ -154,6 +157,9 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 	s.label = sanitizeLabel(firstNonEmpty(s.cfg.Label, info.NodeID, hostname()))
 	s.start = time.Now()
 	env := []string{"WANDB_RUN_ID=" + s.cfg.RunID}
+	if s.cfg.Shared {
+		env = append(env, SharedEnv(s.label, s.cfg.Primary, s.cfg.PrimaryKnown)...)
+	}
 	s.log.Info("W&B: the training process creates the run; bridge writes its system metrics as a second writer",
 		"run_id", s.cfg.RunID, "label", s.label, "base_url", s.url, "key_from", s.cfg.KeySource)
 
@@ -236,8 +242,13 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		s.log.Info("W&B run was never created by the training process; the exit verdict is in the spool and on stderr only", "run", s.runPath())
 		return nil
 	}
-	tags := mergeTags(b.Tags, verdictTags(end))
-	notes := withVerdict(derefOr(b.Notes, ""), end)
+	// A job's run holds every node's verdict, each under its label.
+	who := ""
+	if s.cfg.Shared {
+		who = s.label
+	}
+	tags := mergeTags(b.Tags, verdictTags(end, who), tagPrefix(who))
+	notes := withVerdict(derefOr(b.Notes, ""), end, who)
 	v := map[string]any{"name": s.cfg.RunID, "project": s.project, "entity": s.entity, "tags": tags, "notes": notes}
 	var out struct {
 		UpsertBucket *struct {
@@ -249,35 +260,60 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.graphql(ctx, "UpsertBucket", upsertBucketMutation, v, &out); err != nil {
 		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
 	}
-	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID, "tags", verdictTags(end))
+	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID, "tags", verdictTags(end, who))
 	return nil
 }
 
-// verdictSection starts bridge's part of the run's notes.
-const verdictSection = "\n\n---\nbridge (end of job):\n"
+// verdictSection starts bridge's part of the run's notes; a job's run has
+// one per node: verdictHeader.
+const verdictSection = "\n\n---\nbridge (end of job"
 
-// withVerdict appends (or replaces) bridge's section of the notes: one
-// "key: value" line per end tag, sorted.
-func withVerdict(notes string, end tracker.EndInfo) string {
-	if i := strings.Index(notes, verdictSection); i >= 0 {
-		notes = notes[:i]
+func verdictHeader(who string) string {
+	if who == "" {
+		return verdictSection + "):\n"
+	}
+	return verdictSection + ", " + who + "):\n"
+}
+
+// withVerdict appends (or replaces) bridge's section of the notes, who's
+// (a node's label, "" for a single run): one "key: value" line per end
+// tag, sorted. Other nodes' sections are kept. Nodes ending at the same
+// moment may each write over the other's notes (W&B has no
+// compare-and-set); the MLflow run's node tags are the record.
+func withVerdict(notes string, end tracker.EndInfo, who string) string {
+	h := verdictHeader(who)
+	if i := strings.Index(notes, h); i >= 0 {
+		rest := notes[i+len(h):]
+		if j := strings.Index(rest, verdictSection); j >= 0 {
+			notes = notes[:i] + rest[j:]
+		} else {
+			notes = notes[:i]
+		}
 	}
 	keys := slices.Sorted(maps.Keys(end.Tags))
 	var b strings.Builder
 	b.WriteString(notes)
-	b.WriteString(verdictSection)
+	b.WriteString(h)
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s: %s\n", k, end.Tags[k])
 	}
 	return b.String()
 }
 
-// verdictTags are the W&B tags for the verdict: letters, digits, '-' and
+// tagPrefix starts who's verdict tags ("bridge-", "bridge-<label>-").
+func tagPrefix(who string) string {
+	if who == "" {
+		return "bridge-"
+	}
+	return "bridge-" + who + "-"
+}
+
+// verdictTags are the W&B tags for who's verdict: letters, digits, '-' and
 // '_', at most 64 characters (W&B's tag limit).
-func verdictTags(end tracker.EndInfo) []string {
-	tags := []string{"bridge-exit-" + strconv.Itoa(end.ExitCode)}
+func verdictTags(end tracker.EndInfo, who string) []string {
+	tags := []string{tagPrefix(who) + "exit-" + strconv.Itoa(end.ExitCode)}
 	if r := end.Tags["bridge.exit_reason"]; r != "" {
-		tags = append(tags, "bridge-"+r)
+		tags = append(tags, tagPrefix(who)+r)
 	}
 	for i, t := range tags {
 		t = sanitizeLabel(t)
@@ -289,12 +325,12 @@ func verdictTags(end tracker.EndInfo) []string {
 	return tags
 }
 
-// mergeTags keeps the run's tags, drops bridge's earlier verdict tags and
-// adds the new ones.
-func mergeTags(have, add []string) []string {
+// mergeTags keeps the run's tags, drops the earlier verdict tags that start
+// with prefix and adds the new ones.
+func mergeTags(have, add []string, prefix string) []string {
 	out := []string{}
 	for _, t := range have {
-		if !strings.HasPrefix(t, "bridge-") {
+		if !strings.HasPrefix(t, prefix) {
 			out = append(out, t)
 		}
 	}
@@ -662,4 +698,34 @@ func nilIfEmpty(s string) any {
 		return nil
 	}
 	return s
+}
+
+// SharedEnv are the variables that put the child's wandb in shared mode,
+// one labelled writer of the job's run: wandb reads WANDB_MODE, and a
+// WANDB__NAME variable as its private setting x_name
+// (wandb/sdk/wandb_settings.py, Settings.update_from_env_vars, wandb
+// 0.31): x_label names its series, x_primary says who uploads config and
+// files, x_update_finish_state whether it may mark the run finished.
+func SharedEnv(label string, primary, known bool) []string {
+	env := []string{"WANDB_MODE=shared", "WANDB__LABEL=" + label}
+	if known {
+		env = append(env, "WANDB__PRIMARY="+strconv.FormatBool(primary))
+		if !primary {
+			env = append(env, "WANDB__UPDATE_FINISH_STATE=false")
+		}
+	}
+	return env
+}
+
+// RunIDFor is the W&B run id of a job's key, the same on every node: the
+// key with the characters a run id may not hold (: ; , # ? / ' and spaces,
+// wandb's validate_run_id) made '-', cut to 48, and 10 hex digits of its
+// SHA-256, so that two keys never share an id.
+func RunIDFor(key string) string {
+	id := jobkey.Segment(key, '-')
+	if len(id) > 48 {
+		id = id[:48]
+	}
+	sum := sha256.Sum256([]byte(key))
+	return id + "-" + hex.EncodeToString(sum[:5])
 }

@@ -505,6 +505,40 @@ func TestFinishRecordsVerdict(t *testing.T) {
 	}
 }
 
+// A job's shared run: each node's verdict under its label, in tags and a
+// section of the notes of its own; a node's second Finish replaces only
+// its own.
+func TestFinishVerdictPerNode(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	ctx := context.Background()
+	nodes := make([]*Sink, 2)
+	for i := range nodes {
+		nodes[i] = newSink(t, srv, func(c *Config) { c.RunID, c.Shared, c.Label = "job-1", true, fmt.Sprintf("node-%d", i) })
+		start(t, nodes[i])
+	}
+	createRun(t, srv, "demo", "job-1", true)
+	end := func(code int, reason string) tracker.EndInfo {
+		return tracker.EndInfo{ExitCode: code, Tags: map[string]string{"bridge.exit_code": fmt.Sprint(code), "bridge.exit_reason": reason}}
+	}
+	for _, f := range []struct {
+		node int
+		end  tracker.EndInfo
+	}{{0, end(0, "success")}, {1, end(1, "error")}, {1, end(3, "error")}} {
+		if err := nodes[f.node].Finish(ctx, f.end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run, _ := srv.FindRun("job-1")
+	if fmt.Sprint(run.Tags) != "[bridge-node-0-exit-0 bridge-node-0-success bridge-node-1-exit-3 bridge-node-1-error]" {
+		t.Errorf("tags %q", run.Tags)
+	}
+	want := "\n\n---\nbridge (end of job, node-0):\nbridge.exit_code: 0\nbridge.exit_reason: success\n" +
+		"\n\n---\nbridge (end of job, node-1):\nbridge.exit_code: 3\nbridge.exit_reason: error\n"
+	if run.Notes != want {
+		t.Errorf("notes %q, want %q", run.Notes, want)
+	}
+}
+
 // A run the child never created gets nothing, and Finish does not fail.
 func TestFinishWithoutRun(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
@@ -515,6 +549,53 @@ func TestFinishWithoutRun(t *testing.T) {
 	}
 	if _, ok := srv.FindRun(s.RunID()); ok {
 		t.Error("Finish created the run")
+	}
+}
+
+// A job's W&B run id is a function of its key: the same on every node,
+// different for every key, and one wandb accepts (validate_run_id: none of
+// : ; , # ? / ' nor spaces).
+func TestRunIDFor(t *testing.T) {
+	keys := []string{"slurm:alps:4242.0", "slurm:alps:4242.1", "jobset:llm:9a8b", "torchrun:x/y@z", strings.Repeat("k", 200), strings.Repeat("k", 199) + "j"}
+	seen := map[string]string{}
+	for _, k := range keys {
+		id := RunIDFor(k)
+		if id != RunIDFor(k) || len(id) > 64 || strings.ContainsAny(id, ":;,#?/' ") {
+			t.Errorf("RunIDFor(%q) = %q", k, id)
+		}
+		if other, dup := seen[id]; dup {
+			t.Errorf("keys %q and %q share run id %q", other, k, id)
+		}
+		seen[id] = k
+	}
+	if got := RunIDFor("slurm:alps:4242.0"); !strings.HasPrefix(got, "slurm-alps-4242.0-") {
+		t.Errorf("RunIDFor keeps the key readable: %q", got)
+	}
+}
+
+// A shared run: Start hands the child wandb's shared-mode settings, the
+// primary's on node 0 only.
+func TestStartSharedEnv(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	cases := []struct {
+		primary, known bool
+		want           string
+	}{
+		{true, true, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB__PRIMARY=true"},
+		{false, true, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB__PRIMARY=false WANDB__UPDATE_FINISH_STATE=false"},
+		{false, false, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a"},
+	}
+	for _, c := range cases {
+		s := newSink(t, srv, func(cfg *Config) {
+			cfg.RunID, cfg.Shared, cfg.Primary, cfg.PrimaryKnown = "job-1", true, c.primary, c.known
+		})
+		env, err := s.Start(context.Background(), tracker.StartInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(env, " "); got != c.want {
+			t.Errorf("primary %v known %v: env %q, want %q", c.primary, c.known, got, c.want)
+		}
 	}
 }
 

@@ -1,0 +1,651 @@
+package main
+
+// Multi-node jobs end to end: N real bridge processes of one job, started
+// together, each with a launcher's environment (Slurm's, as srun gives it
+// to each node's task) and its own node id, against a real MLflow server
+// on PostgreSQL behind a counting proxy. docs/multinode.md.
+//
+// Knobs for bench/multinode.sh (CI runs one round each, defaults):
+//   BRIDGE_TEST_MULTINODE_ROUNDS  rounds per N (1)
+//   BRIDGE_TEST_MULTINODE_LATE    how late the late node starts (10s; the bench: 2m)
+//   BRIDGE_TEST_MULTINODE_REPORT  a file to append each node's child-start delay to (JSON lines)
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/syncbuf"
+	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/mocks/faultproxy"
+	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
+	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/tracker/mlflow"
+	wbsink "github.com/bridge-dev/bridge/tracker/wandb"
+)
+
+// mnNode is one node's bridge of a test job.
+type mnNode struct {
+	id     string
+	dir    string // working directory: the spool and what the child saw
+	cmd    *exec.Cmd
+	stderr syncbuf.Buffer
+	began  time.Time // just before the bridge was started
+	code   int
+}
+
+// mnChild is the job's command: it writes the run and node id it was
+// given and its own start time, lives a while, and exits with $CHILD_EXIT.
+// "-" stands for a variable that is not set.
+const mnChild = `printf '%s %s %s\n' "${MLFLOW_RUN_ID:--}" "${MLFLOW_SYSTEM_METRICS_NODE_ID:--}" "$(date +%s%N)" > seen; sleep 2; exit "${CHILD_EXIT:-0}"`
+
+var mnJobs atomic.Int64
+
+// slurmJob is the environment srun gives the task on node i of an n-node
+// step of job id (cluster e2e), started at start; restarts is
+// SLURM_RESTART_COUNT (0: never requeued).
+func slurmJob(id string, start int64, n, restarts int) func(i int) []string {
+	return func(i int) []string {
+		env := []string{"SLURM_CLUSTER_NAME=e2e", "SLURM_JOB_ID=" + id, "SLURM_STEP_ID=0", "SLURM_NODEID=" + strconv.Itoa(i),
+			"SLURM_PROCID=" + strconv.Itoa(i), "SLURM_LOCALID=0", "SLURM_JOB_NUM_NODES=" + strconv.Itoa(n),
+			"SLURM_STEP_NUM_NODES=" + strconv.Itoa(n), "SLURM_JOB_START_TIME=" + strconv.FormatInt(start, 10)}
+		if restarts > 0 {
+			env = append(env, "SLURM_RESTART_COUNT="+strconv.Itoa(restarts))
+		}
+		return env
+	}
+}
+
+// startMN starts one node's bridge around mnChild. Each node has its own
+// TMPDIR (its node lock) and working directory, as separate machines.
+func startMN(t *testing.T, uri, exp string, env []string) *mnNode {
+	t.Helper()
+	n := &mnNode{dir: t.TempDir()}
+	n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--start-timeout", "3m",
+		"--flush-timeout", "1m", "--spool", filepath.Join(n.dir, "spool.jsonl"), "--", "/bin/sh", "-c", mnChild)
+	n.cmd.Dir = n.dir
+	// env comes last: its TMPDIR or BRIDGE_SCOPES wins (exec keeps a
+	// variable's last value).
+	n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + uri, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n.dir, "BRIDGE_SCOPES=node"}, env...)...)
+	n.cmd.Stderr = &n.stderr
+	n.began = time.Now()
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node %s (%s): bridge's stderr:\n%s", n.id, n.dir, n.stderr.String())
+		}
+	})
+	return n
+}
+
+// startNodes starts n nodes at once: env(i) is node i's launcher
+// environment (its own node id in it).
+func startNodes(t *testing.T, uri, exp string, n int, env func(i int) []string) []*mnNode {
+	t.Helper()
+	nodes := make([]*mnNode, n)
+	for i := range nodes {
+		nodes[i] = startMN(t, uri, exp, env(i))
+		nodes[i].id = fmt.Sprintf("node-%d", i)
+	}
+	return nodes
+}
+
+// wait waits for every node's bridge and keeps its exit code.
+func wait(t *testing.T, nodes ...*mnNode) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() { n.code = testbin.ExitCode(t, n.cmd.Wait()) })
+	}
+	wg.Wait()
+}
+
+// seen is what node's child got: its run id, its node id, and when it
+// started.
+func (n *mnNode) seen(t *testing.T) (run, node string, started time.Time) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.dir, "seen"))
+	if err != nil {
+		t.Fatalf("%s: the child wrote nothing: %v", n.id, err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 3 {
+		t.Fatalf("%s: the child saw %q, want a run id, a node id and a time", n.id, b)
+	}
+	ns, _ := strconv.ParseInt(f[2], 10, 64)
+	return f[0], f[1], time.Unix(0, ns)
+}
+
+// checkJob checks a finished round: one active run of the key, every child
+// saw it and its own node id, every node's every sample in it under its
+// node id, no metric in a deleted candidate; it returns the run.
+func checkJob(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mnNode) mlflowtest.Run {
+	t.Helper()
+	expID := srv.ExperimentID(t, exp)
+	filter := fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key)
+	active := srv.SearchRuns(t, expID, filter, "ACTIVE_ONLY")
+	if len(active) != 1 {
+		t.Fatalf("%d active runs of job %s, want exactly one", len(active), key)
+	}
+	run := active[0]
+	for _, n := range nodes {
+		got, node, _ := n.seen(t)
+		if got != run.Info.RunID || node != n.id {
+			t.Errorf("%s's child saw MLFLOW_RUN_ID=%s MLFLOW_SYSTEM_METRICS_NODE_ID=%s, want %s and %s", n.id, got, node, run.Info.RunID, n.id)
+		}
+		ss, _, _, err := spooltest.ReadFile(filepath.Join(n.dir, "spool.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each spooled sample is a point of its node's key, at its step
+		// and time (a requeued node's earlier attempt adds its own).
+		stored := map[[2]int64]bool{}
+		for _, m := range srv.History(t, run.Info.RunID, "system/"+n.id+"/node_memory_used_megabytes") {
+			stored[[2]int64{m.Step, m.Timestamp}] = true
+		}
+		count := 0
+		for _, s := range ss {
+			if _, ok := s.Value("node_memory_used_megabytes"); !ok {
+				continue
+			}
+			count++
+			if !stored[[2]int64{s.Seq, s.Time.UnixMilli()}] {
+				t.Errorf("%s: sample %d (%s) is not in MLflow under system/%s/", n.id, s.Seq, s.Time.Format(time.RFC3339Nano), n.id)
+			}
+		}
+		if count == 0 {
+			t.Errorf("%s: no sample in the spool", n.id)
+		}
+	}
+	for _, r := range srv.SearchRuns(t, expID, filter, "DELETED_ONLY") {
+		if len(r.Latest) > 0 || r.Tags[mlflow.TagElected] != "" {
+			t.Errorf("deleted candidate %s holds metrics %v, tags %v", r.Info.RunID, r.Latest, r.Tags)
+		}
+	}
+	return run
+}
+
+// report appends each node's child-start delay to BRIDGE_TEST_MULTINODE_REPORT
+// for bench/multinode.sh; tests assert nothing about time.
+func report(t *testing.T, kind string, nodes []*mnNode) {
+	t.Helper()
+	path := os.Getenv("BRIDGE_TEST_MULTINODE_REPORT")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, n := range nodes {
+		_, _, started := n.seen(t)
+		line, _ := json.Marshal(map[string]any{"kind": kind, "n": len(nodes), "delay_ms": float64(started.Sub(n.began).Microseconds()) / 1000})
+		fmt.Fprintf(f, "%s\n", line)
+	}
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// TestMultinodeRounds: N = 2, 8 and 32 bridges of one job, started
+// together. Each round: exactly one active run, every child saw it, every
+// node's samples in it under its node id, nothing in a deleted candidate,
+// and the run FINISHED once (one runs/update, by one node).
+func TestMultinodeRounds(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	rounds := envInt("BRIDGE_TEST_MULTINODE_ROUNDS", 1)
+	for _, n := range []int{2, 8, 32} {
+		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
+			for r := range rounds {
+				p, err := faultproxy.Start(srv.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				id := fmt.Sprintf("%d%d", time.Now().UnixNano(), mnJobs.Add(1))
+				exp := fmt.Sprintf("multinode-%d-%s", n, id)
+				nodes := startNodes(t, p.URL(), exp, n, slurmJob(id, time.Now().Unix(), n, 0))
+				wait(t, nodes...)
+				for _, nd := range nodes {
+					if nd.code != 0 {
+						t.Fatalf("round %d: %s's bridge exited %d", r, nd.id, nd.code)
+					}
+				}
+				run := checkJob(t, srv, exp, "slurm:e2e:"+id+".0", nodes)
+				if run.Info.Status != mlflow.StatusFinished || p.Count("runs/update") != 1 || run.Params[mlflow.ParamFinished] == "" {
+					t.Errorf("round %d: status %s after %d runs/update (finished by %q), want FINISHED set once",
+						r, run.Info.Status, p.Count("runs/update"), run.Params[mlflow.ParamFinished])
+				}
+				report(t, "multinode", nodes)
+				p.Close()
+				if t.Failed() {
+					return
+				}
+			}
+		})
+	}
+}
+
+// TestSingleNodeUnchanged: with no job key (none found, or --job-key=none
+// in a Slurm step) bridge creates a run of its own as before: no election,
+// keys under system/ alone, no node id for the child. It also gives
+// bench/multinode.sh today's child-start delay next to the election's.
+func TestSingleNodeUnchanged(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	slurm := slurmJob(fmt.Sprint(mnJobs.Add(1)), time.Now().Unix(), 2, 0)(0)
+	for r := range envInt("BRIDGE_TEST_MULTINODE_ROUNDS", 1) {
+		for _, env := range [][]string{nil, append(slurm, "BRIDGE_JOB_KEY=none")} {
+			n := startMN(t, srv.URL, fmt.Sprintf("single-%d", mnJobs.Add(1)), env)
+			n.id = "single"
+			wait(t, n)
+			id, node, _ := n.seen(t)
+			if n.code != 0 || id == "-" || node != "-" {
+				t.Fatalf("round %d, env %v: bridge exited %d, the child saw run %q node %q: want a run and no node id", r, env, n.code, id, node)
+			}
+			run := srv.GetRun(t, id)
+			if run.Tags[mlflow.TagJobKey] != "" || run.Info.Status != mlflow.StatusFinished {
+				t.Errorf("env %v: run tags %v, status %s: want no job, FINISHED", env, run.Tags, run.Info.Status)
+			}
+			if keys := srv.MetricKeys(t, id, "system/"); len(keys) == 0 || strings.Count(keys[0], "/") != 1 {
+				t.Errorf("env %v: keys %v, want system/<name>", env, keys)
+			}
+			report(t, "single", []*mnNode{n})
+		}
+	}
+}
+
+// TestMultinodeTwoJobs: two jobs at once stay apart.
+func TestMultinodeTwoJobs(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp := fmt.Sprintf("two-jobs-%d", mnJobs.Add(1))
+	a, b := fmt.Sprint(mnJobs.Add(1)), fmt.Sprint(mnJobs.Add(1))
+	na := startNodes(t, srv.URL, exp, 3, slurmJob(a, time.Now().Unix(), 3, 0))
+	nb := startNodes(t, srv.URL, exp, 3, slurmJob(b, time.Now().Unix(), 3, 0))
+	wait(t, append(na, nb...)...)
+	ra := checkJob(t, srv, exp, "slurm:e2e:"+a+".0", na)
+	rb := checkJob(t, srv, exp, "slurm:e2e:"+b+".0", nb)
+	if ra.Info.RunID == rb.Info.RunID {
+		t.Fatalf("two jobs share run %s", ra.Info.RunID)
+	}
+}
+
+// TestMultinodeLateNode: a node that starts late (10 s here; two minutes in
+// bench/multinode.sh) joins the run the others elected; the run is
+// FINISHED only once it too has ended.
+func TestMultinodeLateNode(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	late := 10 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("BRIDGE_TEST_MULTINODE_LATE")); err == nil && d > 0 {
+		late = d
+	}
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("late-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 3, 0)
+	nodes := startNodes(t, srv.URL, exp, 2, env)
+	wait(t, nodes...)
+	key := "slurm:e2e:" + id + ".0"
+	if r := checkJob(t, srv, exp, key, nodes); r.Info.Status != mlflow.StatusRunning {
+		t.Errorf("with one of three nodes still to come the run is %s, want RUNNING", r.Info.Status)
+	}
+	time.Sleep(late) // the lateness under test, not a synchronisation
+	last := startMN(t, srv.URL, exp, env(2))
+	last.id = "node-2"
+	wait(t, last)
+	if r := checkJob(t, srv, exp, key, append(nodes, last)); r.Info.Status != mlflow.StatusFinished {
+		t.Errorf("after the late node ended the run is %s, want FINISHED", r.Info.Status)
+	}
+}
+
+// TestMultinodeOneNodeFails: one node's child fails; the run is FAILED and
+// stays so when the others end cleanly.
+func TestMultinodeOneNodeFails(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("fails-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 3, 0)
+	nodes := startNodes(t, srv.URL, exp, 3, func(i int) []string {
+		if i == 1 {
+			return append(env(i), "CHILD_EXIT=3")
+		}
+		return env(i)
+	})
+	wait(t, nodes...)
+	if nodes[1].code != 3 || nodes[0].code != 0 {
+		t.Errorf("exit codes %d %d, want the children's 0 and 3", nodes[0].code, nodes[1].code)
+	}
+	r := checkJob(t, srv, exp, "slurm:e2e:"+id+".0", nodes)
+	if r.Info.Status != mlflow.StatusFailed || r.Tags["bridge.node.node-1.exit_code"] != "3" || r.Tags["bridge.failed.node-1"] == "" {
+		t.Errorf("run %s, tags %v: want FAILED with node-1's exit recorded", r.Info.Status, r.Tags)
+	}
+}
+
+// TestMultinodeRequeue: Slurm requeues the job (SLURM_RESTART_COUNT=1, a
+// new start time): its nodes rejoin the run, the attempt tagged on it.
+func TestMultinodeRequeue(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("requeue-%d", mnJobs.Add(1))
+	key := "slurm:e2e:" + id + ".0"
+	first := startNodes(t, srv.URL, exp, 2, func(i int) []string {
+		env := slurmJob(id, 1000, 2, 0)(i)
+		if i == 1 {
+			env = append(env, "CHILD_EXIT=137")
+		}
+		return env
+	})
+	wait(t, first...)
+	run := checkJob(t, srv, exp, key, first).Info.RunID
+	again := startNodes(t, srv.URL, exp, 2, slurmJob(id, 2000, 2, 1))
+	wait(t, again...)
+	r := checkJob(t, srv, exp, key, again)
+	if r.Info.RunID != run {
+		t.Fatalf("the requeued job's run %s, want the first attempt's %s", r.Info.RunID, run)
+	}
+	for _, n := range again {
+		if r.Tags["bridge.node."+n.id+".attempt"] != "1" {
+			t.Errorf("%s's attempt tag %q, want 1", n.id, r.Tags["bridge.node."+n.id+".attempt"])
+		}
+	}
+	if r.Info.Status != mlflow.StatusFailed {
+		t.Errorf("after a failed attempt and a clean one the run is %s, want FAILED kept", r.Info.Status)
+	}
+}
+
+// TestMultinodeElectionUnfinished: node 1 cannot finish the election (its
+// MLflow searches hang). Its child starts within --start-timeout without a
+// run, its samples stay in the spool and bridge says how to join them;
+// `bridge sync SPOOL` later joins them to the run node 0 elected, under
+// node 1's id, and records its end.
+func TestMultinodeElectionUnfinished(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Schedule(faultproxy.Fault{Path: "runs/search", Kind: faultproxy.Hang})
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("unfinished-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 2, 0)
+	n0 := startMN(t, srv.URL, exp, env(0))
+	n0.id = "node-0"
+	n1 := &mnNode{id: "node-1", dir: t.TempDir()}
+	spoolPath := filepath.Join(n1.dir, "spool.jsonl")
+	n1.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--scopes", "node", "--start-timeout", "1s",
+		"--flush-timeout", "3s", "--spool", spoolPath, "--", "/bin/sh", "-c", mnChild)
+	n1.cmd.Dir = n1.dir
+	n1.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + p.URL(), "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n1.dir}, env(1)...)...)
+	n1.cmd.Stderr = &n1.stderr
+	if err := n1.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, n0, n1)
+	if n1.code != 0 {
+		t.Fatalf("node 1's bridge exited %d, want its child's 0", n1.code)
+	}
+	if run, _, _ := n1.seen(t); run != "-" {
+		t.Errorf("node 1's child saw MLFLOW_RUN_ID=%s, want none", run)
+	}
+	if !strings.Contains(n1.stderr.String(), "bridge sync "+spoolPath) {
+		t.Errorf("node 1 does not say how to join its samples (bridge sync %s):\n%s", spoolPath, n1.stderr.String())
+	}
+	key := "slurm:e2e:" + id + ".0"
+	if r := checkJob(t, srv, exp, key, []*mnNode{n0}); r.Info.Status != mlflow.StatusRunning {
+		t.Errorf("with node 1's end unknown the run is %s, want RUNNING", r.Info.Status)
+	}
+	p.Clear()
+	sync := exec.Command(testbin.Bridge(t), "sync", spoolPath)
+	sync.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+exp)
+	out, err := sync.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bridge sync: %v\n%s", err, out)
+	}
+	// The child ran without the run; what it would have seen, for checkJob.
+	os.WriteFile(filepath.Join(n1.dir, "seen"), []byte(checkJobRun(t, srv, exp, key)+" node-1 0\n"), 0o644)
+	if r := checkJob(t, srv, exp, key, []*mnNode{n0, n1}); r.Info.Status != mlflow.StatusFinished || r.Tags["bridge.node.node-1.status"] != mlflow.StatusFinished {
+		t.Errorf("after the sync the run is %s, node 1's status %q; want FINISHED\n%s", r.Info.Status, r.Tags["bridge.node.node-1.status"], out)
+	}
+}
+
+// checkJobRun is the id of the job's one active run.
+func checkJobRun(t *testing.T, srv *mlflowtest.Server, exp, key string) string {
+	t.Helper()
+	runs := srv.SearchRuns(t, srv.ExperimentID(t, exp), fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ACTIVE_ONLY")
+	if len(runs) != 1 {
+		t.Fatalf("%d active runs of %s", len(runs), key)
+	}
+	return runs[0].Info.RunID
+}
+
+// TestMultinodeWandbShared: two nodes of one job with W&B. Each child's
+// real wandb reads the shared-mode variables bridge exported: the run id
+// derived from the job's key, mode shared, its node's label, primary on
+// node 0 only, no finish-state updates from node 1. Each bridge's own
+// lines carry its node's label in that run.
+func TestMultinodeWandbShared(t *testing.T) {
+	py := wbPython(t)
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
+	script, err := filepath.Abs(filepath.Join("testdata", "wandb_shared.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprint(mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 2, 0)
+	runID := wbsink.RunIDFor("slurm:e2e:" + id + ".0")
+	nodes := make([]*mnNode, 2)
+	var outs [2]syncbuf.Buffer
+	for i := range nodes {
+		n := &mnNode{id: fmt.Sprintf("node-%d", i), dir: t.TempDir()}
+		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--scopes", "node", "--trackers", "wandb",
+			"--spool", filepath.Join(n.dir, "spool.jsonl"), "--", py, script, wbProject)
+		n.cmd.Dir = n.dir
+		n.cmd.Env = append(cleanEnv(srv.ClientEnv(n.dir, wbKey)...), append(env(i), "WANDB_PROJECT="+wbProject, "TMPDIR="+n.dir)...)
+		n.cmd.Stdout, n.cmd.Stderr = &outs[i], &n.stderr
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = n
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("%s: stdout:\n%s\nstderr:\n%s", n.id, outs[i].String(), n.stderr.String())
+			}
+		})
+	}
+	wait(t, nodes...)
+	for i, n := range nodes {
+		if n.code != 0 {
+			t.Errorf("%s's bridge exited %d", n.id, n.code)
+		}
+		primary := map[bool]string{true: "True", false: "False"}[i == 0] // Python's bool
+		want := fmt.Sprintf("shared %s shared %s %s %s", runID, n.id, primary, primary)
+		if !strings.Contains(outs[i].String(), want) {
+			t.Errorf("%s's wandb read %q, want %q", n.id, outs[i].String(), want)
+		}
+	}
+	run, ok := srv.Run(srv.Entity(), wbProject, runID)
+	if !ok {
+		t.Fatalf("no W&B run %s", runID)
+	}
+	for _, n := range nodes {
+		key := "system.node_memory_used_megabytes/l:" + n.id
+		found := false
+		for _, w := range run.Writers {
+			for _, l := range w.Files[wandbserver.EventsFile].Lines {
+				if strings.Contains(l.Content, `"`+key+`"`) {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no line of %s's bridge (%s) in run %s", n.id, key, runID)
+		}
+	}
+}
+
+// TestMultinodeTasksOnOneNode: two bridges of one job on node 0 (srun
+// --ntasks-per-node=2: one /tmp, SLURM_LOCALID 0 and 1) and one on node
+// 1. Node 0's series are sent once, by the bridge that took the node's
+// lock; the other sends only its own child's process series, under
+// system/node-0/task-<local>/.
+func TestMultinodeTasksOnOneNode(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("tasks-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 2, 0)
+	shared := t.TempDir() // node 0's /tmp
+	task := func(local int) []string {
+		e := env(0)
+		e[5] = "SLURM_LOCALID=" + strconv.Itoa(local)
+		return append(e, "TMPDIR="+shared, "BRIDGE_SCOPES=node,process")
+	}
+	nodes := []*mnNode{
+		startMN(t, srv.URL, exp, task(0)),
+		startMN(t, srv.URL, exp, task(1)),
+		startMN(t, srv.URL, exp, append(env(1), "BRIDGE_SCOPES=node,process")),
+	}
+	wait(t, nodes...)
+	run := checkJobRun(t, srv, exp, "slurm:e2e:"+id+".0")
+	lead, other := -1, -1
+	for i, n := range nodes[:2] {
+		if n.code != 0 {
+			t.Fatalf("task %d's bridge exited %d", i, n.code)
+		}
+		ss, _, _, err := spooltest.ReadFile(filepath.Join(n.dir, "spool.jsonl"))
+		if err != nil || len(ss) == 0 {
+			t.Fatalf("task %d's spool: %v", i, err)
+		}
+		if _, ok := ss[0].Value("node_memory_used_megabytes"); ok {
+			lead = i
+		} else {
+			other = i
+		}
+	}
+	if lead < 0 || other < 0 {
+		t.Fatalf("lead %d, other %d: want one bridge of node 0 to send the node's series and one not", lead, other)
+	}
+	keys := srv.MetricKeys(t, run, "system/node-0/")
+	prefix := fmt.Sprintf("system/node-0/task-%d/process_", other)
+	if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, prefix) }) {
+		t.Errorf("no %s* key; node 0's keys: %v", prefix, keys)
+	}
+	if slices.ContainsFunc(keys, func(k string) bool {
+		return strings.HasPrefix(k, "system/node-0/task-") && !strings.HasPrefix(k, prefix)
+	}) {
+		t.Errorf("node-wide series under a task: %v", keys)
+	}
+	ss, _, _, _ := spooltest.ReadFile(filepath.Join(nodes[lead].dir, "spool.jsonl"))
+	if h := srv.History(t, run, "system/node-0/node_memory_used_megabytes"); len(h) != len(ss) {
+		t.Errorf("system/node-0/node_memory_used_megabytes has %d points, the lead's spool %d samples: want them once", len(h), len(ss))
+	}
+	if _, node, _ := nodes[other].seen(t); node != fmt.Sprintf("node-0/task-%d", other) {
+		t.Errorf("the other task's child got MLFLOW_SYSTEM_METRICS_NODE_ID=%s", node)
+	}
+	if r := srv.GetRun(t, run); r.Info.Status != mlflow.StatusFinished {
+		t.Errorf("run %s, want FINISHED", r.Info.Status)
+	}
+}
+
+// TestMultinodeTasksShareWorkdir: srun --ntasks-per-node=2 starts both of
+// a node's bridges in the job's one working directory, with no --spool.
+// Each writes a default spool of its own (node id, task, run): neither
+// finds the other's locked and goes without one. The second task's
+// log-batch calls are refused (503), so its samples stay in its spool;
+// `bridge sync` of it sends them where its bridge would have: under
+// system/node-0/task-1/ on the job's run, its end under the task's scope,
+// the run's status left to the nodes.
+func TestMultinodeTasksShareWorkdir(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Schedule(faultproxy.Fault{Path: "runs/log-batch", Kind: faultproxy.Status, Code: 503})
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("workdir-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 1, 0)(0)
+	dir := t.TempDir() // the job's working directory, and the node's /tmp
+	task := func(local int, uri string) *mnNode {
+		n := &mnNode{id: fmt.Sprintf("node-0 task %d", local), dir: dir}
+		e := slices.Clone(env)
+		e[4], e[5] = "SLURM_PROCID="+strconv.Itoa(local), "SLURM_LOCALID="+strconv.Itoa(local)
+		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--start-timeout", "3m", "--flush-timeout", "3s", "--", "sleep", "2")
+		n.cmd.Dir = dir
+		n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + uri, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + dir,
+			"BRIDGE_SCOPES=node,process"}, e...)...)
+		n.cmd.Stderr = &n.stderr
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("%s: bridge's stderr:\n%s", n.id, n.stderr.String())
+			}
+		})
+		return n
+	}
+	lead := task(0, srv.URL)
+	// Task 0 leads the node: it has taken the node's lock once it names
+	// the job.
+	waitfor.Cond(t, time.Minute, "task 0 naming the job", func() bool { return strings.Contains(lead.stderr.String(), "multi-node job") })
+	other := task(1, p.URL())
+	wait(t, lead, other)
+	spools := map[string]bool{}
+	for _, n := range []*mnNode{lead, other} {
+		out := n.stderr.String()
+		if n.code != 0 || strings.Contains(out, "another bridge is writing this spool") || strings.Contains(out, "memory only") {
+			t.Fatalf("%s: exit %d, want 0 with a spool file of its own:\n%s", n.id, n.code, out)
+		}
+		m := regexp.MustCompile(`msg="spooling samples" .*path=(\S+)`).FindStringSubmatch(out)
+		if m == nil || spools[m[1]] {
+			t.Fatalf("%s spools to %q; the other task to %v:\n%s", n.id, m, spools, out)
+		}
+		spools[m[1]] = true
+	}
+
+	run := checkJobRun(t, srv, exp, "slurm:e2e:"+id+".0")
+	path := filepath.Join(dir, "bridge-spool-node-0.task-1-"+run+".jsonl")
+	ss, _, attempts, err := spooltest.ReadFile(path)
+	if err != nil || len(attempts) != 1 || attempts[0].Start.PID != other.cmd.Process.Pid {
+		t.Fatalf("task 1's default spool %s: %v, attempts %+v; want task 1's attempt alone", path, err, attempts)
+	}
+	procs := 0
+	for _, s := range ss {
+		if _, ok := s.Value("process_count"); ok {
+			procs++
+		}
+	}
+	if procs == 0 {
+		t.Fatalf("task 1's spool holds no process_count among %d samples", len(ss))
+	}
+	p.Clear()
+	sync := exec.Command(testbin.Bridge(t), "sync", path)
+	sync.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+exp)
+	out, err := sync.CombinedOutput()
+	if err != nil {
+		t.Fatalf("bridge sync: %v\n%s", err, out)
+	}
+	if h := srv.History(t, run, "system/node-0/task-1/process_count"); len(h) != procs {
+		t.Errorf("system/node-0/task-1/process_count has %d points after the sync, task 1's spool %d\n%s", len(h), procs, out)
+	}
+	r := srv.GetRun(t, run)
+	if r.Tags["bridge.task.node-0.task-1.status"] != mlflow.StatusFinished || r.Tags["bridge.exit_code"] != "" {
+		t.Errorf("task 1's end: scoped status %q, unscoped exit code %q; want FINISHED under bridge.task.node-0.task-1 only",
+			r.Tags["bridge.task.node-0.task-1.status"], r.Tags["bridge.exit_code"])
+	}
+	if r.Info.Status != mlflow.StatusFinished {
+		t.Errorf("the job's run is %s, want FINISHED (its one node ended cleanly)", r.Info.Status)
+	}
+}

@@ -1,0 +1,20 @@
+#!/bin/bash
+# torchrun on several machines started by hand (or by any tool that runs one
+# command per machine), bridge in front of it. bridge reads torchrun's own
+# options: the key from --rdzv-id, the node from --node-rank, the node count
+# from --nnodes (docs/multinode.md). --rdzv-id must be the same on every
+# machine and new for every job: its default "none" names no job.
+#
+#   on each of the 2 machines:  NODE_RANK=0 deploy/torchrun-multinode.sh
+#                               NODE_RANK=1 deploy/torchrun-multinode.sh
+set -euo pipefail
+
+export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-http://mlflow.example.com:5000}
+export MLFLOW_EXPERIMENT_NAME=${MLFLOW_EXPERIMENT_NAME:-finetune}
+RDZV_ID=${RDZV_ID:-finetune-2026-12-04-a}          # one value per job, on every machine
+MASTER=${MASTER:-gpu-a.example.com}
+
+exec bridge -- torchrun \
+	--nnodes 2 --nproc-per-node 8 --node-rank "${NODE_RANK:?set NODE_RANK to this machine's index}" \
+	--rdzv-id "$RDZV_ID" --rdzv-backend c10d --rdzv-endpoint "$MASTER:29500" \
+	train.py

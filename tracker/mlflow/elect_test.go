@@ -1,0 +1,316 @@
+package mlflow
+
+// The election against a real MLflow server on PostgreSQL (its row locks
+// and isolation are what concurrent bridges meet in production), with
+// mocks/faultproxy in front of some nodes for the slow and lost answers
+// the protocol must survive. The binary's rounds with N = 2, 8 and 32 are
+// in cmd/bridge (multinode_e2e_test.go).
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/mocks/faultproxy"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// node is one bridge's sink in a test job.
+type node struct {
+	id   string
+	sink *Sink
+	env  []string
+	err  error
+}
+
+// jobNodes makes n sinks of one job (key) in experiment exp, each talking
+// to url(i) (the server, or a fault proxy in front of it).
+func jobNodes(t *testing.T, url func(i int) string, exp, key string, n int, job func(i int) Job) []*node {
+	t.Helper()
+	nodes := make([]*node, n)
+	for i := range nodes {
+		j := Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: n, Settle: time.Second}
+		if job != nil {
+			j = job(i)
+		}
+		nodes[i] = &node{id: fmt.Sprintf("node-%d", i), sink: serverSink(t, url(i), Config{ExperimentName: exp, Job: &j})}
+	}
+	return nodes
+}
+
+// startTogether starts every node's sink at the same moment and waits for
+// all of them (each within a generous deadline).
+func startTogether(t *testing.T, nodes []*node) {
+	t.Helper()
+	startNodes(nodes)()
+}
+
+// startNodes starts the nodes' sinks at once and returns the wait for them.
+func startNodes(nodes []*node) (wait func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, n := range nodes {
+		wg.Go(func() {
+			<-gate
+			n.env, n.err = n.sink.Start(ctx, tracker.StartInfo{NodeID: n.id, Command: []string{"train.py"}, RunName: "job"})
+		})
+	}
+	close(gate)
+	return func() { wg.Wait(); cancel() }
+}
+
+// oneRun checks that every node got the same run, the only active run of
+// the key, elected and eligible; that every other candidate is deleted and
+// was never elected; and returns it.
+func oneRun(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*node) string {
+	t.Helper()
+	win := ""
+	for _, n := range nodes {
+		if n.err != nil {
+			t.Fatalf("%s: Start: %v", n.id, n.err)
+		}
+		if win == "" {
+			win = n.sink.RunID()
+		}
+		if n.sink.RunID() != win || !slices.Contains(n.env, EnvRunID+"="+win) || !slices.Contains(n.env, EnvNodeID+"="+n.id) {
+			t.Errorf("%s: run %s, env %v; want run %s and its node id", n.id, n.sink.RunID(), n.env, win)
+		}
+	}
+	expID := srv.ExperimentID(t, exp)
+	filter := fmt.Sprintf("tags.`%s` = '%s'", TagJobKey, key)
+	active := srv.SearchRuns(t, expID, filter, "ACTIVE_ONLY")
+	if len(active) != 1 || active[0].Info.RunID != win {
+		var ids []string
+		for _, r := range active {
+			ids = append(ids, r.Info.RunID)
+		}
+		t.Fatalf("active runs of key %s: %v, want only %s", key, ids, win)
+	}
+	if r := active[0]; r.Tags[TagElected] != "true" || r.Params[ParamElection] != eligible {
+		t.Errorf("the job's run: tags %v params %v, want it elected and eligible", r.Tags, r.Params)
+	}
+	for _, r := range srv.SearchRuns(t, expID, filter, "DELETED_ONLY") {
+		if r.Tags[TagElected] != "" {
+			t.Errorf("deleted candidate %s was elected: %v", r.Info.RunID, r.Tags)
+		}
+	}
+	return win
+}
+
+// TestElectRace: eight nodes ask in the same instant; one run.
+func TestElectRace(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp, key := unique(t), "race:"+unique(t)
+	nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 8, nil)
+	startTogether(t, nodes)
+	oneRun(t, srv, exp, key, nodes)
+}
+
+// TestElectWithdrawsSlowCandidate: node 0's runs/create is applied at once
+// and answered after more than T. Nodes 1 and 2 searched before it and
+// create their candidates (held 0.9 s by their proxies) while node 0
+// searches, so all three are candidates. At their final search the
+// others find node 0's candidate without an eligibility and void it; node
+// 0 withdraws it when the answer comes. It is never the job's run.
+func TestElectWithdrawsSlowCandidate(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp, key := unique(t), "slow:"+unique(t)
+	proxies := make([]*faultproxy.Proxy, 3)
+	for i := range proxies {
+		p, err := faultproxy.Start(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		proxies[i] = p
+	}
+	const settle = 2 * time.Second
+	proxies[0].Schedule(faultproxy.Fault{Path: "runs/create", Kind: faultproxy.SlowAnswer, Delay: 2 * settle, Times: 1})
+	for _, p := range proxies[1:] {
+		p.Schedule(faultproxy.Fault{Path: "runs/create", Kind: faultproxy.Slow, Delay: 900 * time.Millisecond, Times: 1})
+	}
+	nodes := jobNodes(t, func(i int) string { return proxies[i].URL() }, exp, key, 3, func(int) Job {
+		return Job{Key: key, Attempt: -1, Nodes: 3, Settle: settle}
+	})
+	waitOthers := startNodes(nodes[1:])
+	waitfor.Cond(t, time.Minute, "nodes 1 and 2 sending runs/create", func() bool {
+		return proxies[1].Count("runs/create") > 0 && proxies[2].Count("runs/create") > 0
+	})
+	startNodes(nodes[:1])()
+	waitOthers()
+	win := oneRun(t, srv, exp, key, nodes)
+	if proxies[0].Hits(faultproxy.SlowAnswer) != 1 {
+		t.Fatalf("node 0 made no candidate (the slow answer was not given)")
+	}
+	slow := srv.SearchRuns(t, srv.ExperimentID(t, exp), fmt.Sprintf("tags.`%s` = 'node-0'", TagCandidateOf), "ALL")
+	if len(slow) != 1 {
+		t.Fatalf("node 0's candidates: %d, want 1", len(slow))
+	}
+	if c := slow[0]; c.Info.RunID == win || c.Params[ParamElection] != void || c.Info.LifecycleStage != "deleted" {
+		t.Errorf("node 0's slow candidate %s: params %v, %s; want it voided by the others and deleted", c.Info.RunID, c.Params, c.Info.LifecycleStage)
+	}
+}
+
+// TestElectLostCreateAnswer: a create applied by the server whose answer
+// is lost is found again by its start id.
+func TestElectLostCreateAnswer(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp, key := unique(t), "lost:"+unique(t)
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Schedule(faultproxy.Fault{Path: "runs/create", Kind: faultproxy.AppliedThenReset, Times: 1})
+	nodes := jobNodes(t, func(int) string { return p.URL() }, exp, key, 1, nil)
+	startTogether(t, nodes)
+	win := oneRun(t, srv, exp, key, nodes)
+	if all := srv.RunIDs(t, exp); len(all) != 1 || all[0] != win {
+		t.Errorf("runs in the experiment: %v, want only %s (the lost create's run, found again)", all, win)
+	}
+}
+
+// TestElectLatecomer: a node that starts after the election joins the
+// elected run and creates nothing.
+func TestElectLatecomer(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp, key := unique(t), "late:"+unique(t)
+	first := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+	startTogether(t, first)
+	win := oneRun(t, srv, exp, key, first)
+	before := len(srv.RunIDs(t, exp))
+	late := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)[2:]
+	startTogether(t, late)
+	if got := oneRun(t, srv, exp, key, append(first, late...)); got != win {
+		t.Errorf("the latecomer joined %s, want %s", got, win)
+	}
+	if after := len(srv.RunIDs(t, exp)); after != before {
+		t.Errorf("runs in the experiment went from %d to %d: the latecomer made a candidate", before, after)
+	}
+}
+
+// TestElectGenerations: a Slurm job id reused after a database reset is a
+// new job (another generation) and gets a run of its own; a requeued
+// attempt of it (Attempt > 0, a later start time) joins that run.
+func TestElectGenerations(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp, key := unique(t), "slurm:c:"+unique(t)
+	gen := func(g string, attempt int) func(int) Job {
+		return func(int) Job { return Job{Key: key, Generation: g, Attempt: attempt, Nodes: 2, Settle: time.Second} }
+	}
+	old := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("1000", 0))
+	startTogether(t, old)
+	oldRun := old[0].sink.RunID()
+	reused := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("5000", 0))
+	startTogether(t, reused)
+	newRun := reused[0].sink.RunID()
+	if newRun == "" || newRun == oldRun || reused[1].sink.RunID() != newRun {
+		t.Fatalf("the reused job id's runs: %q %q, the old job's %q: want a new run shared by both nodes", newRun, reused[1].sink.RunID(), oldRun)
+	}
+	requeued := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("7000", 1))
+	startTogether(t, requeued)
+	for _, n := range requeued {
+		if n.err != nil || n.sink.RunID() != newRun {
+			t.Errorf("%s of the requeued attempt: run %q (%v), want %s", n.id, n.sink.RunID(), n.err, newRun)
+		}
+	}
+}
+
+// endNode records one node's end on the job's run.
+func endNode(t *testing.T, n *node, code int) {
+	t.Helper()
+	end := tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": fmt.Sprint(code)}}
+	if err := n.sink.Finish(context.Background(), end); err != nil {
+		t.Fatalf("%s: Finish: %v", n.id, err)
+	}
+}
+
+// TestJobEnd: the run's status from every node's end. FAILED as soon as
+// one node's child fails, and it stays FAILED; FINISHED only once every
+// node ended cleanly, set by one node.
+func TestJobEnd(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	t.Run("all clean", func(t *testing.T) {
+		exp, key := unique(t), "end:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		for i, n := range nodes {
+			endNode(t, n, 0)
+			r := srv.GetRun(t, win)
+			if want := map[bool]string{true: StatusFinished, false: StatusRunning}[i == len(nodes)-1]; r.Info.Status != want {
+				t.Errorf("after %d of %d nodes ended cleanly: %s, want %s", i+1, len(nodes), r.Info.Status, want)
+			}
+			if r.Tags["bridge.node."+n.id+".exit_code"] != "0" || r.Tags["bridge.node."+n.id+".status"] != StatusFinished {
+				t.Errorf("%s's end tags: %v", n.id, r.Tags)
+			}
+		}
+		if by := srv.GetRun(t, win).Params[ParamFinished]; by != nodes[2].id {
+			t.Errorf("%s = %q, want the last node", ParamFinished, by)
+		}
+	})
+	t.Run("one fails", func(t *testing.T) {
+		exp, key := unique(t), "fail:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[0], 0)
+		endNode(t, nodes[1], 3)
+		if st := srv.GetRun(t, win).Info.Status; st != StatusFailed {
+			t.Errorf("after node 1 failed: %s, want FAILED at once", st)
+		}
+		endNode(t, nodes[2], 0)
+		r := srv.GetRun(t, win)
+		if r.Info.Status != StatusFailed || r.Tags["bridge.failed.node-1"] == "" || r.Params[ParamFinished] != "" {
+			t.Errorf("after the rest ended cleanly: %s, tags %v, params %v; want FAILED kept", r.Info.Status, r.Tags, r.Params)
+		}
+	})
+	t.Run("a node whose previous attempt was lost", func(t *testing.T) {
+		exp, key := unique(t), "lost-attempt:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+		startTogether(t, nodes[:1])
+		// Node 1's bridge found in its spool an attempt that never ended.
+		env, err := nodes[1].sink.Start(context.Background(), tracker.StartInfo{NodeID: "node-1",
+			Tags: map[string]string{tagPreviousAttemptLost: "attempt 1 stopped without a clean shutdown"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[1].env = env
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[0], 0)
+		endNode(t, nodes[1], 0)
+		r := srv.GetRun(t, win)
+		if r.Info.Status != StatusKilled || !strings.Contains(r.Tags["bridge.failed.node-1"], "lost") || r.Tags["bridge.node.node-1.previous_attempt_lost"] == "" {
+			t.Errorf("both nodes ended cleanly after node 1 lost an attempt: %s, tags %v; want KILLED", r.Info.Status, r.Tags)
+		}
+	})
+	t.Run("a restarted node ends clean after a failed attempt", func(t *testing.T) {
+		exp, key := unique(t), "restart:"+unique(t)
+		att := func(a int) func(int) Job {
+			return func(int) Job { return Job{Key: key, Attempt: a, Nodes: 2, Settle: time.Second} }
+		}
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(0))
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[0], 0)
+		endNode(t, nodes[1], 137)
+		again := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(1))[1:]
+		startTogether(t, again)
+		if again[0].sink.RunID() != win {
+			t.Fatalf("the restarted node joined %q, want %s", again[0].sink.RunID(), win)
+		}
+		srv.SetStatus(t, win, StatusRunning) // the child's mlflow.start_run() resumes it
+		endNode(t, again[0], 0)
+		r := srv.GetRun(t, win)
+		if r.Info.Status != StatusFailed || r.Tags["bridge.node.node-1.attempt"] != "1" || r.Tags["bridge.node.node-1.status"] != StatusFinished {
+			t.Errorf("after the clean second attempt: %s, tags %v; want FAILED kept, attempt 1 recorded", r.Info.Status, r.Tags)
+		}
+	})
+}

@@ -1,0 +1,200 @@
+package mlflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bridge-dev/bridge/jobkey"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// startJob is Start for a multi-node job: the election finds the job's run;
+// the child gets its id and the node id MLflow's own monitor nests under.
+// Until the election is over Start fails without a run (RunID is ""), and
+// the forwarder starts the sink again in the background: the election
+// resumes where it stopped.
+func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, error) {
+	job := s.cfg.Job
+	if !jobkey.ValidKey(job.Key) {
+		return nil, tracker.Permanent(fmt.Errorf("job key %q: %s", job.Key, jobkey.KeyRule))
+	}
+	node := info.NodeID
+	if node == "" {
+		node = s.cfg.NodeID
+	}
+	s.who = node
+	s.scope = "bridge.node." + node
+	if job.Task != "" {
+		s.who = node + "." + job.Task
+		s.scope = "bridge.task." + node + "." + job.Task
+		s.prefix = "system/" + node + "/" + job.Task + "/"
+	}
+	if s.el.expID == "" {
+		expID, err := s.experiment(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := tracker.ValidID("experiment id", expID); err != nil {
+			return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
+		}
+		s.el.expID = expID
+	}
+	id, err := s.elect(ctx, info)
+	if err != nil {
+		return nil, err
+	}
+	if err := tracker.ValidID("run id", id); err != nil {
+		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: the job's run: %w", s.url, err))
+	}
+	// The job's run is bridge's: it records the job's end (finishJob).
+	s.runID, s.created = id, true
+	s.startTags = s.scoped(info.Tags)
+	if job.Attempt >= 0 {
+		s.startTags[s.scope+".attempt"] = strconv.Itoa(job.Attempt)
+	}
+	s.startTags[s.scope+".started"] = strconv.FormatInt(time.Now().UnixMilli(), 10)
+	if lost := info.Tags[tagPreviousAttemptLost]; lost != "" {
+		// That attempt's end was never recorded (its bridge died with
+		// the child, or the node did): it counts against the job.
+		s.startTags["bridge.failed."+s.who] = StatusKilled + ": the previous attempt was lost: " + lost
+	}
+	if job.Nodes > 0 {
+		s.startTags[TagNodes] = strconv.Itoa(job.Nodes)
+	}
+	env := []string{EnvRunID + "=" + id, EnvExperimentID + "=" + s.el.expID}
+	if node != "" {
+		// MLflow's own monitor in the child nests the same way.
+		env = append(env, EnvNodeID+"="+strings.TrimSuffix(strings.TrimPrefix(s.prefix, "system/"), "/"))
+	}
+	return env, nil
+}
+
+// tagPreviousAttemptLost is forensics.TagPreviousAttemptLost, set by the
+// caller when this node's previous attempt stopped without recording its
+// end.
+const tagPreviousAttemptLost = "bridge.previous_attempt_lost"
+
+// scoped moves bridge's own tags (bridge.*) under this node's scope: each
+// node's cgroup, limits, exit code... live side by side on the job's run.
+func (s *Sink) scoped(tags map[string]string) map[string]string {
+	out := make(map[string]string, len(tags))
+	for k, v := range tags {
+		if rest, ok := strings.CutPrefix(k, "bridge."); ok && k != "bridge.node_id" {
+			out[s.scope+"."+rest] = v
+		} else if !ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// The status a run has, worst last: bridge never moves a job's run to a
+// better one (a failed attempt stays failed when a restarted one ends
+// cleanly).
+func severity(status string) int {
+	switch status {
+	case StatusFinished:
+		return 1
+	case StatusKilled:
+		return 2
+	case StatusFailed:
+		return 3
+	}
+	return 0 // RUNNING, SCHEDULED, unknown
+}
+
+// finishJob records this node's end on the job's run and, from every
+// node's record, the run's status: FAILED (or KILLED) as soon as one node's
+// child failed (a record that stays), FINISHED once every node the launcher
+// started ended cleanly, and with the node count unknown nothing more
+// (the child's mlflow.end_run() decides). A status only gets worse.
+func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
+	var errs []error
+	if err := s.flushStartTags(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	status := TerminalStatus(end)
+	tags := s.scoped(end.Tags)
+	tags[s.scope+".status"] = status
+	tags[s.scope+".ended"] = strconv.FormatInt(end.Time.UnixMilli(), 10)
+	if status != StatusFinished {
+		at := ""
+		if s.cfg.Job.Attempt >= 0 {
+			at = fmt.Sprintf(", attempt %d", s.cfg.Job.Attempt)
+		}
+		// Never cleared: a later clean attempt does not make the job clean.
+		tags["bridge.failed."+s.who] = fmt.Sprintf("%s: exit %d%s", status, end.ExitCode, at)
+	}
+	if err := s.SetTags(ctx, tags); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	return errors.Join(append(errs, s.settleJobStatus(ctx, end))...)
+}
+
+// jobStatus is the status the nodes' records call for ("" for none yet).
+func jobStatus(tags map[string]string, nodes int) string {
+	worst := ""
+	for k, v := range tags {
+		if strings.HasPrefix(k, "bridge.failed.") {
+			st, _, _ := strings.Cut(v, ":")
+			if severity(st) > severity(worst) {
+				worst = st
+			}
+		}
+	}
+	if worst != "" || nodes <= 0 {
+		return worst
+	}
+	clean := 0
+	for k, v := range tags {
+		if strings.HasPrefix(k, "bridge.node.") && strings.HasSuffix(k, ".status") && v == StatusFinished {
+			clean++
+		}
+	}
+	if clean >= nodes {
+		return StatusFinished
+	}
+	return ""
+}
+
+// settleJobStatus moves the run to the status the records call for. Nodes
+// ending together may each read the others' records before they land: the
+// one that writes reads again, so the last writer saw every record. One
+// node writes FINISHED: the write-once param bridge.finished_by says which.
+func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) error {
+	for range 3 {
+		run, err := s.getRun(ctx, s.runID)
+		if err != nil {
+			return err
+		}
+		tags := run.Data.TagMap()
+		nodes := s.cfg.Job.Nodes
+		if nodes <= 0 {
+			nodes, _ = strconv.Atoi(tags[TagNodes])
+		}
+		want := jobStatus(tags, nodes)
+		if want == "" || severity(want) <= severity(run.Info.Status) {
+			return nil
+		}
+		if want == StatusFinished {
+			by, err := s.setParam(ctx, s.runID, ParamFinished, s.who)
+			if err != nil {
+				return err
+			}
+			if by != s.who {
+				return nil // another node ends the run
+			}
+		}
+		req := updateRunRequest{RunID: s.runID, Status: want, EndTime: end.Time.UnixMilli()}
+		if err := s.call(ctx, http.MethodPost, "runs/update", nil, req, nil, fmt.Sprintf("setting the job's run %s to %s", s.runID, want)); err != nil {
+			return err
+		}
+		s.log.Info("set the job's run status", "run_id", s.runID, "status", want, "node", s.who)
+	}
+	return nil
+}
