@@ -15,6 +15,9 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// testChoices stand in for the registrations' (pipeline.Choices, tested there).
+var testChoices = Choices{Scopes: []string{"container", "node", "rootfs", "netns", "process", "gpu"}, Trackers: []string{"mlflow", "wandb"}}
+
 func load(t *testing.T, args []string, env map[string]string) (Config, error) {
 	t.Helper()
 	clearEnv(t)
@@ -22,11 +25,11 @@ func load(t *testing.T, args []string, env map[string]string) (Config, error) {
 		t.Setenv(k, v)
 	}
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	RegisterFlags(fs)
+	RegisterFlags(fs, testChoices)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
-	return Load(fs)
+	return Load(fs, testChoices)
 }
 
 func writeFile(t *testing.T, body string) string {
@@ -46,8 +49,8 @@ func TestDefaults(t *testing.T) {
 	if c.Interval != 10*time.Second {
 		t.Errorf("interval = %v, want 10s (MLflow's default)", c.Interval)
 	}
-	if !reflect.DeepEqual(c.Scopes, AllScopes) {
-		t.Errorf("scopes = %v, want all %v", c.Scopes, AllScopes)
+	if !reflect.DeepEqual(c.Scopes, testChoices.Scopes) {
+		t.Errorf("scopes = %v, want all %v", c.Scopes, testChoices.Scopes)
 	}
 	if c.LogLevel != "info" || c.NoContainer || c.NodeID != "" || !reflect.DeepEqual(c.Trackers, []string{"auto"}) {
 		t.Errorf("unexpected defaults: %+v", c)
@@ -283,11 +286,11 @@ func loadErr(t *testing.T, args []string, env map[string]string) (Config, error)
 	}
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	RegisterFlags(fs)
+	RegisterFlags(fs, testChoices)
 	if err := Parse(fs, args); err != nil {
 		return Config{}, err
 	}
-	return Load(fs)
+	return Load(fs, testChoices)
 }
 
 func clearEnv(t *testing.T) {

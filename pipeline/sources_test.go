@@ -54,7 +54,7 @@ func TestSourcesNodeScopes(t *testing.T) {
 	}{
 		{[]string{"container", "node"}, []metrics.Scope{metrics.ScopeNode}},
 		{[]string{"rootfs", "process"}, []metrics.Scope{metrics.ScopeRootfs}},
-		{config.AllScopes, []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}},
+		{Scopes(), []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}},
 	} {
 		cfg := config.Config{Scopes: tt.scopes, NoContainer: true, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/", CollectTimeout: deadline}
 		src, err := BuildSources(cfg, quiet())
