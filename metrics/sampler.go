@@ -3,10 +3,13 @@ package metrics
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -18,14 +21,19 @@ import (
 // its points for that sample only, and one that hangs (an NVML call, a stuck
 // NFS statfs) is skipped until its call returns, so it can never stall
 // sampling or start a second concurrent call; its worker is the only
-// goroutine it holds.
+// goroutine it holds. It keeps each collector's Health, as node_exporter
+// reports its collectors.
 //
 // Contract: Sample is not safe for concurrent use; one goroutine drives it.
+// Health may be called from any goroutine.
 type Sampler struct {
 	collectors []Collector
 	timeout    time.Duration
 	log        *slog.Logger
 	now        func() time.Time
+
+	mu     sync.Mutex
+	health []Health // per collector; written by Sample, read by Health (under mu)
 
 	// Owned by the goroutine that calls Sample (and Close).
 	workers  []worker
@@ -34,6 +42,7 @@ type Sampler struct {
 	closed   bool
 	nextSeq  int64
 	answered []bool       // per collector, its batch holds this sample's points; reused
+	asked    []bool       // per collector, this sample handed it a job; reused
 	warned   map[int]bool // collector index -> an error was logged at warn once
 }
 
@@ -45,6 +54,7 @@ type worker struct {
 	// again as soon as its result is taken (no flag cleared after a send
 	// that a next Sample could race with).
 	inflight bool
+	since    time.Time // when its job in flight was handed over
 	// batch is what the collector adds its points to: the worker's while
 	// a job runs, the Sample goroutine's once the result is received
 	// (the channels order the two). Reused from sample to sample.
@@ -59,25 +69,68 @@ type job struct {
 }
 
 type result struct {
-	idx int
-	seq int64 // the sample that asked; an older one's result is dropped
-	err error
+	idx  int
+	seq  int64 // the sample that asked; an older one's result is dropped
+	err  error
+	took time.Duration // the Collect call's
 }
+
+// Health is one collector's record: how its last run went, as
+// node_exporter's node_scrape_collector_duration_seconds and
+// node_scrape_collector_success report it, and its failures so far.
+type Health struct {
+	Collector string        // its Name
+	Runs      int           // samples that asked it for points
+	Failures  int           // runs that failed: an error, a panic, no answer in time, or still busy with an earlier run
+	Duration  time.Duration // of its last run; for one that did not answer, how long it had run by then
+	OK        bool          // its last run succeeded
+	LastError string        // the first line of its last failure's error; "" before any
+}
+
+// errBusy is the failure of a run skipped because the collector's call of
+// an earlier sample has not returned yet.
+var errBusy = errors.New("still in a call of an earlier sample that did not answer in time")
 
 // NewSampler returns a Sampler over cs. timeout bounds each collector's call.
 func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sampler {
 	if log == nil {
 		log = slog.Default()
 	}
+	health := make([]Health, len(cs))
+	for i, c := range cs {
+		health[i].Collector = c.Name()
+	}
 	return &Sampler{
 		collectors: cs,
 		timeout:    timeout,
 		log:        log,
 		now:        time.Now,
+		health:     health,
 		workers:    make([]worker, len(cs)),
 		results:    make(chan result, len(cs)),
 		answered:   make([]bool, len(cs)),
+		asked:      make([]bool, len(cs)),
 		warned:     map[int]bool{},
+	}
+}
+
+// Health returns each collector's record, in the Sampler's order.
+func (s *Sampler) Health() []Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.health)
+}
+
+// record notes the end of collector i's run in this sample.
+func (s *Sampler) record(i int, took time.Duration, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := &s.health[i]
+	h.Runs++
+	h.Duration, h.OK = took, err == nil
+	if err != nil {
+		h.Failures++
+		h.LastError, _, _ = strings.Cut(err.Error(), "\n") // a panic's stack stays in the log
 	}
 }
 
@@ -134,14 +187,16 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	clear(s.answered)
+	clear(s.asked)
 	pending := 0
 	for i := range s.workers {
 		w := &s.workers[i]
 		if w.inflight {
 			s.log.Debug("collector still busy from an earlier sample; skipped", "collector", s.collectors[i].Name())
+			s.record(i, time.Since(w.since), errBusy)
 			continue
 		}
-		w.inflight = true
+		w.inflight, w.since, s.asked[i] = true, time.Now(), true
 		w.jobs <- job{ctx: cctx, seq: smp.Seq, explain: explain} // the worker is idle: never blocks
 		pending++
 	}
@@ -158,12 +213,19 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 			s.take(r)
 			s.answered[r.idx] = true
 		case <-cctx.Done():
+			why := fmt.Errorf("no answer within the collect timeout, %s", s.timeout)
 			if err := ctx.Err(); err != nil {
 				s.log.Warn("sample cut short; the collectors that had not answered are missing from it",
 					"err", err, "pending", pending)
+				why = fmt.Errorf("no answer before the sample was cut short: %w", err)
 			} else {
 				s.log.Warn("collectors did not answer in time; their points are missing from this sample",
 					"timeout", s.timeout, "pending", pending)
+			}
+			for i, asked := range s.asked {
+				if asked && !s.answered[i] {
+					s.record(i, time.Since(s.workers[i].since), why)
+				}
 			}
 			pending = 0 // stop waiting; late results are dropped by a later Sample
 		}
@@ -224,10 +286,11 @@ func (s *Sampler) work(i int, jobs <-chan job) {
 	for j := range jobs {
 		b.Reset()
 		b.Explain = j.explain
+		start := time.Now()
 		err := s.call(j.ctx, c, b)
 		// At most one job per worker is unanswered (inflight), so the
 		// buffer always has room.
-		s.results <- result{idx: i, seq: j.seq, err: err}
+		s.results <- result{idx: i, seq: j.seq, err: err, took: time.Since(start)}
 	}
 }
 
@@ -244,6 +307,7 @@ func (s *Sampler) call(ctx context.Context, c Collector, b *Batch) (err error) {
 }
 
 func (s *Sampler) take(r result) {
+	s.record(r.idx, r.took, r.err)
 	c := s.collectors[r.idx]
 	if r.err != nil {
 		first := !s.warned[r.idx]

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -385,5 +386,70 @@ func TestSamplerEmptySampleIsNil(t *testing.T) {
 	defer s.Close()
 	if smp := s.Sample(context.Background()); smp.Points != nil {
 		t.Errorf("Points = %#v, want nil", smp.Points)
+	}
+}
+
+// Each collector's last run is recorded as node_exporter reports its
+// collectors: duration and success, and the last error (its first line:
+// a panic's stack stays in the log); Health may be read while sampling.
+func TestSamplerHealth(t *testing.T) {
+	t.Parallel()
+	h := &hung{release: make(chan struct{})}
+	defer close(h.release)
+	s := NewSampler([]Collector{
+		fixed{name: "ok", pts: []Point{Named("a", 1)}},
+		fixed{name: "failing", err: errors.New("reading /x: disk on fire\nand a second line")},
+		panicky{},
+		h,
+	}, answerTimeout, quiet())
+	defer s.Close()
+	stop := make(chan struct{})
+	read := make(chan struct{})
+	go func() { // a /metrics scrape beside sampling
+		defer close(read)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				s.Health()
+			}
+		}
+	}()
+	s.Sample(context.Background()) // h times out
+	s.Sample(context.Background()) // h is still busy
+	close(stop)
+	<-read
+
+	byName := map[string]Health{}
+	for _, hl := range s.Health() {
+		byName[hl.Collector] = hl
+	}
+	if ok := byName["ok"]; !ok.OK || ok.Runs != 2 || ok.Failures != 0 || ok.Duration <= 0 || ok.LastError != "" {
+		t.Errorf("ok: %+v", ok)
+	}
+	if f := byName["failing"]; f.OK || f.Runs != 2 || f.Failures != 2 || f.LastError != "reading /x: disk on fire" {
+		t.Errorf("failing: %+v", f)
+	}
+	if p := byName["panicky"]; p.OK || p.Failures != 2 || p.LastError != "collector panicky panicked: boom" {
+		t.Errorf("panicky: %+v", p)
+	}
+	if hh := byName["hung"]; hh.OK || hh.Runs != 2 || hh.Failures != 2 || hh.LastError != errBusy.Error() || hh.Duration < answerTimeout {
+		t.Errorf("hung: %+v, want two failed runs, the last skipped while the first still ran (over %s)", hh, answerTimeout)
+	}
+}
+
+// A collector that does not answer within the timeout is a failed run of
+// that long.
+func TestSamplerHealthTimeout(t *testing.T) {
+	t.Parallel()
+	h := &hung{release: make(chan struct{})}
+	defer close(h.release)
+	s := NewSampler([]Collector{h}, 20*time.Millisecond, quiet())
+	defer s.Close()
+	s.Sample(context.Background())
+	hl := s.Health()[0]
+	if hl.OK || hl.Runs != 1 || hl.Failures != 1 || !strings.Contains(hl.LastError, "no answer within the collect timeout, 20ms") || hl.Duration < 20*time.Millisecond {
+		t.Errorf("health %+v", hl)
 	}
 }

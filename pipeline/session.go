@@ -461,11 +461,29 @@ func (s *Session) Finish(end tracker.EndInfo) {
 	}
 }
 
-// Report writes the end-of-run table: what was measured, the caller's rows
-// (exit status, forensics), then where the samples went.
+// Report writes the end-of-run table: what was measured, the collectors
+// that failed (if any), the caller's rows (exit status, forensics), then
+// where the samples went.
 func (s *Session) Report(w io.Writer, title string, extra ...summary.Row) {
-	rows := append(s.acc.Rows(), extra...)
+	rows := append(append(s.acc.Rows(), s.collectorRows()...), extra...)
 	summary.Write(w, title, append(rows, s.trackerRows()...))
+}
+
+// collectorRows say, per collector that failed during the job, how often
+// and its last error; none when every run succeeded.
+func (s *Session) collectorRows() []summary.Row {
+	var rows []summary.Row
+	for _, h := range s.sampler.Health() {
+		if h.Failures == 0 {
+			continue
+		}
+		v := fmt.Sprintf("failed %d of %d runs", h.Failures, h.Runs)
+		if h.OK {
+			v += " (the last one succeeded)"
+		}
+		rows = append(rows, summary.Row{What: "collector " + h.Collector, Value: v + "; last error: " + h.LastError})
+	}
+	return rows
 }
 
 // trackerRows says, per tracker, where the samples went.

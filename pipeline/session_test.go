@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -156,8 +158,8 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 	if n := s.Acc().Samples(); n != taken {
 		t.Errorf("accumulator has %d samples, want %d", n, taken)
 	}
-	if r := report(s); !strings.Contains(r, "ok run r1: ") || strings.Contains(r, "unsent") {
-		t.Errorf("report:\n%s\nwant every sample sent to run r1", r)
+	if r := report(s); !strings.Contains(r, "ok run r1: ") || strings.Contains(r, "unsent") || strings.Contains(r, "collector") {
+		t.Errorf("report:\n%s\nwant every sample sent to run r1, and no collector row (none failed)", r)
 	}
 
 	smp, acks, attempts, err := spooltest.ReadFile(set.Spool)
@@ -421,5 +423,38 @@ func TestStartSinksBackground(t *testing.T) {
 	}
 	if len(st.Failed) != 0 {
 		t.Errorf("failed %+v", st.Failed)
+	}
+}
+
+// flaky fails every other run.
+type flaky struct{ counter }
+
+func (f *flaky) Name() string { return "flaky" }
+
+func (f *flaky) Collect(ctx context.Context, b *metrics.Batch) error {
+	f.counter.Collect(ctx, b)
+	if f.calls()%2 == 1 {
+		return errors.New("reading /sys/x: input/output error")
+	}
+	return nil
+}
+
+// A collector that failed during the job has a row of the end-of-run table:
+// how many of its runs failed, and its last error.
+func TestSessionReportsFailedCollector(t *testing.T) {
+	f := &flaky{}
+	s := open(t, settings(t), []metrics.Collector{f, &counter{}}, nil)
+	s.Run()
+	waitfor.Cond(t, deadline, "four runs", func() bool { return f.calls() >= 4 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	r := report(s)
+	runs := f.calls()
+	want := fmt.Sprintf(`collector flaky +failed %d of %d runs`, (runs+1)/2, runs)
+	if !regexp.MustCompile(want).MatchString(r) || !strings.Contains(r, "last error: reading /sys/x: input/output error") {
+		t.Errorf("report:\n%s\nwant %q and the last error", r, want)
+	}
+	if strings.Contains(r, "collector counter") {
+		t.Errorf("report:\n%s\nhas a row for the collector that never failed", r)
 	}
 }

@@ -37,7 +37,8 @@ type Health struct {
 	QueueDepth int // samples between sampling and the spool writer
 	Dropped    int // samples the full queue dropped
 	Sinks      []SinkHealth
-	Scrapes    map[string]int // failed --scrape reads per URL
+	Scrapes    map[string]int   // failed --scrape reads per URL
+	Collectors []metrics.Health // each collector's last run (the Sampler's)
 }
 
 // Options configure an Exporter.
@@ -99,6 +100,12 @@ var (
 	errorsDesc   = prometheus.NewDesc("bridge_sink_send_errors_total", "Failed sends to a tracker (each retry counts).", sinkLabels, nil)
 	scrapeDesc   = prometheus.NewDesc("bridge_scrape_failures_total", "Failed reads of a --scrape URL (errors and timeouts).", append(append([]string(nil), labelNames...), "url"), nil)
 	lastSendDesc = prometheus.NewDesc("bridge_sink_last_success_timestamp_seconds", "Unix time of the last successful send to a tracker.", sinkLabels, nil)
+	// As node_exporter's node_scrape_collector_duration_seconds and
+	// node_scrape_collector_success.
+	collectorLabels  = append(append([]string(nil), labelNames...), "collector")
+	collectorDurDesc = prometheus.NewDesc("bridge_collector_duration_seconds", "Duration of a collector's last run in the sampling loop (for one that did not answer in time, how long it had run by then).", collectorLabels, nil)
+	collectorOKDesc  = prometheus.NewDesc("bridge_collector_success", "Whether a collector's last run succeeded (1) or failed (0): an error, a panic, no answer within --collect-timeout.", collectorLabels, nil)
+	collectorErrDesc = prometheus.NewDesc("bridge_collector_failures_total", "Failed runs of a collector.", collectorLabels, nil)
 )
 
 // Collect exposes the latest sample's points, stamped with the sample's
@@ -118,6 +125,19 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		h := e.opt.Health()
 		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(h.QueueDepth), lv...)
 		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(h.Dropped), lv...)
+		for _, c := range h.Collectors {
+			if c.Runs == 0 {
+				continue // not run yet: neither a success nor a failure
+			}
+			cv := append(append([]string(nil), lv...), c.Collector)
+			ok := 0.0
+			if c.OK {
+				ok = 1
+			}
+			ch <- prometheus.MustNewConstMetric(collectorDurDesc, prometheus.GaugeValue, c.Duration.Seconds(), cv...)
+			ch <- prometheus.MustNewConstMetric(collectorOKDesc, prometheus.GaugeValue, ok, cv...)
+			ch <- prometheus.MustNewConstMetric(collectorErrDesc, prometheus.CounterValue, float64(c.Failures), cv...)
+		}
 		for u, n := range h.Scrapes {
 			ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.CounterValue, float64(n), append(append([]string(nil), lv...), u)...)
 		}

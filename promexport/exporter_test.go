@@ -64,7 +64,12 @@ func keys(m map[string]*dto.MetricFamily) []string {
 
 func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	e := New(Options{RunID: func() string { return "run1" }, NodeID: "n0", Health: func() Health {
-		return Health{QueueDepth: 2, Dropped: 1, Scrapes: map[string]int{"http://x/metrics": 3}, Sinks: []SinkHealth{{Name: "mlflow", Sent: 5, Pending: 4, Errors: 7, LastSend: time.UnixMilli(1700000000123)}}}
+		return Health{QueueDepth: 2, Dropped: 1, Scrapes: map[string]int{"http://x/metrics": 3}, Sinks: []SinkHealth{{Name: "mlflow", Sent: 5, Pending: 4, Errors: 7, LastSend: time.UnixMilli(1700000000123)}},
+			Collectors: []metrics.Health{
+				{Collector: "cgroup", Runs: 3, OK: true, Duration: 1500 * time.Microsecond},
+				{Collector: "gpu", Runs: 3, Failures: 2, Duration: 5 * time.Second, LastError: "GPU 0: timeout"},
+				{Collector: "scrape"}, // not run yet
+			}}
 	}})
 	if err := e.Serve("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -147,5 +152,23 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	}
 	if v := one(t, fams, "bridge_scrape_failures_total", map[string]string{"url": "http://x/metrics"}).GetCounter().GetValue(); v != 3 {
 		t.Errorf("bridge_scrape_failures_total = %v, want 3", v)
+	}
+	for _, c := range []struct {
+		collector         string
+		dur, ok, failures float64
+	}{{"cgroup", 0.0015, 1, 0}, {"gpu", 5, 0, 2}} {
+		l := map[string]string{"collector": c.collector, "run_id": "run1"}
+		if v := one(t, fams, "bridge_collector_duration_seconds", l).GetGauge().GetValue(); v != c.dur {
+			t.Errorf("%s duration %v, want %v", c.collector, v, c.dur)
+		}
+		if v := one(t, fams, "bridge_collector_success", l).GetGauge().GetValue(); v != c.ok {
+			t.Errorf("%s success %v, want %v", c.collector, v, c.ok)
+		}
+		if v := one(t, fams, "bridge_collector_failures_total", l).GetCounter().GetValue(); v != c.failures {
+			t.Errorf("%s failures %v, want %v", c.collector, v, c.failures)
+		}
+	}
+	if n := len(fams["bridge_collector_success"].GetMetric()); n != 2 {
+		t.Errorf("%d collectors' success exposed, want 2 (scrape has not run)", n)
 	}
 }
