@@ -306,9 +306,6 @@ func Load(fs *pflag.FlagSet, ch Choices) (Config, error) {
 	if err := c.validate(src, ch); err != nil {
 		return c, err
 	}
-	if err := checkTrackerEnv(os.Getenv); err != nil {
-		return c, err
-	}
 	return c, nil
 }
 
@@ -481,8 +478,8 @@ func (c *Config) validate(src sources, ch Choices) error {
 	if err := c.validatePrometheus(bad); err != nil {
 		return err
 	}
-	if c.NodeID != "" && !ValidNodeID(c.NodeID) {
-		return bad("node-id", c.NodeID, nodeIDRule)
+	if c.NodeID != "" && !jobkey.ValidNodeID(c.NodeID) {
+		return bad("node-id", c.NodeID, jobkey.NodeIDRule)
 	}
 	if c.JobKey != "" && !strings.EqualFold(c.JobKey, jobkey.None) && !jobkey.ValidKey(c.JobKey) {
 		return bad("job-key", c.JobKey, jobkey.KeyRule+`, or "none"`)
@@ -542,19 +539,6 @@ func list(in, allowed []string, key string, bad func(string, any, string) error)
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
-
-const nodeIDRule = "may hold only letters, digits, '_', '-', '.' and at most 100 of them (it becomes one MLflow key segment)"
-
-// ValidNodeID reports whether s can be a node id (one MLflow key segment).
-func ValidNodeID(s string) bool {
-	for _, r := range s {
-		ok := r == '_' || r == '-' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
-		if !ok {
-			return false
-		}
-	}
-	return len(s) <= 100
-}
 
 // HasScope reports whether scope s is collected.
 func (c Config) HasScope(s string) bool { return slices.Contains(c.Scopes, s) }

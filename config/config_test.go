@@ -255,28 +255,6 @@ func TestNewOptions(t *testing.T) {
 	}
 }
 
-func TestTrackerVariables(t *testing.T) {
-	for _, tc := range []struct{ name, val string }{
-		{"MLFLOW_TRACKING_URI", "http://"},
-		{"MLFLOW_TRACKING_URI", "https:///x"},
-		{"MLFLOW_SYSTEM_METRICS_NODE_ID", "a/b"},
-	} {
-		_, err := load(t, nil, map[string]string{tc.name: tc.val})
-		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.name) {
-			t.Errorf("%s=%q: err = %v, want a usage error naming the variable", tc.name, tc.val, err)
-		}
-	}
-	// A non-HTTP store is a choice (bridge then spools), not an error.
-	if _, err := load(t, nil, map[string]string{"MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}); err != nil {
-		t.Errorf("sqlite URI: %v", err)
-	}
-	// The error never shows a password in the URI.
-	_, err := load(t, nil, map[string]string{"MLFLOW_TRACKING_URI": "http://u:hunter22@"})
-	if err == nil || strings.Contains(err.Error(), "hunter22") {
-		t.Errorf("err = %v", err)
-	}
-}
-
 // loadErr is load, but a flag that does not parse is returned, not fatal.
 func loadErr(t *testing.T, args []string, env map[string]string) (Config, error) {
 	t.Helper()
@@ -297,10 +275,6 @@ func clearEnv(t *testing.T) {
 	for _, k := range append(Keys(), "CONFIG") {
 		t.Setenv(EnvName(k), "")
 		os.Unsetenv(EnvName(k))
-	}
-	for _, k := range []string{"MLFLOW_TRACKING_URI", "MLFLOW_SYSTEM_METRICS_NODE_ID"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
 	}
 }
 

@@ -153,6 +153,9 @@ func parse(name string, args []string, stderr io.Writer, extra func(*pflag.FlagS
 		return nil, config.Config{}, false
 	}
 	cfg, err := config.Load(fs, pipeline.Choices())
+	if err == nil {
+		err = pipeline.CheckTrackerEnv(os.Getenv)
+	}
 	if err != nil {
 		usageError(stderr, err)
 		return nil, cfg, false
