@@ -24,6 +24,7 @@ type queued struct {
 	line []byte
 	seq  int64  // a sample's seq; -1 for other records
 	ack  string // an ack's key, so a newer ack replaces it
+	mem  int64  // a sample's memory while it waits (its line and its sample)
 }
 
 // writer owns the spool's file: it appends whole records, keeps those it
@@ -43,7 +44,8 @@ type writer struct {
 
 	size    int64 // bytes of whole records in the file: where the next goes
 	queue   []queued
-	queuedN int // samples in queue
+	queuedN int   // samples in queue
+	queuedB int64 // the memory they hold (queued.mem)
 	failing bool
 	nextTry time.Time // while failing, no retry before this
 	gap     time.Duration
@@ -80,8 +82,8 @@ const (
 )
 
 // enqueue queues a copy of line (a whole record and its newline) and writes
-// what is queued.
-func (w *writer) enqueue(line []byte, seq int64, ack string) {
+// what is queued; mem is what a sample holds in memory while it waits.
+func (w *writer) enqueue(line []byte, seq int64, ack string, mem int64) {
 	if ack != "" {
 		// Only the newest acknowledgement of a sink matters.
 		for i := len(w.queue) - 1; i >= 0; i-- {
@@ -91,23 +93,26 @@ func (w *writer) enqueue(line []byte, seq int64, ack string) {
 			}
 		}
 	}
-	w.queue = append(w.queue, queued{line: append([]byte(nil), line...), seq: seq, ack: ack})
+	w.queue = append(w.queue, queued{line: append([]byte(nil), line...), seq: seq, ack: ack, mem: mem})
 	if seq >= 0 {
 		w.queuedN++
+		w.queuedB += mem
 	}
 	w.flush(false)
 	w.bound()
 }
 
-// bound drops the oldest waiting samples past MaxBuffered.
+// bound drops the oldest waiting samples past MaxBuffered or
+// MaxBufferedBytes; the newest stays.
 func (w *writer) bound() {
-	for w.queuedN > w.opt.MaxBuffered {
+	for w.queuedN > w.opt.MaxBuffered || (w.queuedN > 1 && w.queuedB > w.opt.MaxBufferedBytes) {
 		for i, q := range w.queue {
 			if q.seq < 0 {
 				continue
 			}
 			w.queue = append(w.queue[:i], w.queue[i+1:]...)
 			w.queuedN--
+			w.queuedB -= q.mem
 			w.st.LostUnwritten++
 			w.ix.drop(q.seq)
 			break
@@ -116,7 +121,7 @@ func (w *writer) bound() {
 	if w.st.LostUnwritten > 0 && !w.lostLog {
 		w.lostLog = true
 		w.log.Error("the spool's memory buffer is full; dropping the oldest samples that could not be written",
-			"buffer_limit", w.opt.MaxBuffered)
+			"buffer_limit", w.opt.MaxBuffered, "buffer_limit_bytes", w.opt.MaxBufferedBytes)
 	}
 }
 
@@ -171,7 +176,7 @@ func (w *writer) flush(force bool) {
 	}
 	n := len(w.queue)
 	clear(w.queue) // the lines and keys go; the slice is reused
-	w.queue, w.queuedN = w.queue[:0], 0
+	w.queue, w.queuedN, w.queuedB = w.queue[:0], 0, 0
 	if err := w.wrote(buf); err != nil {
 		w.fail(err)
 		return
@@ -312,7 +317,7 @@ func (w *writer) fail(err error) {
 		w.failing = true
 		w.st.Outages++
 		w.log.Error("cannot write the spool; samples still go to the trackers, wait in memory and are written when it works again",
-			"err", err, "buffer_limit", w.opt.MaxBuffered)
+			"err", err, "buffer_limit", w.opt.MaxBuffered, "buffer_limit_bytes", w.opt.MaxBufferedBytes)
 	}
 }
 
