@@ -20,8 +20,9 @@ import (
 // half of what it was given and fails with ENOSPC, like a filling disk.
 type failingFile struct {
 	*os.File
-	mu   sync.Mutex
-	full bool
+	mu      sync.Mutex
+	full    bool
+	largest int // the longest write that succeeded
 }
 
 func (f *failingFile) setFull(v bool) { f.mu.Lock(); f.full = v; f.mu.Unlock() }
@@ -34,6 +35,9 @@ func (f *failingFile) Write(b []byte) (int, error) {
 		n, _ := f.File.Write(b[:len(b)/2])
 		return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
 	}
+	f.mu.Lock()
+	f.largest = max(f.largest, len(b))
+	f.mu.Unlock()
 	return f.File.Write(b)
 }
 
@@ -168,6 +172,55 @@ func TestDiskFullBufferBounded(t *testing.T) {
 				t.Fatalf("after recovery %+v", st)
 			}
 		})
+	}
+}
+
+// A long buffer is written in pieces of at most maxKeptBuf when the disk
+// works again, in order: writing it never holds a second copy of it.
+func TestRecoveryWritesInPieces(t *testing.T) {
+	s, ff, _ := openFailing(t, Options{SyncEvery: time.Hour})
+	defer s.Close()
+	s.Track("mlflow", "r")
+	long := strings.Repeat("x", 90)
+	pts := make([]metrics.Point, 1000)
+	for i := range pts {
+		pts[i] = metrics.Point{Name: fmt.Sprintf("prom_%04d_%s", i, long), Value: 1}
+	}
+	ff.setFull(true)
+	const n = 40 // 4 MB of lines
+	for i := int64(0); i < n; i++ {
+		s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(i + 1), Points: pts})
+	}
+	if st := s.Stats(); st.Buffered != n || st.Written != 0 {
+		t.Fatalf("stats while full %+v, want %d buffered", st, n)
+	}
+	ff.setFull(false)
+	s.Append(metrics.Sample{Seq: n, Time: time.UnixMilli(n + 1), Points: pts[:1]})
+	if st := s.Stats(); st.Buffered != 0 || st.Written != n+1 {
+		t.Fatalf("stats after recovery %+v, want %d written", st, n+1)
+	}
+	ff.mu.Lock()
+	largest := ff.largest
+	ff.mu.Unlock()
+	s.mu.Lock()
+	kept, unsynced := cap(s.w.wbuf), len(s.w.unsynced)
+	s.mu.Unlock()
+	if largest > maxKeptBuf || kept > maxKeptBuf || unsynced > 2*maxKeptBuf {
+		t.Fatalf("largest write %d, write buffer %d, unsynced %d bytes; want at most %d each (twice for unsynced)", largest, kept, unsynced, maxKeptBuf)
+	}
+	path := s.Path()
+	s.Close()
+	s2, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	want := make([]int64, n+1)
+	for i := range want {
+		want[i] = int64(i)
+	}
+	if got := pendingSeqs(t, s2); !slices.Equal(got, want) || s2.Stats().BadLines != 0 {
+		t.Fatalf("samples in the file %v (%d bad lines), want 0..%d in order", got, s2.Stats().BadLines, n)
 	}
 }
 

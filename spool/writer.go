@@ -125,9 +125,11 @@ func (w *writer) bound() {
 	}
 }
 
-// flush writes the queue in order; a failure leaves the file as it was
-// (whole lines only) and the queue for the next try, which waits for
-// nextTry unless forced.
+// flush writes the queue in order, in writes of at most maxKeptBuf (or one
+// record), so that writing a long buffer after an outage never copies it
+// whole; a failure leaves the file as it was (whole lines only) and the
+// rest of the queue for the next try, which waits for nextTry unless
+// forced.
 func (w *writer) flush(force bool) {
 	if len(w.queue) == 0 || w.f == nil {
 		return
@@ -135,57 +137,78 @@ func (w *writer) flush(force bool) {
 	if w.failing && !force && time.Now().Before(w.nextTry) {
 		return
 	}
-	if w.resync {
-		// What a failed fsync may have lost goes first, so that the file
-		// keeps its records in order.
-		if err := w.sync(); err != nil {
-			w.fail(err)
+	n, done := len(w.queue), 0
+	stop := func(err error) {
+		w.dequeue(done)
+		w.fail(err)
+	}
+	for done < n {
+		if w.resync {
+			// What a failed fsync may have lost goes first, so that the
+			// file keeps its records in order.
+			if err := w.sync(); err != nil {
+				stop(err)
+				return
+			}
+		}
+		k, buf := done, w.wbuf[:0]
+		for k < n && (k == done || len(buf)+len(w.queue[k].line) <= maxKeptBuf) {
+			buf = append(buf, w.queue[k].line...)
+			k++
+		}
+		if cap(buf) <= maxKeptBuf {
+			w.wbuf = buf // kept for the next write; one of a longer record is not
+		}
+		if w.opt.MaxSize > 0 && w.size+int64(len(buf)) > w.opt.MaxSize && w.size > 0 {
+			if err := w.compact(); err != nil {
+				stop(err)
+				w.nextTry = time.Now().Add(max(w.gap, compactRetryGap))
+				return
+			}
+		}
+		if err := w.write(buf); err != nil {
+			stop(err)
+			return
+		}
+		off := w.size
+		w.size += int64(len(buf))
+		for _, q := range w.queue[done:k] {
+			switch {
+			case q.seq >= 0:
+				w.st.Written++
+				w.ix.placed(q.seq, off, len(q.line))
+				w.needSeq = max(w.needSeq, q.seq)
+			case q.ack == "":
+				w.needAll = true
+			}
+			off += int64(len(q.line))
+		}
+		done = k
+		if err := w.wrote(buf); err != nil {
+			stop(err)
 			return
 		}
 	}
-	buf := w.wbuf[:0]
-	for _, q := range w.queue {
-		buf = append(buf, q.line...)
-	}
-	if cap(buf) <= maxKeptBuf {
-		w.wbuf = buf // kept for the next write; a flush after an outage is not
-	}
-	if w.opt.MaxSize > 0 && w.size+int64(len(buf)) > w.opt.MaxSize && w.size > 0 {
-		if err := w.compact(); err != nil {
-			w.fail(err)
-			w.nextTry = time.Now().Add(max(w.gap, compactRetryGap))
-			return
-		}
-	}
-	if err := w.write(buf); err != nil {
-		w.fail(err)
-		return
-	}
-	off := w.size
-	w.size += int64(len(buf))
-	for _, q := range w.queue {
-		switch {
-		case q.seq >= 0:
-			w.st.Written++
-			w.ix.placed(q.seq, off, len(q.line))
-			w.needSeq = max(w.needSeq, q.seq)
-		case q.ack == "":
-			w.needAll = true
-		}
-		off += int64(len(q.line))
-	}
-	n := len(w.queue)
-	clear(w.queue) // the lines and keys go; the slice is reused
-	w.queue, w.queuedN, w.queuedB = w.queue[:0], 0, 0
-	if err := w.wrote(buf); err != nil {
-		w.fail(err)
-		return
-	}
+	w.dequeue(done)
 	w.ix.evict(w.synced())
 	if w.failing {
 		w.failing = false
 		w.log.Info("the spool is writable again; the records held in memory are written", "records", n)
 	}
+}
+
+// dequeue takes the first n records, written, off the queue (its slice is
+// reused).
+func (w *writer) dequeue(n int) {
+	for _, q := range w.queue[:n] {
+		if q.seq >= 0 {
+			w.queuedN--
+			w.queuedB -= q.mem
+		}
+	}
+	rest := copy(w.queue, w.queue[n:])
+	clear(w.queue[rest:]) // the lines and keys go
+	w.queue = w.queue[:rest]
 }
 
 // wrote applies the fsync rule to bytes just written: with SyncEvery 0
