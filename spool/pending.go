@@ -211,17 +211,22 @@ func (ix *index) appended(smp *metrics.Sample, n int) {
 
 // track starts keeping the key's samples; it reports whether samples it
 // needs may be in the file only (the caller then re-reads it, reindex).
+// A sink's run replaces the sink's run-less key (a tracker that had not
+// started yet): that is not giving up.
 func (ix *index) track(key string) (reread bool) {
 	if ix.tracked[key] {
 		return false
 	}
 	ix.tracked[key] = true
+	if sink, run := splitKey(key); run != "" {
+		delete(ix.tracked, ackKey(sink, ""))
+	}
 	reread = ix.partial
 	ix.trim()
 	return reread
 }
 
-// untrack stops keeping a key's samples (its sink gave up).
+// untrack stops keeping a key's samples: its sink gave up.
 func (ix *index) untrack(key string) {
 	if ix.tracked[key] {
 		ix.gaveUp = true

@@ -288,7 +288,9 @@ func (s *Spool) Attempts() []Attempt {
 // Track keeps samples until sink acknowledges them for run; call it for
 // each sink before sampling starts. The samples it is offered are those of
 // the attempts that recorded run for sink (see the package doc), the ones
-// already in the file included.
+// already in the file included. A sink whose tracker starts late is
+// tracked with run "" until then; tracking its run (after WriteRun)
+// replaces that, and is not giving up (Untrack).
 func (s *Spool) Track(sink, run string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -329,7 +331,8 @@ func (s *Spool) reindex() error {
 }
 
 // Untrack stops keeping samples for a sink that gave up (a permanent error):
-// they stay in the file for `bridge sync`.
+// they stay in the file for `bridge sync`, the file is fsynced whatever the
+// other sinks acknowledge, and it is never Delivered.
 func (s *Spool) Untrack(sink, run string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
