@@ -102,14 +102,7 @@ func TestDiskFullThenRecovers(t *testing.T) {
 	if n := strings.Count(logs.String(), "writable again"); n != 1 {
 		t.Fatalf("%d recovery messages, want 1:\n%s", n, logs)
 	}
-	path := s.Path()
-	s.Close()
-
-	s2, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen(t, s)
 	if st := s2.Stats(); st.BadLines != 0 || st.TornTail {
 		t.Fatalf("file after the outage has bad lines: %+v", st)
 	}
@@ -131,6 +124,18 @@ func heldBy(smp metrics.Sample) (line int, mem int64) {
 	var e encoder
 	line = len(e.sample(&smp))
 	return line, held(line, len(smp.Points))
+}
+
+// reopen closes s and opens its file again (closed at the test's end).
+func reopen(t *testing.T, s *Spool) *Spool {
+	t.Helper()
+	s.Close()
+	s2, err := Open(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	return s2
 }
 
 // A long outage keeps at most MaxBuffered samples, holding at most
@@ -208,13 +213,7 @@ func TestRecoveryWritesInPieces(t *testing.T) {
 	if largest > maxKeptBuf || kept > maxKeptBuf || unsynced > 2*maxKeptBuf {
 		t.Fatalf("largest write %d, write buffer %d, unsynced %d bytes; want at most %d each (twice for unsynced)", largest, kept, unsynced, maxKeptBuf)
 	}
-	path := s.Path()
-	s.Close()
-	s2, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen(t, s)
 	want := make([]int64, n+1)
 	for i := range want {
 		want[i] = int64(i)
