@@ -334,8 +334,12 @@ func (s *Session) enqueue(smp metrics.Sample) {
 		}
 	}
 	s.queued.Add(-size)
-	n := s.dropped.Add(1)
-	s.log.Warn("spool writer is behind; sample dropped", "seq", smp.Seq, "dropped", n)
+	// Once at warn: a stalled disk would otherwise log every sample.
+	lvl := slog.LevelDebug
+	if n := s.dropped.Add(1); n == 1 {
+		lvl = slog.LevelWarn
+	}
+	s.log.Log(context.Background(), lvl, "spool writer is behind; sample dropped (the end-of-run table counts every drop)", "seq", smp.Seq, "dropped", s.dropped.Load())
 }
 
 // writer owns acc until it returns (doneW); readers wait for that.

@@ -196,6 +196,8 @@ func TestSessionCountsDrops(t *testing.T) {
 			set := settings(t)
 			set.QueueSize = tc.queue
 			s := open(t, set, []metrics.Collector{&counter{}}, nil)
+			var logs bytes.Buffer // enqueue runs on this goroutine only
+			s.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			// The writer is not running (no Run), so nothing drains the queue.
 			for i := range tc.n {
 				smp := tc.smp
@@ -204,6 +206,10 @@ func TestSessionCountsDrops(t *testing.T) {
 			}
 			if s.Dropped() != tc.drop || s.queued.Load() > maxQueueBytes {
 				t.Errorf("dropped %d, want %d; %d bytes queued, want at most %d", s.Dropped(), tc.drop, s.queued.Load(), maxQueueBytes)
+			}
+			// A stalled disk drops every sample: one warning, not one each.
+			if n := strings.Count(logs.String(), "sample dropped"); n != 1 {
+				t.Errorf("%d warnings for %d drops, want 1:\n%s", n, tc.drop, logs.String())
 			}
 			s.Stop(nil)
 			s.Finish(tracker.EndInfo{Time: time.Now()})
