@@ -14,10 +14,13 @@
 #   BRIDGE_BIN=/tmp/bridge-before bench/scrape-memory.sh   # another build
 #   OUTAGE=1 MODES=maxkept INTERVAL=100ms DURATION=130 bench/scrape-memory.sh
 #       # an MLflow tracker that is down all along: the spool holds up to
-#       # 1024 unacknowledged samples in memory (--trackers mlflow)
+#       # 1024 unacknowledged samples, 16 MiB, in memory (--trackers mlflow)
+#   DISKFULL=1 OUTAGE=1 MODES=maxkept INTERVAL=100ms DURATION=130 bench/scrape-memory.sh
+#       # and the spool on a full tmpfs: samples wait in memory for the
+#       # file too (at most 4096, 64 MiB)
 #
-# Needs root and a writable cgroup v1 memory hierarchy; go (unless
-# BRIDGE_BIN), GNU time.
+# Needs root and a writable cgroup v1 memory hierarchy (and for DISKFULL,
+# to mount a tmpfs); go (unless BRIDGE_BIN), GNU time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODES=${MODES:-small series gzip label endless drip maxkept churn}
@@ -25,15 +28,26 @@ DURATION=${DURATION:-10}
 INTERVAL=${INTERVAL:-1s}
 LIMIT=${LIMIT:-1G}
 OUTAGE=${OUTAGE:-}
+DISKFULL=${DISKFULL:-}
 tmp=$(mktemp -d /tmp/bridge-scrape-memory.XXXXXX)
 exporter=
 cg=
+full=
 cleanup() {
 	[[ -n $exporter ]] && kill "$exporter" 2>/dev/null || true
 	[[ -n $cg && -d $cg ]] && rmdir "$cg" 2>/dev/null || true
+	[[ -n $full ]] && umount "$full" 2>/dev/null || true
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
+spools=$tmp
+if [[ -n $DISKFULL ]]; then
+	full=$tmp/full
+	mkdir "$full"
+	mount -t tmpfs -o size=256k,mode=0700 tmpfs "$full"
+	dd if=/dev/zero of="$full/filler" bs=64k 2>/dev/null || true # until ENOSPC
+	spools=$full
+fi
 
 bin=${BRIDGE_BIN:-}
 if [[ -z $bin ]]; then
@@ -45,7 +59,7 @@ own=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
 mem=/sys/fs/cgroup/memory$own
 [[ -w $mem ]] || { echo "needs a writable cgroup v1 memory hierarchy (got $mem)" >&2; exit 1; }
 
-echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); bridge $("$bin" version 2>&1 | head -1); --interval $INTERVAL, ${DURATION} s, cgroup limit $LIMIT${OUTAGE:+, tracker down all along}" >&2
+echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); bridge $("$bin" version 2>&1 | head -1); --interval $INTERVAL, ${DURATION} s, cgroup limit $LIMIT${OUTAGE:+, tracker down all along}${DISKFULL:+, spool on a full disk}" >&2
 echo "| exporter | passthrough | exit | bridge peak RSS MiB | cgroup peak MiB | OOM kills |"
 echo "|---|---|---|---|---|---|"
 for mode in $MODES; do
@@ -54,7 +68,7 @@ for mode in $MODES; do
 	for _ in $(seq 100); do [[ -s $tmp/addr ]] && break; sleep 0.1; done
 	url="http://$(cat "$tmp/addr")/metrics"
 	for pass in no yes; do
-		args=(--interval="$INTERVAL" --scrape="$url" --spool="$tmp/spool-$mode-$pass.jsonl")
+		args=(--interval="$INTERVAL" --scrape="$url" --spool="$spools/spool-$mode-$pass.jsonl")
 		if [[ -n $OUTAGE ]]; then
 			# Port 9 (discard) on loopback: connection refused, all along.
 			args+=(--trackers=mlflow --start-timeout=100ms)

@@ -156,7 +156,7 @@ var options = []option{
 	{"flush-timeout", 30 * time.Second, "after the child exits, longest wait in all for trackers to take what is left and record the end (the rest stays in the spool); a second SIGINT/SIGTERM ends it at once"},
 	{"start-timeout", DefaultStartTimeout, "longest wait for trackers before the child starts: the child starts within this whatever the trackers do (100ms to 10m)"},
 	{"kill-after", time.Duration(0), "after bridge forwards SIGTERM (or SIGINT), send SIGKILL to the child's group if it is still running this long after (0 = never)"},
-	{"queue-size", 1024, fmt.Sprintf("samples buffered between sampling and the spool writer (1 to %d)", MaxQueueSize)},
+	{"queue-size", 1024, fmt.Sprintf("samples buffered between sampling and the spool writer (1 to %d), holding at most 32 MiB", MaxQueueSize)},
 	{"proc-root", "/proc", "where procfs is mounted (e.g. /host/proc for a sidecar reading another view)"},
 	{"cgroup-root", "/sys/fs/cgroup", "where the cgroup filesystem is mounted"},
 	{"rootfs", "/", "the filesystem the rootfs_ series describe"},

@@ -158,6 +158,9 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 	if n := s.Acc().Samples(); n != taken {
 		t.Errorf("accumulator has %d samples, want %d", n, taken)
 	}
+	if q := s.queued.Load(); q != 0 {
+		t.Errorf("%d bytes counted in the emptied queue, want 0", q)
+	}
 	if r := report(s); !strings.Contains(r, "ok run r1: ") || strings.Contains(r, "unsent") || strings.Contains(r, "collector") {
 		t.Errorf("report:\n%s\nwant every sample sent to run r1, and no collector row (none failed)", r)
 	}
@@ -177,22 +180,48 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 	}
 }
 
-// A full queue drops the newest sample and counts it; the report says so.
+// A full queue, in samples (--queue-size) or in bytes (maxQueueBytes),
+// drops the newest sample and counts it; the report says so.
 func TestSessionCountsDrops(t *testing.T) {
-	set := settings(t)
-	set.QueueSize = 2
-	s := open(t, set, []metrics.Collector{&counter{}}, nil)
-	// The writer is not running (no Run), so nothing drains the queue.
-	for i := range 5 {
-		s.enqueue(metrics.Sample{Seq: int64(i)})
+	big := metrics.Sample{Points: make([]metrics.Point, 2000)} // an exporter at the scrape's bounds
+	for i := range big.Points {
+		big.Points[i] = metrics.At(metrics.Passthrough(fmt.Sprintf("prom_%04d_%s", i, strings.Repeat("x", 240))), 0)
 	}
-	if s.Dropped() != 3 {
-		t.Errorf("dropped %d, want 3", s.Dropped())
-	}
-	s.Stop(nil)
-	s.Finish(tracker.EndInfo{Time: time.Now()})
-	if r := report(s); !strings.Contains(r, "samples dropped") || !strings.Contains(r, "3 (the spool writer was behind") {
-		t.Errorf("report:\n%s\nwant the 3 dropped samples", r)
+	fit := int(maxQueueBytes / sampleBytes(&big))
+	for _, tc := range []struct {
+		name    string
+		queue   int
+		smp     metrics.Sample
+		n, drop int
+	}{
+		{"samples", 2, metrics.Sample{}, 5, 3},
+		{"bytes", 1024, big, fit + 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := settings(t)
+			set.QueueSize = tc.queue
+			s := open(t, set, []metrics.Collector{&counter{}}, nil)
+			var logs bytes.Buffer // enqueue runs on this goroutine only
+			s.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			// The writer is not running (no Run), so nothing drains the queue.
+			for i := range tc.n {
+				smp := tc.smp
+				smp.Seq = int64(i)
+				s.enqueue(smp)
+			}
+			if s.Dropped() != tc.drop || s.queued.Load() > maxQueueBytes {
+				t.Errorf("dropped %d, want %d; %d bytes queued, want at most %d", s.Dropped(), tc.drop, s.queued.Load(), maxQueueBytes)
+			}
+			// A stalled disk drops every sample: one warning, not one each.
+			if n := strings.Count(logs.String(), "sample dropped"); n != 1 {
+				t.Errorf("%d warnings for %d drops, want 1:\n%s", n, tc.drop, logs.String())
+			}
+			s.Stop(nil)
+			s.Finish(tracker.EndInfo{Time: time.Now()})
+			if r := report(s); !strings.Contains(r, "samples dropped") || !strings.Contains(r, fmt.Sprintf("%d (the spool writer was behind", tc.drop)) {
+				t.Errorf("report:\n%s\nwant the %d dropped samples", r, tc.drop)
+			}
+		})
 	}
 }
 

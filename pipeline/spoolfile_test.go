@@ -2,10 +2,12 @@ package pipeline
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,5 +121,50 @@ func TestSyncCommand(t *testing.T) {
 	}
 	if got := SyncCommand("rel.jsonl"); !strings.HasPrefix(got, "bridge sync /") {
 		t.Errorf("relative path not made absolute: %s", got)
+	}
+}
+
+// createdLateSink is a tracker that was down when the job started, then
+// created bridge's run (a late start), and counts what it was sent.
+type createdLateSink struct {
+	lateSink
+	sent atomic.Int64
+}
+
+func (c *createdLateSink) Created() bool { return true }
+
+func (c *createdLateSink) Send(ctx context.Context, smp []metrics.Sample) (int, error) {
+	n, err := c.lateSink.Send(ctx, smp)
+	c.sent.Add(int64(n))
+	return n, err
+}
+
+// A tracker that starts late has not given up: once it has every sample
+// in the run bridge created, the default spool is removed as when it
+// started in time (before, a late start counted as giving up and kept it).
+func TestLateStartDefaultSpoolRemoved(t *testing.T) {
+	t.Chdir(t.TempDir()) // the default spool goes to the working directory
+	sink := &createdLateSink{}
+	st := StartSinksWith(context.Background(), []tracker.Sink{sink}, tracker.StartInfo{},
+		StartPolicy{Timeout: 100 * time.Millisecond, Background: true}, quiet())
+	if len(st.Runs) != 1 || st.Runs[0].Late == nil {
+		t.Fatalf("runs %+v: want the sink left to start late", st.Runs)
+	}
+	set := settings(t)
+	set.Spool, set.Interval = "", 5*time.Millisecond
+	s := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: []metrics.Collector{&counter{}}, Started: st,
+		Phase: func(d time.Duration) time.Duration { return d }})
+	path := s.SpoolFile()
+	s.Run()
+	sink.up.Store(true)
+	sink.accept.Store(true)
+	waitfor.Cond(t, deadline, "samples sent to the late run", func() bool { return sink.sent.Load() >= 3 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the delivered default spool of a late run was kept (%v):\n%s", err, report(s))
+	}
+	if r := report(s); !strings.Contains(r, "removed (every sample delivered)") {
+		t.Errorf("report:\n%s\nwant the spool row to say it was removed", r)
 	}
 }

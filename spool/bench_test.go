@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -119,4 +121,86 @@ func BenchmarkOpen(b *testing.B) {
 		}
 		s.Close()
 	}
+}
+
+// The spool's bounds count what a sample holds in memory (held): it must
+// not be less than what the heap really holds for it, whether its names
+// are shared with the collector (appended) or its own (read back from the
+// file), for bridge's own samples, for passed-through series at the
+// scrape's bounds, and for short names (where line bytes alone would
+// undercount sevenfold). The ratios are logged for docs/reliability.md.
+func TestHeldBoundsTheHeap(t *testing.T) {
+	long := strings.Repeat("v", 220)
+	for _, tc := range []struct {
+		name string
+		n    int // samples
+		pt   func(i int) metrics.Point
+		pts  int
+	}{
+		{"own 60 series", 2000, func(i int) metrics.Point {
+			return metrics.Named(fmt.Sprintf("container_metric_number_%02d_megabytes", i), float64(i)*1.5+1234.567)
+		}, 60},
+		{"1990 passed-through 247-byte names", 50, func(i int) metrics.Point {
+			return metrics.Named(fmt.Sprintf("prom_maxkept__i_%07d__l_%s", i, long), 1)
+		}, 1990},
+		{"2000 short names", 100, func(i int) metrics.Point {
+			return metrics.Named(fmt.Sprintf("prom_%d", i), 0)
+		}, 2000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pts := make([]metrics.Point, tc.pts)
+			for i := range pts {
+				pts[i] = tc.pt(i)
+			}
+			opt := Options{MemSamples: 1 << 20, MemBytes: 1 << 40}
+			path := filepath.Join(t.TempDir(), "s.jsonl")
+			var s *Spool
+			appended := heapGrowth(func() {
+				var err error
+				if s, err = OpenWith(path, opt); err != nil {
+					t.Fatal(err)
+				}
+				s.Track("mlflow", "r")
+				for i := range tc.n {
+					s.Append(metrics.Sample{Seq: int64(i), Time: time.UnixMilli(1_700_000_000_000 + int64(i)*1000), Points: pts})
+				}
+			})
+			counted, line := s.ix.inMemBytes, s.ix.pend[0].n
+			s.Close()
+			s = nil // not counted as the reopened spool's
+			readBack := heapGrowth(func() {
+				var err error
+				if s, err = OpenWith(path, opt); err != nil {
+					t.Fatal(err)
+				}
+				s.Track("mlflow", "r")
+			})
+			defer s.Close()
+			if s.ix.inMem != tc.n || s.ix.inMemBytes != counted {
+				t.Fatalf("read back: %d samples counted %d bytes, want %d and %d", s.ix.inMem, s.ix.inMemBytes, tc.n, counted)
+			}
+			// Besides the samples: the index (an entry each, its slice up to
+			// twice that) and the writer's and encoder's buffers of a line.
+			slack := int64(tc.n)*2*int64(unsafe.Sizeof(entry{})) + 2*int64(line) + 64<<10
+			for what, got := range map[string]int64{"appended": appended, "read back": readBack} {
+				if got > counted+slack {
+					t.Errorf("%s: the heap grew %d bytes, the spool counted %d (+%d slack)", what, got, counted, slack)
+				}
+			}
+			per := func(b int64) float64 { return float64(b) / float64(tc.n) / float64(line) }
+			t.Logf("line %d bytes; heap per line byte: appended %.2f, read back %.2f; counted %.2f",
+				line, per(appended), per(readBack), per(counted))
+		})
+	}
+}
+
+// heapGrowth is how much the live heap grew over f.
+func heapGrowth(f func()) int64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
 }

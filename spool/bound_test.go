@@ -150,41 +150,56 @@ func TestLongStartRecordFits(t *testing.T) {
 }
 
 // A memory spool keeps samples for the trackers until they acknowledge
-// them, at most MaxBuffered (the oldest dropped, counted, said once).
+// them, at most MaxBuffered holding at most MaxBufferedBytes (the oldest
+// dropped, counted, said once; the newest kept).
 func TestMemorySpool(t *testing.T) {
-	var logs syncbuf.Buffer
-	s := NewMemory(Options{MaxBuffered: 5, Logger: logTo(&logs)})
-	if !s.InMemory() || s.Path() != "" {
-		t.Fatal("NewMemory is not in memory")
-	}
-	s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
-	s.Track("mlflow", "r")
-	for i := int64(0); i < 8; i++ {
-		if err := s.Append(sample(i, float64(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := s.Pending("mlflow", "r", 100)
-	if len(got) != 5 || got[0].Seq != 3 {
-		t.Fatalf("pending %v, want the newest 5", got)
-	}
-	s.Ack("mlflow", "r", 5)
-	if n := s.PendingCount("mlflow", "r"); n != 2 {
-		t.Fatalf("pending after the ack %d, want 2", n)
-	}
-	if st := s.Stats(); st.LostUnwritten != 3 || st.Written != 0 {
-		t.Fatalf("stats %+v, want 3 lost, none written", st)
-	}
-	if n := strings.Count(logs.String(), "dropping the oldest"); n != 1 {
-		t.Fatalf("%d buffer-full messages, want 1:\n%s", n, &logs)
-	}
-	if s.Delivered() {
-		t.Fatal("a memory spool cannot be delivered: nothing is kept")
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Append(sample(9, 1)); err != ErrClosed {
-		t.Fatalf("append after close: %v", err)
+	_, mem := heldBy(sample(10, 1)) // samples 10..17: lines of one length
+	for _, tc := range []struct {
+		name string
+		opt  Options
+		keep int
+	}{
+		{"samples", Options{MaxBuffered: 5}, 5},
+		{"bytes", Options{MaxBufferedBytes: 5 * mem}, 5},
+		{"bytes under one sample", Options{MaxBufferedBytes: 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs syncbuf.Buffer
+			tc.opt.Logger = logTo(&logs)
+			s := NewMemory(tc.opt)
+			if !s.InMemory() || s.Path() != "" {
+				t.Fatal("NewMemory is not in memory")
+			}
+			s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
+			s.Track("mlflow", "r")
+			for i := int64(10); i < 18; i++ {
+				if err := s.Append(sample(i, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got := s.Pending("mlflow", "r", 100)
+			if len(got) != tc.keep || got[0].Seq != int64(18-tc.keep) {
+				t.Fatalf("pending %v, want the newest %d", got, tc.keep)
+			}
+			s.Ack("mlflow", "r", 16)
+			if n := s.PendingCount("mlflow", "r"); n != 1 {
+				t.Fatalf("pending after the ack %d, want 1", n)
+			}
+			if st := s.Stats(); st.LostUnwritten != int64(8-tc.keep) || st.Written != 0 {
+				t.Fatalf("stats %+v, want %d lost, none written", st, 8-tc.keep)
+			}
+			if n := strings.Count(logs.String(), "dropping the oldest"); n != 1 {
+				t.Fatalf("%d buffer-full messages, want 1:\n%s", n, &logs)
+			}
+			if s.Delivered() {
+				t.Fatal("a memory spool cannot be delivered: nothing is kept")
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Append(sample(19, 1)); err != ErrClosed {
+				t.Fatalf("append after close: %v", err)
+			}
+		})
 	}
 }

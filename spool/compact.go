@@ -160,7 +160,7 @@ func (w *writer) compact() error {
 			off, ok := newOff[e.seq]
 			if !ok {
 				if e.smp != nil {
-					w.ix.inMem--
+					w.ix.release(&e)
 				}
 				continue
 			}

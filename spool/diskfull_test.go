@@ -2,6 +2,7 @@ package spool
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,14 +13,16 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/syncbuf"
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // failingFile is the spool's file with a switch: while full, a write stores
 // half of what it was given and fails with ENOSPC, like a filling disk.
 type failingFile struct {
 	*os.File
-	mu   sync.Mutex
-	full bool
+	mu      sync.Mutex
+	full    bool
+	largest int // the longest write that succeeded
 }
 
 func (f *failingFile) setFull(v bool) { f.mu.Lock(); f.full = v; f.mu.Unlock() }
@@ -32,6 +35,9 @@ func (f *failingFile) Write(b []byte) (int, error) {
 		n, _ := f.File.Write(b[:len(b)/2])
 		return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
 	}
+	f.mu.Lock()
+	f.largest = max(f.largest, len(b))
+	f.mu.Unlock()
 	return f.File.Write(b)
 }
 
@@ -96,14 +102,7 @@ func TestDiskFullThenRecovers(t *testing.T) {
 	if n := strings.Count(logs.String(), "writable again"); n != 1 {
 		t.Fatalf("%d recovery messages, want 1:\n%s", n, logs)
 	}
-	path := s.Path()
-	s.Close()
-
-	s2, err := Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
+	s2 := reopen(t, s)
 	if st := s2.Stats(); st.BadLines != 0 || st.TornTail {
 		t.Fatalf("file after the outage has bad lines: %+v", st)
 	}
@@ -119,67 +118,225 @@ func TestDiskFullThenRecovers(t *testing.T) {
 	}
 }
 
-// A long outage keeps at most MaxBuffered samples in memory: the oldest
-// unwritten ones are dropped, counted, and reported once.
-func TestDiskFullBufferBounded(t *testing.T) {
-	s, ff, logs := openFailing(t, Options{MaxBuffered: 5})
-	defer s.Close()
-	s.Track("mlflow", "r")
-	ff.setFull(true)
-	for i := int64(0); i < 12; i++ {
-		s.Append(sample(i, 1))
-	}
-	st := s.Stats()
-	if st.LostUnwritten != 7 || st.Buffered != 5 {
-		t.Fatalf("stats %+v, want 7 lost and 5 buffered", st)
-	}
-	if got := s.Pending("mlflow", "r", 100); len(got) != 5 || got[0].Seq != 7 {
-		t.Fatalf("pending %v, want the newest 5", got)
-	}
-	if n := strings.Count(logs.String(), "memory buffer is full"); n != 1 {
-		t.Fatalf("%d buffer-full messages, want 1:\n%s", n, logs)
-	}
-	ff.setFull(false)
-	s.Append(sample(12, 1))
-	if st := s.Stats(); st.Buffered != 0 || st.Written != 6 {
-		t.Fatalf("after recovery %+v", st)
-	}
+// heldBy is what the spool counts for smp in memory: its line's length and
+// held.
+func heldBy(smp metrics.Sample) (line int, mem int64) {
+	var e encoder
+	line = len(e.sample(&smp))
+	return line, held(line, len(smp.Points))
 }
 
-// Memory holds at most MemSamples written samples; older unacknowledged ones
-// are read back from the file, in order, with their values.
-func TestMemoryBoundedRereadsFromFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "s.jsonl")
-	s, err := OpenWith(path, Options{MemSamples: 10})
+// reopen closes s and opens its file again (closed at the test's end).
+func reopen(t *testing.T, s *Spool) *Spool {
+	t.Helper()
+	s.Close()
+	s2, err := Open(s.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s2.Close() })
+	return s2
+}
+
+// A long outage keeps at most MaxBuffered samples, holding at most
+// MaxBufferedBytes (their lines and samples), in memory: the oldest
+// unwritten ones are dropped, counted, and reported once; the newest stays
+// even when it alone is over the bytes.
+func TestDiskFullBufferBounded(t *testing.T) {
+	line, mem := heldBy(sample(10, 1)) // samples 10..21: lines of one length
+	for _, tc := range []struct {
+		name string
+		opt  Options
+		keep int
+	}{
+		{"samples", Options{MaxBuffered: 5}, 5},
+		{"bytes", Options{MaxBufferedBytes: 5 * (int64(line) + mem)}, 5},
+		{"bytes under one sample", Options{MaxBufferedBytes: 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, ff, logs := openFailing(t, tc.opt)
+			defer s.Close()
+			s.Track("mlflow", "r")
+			ff.setFull(true)
+			for i := int64(10); i < 22; i++ {
+				s.Append(sample(i, 1))
+			}
+			st := s.Stats()
+			if lost := int64(12 - tc.keep); st.LostUnwritten != lost || st.Buffered != tc.keep {
+				t.Fatalf("stats %+v, want %d lost and %d buffered", st, lost, tc.keep)
+			}
+			if got := s.Pending("mlflow", "r", 100); len(got) != tc.keep || got[0].Seq != int64(22-tc.keep) {
+				t.Fatalf("pending %v, want the newest %d", got, tc.keep)
+			}
+			if n := strings.Count(logs.String(), "memory buffer is full"); n != 1 {
+				t.Fatalf("%d buffer-full messages, want 1:\n%s", n, logs)
+			}
+			ff.setFull(false)
+			s.Append(sample(22, 1))
+			if st := s.Stats(); st.Buffered != 0 || st.Written != int64(tc.keep+1) {
+				t.Fatalf("after recovery %+v", st)
+			}
+		})
+	}
+}
+
+// A long buffer is written in pieces of at most maxKeptBuf when the disk
+// works again, in order: writing it never holds a second copy of it.
+func TestRecoveryWritesInPieces(t *testing.T) {
+	s, ff, _ := openFailing(t, Options{SyncEvery: time.Hour})
 	defer s.Close()
 	s.Track("mlflow", "r")
-	for i := int64(0); i < 100; i++ {
-		s.Append(sample(i, float64(i)))
+	long := strings.Repeat("x", 90)
+	pts := make([]metrics.Point, 1000)
+	for i := range pts {
+		pts[i] = metrics.Named(fmt.Sprintf("prom_%04d_%s", i, long), 1)
 	}
-	inMem := 0
+	ff.setFull(true)
+	const n = 40 // 4 MB of lines
+	for i := int64(0); i < n; i++ {
+		s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(i + 1), Points: pts})
+	}
+	if st := s.Stats(); st.Buffered != n || st.Written != 0 {
+		t.Fatalf("stats while full %+v, want %d buffered", st, n)
+	}
+	ff.setFull(false)
+	s.Append(metrics.Sample{Seq: n, Time: time.UnixMilli(n + 1), Points: pts[:1]})
+	if st := s.Stats(); st.Buffered != 0 || st.Written != n+1 {
+		t.Fatalf("stats after recovery %+v, want %d written", st, n+1)
+	}
+	ff.mu.Lock()
+	largest := ff.largest
+	ff.mu.Unlock()
+	s.mu.Lock()
+	kept, unsynced := cap(s.w.wbuf), len(s.w.unsynced)
+	s.mu.Unlock()
+	if largest > maxKeptBuf || kept > maxKeptBuf || unsynced > 2*maxKeptBuf {
+		t.Fatalf("largest write %d, write buffer %d, unsynced %d bytes; want at most %d each (twice for unsynced)", largest, kept, unsynced, maxKeptBuf)
+	}
+	s2 := reopen(t, s)
+	want := make([]int64, n+1)
+	for i := range want {
+		want[i] = int64(i)
+	}
+	if got := pendingSeqs(t, s2); !slices.Equal(got, want) || s2.Stats().BadLines != 0 {
+		t.Fatalf("samples in the file %v (%d bad lines), want 0..%d in order", got, s2.Stats().BadLines, n)
+	}
+}
+
+// Memory holds at most MemSamples written samples, holding at most
+// MemBytes; older unacknowledged ones are read back from the file, in
+// order, with their values: the bounds lose nothing. The counts stay true
+// through appends, acks and a reopen.
+func TestMemoryBoundedRereadsFromFile(t *testing.T) {
+	_, mem := heldBy(sample(10, 10)) // the first 90 samples: lines of one length
+	for _, tc := range []struct {
+		name string
+		opt  Options
+	}{
+		{"samples", Options{MemSamples: 10}},
+		{"bytes", Options{MemBytes: 10 * mem}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "s.jsonl")
+			s, err := OpenWith(path, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Track("mlflow", "r")
+			for i := int64(10); i < 110; i++ {
+				s.Append(sample(i, float64(i)))
+			}
+			checkWindow(t, s, 10)
+			got := s.Pending("mlflow", "r", 1000)
+			if len(got) != 100 {
+				t.Fatalf("pending %d, want 100", len(got))
+			}
+			for i, smp := range got {
+				if v, _ := smp.Value("node_memory_used_megabytes"); smp.Seq != int64(i+10) || v != float64(i+10)*10 {
+					t.Fatalf("sample %d = seq %d value %v", i, smp.Seq, v)
+				}
+			}
+			s.Ack("mlflow", "r", 59)
+			if got := s.Pending("mlflow", "r", 5); len(got) != 5 || got[0].Seq != 60 {
+				t.Fatalf("pending after ack %v", got)
+			}
+			checkWindow(t, s, 10)
+			s.Close()
+
+			s, err = OpenWith(path, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			checkWindow(t, s, 10)
+			if got := pendingSeqs(t, s); len(got) != 100 {
+				t.Fatalf("%d samples after the reopen, want 100", len(got))
+			}
+		})
+	}
+}
+
+// A batch Pending returns holds at most maxBatchBytes, whether its samples
+// are in memory or read back from the file; the next batch goes on from
+// where it stopped, and every sample is offered, in order.
+func TestPendingBatchBounded(t *testing.T) {
+	long := strings.Repeat("x", 200)
+	pts := make([]metrics.Point, 1000)
+	for i := range pts {
+		pts[i] = metrics.Named(fmt.Sprintf("prom_%04d_%s", i, long), 1)
+	}
+	_, mem := heldBy(metrics.Sample{Seq: 10, Time: time.UnixMilli(1), Points: pts})
+	for _, memSamples := range []int{0, 5} {
+		t.Run(fmt.Sprintf("mem_samples=%d", memSamples), func(t *testing.T) {
+			s, err := OpenWith(filepath.Join(t.TempDir(), "s.jsonl"), Options{MemSamples: memSamples})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			s.Track("mlflow", "r")
+			const n = 40 // past 8 MiB held
+			for i := int64(10); i < 10+n; i++ {
+				s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(i), Points: pts})
+			}
+			next, batches := int64(10), 0
+			for batch := s.Pending("mlflow", "r", 100); len(batch) > 0; batch = s.Pending("mlflow", "r", 100) {
+				if got := int64(len(batch)) * mem; got > maxBatchBytes || len(batch) != maxBatchBytes/int(mem) && batch[len(batch)-1].Seq != 10+n-1 {
+					t.Fatalf("a batch of %d samples holding %d bytes, want as many as fit in %d", len(batch), got, maxBatchBytes)
+				}
+				for _, smp := range batch {
+					if smp.Seq != next || len(smp.Points) != len(pts) {
+						t.Fatalf("sample %d with %d points, want %d with %d", smp.Seq, len(smp.Points), next, len(pts))
+					}
+					next++
+				}
+				s.Ack("mlflow", "r", next-1)
+				batches++
+			}
+			if next != 10+n || batches < 2 {
+				t.Fatalf("%d samples in %d batches, want %d in more than one", next-10, batches, n)
+			}
+		})
+	}
+}
+
+// checkWindow checks that at most want samples are in memory and that the
+// window's counts are what it holds.
+func checkWindow(t *testing.T, s *Spool, want int) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, b := 0, int64(0)
 	for _, e := range s.ix.pend {
-		if e.smp != nil {
-			inMem++
+		if e.smp != nil && e.off >= 0 {
+			n++
+			b += e.held()
 		}
 	}
-	if inMem > 10 || s.ix.inMem != inMem {
-		t.Fatalf("%d samples in memory (counted %d), want at most 10", inMem, s.ix.inMem)
+	if n > want || s.ix.inMem != n || s.ix.inMemBytes != b {
+		t.Fatalf("%d samples holding %d bytes in memory (counted %d, %d), want at most %d", n, b, s.ix.inMem, s.ix.inMemBytes, want)
 	}
-	got := s.Pending("mlflow", "r", 1000)
-	if len(got) != 100 {
-		t.Fatalf("pending %d, want 100", len(got))
-	}
-	for i, smp := range got {
-		if v, _ := smp.Value("node_memory_used_megabytes"); smp.Seq != int64(i) || v != float64(i)*10 {
-			t.Fatalf("sample %d = seq %d value %v", i, smp.Seq, v)
-		}
-	}
-	s.Ack("mlflow", "r", 49)
-	if got := s.Pending("mlflow", "r", 5); len(got) != 5 || got[0].Seq != 50 {
-		t.Fatalf("pending after ack %v", got)
+	if n > 1 && (n > s.opt.MemSamples || b > s.opt.MemBytes) {
+		t.Fatalf("%d samples holding %d bytes in memory, over the bounds (%d, %d)", n, b, s.opt.MemSamples, s.opt.MemBytes)
 	}
 }
 

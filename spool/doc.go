@@ -60,10 +60,14 @@
 // last line (kept when it is a whole record, cut off otherwise), and skips
 // and counts lines that are not records and values that are not numbers
 // (a bad value costs only itself). A file that cannot be written (disk
-// full) costs durability, never samples: they wait in a bounded buffer
-// (Options.MaxBuffered) that the next successful write flushes in order.
-// Only the newest Options.MemSamples unacknowledged samples are kept in
-// memory; older ones are read back from the file. The size cap
+// full) costs durability, never samples: they wait in a buffer bounded in
+// samples and bytes (Options.MaxBuffered, MaxBufferedBytes; past them the
+// oldest are dropped and counted) that the next successful write flushes
+// in order. Only the newest unacknowledged samples are kept in memory,
+// within Options.MemSamples and MemBytes; older ones are read back from
+// the file, at most 8 MiB a Pending. Bytes count what a sample holds in
+// memory (its points, and its names by its line), so that no sample shape
+// multiplies a window past its bound. The size cap
 // (Options.MaxSize) drops samples, delivered ones first. No record is
 // written that a reader would skip: a sample keeps at most MaxPoints
 // points, names of at most MaxKey bytes, and fits MaxLine (passed-through

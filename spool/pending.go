@@ -3,6 +3,7 @@ package spool
 import (
 	"sort"
 	"time"
+	"unsafe"
 
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -16,11 +17,13 @@ type index struct {
 	attempts   []Attempt
 	pend       []entry          // by seq, each seq once
 	inMem      int              // entries with smp set that are also in the file (evictable)
+	inMemBytes int64            // what their samples hold (held)
 	acks       map[string]int64 // ackKey -> highest acknowledged seq
 	tracked    map[string]bool  // ackKeys whose samples are kept
 	gaveUp     bool             // a tracked sink gave up: its samples are only in the file
 	partial    bool             // pend may lack samples of the file (dropped, or never added)
 	memSamples int
+	memBytes   int64
 	evictFrom  int // entries before it hold nothing evict can free (reset when pend changes shape)
 }
 
@@ -33,8 +36,30 @@ type entry struct {
 	smp *metrics.Sample // in memory; nil when only in the file
 }
 
-func newIndex(memSamples int) index {
-	return index{acks: map[string]int64{}, tracked: map[string]bool{}, memSamples: memSamples}
+// What a sample and each of its points take in memory besides the names:
+// a point is its Point (32 bytes), and up to 24 more for the rounding of
+// the allocations of the points (1/8) and of its name (15 bytes).
+const (
+	sampleSize = int64(unsafe.Sizeof(metrics.Sample{}))
+	pointSize  = int64(unsafe.Sizeof(metrics.Point{})) + 24
+)
+
+// held is what a sample holds in memory, from the length n of its line and
+// its number of points, a little over (at most a fifth): its names are
+// counted by its line, which holds each of them and more. Lines alone
+// would undercount short names sixfold (TestHeldBoundsTheHeap).
+func held(n, points int) int64 { return sampleSize + int64(points)*pointSize + int64(n) }
+
+// held is what e's sample holds in memory (0 when it is only in the file).
+func (e *entry) held() int64 {
+	if e.smp == nil {
+		return 0
+	}
+	return held(e.n, len(e.smp.Points))
+}
+
+func newIndex(memSamples int, memBytes int64) index {
+	return index{acks: map[string]int64{}, tracked: map[string]bool{}, memSamples: memSamples, memBytes: memBytes}
 }
 
 func ackKey(sink, run string) string { return sink + "\x00" + run }
@@ -93,7 +118,7 @@ func (ix *index) load(rec *Record, line []byte, off int64) {
 			return // out of order: a duplicate of what is kept
 		}
 		ix.pend = append(ix.pend, entry{seq: smp.Seq, att: ix.current(), off: off, n: len(line), smp: &smp})
-		ix.inMem++
+		ix.hold(&ix.pend[len(ix.pend)-1])
 		ix.evict(off + int64(len(line)))
 	case TypeAck:
 		if k := ackKey(rec.Sink, rec.Run); *rec.Seq > ix.ackOf(k) {
@@ -112,7 +137,7 @@ func (ix *index) counted(smp *metrics.Sample) {
 }
 
 func toSample(rec *Record) metrics.Sample {
-	smp := metrics.Sample{Seq: *rec.Seq, Time: time.UnixMilli(rec.TS)}
+	smp := metrics.Sample{Seq: *rec.Seq, Time: time.UnixMilli(rec.TS), Points: make([]metrics.Point, 0, len(rec.Metrics))}
 	names := make([]string, 0, len(rec.Metrics))
 	for k := range rec.Metrics {
 		names = append(names, k)
@@ -169,8 +194,9 @@ func (ix *index) setEnd(rec Record) {
 	}
 }
 
-// appended makes a sample just appended pending for the keys that need it.
-func (ix *index) appended(smp *metrics.Sample) {
+// appended makes a sample just appended, whose line is n bytes, pending for
+// the keys that need it.
+func (ix *index) appended(smp *metrics.Sample, n int) {
 	ix.counted(smp)
 	att := ix.current()
 	if len(ix.pend) > 0 && ix.pend[len(ix.pend)-1].seq >= smp.Seq {
@@ -180,22 +206,27 @@ func (ix *index) appended(smp *metrics.Sample) {
 		ix.partial = true // in the file only: a later Track reads it back
 		return
 	}
-	ix.pend = append(ix.pend, entry{seq: smp.Seq, att: att, off: -1, smp: smp})
+	ix.pend = append(ix.pend, entry{seq: smp.Seq, att: att, off: -1, n: n, smp: smp})
 }
 
 // track starts keeping the key's samples; it reports whether samples it
 // needs may be in the file only (the caller then re-reads it, reindex).
+// A sink's run replaces the sink's run-less key (a tracker that had not
+// started yet): that is not giving up.
 func (ix *index) track(key string) (reread bool) {
 	if ix.tracked[key] {
 		return false
 	}
 	ix.tracked[key] = true
+	if sink, run := splitKey(key); run != "" {
+		delete(ix.tracked, ackKey(sink, ""))
+	}
 	reread = ix.partial
 	ix.trim()
 	return reread
 }
 
-// untrack stops keeping a key's samples (its sink gave up).
+// untrack stops keeping a key's samples: its sink gave up.
 func (ix *index) untrack(key string) {
 	if ix.tracked[key] {
 		ix.gaveUp = true
@@ -224,7 +255,7 @@ func (ix *index) trim() {
 			continue
 		}
 		if e.smp != nil && e.off >= 0 {
-			ix.inMem--
+			ix.release(&e)
 		}
 		ix.partial = true
 	}
@@ -285,10 +316,15 @@ func (ix *index) placed(seq, off int64, n int) {
 	if e := ix.at(seq); e != nil && e.off < 0 {
 		e.off, e.n = off, n
 		if e.smp != nil {
-			ix.inMem++
+			ix.hold(e)
 		}
 	}
 }
+
+// hold and release count the samples in memory that are in the file: the
+// window evict keeps within its bounds.
+func (ix *index) hold(e *entry)    { ix.inMem++; ix.inMemBytes += e.held() }
+func (ix *index) release(e *entry) { ix.inMem--; ix.inMemBytes -= e.held() }
 
 // drop forgets a sample that will never be in the file (a full buffer).
 func (ix *index) drop(seq int64) {
@@ -298,21 +334,21 @@ func (ix *index) drop(seq int64) {
 	}
 }
 
-// evict keeps at most memSamples samples that are in the file in memory;
-// the oldest are read back from the file when a sink needs them. Samples
-// past synced (written, not yet fsynced) stay: a failed fsync may take them
-// from the file until they are written again.
+// evict keeps at most memSamples samples that are in the file in memory,
+// holding at most memBytes; the oldest are read back from the file when a
+// sink needs them. Samples past synced (written, not yet fsynced) stay: a
+// failed fsync may take them from the file until they are written again.
 // It resumes where it stopped (evictFrom): scanning from the front at every
 // sample made a long outage, and opening a large spool, quadratic.
 func (ix *index) evict(synced int64) {
-	for ; ix.inMem > ix.memSamples && ix.evictFrom < len(ix.pend); ix.evictFrom++ {
+	for ; (ix.inMem > ix.memSamples || ix.inMemBytes > ix.memBytes) && ix.evictFrom < len(ix.pend); ix.evictFrom++ {
 		e := &ix.pend[ix.evictFrom]
 		if e.smp != nil && e.off >= synced {
 			return // it and every later one wait for the fsync
 		}
 		if e.smp != nil && e.off >= 0 {
+			ix.release(e)
 			e.smp = nil
-			ix.inMem--
 		}
 	}
 }

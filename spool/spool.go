@@ -16,12 +16,21 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// Defaults of Options.
+// Defaults of Options. The byte bounds are met only by samples larger than
+// ordinary ones (60 series: a 3 KB line, 9 KB held in memory), which meet
+// the sample counts first: 1024 of them hold 9 MiB, and 4096 waiting for
+// the file 46 MiB (their lines too).
 const (
-	DefaultMaxSize     = 1 << 30 // bytes
-	DefaultMemSamples  = 1024
-	DefaultMaxBuffered = 4096
+	DefaultMaxSize          = 1 << 30 // bytes
+	DefaultMemSamples       = 1024
+	DefaultMemBytes         = 16 << 20
+	DefaultMaxBuffered      = 4096
+	DefaultMaxBufferedBytes = 64 << 20
 )
+
+// maxBatchBytes bounds what one Pending returns (at least one sample): a
+// batch read back from the file is that much more memory, per sink.
+const maxBatchBytes = 8 << 20
 
 // ErrClosed is returned by writes to a closed spool.
 var ErrClosed = errors.New("spool is closed")
@@ -41,13 +50,19 @@ type Options struct {
 	MaxLine int
 	// MaxPoints bounds the points of one sample; 0 means DefaultMaxPoints.
 	MaxPoints int
-	// MemSamples is how many unacknowledged samples stay in memory; older
-	// ones are re-read from the file. 0 means DefaultMemSamples.
+	// MemSamples is how many unacknowledged samples stay in memory, and
+	// MemBytes how much memory they may hold; past either, the oldest are
+	// re-read from the file when needed. 0 means DefaultMemSamples,
+	// DefaultMemBytes.
 	MemSamples int
+	MemBytes   int64
 	// MaxBuffered is how many samples wait in memory while the file cannot
-	// be written (or, for a memory spool, for the trackers); past it the
-	// oldest of them are dropped (and counted). 0 means DefaultMaxBuffered.
-	MaxBuffered int
+	// be written (or, for a memory spool, for the trackers), and
+	// MaxBufferedBytes how much memory they may hold (their lines and
+	// samples); past either, the oldest of them are dropped (and counted),
+	// never the newest. 0 means DefaultMaxBuffered, DefaultMaxBufferedBytes.
+	MaxBuffered      int
+	MaxBufferedBytes int64
 	// MustExist refuses a missing file (`bridge sync` of a mistyped path)
 	// instead of creating it.
 	MustExist bool
@@ -72,8 +87,14 @@ func (o *Options) defaults() {
 	if o.MemSamples <= 0 {
 		o.MemSamples = DefaultMemSamples
 	}
+	if o.MemBytes <= 0 {
+		o.MemBytes = DefaultMemBytes
+	}
 	if o.MaxBuffered <= 0 {
 		o.MaxBuffered = DefaultMaxBuffered
+	}
+	if o.MaxBufferedBytes <= 0 {
+		o.MaxBufferedBytes = DefaultMaxBufferedBytes
 	}
 }
 
@@ -83,7 +104,7 @@ type Stats struct {
 	Buffered      int   // records waiting in memory for the file now
 	WriteFailures int64 // failed attempts to write the file
 	Outages       int   // times writing failed after working (or at once)
-	LostUnwritten int64 // samples dropped from a full memory buffer: never in the file
+	LostUnwritten int64 // samples dropped from a full memory buffer (count or bytes): never in the file
 	DroppedByCap  int64 // samples not yet delivered that the size cap removed
 	Compactions   int   // rewrites of the file by the size cap
 	PointsLeftOut int64 // points not spooled: past MaxPoints or MaxLine, or a name over MaxKey
@@ -181,15 +202,16 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 }
 
 // NewMemory is a spool without a file, for a job whose spool could not be
-// opened: samples wait in memory (at most MaxBuffered) until the trackers
-// acknowledge them, and nothing survives bridge. Path is "".
+// opened: samples wait in memory (within MaxBuffered and MaxBufferedBytes)
+// until the trackers acknowledge them, and nothing survives bridge. Path
+// is "".
 func NewMemory(opt Options) *Spool {
 	opt.defaults()
 	return newSpool("", opt, opt.Logger)
 }
 
 func newSpool(path string, opt Options, log *slog.Logger) *Spool {
-	return &Spool{path: path, opt: opt, log: log, ix: newIndex(opt.MemSamples)}
+	return &Spool{path: path, opt: opt, log: log, ix: newIndex(opt.MemSamples, opt.MemBytes)}
 }
 
 // InMemory reports whether the spool has no file (NewMemory).
@@ -266,7 +288,9 @@ func (s *Spool) Attempts() []Attempt {
 // Track keeps samples until sink acknowledges them for run; call it for
 // each sink before sampling starts. The samples it is offered are those of
 // the attempts that recorded run for sink (see the package doc), the ones
-// already in the file included.
+// already in the file included. A sink whose tracker starts late is
+// tracked with run "" until then; tracking its run (after WriteRun)
+// replaces that, and is not giving up (Untrack).
 func (s *Spool) Track(sink, run string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -307,7 +331,8 @@ func (s *Spool) reindex() error {
 }
 
 // Untrack stops keeping samples for a sink that gave up (a permanent error):
-// they stay in the file for `bridge sync`.
+// they stay in the file for `bridge sync`, the file is fsynced whatever the
+// other sinks acknowledge, and it is never Delivered.
 func (s *Spool) Untrack(sink, run string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -385,7 +410,7 @@ func (s *Spool) enqueueLocked(rec Record) error {
 			return fmt.Errorf("encoding spool record: %w", err)
 		}
 	}
-	s.w.enqueue(append(b, '\n'), -1, "")
+	s.w.enqueue(append(b, '\n'), -1, "", 0)
 	return nil
 }
 
@@ -423,9 +448,10 @@ func (s *Spool) Append(smp metrics.Sample) error {
 	if c.Seq >= s.nextSeq {
 		s.nextSeq = c.Seq + 1
 	}
-	s.ix.appended(c)
+	s.ix.appended(c, len(line))
 	if s.w != nil {
-		s.w.enqueue(line, c.Seq, "")
+		// Waiting for the file, it holds its line and its sample.
+		s.w.enqueue(line, c.Seq, "", int64(len(line))+held(len(line), len(c.Points)))
 	} else {
 		s.boundMemoryLocked()
 	}
@@ -474,10 +500,18 @@ func (s *Spool) boundLocked(smp *metrics.Sample) (*metrics.Sample, []byte) {
 	return c, s.enc.sample(c)
 }
 
-// boundMemoryLocked keeps a memory spool's samples within MaxBuffered:
-// the oldest are dropped, counted, and said once.
+// boundMemoryLocked keeps a memory spool's samples within MaxBuffered and
+// MaxBufferedBytes: the oldest are dropped, counted, and said once.
 func (s *Spool) boundMemoryLocked() {
-	over := len(s.ix.pend) - s.opt.MaxBuffered
+	keep, bytes := 0, int64(0)
+	for i := len(s.ix.pend) - 1; i >= 0; i-- {
+		bytes += s.ix.pend[i].held()
+		if keep > 0 && (keep == s.opt.MaxBuffered || bytes > s.opt.MaxBufferedBytes) {
+			break
+		}
+		keep++
+	}
+	over := len(s.ix.pend) - keep
 	if over <= 0 {
 		return
 	}
@@ -488,23 +522,27 @@ func (s *Spool) boundMemoryLocked() {
 	if !s.bufLog {
 		s.bufLog = true
 		s.log.Error("the trackers are behind and there is no spool file; dropping the oldest samples held in memory",
-			"buffer_limit", s.opt.MaxBuffered)
+			"buffer_limit", s.opt.MaxBuffered, "buffer_limit_bytes", s.opt.MaxBufferedBytes)
 	}
 }
 
 // Pending returns up to max samples that sink has not acknowledged for run,
-// oldest first.
+// oldest first, holding at most maxBatchBytes (at least one sample).
 func (s *Spool) Pending(sink, run string, max int) []metrics.Sample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := ackKey(sink, run)
 	var out []metrics.Sample
+	used := int64(0)
 	for i := s.ix.first(s.ix.ackOf(key)); i < len(s.ix.pend) && len(out) < max; i++ {
 		e := &s.ix.pend[i]
 		if !s.ix.belongs(e.att, key) {
 			continue
 		}
 		if e.smp != nil {
+			if used += e.held(); len(out) > 0 && used > maxBatchBytes {
+				break
+			}
 			out = append(out, *e.smp)
 			continue
 		}
@@ -517,6 +555,9 @@ func (s *Spool) Pending(sink, run string, max int) []metrics.Sample {
 			s.ix.reshaped()
 			i--
 			continue
+		}
+		if used += held(e.n, len(smp.Points)); len(out) > 0 && used > maxBatchBytes {
+			break
 		}
 		out = append(out, smp)
 	}
@@ -563,7 +604,7 @@ func (s *Spool) Ack(sink, run string, seq int64) error {
 	if !s.ix.ack(k, seq) || s.w == nil {
 		return nil
 	}
-	s.w.enqueue(s.enc.ack(sink, run, seq), -1, k)
+	s.w.enqueue(s.enc.ack(sink, run, seq), -1, k, 0)
 	s.w.acked()
 	return nil
 }

@@ -366,3 +366,57 @@ func TestSyncSkippedWhenAcked(t *testing.T) {
 		t.Fatalf("%d fsyncs, want 2", n)
 	}
 }
+
+// A tracker that starts late replaces its run-less tracking with its run:
+// that is not giving up, even when the run-less key is then untracked (as
+// a late start did). Once every tracker acknowledged, samples need no
+// fsync and the spool is Delivered, as when every tracker started in
+// time; a sink that gives up after its late start still counts as one.
+func TestLateRunIsNotGivingUp(t *testing.T) {
+	s, sf, _ := openSync(t, Options{SyncEvery: time.Hour})
+	defer s.Close()
+	s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r", "wandb": ""}})
+	s.Track("mlflow", "r")
+	s.Track("wandb", "")
+	for i := range 3 {
+		s.Append(sample(int64(i), 1))
+	}
+	s.Ack("mlflow", "r", 2)
+	if armed, _ := syncState(s); !armed {
+		t.Fatal("samples no tracker holds did not arm the fsync timer")
+	}
+	// The late start: the run recorded, then tracked.
+	s.WriteRun(Record{Sink: "wandb", Run: "w"})
+	if err := s.Track("wandb", "w"); err != nil {
+		t.Fatal(err)
+	}
+	s.Untrack("wandb", "")
+	if got := pendingFor(t, s, "wandb", "w"); !slices.Equal(got, []int64{0, 1, 2}) {
+		t.Fatalf("the late run is offered %v, want 0..2", got)
+	}
+	fire(s) // the run record's fsync
+	before, _ := sf.counts()
+	s.Append(sample(3, 1))
+	s.Ack("mlflow", "r", 3)
+	s.Ack("wandb", "w", 3)
+	if armed, n := syncState(s); armed || n != 0 {
+		t.Fatalf("every tracker acknowledged after a late start: timer armed %v, %d bytes unsynced; want neither", armed, n)
+	}
+	fire(s)
+	if n, _ := sf.counts(); n != before {
+		t.Fatalf("%d fsyncs of acknowledged samples, want none", n-before)
+	}
+	if !s.Delivered() {
+		t.Fatal("not delivered, though every tracker has every sample (the late one included)")
+	}
+
+	s.Untrack("wandb", "w") // gives up
+	s.Append(sample(4, 1))
+	s.Ack("mlflow", "r", 4)
+	if armed, _ := syncState(s); !armed {
+		t.Fatal("fsync cancelled though a sink gave up after its late start")
+	}
+	if s.Delivered() {
+		t.Fatal("delivered although a sink gave up")
+	}
+}

@@ -24,6 +24,7 @@ type queued struct {
 	line []byte
 	seq  int64  // a sample's seq; -1 for other records
 	ack  string // an ack's key, so a newer ack replaces it
+	mem  int64  // a sample's memory while it waits (its line and its sample)
 }
 
 // writer owns the spool's file: it appends whole records, keeps those it
@@ -43,7 +44,8 @@ type writer struct {
 
 	size    int64 // bytes of whole records in the file: where the next goes
 	queue   []queued
-	queuedN int // samples in queue
+	queuedN int   // samples in queue
+	queuedB int64 // the memory they hold (queued.mem)
 	failing bool
 	nextTry time.Time // while failing, no retry before this
 	gap     time.Duration
@@ -80,8 +82,8 @@ const (
 )
 
 // enqueue queues a copy of line (a whole record and its newline) and writes
-// what is queued.
-func (w *writer) enqueue(line []byte, seq int64, ack string) {
+// what is queued; mem is what a sample holds in memory while it waits.
+func (w *writer) enqueue(line []byte, seq int64, ack string, mem int64) {
 	if ack != "" {
 		// Only the newest acknowledgement of a sink matters.
 		for i := len(w.queue) - 1; i >= 0; i-- {
@@ -91,23 +93,26 @@ func (w *writer) enqueue(line []byte, seq int64, ack string) {
 			}
 		}
 	}
-	w.queue = append(w.queue, queued{line: append([]byte(nil), line...), seq: seq, ack: ack})
+	w.queue = append(w.queue, queued{line: append([]byte(nil), line...), seq: seq, ack: ack, mem: mem})
 	if seq >= 0 {
 		w.queuedN++
+		w.queuedB += mem
 	}
 	w.flush(false)
 	w.bound()
 }
 
-// bound drops the oldest waiting samples past MaxBuffered.
+// bound drops the oldest waiting samples past MaxBuffered or
+// MaxBufferedBytes; the newest stays.
 func (w *writer) bound() {
-	for w.queuedN > w.opt.MaxBuffered {
+	for w.queuedN > w.opt.MaxBuffered || (w.queuedN > 1 && w.queuedB > w.opt.MaxBufferedBytes) {
 		for i, q := range w.queue {
 			if q.seq < 0 {
 				continue
 			}
 			w.queue = append(w.queue[:i], w.queue[i+1:]...)
 			w.queuedN--
+			w.queuedB -= q.mem
 			w.st.LostUnwritten++
 			w.ix.drop(q.seq)
 			break
@@ -116,13 +121,15 @@ func (w *writer) bound() {
 	if w.st.LostUnwritten > 0 && !w.lostLog {
 		w.lostLog = true
 		w.log.Error("the spool's memory buffer is full; dropping the oldest samples that could not be written",
-			"buffer_limit", w.opt.MaxBuffered)
+			"buffer_limit", w.opt.MaxBuffered, "buffer_limit_bytes", w.opt.MaxBufferedBytes)
 	}
 }
 
-// flush writes the queue in order; a failure leaves the file as it was
-// (whole lines only) and the queue for the next try, which waits for
-// nextTry unless forced.
+// flush writes the queue in order, in writes of at most maxKeptBuf (or one
+// record), so that writing a long buffer after an outage never copies it
+// whole; a failure leaves the file as it was (whole lines only) and the
+// rest of the queue for the next try, which waits for nextTry unless
+// forced.
 func (w *writer) flush(force bool) {
 	if len(w.queue) == 0 || w.f == nil {
 		return
@@ -130,57 +137,78 @@ func (w *writer) flush(force bool) {
 	if w.failing && !force && time.Now().Before(w.nextTry) {
 		return
 	}
-	if w.resync {
-		// What a failed fsync may have lost goes first, so that the file
-		// keeps its records in order.
-		if err := w.sync(); err != nil {
-			w.fail(err)
+	n, done := len(w.queue), 0
+	stop := func(err error) {
+		w.dequeue(done)
+		w.fail(err)
+	}
+	for done < n {
+		if w.resync {
+			// What a failed fsync may have lost goes first, so that the
+			// file keeps its records in order.
+			if err := w.sync(); err != nil {
+				stop(err)
+				return
+			}
+		}
+		k, buf := done, w.wbuf[:0]
+		for k < n && (k == done || len(buf)+len(w.queue[k].line) <= maxKeptBuf) {
+			buf = append(buf, w.queue[k].line...)
+			k++
+		}
+		if cap(buf) <= maxKeptBuf {
+			w.wbuf = buf // kept for the next write; one of a longer record is not
+		}
+		if w.opt.MaxSize > 0 && w.size+int64(len(buf)) > w.opt.MaxSize && w.size > 0 {
+			if err := w.compact(); err != nil {
+				stop(err)
+				w.nextTry = time.Now().Add(max(w.gap, compactRetryGap))
+				return
+			}
+		}
+		if err := w.write(buf); err != nil {
+			stop(err)
+			return
+		}
+		off := w.size
+		w.size += int64(len(buf))
+		for _, q := range w.queue[done:k] {
+			switch {
+			case q.seq >= 0:
+				w.st.Written++
+				w.ix.placed(q.seq, off, len(q.line))
+				w.needSeq = max(w.needSeq, q.seq)
+			case q.ack == "":
+				w.needAll = true
+			}
+			off += int64(len(q.line))
+		}
+		done = k
+		if err := w.wrote(buf); err != nil {
+			stop(err)
 			return
 		}
 	}
-	buf := w.wbuf[:0]
-	for _, q := range w.queue {
-		buf = append(buf, q.line...)
-	}
-	if cap(buf) <= maxKeptBuf {
-		w.wbuf = buf // kept for the next write; a flush after an outage is not
-	}
-	if w.opt.MaxSize > 0 && w.size+int64(len(buf)) > w.opt.MaxSize && w.size > 0 {
-		if err := w.compact(); err != nil {
-			w.fail(err)
-			w.nextTry = time.Now().Add(max(w.gap, compactRetryGap))
-			return
-		}
-	}
-	if err := w.write(buf); err != nil {
-		w.fail(err)
-		return
-	}
-	off := w.size
-	w.size += int64(len(buf))
-	for _, q := range w.queue {
-		switch {
-		case q.seq >= 0:
-			w.st.Written++
-			w.ix.placed(q.seq, off, len(q.line))
-			w.needSeq = max(w.needSeq, q.seq)
-		case q.ack == "":
-			w.needAll = true
-		}
-		off += int64(len(q.line))
-	}
-	n := len(w.queue)
-	clear(w.queue) // the lines and keys go; the slice is reused
-	w.queue, w.queuedN = w.queue[:0], 0
-	if err := w.wrote(buf); err != nil {
-		w.fail(err)
-		return
-	}
+	w.dequeue(done)
 	w.ix.evict(w.synced())
 	if w.failing {
 		w.failing = false
 		w.log.Info("the spool is writable again; the records held in memory are written", "records", n)
 	}
+}
+
+// dequeue takes the first n records, written, off the queue (its slice is
+// reused).
+func (w *writer) dequeue(n int) {
+	for _, q := range w.queue[:n] {
+		if q.seq >= 0 {
+			w.queuedN--
+			w.queuedB -= q.mem
+		}
+	}
+	rest := copy(w.queue, w.queue[n:])
+	clear(w.queue[rest:]) // the lines and keys go
+	w.queue = w.queue[:rest]
 }
 
 // wrote applies the fsync rule to bytes just written: with SyncEvery 0
@@ -312,7 +340,7 @@ func (w *writer) fail(err error) {
 		w.failing = true
 		w.st.Outages++
 		w.log.Error("cannot write the spool; samples still go to the trackers, wait in memory and are written when it works again",
-			"err", err, "buffer_limit", w.opt.MaxBuffered)
+			"err", err, "buffer_limit", w.opt.MaxBuffered, "buffer_limit_bytes", w.opt.MaxBufferedBytes)
 	}
 }
 

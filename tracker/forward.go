@@ -11,7 +11,9 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// Queue is what a Forwarder reads from: the spool.
+// Queue is what a Forwarder reads from: the spool. Track of a sink's run
+// replaces the sink's run-less tracking (run "", before a late Start);
+// Untrack is for a sink that gave up.
 type Queue interface {
 	Pending(sink, run string, max int) []metrics.Sample
 	Ack(sink, run string, seq int64) error
@@ -357,14 +359,13 @@ func (f *Forwarder) lateStart(ctx context.Context, log *slog.Logger) (err error)
 	if f.OnLateStart != nil {
 		f.OnLateStart(run)
 	}
+	// It replaces the run-less tracking: not an Untrack, which is giving up.
 	if terr := f.Queue.Track(f.Sink.Name(), run); terr != nil {
 		log.Warn("cannot re-read the spool; samples taken before the run existed may not be sent", "err", terr)
 	}
-	old := f.CurrentRun()
 	f.mu.Lock()
 	f.RunID, f.Start = run, nil
 	f.mu.Unlock()
-	f.Queue.Untrack(f.Sink.Name(), old)
 	log.Warn("tracker answered after the job started: bridge's samples go to a run created now; the child did not get its id, so a run the child creates itself is a separate one",
 		"run", run)
 	return nil

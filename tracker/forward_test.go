@@ -290,8 +290,8 @@ func TestForwarderStartsLateThenSendsEverything(t *testing.T) {
 	if sink.starts != 3 || f.CurrentRun() != "late" {
 		t.Errorf("starts = %d, run %q; want 3 and the late run", sink.starts, f.CurrentRun())
 	}
-	if fmt.Sprint(q.tracked) != "[late]" {
-		t.Errorf("tracked %v, want the late run", q.tracked)
+	if fmt.Sprint(q.tracked) != "[late]" || q.untrack {
+		t.Errorf("tracked %v, untracked %v; want the late run, and no untrack (it is not giving up)", q.tracked, q.untrack)
 	}
 	if fmt.Sprint(sink.accepted) != "[0 1 2 3 4]" {
 		t.Errorf("accepted %v", sink.accepted)
@@ -305,8 +305,8 @@ func TestForwarderLateStartPermanentStops(t *testing.T) {
 	if f.Drain(context.Background()) {
 		t.Fatal("drain reported success without a run")
 	}
-	if st, _, _ := f.Status(); st != StateStopped || sink.starts != 1 || len(sink.accepted) != 0 {
-		t.Errorf("state %q, starts %d, accepted %v", st, sink.starts, sink.accepted)
+	if st, _, _ := f.Status(); st != StateStopped || sink.starts != 1 || len(sink.accepted) != 0 || !q.untrack {
+		t.Errorf("state %q, starts %d, accepted %v, untracked %v", st, sink.starts, sink.accepted, q.untrack)
 	}
 }
 

@@ -10,7 +10,10 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // defaultSpools lists the spools bridge left at its default path in dir.
@@ -66,5 +69,47 @@ func TestDefaultSpoolRemovedOnlyWhenDelivered(t *testing.T) {
 	}
 	if !strings.Contains(out, filepath.Base(left[0])) || len(spooledSeqs(t, left[0])) == 0 {
 		t.Errorf("the kept spool is not named in the output or holds no sample:\n%s", out)
+	}
+}
+
+// A tracker down when the job starts, up later: bridge creates its run in
+// the background and sends it every sample; that late start is not giving
+// up, so the default spool is removed at the end as when MLflow answered
+// at once (before, it was always kept).
+func TestDefaultSpoolRemovedAfterLateStart(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	p := newProxy(t, srv)
+	if err := p.Down(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(testbin.Bridge(t), "--interval=200ms", "--start-timeout=300ms", "--", "sleep", "3")
+	cmd.Dir = dir
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+p.URL(), "MLFLOW_EXPERIMENT_NAME=bridge-e2e-spoolfile-late")
+	var out syncbuf.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The start record is written once the child started without the run.
+	waitfor.Cond(t, 90*time.Second, "the start record in the default spool", func() bool {
+		left := defaultSpools(t, dir)
+		if len(left) != 1 {
+			return false
+		}
+		_, _, at, err := spooltest.ReadFile(left[0])
+		return err == nil && len(at) > 0
+	})
+	if err := p.Up(); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cmd.Wait()); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, &out)
+	}
+	if !strings.Contains(out.String(), "tracker answered after the job started") {
+		t.Fatalf("the tracker did not start late:\n%s", &out)
+	}
+	if left := defaultSpools(t, dir); len(left) != 0 || !strings.Contains(out.String(), "removed (every sample delivered)") {
+		t.Errorf("the delivered spool of a late run was kept: %v\n%s", left, &out)
 	}
 }
