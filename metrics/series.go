@@ -4,7 +4,7 @@ package metrics
 // that produces a series and every consumer (the end-of-run table,
 // forensics, fast sampling near the memory limit, /metrics, `bridge
 // sample`) use the descriptor; names_test.go checks that every series a
-// consumer reads is still produced, and docs_test.go that docs/metrics.md
+// consumer reads is still produced, and pipeline/docs_test.go that docs/metrics.md
 // lists each one with its unit. The lists (ContainerSeries, ...) are what
 // each collector's registration declares (pipeline/collectors.go).
 
