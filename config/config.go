@@ -34,15 +34,30 @@ import (
 // ErrUsage marks a configuration error; the CLI exits 2 on it.
 var ErrUsage = errors.New("usage error")
 
-// Scopes that can be collected.
-var AllScopes = []string{"container", "node", "rootfs", "netns", "process", "gpu"}
+// Choices are the names --scopes and --trackers take. They come from the
+// registrations of bridge's collectors and trackers (package pipeline,
+// which imports this one): config checks values against them and lists
+// them in the usage text without knowing what they are.
+type Choices struct {
+	Scopes   []string // every scope a collector serves; the default is all of them
+	Trackers []string // every tracker, besides "auto" and "none"
+}
 
-// TrackerNames are the trackers --trackers can name besides "auto" and
-// "none"; pipeline.Trackers registers one sink for each (a test holds the two
-// lists equal).
-var TrackerNames = []string{"mlflow", "wandb"}
+func (ch Choices) trackers() []string {
+	return append(append([]string{"auto"}, ch.Trackers...), "none")
+}
 
-var allTrackers = append(append([]string{"auto"}, TrackerNames...), "none")
+// option is o with the choices' default and usage, for the options that
+// take them.
+func (ch Choices) option(o option) option {
+	switch o.key {
+	case "scopes":
+		o.def, o.usage = slices.Clone(ch.Scopes), o.usage+": "+strings.Join(ch.Scopes, ", ")
+	case "trackers":
+		o.usage += ": " + strings.Join(ch.trackers(), ", ") + " (comma-separated)"
+	}
+	return o
+}
 
 // Bounds on the sizes, so that a typo cannot make bridge allocate (or wait)
 // without limit.
@@ -128,11 +143,11 @@ var options = []option{
 	{"fast-threshold", 90.0, "percent of the memory limit above which bridge samples every --fast-interval, in (0, 100]"},
 	{"collect-timeout", 5 * time.Second, "longest wait for one collector in one sample (10ms to 10m)"},
 	{"window", time.Second, "bridge sample: time between the two readings that CPU rates need"},
-	{"scopes", AllScopes, "scopes to collect: " + strings.Join(AllScopes, ", ")},
+	{"scopes", []string{}, "scopes to collect"}, // Choices.option
 	{"no-container", false, "turn container awareness off: no container_ metrics, as JVM -XX:-UseContainerSupport"},
 	{"node-id", "", "node id for multi-node runs: MLflow keys go under system/<node-id>/, W&B series get the label /l:<node-id>"},
 	{"log-level", "info", "log level: debug, info, warn, error"},
-	{"trackers", []string{"auto"}, "trackers to send to: " + strings.Join(allTrackers, ", ") + " (comma-separated)"},
+	{"trackers", []string{"auto"}, "trackers to send to"}, // Choices.option
 	{"run-name", "", "name of the run when bridge creates it (default: from the command line, secrets redacted)"},
 	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<node>-<run>.jsonl)"},
 	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
@@ -172,9 +187,11 @@ func EnvName(key string) string {
 	return envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, "-", "_"))
 }
 
-// RegisterFlags adds every option, and --config, to fs, each with its type.
-func RegisterFlags(fs *pflag.FlagSet) {
+// RegisterFlags adds every option, and --config, to fs, each with its type;
+// ch names what --scopes and --trackers take.
+func RegisterFlags(fs *pflag.FlagSet, ch Choices) {
 	for _, o := range options {
+		o = ch.option(o)
 		switch d := o.def.(type) {
 		case time.Duration:
 			fs.Duration(o.key, d, o.usage)
@@ -220,14 +237,16 @@ func Parse(fs *pflag.FlagSet, args []string) error {
 	return nil
 }
 
-// Load builds the Config from fs (already parsed), the process environment
-// and the file named by --config or BRIDGE_CONFIG. Errors wrap ErrUsage.
-func Load(fs *pflag.FlagSet) (Config, error) {
+// Load builds the Config from fs (already parsed, made by RegisterFlags with
+// the same ch), the process environment and the file named by --config or
+// BRIDGE_CONFIG. Errors wrap ErrUsage.
+func Load(fs *pflag.FlagSet, ch Choices) (Config, error) {
 	v := viper.New()
 	v.SetEnvPrefix(envPrefix)
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
 	for _, o := range append(options, option{key: configKey, def: ""}) {
+		o = ch.option(o)
 		v.SetDefault(o.key, o.def)
 		if f := fs.Lookup(o.key); f != nil {
 			if err := v.BindPFlag(o.key, f); err != nil {
@@ -284,10 +303,7 @@ func Load(fs *pflag.FlagSet) (Config, error) {
 		}
 		return c, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
-	if err := c.validate(src); err != nil {
-		return c, err
-	}
-	if err := checkTrackerEnv(os.Getenv); err != nil {
+	if err := c.validate(src, ch); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -395,7 +411,7 @@ func scalarToStringHook(f, t reflect.Type, data any) (any, error) {
 }
 
 // validate checks ranges and forms, in one place, naming each key's source.
-func (c *Config) validate(src sources) error {
+func (c *Config) validate(src sources, ch Choices) error {
 	bad := func(key string, val any, why string) error {
 		return fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(key), fmt.Sprint(val), why)
 	}
@@ -437,13 +453,13 @@ func (c *Config) validate(src sources) error {
 		return bad("spool-max-size", c.SpoolMaxSize, fmt.Sprintf("must be 0 (no cap) or at least %s", ByteSize(MinSpoolMaxSize)))
 	}
 	var err error
-	if c.Scopes, err = list(c.Scopes, AllScopes, "scopes", bad); err != nil {
+	if c.Scopes, err = list(c.Scopes, ch.Scopes, "scopes", bad); err != nil {
 		return err
 	}
 	if len(c.Scopes) == 0 {
 		return bad("scopes", "", "name at least one scope")
 	}
-	if c.Trackers, err = list(c.Trackers, allTrackers, "trackers", bad); err != nil {
+	if c.Trackers, err = list(c.Trackers, ch.trackers(), "trackers", bad); err != nil {
 		return err
 	}
 	if len(c.Trackers) == 0 {
@@ -462,8 +478,8 @@ func (c *Config) validate(src sources) error {
 	if err := c.validatePrometheus(bad); err != nil {
 		return err
 	}
-	if c.NodeID != "" && !ValidNodeID(c.NodeID) {
-		return bad("node-id", c.NodeID, nodeIDRule)
+	if c.NodeID != "" && !jobkey.ValidNodeID(c.NodeID) {
+		return bad("node-id", c.NodeID, jobkey.NodeIDRule)
 	}
 	if c.JobKey != "" && !strings.EqualFold(c.JobKey, jobkey.None) && !jobkey.ValidKey(c.JobKey) {
 		return bad("job-key", c.JobKey, jobkey.KeyRule+`, or "none"`)
@@ -523,19 +539,6 @@ func list(in, allowed []string, key string, bad func(string, any, string) error)
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
-
-const nodeIDRule = "may hold only letters, digits, '_', '-', '.' and at most 100 of them (it becomes one MLflow key segment)"
-
-// ValidNodeID reports whether s can be a node id (one MLflow key segment).
-func ValidNodeID(s string) bool {
-	for _, r := range s {
-		ok := r == '_' || r == '-' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
-		if !ok {
-			return false
-		}
-	}
-	return len(s) <= 100
-}
 
 // HasScope reports whether scope s is collected.
 func (c Config) HasScope(s string) bool { return slices.Contains(c.Scopes, s) }

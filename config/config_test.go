@@ -15,6 +15,9 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// testChoices stand in for the registrations' (pipeline.Choices, tested there).
+var testChoices = Choices{Scopes: []string{"container", "node", "rootfs", "netns", "process", "gpu"}, Trackers: []string{"mlflow", "wandb"}}
+
 func load(t *testing.T, args []string, env map[string]string) (Config, error) {
 	t.Helper()
 	clearEnv(t)
@@ -22,11 +25,11 @@ func load(t *testing.T, args []string, env map[string]string) (Config, error) {
 		t.Setenv(k, v)
 	}
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	RegisterFlags(fs)
+	RegisterFlags(fs, testChoices)
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parse %v: %v", args, err)
 	}
-	return Load(fs)
+	return Load(fs, testChoices)
 }
 
 func writeFile(t *testing.T, body string) string {
@@ -46,8 +49,8 @@ func TestDefaults(t *testing.T) {
 	if c.Interval != 10*time.Second {
 		t.Errorf("interval = %v, want 10s (MLflow's default)", c.Interval)
 	}
-	if !reflect.DeepEqual(c.Scopes, AllScopes) {
-		t.Errorf("scopes = %v, want all %v", c.Scopes, AllScopes)
+	if !reflect.DeepEqual(c.Scopes, testChoices.Scopes) {
+		t.Errorf("scopes = %v, want all %v", c.Scopes, testChoices.Scopes)
 	}
 	if c.LogLevel != "info" || c.NoContainer || c.NodeID != "" || !reflect.DeepEqual(c.Trackers, []string{"auto"}) {
 		t.Errorf("unexpected defaults: %+v", c)
@@ -252,28 +255,6 @@ func TestNewOptions(t *testing.T) {
 	}
 }
 
-func TestTrackerVariables(t *testing.T) {
-	for _, tc := range []struct{ name, val string }{
-		{"MLFLOW_TRACKING_URI", "http://"},
-		{"MLFLOW_TRACKING_URI", "https:///x"},
-		{"MLFLOW_SYSTEM_METRICS_NODE_ID", "a/b"},
-	} {
-		_, err := load(t, nil, map[string]string{tc.name: tc.val})
-		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.name) {
-			t.Errorf("%s=%q: err = %v, want a usage error naming the variable", tc.name, tc.val, err)
-		}
-	}
-	// A non-HTTP store is a choice (bridge then spools), not an error.
-	if _, err := load(t, nil, map[string]string{"MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"}); err != nil {
-		t.Errorf("sqlite URI: %v", err)
-	}
-	// The error never shows a password in the URI.
-	_, err := load(t, nil, map[string]string{"MLFLOW_TRACKING_URI": "http://u:hunter22@"})
-	if err == nil || strings.Contains(err.Error(), "hunter22") {
-		t.Errorf("err = %v", err)
-	}
-}
-
 // loadErr is load, but a flag that does not parse is returned, not fatal.
 func loadErr(t *testing.T, args []string, env map[string]string) (Config, error) {
 	t.Helper()
@@ -283,21 +264,17 @@ func loadErr(t *testing.T, args []string, env map[string]string) (Config, error)
 	}
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	RegisterFlags(fs)
+	RegisterFlags(fs, testChoices)
 	if err := Parse(fs, args); err != nil {
 		return Config{}, err
 	}
-	return Load(fs)
+	return Load(fs, testChoices)
 }
 
 func clearEnv(t *testing.T) {
 	for _, k := range append(Keys(), "CONFIG") {
 		t.Setenv(EnvName(k), "")
 		os.Unsetenv(EnvName(k))
-	}
-	for _, k := range []string{"MLFLOW_TRACKING_URI", "MLFLOW_SYSTEM_METRICS_NODE_ID"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k)
 	}
 }
 

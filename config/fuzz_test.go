@@ -49,10 +49,10 @@ func FuzzLoad(f *testing.F) {
 		}
 		fs := pflag.NewFlagSet("fuzz", pflag.ContinueOnError)
 		fs.SetOutput(discard{})
-		RegisterFlags(fs)
+		RegisterFlags(fs, testChoices)
 		err := Parse(fs, args)
 		if err == nil {
-			_, err = Load(fs)
+			_, err = Load(fs, testChoices)
 		}
 		if err == nil {
 			return
@@ -91,13 +91,13 @@ func FuzzArgs(f *testing.F) {
 		clearEnv(t)
 		fs := pflag.NewFlagSet("fuzz", pflag.ContinueOnError)
 		fs.SetOutput(discard{})
-		RegisterFlags(fs)
+		RegisterFlags(fs, testChoices)
 		err := Parse(fs, strings.Split(line, "\x00"))
 		if errors.Is(err, pflag.ErrHelp) {
 			return
 		}
 		if err == nil {
-			_, err = Load(fs)
+			_, err = Load(fs, testChoices)
 		}
 		if err != nil && !errors.Is(err, ErrUsage) {
 			t.Fatalf("error does not wrap ErrUsage: %v", err)

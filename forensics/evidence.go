@@ -142,12 +142,12 @@ func FromRun(r Run) Evidence {
 	final := acc.Last()
 	e.LastSample = final.Time
 
-	counter := func(name string) Counter {
-		st, ok := acc.Get(name)
+	counter := func(d *metrics.Desc) Counter {
+		st, ok := acc.Get(d)
 		if !ok {
 			return Counter{}
 		}
-		_, atExit := final.Value(name)
+		_, atExit := final.Value(d.Name)
 		return Counter{Known: true, First: st.First, Last: st.Last, AtExit: atExit}
 	}
 	e.OOMKill = counter(metrics.ContainerOOMKills)
@@ -167,12 +167,12 @@ func FromRun(r Run) Evidence {
 			}
 		}
 		for _, s := range recent {
-			v, ok := s.Value(metrics.ContainerMemoryWorkingSet)
+			v, ok := s.Value(metrics.ContainerMemoryWorkingSet.Name)
 			if !ok || v < m.RecentWorkingSetMB {
 				continue
 			}
 			m.RecentWorkingSetMB, m.RecentAt = v, s.Time
-			if pct, ok := s.Value(metrics.ContainerMemoryWorkingSetPercent); ok {
+			if pct, ok := s.Value(metrics.ContainerMemoryWorkingSetPercent.Name); ok {
 				m.RecentSharePercent = pct
 			} else if m.LimitMB > 0 {
 				m.RecentSharePercent = 100 * v / m.LimitMB
@@ -185,13 +185,13 @@ func FromRun(r Run) Evidence {
 	}
 
 	for _, s := range recent {
-		avail, ok := s.Value(metrics.NodeMemoryAvailable)
+		avail, ok := s.Value(metrics.NodeMemoryAvailable.Name)
 		if !ok {
 			continue
 		}
 		if !e.Node.Known || avail < e.Node.MinAvailableMB {
 			e.Node.Known, e.Node.MinAvailableMB, e.Node.MinAvailableAt = true, avail, s.Time
-			if total, ok := s.Value(metrics.NodeMemoryTotal); ok && total > 0 {
+			if total, ok := s.Value(metrics.NodeMemoryTotal.Name); ok && total > 0 {
 				e.Node.TotalMB = total
 				e.Node.MinAvailablePercent = 100 * avail / total
 			}

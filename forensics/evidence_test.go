@@ -24,7 +24,7 @@ var t0 = time.Date(2026, 10, 1, 12, 0, 0, 0, time.UTC)
 func sample(seq int64, at time.Duration, kv ...any) metrics.Sample {
 	s := metrics.Sample{Seq: seq, Time: t0.Add(at)}
 	for i := 0; i < len(kv); i += 2 {
-		s.Points = append(s.Points, metrics.Point{Name: kv[i].(string), Value: kv[i+1].(float64)})
+		s.Points = append(s.Points, metrics.Named(kv[i].(string), kv[i+1].(float64)))
 	}
 	return s
 }
@@ -194,7 +194,7 @@ func TestV2MemoryEventsFixture(t *testing.T) {
 			}
 			acc := summary.New()
 			collect := func(seq int64) {
-				pts, err := c.Collect(context.Background())
+				pts, err := metrics.Collect(context.Background(), c)
 				if err != nil {
 					t.Fatalf("Collect: %v", err)
 				}

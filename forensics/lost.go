@@ -79,9 +79,9 @@ func (l *Lost) sentence() string {
 	}
 	s := l.Last
 	var facts []string
-	ws, hasWS := s.Value(metrics.ContainerMemoryWorkingSet)
-	lim, hasLim := s.Value(metrics.ContainerMemoryLimit)
-	pct, hasPct := s.Value(metrics.ContainerMemoryWorkingSetPercent)
+	ws, hasWS := s.Value(metrics.ContainerMemoryWorkingSet.Name)
+	lim, hasLim := s.Value(metrics.ContainerMemoryLimit.Name)
+	pct, hasPct := s.Value(metrics.ContainerMemoryWorkingSetPercent.Name)
 	switch {
 	case hasWS && hasLim && lim > 0:
 		if !hasPct {
@@ -91,13 +91,13 @@ func (l *Lost) sentence() string {
 	case hasWS:
 		facts = append(facts, fmt.Sprintf("working set %.1f MB (no memory limit)", ws))
 	}
-	if v, ok := s.Value(metrics.ContainerOOMKills); ok {
+	if v, ok := s.Value(metrics.ContainerOOMKills.Name); ok {
 		facts = append(facts, fmt.Sprintf("oom_kill counter %.0f", v))
 	}
-	if v, ok := s.Value(metrics.ContainerPressureMemorySome); ok {
+	if v, ok := s.Value(metrics.ContainerPressureMemorySome.Name); ok {
 		facts = append(facts, fmt.Sprintf("memory pressure some %.1f%%", v))
 	}
-	if v, ok := s.Value(metrics.NodeMemoryAvailable); ok {
+	if v, ok := s.Value(metrics.NodeMemoryAvailable.Name); ok {
 		facts = append(facts, fmt.Sprintf("node MemAvailable %.0f MB", v))
 	}
 	if len(facts) == 0 {
@@ -111,9 +111,15 @@ func (l *Lost) sentence() string {
 		facts[0], duration(l.Next.Sub(s.Time)), more, what)
 }
 
-// lastSampleKeys are the metrics of a lost attempt's last sample worth a tag.
-var lastSampleKeys = []string{"container_memory_", "container_pressure_memory_", "node_memory_available", "node_memory_total",
-	"process_memory_rss"}
+// lastSampleSeries are the series of a lost attempt's last sample worth a
+// tag: its memory figures.
+var lastSampleSeries = []*metrics.Desc{
+	metrics.ContainerMemoryWorkingSet, metrics.ContainerMemoryUsage, metrics.ContainerMemoryRSS, metrics.ContainerMemoryCache,
+	metrics.ContainerMemoryPeak, metrics.ContainerMemoryLimit, metrics.ContainerMemoryWorkingSetPercent,
+	metrics.ContainerMemoryHighEvents, metrics.ContainerMemoryMaxEvents, metrics.ContainerOOMEvents, metrics.ContainerOOMKills,
+	metrics.ContainerOOMGroupKills, metrics.ContainerPressureMemorySome, metrics.ContainerPressureMemoryFull,
+	metrics.NodeMemoryAvailable, metrics.NodeMemoryTotal, metrics.ProcessMemoryRSS,
+}
 
 // Tags are the run tags reporting the lost attempt. The last sample is a
 // compact JSON object of its memory figures.
@@ -123,11 +129,9 @@ func (l *Lost) Tags() map[string]string {
 		return t
 	}
 	vals := map[string]float64{}
-	for _, p := range l.Last.Points {
-		for _, k := range lastSampleKeys {
-			if strings.HasPrefix(p.Name, k) && !math.IsNaN(p.Value) && !math.IsInf(p.Value, 0) {
-				vals[p.Name] = math.Round(p.Value*10) / 10
-			}
+	for _, d := range lastSampleSeries {
+		if v, ok := l.Last.Value(d.Name); ok && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			vals[d.Name] = math.Round(v*10) / 10
 		}
 	}
 	// encoding/json writes map keys sorted, so the tag is stable.

@@ -105,7 +105,7 @@ func runInCgroup(t *testing.T, g *cgrouptest.Group, mode string, act func(pid in
 	acc := summary.New()
 	var seq int64
 	sampleNow := func() {
-		pts, err := c.Collect(context.Background())
+		pts, err := metrics.Collect(context.Background(), c)
 		if err != nil {
 			t.Logf("collect: %v", err)
 		}

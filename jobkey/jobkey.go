@@ -189,6 +189,20 @@ func Detect(in Input) Job {
 // NodeName is the node id of the node with index rank.
 func NodeName(rank int) string { return fmt.Sprintf("node-%d", rank) }
 
+// NodeIDRule says what a node id may hold; ValidNodeID checks it.
+const NodeIDRule = "may hold only letters, digits, '_', '-', '.' and at most 100 of them (it becomes one MLflow key segment)"
+
+// ValidNodeID reports whether s can be a node id (one MLflow key segment).
+func ValidNodeID(s string) bool {
+	for _, r := range s {
+		ok := r == '_' || r == '-' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !ok {
+			return false
+		}
+	}
+	return len(s) <= 100
+}
+
 // KeyRule says what a key may hold; ValidKey checks it.
 const KeyRule = "at most 200 characters, letters, digits and . _ - : / @ + = only"
 

@@ -1,9 +1,11 @@
 // Package metrics holds the sample model shared by every collector and sink,
 // and the Sampler that runs the collectors.
 //
-// A metric's name states its scope (container_, node_, rootfs_, netns_, gpu_N_,
-// process_) and its unit, as MLflow's own system metrics do (_megabytes means
-// 10^6 bytes). Names are sent to MLflow as "system/<name>" and to W&B as
+// Every series is described once, by a Desc (desc.go; bridge's own in
+// series.go): its name, unit, scope, and what /metrics needs. A name states
+// the scope (container_, node_, rootfs_, netns_, gpu_N_, process_) and ends
+// with the unit, as MLflow's own system metrics do (_megabytes means 10^6
+// bytes). Names are sent to MLflow as "system/<name>" and to W&B as
 // "system.<name>".
 package metrics
 
@@ -26,49 +28,102 @@ const (
 	ScopeProm      Scope = "prom"      // a series read from a --scrape endpoint, passed through
 )
 
-// Units, as they appear at the end of metric names.
-const (
-	UnitMegabytes          = "megabytes" // 10^6 bytes, as MLflow
-	UnitMegabytesPerSecond = "megabytes_per_second"
-	UnitPercentage         = "percentage"
-	UnitCores              = "cores"
-	UnitSeconds            = "seconds"
-	UnitCount              = "count"
-	UnitRatio              = "ratio"
-	UnitWatts              = "watts"
-	UnitCelsius            = "celsius"
-	UnitMHz                = "mhz"
-	UnitLoad               = "load"
-)
-
-// Megabyte is the unit of every _megabytes metric (decimal, as MLflow).
-const Megabyte = 1e6
-
-// Point is one value of one metric in one sample.
+// Point is one value of one series in one sample: two words and a name
+// header. Collectors add points against a descriptor (Batch.Add); a point
+// read back from a spool keeps only the name it was sent under (Named).
 type Point struct {
-	Name   string  `json:"name"`   // e.g. container_memory_working_set_megabytes, without "system/"
-	Value  float64 `json:"value"`  // in Unit
-	Unit   string  `json:"unit"`   // one of the Unit constants
-	Scope  Scope   `json:"scope"`  // what it was measured against
-	Source string  `json:"source"` // the file or call it came from
+	Desc  *Desc   // what the value is; nil when only the name is known (Named)
+	Value float64 // in Desc.Unit
+	name  string  // the name, when Desc is nil
+}
+
+// At is the point of value v of the series d.
+func At(d *Desc, v float64) Point { return Point{Desc: d, Value: v} }
+
+// Named is a point known by its name only: a sample read back from a
+// spool, which keeps names and values.
+func Named(name string, v float64) Point { return Point{Value: v, name: name} }
+
+// Name is the point's series key: Desc.Name, or the name it was read under.
+func (p Point) Name() string {
+	if p.Desc != nil {
+		return p.Desc.Name
+	}
+	return p.name
 }
 
 // Sample is the set of points taken at one instant. Seq numbers samples from 0
 // in the order they were taken; sinks send it as the MLflow step.
 type Sample struct {
-	Seq    int64     `json:"seq"`
-	Time   time.Time `json:"time"`
-	Points []Point   `json:"points"`
+	Seq    int64
+	Time   time.Time
+	Points []Point
 }
 
-// Value returns the value of the named point and whether it is present.
+// Value returns the value of the named series and whether it is present.
+// By name, so that it reads samples read back from a spool as well.
 func (s Sample) Value(name string) (float64, bool) {
 	for _, p := range s.Points {
-		if p.Name == name {
+		if p.Name() == name {
 			return p.Value, true
 		}
 	}
 	return 0, false
+}
+
+// Batch is what one Collect adds its points to, and, when the caller asks
+// (`bridge sample`), where each came from. The Sampler gives each collector
+// a Batch of its own and reuses it from sample to sample.
+type Batch struct {
+	Points []Point
+	// Sources name the file, call or URL each point came from, index for
+	// index with Points; filled only while Explain is set.
+	Sources []string
+	// Explain asks for Sources. Without it a collector need not build a
+	// source string at all: the sampling loop never asks.
+	Explain bool
+}
+
+// Add adds the value v of series d, read from source (ignored unless
+// b.Explain).
+func (b *Batch) Add(d *Desc, v float64, source string) {
+	b.Points = append(b.Points, Point{Desc: d, Value: v})
+	if b.Explain {
+		b.Sources = append(b.Sources, source)
+	}
+}
+
+// Keep drops the points from index from on whose series keep refuses,
+// with their sources.
+func (b *Batch) Keep(from int, keep func(*Desc) bool) {
+	n := from
+	for i := from; i < len(b.Points); i++ {
+		if !keep(b.Points[i].Desc) {
+			continue
+		}
+		b.Points[n] = b.Points[i]
+		if b.Explain && i < len(b.Sources) {
+			b.Sources[n] = b.Sources[i]
+		}
+		n++
+	}
+	b.Points = b.Points[:n]
+	if b.Explain && n < len(b.Sources) {
+		b.Sources = b.Sources[:n]
+	}
+}
+
+// Reset empties b for another Collect, keeping its memory.
+func (b *Batch) Reset() {
+	b.Points, b.Sources = b.Points[:0], b.Sources[:0]
+}
+
+// Collect runs one Collect of c into a fresh Batch and returns its points:
+// for tests and one-off reads.
+func Collect(ctx context.Context, c Collector) ([]Point, error) {
+	var b Batch
+	err := c.Collect(ctx, &b)
+	return b.Points, err
 }
 
 // Collector reads one source.
@@ -79,11 +134,12 @@ func (s Sample) Value(name string) (float64, bool) {
 // Close may run beside it (see Detector, Closer). Values that need two readings (CPU
 // usage) are computed from the previous call's reading: the first call returns
 // none of them, never a value averaged since boot. A source that is absent on
-// this machine returns no points and a nil error; an error means the source
-// exists and could not be read. The returned slice belongs to the caller.
+// this machine adds no points and returns a nil error; an error means the
+// source exists and could not be read (the points it could read still
+// count). Collect adds its points to b and keeps no reference to b.
 type Collector interface {
 	Name() string
-	Collect(ctx context.Context) ([]Point, error)
+	Collect(ctx context.Context, b *Batch) error
 }
 
 // Detector is implemented by collectors that can say what they found (cgroup
@@ -117,6 +173,3 @@ type Detector interface {
 type Closer interface {
 	Close() error
 }
-
-// Point helper: mb converts bytes to the _megabytes unit.
-func MB(bytes float64) float64 { return bytes / Megabyte }

@@ -2,10 +2,13 @@ package metrics_test
 
 import (
 	"go/ast"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
 	"io/fs"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,57 +16,67 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// The collectors under these directories produce the series; every other
-// package of the module only reads them.
-var producers = []string{"cgroup", "node", "process", "gpu", "scrape"}
-
-// declared parses names.go: each name-declaring identifier and, for a var
-// set from a function call (ContainerPressureMemorySome =
-// ContainerPressure("memory", "some")), the function that spells it.
-//
-// deps lists, per function, the names its body uses (GPUPrefix spells
-// GPUNamePrefix): a producer calling the function produces them too.
-func declared(t *testing.T) (names, values map[string]string, deps map[string][]string) {
+// descriptors type-checks package metrics and returns its package-level
+// variables of type *Desc (ContainerMemoryWorkingSet, GPUMemoryUsed, ...),
+// each with the package-level names its value refers to:
+// ContainerPressureMemorySome is ContainerPressure[1].Some, so a collector
+// that adds the ContainerPressure series produces it.
+func descriptors(t *testing.T) map[string][]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "names.go", nil, 0)
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	names, values, deps = map[string]string{}, map[string]string{}, map[string][]string{}
-	for _, d := range f.Decls {
-		switch d := d.(type) {
-		case *ast.FuncDecl:
-			names[d.Name.Name] = d.Name.Name
-			ast.Inspect(d.Body, func(n ast.Node) bool {
-				if id, ok := n.(*ast.Ident); ok {
-					deps[d.Name.Name] = append(deps[d.Name.Name], id.Name)
-				}
-				return true
-			})
-		case *ast.GenDecl:
-			for _, s := range d.Specs {
-				vs, ok := s.(*ast.ValueSpec)
-				if !ok {
-					continue
-				}
+	var parsed []*ast.File
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		a, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed = append(parsed, a)
+	}
+	info := &types.Info{Defs: map[*ast.Ident]types.Object{}}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+	pkg, err := conf.Check("github.com/bridge-dev/bridge/metrics", fset, parsed, info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := types.NewPointer(pkg.Scope().Lookup("Desc").Type())
+	out := map[string][]string{}
+	for _, f := range parsed {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
 				for i, id := range vs.Names {
-					names[id.Name] = id.Name
-					if i >= len(vs.Values) {
+					if !types.Identical(info.Defs[id].Type(), desc) {
 						continue
 					}
-					switch v := vs.Values[i].(type) {
-					case *ast.BasicLit:
-						values[id.Name], _ = strconv.Unquote(v.Value)
-					case *ast.CallExpr:
-						if fn, ok := v.Fun.(*ast.Ident); ok {
-							names[id.Name] = fn.Name
-						}
+					var refs []string
+					if i < len(vs.Values) {
+						ast.Inspect(vs.Values[i], func(n ast.Node) bool {
+							if x, ok := n.(*ast.Ident); ok {
+								refs = append(refs, x.Name)
+							}
+							return true
+						})
 					}
+					out[id.Name] = refs
 				}
 			}
 		}
 	}
-	return names, values, deps
+	if len(out) < 50 {
+		t.Fatalf("found %d descriptors in package metrics: the scan is broken", len(out))
+	}
+	return out
 }
 
 // goFiles walks the module's non-test Go files, calling fn with the path
@@ -94,74 +107,111 @@ func goFiles(t *testing.T, fn func(rel string, f *ast.File)) {
 	}
 }
 
-// A rename in names.go reaches producer and consumers alike; what can still
-// break is a collector that stops producing a series a consumer reads (the
-// summary, forensics, fast sampling near the limit): that fails here.
-func TestConsumedNamesAreProduced(t *testing.T) {
-	names, _, deps := declared(t)
-	produced := map[string]bool{}
-	consumed := map[string][]string{}
+// isCollect reports whether fn is a metrics.Collector's Collect method:
+// Collect(context.Context, *metrics.Batch) error.
+func isCollect(fn *ast.FuncDecl) bool {
+	if fn.Recv == nil || fn.Name.Name != "Collect" || fn.Type.Params.NumFields() != 2 {
+		return false
+	}
+	last := fn.Type.Params.List[len(fn.Type.Params.List)-1].Type
+	star, ok := last.(*ast.StarExpr)
+	if !ok {
+		return false
+	}
+	sel, ok := star.X.(*ast.SelectorExpr)
+	return ok && sel.Sel.Name == "Batch"
+}
+
+// A collector that stops producing a series a consumer reads (the
+// end-of-run table, forensics, fast sampling near the limit) fails here.
+// Producers are found, not listed: the packages that implement a
+// metrics.Collector (a Collect method taking a *metrics.Batch); every
+// other package only reads series.
+func TestConsumedSeriesAreProduced(t *testing.T) {
+	descs := descriptors(t)
+	refs := map[string]map[string]bool{} // package dir -> metrics.X it names
+	producers := map[string]bool{}
 	goFiles(t, func(rel string, f *ast.File) {
 		dir := filepath.Dir(rel)
-		isProducer := false
-		for _, p := range producers {
-			isProducer = isProducer || dir == "metrics/"+p
-		}
 		if dir == "metrics" {
 			return
 		}
+		if refs[dir] == nil {
+			refs[dir] = map[string]bool{}
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
-			sel, ok := n.(*ast.SelectorExpr)
-			if !ok {
-				return true
-			}
-			if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "metrics" {
-				return true
-			}
-			if _, ok := names[sel.Sel.Name]; !ok {
-				return true
-			}
-			if isProducer {
-				produced[sel.Sel.Name] = true
-			} else {
-				consumed[sel.Sel.Name] = append(consumed[sel.Sel.Name], rel)
+			switch n := n.(type) {
+			case *ast.FuncDecl:
+				if isCollect(n) {
+					producers[dir] = true
+				}
+			case *ast.SelectorExpr:
+				if x, ok := n.X.(*ast.Ident); ok && x.Name == "metrics" {
+					refs[dir][n.Sel.Name] = true
+				}
 			}
 			return true
 		})
 	})
-	for fn := range produced {
-		for _, id := range deps[fn] {
-			produced[id] = true
+	produced, consumed := map[string]bool{}, map[string][]string{}
+	for dir, names := range refs {
+		for name := range names {
+			if producers[dir] {
+				produced[name] = true
+			} else if _, ok := descs[name]; ok {
+				consumed[name] = append(consumed[name], dir)
+			}
 		}
 	}
-	if len(consumed) == 0 || len(produced) == 0 {
-		t.Fatalf("found %d consumed and %d produced names: the scan is broken", len(consumed), len(produced))
+	for _, want := range []string{"metrics/cgroup", "metrics/node", "metrics/process", "metrics/gpu", "metrics/scrape"} {
+		if !producers[want] {
+			t.Errorf("%s is not found as a producer: the scan is broken", want)
+		}
 	}
+	if len(consumed) < 10 {
+		t.Fatalf("found %d consumed series: the scan is broken", len(consumed))
+	}
+	var dirs []string
+	for d := range producers {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
 	for name, where := range consumed {
-		if !produced[name] && !produced[names[name]] {
-			t.Errorf("metrics.%s is read by %v but no collector (metrics/{%s}) produces it", name, where, strings.Join(producers, ","))
+		ok := produced[name]
+		for _, dep := range descs[name] {
+			ok = ok || produced[dep]
+		}
+		if !ok {
+			t.Errorf("metrics.%s is read by %v but no collector (%s) produces it", name, where, strings.Join(dirs, ", "))
 		}
 	}
 }
 
-// Every series name is spelled once: no other non-test file holds one as a
-// string literal. (GPU name suffixes are left out: "memory_total_megabytes"
-// is also a key of `bridge sample`'s detected GPU.)
+// allSeries are bridge's own descriptors, from the lists the collectors'
+// registrations declare.
+func allSeries() []*metrics.Desc {
+	var out []*metrics.Desc
+	for _, l := range [][]*metrics.Desc{metrics.ContainerSeries, metrics.NodeSeries, metrics.ProcessSeries, metrics.GPUSeries, metrics.ScrapeSeries} {
+		out = append(out, l...)
+	}
+	return out
+}
+
+// Every series name is spelled once: no non-test file but series.go holds
+// one as a string literal. (Per-GPU templates are left out:
+// "memory_total_megabytes" is also a key of `bridge sample`'s detected GPU.)
 func TestNamesSpelledOnce(t *testing.T) {
-	_, values, _ := declared(t)
-	byValue := map[string]string{}
-	for id, v := range values {
-		for _, scope := range []string{"container_", "node_", "rootfs_", "netns_", "process_"} {
-			if strings.HasPrefix(v, scope) {
-				byValue[v] = id
-			}
+	byName := map[string]bool{}
+	for _, d := range allSeries() {
+		if !d.PerGPU {
+			byName[d.Name] = true
 		}
 	}
-	if len(byValue) < 30 {
-		t.Fatalf("only %d names found in names.go: the scan is broken", len(byValue))
+	if len(byName) < 50 {
+		t.Fatalf("only %d names: the lists are broken", len(byName))
 	}
 	goFiles(t, func(rel string, f *ast.File) {
-		if rel == "metrics/names.go" {
+		if rel == "metrics/series.go" {
 			return
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
@@ -169,22 +219,74 @@ func TestNamesSpelledOnce(t *testing.T) {
 			if !ok || lit.Kind != token.STRING {
 				return true
 			}
-			s, err := strconv.Unquote(lit.Value)
-			if err != nil {
-				return true
-			}
-			if id, ok := byValue[s]; ok {
-				t.Errorf("%s spells %q: use metrics.%s", rel, s, id)
+			if s, err := strconv.Unquote(lit.Value); err == nil && byName[s] {
+				t.Errorf("%s spells %q: use its descriptor in package metrics", rel, s)
 			}
 			return true
 		})
 	})
 }
 
-func TestDigits(t *testing.T) {
-	for s, want := range map[string]bool{"0": true, "17": true, "": false, "1a": false, "-1": false, "٣": false, " 1": false} {
-		if got := metrics.Digits(s); got != want {
-			t.Errorf("Digits(%q) = %v, want %v", s, got, want)
+// What /metrics needs of each descriptor is there: a help line, a legal
+// name, and a name of its own where the value is converted to a base unit
+// (a series in megabytes is exposed in bytes, so bridge_<name> would lie).
+func TestDescriptorsAreComplete(t *testing.T) {
+	seen := map[string]*metrics.Desc{}
+	for _, d := range allSeries() {
+		if o, dup := seen[d.Name]; dup && o != d {
+			t.Errorf("two descriptors named %s", d.Name)
+		}
+		seen[d.Name] = d
+		if d.Help == "" || !strings.HasSuffix(d.Help, ".") {
+			t.Errorf("%s: help %q, want a sentence", d.Name, d.Help)
+		}
+		if d.Unit.Scaled() && (d.Prom == "" || strings.Contains(d.Prom, string(d.Unit))) {
+			t.Errorf("%s is in %s but exposed as %q: name the base unit", d.Name, d.Unit, d.PromName())
+		}
+		if d.Scope == "" || d.Unit == "" {
+			t.Errorf("%s: scope %q unit %q", d.Name, d.Scope, d.Unit)
+		}
+		if !d.PerGPU && !strings.HasPrefix(d.Name, string(d.Scope)+"_") {
+			t.Errorf("%s does not start with its scope %s", d.Name, d.Scope)
 		}
 	}
+	if metrics.ContainerPressureMemorySome.Name != "container_pressure_memory_some_avg10_percentage" ||
+		metrics.ContainerPressureMemoryFull.Name != "container_pressure_memory_full_avg10_percentage" {
+		t.Errorf("memory pressure series are %s, %s", metrics.ContainerPressureMemorySome.Name, metrics.ContainerPressureMemoryFull.Name)
+	}
+}
+
+// A per-GPU template is sent bound to a GPU or a MIG slice; the name and
+// the /metrics name are built once, by composition, never parsed back.
+func TestGPUBinding(t *testing.T) {
+	g := metrics.GPUMemoryUsed.ForGPU(3)
+	m := metrics.GPUMemoryUsed.ForMIG(0, 7)
+	for _, c := range []struct {
+		d              *metrics.Desc
+		name, prom     string
+		gpu, mig       int
+		unit           metrics.Unit
+		scope          metrics.Scope
+		bytesFromMB100 float64
+	}{
+		{g, "gpu_3_memory_used_megabytes", "bridge_gpu_memory_used_bytes", 3, -1, metrics.UnitMegabytes, metrics.ScopeGPU, 100e6},
+		{m, "gpu_0_mig_7_memory_used_megabytes", "bridge_gpu_mig_memory_used_bytes", 0, 7, metrics.UnitMegabytes, metrics.ScopeGPU, 100e6},
+		{metrics.GPUPowerUsage.ForGPU(1), "gpu_1_power_usage_watts", "bridge_gpu_power_usage_watts", 1, -1, metrics.UnitWatts, metrics.ScopeGPU, 100},
+	} {
+		if c.d.Name != c.name || c.d.PromName() != c.prom || c.d.GPU != c.gpu || c.d.MIG != c.mig || c.d.Unit != c.unit || c.d.Scope != c.scope || c.d.PerGPU {
+			t.Errorf("bound: %+v, want %s %s gpu %d mig %d", *c.d, c.name, c.prom, c.gpu, c.mig)
+		}
+		if c.d.Unit.Base(100) != c.bytesFromMB100 {
+			t.Errorf("%s: 100 -> %v, want %v", c.d.Name, c.d.Unit.Base(100), c.bytesFromMB100)
+		}
+	}
+	if g.Of != metrics.GPUMemoryUsed || m.Of != metrics.GPUMemoryUsed {
+		t.Error("a bound descriptor does not know its template")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("binding a series that is not per GPU did not panic")
+		}
+	}()
+	metrics.NodeLoad1.ForGPU(0)
 }

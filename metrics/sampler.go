@@ -3,10 +3,13 @@ package metrics
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -18,23 +21,29 @@ import (
 // its points for that sample only, and one that hangs (an NVML call, a stuck
 // NFS statfs) is skipped until its call returns, so it can never stall
 // sampling or start a second concurrent call; its worker is the only
-// goroutine it holds.
+// goroutine it holds. It keeps each collector's Health, as node_exporter
+// reports its collectors.
 //
 // Contract: Sample is not safe for concurrent use; one goroutine drives it.
+// Health may be called from any goroutine.
 type Sampler struct {
 	collectors []Collector
 	timeout    time.Duration
 	log        *slog.Logger
 	now        func() time.Time
 
+	mu     sync.Mutex
+	health []Health // per collector; written by Sample, read by Health (under mu)
+
 	// Owned by the goroutine that calls Sample (and Close).
-	workers []worker
-	results chan result // capacity len(collectors): a worker's send never blocks
-	started bool
-	closed  bool
-	nextSeq int64
-	parts   [][]Point    // per collector, this sample's points; reused
-	warned  map[int]bool // collector index -> an error was logged at warn once
+	workers  []worker
+	results  chan result // capacity len(collectors): a worker's send never blocks
+	started  bool
+	closed   bool
+	nextSeq  int64
+	answered []bool       // per collector, its batch holds this sample's points; reused
+	asked    []bool       // per collector, this sample handed it a job; reused
+	warned   map[int]bool // collector index -> an error was logged at warn once
 }
 
 // worker is one collector's goroutine and the sampling side's view of it.
@@ -45,35 +54,83 @@ type worker struct {
 	// again as soon as its result is taken (no flag cleared after a send
 	// that a next Sample could race with).
 	inflight bool
+	since    time.Time // when its job in flight was handed over
+	// batch is what the collector adds its points to: the worker's while
+	// a job runs, the Sample goroutine's once the result is received
+	// (the channels order the two). Reused from sample to sample.
+	batch Batch
 }
 
 // job asks a worker for one Collect under ctx, for sample seq.
 type job struct {
-	ctx context.Context
-	seq int64
+	ctx     context.Context
+	seq     int64
+	explain bool // the batch is to hold each point's source
 }
 
 type result struct {
-	idx    int
-	seq    int64 // the sample that asked; an older one's result is dropped
-	points []Point
-	err    error
+	idx  int
+	seq  int64 // the sample that asked; an older one's result is dropped
+	err  error
+	took time.Duration // the Collect call's
 }
+
+// Health is one collector's record: how its last run went, as
+// node_exporter's node_scrape_collector_duration_seconds and
+// node_scrape_collector_success report it, and its failures so far.
+type Health struct {
+	Collector string        // its Name
+	Runs      int           // samples that asked it for points
+	Failures  int           // runs that failed: an error, a panic, no answer in time, or still busy with an earlier run
+	Duration  time.Duration // of its last run; for one that did not answer, how long it had run by then
+	OK        bool          // its last run succeeded
+	LastError string        // the first line of its last failure's error; "" before any
+}
+
+// errBusy is the failure of a run skipped because the collector's call of
+// an earlier sample has not returned yet.
+var errBusy = errors.New("still in a call of an earlier sample that did not answer in time")
 
 // NewSampler returns a Sampler over cs. timeout bounds each collector's call.
 func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sampler {
 	if log == nil {
 		log = slog.Default()
 	}
+	health := make([]Health, len(cs))
+	for i, c := range cs {
+		health[i].Collector = c.Name()
+	}
 	return &Sampler{
 		collectors: cs,
 		timeout:    timeout,
 		log:        log,
 		now:        time.Now,
+		health:     health,
 		workers:    make([]worker, len(cs)),
 		results:    make(chan result, len(cs)),
-		parts:      make([][]Point, len(cs)),
+		answered:   make([]bool, len(cs)),
+		asked:      make([]bool, len(cs)),
 		warned:     map[int]bool{},
+	}
+}
+
+// Health returns each collector's record, in the Sampler's order.
+func (s *Sampler) Health() []Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.health)
+}
+
+// record notes the end of collector i's run in this sample.
+func (s *Sampler) record(i int, took time.Duration, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := &s.health[i]
+	h.Runs++
+	h.Duration, h.OK = took, err == nil
+	if err != nil {
+		h.Failures++
+		h.LastError, _, _ = strings.Cut(err.Error(), "\n") // a panic's stack stays in the log
 	}
 }
 
@@ -93,11 +150,22 @@ func (s *Sampler) start() {
 // Sample takes one sample. The sample's Time is taken before the collectors run.
 // Points are sorted by name so that output and posted bodies are stable.
 func (s *Sampler) Sample(ctx context.Context) Sample {
+	smp, _ := s.sample(ctx, false)
+	return smp
+}
+
+// SampleExplained is Sample, and where each point came from (the file,
+// call or URL), by name: for `bridge sample`.
+func (s *Sampler) SampleExplained(ctx context.Context) (Sample, map[string]string) {
+	return s.sample(ctx, true)
+}
+
+func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]string) {
 	smp := Sample{Seq: s.nextSeq, Time: s.now()}
 	s.nextSeq++
 	if s.closed {
 		s.log.Debug("sample asked of a closed sampler; it has no points", "seq", smp.Seq)
-		return smp
+		return smp, nil
 	}
 	if !s.started {
 		s.start()
@@ -118,16 +186,18 @@ func (s *Sampler) Sample(ctx context.Context) Sample {
 
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	clear(s.parts)
+	clear(s.answered)
+	clear(s.asked)
 	pending := 0
 	for i := range s.workers {
 		w := &s.workers[i]
 		if w.inflight {
 			s.log.Debug("collector still busy from an earlier sample; skipped", "collector", s.collectors[i].Name())
+			s.record(i, time.Since(w.since), errBusy)
 			continue
 		}
-		w.inflight = true
-		w.jobs <- job{ctx: cctx, seq: smp.Seq} // the worker is idle: never blocks
+		w.inflight, w.since, s.asked[i] = true, time.Now(), true
+		w.jobs <- job{ctx: cctx, seq: smp.Seq, explain: explain} // the worker is idle: never blocks
 		pending++
 	}
 	for pending > 0 {
@@ -140,33 +210,56 @@ func (s *Sampler) Sample(ctx context.Context) Sample {
 				continue
 			}
 			pending--
-			s.parts[r.idx] = s.take(r)
+			s.take(r)
+			s.answered[r.idx] = true
 		case <-cctx.Done():
+			why := fmt.Errorf("no answer within the collect timeout, %s", s.timeout)
 			if err := ctx.Err(); err != nil {
 				s.log.Warn("sample cut short; the collectors that had not answered are missing from it",
 					"err", err, "pending", pending)
+				why = fmt.Errorf("no answer before the sample was cut short: %w", err)
 			} else {
 				s.log.Warn("collectors did not answer in time; their points are missing from this sample",
 					"timeout", s.timeout, "pending", pending)
+			}
+			for i, asked := range s.asked {
+				if asked && !s.answered[i] {
+					s.record(i, time.Since(s.workers[i].since), why)
+				}
 			}
 			pending = 0 // stop waiting; late results are dropped by a later Sample
 		}
 	}
 	n := 0
-	for _, p := range s.parts {
-		n += len(p)
+	for i, ok := range s.answered {
+		if ok {
+			n += len(s.workers[i].batch.Points)
+		}
 	}
 	if n > 0 { // none: Points stays nil, as before
 		smp.Points = make([]Point, 0, n)
 	}
-	for _, p := range s.parts {
-		smp.Points = append(smp.Points, p...)
+	var sources map[string]string
+	if explain {
+		sources = map[string]string{}
 	}
-	clear(s.parts) // do not keep the collectors' slices alive between samples
+	for i, ok := range s.answered {
+		if !ok {
+			continue
+		}
+		b := &s.workers[i].batch
+		smp.Points = append(smp.Points, b.Points...)
+		for k := 0; explain && k < len(b.Points) && k < len(b.Sources); k++ {
+			// The first collector's, as dedupe keeps.
+			if name := b.Points[k].Name(); sources[name] == "" {
+				sources[name] = b.Sources[k]
+			}
+		}
+	}
 	// Stable: within a name, points stay in collector order (dedupe).
-	slices.SortStableFunc(smp.Points, func(a, b Point) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(smp.Points, func(a, b Point) int { return cmp.Compare(a.Name(), b.Name()) })
 	smp.Points = s.dedupe(smp.Points)
-	return smp
+	return smp, sources
 }
 
 // dedupe keeps one point per name, the earliest collector's (points are in
@@ -176,8 +269,8 @@ func (s *Sampler) Sample(ctx context.Context) Sample {
 func (s *Sampler) dedupe(pts []Point) []Point {
 	out := pts[:0]
 	for _, p := range pts {
-		if n := len(out); n > 0 && out[n-1].Name == p.Name {
-			s.log.Debug("two collectors produced one series; the first collector's value is kept", "name", p.Name, "dropped_source", p.Source)
+		if n := len(out); n > 0 && out[n-1].Name() == p.Name() {
+			s.log.Debug("two collectors produced one series; the first collector's value is kept", "name", p.Name())
 			continue
 		}
 		out = append(out, p)
@@ -189,27 +282,32 @@ func (s *Sampler) dedupe(pts []Point) []Point {
 // closes jobs. A call that hangs keeps it here; Sample skips the collector
 // until the call's result arrives.
 func (s *Sampler) work(i int, jobs <-chan job) {
-	c := s.collectors[i]
+	c, b := s.collectors[i], &s.workers[i].batch
 	for j := range jobs {
-		r := result{idx: i, seq: j.seq}
-		r.points, r.err = s.call(j.ctx, c)
+		b.Reset()
+		b.Explain = j.explain
+		start := time.Now()
+		err := s.call(j.ctx, c, b)
 		// At most one job per worker is unanswered (inflight), so the
 		// buffer always has room.
-		s.results <- r
+		s.results <- result{idx: i, seq: j.seq, err: err, took: time.Since(start)}
 	}
 }
 
-// call runs one Collect, turning a panic into an error.
-func (s *Sampler) call(ctx context.Context, c Collector) (pts []Point, err error) {
+// call runs one Collect, turning a panic into an error (and dropping what
+// the collector had added).
+func (s *Sampler) call(ctx context.Context, c Collector, b *Batch) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			pts, err = nil, fmt.Errorf("collector %s panicked: %v\n%s", c.Name(), p, debug.Stack())
+			b.Reset()
+			err = fmt.Errorf("collector %s panicked: %v\n%s", c.Name(), p, debug.Stack())
 		}
 	}()
-	return c.Collect(ctx)
+	return c.Collect(ctx, b)
 }
 
-func (s *Sampler) take(r result) []Point {
+func (s *Sampler) take(r result) {
+	s.record(r.idx, r.took, r.err)
 	c := s.collectors[r.idx]
 	if r.err != nil {
 		first := !s.warned[r.idx]
@@ -220,7 +318,6 @@ func (s *Sampler) take(r result) []Point {
 		}
 		s.log.Log(context.Background(), lvl, "collector failed", "collector", c.Name(), "err", r.err)
 	}
-	return r.points
 }
 
 // Detect asks every Detector for what it found, keyed by collector name.

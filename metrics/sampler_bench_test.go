@@ -11,8 +11,8 @@ import (
 func benchPoints(n int) []Point {
 	pts := make([]Point, n)
 	for i := range pts {
-		pts[i] = Point{Name: fmt.Sprintf("node_metric_%02d_megabytes", i), Value: float64(i) * 1.25,
-			Unit: UnitMegabytes, Scope: ScopeNode, Source: "/proc/meminfo"}
+		d := &Desc{Name: fmt.Sprintf("node_metric_%02d_megabytes", i), Unit: UnitMegabytes, Scope: ScopeNode}
+		pts[i] = At(d, float64(i)*1.25)
 	}
 	return pts
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,8 +21,11 @@ type fixed struct {
 	err  error
 }
 
-func (f fixed) Name() string                             { return f.name }
-func (f fixed) Collect(context.Context) ([]Point, error) { return f.pts, f.err }
+func (f fixed) Name() string { return f.name }
+func (f fixed) Collect(_ context.Context, b *Batch) error {
+	b.Points = append(b.Points, f.pts...)
+	return f.err
+}
 
 // hung blocks until release is closed, counting concurrent calls.
 type hung struct {
@@ -32,7 +36,7 @@ type hung struct {
 }
 
 func (h *hung) Name() string { return "hung" }
-func (h *hung) Collect(context.Context) ([]Point, error) {
+func (h *hung) Collect(_ context.Context, b *Batch) error {
 	h.calls.Add(1)
 	n := h.active.Add(1)
 	if n > h.maxAct.Load() {
@@ -40,28 +44,29 @@ func (h *hung) Collect(context.Context) ([]Point, error) {
 	}
 	<-h.release // ignores ctx on purpose, as a stuck syscall would
 	h.active.Add(-1)
-	return []Point{{Name: "late"}}, nil
+	b.Points = append(b.Points, Named("late", 0))
+	return nil
 }
 
 type panicky struct{}
 
-func (panicky) Name() string                             { return "panicky" }
-func (panicky) Collect(context.Context) ([]Point, error) { panic("boom") }
+func (panicky) Name() string                          { return "panicky" }
+func (panicky) Collect(context.Context, *Batch) error { panic("boom") }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func names(s Sample) []string {
 	var out []string
 	for _, p := range s.Points {
-		out = append(out, p.Name)
+		out = append(out, p.Name())
 	}
 	return out
 }
 
 func TestSamplerMergesSortsAndNumbers(t *testing.T) {
 	s := NewSampler([]Collector{
-		fixed{name: "b", pts: []Point{{Name: "node_b"}, {Name: "container_a"}}},
-		fixed{name: "a", pts: []Point{{Name: "gpu_0_x"}}, err: errors.New("partly failed")},
+		fixed{name: "b", pts: []Point{Named("node_b", 0), Named("container_a", 0)}},
+		fixed{name: "a", pts: []Point{Named("gpu_0_x", 0)}, err: errors.New("partly failed")},
 	}, time.Second, quiet())
 	defer s.Close()
 	s.SetNextSeq(7)
@@ -79,10 +84,10 @@ func TestSamplerMergesSortsAndNumbers(t *testing.T) {
 
 // One value per name: the earlier collector's, whichever answers first.
 func TestSamplerKeepsFirstCollectorsValue(t *testing.T) {
-	slow := &gated{release: make(chan struct{}), pts: []Point{{Name: "gpu_0_utilization_percentage", Value: 1, Source: "nvml"}}}
+	slow := &gated{release: make(chan struct{}), pts: []Point{Named("gpu_0_utilization_percentage", 1)}}
 	s := NewSampler([]Collector{
 		slow,
-		&signaller{fixed: fixed{name: "scrape", pts: []Point{{Name: "gpu_0_utilization_percentage", Value: 2, Source: "dcgm"}, {Name: "gpu_0_prof_x_ratio", Value: 0.5}}}, then: slow.release},
+		&signaller{fixed: fixed{name: "scrape", pts: []Point{Named("gpu_0_utilization_percentage", 2), Named("gpu_0_prof_x_ratio", 0.5)}}, then: slow.release},
 	}, time.Minute, quiet())
 	defer s.Close()
 	smp := s.Sample(context.Background())
@@ -101,9 +106,10 @@ type gated struct {
 }
 
 func (g *gated) Name() string { return "gated" }
-func (g *gated) Collect(context.Context) ([]Point, error) {
+func (g *gated) Collect(_ context.Context, b *Batch) error {
 	<-g.release
-	return g.pts, nil
+	b.Points = append(b.Points, g.pts...)
+	return nil
 }
 
 // signaller answers, then lets the gated collector answer after it.
@@ -112,9 +118,9 @@ type signaller struct {
 	then chan struct{}
 }
 
-func (s *signaller) Collect(ctx context.Context) ([]Point, error) {
+func (s *signaller) Collect(ctx context.Context, b *Batch) error {
 	defer close(s.then)
-	return s.fixed.Collect(ctx)
+	return s.fixed.Collect(ctx, b)
 }
 
 // A hung collector costs one timeout, is skipped while its call is stuck
@@ -122,7 +128,7 @@ func (s *signaller) Collect(ctx context.Context) ([]Point, error) {
 func TestSamplerSurvivesHungCollector(t *testing.T) {
 	t.Parallel()
 	h := &hung{release: make(chan struct{})}
-	s := NewSampler([]Collector{h, fixed{name: "ok", pts: []Point{{Name: "node_x"}}}}, answerTimeout, quiet())
+	s := NewSampler([]Collector{h, fixed{name: "ok", pts: []Point{Named("node_x", 0)}}}, answerTimeout, quiet())
 	defer s.Close()
 	for i := 0; i < 3; i++ {
 		smp := s.Sample(context.Background())
@@ -156,7 +162,7 @@ func TestSamplerSurvivesHungCollector(t *testing.T) {
 }
 
 func TestSamplerRecoversPanics(t *testing.T) {
-	s := NewSampler([]Collector{panicky{}, fixed{name: "ok", pts: []Point{{Name: "node_x"}}}}, time.Second, quiet())
+	s := NewSampler([]Collector{panicky{}, fixed{name: "ok", pts: []Point{Named("node_x", 0)}}}, time.Second, quiet())
 	defer s.Close()
 	if got := names(s.Sample(context.Background())); len(got) != 1 || got[0] != "node_x" {
 		t.Fatalf("points %v, want node_x only", got)
@@ -172,8 +178,8 @@ func TestSamplerRecoversPanics(t *testing.T) {
 // could skip it as still busy.
 func TestSamplerBackToBackSamplesAreWhole(t *testing.T) {
 	s := NewSampler([]Collector{
-		fixed{name: "a", pts: []Point{{Name: "a"}}},
-		fixed{name: "b", pts: []Point{{Name: "b"}}},
+		fixed{name: "a", pts: []Point{Named("a", 0)}},
+		fixed{name: "b", pts: []Point{Named("b", 0)}},
 	}, 5*time.Second, quiet())
 	defer s.Close()
 	for i := range 500 {
@@ -194,7 +200,7 @@ const answerTimeout = 5 * time.Second
 func TestSamplerWorkersEndOnClose(t *testing.T) {
 	base := runtime.NumGoroutine()
 	h := &hung{release: make(chan struct{})}
-	cs := []Collector{h, fixed{name: "a", pts: []Point{{Name: "a"}}}, fixed{name: "b", pts: []Point{{Name: "b"}}}}
+	cs := []Collector{h, fixed{name: "a", pts: []Point{Named("a", 0)}}, fixed{name: "b", pts: []Point{Named("b", 0)}}}
 	s := NewSampler(cs, answerTimeout, quiet())
 	if n := runtime.NumGoroutine(); n > base {
 		t.Errorf("%d goroutines after NewSampler, want at most %d (workers start with the first Sample)", n, base)
@@ -237,13 +243,15 @@ type slowOnce struct {
 }
 
 func (o *slowOnce) Name() string { return "slowOnce" }
-func (o *slowOnce) Collect(context.Context) ([]Point, error) {
+func (o *slowOnce) Collect(_ context.Context, b *Batch) error {
 	defer o.done.Add(1)
 	if o.calls.Add(1) == 1 {
 		<-o.release
-		return []Point{{Name: "first"}}, nil
+		b.Points = append(b.Points, Named("first", 0))
+		return nil
 	}
-	return []Point{{Name: "second"}}, nil
+	b.Points = append(b.Points, Named("second", 0))
+	return nil
 }
 
 // An answer that comes after its sample's timeout belongs to no sample: the
@@ -271,14 +279,15 @@ type releaser struct {
 }
 
 func (r *releaser) Name() string { return "releaser" }
-func (r *releaser) Collect(context.Context) ([]Point, error) {
+func (r *releaser) Collect(_ context.Context, b *Batch) error {
 	if r.h.calls.Load() == 1 && r.once.CompareAndSwap(false, true) {
 		close(r.h.release)
 		for r.h.active.Load() != 0 {
 			runtime.Gosched()
 		}
 	}
-	return []Point{{Name: "r"}}, nil
+	b.Points = append(b.Points, Named("r", 0))
+	return nil
 }
 
 // A collector skipped as busy whose late answer comes in during a later
@@ -325,13 +334,13 @@ func newCtxWatcher() *ctxWatcher {
 }
 
 func (w *ctxWatcher) Name() string { return "ctxWatcher" }
-func (w *ctxWatcher) Collect(ctx context.Context) ([]Point, error) {
+func (w *ctxWatcher) Collect(ctx context.Context, _ *Batch) error {
 	_, w.deadline = ctx.Deadline()
 	close(w.started) // called once per test
 	<-ctx.Done()
 	w.err = ctx.Err()
 	close(w.done)
-	return nil, w.err
+	return w.err
 }
 
 // wait returns once Collect has returned, failing the test after 10 s.
@@ -377,5 +386,70 @@ func TestSamplerEmptySampleIsNil(t *testing.T) {
 	defer s.Close()
 	if smp := s.Sample(context.Background()); smp.Points != nil {
 		t.Errorf("Points = %#v, want nil", smp.Points)
+	}
+}
+
+// Each collector's last run is recorded as node_exporter reports its
+// collectors: duration and success, and the last error (its first line:
+// a panic's stack stays in the log); Health may be read while sampling.
+func TestSamplerHealth(t *testing.T) {
+	t.Parallel()
+	h := &hung{release: make(chan struct{})}
+	defer close(h.release)
+	s := NewSampler([]Collector{
+		fixed{name: "ok", pts: []Point{Named("a", 1)}},
+		fixed{name: "failing", err: errors.New("reading /x: disk on fire\nand a second line")},
+		panicky{},
+		h,
+	}, answerTimeout, quiet())
+	defer s.Close()
+	stop := make(chan struct{})
+	read := make(chan struct{})
+	go func() { // a /metrics scrape beside sampling
+		defer close(read)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				s.Health()
+			}
+		}
+	}()
+	s.Sample(context.Background()) // h times out
+	s.Sample(context.Background()) // h is still busy
+	close(stop)
+	<-read
+
+	byName := map[string]Health{}
+	for _, hl := range s.Health() {
+		byName[hl.Collector] = hl
+	}
+	if ok := byName["ok"]; !ok.OK || ok.Runs != 2 || ok.Failures != 0 || ok.Duration <= 0 || ok.LastError != "" {
+		t.Errorf("ok: %+v", ok)
+	}
+	if f := byName["failing"]; f.OK || f.Runs != 2 || f.Failures != 2 || f.LastError != "reading /x: disk on fire" {
+		t.Errorf("failing: %+v", f)
+	}
+	if p := byName["panicky"]; p.OK || p.Failures != 2 || p.LastError != "collector panicky panicked: boom" {
+		t.Errorf("panicky: %+v", p)
+	}
+	if hh := byName["hung"]; hh.OK || hh.Runs != 2 || hh.Failures != 2 || hh.LastError != errBusy.Error() || hh.Duration < answerTimeout {
+		t.Errorf("hung: %+v, want two failed runs, the last skipped while the first still ran (over %s)", hh, answerTimeout)
+	}
+}
+
+// A collector that does not answer within the timeout is a failed run of
+// that long.
+func TestSamplerHealthTimeout(t *testing.T) {
+	t.Parallel()
+	h := &hung{release: make(chan struct{})}
+	defer close(h.release)
+	s := NewSampler([]Collector{h}, 20*time.Millisecond, quiet())
+	defer s.Close()
+	s.Sample(context.Background())
+	hl := s.Health()[0]
+	if hl.OK || hl.Runs != 1 || hl.Failures != 1 || !strings.Contains(hl.LastError, "no answer within the collect timeout, 20ms") || hl.Duration < 20*time.Millisecond {
+		t.Errorf("health %+v", hl)
 	}
 }

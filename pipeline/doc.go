@@ -3,9 +3,12 @@
 //	collectors -> Sampler -> bounded queue -> spool writer -> spool file
 //	                                            spool -> forwarder -> sink (one per tracker)
 //
-// Sources (sources.go) is the one list of collectors and what the rest of
-// bridge needs from them; Trackers (trackers.go) is the one list of
-// trackers; StartSinksWith (start.go) starts their runs before the child does;
+// Collectors (collectors.go) is the one list of collectors and Trackers
+// (trackers.go) the one list of trackers: a registration each, from which
+// --scopes and --trackers take their names (Choices). Sources (sources.go)
+// are the collectors a job runs and what the rest of bridge needs from
+// them; StartSinksWith (start.go) starts the trackers' runs before the
+// child does;
 // Session (session.go) runs sampling, spooling and forwarding, and reports
 // where the samples went. See docs/architecture.md.
 package pipeline

@@ -207,7 +207,7 @@ func (j *Job) Tags() map[string]string {
 // nil when none.
 func JobFromTags(tags map[string]string, settle time.Duration) *Job {
 	key := tags[TagJobKey]
-	if !jobkey.ValidKey(key) || !config.ValidNodeID(tags["bridge.node_id"]) {
+	if !jobkey.ValidKey(key) || !jobkey.ValidNodeID(tags["bridge.node_id"]) {
 		return nil
 	}
 	j := &Job{Job: jobkey.Job{Key: key, KeyFrom: "the spool's start record", NodeID: tags["bridge.node_id"], Rank: -1, ProcRank: -1, Local: -1, Attempt: -1},

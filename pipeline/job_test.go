@@ -36,7 +36,7 @@ func TestDetectJobNodeID(t *testing.T) {
 		if j.Key != "slurm:c:7.0" || j.NodeID != c.node {
 			t.Errorf("cfg %+v env %v: key %q node %q, want slurm:c:7.0 and %q", c.cfg.NodeID, c.env, j.Key, j.NodeID, c.node)
 		}
-		cfg := config.Config{Scopes: config.AllScopes}
+		cfg := config.Config{Scopes: Scopes()}
 		j.Apply(&cfg)
 		if cfg.NodeID != c.node {
 			t.Errorf("Apply: node id %q, want %q", cfg.NodeID, c.node)
@@ -64,7 +64,7 @@ func TestTakeNode(t *testing.T) {
 	if a.Task != "" || b.Task != "task-1" || c.Task != "" || d.Task != "" {
 		t.Fatalf("tasks %q %q %q %q, want only the second bridge of job k on n0 not to lead", a.Task, b.Task, c.Task, d.Task)
 	}
-	cfg := config.Config{Scopes: slices.Clone(config.AllScopes)}
+	cfg := config.Config{Scopes: Scopes()}
 	b.Apply(&cfg)
 	if !slices.Equal(cfg.Scopes, []string{"process"}) || b.Label() != "n0.task-1" {
 		t.Errorf("the second bridge: scopes %v, label %q", cfg.Scopes, b.Label())

@@ -45,5 +45,6 @@ func (s *Session) health() promexport.Health {
 	if s.sources != nil {
 		h.Scrapes = s.sources.ScrapeFailures()
 	}
+	h.Collectors = s.sampler.Health()
 	return h
 }

@@ -60,6 +60,10 @@ func TestSessionServesMetrics(t *testing.T) {
 	if v := fams["bridge_sink_samples_sent_total"].GetMetric()[0].GetCounter().GetValue(); v < 1 {
 		t.Errorf("bridge_sink_samples_sent_total = %v", v)
 	}
+	// The collector's health, from the session's Sampler.
+	if m := fams["bridge_collector_success"].GetMetric(); len(m) != 1 || m[0].GetGauge().GetValue() != 1 || m[0].GetLabel()[0].GetValue() != "counter" {
+		t.Errorf("bridge_collector_success = %v, want 1 for the counter collector", m)
+	}
 	s.Stop(nil)
 	s.Finish(tracker.EndInfo{Time: time.Now()})
 	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {

@@ -243,7 +243,7 @@ func (s *Session) loop() {
 		// on a goroutine of its own, one at a time: a read of it that hangs
 		// in the kernel (memory.stat stalled in a flush) must not stall
 		// sampling, nor Stop, which waits for this loop.
-		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent)
+		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent.Name)
 		probe := fast && limited
 	wait:
 		for {
@@ -299,7 +299,7 @@ func RandomPhase(interval time.Duration) time.Duration {
 // the spool's notification, sent) every FastInterval.
 func (s *Session) nearLimit(pts []metrics.Point) bool {
 	for _, p := range pts {
-		if p.Name == metrics.ContainerMemoryWorkingSetPercent {
+		if p.Desc == metrics.ContainerMemoryWorkingSetPercent {
 			return p.Value >= s.set.FastThreshold
 		}
 	}
@@ -317,7 +317,7 @@ const maxQueueBytes = 32 << 20
 func sampleBytes(smp *metrics.Sample) int64 {
 	n := int64(unsafe.Sizeof(*smp)) + int64(len(smp.Points))*int64(unsafe.Sizeof(metrics.Point{}))
 	for _, p := range smp.Points {
-		n += int64(len(p.Name))
+		n += int64(len(p.Name())) // a descriptor's name is shared: counted as if not, a bound
 	}
 	return n
 }
@@ -490,11 +490,29 @@ func (s *Session) Finish(end tracker.EndInfo) {
 	}
 }
 
-// Report writes the end-of-run table: what was measured, the caller's rows
-// (exit status, forensics), then where the samples went.
+// Report writes the end-of-run table: what was measured, the collectors
+// that failed (if any), the caller's rows (exit status, forensics), then
+// where the samples went.
 func (s *Session) Report(w io.Writer, title string, extra ...summary.Row) {
-	rows := append(s.acc.Rows(), extra...)
+	rows := append(append(s.acc.Rows(), s.collectorRows()...), extra...)
 	summary.Write(w, title, append(rows, s.trackerRows()...))
+}
+
+// collectorRows say, per collector that failed during the job, how often
+// and its last error; none when every run succeeded.
+func (s *Session) collectorRows() []summary.Row {
+	var rows []summary.Row
+	for _, h := range s.sampler.Health() {
+		if h.Failures == 0 {
+			continue
+		}
+		v := fmt.Sprintf("failed %d of %d runs", h.Failures, h.Runs)
+		if h.OK {
+			v += " (the last one succeeded)"
+		}
+		rows = append(rows, summary.Row{What: "collector " + h.Collector, Value: v + "; last error: " + h.LastError})
+	}
+	return rows
 }
 
 // trackerRows says, per tracker, where the samples went.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,11 +40,15 @@ type counter struct {
 
 func (c *counter) Name() string { return "counter" }
 
-func (c *counter) Collect(context.Context) ([]metrics.Point, error) {
+// testCalls is the counter's one series.
+var testCalls = &metrics.Desc{Name: "test_calls_count", Unit: metrics.UnitCount, Scope: metrics.ScopeNode, Help: "Calls of the test collector."}
+
+func (c *counter) Collect(_ context.Context, b *metrics.Batch) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n++
-	return []metrics.Point{{Name: "test_calls_count", Value: float64(c.n), Unit: metrics.UnitCount, Scope: metrics.ScopeNode}}, nil
+	b.Add(testCalls, float64(c.n), "test")
+	return nil
 }
 
 func (c *counter) calls() int {
@@ -156,8 +161,8 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 	if q := s.queued.Load(); q != 0 {
 		t.Errorf("%d bytes counted in the emptied queue, want 0", q)
 	}
-	if r := report(s); !strings.Contains(r, "ok run r1: ") || strings.Contains(r, "unsent") {
-		t.Errorf("report:\n%s\nwant every sample sent to run r1", r)
+	if r := report(s); !strings.Contains(r, "ok run r1: ") || strings.Contains(r, "unsent") || strings.Contains(r, "collector") {
+		t.Errorf("report:\n%s\nwant every sample sent to run r1, and no collector row (none failed)", r)
 	}
 
 	smp, acks, attempts, err := spooltest.ReadFile(set.Spool)
@@ -180,7 +185,7 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 func TestSessionCountsDrops(t *testing.T) {
 	big := metrics.Sample{Points: make([]metrics.Point, 2000)} // an exporter at the scrape's bounds
 	for i := range big.Points {
-		big.Points[i].Name = fmt.Sprintf("prom_%04d_%s", i, strings.Repeat("x", 240))
+		big.Points[i] = metrics.At(metrics.Passthrough(fmt.Sprintf("prom_%04d_%s", i, strings.Repeat("x", 240))), 0)
 	}
 	fit := int(maxQueueBytes / sampleBytes(&big))
 	for _, tc := range []struct {
@@ -304,15 +309,16 @@ func (p probe) MemoryPoints(context.Context) ([]metrics.Point, error) {
 	case p.calls <- struct{}{}:
 	default:
 	}
-	return []metrics.Point{{Name: metrics.ContainerMemoryWorkingSetPercent, Value: 99}}, nil
+	return []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSetPercent, 99)}, nil
 }
 
 // limited is a collector under a memory limit, below the threshold.
 type limited struct{ counter }
 
-func (l *limited) Collect(ctx context.Context) ([]metrics.Point, error) {
-	pts, err := l.counter.Collect(ctx)
-	return append(pts, metrics.Point{Name: metrics.ContainerMemoryWorkingSetPercent, Value: 10}), err
+func (l *limited) Collect(ctx context.Context, b *metrics.Batch) error {
+	err := l.counter.Collect(ctx, b)
+	b.Add(metrics.ContainerMemoryWorkingSetPercent, 10, "test")
+	return err
 }
 
 // Between samples the memory probe is read; a working set near the limit
@@ -446,5 +452,38 @@ func TestStartSinksBackground(t *testing.T) {
 	}
 	if len(st.Failed) != 0 {
 		t.Errorf("failed %+v", st.Failed)
+	}
+}
+
+// flaky fails every other run.
+type flaky struct{ counter }
+
+func (f *flaky) Name() string { return "flaky" }
+
+func (f *flaky) Collect(ctx context.Context, b *metrics.Batch) error {
+	f.counter.Collect(ctx, b)
+	if f.calls()%2 == 1 {
+		return errors.New("reading /sys/x: input/output error")
+	}
+	return nil
+}
+
+// A collector that failed during the job has a row of the end-of-run table:
+// how many of its runs failed, and its last error.
+func TestSessionReportsFailedCollector(t *testing.T) {
+	f := &flaky{}
+	s := open(t, settings(t), []metrics.Collector{f, &counter{}}, nil)
+	s.Run()
+	waitfor.Cond(t, deadline, "four runs", func() bool { return f.calls() >= 4 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	r := report(s)
+	runs := f.calls()
+	want := fmt.Sprintf(`collector flaky +failed %d of %d runs`, (runs+1)/2, runs)
+	if !regexp.MustCompile(want).MatchString(r) || !strings.Contains(r, "last error: reading /sys/x: input/output error") {
+		t.Errorf("report:\n%s\nwant %q and the last error", r, want)
+	}
+	if strings.Contains(r, "collector counter") {
+		t.Errorf("report:\n%s\nhas a row for the collector that never failed", r)
 	}
 }

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,18 +18,18 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/gpu"
-	"github.com/bridge-dev/bridge/metrics/node"
 	"github.com/bridge-dev/bridge/metrics/process"
 	"github.com/bridge-dev/bridge/metrics/scrape"
 )
 
-// Sources is the one place that lists bridge's collectors, and the side
-// channels the rest of bridge needs from them: the memory probe, the start
-// tags, the forensics' inputs and the child's pid.
+// Sources are the collectors a job runs (built from the registrations in
+// Collectors), and the side channels the rest of bridge needs from them:
+// the memory probe, the start tags, the forensics' inputs and the child's
+// pid.
 type Sources struct {
 	// Collectors are what the sampler runs, in order.
 	Collectors []metrics.Collector
-	// Notes say why a scope is missing, for `bridge sample`.
+	// Notes say why a collector is off, for `bridge sample`.
 	Notes map[string]any
 
 	log      *slog.Logger
@@ -41,103 +40,42 @@ type Sources struct {
 	adopter  atomic.Int64      // bridge's pid while it supervises the child: orphans it adopts count too
 }
 
-// BuildSources creates the collectors the configuration asks for. A source
-// that is unavailable here is left out with a note; an error is a usage
-// error that names its flag: a malformed --gpus entry, or a --proc-root
-// the GPU collector's process finder cannot read.
+// BuildSources creates the collectors the configuration asks for, in the
+// order of Collectors. One that is off here is left out with a note; an
+// error is a usage error that names its flag (a malformed --gpus entry, a
+// --proc-root the GPU collector's process finder cannot read).
 func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 	s := &Sources{Notes: map[string]any{}, log: log}
-	if cfg.HasScope("container") {
-		switch {
-		case cfg.NoContainer:
-			s.Notes["cgroup"] = "container awareness turned off (--no-container / BRIDGE_NO_CONTAINER)"
-		default:
-			c, err := cgroup.New(CgroupOptions(cfg, log))
-			if err != nil {
-				level := slog.LevelWarn
-				if errors.Is(err, cgroup.ErrUnavailable) {
-					level = slog.LevelInfo
-				}
-				log.Log(context.Background(), level, "container metrics are off", "err", err)
-				s.Notes["cgroup"] = "off: " + err.Error()
-			} else {
-				s.cgroup = c
-				s.Collectors = append(s.Collectors, c)
+	// With every scope on, nothing is left to filter out.
+	all := len(cfg.Scopes) >= len(Scopes())
+	for _, reg := range Collectors {
+		var on []metrics.Scope
+		for _, sc := range reg.Scopes {
+			if cfg.HasScope(string(sc)) {
+				on = append(on, sc)
 			}
 		}
-	}
-	// The node collector serves three scopes; it reads only the sources of
-	// those asked for (no statfs without rootfs, no net/dev without netns).
-	var nodeScopes []metrics.Scope
-	for _, sc := range node.ServedScopes {
-		if cfg.HasScope(string(sc)) {
-			nodeScopes = append(nodeScopes, sc)
+		if len(reg.Scopes) > 0 && len(on) == 0 {
+			continue
 		}
-	}
-	if len(nodeScopes) > 0 {
-		n, err := node.New(node.Options{ProcRoot: cfg.ProcRoot, RootfsPath: cfg.Rootfs, Scopes: nodeScopes,
-			Log: log.With("collector", "node")})
-		if err != nil {
-			log.Warn("node metrics are off", "err", err)
-			s.Notes["node"] = "off: " + err.Error()
-		} else {
-			s.Collectors = append(s.Collectors, n)
-		}
-	}
-	if cfg.HasScope("process") {
-		p, err := process.New(process.Options{
-			ProcRoot:   cfg.ProcRoot,
-			CgroupRoot: cfg.CgroupRoot,
-			Log:        log.With("collector", "process"),
-			RootPID:    func() int { return int(s.childPID.Load()) },
-			Adopter:    func() int { return int(s.adopter.Load()) },
-		})
-		if err != nil {
-			log.Warn("process metrics are off", "err", err)
-			s.Notes["process"] = "off: " + err.Error()
-		} else {
-			s.Collectors = append(s.Collectors, p)
-		}
-	}
-	if cfg.HasScope("gpu") {
-		g, err := s.buildGPU(cfg, log)
-		if err != nil {
+		c, err := reg.Build(CollectorBuild{Config: cfg, Scopes: on, Sources: s, Log: log})
+		var off *Off
+		switch {
+		case errors.As(err, &off):
+			log.Log(context.Background(), off.Level, "collector is off", "collector", reg.Name, "why", off.Why)
+			s.Notes[reg.Name] = off.Why
+			continue
+		case err != nil:
 			return nil, err
+		case c == nil:
+			continue
 		}
-		s.gpu = g
-		s.Collectors = append(s.Collectors, g)
-	}
-	s.Collectors = filterScopes(s.Collectors, cfg)
-	// After the scope filter: --scrape asks for its series explicitly.
-	if len(cfg.Scrape) > 0 {
-		pod, ns := podIdentity()
-		var indexes func() map[string]int
-		if s.gpu != nil {
-			indexes = s.gpu.Indexes
+		if len(reg.Scopes) > 0 && !all {
+			c = scopeFilter{Collector: c, keep: cfg.HasScope}
 		}
-		s.scrape = scrape.New(scrape.Options{
-			GPUIndexes: indexes,
-			URLs:       cfg.Scrape, Include: cfg.ScrapeInclude, Exclude: cfg.ScrapeExclude,
-			Passthrough: cfg.ScrapePassthrough, Timeout: cfg.ScrapeTimeout,
-			Pod: pod, Namespace: ns, Log: log.With("collector", "scrape"),
-		})
-		s.Collectors = append(s.Collectors, s.scrape)
+		s.Collectors = append(s.Collectors, c)
 	}
 	return s, nil
-}
-
-// buildGPU builds the GPU collector and the process finder it reads the
-// child's tree with. Each error names the flag at fault: the proc root the
-// finder reads (not a directory procfs can read), or a malformed --gpus.
-func (s *Sources) buildGPU(cfg config.Config, log *slog.Logger) (*gpu.Collector, error) {
-	if _, err := procfs.NewFS(cfg.ProcRoot); err != nil {
-		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", cfg.ProcRoot, err)
-	}
-	g, err := newGPUSource(cfg, s.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)), log)
-	if err != nil {
-		return nil, fmt.Errorf("--gpus / BRIDGE_GPUS: %w", err)
-	}
-	return g, nil
 }
 
 // ScrapeFailures are the failed --scrape reads per URL (nil without --scrape).
@@ -314,22 +252,18 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 	return t
 }
 
-// scopeFilter drops points of scopes the user turned off (the node collector
-// serves node, rootfs and netns).
+// scopeFilter drops points of scopes the user turned off (the GPU
+// collector adds process_ series too).
 type scopeFilter struct {
 	metrics.Collector
-	keep map[metrics.Scope]bool
+	keep func(scope string) bool
 }
 
-func (f scopeFilter) Collect(ctx context.Context) ([]metrics.Point, error) {
-	pts, err := f.Collector.Collect(ctx)
-	out := pts[:0]
-	for _, p := range pts {
-		if f.keep[p.Scope] {
-			out = append(out, p)
-		}
-	}
-	return out, err
+func (f scopeFilter) Collect(ctx context.Context, b *metrics.Batch) error {
+	from := len(b.Points)
+	err := f.Collector.Collect(ctx, b)
+	b.Keep(from, func(d *metrics.Desc) bool { return f.keep(string(d.Scope)) })
+	return err
 }
 
 func (f scopeFilter) Detect(ctx context.Context) map[string]any {
@@ -344,21 +278,6 @@ func (f scopeFilter) Close() error {
 		return c.Close()
 	}
 	return nil
-}
-
-func filterScopes(cs []metrics.Collector, cfg config.Config) []metrics.Collector {
-	if len(cfg.Scopes) == len(config.AllScopes) {
-		return cs
-	}
-	keep := map[metrics.Scope]bool{}
-	for _, s := range cfg.Scopes {
-		keep[metrics.Scope(s)] = true
-	}
-	out := make([]metrics.Collector, len(cs))
-	for i, c := range cs {
-		out[i] = scopeFilter{Collector: c, keep: keep}
-	}
-	return out
 }
 
 func hostname() string {

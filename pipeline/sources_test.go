@@ -31,16 +31,16 @@ func TestSourcesWithoutContainer(t *testing.T) {
 
 	smp := metrics.NewSampler(src.Collectors, cfg.CollectTimeout, quiet())
 	defer smp.Close()
-	if _, ok := smp.Sample(context.Background()).Value(metrics.ProcessCount); ok {
+	if _, ok := smp.Sample(context.Background()).Value(metrics.ProcessCount.Name); ok {
 		t.Error("process_count without a child")
 	}
 	src.SetChild(os.Getpid(), 0)
-	if n, ok := smp.Sample(context.Background()).Value(metrics.ProcessCount); !ok || n < 1 {
+	if n, ok := smp.Sample(context.Background()).Value(metrics.ProcessCount.Name); !ok || n < 1 {
 		t.Errorf("process_count = %v, %v after SetChild(this process)", n, ok)
 	}
 	for _, p := range smp.Sample(context.Background()).Points {
-		if p.Scope != metrics.ScopeNode && p.Scope != metrics.ScopeProcess {
-			t.Errorf("point %s of scope %s: only node and process were asked for", p.Name, p.Scope)
+		if sc := p.Desc.Scope; sc != metrics.ScopeNode && sc != metrics.ScopeProcess {
+			t.Errorf("point %s of scope %s: only node and process were asked for", p.Name(), sc)
 		}
 	}
 }
@@ -54,7 +54,7 @@ func TestSourcesNodeScopes(t *testing.T) {
 	}{
 		{[]string{"container", "node"}, []metrics.Scope{metrics.ScopeNode}},
 		{[]string{"rootfs", "process"}, []metrics.Scope{metrics.ScopeRootfs}},
-		{config.AllScopes, []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}},
+		{Scopes(), []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}},
 	} {
 		cfg := config.Config{Scopes: tt.scopes, NoContainer: true, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/", CollectTimeout: deadline}
 		src, err := BuildSources(cfg, quiet())

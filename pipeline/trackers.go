@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -28,8 +29,10 @@ func SameRun(id string) Overrides {
 	return ov
 }
 
-// Tracker is one registration: how a tracker's sink is built from the
-// configuration. Adding a tracker is its package plus one entry in Trackers.
+// Tracker is one registration: all bridge must know of a tracker before it
+// runs. Adding a tracker is its package plus one entry in Trackers;
+// --trackers, "auto", the check of its variables, the spool's records,
+// `bridge sync` and `bridge attach` follow from the entry.
 type Tracker struct {
 	Name     string // as in --trackers and the spool's records
 	RunIDEnv string // the variable a job names its run with (attach's default)
@@ -37,8 +40,16 @@ type Tracker struct {
 	// AttachRunHint is set for trackers whose run `bridge attach` must be
 	// told (it never creates one): where a job finds its run id.
 	AttachRunHint string
+	// Configured reports whether the job is set up for the tracker (by its
+	// own variables): under --trackers=auto only such a one is built.
+	Configured func(getenv func(string) string) bool
+	// CheckEnv, when set, rejects the tracker's variables when they are
+	// malformed (not merely unset, or pointing elsewhere): a usage error
+	// naming the variable, before the child starts, whatever --trackers
+	// says (CheckTrackerEnv).
+	CheckEnv func(getenv func(string) string) error
 	// Build returns the sink, or nil when the tracker is off for this job
-	// (not configured under "auto"). Its errors are usage errors.
+	// (explained in the log). Its errors are usage errors.
 	Build func(b Build) (tracker.Sink, error)
 }
 
@@ -56,9 +67,23 @@ type Build struct {
 
 // Trackers is the one list of bridge's trackers, in the order they start.
 var Trackers = []Tracker{
-	{Name: "mlflow", RunIDEnv: "MLFLOW_RUN_ID", Resume: true, Build: buildMLflow,
-		AttachRunHint: "mlflow.active_run().info.run_id"},
-	{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Build: buildWandb},
+	{Name: "mlflow", RunIDEnv: "MLFLOW_RUN_ID", Resume: true, AttachRunHint: "mlflow.active_run().info.run_id",
+		Configured: mlflow.Configured, CheckEnv: mlflow.CheckEnv, Build: buildMLflow},
+	{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Configured: wandb.Configured, Build: buildWandb},
+}
+
+// CheckTrackerEnv runs every registered tracker's CheckEnv: a malformed
+// variable is a usage error (config.ErrUsage) naming it.
+func CheckTrackerEnv(getenv func(string) string) error {
+	for _, t := range Trackers {
+		if t.CheckEnv == nil {
+			continue
+		}
+		if err := t.CheckEnv(getenv); err != nil {
+			return fmt.Errorf("%w: %w", config.ErrUsage, err)
+		}
+	}
+	return nil
 }
 
 // Registered is the registration of the tracker named name.
@@ -72,26 +97,27 @@ func Registered(name string) (Tracker, bool) {
 }
 
 // BuildSinks builds the sinks the configuration turns on. With "auto" a
-// tracker is on when its own variables say so (MLFLOW_TRACKING_URI, W&B's
-// API key or project); a tracker named explicitly must be configured, or it
-// is a usage error (every error it returns is one).
+// tracker is on when its own variables say so (its registration's
+// Configured); a tracker named explicitly must be configured, or it is a
+// usage error (every error it returns is one).
 func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) ([]tracker.Sink, error) {
 	if slices.Contains(cfg.Trackers, "none") {
 		return nil, nil
 	}
 	home, _ := os.UserHomeDir()
+	getenv := os.Getenv
 	auto := slices.Contains(cfg.Trackers, "auto")
 	var sinks []tracker.Sink
 	for _, t := range Trackers {
 		explicit := slices.Contains(cfg.Trackers, t.Name)
-		if !auto && !explicit {
+		if !explicit && (!auto || !t.Configured(getenv)) {
 			continue
 		}
 		if job != nil && !job.Multi() {
 			job = nil
 		}
 		s, err := t.Build(Build{Config: cfg, Explicit: explicit, RunID: ov.RunIDs[t.Name], Owned: ov.Owned[t.Name],
-			Job: job, Getenv: os.Getenv, Home: home, Log: log})
+			Job: job, Getenv: getenv, Home: home, Log: log})
 		if err != nil {
 			return nil, err
 		}
@@ -108,9 +134,8 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 	mc, err := mlflow.ConfigFromEnv(b.Getenv, b.Home)
 	switch {
 	case errors.Is(err, mlflow.ErrNotHTTP):
-		if b.Explicit || b.Getenv("MLFLOW_TRACKING_URI") != "" {
-			b.Log.Warn("MLflow is not reachable over REST from bridge; samples go to the spool", "err", err)
-		}
+		// Named in --trackers, or MLFLOW_TRACKING_URI names another store.
+		b.Log.Warn("MLflow is not reachable over REST from bridge; samples go to the spool", "err", err)
 		if b.Explicit {
 			return nil, errors.New("--trackers=mlflow needs MLFLOW_TRACKING_URI=http(s)://... of an `mlflow server`")
 		}
@@ -135,15 +160,11 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 	return mlflow.New(mc, b.Log.With("tracker", "mlflow"))
 }
 
-// buildWandb: under "auto" W&B is on only when the job is set up for it (an
-// API key in the environment or a project), not merely because a netrc holds
-// a key.
+// buildWandb: W&B turned off by WANDB_MODE, or without an API key under
+// "auto", is explained and falls back to the spool.
 func buildWandb(b Build) (tracker.Sink, error) {
 	wc, err := wandb.ConfigFromEnv(b.Getenv, b.Home)
-	configured := b.Getenv("WANDB_API_KEY") != "" || b.Getenv("WANDB_PROJECT") != ""
 	switch {
-	case !b.Explicit && !configured:
-		return nil, nil
 	case err != nil:
 		return nil, err
 	case wc.Mode != wandb.ModeOnline:

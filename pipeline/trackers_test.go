@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -10,18 +11,38 @@ import (
 func TestTrackersRegistration(t *testing.T) {
 	seen := map[string]bool{}
 	for _, tr := range Trackers {
-		if tr.Name == "" || tr.RunIDEnv == "" || tr.Build == nil || seen[tr.Name] || tr.Name == "auto" || tr.Name == "none" {
-			t.Errorf("registration %+v: want a unique name (not auto or none), a run variable and a Build", tr)
+		if tr.Name == "" || tr.RunIDEnv == "" || tr.Build == nil || tr.Configured == nil || seen[tr.Name] || tr.Name == "auto" || tr.Name == "none" {
+			t.Errorf("registration %+v: want a unique name (not auto or none), a run variable, Configured and a Build", tr)
 		}
 		seen[tr.Name] = true
 		if got, ok := Registered(tr.Name); !ok || got.Name != tr.Name {
 			t.Errorf("Registered(%q) = %+v, %v", tr.Name, got, ok)
 		}
 	}
-	// --trackers is checked by config before any sink is built: the names
-	// it accepts are exactly the registered ones.
-	if got, want := strings.Join(TrackerNames(), ","), strings.Join(config.TrackerNames, ","); got != want {
-		t.Errorf("registered trackers %q, config.TrackerNames %q", got, want)
+}
+
+// A tracker's malformed variable is a usage error naming it, through its
+// registration's CheckEnv; a store bridge cannot post to is a choice, not
+// an error, and no URI is shown with its password.
+func TestCheckTrackerEnv(t *testing.T) {
+	for _, tc := range []struct{ name, val string }{
+		{"MLFLOW_TRACKING_URI", "http://"},
+		{"MLFLOW_TRACKING_URI", "https:///x"},
+		{"MLFLOW_SYSTEM_METRICS_NODE_ID", "a/b"},
+	} {
+		err := CheckTrackerEnv(func(k string) string { return map[string]string{tc.name: tc.val}[k] })
+		if !errors.Is(err, config.ErrUsage) || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s=%q: err = %v, want a usage error naming the variable", tc.name, tc.val, err)
+		}
+	}
+	for _, ok := range []string{"", "sqlite:///mlflow.db", "http://mlflow:5000"} {
+		if err := CheckTrackerEnv(func(k string) string { return map[string]string{"MLFLOW_TRACKING_URI": ok}[k] }); err != nil {
+			t.Errorf("MLFLOW_TRACKING_URI=%q: %v", ok, err)
+		}
+	}
+	err := CheckTrackerEnv(func(k string) string { return map[string]string{"MLFLOW_TRACKING_URI": "http://u:hunter22@"}[k] })
+	if err == nil || strings.Contains(err.Error(), "hunter22") {
+		t.Errorf("err = %v: want an error without the password", err)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package promexport serves bridge's samples on /metrics in the Prometheus
-// text format: the very samples the trackers get, under cAdvisor's names and
-// base units where cAdvisor has the series, and bridge's own health (samples
-// taken, sent and pending per tracker, queue depth, send errors).
+// text format: the very samples the trackers get, each under the name, type,
+// help and base unit its descriptor gives (cAdvisor's names where cAdvisor
+// has the series, metrics.Desc), and bridge's own health (samples taken,
+// sent and pending per tracker, queue depth, send errors).
 package promexport
 
 import (
@@ -11,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -34,7 +37,8 @@ type Health struct {
 	QueueDepth int // samples between sampling and the spool writer
 	Dropped    int // samples the full queue dropped
 	Sinks      []SinkHealth
-	Scrapes    map[string]int // failed --scrape reads per URL
+	Scrapes    map[string]int   // failed --scrape reads per URL
+	Collectors []metrics.Health // each collector's last run (the Sampler's)
 }
 
 // Options configure an Exporter.
@@ -96,6 +100,12 @@ var (
 	errorsDesc   = prometheus.NewDesc("bridge_sink_send_errors_total", "Failed sends to a tracker (each retry counts).", sinkLabels, nil)
 	scrapeDesc   = prometheus.NewDesc("bridge_scrape_failures_total", "Failed reads of a --scrape URL (errors and timeouts).", append(append([]string(nil), labelNames...), "url"), nil)
 	lastSendDesc = prometheus.NewDesc("bridge_sink_last_success_timestamp_seconds", "Unix time of the last successful send to a tracker.", sinkLabels, nil)
+	// As node_exporter's node_scrape_collector_duration_seconds and
+	// node_scrape_collector_success.
+	collectorLabels  = append(append([]string(nil), labelNames...), "collector")
+	collectorDurDesc = prometheus.NewDesc("bridge_collector_duration_seconds", "Duration of a collector's last run in the sampling loop (for one that did not answer in time, how long it had run by then).", collectorLabels, nil)
+	collectorOKDesc  = prometheus.NewDesc("bridge_collector_success", "Whether a collector's last run succeeded (1) or failed (0): an error, a panic, no answer within --collect-timeout.", collectorLabels, nil)
+	collectorErrDesc = prometheus.NewDesc("bridge_collector_failures_total", "Failed runs of a collector.", collectorLabels, nil)
 )
 
 // Collect exposes the latest sample's points, stamped with the sample's
@@ -115,6 +125,19 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		h := e.opt.Health()
 		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(h.QueueDepth), lv...)
 		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(h.Dropped), lv...)
+		for _, c := range h.Collectors {
+			if c.Runs == 0 {
+				continue // not run yet: neither a success nor a failure
+			}
+			cv := append(append([]string(nil), lv...), c.Collector)
+			ok := 0.0
+			if c.OK {
+				ok = 1
+			}
+			ch <- prometheus.MustNewConstMetric(collectorDurDesc, prometheus.GaugeValue, c.Duration.Seconds(), cv...)
+			ch <- prometheus.MustNewConstMetric(collectorOKDesc, prometheus.GaugeValue, ok, cv...)
+			ch <- prometheus.MustNewConstMetric(collectorErrDesc, prometheus.CounterValue, float64(c.Failures), cv...)
+		}
 		for u, n := range h.Scrapes {
 			ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.CounterValue, float64(n), append(append([]string(nil), lv...), u)...)
 		}
@@ -134,24 +157,29 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.NewMetricWithTimestamp(smp.Time, prometheus.MustNewConstMetric(seqDesc, prometheus.GaugeValue, float64(smp.Seq), lv...))
 	seen := map[string]bool{}
 	for _, p := range smp.Points {
-		s := seriesFor(p.Name)
-		if !validName(s.name) || seen[p.Name] {
+		d := p.Desc
+		if d == nil || seen[d.Name] {
+			continue // a point known by name only is not one a collector made
+		}
+		name := d.PromName()
+		if !validName(name) {
 			continue
 		}
-		seen[p.Name] = true
-		names, values := append([]string(nil), labelNames...), append([]string(nil), lv...)
-		for _, k := range []string{"gpu", "mig"} {
-			if v, ok := s.labels[k]; ok {
-				names, values = append(names, k), append(values, v)
+		seen[d.Name] = true
+		names, values := labelNames, lv
+		if d.Of != nil { // a per-GPU series: its GPU (and MIG slice) as labels
+			names, values = append(slices.Clone(names), "gpu"), append(slices.Clone(values), strconv.Itoa(d.GPU))
+			if d.MIG >= 0 {
+				names, values = append(names, "mig"), append(values, strconv.Itoa(d.MIG))
 			}
 		}
 		vt := prometheus.GaugeValue
-		if s.kind == counter {
+		if d.Kind == metrics.Counter {
 			vt = prometheus.CounterValue
 		}
-		m, err := prometheus.NewConstMetric(prometheus.NewDesc(s.name, s.help, names, nil), vt, s.value(p.Value), values...)
+		m, err := prometheus.NewConstMetric(prometheus.NewDesc(name, d.Help, names, nil), vt, d.Unit.Base(p.Value), values...)
 		if err != nil {
-			e.opt.Log.Debug("point not exposed", "name", p.Name, "err", err)
+			e.opt.Log.Debug("point not exposed", "name", d.Name, "err", err)
 			continue
 		}
 		ch <- prometheus.NewMetricWithTimestamp(smp.Time, m)

@@ -1,8 +1,6 @@
 package promexport
 
 import (
-	"math"
-	"math/rand/v2"
 	"net/http"
 	"testing"
 	"time"
@@ -66,7 +64,12 @@ func keys(m map[string]*dto.MetricFamily) []string {
 
 func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	e := New(Options{RunID: func() string { return "run1" }, NodeID: "n0", Health: func() Health {
-		return Health{QueueDepth: 2, Dropped: 1, Scrapes: map[string]int{"http://x/metrics": 3}, Sinks: []SinkHealth{{Name: "mlflow", Sent: 5, Pending: 4, Errors: 7, LastSend: time.UnixMilli(1700000000123)}}}
+		return Health{QueueDepth: 2, Dropped: 1, Scrapes: map[string]int{"http://x/metrics": 3}, Sinks: []SinkHealth{{Name: "mlflow", Sent: 5, Pending: 4, Errors: 7, LastSend: time.UnixMilli(1700000000123)}},
+			Collectors: []metrics.Health{
+				{Collector: "cgroup", Runs: 3, OK: true, Duration: 1500 * time.Microsecond},
+				{Collector: "gpu", Runs: 3, Failures: 2, Duration: 5 * time.Second, LastError: "GPU 0: timeout"},
+				{Collector: "scrape"}, // not run yet
+			}}
 	}})
 	if err := e.Serve("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -79,16 +82,19 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	const ws, limit = 1234567891, 2147483648
 	at := time.UnixMilli(1764700000456)
 	e.Observe(metrics.Sample{Seq: 9, Time: at, Points: []metrics.Point{
-		{Name: metrics.ContainerMemoryWorkingSet, Value: metrics.MB(ws)},
-		{Name: metrics.ContainerMemoryLimit, Value: metrics.MB(limit)},
-		{Name: metrics.ContainerOOMKills, Value: 2},
-		{Name: metrics.ContainerCPUUsage, Value: 1.5},
-		{Name: metrics.ContainerCPUUsageSecondsTotal, Value: 9.25},
-		{Name: metrics.ContainerCPUThrottledPeriodsTotal, Value: 50},
-		{Name: metrics.NetnsReceiveRate, Value: 1.25},
-		{Name: metrics.GPUPrefix(1) + metrics.GPUMemoryUsed, Value: metrics.MB(81920 << 20)},
-		{Name: metrics.MIGPrefix(0, 7) + metrics.GPUUtilization, Value: 40},
-		{Name: "prom_app_queue_length__shard_2", Value: 17},
+		metrics.At(metrics.ContainerMemoryWorkingSet, metrics.MB(ws)),
+		metrics.At(metrics.ContainerMemoryLimit, metrics.MB(limit)),
+		metrics.At(metrics.ContainerOOMKills, 2),
+		metrics.At(metrics.ContainerCPUUsage, 1.5),
+		metrics.At(metrics.ContainerCPUUsageSecondsTotal, 9.25),
+		metrics.At(metrics.ContainerCPUThrottledPeriodsTotal, 50),
+		metrics.At(metrics.NetnsReceiveRate, 1.25),
+		metrics.At(metrics.RootfsDiskUsed, metrics.MB(5e9)),
+		metrics.At(metrics.GPUMemoryUsed.ForGPU(1), metrics.MB(81920<<20)),
+		metrics.At(metrics.GPUUtilization.ForMIG(0, 7), 40),
+		metrics.At(metrics.DCGMProfiling("pcie_tx", true).ForGPU(0), 2.5),
+		metrics.At(metrics.Passthrough("prom_app_queue_length__shard_2"), 17),
+		metrics.Named("known_by_name_only", 1), // not a collector's: not exposed
 	}})
 	fams := scrape(t, e)
 	run := map[string]string{"run_id": "run1", "node_id": "n0"}
@@ -110,7 +116,9 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	check("container_cpu_usage_seconds_total", run, 9.25)
 	check("container_cpu_cfs_throttled_periods_total", run, 50)
 	check("bridge_netns_network_receive_bytes_per_second", run, 1.25e6)
+	check("bridge_rootfs_disk_used_bytes", run, 5e9)
 	check("bridge_gpu_memory_used_bytes", map[string]string{"gpu": "1"}, 81920<<20)
+	check("bridge_gpu_prof_pcie_tx_bytes_per_second", map[string]string{"gpu": "0"}, 2.5e6)
 	check("bridge_gpu_mig_utilization_percentage", map[string]string{"gpu": "0", "mig": "7"}, 40)
 	check("bridge_prom_app_queue_length__shard_2", run, 17)
 	check("bridge_sample_seq", run, 9)
@@ -118,6 +126,12 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 		if fams[n].GetType() != dto.MetricType_COUNTER {
 			t.Errorf("%s is not a counter", n)
 		}
+	}
+	if h := fams["container_memory_working_set_bytes"].GetHelp(); h != metrics.ContainerMemoryWorkingSet.Help {
+		t.Errorf("help %q, want the descriptor's", h)
+	}
+	if fams["bridge_known_by_name_only"] != nil || fams["known_by_name_only"] != nil {
+		t.Error("a point without a descriptor was exposed")
 	}
 
 	sink := map[string]string{"sink": "mlflow", "run_id": "run1"}
@@ -139,40 +153,22 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	if v := one(t, fams, "bridge_scrape_failures_total", map[string]string{"url": "http://x/metrics"}).GetCounter().GetValue(); v != 3 {
 		t.Errorf("bridge_scrape_failures_total = %v, want 3", v)
 	}
-}
-
-// Megabytes back to bytes is exact for every byte count below 2^51: the
-// property the "same value in Prometheus and MLflow" promise rests on.
-func TestBytesRoundTripExact(t *testing.T) {
-	s := seriesFor(metrics.ContainerMemoryWorkingSet)
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 1_000_000; i++ {
-		b := float64(r.Int64N(1 << 51))
-		if i < 1000 {
-			b = float64(i)
+	for _, c := range []struct {
+		collector         string
+		dur, ok, failures float64
+	}{{"cgroup", 0.0015, 1, 0}, {"gpu", 5, 0, 2}} {
+		l := map[string]string{"collector": c.collector, "run_id": "run1"}
+		if v := one(t, fams, "bridge_collector_duration_seconds", l).GetGauge().GetValue(); v != c.dur {
+			t.Errorf("%s duration %v, want %v", c.collector, v, c.dur)
 		}
-		if got := s.value(metrics.MB(b)); got != b {
-			t.Fatalf("%v bytes -> %v MB -> %v bytes", b, metrics.MB(b), got)
+		if v := one(t, fams, "bridge_collector_success", l).GetGauge().GetValue(); v != c.ok {
+			t.Errorf("%s success %v, want %v", c.collector, v, c.ok)
+		}
+		if v := one(t, fams, "bridge_collector_failures_total", l).GetCounter().GetValue(); v != c.failures {
+			t.Errorf("%s failures %v, want %v", c.collector, v, c.failures)
 		}
 	}
-	if s.value(metrics.MB(math.MaxUint32)) != math.MaxUint32 {
-		t.Fatal("4 GiB - 1")
-	}
-}
-
-func TestSeriesNames(t *testing.T) {
-	for in, want := range map[string]string{
-		metrics.ContainerMemoryWorkingSet:                          "container_memory_working_set_bytes",
-		metrics.ContainerMemoryRSS:                                 "container_memory_rss",
-		metrics.NodeMemoryTotal:                                    "node_memory_MemTotal_bytes",
-		metrics.ContainerCPUThrottledPeriods:                       "bridge_container_cpu_throttled_periods_percentage",
-		metrics.GPUPrefix(3) + metrics.GPUPowerUsage:               "bridge_gpu_power_usage_watts",
-		metrics.MIGPrefix(3, 1) + metrics.GPUMemoryUsed:            "bridge_gpu_mig_memory_used_bytes",
-		metrics.RootfsDiskUsed:                                     "bridge_rootfs_disk_used_bytes",
-		metrics.GPUPrefix(0) + "prof_pcie_tx_megabytes_per_second": "bridge_gpu_prof_pcie_tx_bytes_per_second",
-	} {
-		if got := seriesFor(in).name; got != want {
-			t.Errorf("%s -> %s, want %s", in, got, want)
-		}
+	if n := len(fams["bridge_collector_success"].GetMetric()); n != 2 {
+		t.Errorf("%d collectors' success exposed, want 2 (scrape has not run)", n)
 	}
 }

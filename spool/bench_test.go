@@ -25,7 +25,7 @@ func BenchmarkOutageMemory(b *testing.B) {
 func outageMemory(b *testing.B, day int64) {
 	pts := make([]metrics.Point, 60)
 	for i := range pts {
-		pts[i] = metrics.Point{Name: fmt.Sprintf("container_metric_number_%02d_megabytes", i), Value: float64(i) * 1.5}
+		pts[i] = metrics.Named(fmt.Sprintf("container_metric_number_%02d_megabytes", i), float64(i)*1.5)
 	}
 	for b.Loop() {
 		s, err := OpenWith(filepath.Join(b.TempDir(), "s.jsonl"), Options{})
@@ -138,13 +138,13 @@ func TestHeldBoundsTheHeap(t *testing.T) {
 		pts  int
 	}{
 		{"own 60 series", 2000, func(i int) metrics.Point {
-			return metrics.Point{Name: fmt.Sprintf("container_metric_number_%02d_megabytes", i), Value: float64(i)*1.5 + 1234.567}
+			return metrics.Named(fmt.Sprintf("container_metric_number_%02d_megabytes", i), float64(i)*1.5+1234.567)
 		}, 60},
 		{"1990 passed-through 247-byte names", 50, func(i int) metrics.Point {
-			return metrics.Point{Name: fmt.Sprintf("prom_maxkept__i_%07d__l_%s", i, long), Value: 1}
+			return metrics.Named(fmt.Sprintf("prom_maxkept__i_%07d__l_%s", i, long), 1)
 		}, 1990},
 		{"2000 short names", 100, func(i int) metrics.Point {
-			return metrics.Point{Name: fmt.Sprintf("prom_%d", i), Value: 0}
+			return metrics.Named(fmt.Sprintf("prom_%d", i), 0)
 		}, 2000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -33,7 +33,7 @@ func bound(pts []metrics.Point, maxPoints, budget int, size func(*metrics.Point)
 	keep := make([]bool, len(pts))
 	n := 0
 	for i := range pts {
-		if len(pts[i].Name) > MaxKey {
+		if len(pts[i].Name()) > MaxKey {
 			b.longName++
 			continue
 		}
@@ -51,7 +51,7 @@ func bound(pts []metrics.Point, maxPoints, budget int, size func(*metrics.Point)
 	// Passed-through series first, each pass from the end.
 	for _, passed := range []bool{true, false} {
 		for i := len(pts) - 1; i >= 0 && (n > maxPoints || (budget >= 0 && used > budget)); i-- {
-			if keep[i] && (pts[i].Scope == metrics.ScopeProm) == passed {
+			if keep[i] && passedThrough(pts[i]) == passed {
 				keep[i] = false
 				n--
 				b.over++
@@ -64,8 +64,11 @@ func bound(pts []metrics.Point, maxPoints, budget int, size func(*metrics.Point)
 	b.pts = make([]metrics.Point, 0, n)
 	for i, p := range pts {
 		if keep[i] {
-			b.pts = append(b.pts, metrics.Point{Name: p.Name, Value: p.Value})
+			b.pts = append(b.pts, p)
 		}
 	}
 	return b
 }
+
+// passedThrough reports whether p is a series passed through from a scrape.
+func passedThrough(p metrics.Point) bool { return p.Desc != nil && p.Desc.Scope == metrics.ScopeProm }

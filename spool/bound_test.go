@@ -15,7 +15,7 @@ import (
 func names(pts []metrics.Point) string {
 	var n []string
 	for _, p := range pts {
-		n = append(n, p.Name)
+		n = append(n, p.Name())
 	}
 	return strings.Join(n, ",")
 }
@@ -24,8 +24,8 @@ func names(pts []metrics.Point) string {
 // budget bytes; passed-through series go first, from the end, and the
 // order of what is kept stays.
 func TestBound(t *testing.T) {
-	own := func(n string) metrics.Point { return metrics.Point{Name: n, Scope: metrics.ScopeNode} }
-	prom := func(n string) metrics.Point { return metrics.Point{Name: n, Scope: metrics.ScopeProm} }
+	own := func(n string) metrics.Point { return metrics.Named(n, 0) }
+	prom := func(n string) metrics.Point { return metrics.At(metrics.Passthrough(n), 0) }
 	long := strings.Repeat("x", MaxKey+1)
 	size := func(p *metrics.Point) int { return 10 }
 	for _, tc := range []struct {
@@ -66,11 +66,11 @@ func TestAppendNeverWritesWhatTheReaderRefuses(t *testing.T) {
 	mk := func(seq int64, own, passed, nameLen int) metrics.Sample {
 		smp := metrics.Sample{Seq: seq, Time: time.UnixMilli(1)}
 		for i := range own {
-			smp.Points = append(smp.Points, metrics.Point{Name: fmt.Sprintf("node_%03d", i), Value: 1, Scope: metrics.ScopeNode})
+			smp.Points = append(smp.Points, metrics.Named(fmt.Sprintf("node_%03d", i), 1))
 		}
 		for i := range passed {
 			n := fmt.Sprintf("prom_%03d_", i)
-			smp.Points = append(smp.Points, metrics.Point{Name: n + strings.Repeat("l", max(nameLen-len(n), 0)), Value: 2, Scope: metrics.ScopeProm})
+			smp.Points = append(smp.Points, metrics.At(metrics.Passthrough(n+strings.Repeat("l", max(nameLen-len(n), 0))), 2))
 		}
 		return smp
 	}

@@ -189,7 +189,7 @@ func TestRecoveryWritesInPieces(t *testing.T) {
 	long := strings.Repeat("x", 90)
 	pts := make([]metrics.Point, 1000)
 	for i := range pts {
-		pts[i] = metrics.Point{Name: fmt.Sprintf("prom_%04d_%s", i, long), Value: 1}
+		pts[i] = metrics.Named(fmt.Sprintf("prom_%04d_%s", i, long), 1)
 	}
 	ff.setFull(true)
 	const n = 40 // 4 MB of lines
@@ -283,7 +283,7 @@ func TestPendingBatchBounded(t *testing.T) {
 	long := strings.Repeat("x", 200)
 	pts := make([]metrics.Point, 1000)
 	for i := range pts {
-		pts[i] = metrics.Point{Name: fmt.Sprintf("prom_%04d_%s", i, long), Value: 1}
+		pts[i] = metrics.Named(fmt.Sprintf("prom_%04d_%s", i, long), 1)
 	}
 	_, mem := heldBy(metrics.Sample{Seq: 10, Time: time.UnixMilli(1), Points: pts})
 	for _, memSamples := range []int{0, 5} {

@@ -66,10 +66,10 @@ func (e *encoder) appendSorted(dst []byte, pts []metrics.Point) []byte {
 		idx = append(idx, i)
 	}
 	// Stable: among equal names the last one given stays last, and wins.
-	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(pts[a].Name, pts[b].Name) })
+	slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(pts[a].Name(), pts[b].Name()) })
 	first := true
 	for k, i := range idx {
-		if k+1 < len(idx) && pts[idx[k+1]].Name == pts[i].Name {
+		if k+1 < len(idx) && pts[idx[k+1]].Name() == pts[i].Name() {
 			continue
 		}
 		dst = appendValue(dst, !first, &pts[i])
@@ -83,7 +83,7 @@ func (e *encoder) appendSorted(dst []byte, pts []metrics.Point) []byte {
 // them), so that no sorting is needed.
 func sortedUnique(pts []metrics.Point) bool {
 	for i := 1; i < len(pts); i++ {
-		if pts[i-1].Name >= pts[i].Name {
+		if pts[i-1].Name() >= pts[i].Name() {
 			return false
 		}
 	}
@@ -94,7 +94,7 @@ func appendValue(dst []byte, comma bool, p *metrics.Point) []byte {
 	if comma {
 		dst = append(dst, ',')
 	}
-	dst = appendJSONString(dst, p.Name)
+	dst = appendJSONString(dst, p.Name())
 	dst = append(dst, ':')
 	return metrics.AppendJSONFloat(dst, p.Value)
 }

@@ -17,7 +17,7 @@ import (
 func jsonSample(t testing.TB, smp metrics.Sample) []byte {
 	vals := make(Values, len(smp.Points))
 	for _, p := range smp.Points {
-		vals[p.Name] = p.Value
+		vals[p.Name()] = p.Value
 	}
 	seq := smp.Seq
 	b, err := json.Marshal(Record{Type: TypeSample, Seq: &seq, TS: smp.Time.UnixMilli(), Metrics: vals})
@@ -54,14 +54,14 @@ func TestEncoderMatchesJSON(t *testing.T) {
 		}
 	}
 	for i, n := range names {
-		check(metrics.Sample{Seq: int64(i), Time: time.UnixMilli(1_700_000_000_123), Points: []metrics.Point{{Name: n, Value: values[i%len(values)]}}})
+		check(metrics.Sample{Seq: int64(i), Time: time.UnixMilli(1_700_000_000_123), Points: []metrics.Point{metrics.Named(n, values[i%len(values)])}})
 	}
 	for i, v := range values {
-		check(metrics.Sample{Seq: -int64(i), Time: time.UnixMilli(int64(i) * 7), Points: []metrics.Point{{Name: "v", Value: v}}})
+		check(metrics.Sample{Seq: -int64(i), Time: time.UnixMilli(int64(i) * 7), Points: []metrics.Point{metrics.Named("v", v)}})
 	}
 	var all []metrics.Point
 	for i, n := range names {
-		all = append(all, metrics.Point{Name: n, Value: values[i%len(values)]})
+		all = append(all, metrics.Named(n, values[i%len(values)]))
 	}
 	check(metrics.Sample{Seq: math.MaxInt64, Time: time.UnixMilli(-5), Points: all}) // unsorted, repeated
 	check(metrics.Sample{Seq: 3})                                                    // no points, time zero
@@ -90,7 +90,7 @@ func FuzzAppendSample(f *testing.F) {
 				if i%2 == 1 {
 					v = v2*float64(i) + v1
 				}
-				pts = append(pts, metrics.Point{Name: string(n), Value: v})
+				pts = append(pts, metrics.Named(string(n), v))
 			}
 		}
 		smp := metrics.Sample{Seq: seq, Time: time.UnixMilli(ts), Points: pts}
@@ -99,7 +99,7 @@ func FuzzAppendSample(f *testing.F) {
 			t.Fatalf("sample differs:\n got %s\nwant %s", got, want)
 		}
 		if len(pts) > 0 {
-			if got, want := e.ack(pts[0].Name, names, seq), jsonAck(t, pts[0].Name, names, seq); !bytes.Equal(got, want) {
+			if got, want := e.ack(pts[0].Name(), names, seq), jsonAck(t, pts[0].Name(), names, seq); !bytes.Equal(got, want) {
 				t.Fatalf("ack differs:\n got %s\nwant %s", got, want)
 			}
 		}
@@ -127,7 +127,7 @@ func TestEncoderAllocs(t *testing.T) {
 func benchSample(n int) metrics.Sample {
 	pts := make([]metrics.Point, n)
 	for i := range pts {
-		pts[i] = metrics.Point{Name: fmt.Sprintf("container_metric_number_%02d_megabytes", i), Value: float64(i) * 1.5}
+		pts[i] = metrics.Named(fmt.Sprintf("container_metric_number_%02d_megabytes", i), float64(i)*1.5)
 	}
 	return metrics.Sample{Seq: 12345, Time: time.UnixMilli(1_700_000_000_000), Points: pts}
 }

@@ -37,7 +37,7 @@ type entry struct {
 }
 
 // What a sample and each of its points take in memory besides the names:
-// a point is its Point (72 bytes), and up to 24 more for the rounding of
+// a point is its Point (32 bytes), and up to 24 more for the rounding of
 // the allocations of the points (1/8) and of its name (15 bytes).
 const (
 	sampleSize = int64(unsafe.Sizeof(metrics.Sample{}))
@@ -144,7 +144,7 @@ func toSample(rec *Record) metrics.Sample {
 	}
 	sort.Strings(names)
 	for _, k := range names {
-		smp.Points = append(smp.Points, metrics.Point{Name: k, Value: rec.Metrics[k]})
+		smp.Points = append(smp.Points, metrics.Named(k, rec.Metrics[k]))
 	}
 	return smp
 }

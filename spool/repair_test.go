@@ -137,7 +137,7 @@ func TestBadLinesSkippedAndCounted(t *testing.T) {
 		t.Errorf("samples %v, want [0 2 3]", got)
 	}
 	s.Track("mlflow", "r")
-	if got := s.Pending("mlflow", "r", 10); len(got) != 2 || got[0].Seq != 2 || len(got[0].Points) != 1 || got[0].Points[0].Name != "b" {
+	if got := s.Pending("mlflow", "r", 10); len(got) != 2 || got[0].Seq != 2 || len(got[0].Points) != 1 || got[0].Points[0].Name() != "b" {
 		t.Errorf("pending %+v, want sample 2 with its good value b, and 3", got)
 	}
 	if a := s.Attempts(); len(a) != 1 || a[0].End == nil {

@@ -466,19 +466,16 @@ func (s *Spool) Append(smp metrics.Sample) error {
 	return nil
 }
 
-// boundLocked copies what the spool keeps of smp (names and values, time
+// boundLocked copies what the spool keeps of smp (its points, the time
 // at ms, as sent) and encodes its line, within the bounds.
 func (s *Spool) boundLocked(smp *metrics.Sample) (*metrics.Sample, []byte) {
 	c := &metrics.Sample{Seq: smp.Seq, Time: time.UnixMilli(smp.Time.UnixMilli())}
 	fits := len(smp.Points) <= s.opt.MaxPoints
 	for i := 0; fits && i < len(smp.Points); i++ {
-		fits = len(smp.Points[i].Name) <= MaxKey
+		fits = len(smp.Points[i].Name()) <= MaxKey
 	}
 	if fits {
-		c.Points = make([]metrics.Point, len(smp.Points))
-		for i, p := range smp.Points {
-			c.Points[i] = metrics.Point{Name: p.Name, Value: p.Value}
-		}
+		c.Points = slices.Clone(smp.Points)
 		if line := s.enc.sample(c); len(line) <= s.lineLimit() {
 			return c, line
 		}

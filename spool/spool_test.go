@@ -13,8 +13,8 @@ import (
 
 func sample(seq int64, v float64) metrics.Sample {
 	return metrics.Sample{Seq: seq, Time: time.UnixMilli(1_700_000_000_000 + seq*1000), Points: []metrics.Point{
-		{Name: "container_memory_working_set_megabytes", Value: v},
-		{Name: "node_memory_used_megabytes", Value: v * 10},
+		metrics.Named("container_memory_working_set_megabytes", v),
+		metrics.Named("node_memory_used_megabytes", v*10),
 	}}
 }
 
@@ -99,7 +99,7 @@ func TestNonFiniteValuesRoundTrip(t *testing.T) {
 	s, _ := Open(path)
 	s.Track("x", "")
 	smp := metrics.Sample{Seq: 0, Time: time.UnixMilli(5), Points: []metrics.Point{
-		{Name: "a", Value: math.NaN()}, {Name: "b", Value: math.Inf(1)}, {Name: "c", Value: math.Inf(-1)},
+		metrics.Named("a", math.NaN()), metrics.Named("b", math.Inf(1)), metrics.Named("c", math.Inf(-1)),
 	}}
 	if err := s.Append(smp); err != nil {
 		t.Fatal(err)

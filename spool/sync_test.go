@@ -163,7 +163,7 @@ func TestSyncEveryBoundsUnsynced(t *testing.T) {
 	defer s.Close()
 	pts := make([]metrics.Point, 100)
 	for i := range pts {
-		pts[i] = metrics.Point{Name: strings.Repeat("x", 60) + string(rune('a'+i%26)) + string(rune('a'+i/26)), Value: 1}
+		pts[i] = metrics.Named(strings.Repeat("x", 60)+string(rune('a'+i%26))+string(rune('a'+i/26)), 1)
 	}
 	for i := int64(0); s.Stats().Written*8000 < 2*maxUnsynced; i++ {
 		s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(1), Points: pts})

@@ -36,9 +36,9 @@ func (s Stat) Mean() float64 {
 // the counter's lag (the kernel charges CPU time at ticks), not the job.
 const MinRateWindow = time.Second
 
-// Accumulator keeps a Stat per metric name. Not safe for concurrent use.
+// Accumulator keeps a Stat per series. Not safe for concurrent use.
 type Accumulator struct {
-	stats   map[string]*Stat
+	stats   map[string]*stat // by name
 	samples int
 	first   time.Time
 	last    metrics.Sample
@@ -50,8 +50,14 @@ type Accumulator struct {
 	recent []metrics.Sample
 }
 
+// stat is a Stat and the series it follows.
+type stat struct {
+	Stat
+	desc *metrics.Desc // nil for a point known by name only
+}
+
 // New returns an empty Accumulator.
-func New() *Accumulator { return &Accumulator{stats: map[string]*Stat{}} }
+func New() *Accumulator { return &Accumulator{stats: map[string]*stat{}} }
 
 // Add takes one sample into account.
 func (a *Accumulator) Add(s metrics.Sample) {
@@ -68,10 +74,10 @@ func (a *Accumulator) Add(s metrics.Sample) {
 		a.recent = a.recent[1:]
 	}
 	for _, p := range s.Points {
-		st := a.stats[p.Name]
+		st := a.stats[p.Name()]
 		if st == nil {
-			st = &Stat{First: p.Value, Peak: p.Value, PeakAt: s.Time}
-			a.stats[p.Name] = st
+			st = &stat{Stat: Stat{First: p.Value, Peak: p.Value, PeakAt: s.Time}, desc: p.Desc}
+			a.stats[p.Name()] = st
 		}
 		st.Last = p.Value
 		st.Sum += p.Value
@@ -79,19 +85,19 @@ func (a *Accumulator) Add(s metrics.Sample) {
 		if p.Value > st.Peak {
 			st.Peak, st.PeakAt = p.Value, s.Time
 		}
-		if p.Name == metrics.ContainerCPUUsage && steady && (!a.cpuPeakOK || p.Value > a.cpuPeak) {
+		if p.Name() == metrics.ContainerCPUUsage.Name && steady && (!a.cpuPeakOK || p.Value > a.cpuPeak) {
 			a.cpuPeak, a.cpuPeakOK = p.Value, true
 		}
 	}
 }
 
-// Get returns the Stat of a metric and whether it was seen.
-func (a *Accumulator) Get(name string) (Stat, bool) {
-	st, ok := a.stats[name]
+// Get returns the Stat of series d and whether it was seen.
+func (a *Accumulator) Get(d *metrics.Desc) (Stat, bool) {
+	st, ok := a.stats[d.Name]
 	if !ok {
 		return Stat{}, false
 	}
-	return *st, true
+	return st.Stat, true
 }
 
 // Samples is how many samples were added.
@@ -157,9 +163,13 @@ func (a *Accumulator) Rows() []Row {
 		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
 	}
 	var gpus []string
-	for name, st := range a.stats {
-		if strings.HasPrefix(name, metrics.GPUNamePrefix) && strings.HasSuffix(name, "_"+metrics.GPUMemoryUsed) {
-			gpus = append(gpus, fmt.Sprintf("%s peak %.0f MB", strings.TrimSuffix(name, "_"+metrics.GPUMemoryUsed), st.Peak))
+	for _, st := range a.stats {
+		if d := st.desc; d != nil && d.Of == metrics.GPUMemoryUsed {
+			where := fmt.Sprintf("gpu_%d", d.GPU)
+			if d.MIG >= 0 {
+				where += fmt.Sprintf("_mig_%d", d.MIG)
+			}
+			gpus = append(gpus, fmt.Sprintf("%s peak %.0f MB", where, st.Peak))
 		}
 	}
 	sort.Strings(gpus)

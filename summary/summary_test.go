@@ -14,9 +14,9 @@ func TestRowsAgainstLimits(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for i, ws := range []float64{100, 180, 150} {
 		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
-			{Name: metrics.ContainerMemoryWorkingSet, Value: ws}, {Name: metrics.ContainerMemoryLimit, Value: 200},
-			{Name: metrics.ContainerCPUUsage, Value: float64(i) * 0.25}, {Name: metrics.ContainerCPULimit, Value: 0.5},
-			{Name: metrics.ContainerOOMKills, Value: float64(i / 2)}, {Name: metrics.ContainerCPUThrottledPeriods, Value: 30},
+			metrics.At(metrics.ContainerMemoryWorkingSet, ws), metrics.At(metrics.ContainerMemoryLimit, 200),
+			metrics.At(metrics.ContainerCPUUsage, float64(i)*0.25), metrics.At(metrics.ContainerCPULimit, 0.5),
+			metrics.At(metrics.ContainerOOMKills, float64(i/2)), metrics.At(metrics.ContainerCPUThrottledPeriods, 30),
 		}})
 	}
 	var b bytes.Buffer
@@ -46,7 +46,7 @@ func TestPeakCPUIgnoresShortWindows(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {10 * time.Second, 0.5}, {20 * time.Second, 1.5}, {20*time.Second + 50*time.Millisecond, 2.0}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{{Name: metrics.ContainerCPUUsage, Value: s.cores}}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -57,7 +57,7 @@ func TestPeakCPUIgnoresShortWindows(t *testing.T) {
 
 func TestRowsWithoutLimits(t *testing.T) {
 	a := New()
-	a.Add(metrics.Sample{Points: []metrics.Point{{Name: metrics.ContainerMemoryWorkingSet, Value: 5}, {Name: metrics.ContainerCPUUsage, Value: 1}}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 5), metrics.At(metrics.ContainerCPUUsage, 1)}})
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
 	if !strings.Contains(b.String(), "(no memory limit)") || !strings.Contains(b.String(), "(no CPU limit)") {
@@ -71,9 +71,9 @@ func TestRowsCPUSplitAndThrottledTotal(t *testing.T) {
 	a := New()
 	for i, th := range []float64{10, 12.5} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-			{Name: metrics.ContainerCPUUsage, Value: 1.65}, {Name: metrics.ContainerCPULimit, Value: 0.5},
-			{Name: metrics.ContainerCPUUsageLimitSplit, Value: 1},
-			{Name: metrics.ContainerCPUThrottledPeriods, Value: 20}, {Name: metrics.ContainerCPUThrottledSecondsTotal, Value: th},
+			metrics.At(metrics.ContainerCPUUsage, 1.65), metrics.At(metrics.ContainerCPULimit, 0.5),
+			metrics.At(metrics.ContainerCPUUsageLimitSplit, 1),
+			metrics.At(metrics.ContainerCPUThrottledPeriods, 20), metrics.At(metrics.ContainerCPUThrottledSecondsTotal, th),
 		}})
 	}
 	var b bytes.Buffer
@@ -84,5 +84,22 @@ func TestRowsCPUSplitAndThrottledTotal(t *testing.T) {
 	}
 	if !strings.Contains(out, "2.50 s throttled") {
 		t.Errorf("throttled time is not the cumulative counter's increase:\n%s", out)
+	}
+}
+
+// The GPU memory row names each GPU and MIG slice from its series'
+// binding, not from its name.
+func TestRowsGPUMemory(t *testing.T) {
+	a := New()
+	for _, used := range []float64{1000, 3000, 2000} {
+		a.Add(metrics.Sample{Points: []metrics.Point{
+			metrics.At(metrics.GPUMemoryUsed.ForGPU(1), used), metrics.At(metrics.GPUMemoryUsed.ForMIG(0, 3), used/2),
+			metrics.At(metrics.GPUMemoryTotal.ForGPU(1), 80000), metrics.Named("gpu_2_memory_used_megabytes", 5),
+		}})
+	}
+	var b bytes.Buffer
+	Write(&b, "end", a.Rows())
+	if !strings.Contains(b.String(), "GPU memory  gpu_0_mig_3 peak 1500 MB, gpu_1 peak 3000 MB\n") {
+		t.Errorf("GPU memory row:\n%s", b.String())
 	}
 }

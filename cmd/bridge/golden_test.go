@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -78,7 +80,8 @@ func podV2(t *testing.T) string {
 // TestGoldenSampleV2 runs the real binary on a cgroup v2 pod's files
 // (--proc-root, --cgroup-root) and diffs `bridge sample --json` with the
 // golden file: every container_ and node_ name, value, unit, scope and
-// source, and what bridge detected. `go test ./cmd/bridge -run Golden -update`
+// source, what bridge detected, and how each collector's run went (its
+// duration left out). `go test ./cmd/bridge -run Golden -update`
 // rewrites it after an intended change.
 func TestGoldenSampleV2(t *testing.T) {
 	root := podV2(t)
@@ -91,7 +94,52 @@ func TestGoldenSampleV2(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("bridge sample: %v\n%s", err, &errb)
 	}
-	checkGolden(t, "sample-v2.json", "bridge sample --json", strings.ReplaceAll(out.String(), root, "<root>"))
+	// How long each collector took is the machine's, not bridge's output.
+	got := regexp.MustCompile(`"duration_seconds": [0-9.e-]+`).ReplaceAllString(out.String(), `"duration_seconds": "<duration>"`)
+	checkGolden(t, "sample-v2.json", "bridge sample --json", strings.ReplaceAll(got, root, "<root>"))
+}
+
+// `bridge sample` says how each collector's run went, in its table and in
+// --json: a cgroup whose memory.max cannot be parsed fails its run (its
+// other points still count), and the error names the file.
+func TestSampleShowsCollectorHealth(t *testing.T) {
+	root := podV2(t)
+	if err := os.WriteFile(filepath.Join(root, "sys/fs/cgroup/memory.max"), []byte("lots\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		cmd := exec.Command(testbin.Bridge(t), append([]string{"sample", "--trackers=none", "--window=0s",
+			"--proc-root", filepath.Join(root, "proc"), "--cgroup-root", filepath.Join(root, "sys/fs/cgroup"),
+			"--rootfs", root, "--scopes", "container,node"}, args...)...)
+		cmd.Env = testbin.CleanEnv()
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("bridge sample %v: %v\n%s", args, err, &errb)
+		}
+		return out.String()
+	}
+	var got struct {
+		Collectors []struct {
+			Name     string  `json:"name"`
+			Success  bool    `json:"success"`
+			Duration float64 `json:"duration_seconds"`
+			Error    string  `json:"error"`
+		} `json:"collectors"`
+	}
+	if err := json.Unmarshal([]byte(run("--json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(root, "sys/fs/cgroup/memory.max")
+	if c := got.Collectors; len(c) != 2 || c[0].Name != "cgroup" || c[0].Success || !strings.Contains(c[0].Error, want) ||
+		c[1].Name != "node" || !c[1].Success || c[1].Error != "" || c[1].Duration <= 0 {
+		t.Errorf("collectors %+v: want cgroup failed naming %s, node ok", c, want)
+	}
+	table := run()
+	if !strings.Contains(table, "  cgroup: failed after ") || !strings.Contains(table, want) ||
+		!regexp.MustCompile(`  node: ok in [0-9.]+[µm]?s\n`).MatchString(table) {
+		t.Errorf("table:\n%s\nwant cgroup failed (naming %s) and node ok", table, want)
+	}
 }
 
 // checkGolden compares got, what produced it, with testdata/golden/name, or

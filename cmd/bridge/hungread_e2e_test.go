@@ -86,14 +86,14 @@ func TestHungReadLeavesBridgeLive(t *testing.T) {
 			if tc.midRun {
 				waitfor.Cond(t, time.Minute, "a sample with the working set's share of the limit (the probe on)", func() bool {
 					ss := samples()
-					return len(ss) > 0 && has(ss[len(ss)-1], metrics.ContainerMemoryWorkingSetPercent)
+					return len(ss) > 0 && has(ss[len(ss)-1], metrics.ContainerMemoryWorkingSetPercent.Name)
 				})
 				fifo(t, file)
 			}
 			n := len(samples())
 			waitfor.Cond(t, time.Minute, "three more samples with node points while the read hangs", func() bool {
 				ss := samples()
-				return len(ss) >= n+3 && has(ss[len(ss)-1], metrics.NodeMemoryTotal)
+				return len(ss) >= n+3 && has(ss[len(ss)-1], metrics.NodeMemoryTotal.Name)
 			})
 
 			dir := cmd.Dir

@@ -26,6 +26,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/safeout"
+	"github.com/bridge-dev/bridge/pipeline"
 )
 
 // versionFile is the one place bridge's version is written: `go build` embeds
@@ -139,7 +140,7 @@ func parse(name string, args []string, stderr io.Writer, extra func(*pflag.FlagS
 	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after the command belongs to it
-	config.RegisterFlags(fs)
+	config.RegisterFlags(fs, pipeline.Choices())
 	if extra != nil {
 		extra(fs)
 	}
@@ -151,7 +152,10 @@ func parse(name string, args []string, stderr io.Writer, extra func(*pflag.FlagS
 		usageError(stderr, fmt.Errorf("%w (see bridge --help)", err))
 		return nil, config.Config{}, false
 	}
-	cfg, err := config.Load(fs)
+	cfg, err := config.Load(fs, pipeline.Choices())
+	if err == nil {
+		err = pipeline.CheckTrackerEnv(os.Getenv)
+	}
 	if err != nil {
 		usageError(stderr, err)
 		return nil, cfg, false
@@ -168,7 +172,7 @@ func usageError(stderr io.Writer, err error) int {
 
 func usage(w io.Writer, fs *pflag.FlagSet) {
 	if fs.Lookup("interval") == nil {
-		config.RegisterFlags(fs)
+		config.RegisterFlags(fs, pipeline.Choices())
 	}
 	fmt.Fprintf(w, `bridge %s: scope-correct system metrics for training jobs in containers
 

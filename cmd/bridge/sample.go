@@ -20,8 +20,17 @@ import (
 
 // sampleOutput is the JSON form of `bridge sample --json`.
 type sampleOutput struct {
-	Detected map[string]any `json:"detected"`
-	Metrics  []jsonPoint    `json:"metrics"`
+	Detected   map[string]any `json:"detected"`
+	Collectors []jsonHealth   `json:"collectors"`
+	Metrics    []jsonPoint    `json:"metrics"`
+}
+
+// jsonHealth is how a collector's run for the printed sample went.
+type jsonHealth struct {
+	Name     string  `json:"name"`
+	Success  bool    `json:"success"`
+	Duration float64 `json:"duration_seconds"`
+	Error    string  `json:"error,omitempty"`
 }
 
 // jsonPoint keeps non-finite values representable (encoding/json rejects NaN).
@@ -61,15 +70,23 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	detected := src.Detected(ctx, smp)
 	detected["job"] = job.Describe()
 	// Rates (CPU cores, throttling) need two readings: take one, wait, take
-	// the one that is printed.
+	// the one that is printed, with where each value came from.
 	smp.Sample(ctx)
 	time.Sleep(cfg.Window)
-	sample := smp.Sample(ctx)
+	sample, sources := smp.SampleExplained(ctx)
+	health := smp.Health()
 
 	if asJSON {
 		out := sampleOutput{Detected: detected, Metrics: make([]jsonPoint, 0, len(sample.Points))}
+		for _, h := range health {
+			jh := jsonHealth{Name: h.Collector, Success: h.OK, Duration: h.Duration.Seconds()}
+			if !h.OK {
+				jh.Error = h.LastError
+			}
+			out.Collectors = append(out.Collectors, jh)
+		}
 		for _, p := range sample.Points {
-			out.Metrics = append(out.Metrics, jsonPoint{p.Name, jsonValue(p.Value), p.Unit, string(p.Scope), p.Source})
+			out.Metrics = append(out.Metrics, jsonPoint{p.Name(), jsonValue(p.Value), string(p.Desc.Unit), string(p.Desc.Scope), sources[p.Name()]})
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -80,14 +97,28 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	writeDetected(stdout, detected)
+	writeHealth(stdout, health)
 	fmt.Fprintln(stdout)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight*0)
 	fmt.Fprintln(tw, "NAME\tVALUE\tUNIT\tSCOPE\tSOURCE")
 	for _, p := range sample.Points {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name, formatValue(p.Value), p.Unit, p.Scope, p.Source)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name(), formatValue(p.Value), p.Desc.Unit, p.Desc.Scope, sources[p.Name()])
 	}
 	tw.Flush()
 	return 0
+}
+
+// writeHealth prints how each collector's run for the printed sample went.
+func writeHealth(w io.Writer, health []metrics.Health) {
+	fmt.Fprintln(w, "collectors:")
+	for _, h := range health {
+		d := h.Duration.Round(time.Microsecond)
+		if h.OK {
+			fmt.Fprintf(w, "  %s: ok in %s\n", h.Collector, d)
+		} else {
+			fmt.Fprintf(w, "  %s: failed after %s: %s\n", h.Collector, d, h.LastError)
+		}
+	}
 }
 
 func jsonValue(v float64) any {

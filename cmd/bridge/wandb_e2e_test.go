@@ -446,7 +446,7 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 		}
 		want := map[string]float64{}
 		for _, p := range s.Points {
-			want[p.Name] = p.Value
+			want[p.Name()] = p.Value
 		}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("bridge line %d is not sample %d:\n got %v\nwant %v", i, s.Seq, got, want)

@@ -148,7 +148,7 @@ func JobRun(t testing.TB, srv *mlflowtest.Server, nodes int, tasks []Task, exper
 
 // NodeKey is a series only a node's lead bridge sends, under
 // system/<node-id>/.
-const NodeKey = metrics.NodeMemoryUsed
+var NodeKey = metrics.NodeMemoryUsed.Name
 
 // RequireOnce fails t when a step of key repeats in the run's history:
 // two bridges sent the same series (one attempt of a job numbers its steps

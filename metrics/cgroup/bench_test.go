@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
 )
 
@@ -16,15 +17,16 @@ func BenchmarkCollect(b *testing.B) {
 	pid := startIn(b, g, "idle")
 	c := collectorFor(b, pid)
 	ctx := context.Background()
-	if _, err := c.Collect(ctx); err != nil {
+	if _, err := metrics.Collect(ctx, c); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	var pts metrics.Batch // reused, as the Sampler does
 	for i := 0; i < b.N; i++ {
-		pts, err := c.Collect(ctx)
-		if err != nil || len(pts) == 0 {
-			b.Fatalf("Collect: %d points, %v", len(pts), err)
+		pts.Reset()
+		if err := c.Collect(ctx, &pts); err != nil || len(pts.Points) == 0 {
+			b.Fatalf("Collect: %d points, %v", len(pts.Points), err)
 		}
 	}
 }

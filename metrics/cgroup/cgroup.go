@@ -23,9 +23,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics"
 	"github.com/containerd/cgroups/v3"
 	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // Mode is the cgroup layout of a host.
@@ -282,16 +283,16 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 // Collect implements metrics.Collector. A missing file is no data (logged
 // once at debug); the error joins what could not be read or parsed, and the
 // points that could be read are returned with it.
-func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
+func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
 	}
-	r := &round{c: c}
+	r := &round{c: c, b: b}
 	r.memory()
 	r.cpu()
 	r.pressure()
 	r.pids()
-	return r.pts, errors.Join(r.errs...)
+	return errors.Join(r.errs...)
 }
 
 // MemoryPoints reads only the memory files (working set, limit, share): no
@@ -302,23 +303,40 @@ func (c *Collector) MemoryPoints(ctx context.Context) ([]metrics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &round{c: c}
+	var b metrics.Batch
+	r := &round{c: c, b: &b}
 	r.memory()
-	return r.pts, errors.Join(r.errs...)
+	return b.Points, errors.Join(r.errs...)
 }
 
 // round is the state of one Collect.
 type round struct {
 	c    *Collector
-	pts  []metrics.Point
+	b    *metrics.Batch
 	errs []error
 	// v1Limit is this round's v1 memory.stat hierarchical_memory_limit
 	// (read with the usage); nil on v2 or when it could not be read.
 	v1Limit *uint64
 }
 
-func (r *round) add(name string, v float64, unit, source string) {
-	r.pts = append(r.pts, metrics.Point{Name: name, Value: v, Unit: unit, Scope: metrics.ScopeContainer, Source: source})
+func (r *round) add(d *metrics.Desc, v float64, source string) { r.b.Add(d, v, source) }
+
+// source names the files a point came from, for `bridge sample`: the
+// first with its directory, then the rest as written. It is "" unless the
+// batch explains, so that the sampling loop builds no string for it.
+func (r *round) source(dir, file string, rest ...string) string {
+	if !r.b.Explain {
+		return ""
+	}
+	return filepath.Join(dir, file) + strings.Join(rest, "")
+}
+
+// join is a source made of parts; "" unless the batch explains.
+func (r *round) join(parts ...string) string {
+	if !r.b.Explain {
+		return ""
+	}
+	return strings.Join(parts, "")
 }
 
 func (r *round) fail(err error) {
@@ -336,12 +354,4 @@ func (c *Collector) noData(path, what string) {
 	if !seen {
 		c.log.Debug("no data", "what", what, "path", path)
 	}
-}
-
-// src names the files a point came from: the first with its directory.
-func src(dir string, files ...string) string {
-	if len(files) == 0 {
-		return dir
-	}
-	return filepath.Join(dir, files[0]) + strings.Join(append([]string{""}, files[1:]...), ", ")
 }

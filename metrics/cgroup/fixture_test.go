@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,32 +199,39 @@ func testLog(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// collect runs Collect and indexes the points by name.
-func collect(t *testing.T, c *Collector) map[string]metrics.Point {
+// explained is a point and where it came from.
+type explained struct {
+	metrics.Point
+	Source string
+}
+
+// collect runs Collect, asking for each point's source, and indexes the
+// points by name. Each must be one the registration declares.
+func collect(t *testing.T, c *Collector) map[string]explained {
 	t.Helper()
-	pts, err := c.Collect(context.Background())
-	if err != nil {
+	b := metrics.Batch{Explain: true}
+	if err := c.Collect(context.Background(), &b); err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
-	out := map[string]metrics.Point{}
-	for _, p := range pts {
-		if _, dup := out[p.Name]; dup {
-			t.Errorf("point %s twice", p.Name)
+	out := map[string]explained{}
+	for i, p := range b.Points {
+		if _, dup := out[p.Name()]; dup {
+			t.Errorf("point %s twice", p.Name())
 		}
-		if p.Scope != metrics.ScopeContainer {
-			t.Errorf("%s: scope %q", p.Name, p.Scope)
+		if !slices.Contains(metrics.ContainerSeries, p.Desc) {
+			t.Errorf("%s is not among metrics.ContainerSeries", p.Name())
 		}
-		if p.Source == "" {
-			t.Errorf("%s: no source", p.Name)
+		if b.Sources[i] == "" {
+			t.Errorf("%s: no source", p.Name())
 		}
-		out[p.Name] = p
+		out[p.Name()] = explained{p, b.Sources[i]}
 	}
 	return out
 }
 
 // collectTwice takes two readings `wall` apart on a fake clock; between
 // them, step rewrites the counters.
-func collectTwice(t *testing.T, c *Collector, wall time.Duration, step func()) map[string]metrics.Point {
+func collectTwice(t *testing.T, c *Collector, wall time.Duration, step func()) map[string]explained {
 	t.Helper()
 	clock := time.Unix(1700000000, 0)
 	c.now = func() time.Time { return clock }
@@ -247,7 +255,7 @@ func isDelta(name string) bool {
 	return false
 }
 
-func wantValue(t *testing.T, pts map[string]metrics.Point, name string, want float64) {
+func wantValue(t *testing.T, pts map[string]explained, name string, want float64) {
 	t.Helper()
 	p, ok := pts[name]
 	if !ok {
@@ -259,7 +267,7 @@ func wantValue(t *testing.T, pts map[string]metrics.Point, name string, want flo
 	}
 }
 
-func wantAbsent(t *testing.T, pts map[string]metrics.Point, names ...string) {
+func wantAbsent(t *testing.T, pts map[string]explained, names ...string) {
 	t.Helper()
 	for _, n := range names {
 		if p, ok := pts[n]; ok {
@@ -268,7 +276,7 @@ func wantAbsent(t *testing.T, pts map[string]metrics.Point, names ...string) {
 	}
 }
 
-func wantSource(t *testing.T, pts map[string]metrics.Point, name, want string) {
+func wantSource(t *testing.T, pts map[string]explained, name, want string) {
 	t.Helper()
 	if p, ok := pts[name]; ok && p.Source != want {
 		t.Errorf("%s source = %q, want %q", name, p.Source, want)

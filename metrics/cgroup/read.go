@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -151,13 +152,13 @@ func (r *round) memory() {
 	if usage > inactive {
 		ws = usage - inactive
 	}
-	wsSrc := src(p.dir, usageFile, statFile+" "+inactiveKey)
-	r.add(metrics.ContainerMemoryWorkingSet, metrics.MB(float64(ws)), metrics.UnitMegabytes, wsSrc)
-	r.add(metrics.ContainerMemoryUsage, metrics.MB(float64(usage)), metrics.UnitMegabytes, src(p.dir, usageFile))
-	r.add(metrics.ContainerMemoryRSS, metrics.MB(float64(rss)), metrics.UnitMegabytes, src(p.dir, statFile+" "+rssKey))
-	r.add(metrics.ContainerMemoryCache, metrics.MB(float64(cache)), metrics.UnitMegabytes, src(p.dir, statFile+" "+cacheKey))
+	wsSrc := r.source(p.dir, usageFile, ", ", statFile, " ", inactiveKey)
+	r.add(metrics.ContainerMemoryWorkingSet, metrics.MB(float64(ws)), wsSrc)
+	r.add(metrics.ContainerMemoryUsage, metrics.MB(float64(usage)), r.source(p.dir, usageFile))
+	r.add(metrics.ContainerMemoryRSS, metrics.MB(float64(rss)), r.source(p.dir, statFile, " ", rssKey))
+	r.add(metrics.ContainerMemoryCache, metrics.MB(float64(cache)), r.source(p.dir, statFile, " ", cacheKey))
 	if hasPeak {
-		r.add(metrics.ContainerMemoryPeak, metrics.MB(float64(peak)), metrics.UnitMegabytes, src(p.dir, peakFile))
+		r.add(metrics.ContainerMemoryPeak, metrics.MB(float64(peak)), r.source(p.dir, peakFile))
 	} else {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
@@ -165,12 +166,11 @@ func (r *round) memory() {
 	lim, err := c.memoryLimit(r.v1Limit)
 	r.fail(err)
 	if lim.ok {
-		r.add(metrics.ContainerMemoryLimit, metrics.MB(float64(lim.bytes)), metrics.UnitMegabytes, lim.setBy)
+		r.add(metrics.ContainerMemoryLimit, metrics.MB(float64(lim.bytes)), lim.setBy)
 		if lim.bytes > 0 {
 			// Named after its numerator: usage (page cache included) is a
 			// different series, and a share of it would read much higher.
-			r.add(metrics.ContainerMemoryWorkingSetPercent, float64(ws)/float64(lim.bytes)*100, metrics.UnitPercentage,
-				wsSrc+", "+lim.setBy)
+			r.add(metrics.ContainerMemoryWorkingSetPercent, float64(ws)/float64(lim.bytes)*100, r.join(wsSrc, ", ", lim.setBy))
 		}
 	}
 }
@@ -186,7 +186,7 @@ func (r *round) v1OOMKill(p place) {
 	}
 	// v1 counts OOM kills only; under_oom is a 0/1 state, not events.
 	if v, ok := kv["oom_kill"]; ok {
-		r.add(metrics.ContainerOOMKills, float64(v), metrics.UnitCount, path+" oom_kill")
+		r.add(metrics.ContainerOOMKills, float64(v), r.join(path, " oom_kill"))
 	} else {
 		r.c.noData(path+" oom_kill", "OOM kill counter (kernel before 4.13)")
 	}
@@ -201,7 +201,10 @@ func (r *round) memoryEvents(p place) {
 	if !ok {
 		return
 	}
-	for _, e := range []struct{ key, name string }{
+	for _, e := range []struct {
+		key  string
+		desc *metrics.Desc
+	}{
 		// high: usage went over memory.high and the cgroup was throttled
 		// into reclaim; max: it reached memory.max (reclaim, maybe OOM).
 		{"high", metrics.ContainerMemoryHighEvents},
@@ -211,7 +214,7 @@ func (r *round) memoryEvents(p place) {
 		{"oom_group_kill", metrics.ContainerOOMGroupKills},
 	} {
 		if v, ok := kv[e.key]; ok {
-			r.add(e.name, float64(v), metrics.UnitCount, path+" "+e.key)
+			r.add(e.desc, float64(v), r.join(path, " ", e.key))
 		}
 	}
 }
@@ -247,7 +250,7 @@ func (r *round) cpu() {
 	}
 	switch {
 	case hasAcct && acctP.v1:
-		usageSrc = src(acctP.dir, "cpuacct.usage")
+		usageSrc = r.source(acctP.dir, "cpuacct.usage")
 		path := filepath.Join(acctP.dir, "cpuacct.usage")
 		if s, ok := r.required(path, "cpu usage"); ok {
 			if v, err := parseV1Uint(s); err != nil {
@@ -257,7 +260,7 @@ func (r *round) cpu() {
 			}
 		}
 	case hasCPU && !cpuP.v1:
-		usageSrc = src(cpuP.dir, "cpu.stat usage_usec")
+		usageSrc = r.source(cpuP.dir, "cpu.stat usage_usec")
 		switch {
 		case v2Err != nil: // reported above
 		case !v2Found:
@@ -268,7 +271,7 @@ func (r *round) cpu() {
 	}
 	if hasCPU {
 		if cpuP.v1 {
-			throttleSrc = src(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_time")
+			throttleSrc = r.source(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_time")
 			path := filepath.Join(cpuP.dir, "cpu.stat")
 			var v [3]uint64
 			found, err := c.readStat(path, v1CPUStatKeys, v[:])
@@ -284,7 +287,7 @@ func (r *round) cpu() {
 			// cpu.stat's nr_* keys exist only where the cpu controller is
 			// enabled, which cpu.max marks.
 			if _, ok := r.required(filepath.Join(cpuP.dir, "cpu.max"), "cpu controller (throttling)"); ok {
-				throttleSrc = src(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
+				throttleSrc = r.source(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
 				// An absent cpu.stat reads as zeros, as containerd read it.
 				if v2Err == nil {
 					cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = v2[1], v2[2], v2[3]*1000, true
@@ -296,23 +299,24 @@ func (r *round) cpu() {
 	lim, err := c.cpuLimit()
 	r.fail(err)
 	if lim.ok {
-		r.add(metrics.ContainerCPULimit, lim.cores, metrics.UnitCores, lim.setBy)
+		r.add(metrics.ContainerCPULimit, lim.cores, lim.setBy)
 	}
-	split := c.cpuSplit() != ""
+	splitBy := c.cpuSplit()
+	split := splitBy != ""
 	if split {
 		// Usage and limit belong to different cgroups: marked on every
 		// sample so that nothing downstream divides one by the other.
-		r.add(metrics.ContainerCPUUsageLimitSplit, 1, metrics.UnitCount, c.cpuSplit())
+		r.add(metrics.ContainerCPUUsageLimitSplit, 1, splitBy)
 	}
 	// Cumulative counters: their meaning does not depend on the interval
 	// (which switches between --interval and --fast-interval).
 	if cur.hasUsage {
-		r.add(metrics.ContainerCPUUsageSecondsTotal, float64(cur.usageNs)/1e9, metrics.UnitSeconds, usageSrc)
+		r.add(metrics.ContainerCPUUsageSecondsTotal, float64(cur.usageNs)/1e9, usageSrc)
 	}
 	if cur.hasThrottle {
-		r.add(metrics.ContainerCPUPeriodsTotal, float64(cur.periods), metrics.UnitCount, throttleSrc)
-		r.add(metrics.ContainerCPUThrottledPeriodsTotal, float64(cur.throttled), metrics.UnitCount, throttleSrc)
-		r.add(metrics.ContainerCPUThrottledSecondsTotal, float64(cur.throttledNs)/1e9, metrics.UnitSeconds, throttleSrc)
+		r.add(metrics.ContainerCPUPeriodsTotal, float64(cur.periods), throttleSrc)
+		r.add(metrics.ContainerCPUThrottledPeriodsTotal, float64(cur.throttled), throttleSrc)
+		r.add(metrics.ContainerCPUThrottledSecondsTotal, float64(cur.throttledNs)/1e9, throttleSrc)
 	}
 
 	prev := c.prev
@@ -334,22 +338,21 @@ func (r *round) cpu() {
 		if lim.cpus > 0 {
 			cores = min(cores, float64(lim.cpus))
 		}
-		r.add(metrics.ContainerCPUUsage, cores, metrics.UnitCores, usageSrc)
+		r.add(metrics.ContainerCPUUsage, cores, usageSrc)
 		switch {
 		case split:
 		case lim.ok && lim.cores > 0:
-			r.add(metrics.ContainerCPUUtilization, cores/lim.cores*100, metrics.UnitPercentage, usageSrc+", "+lim.setBy)
+			r.add(metrics.ContainerCPUUtilization, cores/lim.cores*100, r.join(usageSrc, ", ", lim.setBy))
 		case lim.cpus > 0:
-			r.add(metrics.ContainerCPUUtilization, cores/float64(lim.cpus)*100, metrics.UnitPercentage,
-				usageSrc+fmt.Sprintf(", %d CPUs (no limit)", lim.cpus))
+			r.add(metrics.ContainerCPUUtilization, cores/float64(lim.cpus)*100,
+				r.join(usageSrc, ", ", strconv.Itoa(lim.cpus), " CPUs (no limit)"))
 		}
 	}
 	if cur.hasThrottle && prev.hasThrottle && cur.periods >= prev.periods && cur.throttled >= prev.throttled && cur.throttledNs >= prev.throttledNs {
 		// Shares of the interval, so independent of its length. No period
 		// ran (no quota, or idle): the share is undefined.
 		if dp := cur.periods - prev.periods; dp > 0 {
-			r.add(metrics.ContainerCPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100,
-				metrics.UnitPercentage, throttleSrc)
+			r.add(metrics.ContainerCPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100, throttleSrc)
 		}
 	}
 }
@@ -370,8 +373,8 @@ func (r *round) pressure() {
 		c.noData(filepath.Join(p.dir, "cgroup.events"), "PSI: the leaf is the root cgroup, whose pressure is node-wide")
 		return
 	}
-	for _, res := range []string{"cpu", "memory", "io"} {
-		path := filepath.Join(p.dir, res+".pressure")
+	for _, ps := range metrics.ContainerPressure {
+		path := filepath.Join(p.dir, ps.Resource+".pressure")
 		s, found, err := c.files.read(path)
 		if errors.Is(err, syscall.EOPNOTSUPP) {
 			found, err = false, nil // booted with psi=0
@@ -389,11 +392,11 @@ func (r *round) pressure() {
 			r.fail(fmt.Errorf("%s: %w", path, err))
 			continue
 		}
-		for _, kind := range []string{"some", "full"} {
-			if l, ok := lines[kind]; ok {
-				r.add(metrics.ContainerPressure(res, kind), l.avg10, metrics.UnitPercentage,
-					path+" "+kind+" avg10")
-			}
+		if l, ok := lines["some"]; ok {
+			r.add(ps.Some, l.avg10, r.join(path, " some avg10"))
+		}
+		if l, ok := lines["full"]; ok {
+			r.add(ps.Full, l.avg10, r.join(path, " full avg10"))
 		}
 	}
 }
@@ -431,9 +434,9 @@ func (r *round) pids() {
 		limit = parseV2Uint(s)
 		limited = found && limit != math.MaxUint64
 	}
-	r.add(metrics.ContainerPIDs, float64(cur), metrics.UnitCount, src(p.dir, "pids.current"))
+	r.add(metrics.ContainerPIDs, float64(cur), r.source(p.dir, "pids.current"))
 	if limited {
-		r.add(metrics.ContainerPIDsLimit, float64(limit), metrics.UnitCount, src(p.dir, "pids.max"))
+		r.add(metrics.ContainerPIDsLimit, float64(limit), r.source(p.dir, "pids.max"))
 	}
 	// pids.events max counts forks refused at pids.max (cumulative, v1 and
 	// v2 alike); containerd does not read it.
@@ -443,6 +446,6 @@ func (r *round) pids() {
 		return
 	}
 	if v, ok := kv["max"]; ok {
-		r.add(metrics.ContainerPIDsMaxEvents, float64(v), metrics.UnitCount, path+" max")
+		r.add(metrics.ContainerPIDsMaxEvents, float64(v), r.join(path, " max"))
 	}
 }

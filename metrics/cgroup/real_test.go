@@ -124,20 +124,26 @@ func collectorFor(t testing.TB, pid int) *cgroup.Collector {
 	return c
 }
 
-func collect(t *testing.T, c *cgroup.Collector) map[string]metrics.Point {
+// explained is a point and where it came from.
+type explained struct {
+	metrics.Point
+	Source string
+}
+
+func collect(t *testing.T, c *cgroup.Collector) map[string]explained {
 	t.Helper()
-	pts, err := c.Collect(context.Background())
-	if err != nil {
+	b := metrics.Batch{Explain: true}
+	if err := c.Collect(context.Background(), &b); err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
-	out := map[string]metrics.Point{}
-	for _, p := range pts {
-		out[p.Name] = p
+	out := map[string]explained{}
+	for i, p := range b.Points {
+		out[p.Name()] = explained{p, b.Sources[i]}
 	}
 	return out
 }
 
-func value(t *testing.T, pts map[string]metrics.Point, name string) float64 {
+func value(t *testing.T, pts map[string]explained, name string) float64 {
 	t.Helper()
 	p, ok := pts[name]
 	if !ok {
@@ -174,7 +180,7 @@ func TestRealBusyLoopIsThrottled(t *testing.T) {
 	g := cgrouptest.NewV1(t, busyLimits)
 	pid := startIn(t, g, "busy")
 	c := collectorFor(t, pid)
-	if _, err := c.Collect(context.Background()); err != nil {
+	if _, err := metrics.Collect(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // the window the usage is averaged over, not a timing check

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // k8sV2 builds a Kubernetes-like v2 tree: the process in
@@ -288,7 +290,7 @@ func TestV2NoPeriodsNoThrottleShare(t *testing.T) {
 func TestV2MalformedFileIsAnError(t *testing.T) {
 	f, pod, _ := k8sV2(t, nil, map[string]string{"memory.max": "lots\n"})
 	c := f.collector()
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if !errors.Is(err, ErrFormat) {
 		t.Fatalf("err = %v, want ErrFormat", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // BenchmarkCollect is one sample of eight H100s through go-nvml's mock
@@ -20,10 +22,11 @@ func BenchmarkCollect(b *testing.B) {
 	}
 	defer c.Close()
 	b.ReportAllocs()
+	var pts metrics.Batch // reused, as the Sampler does
 	for b.Loop() {
-		pts, err := c.Collect(context.Background())
-		if err != nil || len(pts) == 0 {
-			b.Fatalf("Collect: %d points, %v", len(pts), err)
+		pts.Reset()
+		if err := c.Collect(context.Background(), &pts); err != nil || len(pts.Points) == 0 {
+			b.Fatalf("Collect: %d points, %v", len(pts.Points), err)
 		}
 	}
 }

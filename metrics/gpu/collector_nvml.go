@@ -21,12 +21,15 @@ type Library = nvml.Interface
 
 // target is one device or MIG slice readings are taken from.
 type target struct {
-	label  string // "GPU 0", "GPU 0 MIG 1": for errors and logs
-	prefix string // "gpu_0_", "gpu_0_mig_1_": for metric names
-	uuid   string
-	name   string
-	h      nvml.Device
-	skip   map[string]bool // readings it does not support: not asked again
+	label string // "GPU 0", "GPU 0 MIG 1": for errors and logs
+	// gpu and mig are its index and MIG slice (-1: the whole GPU), which
+	// the series it is read for are bound to (series).
+	gpu, mig int
+	bound    map[*metrics.Desc]*metrics.Desc // per-GPU template -> its series here
+	uuid     string
+	name     string
+	h        nvml.Device
+	skip     map[string]bool // readings it does not support: not asked again
 }
 
 type device struct {
@@ -207,7 +210,7 @@ func (c *Collector) discover(ctx context.Context, sels []selector) {
 			continue
 		}
 		name, _ := get(ctx, c.g, "nvmlDeviceGetName", h.GetName)
-		d := &device{index: i, target: newTarget(fmt.Sprintf("GPU %d", i), metrics.GPUPrefix(i), uuid, name, h)}
+		d := &device{index: i, target: newTarget(fmt.Sprintf("GPU %d", i), i, -1, uuid, name, h)}
 		c.discoverMIG(ctx, d)
 		all = append(all, d)
 	}
@@ -246,8 +249,24 @@ func (c *Collector) discover(ctx context.Context, sels []selector) {
 	}
 }
 
-func newTarget(label, prefix, uuid, name string, h nvml.Device) target {
-	return target{label: label, prefix: prefix, uuid: uuid, name: name, h: h, skip: map[string]bool{}}
+func newTarget(label string, gpu, mig int, uuid, name string, h nvml.Device) target {
+	return target{label: label, gpu: gpu, mig: mig, bound: map[*metrics.Desc]*metrics.Desc{},
+		uuid: uuid, name: name, h: h, skip: map[string]bool{}}
+}
+
+// series is per-GPU template tmpl bound to t, made on first use and kept:
+// a sample builds no name.
+func (t *target) series(tmpl *metrics.Desc) *metrics.Desc {
+	d, ok := t.bound[tmpl]
+	if !ok {
+		if t.mig < 0 {
+			d = tmpl.ForGPU(t.gpu)
+		} else {
+			d = tmpl.ForMIG(t.gpu, t.mig)
+		}
+		t.bound[tmpl] = d
+	}
+	return d
 }
 
 func (c *Collector) skipDevice(i int, mig *int, err error) {
@@ -295,7 +314,7 @@ func (c *Collector) discoverMIG(ctx context.Context, d *device) {
 		}
 		name, _ := get(ctx, c.g, "nvmlDeviceGetName", h.GetName)
 		d.slices = append(d.slices, &slice{index: m, target: newTarget(
-			fmt.Sprintf("GPU %d MIG %d", d.index, m), metrics.MIGPrefix(d.index, m), uuid, name, h)})
+			fmt.Sprintf("GPU %d MIG %d", d.index, m), d.index, m, uuid, name, h)})
 	}
 }
 
@@ -306,7 +325,7 @@ func (c *Collector) Name() string { return Name }
 type reading struct {
 	ctx  context.Context
 	c    *Collector
-	pts  []metrics.Point
+	b    *metrics.Batch
 	errs []error
 }
 
@@ -330,22 +349,23 @@ func take[T any](r *reading, t *target, what string, f func() (T, nvml.Return)) 
 	return zero, false
 }
 
-func (r *reading) add(t *target, name string, v float64, unit, source string) {
-	r.pts = append(r.pts, metrics.Point{Name: t.prefix + name, Value: v, Unit: unit, Scope: metrics.ScopeGPU, Source: source})
+// add adds the value of per-GPU template tmpl read from t.
+func (r *reading) add(t *target, tmpl *metrics.Desc, v float64, source string) {
+	r.b.Add(t.series(tmpl), v, source)
 }
 
 // Collect reads every selected GPU and MIG slice.
-func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
+func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	if c.off != "" {
-		return nil, nil
+		return nil
 	}
 	if what, _, stuck := c.g.stuckOn(); stuck {
-		return nil, fmt.Errorf("GPU metrics: %w (%s)", ErrStuck, what)
+		return fmt.Errorf("GPU metrics: %w (%s)", ErrStuck, what)
 	}
 	if c.g.isClosed() {
-		return nil, fmt.Errorf("GPU metrics: %w", ErrClosed)
+		return fmt.Errorf("GPU metrics: %w", ErrClosed)
 	}
-	r := &reading{ctx: ctx, c: c}
+	r := &reading{ctx: ctx, c: c, b: b}
 	for _, d := range c.devices {
 		c.readDevice(r, d)
 		if ctx.Err() != nil || c.g.isStuck() {
@@ -355,40 +375,40 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	if c.opts.ProcessTree != nil && ctx.Err() == nil && !c.g.isStuck() {
 		c.readProcesses(r)
 	}
-	return r.pts, errors.Join(r.errs...)
+	return errors.Join(r.errs...)
 }
 
 func (c *Collector) readDevice(r *reading, d *device) {
 	t := &d.target
 	// Not supported on a MIG-enabled GPU: NVML has no per-slice utilization.
 	if u, ok := take(r, t, "nvmlDeviceGetUtilizationRates", t.h.GetUtilizationRates); ok {
-		r.add(t, metrics.GPUUtilization, float64(u.Gpu), metrics.UnitPercentage, "nvmlDeviceGetUtilizationRates")
-		r.add(t, metrics.GPUMemoryControllerUtilization, float64(u.Memory), metrics.UnitPercentage, "nvmlDeviceGetUtilizationRates")
+		r.add(t, metrics.GPUUtilization, float64(u.Gpu), "nvmlDeviceGetUtilizationRates")
+		r.add(t, metrics.GPUMemoryControllerUtilization, float64(u.Memory), "nvmlDeviceGetUtilizationRates")
 	}
 	c.readMemory(r, t)
 	power, okP := take(r, t, "nvmlDeviceGetPowerUsage", t.h.GetPowerUsage)
 	limit, okL := take(r, t, "nvmlDeviceGetEnforcedPowerLimit", t.h.GetEnforcedPowerLimit)
 	if okP {
-		r.add(t, metrics.GPUPowerUsage, float64(power)/1000, metrics.UnitWatts, "nvmlDeviceGetPowerUsage")
+		r.add(t, metrics.GPUPowerUsage, float64(power)/1000, "nvmlDeviceGetPowerUsage")
 	}
 	if okL && limit > 0 {
-		r.add(t, metrics.GPUPowerLimit, float64(limit)/1000, metrics.UnitWatts, "nvmlDeviceGetEnforcedPowerLimit")
+		r.add(t, metrics.GPUPowerLimit, float64(limit)/1000, "nvmlDeviceGetEnforcedPowerLimit")
 		if okP {
-			r.add(t, metrics.GPUPowerUsagePercent, 100*float64(power)/float64(limit), metrics.UnitPercentage, "nvmlDeviceGetPowerUsage/nvmlDeviceGetEnforcedPowerLimit")
+			r.add(t, metrics.GPUPowerUsagePercent, 100*float64(power)/float64(limit), "nvmlDeviceGetPowerUsage/nvmlDeviceGetEnforcedPowerLimit")
 		}
 	}
 	if c.tempV {
 		if v, ok := take(r, t, "nvmlDeviceGetTemperatureV", func() (nvml.Temperature, nvml.Return) { return t.h.GetTemperatureV().V1() }); ok {
-			r.add(t, metrics.GPUTemperature, float64(v.Temperature), metrics.UnitCelsius, "nvmlDeviceGetTemperatureV")
+			r.add(t, metrics.GPUTemperature, float64(v.Temperature), "nvmlDeviceGetTemperatureV")
 		}
 	} else if v, ok := take(r, t, "nvmlDeviceGetTemperature", func() (uint32, nvml.Return) { return t.h.GetTemperature(nvml.TEMPERATURE_GPU) }); ok {
-		r.add(t, metrics.GPUTemperature, float64(v), metrics.UnitCelsius, "nvmlDeviceGetTemperature")
+		r.add(t, metrics.GPUTemperature, float64(v), "nvmlDeviceGetTemperature")
 	}
 	if v, ok := take(r, t, "nvmlDeviceGetClockInfo(SM)", func() (uint32, nvml.Return) { return t.h.GetClockInfo(nvml.CLOCK_SM) }); ok {
-		r.add(t, metrics.GPUSMClock, float64(v), metrics.UnitMHz, "nvmlDeviceGetClockInfo")
+		r.add(t, metrics.GPUSMClock, float64(v), "nvmlDeviceGetClockInfo")
 	}
 	if v, ok := take(r, t, "nvmlDeviceGetClockInfo(MEM)", func() (uint32, nvml.Return) { return t.h.GetClockInfo(nvml.CLOCK_MEM) }); ok {
-		r.add(t, metrics.GPUMemoryClock, float64(v), metrics.UnitMHz, "nvmlDeviceGetClockInfo")
+		r.add(t, metrics.GPUMemoryClock, float64(v), "nvmlDeviceGetClockInfo")
 	}
 	c.readThrottle(r, t)
 	c.readErrors(r, d)
@@ -404,7 +424,7 @@ func (c *Collector) readMemory(r *reading, t *target) {
 		m, ok := take(r, t, v2, t.h.GetMemoryInfo_v2)
 		if ok {
 			c.addMemory(r, t, m.Used, m.Total, v2)
-			r.add(t, metrics.GPUMemoryReserved, metrics.MB(float64(m.Reserved)), metrics.UnitMegabytes, v2)
+			r.add(t, metrics.GPUMemoryReserved, metrics.MB(float64(m.Reserved)), v2)
 			return
 		}
 		if !t.skip[v2] {
@@ -419,10 +439,10 @@ func (c *Collector) readMemory(r *reading, t *target) {
 }
 
 func (c *Collector) addMemory(r *reading, t *target, used, total uint64, source string) {
-	r.add(t, metrics.GPUMemoryUsed, metrics.MB(float64(used)), metrics.UnitMegabytes, source)
-	r.add(t, metrics.GPUMemoryTotal, metrics.MB(float64(total)), metrics.UnitMegabytes, source)
+	r.add(t, metrics.GPUMemoryUsed, metrics.MB(float64(used)), source)
+	r.add(t, metrics.GPUMemoryTotal, metrics.MB(float64(total)), source)
 	if total > 0 {
-		r.add(t, metrics.GPUMemoryUsagePercent, 100*float64(used)/float64(total), metrics.UnitPercentage, source)
+		r.add(t, metrics.GPUMemoryUsagePercent, 100*float64(used)/float64(total), source)
 	}
 }
 
@@ -436,9 +456,9 @@ func (c *Collector) readThrottle(r *reading, t *target) {
 		return
 	}
 	flags, active := decodeThrottle(mask)
-	r.add(t, metrics.GPUThrottleReasons, float64(active), metrics.UnitCount, what)
+	r.add(t, metrics.GPUThrottleReasons, float64(active), what)
 	for i, tr := range throttleReasons {
-		r.add(t, "throttle_"+tr.name, flags[i], metrics.UnitCount, what)
+		r.add(t, tr.desc, flags[i], what)
 	}
 }
 
@@ -449,12 +469,12 @@ func (c *Collector) readErrors(r *reading, d *device) {
 	if v, ok := take(r, t, "nvmlDeviceGetTotalEccErrors(corrected)", func() (uint64, nvml.Return) {
 		return t.h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_CORRECTED, nvml.VOLATILE_ECC)
 	}); ok {
-		r.add(t, metrics.GPUECCCorrected, float64(v), metrics.UnitCount, "nvmlDeviceGetTotalEccErrors")
+		r.add(t, metrics.GPUECCCorrected, float64(v), "nvmlDeviceGetTotalEccErrors")
 	}
 	if v, ok := take(r, t, "nvmlDeviceGetTotalEccErrors(uncorrected)", func() (uint64, nvml.Return) {
 		return t.h.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC)
 	}); ok {
-		r.add(t, metrics.GPUECCUncorrected, float64(v), metrics.UnitCount, "nvmlDeviceGetTotalEccErrors")
+		r.add(t, metrics.GPUECCUncorrected, float64(v), "nvmlDeviceGetTotalEccErrors")
 	}
 	type rows struct {
 		corr, unc        int
@@ -464,16 +484,16 @@ func (c *Collector) readErrors(r *reading, d *device) {
 		a, b, p, f, ret := t.h.GetRemappedRows()
 		return rows{a, b, p, f}, ret
 	}); ok {
-		r.add(t, metrics.GPURemappedRowsCorrected, float64(v.corr), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
-		r.add(t, metrics.GPURemappedRowsUncorrected, float64(v.unc), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
-		r.add(t, "remapped_rows_pending", b2f(v.pending), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
-		r.add(t, "remapped_rows_failed", b2f(v.failure), metrics.UnitCount, "nvmlDeviceGetRemappedRows")
+		r.add(t, metrics.GPURemappedRowsCorrected, float64(v.corr), "nvmlDeviceGetRemappedRows")
+		r.add(t, metrics.GPURemappedRowsUncorrected, float64(v.unc), "nvmlDeviceGetRemappedRows")
+		r.add(t, metrics.GPURemappedRowsPending, b2f(v.pending), "nvmlDeviceGetRemappedRows")
+		r.add(t, metrics.GPURemappedRowsFailed, b2f(v.failure), "nvmlDeviceGetRemappedRows")
 	}
 	if d.xid {
 		c.mu.Lock()
 		n := c.xidCount[d.index]
 		c.mu.Unlock()
-		r.add(t, metrics.GPUXidErrors, float64(n), metrics.UnitCount, "nvmlEventSetWait")
+		r.add(t, metrics.GPUXidErrors, float64(n), "nvmlEventSetWait")
 	}
 }
 
@@ -526,16 +546,14 @@ func (c *Collector) readProcesses(r *reading) {
 	m := matchProcs(set, procs)
 	c.noteProcs(m)
 	src := "nvmlDeviceGetComputeRunningProcesses"
-	r.pts = append(r.pts,
-		metrics.Point{Name: metrics.ProcessGPUProcesses, Value: float64(m.Matched), Unit: metrics.UnitCount, Scope: metrics.ScopeProcess, Source: src},
-		metrics.Point{Name: metrics.ProcessGPUUnmatchedProcesses, Value: float64(m.Processes - m.Matched), Unit: metrics.UnitCount, Scope: metrics.ScopeProcess, Source: src})
+	r.b.Add(metrics.ProcessGPUProcesses, float64(m.Matched), src)
+	r.b.Add(metrics.ProcessGPUUnmatchedProcesses, float64(m.Processes-m.Matched), src)
 	// No figure when processes exist but none is the child's (the PIDs may be
 	// unmappable host PIDs: 0 would be a guess), or NVML has none for them.
 	if (m.Processes > 0 && m.Matched == 0) || (m.Matched > 0 && m.NoValue == m.Matched) {
 		return
 	}
-	r.pts = append(r.pts, metrics.Point{Name: metrics.ProcessGPUMemory, Value: metrics.MB(float64(m.UsedBytes)),
-		Unit: metrics.UnitMegabytes, Scope: metrics.ScopeProcess, Source: src})
+	r.b.Add(metrics.ProcessGPUMemory, metrics.MB(float64(m.UsedBytes)), src)
 }
 
 func (c *Collector) noteProcs(m procMatch) {
@@ -594,7 +612,7 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 		note := c.procNote
 		c.mu.Unlock()
 		if note == "" {
-			r := &reading{ctx: ctx, c: c}
+			r := &reading{ctx: ctx, c: c, b: &metrics.Batch{}}
 			c.readProcesses(r)
 			c.mu.Lock()
 			note = c.procNote

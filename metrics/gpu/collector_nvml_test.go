@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,36 +96,58 @@ func newCollector(t *testing.T, opts Options) (*Collector, *syncbuf.Buffer) {
 	return c, buf
 }
 
-func collect(t *testing.T, c *Collector) map[string]metrics.Point {
-	t.Helper()
-	pts, err := c.Collect(context.Background())
-	if err != nil {
-		t.Fatalf("Collect: %v", err)
-	}
-	return byName(t, pts)
+// explained is a point and where it came from.
+type explained struct {
+	metrics.Point
+	Source string
 }
 
-func byName(t *testing.T, pts []metrics.Point) map[string]metrics.Point {
+// collect runs Collect, asking for each point's source, and indexes the
+// points by name.
+func collect(t *testing.T, c *Collector) map[string]explained {
 	t.Helper()
-	m := map[string]metrics.Point{}
-	for _, p := range pts {
-		if _, dup := m[p.Name]; dup {
-			t.Errorf("point %s twice", p.Name)
+	b := metrics.Batch{Explain: true}
+	if err := c.Collect(context.Background(), &b); err != nil {
+		t.Fatalf("Collect: %v", err)
+	}
+	return index(t, &b)
+}
+
+func byName(t *testing.T, pts []metrics.Point) map[string]explained {
+	t.Helper()
+	return index(t, &metrics.Batch{Points: pts})
+}
+
+// index indexes b's points by name, checking that each is a series the
+// registration declares (a per-GPU one by its template) and comes once.
+func index(t *testing.T, b *metrics.Batch) map[string]explained {
+	t.Helper()
+	m := map[string]explained{}
+	for i, p := range b.Points {
+		if _, dup := m[p.Name()]; dup {
+			t.Errorf("point %s twice", p.Name())
 		}
-		m[p.Name] = p
+		if d := p.Desc; !slices.Contains(metrics.GPUSeries, d) && (d.Of == nil || !slices.Contains(metrics.GPUSeries, d.Of)) {
+			t.Errorf("%s is not among metrics.GPUSeries", p.Name())
+		}
+		e := explained{Point: p}
+		if b.Explain {
+			e.Source = b.Sources[i]
+		}
+		m[p.Name()] = e
 	}
 	return m
 }
 
-func wantValue(t *testing.T, pts map[string]metrics.Point, name string, want float64, unit string) {
+func wantValue(t *testing.T, pts map[string]explained, name string, want float64, unit metrics.Unit) {
 	t.Helper()
 	p, ok := pts[name]
 	if !ok {
 		t.Errorf("%s missing", name)
 		return
 	}
-	if p.Value != want || p.Unit != unit {
-		t.Errorf("%s = %v %s, want %v %s", name, p.Value, p.Unit, want, unit)
+	if p.Value != want || p.Desc.Unit != unit {
+		t.Errorf("%s = %v %s, want %v %s", name, p.Value, p.Desc.Unit, want, unit)
 	}
 }
 
@@ -160,8 +183,8 @@ func TestSeveralDevices(t *testing.T) {
 		}
 	}
 	for _, p := range pts {
-		if p.Scope != metrics.ScopeGPU || !strings.HasPrefix(p.Name, "gpu_") || p.Source == "" {
-			t.Errorf("point %+v: want gpu scope, gpu_ name, a source", p)
+		if p.Desc.Scope != metrics.ScopeGPU || !strings.HasPrefix(p.Name(), "gpu_") || p.Source == "" || p.Desc.Of == nil {
+			t.Errorf("point %+v: want a gpu scope per-GPU series, a gpu_ name, a source", p)
 		}
 	}
 	if len(pts) != 3*27 {
@@ -404,7 +427,7 @@ func TestMissingLibrary(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
 	trapAll(t, lib)
 	c, log := newCollector(t, Options{Lib: lib, ProcessTree: func() ([]int, error) { return []int{1}, nil }})
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if len(pts) != 0 || err != nil {
 		t.Errorf("Collect = %v, %v; want nothing", pts, err)
 	}
@@ -485,8 +508,8 @@ func TestProcesses(t *testing.T) {
 			}
 			wantValue(t, pts, "process_gpu_processes_count", tt.matched, metrics.UnitCount)
 			wantValue(t, pts, "process_gpu_unmatched_processes_count", tt.unmatched, metrics.UnitCount)
-			if pts["process_gpu_processes_count"].Scope != metrics.ScopeProcess {
-				t.Errorf("scope %q", pts["process_gpu_processes_count"].Scope)
+			if pts["process_gpu_processes_count"].Desc != metrics.ProcessGPUProcesses {
+				t.Errorf("desc %+v", pts["process_gpu_processes_count"].Desc)
 			}
 			if unmatched := strings.Count(log.String(), "not matched to the child's tree"); unmatched != map[bool]int{true: 1}[tt.memory < 0 && tt.matched == 0] {
 				t.Errorf("unmatched logged %d times; log:\n%s", unmatched, log)
@@ -587,7 +610,7 @@ func TestHungCall(t *testing.T) {
 	}
 	c, _ := newCollector(t, Options{Lib: s, CallTimeout: 20 * time.Millisecond})
 
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Collect err = %v, want ErrTimeout", err)
 	}
@@ -595,7 +618,7 @@ func TestHungCall(t *testing.T) {
 		t.Error("GPU 1 read while GPU 0 hung")
 	}
 	util1 := len(dev(s, 1).GetUtilizationRatesCalls())
-	pts, err = c.Collect(context.Background())
+	pts, err = metrics.Collect(context.Background(), c)
 	if !errors.Is(err, ErrStuck) || len(pts) != 0 {
 		t.Fatalf("second Collect = %d points, %v; want none and ErrStuck", len(pts), err)
 	}
@@ -624,7 +647,7 @@ func TestCloseWhileHung(t *testing.T) {
 	dev(s, 0).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { <-release; return nvml.Utilization{}, nvml.SUCCESS }
 	s.ShutdownFunc = func() nvml.Return { t.Error("Shutdown under a hung call"); return nvml.SUCCESS }
 	c, _ := newCollector(t, Options{Lib: s, CallTimeout: 20 * time.Millisecond})
-	if _, err := c.Collect(context.Background()); !errors.Is(err, ErrTimeout) {
+	if _, err := metrics.Collect(context.Background(), c); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Collect err = %v", err)
 	}
 	if err := c.Close(); !errors.Is(err, ErrStuck) {
@@ -690,7 +713,7 @@ func TestNoCallAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(dev(s, 0).GetUtilizationRatesCalls())
-	_, err := c.Collect(context.Background())
+	_, err := metrics.Collect(context.Background(), c)
 	if !errors.Is(err, ErrClosed) || len(dev(s, 0).GetUtilizationRatesCalls()) != before {
 		t.Errorf("Collect after Close: %v", err)
 	}
@@ -708,12 +731,12 @@ func TestSystemLibrary(t *testing.T) {
 		if !strings.HasPrefix(st, "off: ") || strings.Count(log.String(), "GPU metrics off") != 1 {
 			t.Fatalf("status %q, log:\n%s", st, log)
 		}
-		if pts, err := c.Collect(context.Background()); len(pts) != 0 || err != nil {
+		if pts, err := metrics.Collect(context.Background(), c); len(pts) != 0 || err != nil {
 			t.Errorf("Collect while off = %v, %v", pts, err)
 		}
 		return
 	}
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}

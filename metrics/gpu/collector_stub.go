@@ -28,8 +28,8 @@ func New(opts Options) (*Collector, error) {
 // Name returns "gpu".
 func (c *Collector) Name() string { return Name }
 
-// Collect returns no points.
-func (c *Collector) Collect(context.Context) ([]metrics.Point, error) { return nil, nil }
+// Collect adds no points.
+func (c *Collector) Collect(context.Context, *metrics.Batch) error { return nil }
 
 // Detect says the collector is compiled out.
 func (c *Collector) Detect(context.Context) map[string]any {

@@ -27,14 +27,15 @@ func BenchmarkCollect(b *testing.B) {
 			}
 			defer c.Close()
 			ctx := context.Background()
-			if _, err := c.Collect(ctx); err != nil {
+			if _, err := metrics.Collect(ctx, c); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
+			var pts metrics.Batch // reused, as the Sampler does
 			for b.Loop() {
-				pts, err := c.Collect(ctx)
-				if err != nil || len(pts) == 0 {
-					b.Fatalf("Collect = %d points, %v", len(pts), err)
+				pts.Reset()
+				if err := c.Collect(ctx, &pts); err != nil || len(pts.Points) == 0 {
+					b.Fatalf("Collect = %d points, %v", len(pts.Points), err)
 				}
 			}
 		})

@@ -10,9 +10,9 @@ import (
 
 // collectCPU reads /proc/stat: the online CPU count, and utilization over the
 // interval since the previous call (omitted on the first).
-func (c *Collector) collectCPU() ([]metrics.Point, error) {
-	src := c.path("stat")
-	b, err := c.read(c.statFile)
+func (c *Collector) collectCPU(out *metrics.Batch) error {
+	src := c.statFile
+	b, err := c.read(src)
 	var total procfs.CPUStat
 	var ncpu int
 	if err == nil {
@@ -21,26 +21,25 @@ func (c *Collector) collectCPU() ([]metrics.Point, error) {
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)
-			return nil, nil
+			return nil
 		}
-		return nil, fmt.Errorf("reading node CPU times from %s: %w", src, err)
+		return fmt.Errorf("reading node CPU times from %s: %w", src, err)
 	}
-	pts := cpuPoints(c.prevCPU, total, ncpu, src)
+	cpuPoints(out, c.prevCPU, total, ncpu, src)
 	c.prevCPU = &total
-	return pts, nil
+	return nil
 }
 
 // cpuPoints turns a /proc/stat reading (and the previous aggregate, nil on the
 // first call) into points.
-func cpuPoints(prev *procfs.CPUStat, total procfs.CPUStat, ncpu int, src string) []metrics.Point {
+func cpuPoints(out *metrics.Batch, prev *procfs.CPUStat, total procfs.CPUStat, ncpu int, src string) {
 	// /proc/stat lists one cpuN line per online CPU.
-	pts := []metrics.Point{point(metrics.NodeCPUCount, float64(ncpu), metrics.UnitCount, metrics.ScopeNode, src)}
+	out.Add(metrics.NodeCPUCount, float64(ncpu), src)
 	if prev != nil {
 		if u, ok := cpuUtilization(*prev, total); ok {
-			pts = append(pts, point(metrics.NodeCPUUtilization, u, metrics.UnitPercentage, metrics.ScopeNode, src))
+			out.Add(metrics.NodeCPUUtilization, u, src)
 		}
 	}
-	return pts
 }
 
 // cpuTimes returns busy and total time of one /proc/stat cpu line. Guest and

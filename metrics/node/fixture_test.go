@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,23 +111,44 @@ func newFixture(t *testing.T, root string) *Collector {
 	return c
 }
 
-func collect(t *testing.T, c *Collector) map[string]metrics.Point {
+func collect(t *testing.T, c *Collector) map[string]explained {
 	t.Helper()
-	pts, err := c.Collect(context.Background())
+	b, err := collectBatch(c)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
-	return byName(t, pts)
+	return byName(t, b)
 }
 
-func byName(t *testing.T, pts []metrics.Point) map[string]metrics.Point {
+// collectBatch is one Collect that says where each point came from.
+func collectBatch(c *Collector) (*metrics.Batch, error) {
+	b := &metrics.Batch{Explain: true}
+	return b, c.Collect(context.Background(), b)
+}
+
+// explained is a point and its source.
+type explained struct {
+	metrics.Point
+	Source string
+}
+
+// byName indexes b's points by name, checking that each is one the
+// collector's registration declares, and only once.
+func byName(t *testing.T, b *metrics.Batch) map[string]explained {
 	t.Helper()
-	m := map[string]metrics.Point{}
-	for _, p := range pts {
-		if _, dup := m[p.Name]; dup {
-			t.Errorf("point %s emitted twice", p.Name)
+	m := map[string]explained{}
+	for i, p := range b.Points {
+		if !slices.Contains(metrics.NodeSeries, p.Desc) {
+			t.Errorf("point %s is not among metrics.NodeSeries", p.Name())
 		}
-		m[p.Name] = p
+		if _, dup := m[p.Name()]; dup {
+			t.Errorf("point %s emitted twice", p.Name())
+		}
+		e := explained{Point: p}
+		if b.Explain {
+			e.Source = b.Sources[i]
+		}
+		m[p.Name()] = e
 	}
 	return m
 }

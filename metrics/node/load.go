@@ -9,9 +9,9 @@ import (
 )
 
 // collectLoad reads /proc/loadavg.
-func (c *Collector) collectLoad() ([]metrics.Point, error) {
-	src := c.path("loadavg")
-	b, err := c.read(c.loadavgFile)
+func (c *Collector) collectLoad(out *metrics.Batch) error {
+	src := c.loadavgFile
+	b, err := c.read(src)
 	var la procfs.LoadAvg
 	if err == nil {
 		la, err = parseLoadavg(b)
@@ -19,17 +19,16 @@ func (c *Collector) collectLoad() ([]metrics.Point, error) {
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)
-			return nil, nil
+			return nil
 		}
-		return nil, fmt.Errorf("reading node load average from %s: %w", src, err)
+		return fmt.Errorf("reading node load average from %s: %w", src, err)
 	}
-	return loadPoints(la, src), nil
+	loadPoints(out, la, src)
+	return nil
 }
 
-func loadPoints(la procfs.LoadAvg, src string) []metrics.Point {
-	return []metrics.Point{
-		point(metrics.NodeLoad1, la.Load1, metrics.UnitLoad, metrics.ScopeNode, src),
-		point(metrics.NodeLoad5, la.Load5, metrics.UnitLoad, metrics.ScopeNode, src),
-		point(metrics.NodeLoad15, la.Load15, metrics.UnitLoad, metrics.ScopeNode, src),
-	}
+func loadPoints(out *metrics.Batch, la procfs.LoadAvg, src string) {
+	out.Add(metrics.NodeLoad1, la.Load1, src)
+	out.Add(metrics.NodeLoad5, la.Load5, src)
+	out.Add(metrics.NodeLoad15, la.Load15, src)
 }

@@ -9,9 +9,9 @@ import (
 )
 
 // collectMemory reads /proc/meminfo.
-func (c *Collector) collectMemory() ([]metrics.Point, error) {
-	src := c.path("meminfo")
-	b, err := c.read(c.meminfoFile)
+func (c *Collector) collectMemory(out *metrics.Batch) error {
+	src := c.meminfoFile
+	b, err := c.read(src)
 	var mi procfs.Meminfo
 	if err == nil {
 		mi, err = parseMeminfo(b)
@@ -19,11 +19,12 @@ func (c *Collector) collectMemory() ([]metrics.Point, error) {
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)
-			return nil, nil
+			return nil
 		}
-		return nil, fmt.Errorf("reading node memory from %s: %w", src, err)
+		return fmt.Errorf("reading node memory from %s: %w", src, err)
 	}
-	return memoryPoints(mi, src), nil
+	memoryPoints(out, mi, src)
+	return nil
 }
 
 // memoryPoints derives the node memory figures. used is MemTotal -
@@ -31,26 +32,23 @@ func (c *Collector) collectMemory() ([]metrics.Point, error) {
 // "used", which MLflow logs, is MemTotal - MemFree - Buffers - Cached -
 // SReclaimable instead.) Without MemAvailable (kernels before 3.14) only the
 // total is known.
-func memoryPoints(mi procfs.Meminfo, src string) []metrics.Point {
+func memoryPoints(out *metrics.Batch, mi procfs.Meminfo, src string) {
 	if mi.MemTotalBytes == nil {
-		return nil
+		return
 	}
 	total := float64(*mi.MemTotalBytes)
-	pts := []metrics.Point{point(metrics.NodeMemoryTotal, metrics.MB(total), metrics.UnitMegabytes, metrics.ScopeNode, src)}
+	out.Add(metrics.NodeMemoryTotal, metrics.MB(total), src)
 	if mi.MemAvailableBytes == nil {
-		return pts
+		return
 	}
 	avail := float64(*mi.MemAvailableBytes)
 	used := max(total-avail, 0)
-	pts = append(pts,
-		point(metrics.NodeMemoryAvailable, metrics.MB(avail), metrics.UnitMegabytes, metrics.ScopeNode, src),
-		point(metrics.NodeMemoryUsed, metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeNode, src),
-		// The same value under a name like MLflow's
-		// system_memory_usage_megabytes, so the two can be put side by side.
-		point(metrics.NodeMemoryUsage, metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeNode, src),
-	)
+	out.Add(metrics.NodeMemoryAvailable, metrics.MB(avail), src)
+	out.Add(metrics.NodeMemoryUsed, metrics.MB(used), src)
+	// The same value under a name like MLflow's
+	// system_memory_usage_megabytes, so the two can be put side by side.
+	out.Add(metrics.NodeMemoryUsage, metrics.MB(used), src)
 	if total > 0 {
-		pts = append(pts, point(metrics.NodeMemoryUsagePercent, used/total*100, metrics.UnitPercentage, metrics.ScopeNode, src))
+		out.Add(metrics.NodeMemoryUsagePercent, used/total*100, src)
 	}
-	return pts
 }

@@ -57,9 +57,9 @@ func counterDelta(prev, cur uint64, seen bool) float64 {
 
 // collectNet reads <ProcRoot>/net/dev (a link to self/net/dev: the namespace
 // of the reading process, which the child shares).
-func (c *Collector) collectNet(now time.Time) ([]metrics.Point, error) {
-	src := c.path("net/dev")
-	b, err := c.read(c.netDevFile)
+func (c *Collector) collectNet(out *metrics.Batch, now time.Time) error {
+	src := c.netDevFile
+	b, err := c.read(src)
 	var nd procfs.NetDev
 	if err == nil {
 		nd, err = parseNetDev(b)
@@ -67,23 +67,19 @@ func (c *Collector) collectNet(now time.Time) ([]metrics.Point, error) {
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)
-			return nil, nil
+			return nil
 		}
-		return nil, fmt.Errorf("reading network counters from %s: %w", src, err)
+		return fmt.Errorf("reading network counters from %s: %w", src, err)
 	}
 	rx, tx, secs, ok := c.net.update(nd, now)
 	if !ok {
-		return nil, nil
+		return nil
 	}
-	pts := []metrics.Point{
-		point(metrics.NetnsReceive, metrics.MB(c.net.rx), metrics.UnitMegabytes, metrics.ScopeNetns, src),
-		point(metrics.NetnsTransmit, metrics.MB(c.net.tx), metrics.UnitMegabytes, metrics.ScopeNetns, src),
-	}
+	out.Add(metrics.NetnsReceive, metrics.MB(c.net.rx), src)
+	out.Add(metrics.NetnsTransmit, metrics.MB(c.net.tx), src)
 	if secs > 0 {
-		pts = append(pts,
-			point(metrics.NetnsReceiveRate, metrics.MB(rx)/secs, metrics.UnitMegabytesPerSecond, metrics.ScopeNetns, src),
-			point(metrics.NetnsTransmitRate, metrics.MB(tx)/secs, metrics.UnitMegabytesPerSecond, metrics.ScopeNetns, src),
-		)
+		out.Add(metrics.NetnsReceiveRate, metrics.MB(rx)/secs, src)
+		out.Add(metrics.NetnsTransmitRate, metrics.MB(tx)/secs, src)
 	}
-	return pts, nil
+	return nil
 }

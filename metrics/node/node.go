@@ -58,7 +58,7 @@ type Collector struct {
 	// The scopes Collect reads (Options.Scopes, in ServedScopes' order) and
 	// their sources' readers, in order.
 	scopes []metrics.Scope
-	steps  []func() ([]metrics.Point, error)
+	steps  []func(*metrics.Batch) error
 	// statfs is readFsUsage; tests count its calls.
 	statfs func(path string) (fsUsage, error)
 
@@ -66,9 +66,10 @@ type Collector struct {
 	// files: kept open on a real procfs, a missing one (no PSI) not looked
 	// for every sample. buf is Collect's, reused.
 	statFile, meminfoFile, loadavgFile, netDevFile string
-	pressureFiles                                  []string // as pressureResources
+	pressureFiles                                  []string // as metrics.NodePressure
 	files                                          *kfileio.Reader[string]
 	buf                                            []byte
+	statfsSrc                                      string // "statfs(<RootfsPath>)"
 
 	mu     sync.Mutex
 	absent map[string]bool // sources already logged as absent
@@ -92,8 +93,8 @@ func New(opts Options) (*Collector, error) {
 	}
 	file := func(rel string) string { return filepath.Join(opts.ProcRoot, rel) }
 	var psi []string
-	for _, res := range pressureResources {
-		psi = append(psi, file("pressure/"+res))
+	for _, p := range metrics.NodePressure {
+		psi = append(psi, file("pressure/"+p.Resource))
 	}
 	c := &Collector{
 		statFile:      file("stat"),
@@ -104,6 +105,7 @@ func New(opts Options) (*Collector, error) {
 		fs:            pfs,
 		procRoot:      opts.ProcRoot,
 		rootfsPath:    opts.RootfsPath,
+		statfsSrc:     "statfs(" + opts.RootfsPath + ")",
 		log:           log.With("source", "node"),
 		now:           time.Now,
 		statfs:        readFsUsage,
@@ -126,7 +128,7 @@ func New(opts Options) (*Collector, error) {
 		case metrics.ScopeRootfs:
 			c.steps = append(c.steps, c.collectRootfs)
 		case metrics.ScopeNetns:
-			c.steps = append(c.steps, func() ([]metrics.Point, error) { return c.collectNet(c.now()) })
+			c.steps = append(c.steps, func(b *metrics.Batch) error { return c.collectNet(b, c.now()) })
 		}
 	}
 	return c, nil
@@ -153,21 +155,18 @@ func (c *Collector) Name() string { return "node" }
 // Collect implements metrics.Collector. Each source is read independently: one
 // that fails is reported in the joined error while the others' points are
 // still returned.
-func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
-	var pts []metrics.Point
+func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	var errs []error
 	for _, step := range c.steps {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
 		}
-		p, err := step()
-		pts = append(pts, p...)
-		if err != nil {
+		if err := step(b); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return pts, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Scopes returns the scopes Collect reads, in the order node, rootfs, netns.
@@ -189,9 +188,9 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 		out["memory_total_megabytes"] = metrics.MB(float64(*mi.MemTotalBytes))
 	}
 	var psi []string
-	for _, res := range pressureResources {
-		if _, err := c.fs.PSIStatsForResource(res); err == nil {
-			psi = append(psi, res)
+	for _, p := range metrics.NodePressure {
+		if _, err := c.fs.PSIStatsForResource(p.Resource); err == nil {
+			psi = append(psi, p.Resource)
 		}
 	}
 	out["pressure"] = psi // the /proc/pressure files present; empty: kernel without PSI
@@ -214,9 +213,4 @@ func (c *Collector) noteAbsent(src string, err error) {
 	if first {
 		c.log.Debug("source not available; its metrics are omitted", "path", src, "err", err)
 	}
-}
-
-// point builds one point.
-func point(name string, v float64, unit string, scope metrics.Scope, src string) metrics.Point {
-	return metrics.Point{Name: name, Value: v, Unit: unit, Scope: scope, Source: src}
 }

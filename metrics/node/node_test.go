@@ -106,8 +106,8 @@ func TestCollectFirstAndSecond(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, p.Value, want)
 		}
 	}
-	if p := first["node_memory_total_megabytes"]; p.Source != filepath.Join(root, "meminfo") || p.Scope != metrics.ScopeNode || p.Unit != metrics.UnitMegabytes {
-		t.Errorf("node_memory_total_megabytes: source %q scope %q unit %q", p.Source, p.Scope, p.Unit)
+	if p := first["node_memory_total_megabytes"]; p.Source != filepath.Join(root, "meminfo") || p.Desc != metrics.NodeMemoryTotal {
+		t.Errorf("node_memory_total_megabytes: source %q desc %+v", p.Source, p.Desc)
 	}
 	if p := first["node_pressure_io_full_avg10_percentage"]; p.Source != filepath.Join(root, "pressure/io") {
 		t.Errorf("pressure source = %q", p.Source)
@@ -138,8 +138,8 @@ func TestCollectFirstAndSecond(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, p.Value, want)
 		}
 	}
-	if p := second["netns_network_receive_megabytes"]; p.Scope != metrics.ScopeNetns || p.Source != filepath.Join(root, "net/dev") {
-		t.Errorf("netns receive: scope %q source %q", p.Scope, p.Source)
+	if p := second["netns_network_receive_megabytes"]; p.Desc.Scope != metrics.ScopeNetns || p.Source != filepath.Join(root, "net/dev") {
+		t.Errorf("netns receive: scope %q source %q", p.Desc.Scope, p.Source)
 	}
 }
 
@@ -181,11 +181,11 @@ func TestNetTotals(t *testing.T) {
 			c := newFixture(t, root)
 			for i, s := range tt.steps {
 				writeFile(t, root, "net/dev", netDevFile(s.ifs...))
-				pts, err := c.collectNet(c.now())
-				if err != nil {
+				var b metrics.Batch
+				if err := c.collectNet(&b, c.now()); err != nil {
 					t.Fatal(err)
 				}
-				m := byName(t, pts)
+				m := byName(t, &b)
 				if i == 0 {
 					if len(m) != 0 {
 						t.Fatalf("first reading gave %v; it is the baseline", m)
@@ -224,11 +224,11 @@ func TestPressureCPUWithoutFull(t *testing.T) {
 	root := t.TempDir()
 	writeFile(t, root, "pressure/cpu", psiFile(3.25, 0, false))
 	c := newFixture(t, root)
-	pts, err := c.collectPressure()
-	if err != nil {
+	var b metrics.Batch
+	if err := c.collectPressure(&b); err != nil {
 		t.Fatal(err)
 	}
-	m := byName(t, pts)
+	m := byName(t, &b)
 	if len(m) != 1 || !near(m["node_pressure_cpu_some_avg10_percentage"].Value, 3.25, 1e-9) {
 		t.Errorf("pressure points = %v, want only cpu some = 3.25", m)
 	}
@@ -238,11 +238,11 @@ func TestMeminfoWithoutAvailable(t *testing.T) {
 	root := t.TempDir()
 	writeFile(t, root, "meminfo", meminfoFile(8_000_000, -1))
 	c := newFixture(t, root)
-	pts, err := c.collectMemory()
-	if err != nil {
+	var b metrics.Batch
+	if err := c.collectMemory(&b); err != nil {
 		t.Fatal(err)
 	}
-	m := byName(t, pts)
+	m := byName(t, &b)
 	if len(m) != 1 || !near(m["node_memory_total_megabytes"].Value, 8_000_000*1024/1e6, 1e-9) {
 		t.Errorf("memory points = %v, want only the total (no MemAvailable, no used)", m)
 	}
@@ -252,11 +252,11 @@ func TestBrokenSourceKeepsOthers(t *testing.T) {
 	root := fullFixture(t)
 	writeFile(t, root, "loadavg", "garbage\n")
 	c := newFixture(t, root)
-	pts, err := c.Collect(context.Background())
+	b, err := collectBatch(c)
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(root, "loadavg")) {
 		t.Errorf("error = %v; want one naming %s", err, filepath.Join(root, "loadavg"))
 	}
-	m := byName(t, pts)
+	m := byName(t, b)
 	if _, ok := m["node_memory_total_megabytes"]; !ok {
 		t.Error("a broken loadavg lost the memory points")
 	}
@@ -280,7 +280,9 @@ func TestRootfsPoints(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := byName(t, rootfsPoints(tt.u, "statfs(/)"))
+			var b metrics.Batch
+			rootfsPoints(&b, tt.u, "statfs(/)")
+			m := byName(t, &b)
 			if !near(m["rootfs_disk_used_megabytes"].Value, tt.used, 1e-9) ||
 				!near(m["rootfs_disk_available_megabytes"].Value, tt.avail, 1e-9) ||
 				!near(m["rootfs_disk_total_megabytes"].Value, metrics.MB(tt.u.total), 1e-9) {
@@ -375,15 +377,15 @@ func TestRealRootfsMatchesDf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pts, err := c.collectRootfs()
-	if err != nil {
+	var b metrics.Batch
+	if err := c.collectRootfs(&b); err != nil {
 		t.Fatal(err)
 	}
 	out, err := exec.Command(df, "-B1", "--output=size,used,avail", "/").Output()
 	if err != nil {
 		t.Fatalf("df: %v", err)
 	}
-	m := byName(t, pts)
+	m := byName(t, &b)
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	f := strings.Fields(lines[len(lines)-1])
 	if len(f) != 3 {

@@ -9,15 +9,11 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// pressureResources are the files under /proc/pressure.
-var pressureResources = []string{"cpu", "memory", "io"}
-
 // collectPressure reads /proc/pressure/{cpu,memory,io}: host-wide stall
 // shares. A kernel without PSI (or booted with psi=0) has no data.
-func (c *Collector) collectPressure() ([]metrics.Point, error) {
-	var pts []metrics.Point
+func (c *Collector) collectPressure(out *metrics.Batch) error {
 	var errs []error
-	for i, res := range pressureResources {
+	for i, p := range metrics.NodePressure {
 		src := c.pressureFiles[i]
 		b, err := c.read(src)
 		var ps procfs.PSIStats
@@ -32,20 +28,18 @@ func (c *Collector) collectPressure() ([]metrics.Point, error) {
 			errs = append(errs, fmt.Errorf("reading node pressure from %s: %w", src, err))
 			continue
 		}
-		pts = append(pts, pressurePoints(res, ps, src)...)
+		pressurePoints(out, p, ps, src)
 	}
-	return pts, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // pressurePoints gives the avg10 share of each line present. The cpu file
 // has no "full" line on kernels before 5.13: that point is then omitted.
-func pressurePoints(res string, ps procfs.PSIStats, src string) []metrics.Point {
-	var pts []metrics.Point
+func pressurePoints(out *metrics.Batch, p metrics.Pressure, ps procfs.PSIStats, src string) {
 	if ps.Some != nil {
-		pts = append(pts, point(metrics.NodePressure(res, "some"), ps.Some.Avg10, metrics.UnitPercentage, metrics.ScopeNode, src))
+		out.Add(p.Some, ps.Some.Avg10, src)
 	}
 	if ps.Full != nil {
-		pts = append(pts, point(metrics.NodePressure(res, "full"), ps.Full.Avg10, metrics.UnitPercentage, metrics.ScopeNode, src))
+		out.Add(p.Full, ps.Full.Avg10, src)
 	}
-	return pts
 }

@@ -32,32 +32,30 @@ func readFsUsage(path string) (fsUsage, error) {
 }
 
 // collectRootfs reads statfs(RootfsPath).
-func (c *Collector) collectRootfs() ([]metrics.Point, error) {
-	src := "statfs(" + c.rootfsPath + ")"
+func (c *Collector) collectRootfs(out *metrics.Batch) error {
+	src := c.statfsSrc
 	u, err := c.statfs(c.rootfsPath)
 	if err != nil {
 		if isAbsent(err) {
 			c.noteAbsent(src, err)
-			return nil, nil
+			return nil
 		}
-		return nil, fmt.Errorf("reading root filesystem usage with statfs(%s): %w", c.rootfsPath, err)
+		return fmt.Errorf("reading root filesystem usage with %s: %w", src, err)
 	}
-	return rootfsPoints(u, src), nil
+	rootfsPoints(out, u, src)
+	return nil
 }
 
 // rootfsPoints computes the figures df shows: used = total - free; available
 // = what a non-root user may still write (excludes the reserved blocks);
 // usage = used / (used + available), so a full disk reads 100% even when
 // reserved blocks remain.
-func rootfsPoints(u fsUsage, src string) []metrics.Point {
+func rootfsPoints(out *metrics.Batch, u fsUsage, src string) {
 	used := max(u.total-u.free, 0)
-	pts := []metrics.Point{
-		point(metrics.RootfsDiskTotal, metrics.MB(u.total), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
-		point(metrics.RootfsDiskUsed, metrics.MB(used), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
-		point(metrics.RootfsDiskAvailable, metrics.MB(u.avail), metrics.UnitMegabytes, metrics.ScopeRootfs, src),
-	}
+	out.Add(metrics.RootfsDiskTotal, metrics.MB(u.total), src)
+	out.Add(metrics.RootfsDiskUsed, metrics.MB(used), src)
+	out.Add(metrics.RootfsDiskAvailable, metrics.MB(u.avail), src)
 	if used+u.avail > 0 {
-		pts = append(pts, point(metrics.RootfsDiskUsagePercent, used/(used+u.avail)*100, metrics.UnitPercentage, metrics.ScopeRootfs, src))
+		out.Add(metrics.RootfsDiskUsagePercent, used/(used+u.avail)*100, src)
 	}
-	return pts
 }

@@ -33,7 +33,7 @@ func scopedFixture(t *testing.T, scopes ...metrics.Scope) (*Collector, *int) {
 func prefixes(pts []metrics.Point) []string {
 	var out []string
 	for _, p := range pts {
-		pre, _, _ := strings.Cut(p.Name, "_")
+		pre, _, _ := strings.Cut(p.Name(), "_")
 		if !slices.Contains(out, pre) {
 			out = append(out, pre)
 		}
@@ -46,14 +46,14 @@ func prefixes(pts []metrics.Point) []string {
 func TestScopesNodeOnly(t *testing.T) {
 	c, statfs := scopedFixture(t, metrics.ScopeNode)
 	for i := range 2 { // the second has the deltas
-		pts, err := c.Collect(context.Background())
+		b, err := collectBatch(c)
 		if err != nil {
 			t.Fatalf("Collect %d: %v (net/dev must not be read)", i, err)
 		}
-		if got := prefixes(pts); !slices.Equal(got, []string{"node"}) {
+		if got := prefixes(b.Points); !slices.Equal(got, []string{"node"}) {
 			t.Errorf("Collect %d: series of %v, want node only", i, got)
 		}
-		if _, ok := byName(t, pts)["node_memory_total_megabytes"]; !ok {
+		if _, ok := byName(t, b)["node_memory_total_megabytes"]; !ok {
 			t.Errorf("Collect %d: node_memory_total_megabytes missing", i)
 		}
 	}
@@ -68,7 +68,7 @@ func TestScopesNodeOnly(t *testing.T) {
 // --scopes rootfs: statfs only; /proc is not read (its net/dev is garbage).
 func TestScopesRootfsOnly(t *testing.T) {
 	c, statfs := scopedFixture(t, metrics.ScopeRootfs)
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestScopesRootfsOnly(t *testing.T) {
 // No Scopes is all three, as before; the garbage net/dev is then read.
 func TestScopesDefaultAll(t *testing.T) {
 	c, statfs := scopedFixture(t)
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if err == nil || !strings.Contains(err.Error(), "net/dev") {
 		t.Errorf("error = %v, want one about net/dev (read with all scopes)", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // BenchmarkCollect measures one sample of a real tree of three processes
@@ -55,13 +57,14 @@ func BenchmarkCollect(b *testing.B) {
 			if !c.force(method) {
 				b.Skipf("SKIP: finding the tree by %s is not possible on this machine", method)
 			}
-			if _, err := c.Collect(ctx); err != nil {
+			if _, err := metrics.Collect(ctx, c); err != nil {
 				b.Fatal(err)
 			}
+			var pts metrics.Batch // reused, as the Sampler does
 			for b.Loop() {
-				pts, err := c.Collect(ctx)
-				if err != nil || len(pts) < 4 {
-					b.Fatalf("Collect = %v, %v", pts, err)
+				pts.Reset()
+				if err := c.Collect(ctx, &pts); err != nil || len(pts.Points) < 4 {
+					b.Fatalf("Collect = %v, %v", pts.Points, err)
 				}
 			}
 			b.ReportMetric(float64(len(c.all)), "stats/op")

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 func TestParseStat(t *testing.T) {
@@ -136,7 +138,7 @@ func TestRealFinderAvoidsScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Collect(context.Background()); err != nil {
+	if _, err := metrics.Collect(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	if c.find.method == viaScan {

@@ -101,11 +101,11 @@ func (c *Collector) Name() string { return "process" }
 
 // Collect implements metrics.Collector. Before the child starts, and after its
 // tree is gone, there is nothing to measure: no points.
-func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
+func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	root := c.rootPID()
 	if root <= 0 {
 		c.prev = nil
-		return nil, nil
+		return nil
 	}
 	now := c.now()
 	adopter := 0
@@ -114,14 +114,14 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 	}
 	stats, err := c.treeStats(root, adopter)
 	if err != nil {
-		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", root, c.src, err)
+		return fmt.Errorf("reading the process tree of pid %d under %s: %w", root, c.src, err)
 	}
 	if len(stats) == 0 {
 		if c.prev != nil {
 			c.log.Debug("process tree is gone", "pid", root)
 		}
 		c.prev = nil
-		return nil, nil
+		return nil
 	}
 	cur := &reading{root: root, at: now, procs: make(map[int]procTimes, len(stats))}
 	var rss, threads float64
@@ -135,19 +135,17 @@ func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
 			children: uint64(max(s.CUTime, 0)) + uint64(max(s.CSTime, 0)),
 		}
 	}
-	pts := []metrics.Point{
-		point(metrics.ProcessMemoryRSS, metrics.MB(rss), metrics.UnitMegabytes, c.src),
-		point(metrics.ProcessCount, float64(len(stats)), metrics.UnitCount, c.src),
-		point(metrics.ProcessThreads, threads, metrics.UnitCount, c.src),
-	}
+	b.Add(metrics.ProcessMemoryRSS, metrics.MB(rss), c.src)
+	b.Add(metrics.ProcessCount, float64(len(stats)), c.src)
+	b.Add(metrics.ProcessThreads, threads, c.src)
 	if p := c.prev; p != nil && p.root == root {
 		if wall := now.Sub(p.at).Seconds(); wall > 0 {
 			cores := tickSeconds(cpuTicks(p.procs, cur.procs)) / wall
-			pts = append(pts, point(metrics.ProcessCPUUsage, cores, metrics.UnitCores, c.src))
+			b.Add(metrics.ProcessCPUUsage, cores, c.src)
 		}
 	}
 	c.prev = cur
-	return pts, nil
+	return nil
 }
 
 var pageSize = float64(os.Getpagesize())
@@ -286,8 +284,4 @@ func sub(a, b uint64) uint64 {
 		return 0
 	}
 	return a - b
-}
-
-func point(name string, v float64, unit, src string) metrics.Point {
-	return metrics.Point{Name: name, Value: v, Unit: unit, Scope: metrics.ScopeProcess, Source: src}
 }

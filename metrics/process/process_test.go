@@ -136,7 +136,7 @@ func TestCollectFixture(t *testing.T) {
 		fakeProc{pid: 100, ppid: 1, comm: "python", utime: 100, stime: 20, threads: 8, start: 500, rssPages: 1000},
 		fakeProc{pid: 101, ppid: 100, comm: "worker", utime: 50, threads: 2, start: 600, rssPages: 300},
 	)
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if err != nil || len(pts) != 0 {
 		t.Fatalf("before the child starts: %v, %v; want no points", pts, err)
 	}
@@ -153,8 +153,8 @@ func TestCollectFixture(t *testing.T) {
 	if _, ok := m["process_cpu_usage_cores"]; ok {
 		t.Error("first Collect has process_cpu_usage_cores; it needs two readings")
 	}
-	if p := m["process_count"]; p.Scope != metrics.ScopeProcess || p.Unit != metrics.UnitCount {
-		t.Errorf("process_count scope %q unit %q", p.Scope, p.Unit)
+	if p := m["process_count"]; p.Desc != metrics.ProcessCount {
+		t.Errorf("process_count desc %+v", p.Desc)
 	}
 
 	// 2 s later: 100 used 150 ticks, 101 exited after 30 more and was reaped (cutime +80),
@@ -186,13 +186,16 @@ func TestNewNeedsRootPID(t *testing.T) {
 
 func collect(t *testing.T, c *Collector) map[string]metrics.Point {
 	t.Helper()
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
 	m := map[string]metrics.Point{}
 	for _, p := range pts {
-		m[p.Name] = p
+		if !slices.Contains(metrics.ProcessSeries, p.Desc) {
+			t.Errorf("point %s is not among metrics.ProcessSeries", p.Name())
+		}
+		m[p.Name()] = p
 	}
 	return m
 }

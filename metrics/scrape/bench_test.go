@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"testing"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // BenchmarkCollect is one sample of the scrape source: one dcgm-exporter
@@ -22,10 +24,11 @@ func BenchmarkCollect(b *testing.B) {
 	defer srv.Close()
 	c := newTest(Options{URLs: []string{srv.URL + "/metrics"}})
 	b.ReportAllocs()
+	var pts metrics.Batch // reused, as the Sampler does
 	for b.Loop() {
-		pts, err := c.Collect(context.Background())
-		if err != nil || len(pts) == 0 {
-			b.Fatalf("Collect: %d points, %v", len(pts), err)
+		pts.Reset()
+		if err := c.Collect(context.Background(), &pts); err != nil || len(pts.Points) == 0 {
+			b.Fatalf("Collect: %d points, %v", len(pts.Points), err)
 		}
 	}
 }

@@ -124,10 +124,12 @@ func TestAnswerOverBoundDroppedWhole(t *testing.T) {
 			var logs logBuffer
 			bad := server(t, tc.h)
 			c := newTest(Options{URLs: []string{bad, healthy}, Passthrough: tc.pass, Timeout: 10 * time.Minute, Log: logs.logger()})
-			pts, _ := c.Collect(t.Context())
-			for _, p := range pts {
-				if p.Source == bad {
-					t.Fatalf("%s from the answer over a bound was kept", p.Name)
+			b := metrics.Batch{Explain: true}
+			c.Collect(t.Context(), &b)
+			pts := b.Points
+			for i, p := range pts {
+				if b.Sources[i] == bad {
+					t.Fatalf("%s from the answer over a bound was kept", p.Name())
 				}
 			}
 			if got := toMap(pts); got["gpu_0_utilization_percentage"] != 97 {
@@ -234,7 +236,7 @@ func TestStreamedParseMatchesWholeParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	whole := &answer{c: c, t: &target{}, seen: map[unique.Handle[string]]struct{}{}}
+	whole := &answer{c: c, t: &target{}, seen: map[unique.Handle[string]]*metrics.Desc{}}
 	if err := whole.add(fams); err != nil {
 		t.Fatal(err)
 	}
@@ -383,11 +385,13 @@ func TestURLSecretsNeverShown(t *testing.T) {
 	}
 	var logs logBuffer
 	c := newTest(Options{URLs: urls, Passthrough: true, Log: logs.logger()})
-	pts, _ := c.Collect(t.Context())
+	b := metrics.Batch{Explain: true}
+	c.Collect(t.Context(), &b)
+	pts := b.Points
 	var shown strings.Builder
 	fmt.Fprintln(&shown, logs.String(), c.Failures(), c.Detect(t.Context()))
-	for _, p := range pts {
-		fmt.Fprintln(&shown, p.Source)
+	for _, src := range b.Sources {
+		fmt.Fprintln(&shown, src)
 	}
 	out := shown.String()
 	if strings.Contains(out, pw) || strings.Contains(out, tok) {
@@ -404,7 +408,7 @@ func TestURLSecretsNeverShown(t *testing.T) {
 func toMap(pts []metrics.Point) map[string]float64 {
 	out := make(map[string]float64, len(pts))
 	for _, p := range pts {
-		out[p.Name] = p.Value
+		out[p.Name()] = p.Value
 	}
 	return out
 }

@@ -9,61 +9,86 @@ import (
 )
 
 // dcgmSeries maps dcgm-exporter's fields (etc/default-counters.csv) to
-// bridge's GPU suffixes and the factor to bridge's unit.
+// bridge's per-GPU templates.
 var dcgmSeries = map[string]struct {
-	suffix, unit string
-	mib          bool // MiB: to bytes, then to bridge's 10^6-byte megabytes as the NVML collector does
+	tmpl *metrics.Desc
+	mib  bool // MiB: to bytes, then to bridge's 10^6-byte megabytes as the NVML collector does
 }{
-	"DCGM_FI_DEV_GPU_UTIL":      {metrics.GPUUtilization, metrics.UnitPercentage, false},
-	"DCGM_FI_DEV_FB_USED":       {metrics.GPUMemoryUsed, metrics.UnitMegabytes, true},
-	"DCGM_FI_DEV_POWER_USAGE":   {metrics.GPUPowerUsage, metrics.UnitWatts, false},
-	"DCGM_FI_DEV_GPU_TEMP":      {metrics.GPUTemperature, metrics.UnitCelsius, false},
-	"DCGM_FI_DEV_SM_CLOCK":      {metrics.GPUSMClock, metrics.UnitMHz, false},
-	"DCGM_FI_DEV_XID_ERRORS":    {metrics.GPULastXid, metrics.UnitCount, false},
-	"DCGM_FI_DEV_MEM_COPY_UTIL": {metrics.GPUMemoryControllerUtilization, metrics.UnitPercentage, false},
+	"DCGM_FI_DEV_GPU_UTIL":      {metrics.GPUUtilization, false},
+	"DCGM_FI_DEV_FB_USED":       {metrics.GPUMemoryUsed, true},
+	"DCGM_FI_DEV_POWER_USAGE":   {metrics.GPUPowerUsage, false},
+	"DCGM_FI_DEV_GPU_TEMP":      {metrics.GPUTemperature, false},
+	"DCGM_FI_DEV_SM_CLOCK":      {metrics.GPUSMClock, false},
+	"DCGM_FI_DEV_XID_ERRORS":    {metrics.GPULastXid, false},
+	"DCGM_FI_DEV_MEM_COPY_UTIL": {metrics.GPUMemoryControllerUtilization, false},
 }
 
 func isDCGM(name string) bool { return strings.HasPrefix(name, "DCGM_") }
 
-// dcgm maps one dcgm-exporter series. The GPU is the gpu label (its index on
-// the node); a MIG slice (GPU_I_ID label) becomes gpu_N_mig_M_.
-func (c *Collector) dcgm(name string, labels map[string]string, v float64) (metrics.Point, bool) {
-	var suffix, unit string
+// series is what a scraped series maps to: its key, and what its
+// descriptor is made from the first time the URL adds the key.
+type series struct {
+	key      string
+	tmpl     *metrics.Desc // a static per-GPU template, or nil
+	prof     string        // else a profiling field (tmpl nil, gpu set): DCGMProfiling(prof, rate)
+	rate     bool
+	gpu, mig int // the binding of a per-GPU series (mig -1: the whole GPU); gpu -1: passed through
+}
+
+// desc makes s's descriptor.
+func (s series) desc() *metrics.Desc {
+	tmpl := s.tmpl
 	switch {
-	case dcgmSeries[name].suffix != "":
-		s := dcgmSeries[name]
-		suffix, unit = s.suffix, s.unit
-		if s.mib {
+	case s.gpu < 0:
+		return metrics.Passthrough(s.key)
+	case tmpl == nil:
+		tmpl = metrics.DCGMProfiling(s.prof, s.rate)
+	}
+	if s.mig < 0 {
+		return tmpl.ForGPU(s.gpu)
+	}
+	return tmpl.ForMIG(s.gpu, s.mig)
+}
+
+// dcgm maps one dcgm-exporter series and converts its value to bridge's
+// unit. The GPU is the gpu label (its index on the node); a MIG slice
+// (GPU_I_ID label) becomes gpu_N_mig_M_.
+func (c *Collector) dcgm(name string, labels map[string]string, v float64) (series, float64, bool) {
+	s := series{mig: -1}
+	var suffix string
+	switch {
+	case dcgmSeries[name].tmpl != nil:
+		f := dcgmSeries[name]
+		s.tmpl, suffix = f.tmpl, f.tmpl.Name
+		if f.mib {
 			v = metrics.MB(v * (1 << 20))
 		}
 	case strings.HasPrefix(name, "DCGM_FI_PROF_"):
 		base := strings.ToLower(strings.TrimPrefix(name, "DCGM_FI_PROF_"))
-		if b, ok := strings.CutSuffix(base, "_bytes"); ok {
-			// PCIe/NVLink counters are bytes per second.
-			suffix, unit, v = "prof_"+b+"_"+metrics.UnitMegabytesPerSecond, metrics.UnitMegabytesPerSecond, v/metrics.Megabyte
-		} else {
-			suffix, unit = "prof_"+base+"_"+metrics.UnitRatio, metrics.UnitRatio
+		// PCIe/NVLink counters (_BYTES) are bytes per second.
+		s.prof, s.rate = strings.CutSuffix(base, "_bytes")
+		if s.rate {
+			v /= metrics.Megabyte
 		}
+		suffix = metrics.DCGMProfilingName(s.prof, s.rate)
 	default:
-		return metrics.Point{}, false
+		return s, 0, false
 	}
 	if !c.ours(labels) {
-		return metrics.Point{}, false
+		return s, 0, false
 	}
-	idx, ok := c.gpuIndex(labels)
-	if !ok {
-		return metrics.Point{}, false
+	var ok bool
+	if s.gpu, ok = c.gpuIndex(labels); !ok {
+		return s, 0, false
 	}
-	prefix := metrics.GPUPrefix(idx)
 	if mig := labels["GPU_I_ID"]; mig != "" {
 		// A slice's series never counts as its whole GPU's.
-		m, ok := boundedIndex(mig, MaxMIGID)
-		if !ok {
-			return metrics.Point{}, false
+		if s.mig, ok = boundedIndex(mig, MaxMIGID); !ok {
+			return s, 0, false
 		}
-		prefix = metrics.MIGPrefix(idx, m)
 	}
-	return metrics.Point{Name: prefix + suffix, Value: v, Unit: unit, Scope: metrics.ScopeGPU}, true
+	s.key = metrics.GPUName(s.gpu, s.mig, suffix)
+	return s, v, true
 }
 
 // gpuIndex is the GPU's index: NVML's for its UUID when NVML works here,
@@ -81,11 +106,24 @@ func (c *Collector) gpuIndex(labels map[string]string) (int, bool) {
 // boundedIndex reads a label that becomes part of a key: digits only, below
 // limit, so that an exporter cannot make keys like gpu_1000000_.
 func boundedIndex(s string, limit int) (int, bool) {
-	if !metrics.Digits(s) || len(s) > 3 {
+	if !digits(s) || len(s) > 3 {
 		return 0, false
 	}
 	n, err := strconv.Atoi(s)
 	return n, err == nil && n < limit
+}
+
+// digits reports whether s is a non-empty run of ASCII digits.
+func digits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // ours reports whether a series belongs to this pod: without a known

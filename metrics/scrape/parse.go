@@ -37,7 +37,7 @@ func (c *Collector) read(r io.Reader, t *target) (*answer, error) {
 	br.Reset(r)
 	defer br.Reset(nil) // keep no answer's body
 	chunk.Reset()
-	a := &answer{c: c, t: t, seen: map[unique.Handle[string]]struct{}{}}
+	a := &answer{c: c, t: t, seen: map[unique.Handle[string]]*metrics.Desc{}}
 	var typeLine []byte
 	for {
 		line, err := br.ReadSlice('\n')
@@ -93,11 +93,11 @@ type answer struct {
 	c          *Collector
 	t          *target
 	points     []metrics.Point
-	labelBytes int                                // names and labels of the kept series
-	seen       map[unique.Handle[string]]struct{} // keys kept: a repeated series counts once
-	fresh      int                                // kept keys the URL had not added before
-	long       int                                // series left out for MaxKeyLength
-	overKeys   int                                // series left out for MaxKeys
+	labelBytes int                                     // names and labels of the kept series
+	seen       map[unique.Handle[string]]*metrics.Desc // keys kept: a repeated series counts once
+	fresh      int                                     // kept keys the URL had not added before
+	long       int                                     // series left out for MaxKeyLength
+	overKeys   int                                     // series left out for MaxKeys
 	// longExample is the start of one key left out for its length.
 	longExample string
 }
@@ -129,17 +129,18 @@ func (a *answer) add(fams map[string]*dto.MetricFamily) error {
 				labels[lp.GetName()] = lp.GetValue()
 				size += len(lp.GetName()) + len(lp.GetValue())
 			}
-			p, ok := a.c.dcgm(n, labels, v)
+			s, mapped, ok := a.c.dcgm(n, labels, v)
 			switch {
 			case ok:
+				v = mapped
 			case isDCGM(n):
 				continue // a DCGM series of another pod, or one bridge does not map
 			case o.Passthrough:
-				p = metrics.Point{Name: passName(n, labels), Value: v, Scope: metrics.ScopeProm}
+				s = series{key: passName(n, labels), gpu: -1}
 			default:
 				continue
 			}
-			if err := a.keep(p, size); err != nil {
+			if err := a.keep(s, v, size); err != nil {
 				return err
 			}
 		}
@@ -147,23 +148,27 @@ func (a *answer) add(fams map[string]*dto.MetricFamily) error {
 	return nil
 }
 
-// keep adds one point of a series whose names and labels are size bytes.
-func (a *answer) keep(p metrics.Point, size int) error {
-	if len(p.Name) > MaxKeyLength {
+// keep adds the value v of series s, whose names and labels are size
+// bytes. A key the URL added before keeps its descriptor; a new one gets
+// one, within MaxKeys.
+func (a *answer) keep(s series, v float64, size int) error {
+	if len(s.key) > MaxKeyLength {
 		a.long++
-		a.longExample = strings.ToValidUTF8(p.Name[:64], "") + "..."
+		a.longExample = strings.ToValidUTF8(s.key[:64], "") + "..."
 		return nil
 	}
-	h := unique.Make(p.Name)
+	h := unique.Make(s.key)
 	if _, dup := a.seen[h]; dup {
 		return nil
 	}
-	if _, known := a.t.keys[h]; !known {
+	d, known := a.t.keys[h]
+	if !known {
 		if len(a.t.keys)+a.fresh >= MaxKeys {
 			a.overKeys++
 			return nil
 		}
 		a.fresh++
+		d = s.desc()
 	}
 	if len(a.points) == MaxSeries {
 		return fmt.Errorf("%w: more than %d series kept", ErrTooLarge, MaxSeries)
@@ -171,9 +176,8 @@ func (a *answer) keep(p metrics.Point, size int) error {
 	if a.labelBytes += size; a.labelBytes > MaxLabelBytes {
 		return fmt.Errorf("%w: more than %d MiB of names and labels in the series kept", ErrTooLarge, MaxLabelBytes>>20)
 	}
-	a.seen[h] = struct{}{}
-	p.Name, p.Source = h.Value(), a.t.shown
-	a.points = append(a.points, p)
+	a.seen[h] = d
+	a.points = append(a.points, metrics.At(d, v))
 	return nil
 }
 

@@ -114,9 +114,9 @@ type target struct {
 	failing  bool            // in a failure streak (logged once)
 	warned   map[string]bool // reports made once a run: "bound", "long", "keys"
 
-	// keys are those this URL has added (MaxKeys), interned: the samples
-	// held in memory share one copy of each.
-	keys   map[unique.Handle[string]]struct{}
+	// keys are those this URL has added (MaxKeys), each with its
+	// descriptor: the samples held in memory share one of each.
+	keys   map[unique.Handle[string]]*metrics.Desc
 	reader *reader // the request in flight's
 }
 
@@ -133,7 +133,7 @@ func New(o Options) *Collector {
 	}
 	c := &Collector{o: o, client: newHTTPClient()}
 	for _, u := range o.URLs {
-		c.targets = append(c.targets, &target{url: u, shown: redact.URI(u), warned: map[string]bool{}, keys: map[unique.Handle[string]]struct{}{}})
+		c.targets = append(c.targets, &target{url: u, shown: redact.URI(u), warned: map[string]bool{}, keys: map[unique.Handle[string]]*metrics.Desc{}})
 	}
 	return c
 }
@@ -169,7 +169,7 @@ func (c *Collector) Failures() map[string]int {
 // sample. A failure adds nothing, is counted, and is logged once per failure
 // streak. Collect never returns an error: an exporter going away must not
 // look like a broken bridge.
-func (c *Collector) Collect(ctx context.Context) ([]metrics.Point, error) {
+func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	c.mu.Lock()
 	var waits []chan struct{}
 	for _, t := range c.targets {
@@ -196,14 +196,15 @@ wait:
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []metrics.Point
 	for _, t := range c.targets {
 		if t.have {
-			out = append(out, t.points...)
+			for _, p := range t.points {
+				b.Add(p.Desc, p.Value, t.shown)
+			}
 			t.points, t.have = nil, false
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // scrape runs one request; its own timeout bounds it, not the sample's. It
@@ -227,8 +228,8 @@ func (c *Collector) scrape(t *target, done chan struct{}) {
 	defer c.mu.Unlock()
 	c.record(t, a, err)
 	if err == nil {
-		for h := range a.seen {
-			t.keys[h] = struct{}{}
+		for h, d := range a.seen {
+			t.keys[h] = d
 		}
 		t.points, t.have = a.points, true
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,16 +35,27 @@ func serve(t *testing.T, file string) string {
 
 func points(t *testing.T, c *Collector) map[string]float64 {
 	t.Helper()
-	pts, err := c.Collect(context.Background())
+	pts, err := metrics.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]float64{}
 	for _, p := range pts {
-		if _, dup := out[p.Name]; dup {
-			t.Errorf("point %s twice", p.Name)
+		if _, dup := out[p.Name()]; dup {
+			t.Errorf("point %s twice", p.Name())
 		}
-		out[p.Name] = p.Value
+		// A per-GPU series of a declared template or of a profiling
+		// field, or a passed-through one.
+		switch d := p.Desc; {
+		case d.Of != nil && (slices.Contains(metrics.ScrapeSeries, d.Of) || strings.HasPrefix(d.Of.Name, "prof_")):
+			if d.Name != metrics.GPUName(d.GPU, d.MIG, d.Of.Name) {
+				t.Errorf("%s is bound to gpu %d mig %d of %s", d.Name, d.GPU, d.MIG, d.Of.Name)
+			}
+		case d.Of == nil && d.Scope == metrics.ScopeProm:
+		default:
+			t.Errorf("%s: undeclared %+v", p.Name(), *d)
+		}
+		out[p.Name()] = p.Value
 	}
 	return out
 }

@@ -69,9 +69,9 @@ func ReadFile(path string) (samples []metrics.Sample, acks map[string]int64, att
 			}
 			smp := metrics.Sample{Seq: *rec.Seq, Time: time.UnixMilli(rec.TS)}
 			for k, v := range rec.Metrics {
-				smp.Points = append(smp.Points, metrics.Point{Name: k, Value: v})
+				smp.Points = append(smp.Points, metrics.Named(k, v))
 			}
-			sort.Slice(smp.Points, func(i, j int) bool { return smp.Points[i].Name < smp.Points[j].Name })
+			sort.Slice(smp.Points, func(i, j int) bool { return smp.Points[i].Name() < smp.Points[j].Name() })
 			samples = append(samples, smp)
 			if n := len(attempts); n > 0 {
 				c := smp

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/redact"
 )
 
@@ -160,6 +161,34 @@ func (c Config) validate() error {
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("MLflow request timeout %s is negative", c.Timeout)
+	}
+	return nil
+}
+
+// Configured reports whether the job names an MLflow store at all
+// (MLFLOW_TRACKING_URI): under --trackers=auto only then is MLflow on (a
+// store bridge cannot post to is then explained, and the samples spooled).
+func Configured(getenv func(string) string) bool {
+	return getenv(EnvTrackingURI) != ""
+}
+
+// CheckEnv rejects MLflow's variables that are malformed rather than
+// merely pointing elsewhere: a non-HTTP store is a valid choice (bridge
+// falls back to its spool), http:// without a host is a typo, and so is a
+// node id that cannot be one key segment. Each error names its variable;
+// no URI is shown with its password.
+func CheckEnv(getenv func(string) string) error {
+	if uri := strings.TrimSpace(getenv(EnvTrackingURI)); uri != "" {
+		scheme, _, _ := strings.Cut(strings.ToLower(uri), ":")
+		if scheme == "http" || scheme == "https" {
+			u, err := url.Parse(uri)
+			if err != nil || u.Host == "" || u.Hostname() == "" {
+				return fmt.Errorf("%s=%q: not a valid http(s) URL with a host (e.g. http://mlflow:5000)", EnvTrackingURI, redact.URI(uri))
+			}
+		}
+	}
+	if id := strings.TrimSpace(getenv(EnvNodeID)); id != "" && !jobkey.ValidNodeID(id) {
+		return fmt.Errorf("%s=%q: %s", EnvNodeID, id, jobkey.NodeIDRule)
 	}
 	return nil
 }

@@ -73,7 +73,7 @@ func FuzzResponse(f *testing.F) {
 		if verr := tracker.ValidID("run id", s.RunID()); verr != nil {
 			t.Fatalf("Start accepted run id from %q: %v", body, verr)
 		}
-		acked, err := s.Send(ctx, []metrics.Sample{{Seq: 1, Time: time.Now(), Points: []metrics.Point{{Name: "x", Value: 1}}}})
+		acked, err := s.Send(ctx, []metrics.Sample{{Seq: 1, Time: time.Now(), Points: []metrics.Point{metrics.Named("x", 1)}}})
 		if err == nil && (acked != 1 || tracker.CheckJSONObject(body, "") != nil || code/100 != 2) {
 			t.Fatalf("Send = %d, nil on %d %q", acked, code, body)
 		}

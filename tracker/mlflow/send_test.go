@@ -95,7 +95,7 @@ func samples(counts ...int) []metrics.Sample {
 	for i, c := range counts {
 		s := metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second)}
 		for j := range c {
-			s.Points = append(s.Points, metrics.Point{Name: fmt.Sprintf("m%d", j), Value: float64(i*100 + j)})
+			s.Points = append(s.Points, metrics.Named(fmt.Sprintf("m%d", j), float64(i*100+j)))
 		}
 		out = append(out, s)
 	}
@@ -133,8 +133,8 @@ func TestSendKeysTimestampsSteps(t *testing.T) {
 			rc := &recorder{}
 			s := testSink(t, rc, Config{NodeID: node})
 			in := []metrics.Sample{{Seq: 4, Time: t0.Add(1500 * time.Microsecond), Points: []metrics.Point{
-				{Name: "container_memory_working_set_megabytes", Value: 12.5},
-				{Name: "node_load_1", Value: math.NaN()},
+				metrics.Named("container_memory_working_set_megabytes", 12.5),
+				metrics.Named("node_load_1", math.NaN()),
 			}}}
 			acked, err := s.Send(context.Background(), in)
 			if err != nil || acked != 1 {
@@ -149,7 +149,7 @@ func TestSendKeysTimestampsSteps(t *testing.T) {
 				prefix += node + "/"
 			}
 			for i, m := range b[0].Metrics {
-				if want := prefix + in[0].Points[i].Name; m.Key != want {
+				if want := prefix + in[0].Points[i].Name(); m.Key != want {
 					t.Errorf("key %q, want %q", m.Key, want)
 				}
 				if m.Timestamp != t0.UnixMilli()+1 || m.Step != 4 {
@@ -210,7 +210,7 @@ func TestSendSplits(t *testing.T) {
 			var want []string
 			for _, sm := range in {
 				for _, p := range sm.Points {
-					want = append(want, fmt.Sprintf("system/%s@%d", p.Name, sm.Seq))
+					want = append(want, fmt.Sprintf("system/%s@%d", p.Name(), sm.Seq))
 				}
 			}
 			if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -261,8 +261,8 @@ func TestSendSkipsInvalidKeys(t *testing.T) {
 	rc := &recorder{}
 	s := testSink(t, rc, Config{})
 	in := []metrics.Sample{{Time: t0, Points: []metrics.Point{
-		{Name: "ok_metric", Value: 1}, {Name: "bad{name}", Value: 2}, {Name: "trailing/", Value: 3},
-		{Name: strings.Repeat("x", 250), Value: 4}, {Name: "a//b", Value: 5}, {Name: "../up", Value: 6},
+		metrics.Named("ok_metric", 1), metrics.Named("bad{name}", 2), metrics.Named("trailing/", 3),
+		metrics.Named(strings.Repeat("x", 250), 4), metrics.Named("a//b", 5), metrics.Named("../up", 6),
 	}}}
 	acked, err := s.Send(context.Background(), in)
 	if err != nil || acked != 1 {
@@ -472,7 +472,7 @@ func TestSendLeavesOutRefusedTimes(t *testing.T) {
 	s := testSink(t, rc, Config{})
 	in := samples(2, 3, 2)
 	in[1].Time = time.UnixMilli(-1)
-	in = append(in, metrics.Sample{Seq: 3, Time: t0, Points: []metrics.Point{{Name: "ok", Value: 1}, {Name: "bad{key}", Value: 2}}})
+	in = append(in, metrics.Sample{Seq: 3, Time: t0, Points: []metrics.Point{metrics.Named("ok", 1), metrics.Named("bad{key}", 2)}})
 	acked, err := s.Send(context.Background(), in)
 	if err != nil || acked != 4 {
 		t.Fatalf("Send = %d, %v; want all 4 acknowledged", acked, err)

@@ -57,7 +57,7 @@ func systemSamples(n int, start time.Time) []metrics.Sample {
 	for i := range out {
 		out[i] = metrics.Sample{Seq: int64(i), Time: start.Add(time.Duration(i) * time.Second)}
 		for j, name := range systemNames {
-			out[i].Points = append(out[i].Points, metrics.Point{Name: name, Value: float64(100*j + i)})
+			out[i].Points = append(out[i].Points, metrics.Named(name, float64(100*j+i)))
 		}
 	}
 	return out
@@ -380,7 +380,7 @@ func TestServerBatchingAndResend(t *testing.T) {
 	for i := range in {
 		in[i] = metrics.Sample{Seq: int64(i), Time: start.Add(time.Duration(i) * time.Second)}
 		for j := range nPoints {
-			in[i].Points = append(in[i].Points, metrics.Point{Name: fmt.Sprintf("container_test_%02d_count", j), Value: float64(i * j)})
+			in[i].Points = append(in[i].Points, metrics.Named(fmt.Sprintf("container_test_%02d_count", j), float64(i*j)))
 		}
 	}
 	for round := range 2 { // the second round is a resend: nothing may double
@@ -422,7 +422,7 @@ func TestServerSpecialValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := []metrics.Sample{{Time: time.Now(), Points: []metrics.Point{
-		{Name: "node_nan", Value: math.NaN()}, {Name: "node_inf", Value: math.Inf(1)}, {Name: "node_neginf", Value: math.Inf(-1)},
+		metrics.Named("node_nan", math.NaN()), metrics.Named("node_inf", math.Inf(1)), metrics.Named("node_neginf", math.Inf(-1)),
 	}}}
 	if _, err := s.Send(ctx, in); err != nil {
 		t.Fatal(err)

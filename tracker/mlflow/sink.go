@@ -415,7 +415,7 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 			continue
 		}
 		for _, p := range sm.Points {
-			key := s.prefix + p.Name
+			key := s.prefix + p.Name()
 			if !s.checkKey(key) {
 				s.dropped++
 				continue

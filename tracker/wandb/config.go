@@ -50,6 +50,13 @@ type Config struct {
 	Shared, Primary, PrimaryKnown bool
 }
 
+// Configured reports whether the job is set up for W&B: an API key in the
+// environment or a project. Under --trackers=auto only then is W&B on, not
+// merely because a netrc holds a key.
+func Configured(getenv func(string) string) bool {
+	return getenv("WANDB_API_KEY") != "" || getenv("WANDB_PROJECT") != ""
+}
+
 // ConfigFromEnv reads the configuration as wandb does: getenv is os.Getenv
 // (or a test's map), home the user's home directory for ~/.netrc. The API key
 // comes from WANDB_API_KEY, else from the netrc file ($NETRC, else

@@ -50,8 +50,8 @@ func TestWithRealClient(t *testing.T) {
 	seq := 0
 	sample := func() {
 		pending = append(pending, metrics.Sample{Seq: int64(seq), Time: time.Now(), Points: []metrics.Point{
-			{Name: "container_memory_working_set_megabytes", Value: float64(1000 + seq), Unit: metrics.UnitMegabytes, Scope: metrics.ScopeContainer},
-			{Name: "node_memory_used_megabytes", Value: float64(seq), Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode},
+			metrics.Named("container_memory_working_set_megabytes", float64(1000+seq)),
+			metrics.Named("node_memory_used_megabytes", float64(seq)),
 		}})
 		seq++
 	}

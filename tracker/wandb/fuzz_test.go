@@ -60,7 +60,7 @@ func FuzzResponse(f *testing.F) {
 		if _, err := s.Start(ctx, tracker.StartInfo{}); err != nil && s.RunID() == "" {
 			t.Fatalf("Start lost the run id: %v", err)
 		}
-		acked, err := s.Send(ctx, []metrics.Sample{{Seq: 1, Time: time.Now(), Points: []metrics.Point{{Name: "x", Value: 1}}}})
+		acked, err := s.Send(ctx, []metrics.Sample{{Seq: 1, Time: time.Now(), Points: []metrics.Point{metrics.Named("x", 1)}}})
 		if err == nil && (acked != 1 || code/100 != 2 || tracker.CheckJSONObject(events, "") != nil) {
 			t.Fatalf("Send = %d, nil on %d %q", acked, code, events)
 		}

@@ -360,7 +360,7 @@ func (s *Sink) lines(ss []metrics.Sample) ([]string, int, error) {
 				s.skipped++
 				continue
 			}
-			row[Key(p.Name, s.label)] = p.Value
+			row[Key(p.Name(), s.label)] = p.Value
 		}
 		if len(row) == 0 {
 			taken++

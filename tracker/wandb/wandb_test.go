@@ -78,8 +78,8 @@ func samples(from, n int) []metrics.Sample {
 			Seq:  int64(i),
 			Time: t0.Add(time.Duration(i) * 10 * time.Second),
 			Points: []metrics.Point{
-				{Name: "container_memory_working_set_megabytes", Value: float64(100 + i), Unit: metrics.UnitMegabytes, Scope: metrics.ScopeContainer},
-				{Name: "gpu_0_utilization_percentage", Value: float64(i), Unit: metrics.UnitPercentage, Scope: metrics.ScopeGPU},
+				metrics.Named("container_memory_working_set_megabytes", float64(100+i)),
+				metrics.Named("gpu_0_utilization_percentage", float64(i)),
 			},
 		})
 	}
@@ -435,8 +435,8 @@ func TestSendSkipsNonFinite(t *testing.T) {
 	start(t, s)
 	createRun(t, srv, "demo", s.RunID(), true)
 	in := []metrics.Sample{
-		{Seq: 0, Time: t0, Points: []metrics.Point{{Name: "a", Value: math.NaN()}}},
-		{Seq: 1, Time: t0, Points: []metrics.Point{{Name: "a", Value: math.Inf(1)}, {Name: "b", Value: 2}}},
+		{Seq: 0, Time: t0, Points: []metrics.Point{metrics.Named("a", math.NaN())}},
+		{Seq: 1, Time: t0, Points: []metrics.Point{metrics.Named("a", math.Inf(1)), metrics.Named("b", 2)}},
 	}
 	if n, err := s.Send(context.Background(), in); n != 2 || err != nil {
 		t.Fatalf("%d %v", n, err)

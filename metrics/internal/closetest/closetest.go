@@ -31,9 +31,9 @@ type watched struct {
 	returned chan struct{}
 }
 
-func (w *watched) Collect(ctx context.Context) ([]metrics.Point, error) {
+func (w *watched) Collect(ctx context.Context, b *metrics.Batch) error {
 	defer close(w.returned)
-	return w.Collector.Collect(ctx)
+	return w.Collector.Collect(ctx, b)
 }
 
 func (w *watched) Close() error {
@@ -76,7 +76,7 @@ func CloseWhileStuck(t *testing.T, c metrics.Collector, root string, release fun
 	waitfor.Cond(t, deadline, c.Name()+": the stuck Collect returning once released", waitfor.Closed(w.returned))
 	waitfor.Cond(t, deadline, c.Name()+": Detect returning", waitfor.Closed(detected))
 	noneOpen(t, root)
-	if _, err := c.Collect(context.Background()); err != nil {
+	if _, err := metrics.Collect(context.Background(), c); err != nil {
 		t.Logf("%s: Collect after Close: %v", c.Name(), err)
 	}
 	noneOpen(t, root)
@@ -104,7 +104,7 @@ func Race(t *testing.T, c metrics.Collector) {
 	go func() {
 		defer close(collected)
 		for range 100 {
-			c.Collect(context.Background())
+			metrics.Collect(context.Background(), c)
 		}
 	}()
 	for !waitfor.Closed(collected)() {

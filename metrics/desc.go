@@ -1,0 +1,152 @@
+package metrics
+
+import (
+	"math"
+	"strconv"
+)
+
+// Unit is what a series' values count, as the end of its name says
+// (megabytes, percentage, cores, ...).
+type Unit string
+
+// Units.
+const (
+	UnitMegabytes          Unit = "megabytes" // 10^6 bytes, as MLflow
+	UnitMegabytesPerSecond Unit = "megabytes_per_second"
+	UnitPercentage         Unit = "percentage"
+	UnitCores              Unit = "cores"
+	UnitSeconds            Unit = "seconds"
+	UnitCount              Unit = "count"
+	UnitRatio              Unit = "ratio"
+	UnitWatts              Unit = "watts"
+	UnitCelsius            Unit = "celsius"
+	UnitMHz                Unit = "mhz"
+	UnitLoad               Unit = "load"
+)
+
+// Megabyte is the unit of every _megabytes metric (decimal, as MLflow).
+const Megabyte = 1e6
+
+// MB converts a byte count to UnitMegabytes.
+func MB(bytes float64) float64 { return bytes / Megabyte }
+
+// Base converts v from u to the base unit /metrics exposes it in, as
+// Prometheus names units: bytes for megabytes, bytes per second for
+// megabytes per second; other units are already base units. Megabytes
+// become bytes exactly: collectors compute MB as bytes/1e6 from an integer
+// byte count, and for any count below 2^51 (2 PB) rounding the product back
+// to the nearest integer recovers that count, since the two roundings err
+// by at most 2^-52 relatively, less than half a byte.
+func (u Unit) Base(v float64) float64 {
+	switch u {
+	case UnitMegabytes:
+		return math.Round(v * Megabyte)
+	case UnitMegabytesPerSecond:
+		return v * Megabyte
+	}
+	return v
+}
+
+// Scaled reports whether Base changes the value: such a series needs an
+// exposition name of its own (Desc.Prom) that names the base unit.
+func (u Unit) Scaled() bool { return u == UnitMegabytes || u == UnitMegabytesPerSecond }
+
+// Kind is how /metrics types a series.
+type Kind uint8
+
+// Kinds.
+const (
+	Gauge   Kind = iota // a value that goes up and down (most series)
+	Counter             // a running total that only grows (Prometheus rates it)
+)
+
+// Desc describes one series, once, for every place that shows it: the key
+// the trackers and the spool get (Name), `bridge sample`'s table and
+// docs/metrics.md (Name, Unit, Scope), and /metrics (Prom, Kind, Help,
+// Unit.Base). A collector adds a value against a Desc (Batch.Add); nothing
+// downstream parses a name to learn what a series is.
+//
+// Most descriptors are static, declared once (series.go, or a collector's
+// own package). Two kinds are made at run time, each modelled, not parsed:
+// per-GPU series (a PerGPU template, bound to one GPU or MIG slice by
+// ForGPU or ForMIG), and series passed through from a --scrape endpoint
+// (Passthrough). A Desc is never changed once made; it may be shared by
+// any number of goroutines.
+type Desc struct {
+	// Name is the key sent to the trackers (MLflow "system/<Name>", W&B
+	// "system.<Name>") and written to the spool: the scope first, the
+	// unit last. For a PerGPU template it is the part after gpu_N_ (or
+	// gpu_N_mig_M_).
+	Name  string
+	Unit  Unit
+	Scope Scope
+	Kind  Kind
+	// Help is the one-line description /metrics serves.
+	Help string
+	// Prom is the /metrics name: cAdvisor's or node-exporter's where they
+	// have the series, so that their dashboards read bridge unchanged;
+	// else "" for bridge_<Name>, which a series whose Unit is Scaled may
+	// not use (its name must say the base unit). For a PerGPU template it
+	// is the part after bridge_gpu_ (bridge_gpu_mig_), "" for Name.
+	Prom string
+
+	// PerGPU marks a template: it is sent only bound to a GPU or a MIG
+	// slice (ForGPU, ForMIG), never as it is.
+	PerGPU bool
+	// Of is the template a bound descriptor was made from; nil otherwise.
+	Of *Desc
+	// GPU and MIG are a bound descriptor's GPU index and MIG slice (-1:
+	// the whole GPU); unused when Of is nil.
+	GPU, MIG int
+}
+
+// PromName is the name /metrics exposes d under.
+func (d *Desc) PromName() string {
+	if d.Prom != "" {
+		return d.Prom
+	}
+	return "bridge_" + d.Name
+}
+
+// ForGPU binds template d to GPU i: gpu_<i>_<d.Name>, exposed as
+// bridge_gpu_<d.Prom> with a gpu label. A collector binds each template
+// once per GPU and keeps the result (the name is built here, not for every
+// sample).
+func (d *Desc) ForGPU(i int) *Desc { return d.bind(i, -1, "bridge_gpu_") }
+
+// ForMIG binds template d to MIG slice m of GPU i: gpu_<i>_mig_<m>_<d.Name>,
+// exposed as bridge_gpu_mig_<d.Prom> with gpu and mig labels.
+func (d *Desc) ForMIG(i, m int) *Desc { return d.bind(i, m, "bridge_gpu_mig_") }
+
+func (d *Desc) bind(gpu, mig int, promPrefix string) *Desc {
+	if !d.PerGPU {
+		panic("metrics: " + d.Name + " is not a per-GPU template")
+	}
+	tail := d.Prom
+	if tail == "" {
+		tail = d.Name
+	}
+	b := *d
+	b.Name, b.Prom = GPUName(gpu, mig, d.Name), promPrefix+tail
+	b.PerGPU, b.Of, b.GPU, b.MIG = false, d, gpu, mig
+	return &b
+}
+
+// GPUName is the key of the per-GPU series name of GPU gpu (mig >= 0: of
+// its MIG slice mig): gpu_<gpu>_<name>, gpu_<gpu>_mig_<mig>_<name>. The
+// bound descriptors' names are made by it; a collector that must know a
+// key before it binds one (to bound the keys it adds) uses it too.
+func GPUName(gpu, mig int, name string) string {
+	if mig < 0 {
+		return "gpu_" + strconv.Itoa(gpu) + "_" + name
+	}
+	return "gpu_" + strconv.Itoa(gpu) + "_mig_" + strconv.Itoa(mig) + "_" + name
+}
+
+// Passthrough describes a series read from a --scrape endpoint that bridge
+// does not map: name is its key (prom_<name>[__<label>_<value>...]), and
+// it is exposed as bridge_<name>, a gauge without a unit.
+func Passthrough(name string) *Desc {
+	return &Desc{Name: name, Scope: ScopeProm,
+		Help: "A series passed through from a --scrape endpoint (docs/prometheus.md)."}
+}

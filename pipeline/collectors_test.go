@@ -1,0 +1,113 @@
+package pipeline
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+func TestCollectorsRegistration(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range Collectors {
+		if c.Name == "" || seen[c.Name] || c.Build == nil || len(c.Series) == 0 {
+			t.Errorf("registration %+v: want a unique name, its series and a Build", c)
+		}
+		seen[c.Name] = true
+		for _, d := range c.Series {
+			if sc := string(d.Scope); !slices.Contains(Scopes(), sc) {
+				t.Errorf("%s: series %s has scope %q, which no collector serves (--scopes could not turn it off)", c.Name, d.Name, sc)
+			}
+		}
+	}
+	if got := strings.Join(Scopes(), ","); got != "container,node,rootfs,netns,process,gpu" {
+		t.Errorf("scopes %s", got)
+	}
+}
+
+// --scopes and --trackers take exactly the registered names: config
+// checks them against Choices, which come from the registrations.
+func TestChoicesAreTheRegistrations(t *testing.T) {
+	load := func(args ...string) (config.Config, error) {
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		config.RegisterFlags(fs, Choices())
+		if err := config.Parse(fs, args); err != nil {
+			return config.Config{}, err
+		}
+		return config.Load(fs, Choices())
+	}
+	cfg, err := load()
+	if err != nil || !slices.Equal(cfg.Scopes, Scopes()) {
+		t.Fatalf("defaults: scopes %v, %v; want every registered scope %v", cfg.Scopes, err, Scopes())
+	}
+	for _, sc := range Scopes() {
+		if cfg, err := load("--scopes", sc); err != nil || !slices.Equal(cfg.Scopes, []string{sc}) {
+			t.Errorf("--scopes %s: %v, %v", sc, cfg.Scopes, err)
+		}
+	}
+	for _, tr := range TrackerNames() {
+		if cfg, err := load("--trackers", tr); err != nil || !slices.Equal(cfg.Trackers, []string{tr}) {
+			t.Errorf("--trackers %s: %v, %v", tr, cfg.Trackers, err)
+		}
+	}
+	for _, bad := range [][]string{{"--scopes", "toy"}, {"--trackers", "toy"}} {
+		if _, err := load(bad...); err == nil {
+			t.Errorf("%v accepted: not a registered name", bad)
+		}
+	}
+}
+
+// Every point a collector adds is one of the series its registration
+// declares (docs/metrics.md is checked against those), on this machine's
+// real /proc, cgroups and root filesystem, with a child to follow.
+func TestCollectorsAddOnlyDeclaredSeries(t *testing.T) {
+	cfg := config.Config{Scopes: Scopes(), ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/", CollectTimeout: deadline}
+	src, err := BuildSources(cfg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.SetChild(os.Getpid(), 0)
+	points := 0
+	for _, c := range src.Collectors {
+		reg := registration(t, c.Name())
+		for range 2 { // the second has the rates
+			pts, err := metrics.Collect(context.Background(), c)
+			if err != nil {
+				t.Logf("%s: %v", c.Name(), err)
+			}
+			for _, p := range pts {
+				points++
+				d := p.Desc
+				if d.Of != nil {
+					d = d.Of
+				}
+				if !slices.Contains(reg.Series, d) {
+					t.Errorf("%s added %s, which its registration does not declare", c.Name(), p.Name())
+				}
+			}
+		}
+		if cl, ok := c.(metrics.Closer); ok {
+			cl.Close()
+		}
+	}
+	if points < 20 {
+		t.Fatalf("%d points from %d collectors: too few to check", points, len(src.Collectors))
+	}
+}
+
+func registration(t *testing.T, name string) Collector {
+	t.Helper()
+	for _, c := range Collectors {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("collector %s has no registration", name)
+	return Collector{}
+}
