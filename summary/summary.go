@@ -43,9 +43,13 @@ type Accumulator struct {
 	first   time.Time
 	last    metrics.Sample
 	// cpuPeak is the peak of container CPU over windows of at least
-	// MinRateWindow (cpuPeakOK: one was seen).
-	cpuPeak   float64
-	cpuPeakOK bool
+	// MinRateWindow (cpuPeakOK: one was seen); cpuCoreSecs over cpuSecs
+	// is its mean over the same windows, so that the mean shown beside
+	// the peak never exceeds it.
+	cpuPeak     float64
+	cpuPeakOK   bool
+	cpuCoreSecs float64
+	cpuSecs     float64
 	// recent keeps the last few samples for forensics (values near the end).
 	recent []metrics.Sample
 }
@@ -66,7 +70,8 @@ func (a *Accumulator) Add(s metrics.Sample) {
 	}
 	// The collector's rate is over the time since its previous reading:
 	// at least this, the time since the previous sample.
-	steady := a.samples > 0 && s.Time.Sub(a.last.Time) >= MinRateWindow
+	window := s.Time.Sub(a.last.Time)
+	steady := a.samples > 0 && window >= MinRateWindow
 	a.samples++
 	a.last = s
 	a.recent = append(a.recent, s)
@@ -85,8 +90,12 @@ func (a *Accumulator) Add(s metrics.Sample) {
 		if p.Value > st.Peak {
 			st.Peak, st.PeakAt = p.Value, s.Time
 		}
-		if p.Name() == metrics.ContainerCPUUsage.Name && steady && (!a.cpuPeakOK || p.Value > a.cpuPeak) {
-			a.cpuPeak, a.cpuPeakOK = p.Value, true
+		if p.Name() == metrics.ContainerCPUUsage.Name && steady {
+			if !a.cpuPeakOK || p.Value > a.cpuPeak {
+				a.cpuPeak, a.cpuPeakOK = p.Value, true
+			}
+			a.cpuCoreSecs += p.Value * window.Seconds()
+			a.cpuSecs += window.Seconds()
 		}
 	}
 }
@@ -127,11 +136,13 @@ func (a *Accumulator) Rows() []Row {
 		rows = append(rows, Row{"peak working set", v})
 	}
 	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
-		peak := cpu.Peak // a job too short, or sampled too fast, for a steady window
+		// A job too short, or sampled too fast, for a steady window: every
+		// sample's rate.
+		peak, mean := cpu.Peak, cpu.Mean()
 		if a.cpuPeakOK {
-			peak = a.cpuPeak
+			peak, mean = a.cpuPeak, a.cpuCoreSecs/a.cpuSecs
 		}
-		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, cpu.Mean())
+		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, mean)
 		_, split := a.Get(metrics.ContainerCPUUsageLimitSplit)
 		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 && split {
 			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)

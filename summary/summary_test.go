@@ -24,7 +24,7 @@ func TestRowsAgainstLimits(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"peak working set    180.0 MB of limit 200.0 MB (90.0%)",
-		"0.50 cores (mean 0.25) of limit 0.50 cores",
+		"0.50 cores (mean 0.38) of limit 0.50 cores", // over the two one-second windows
 		"OOM kills           1 during the job",
 		"30.0% of periods",
 	} {
@@ -50,8 +50,27 @@ func TestPeakCPUIgnoresShortWindows(t *testing.T) {
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
-	if !strings.Contains(b.String(), "peak container CPU  1.50 cores") {
-		t.Errorf("the peak is not the one over a full window:\n%s", b.String())
+	if !strings.Contains(b.String(), "peak container CPU  1.50 cores (mean 1.00)") {
+		t.Errorf("the peak is not the one over a full window, or the mean not over the same windows:\n%s", b.String())
+	}
+}
+
+// The mean beside the peak is taken over the same windows, so it never
+// exceeds the peak: a burst in a short first window (the random phase)
+// counts in neither.
+func TestMeanCPUNeverAbovePeak(t *testing.T) {
+	a := New()
+	t0 := time.Unix(1000, 0)
+	for _, s := range []struct {
+		at    time.Duration
+		cores float64
+	}{{0, 0}, {200 * time.Millisecond, 1.9}, {1200 * time.Millisecond, 0.01}, {2200 * time.Millisecond, 0.01}} {
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
+	}
+	var b bytes.Buffer
+	Write(&b, "end", a.Rows())
+	if !strings.Contains(b.String(), "peak container CPU  0.01 cores (mean 0.01)") {
+		t.Errorf("want the peak and the mean over the same (steady) windows:\n%s", b.String())
 	}
 }
 
