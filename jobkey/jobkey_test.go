@@ -288,6 +288,25 @@ func TestDeployExamples(t *testing.T) {
 			t.Errorf("deploy/%s: key %q node %q, want %q and node-2", c.file, j.Key, j.NodeID, c.key)
 		}
 	}
+
+	// deploy/torchrun-multinode.sh: bridge's child is the script's torchrun
+	// command line, with NODE_RANK and RDZV_ID as a machine sets them.
+	b, err := os.ReadFile(filepath.Join("..", "deploy", "torchrun-multinode.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := strings.ReplaceAll(string(b), "\\\n", " ")
+	_, cmd, ok := strings.Cut(script, "exec bridge -- ")
+	if !ok {
+		t.Fatal("deploy/torchrun-multinode.sh runs no `exec bridge -- torchrun ...`")
+	}
+	cmd, _, _ = strings.Cut(cmd, "\n")
+	vars := strings.NewReplacer(`"${NODE_RANK:?set NODE_RANK to this machine's index}"`, "1", `"$RDZV_ID"`, "ft-a", `"$MASTER"`, "gpu-a")
+	argv := strings.Fields(vars.Replace(cmd))
+	j := Detect(Input{Getenv: env(), Argv: argv, Hostname: "gpu-b"})
+	if j.Key != "torchrun:ft-a" || j.NodeID != "node-1" || j.Nodes != 2 {
+		t.Errorf("deploy/torchrun-multinode.sh (%q): key %q node %q nodes %d, want torchrun:ft-a, node-1, 2", argv, j.Key, j.NodeID, j.Nodes)
+	}
 }
 
 // What torchrun did with each command line, observed on torch 2.15
