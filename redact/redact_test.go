@@ -22,6 +22,8 @@ func TestArgv(t *testing.T) {
 		{[]string{"x", "--uri", "https://user:pw123@host/p?token=abc&x=1"}, []string{"x", "--uri", "https://user:***@host/p?token=***&x=1"}},
 		{[]string{"x", "--db=postgres://u:pass99@h:5432/d"}, []string{"x", "--db=postgres://u:***@h:5432/d"}},
 		{[]string{"x", "hf_envsecret", "--tag=wandbkey123x"}, []string{"x", "***", "--tag=***x"}},
+		// A value that starts like a URL is still a value (found by FuzzCarriers).
+		{[]string{"x", "X-Api-Key://00", "token://s3cr"}, []string{"x", "X-Api-Key:***", "token:***"}},
 		// Not secret: single letters, look-alikes.
 		{[]string{"x", "-p", "8080", "--max-tokens", "5", "--tokenizer", "gpt2", "--key-file", "k.pem", "--monkey", "1"},
 			[]string{"x", "-p", "8080", "--max-tokens", "5", "--tokenizer", "gpt2", "--key-file", "k.pem", "--monkey", "1"}},

@@ -67,9 +67,10 @@ func scan(s string) (string, bool) {
 	return b.String(), next
 }
 
-// matchKey reads a name at s[i:] and what follows it: '=' or ':' (not
-// "://"), or, for a flag (-NAME or --NAME starting a word), whitespace or
-// the end of s.
+// matchKey reads a name at s[i:] and what follows it: '=' or ':', or, for
+// a flag (-NAME or --NAME starting a word), whitespace or the end of s. A
+// URL's scheme matches too ("token://x" hides "//x"): hiding a value that
+// was a URL costs less than leaking one that looked like one.
 func matchKey(s string, i int) (key, bool) {
 	k := key{start: i}
 	j := i
@@ -100,7 +101,7 @@ func matchKey(s string, i int) (key, bool) {
 		k.sep, k.valStart = ' ', j
 		return k, flag
 	}
-	if s[j] != '=' && (s[j] != ':' || strings.HasPrefix(s[j:], "://")) {
+	if s[j] != '=' && s[j] != ':' {
 		return k, false
 	}
 	k.sep, k.valStart = s[j], j+1
