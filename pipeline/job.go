@@ -28,8 +28,9 @@ type Job struct {
 	// container's and GPUs' series and records the node's end; another
 	// bridge of the job on the same node (srun --ntasks-per-node) has a task
 	// name and sends only its own child's process series.
-	Task string
-	lock *os.File // held while the bridge runs: the node's lead
+	Task     string
+	lock     *os.File // held while the bridge runs: the node's lead
+	lockPath string   // removed by Release
 }
 
 // DetectJob finds the job this bridge belongs to (package jobkey) from the
@@ -64,9 +65,10 @@ func (j *Job) Apply(cfg *config.Config) {
 
 // TakeNode makes this bridge its node's lead if no other bridge of the same
 // job on this node is: an flock on a file named after the job key and node
-// id in dir (os.TempDir() when ""), held until Release. A job's tasks on a
-// node share that directory (Slurm gives a job one /tmp per node). Without
-// a key, or when the lock cannot be tried, the bridge is the lead.
+// id in dir (os.TempDir() when ""), held until Release, which removes the
+// file. A job's tasks on a node share that directory (Slurm gives a job one
+// /tmp per node). Without a key, or when the lock cannot be tried, the
+// bridge is the lead.
 func (j *Job) TakeNode(dir string, log *slog.Logger) {
 	if j == nil || !j.Multi() {
 		return
@@ -76,28 +78,48 @@ func (j *Job) TakeNode(dir string, log *slog.Logger) {
 	}
 	sum := sha256.Sum256([]byte(j.Key + "\x00" + j.NodeID))
 	path := filepath.Join(dir, "bridge-node-"+hex.EncodeToString(sum[:8])+".lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		log.Debug("cannot open the node's lock file; this bridge sends the node's series", "path", path, "err", err)
-		return
-	}
-	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-	switch {
-	case err == nil:
-		j.lock = f
-		return
-	case !errors.Is(err, syscall.EWOULDBLOCK):
+	// A lead that leaves removes the file while it holds the lock: a lock
+	// won on a file no longer at path is tried again on the new one, so
+	// that two bridges never both lead.
+	for try := 0; ; try++ {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			log.Debug("cannot open the node's lock file; this bridge sends the node's series", "path", path, "err", err)
+			return
+		}
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		switch {
+		case err == nil:
+			if !samePath(f, path) && try < 3 {
+				f.Close()
+				continue
+			}
+			j.lock, j.lockPath = f, path
+			return
+		case !errors.Is(err, syscall.EWOULDBLOCK):
+			f.Close()
+			log.Debug("cannot lock the node's lock file; this bridge sends the node's series", "path", path, "err", err)
+			return
+		}
 		f.Close()
-		log.Debug("cannot lock the node's lock file; this bridge sends the node's series", "path", path, "err", err)
-		return
+		break
 	}
-	f.Close()
 	j.Task = "task-" + strconv.Itoa(os.Getpid())
 	if j.Local >= 0 {
 		j.Task = "task-" + strconv.Itoa(j.Local)
 	}
 	log.Info("another bridge of this job sends this node's series; this one sends only its own child's process series",
 		"node", j.NodeID, "task", j.Task)
+}
+
+// samePath reports whether f is still the file at path.
+func samePath(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	pi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, pi)
 }
 
 // SpoolTask tells this bridge's default spool (SpoolPath) apart from those
@@ -123,6 +145,7 @@ func (j *Job) SpoolTask() string {
 // Release lets another bridge of the job on this node take the lead.
 func (j *Job) Release() {
 	if j != nil && j.lock != nil {
+		os.Remove(j.lockPath) // still locked: no bridge takes the old file
 		j.lock.Close()
 		j.lock = nil
 	}

@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -77,6 +79,56 @@ func TestTakeNode(t *testing.T) {
 	none.TakeNode(dir, quiet())
 	if none.Task != "" || none.lock != nil {
 		t.Errorf("a single-node job took a node lock")
+	}
+	// Every lead removes its file when it leaves; a bridge that does not
+	// lead leaves the lead's file alone.
+	b.Release()
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 3 {
+		t.Errorf("lock files of the three running leads: %q", left)
+	}
+	for _, j := range []*Job{c, d, a, b} {
+		j.Release()
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 1 {
+		t.Errorf("lock files with one lead left running: %q", left)
+	}
+}
+
+// A bridge that wins the lock on a file its departing lead has just removed
+// tries again on the file now at the path: two bridges never both lead.
+func TestTakeNodeAfterLeadRemovedFile(t *testing.T) {
+	dir := t.TempDir()
+	job := func() *Job {
+		return DetectJob(config.Config{JobKey: "k", JobKeyFrom: "test", NodeID: "n0", NodeIDFrom: "test"}, nil, getenv())
+	}
+	lead := job()
+	lead.TakeNode(dir, quiet())
+	t.Cleanup(lead.Release)
+	// A stale lock file at the path: its inode is not the lead's.
+	stale, err := os.Open(lead.lockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stale.Close()
+	if !samePath(stale, lead.lockPath) {
+		t.Fatal("the lead's open file is not at its path")
+	}
+	if err := os.Remove(lead.lockPath); err != nil {
+		t.Fatal(err)
+	}
+	if samePath(stale, lead.lockPath) {
+		t.Fatal("a removed file is still reported at its path")
+	}
+	// The lead's file is gone from the path (as when it left, though it
+	// still holds it): a new bridge makes a new file and leads; a third
+	// does not.
+	second, third := job(), job()
+	second.TakeNode(dir, quiet())
+	t.Cleanup(second.Release)
+	third.TakeNode(dir, quiet())
+	t.Cleanup(third.Release)
+	if second.Task != "" || third.Task == "" {
+		t.Errorf("after the lead's file was removed: second %q, third %q; want only the second to lead", second.Task, third.Task)
 	}
 }
 
