@@ -157,11 +157,12 @@ func (r *Redactor) arg(s string) (string, bool) {
 			}
 		}
 	}
-	s, next := scan(s)
+	// URLs first, as URI does: a password is hidden by where it stands
+	// even when its text reads like a name and its value ("u:=0Pw=@h").
 	if strings.Contains(s, "://") {
 		s = urls(s)
 	}
-	return s, next
+	return scan(s)
 }
 
 // urls hides the user information of every URL in s.
