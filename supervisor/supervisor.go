@@ -148,13 +148,15 @@ func (c *Child) PID() int { return c.pid }
 // Done is closed when the child has exited and been reaped.
 func (c *Child) Done() <-chan struct{} { return c.done }
 
-// Late delivers the forwardable signals that bridge received after the child
-// was reaped (none of them was forwarded): the caller's cue to cut its final
-// flush short. Every such signal is either forwarded or delivered here, so
-// none is lost between the reaping and the caller's own handling, with one
-// exception: bridge's own copy of the signal that ended the child, when
-// bridge had not forwarded it and the child has no terminal (see
-// endingSignal), is the request the child already obeyed, not a second one.
+// Late delivers the terminating signals (SIGTERM, SIGINT, SIGHUP, SIGQUIT)
+// that bridge received after the child was reaped (none of them was
+// forwarded): the caller's cue to cut its final flush short. Every such
+// signal is either forwarded or delivered here, so none is lost between the
+// reaping and the caller's own handling, with one exception: bridge's own
+// copy of the signal that ended the child, when bridge had not forwarded it
+// and the child has no terminal (see endingSignal), is the request the
+// child already obeyed, not a second one. SIGWINCH, SIGUSR1 and SIGUSR2
+// after the child's exit have no one to go to and are not such a cue.
 // The subscription lasts until Release.
 func (c *Child) Late() <-chan os.Signal { return c.late }
 
@@ -279,9 +281,10 @@ func (c *Child) endingSignal(ws syscall.WaitStatus) syscall.Signal {
 	return sig
 }
 
-// relayLate passes signals received after the child's exit to Late (one
-// pending is enough: the caller only needs to know that one came), except
-// the first copy of ending, the signal that ended the child (endingSignal).
+// relayLate passes terminating signals received after the child's exit to
+// Late (one pending is enough: the caller only needs to know that one
+// came), except the first copy of ending, the signal that ended the child
+// (endingSignal).
 func (c *Child) relayLate(ending syscall.Signal) {
 	defer signal.Stop(c.sigs)
 	for {
@@ -291,6 +294,12 @@ func (c *Child) relayLate(ending syscall.Signal) {
 				ending = 0
 				c.log.Info("the signal that ended the child reached bridge too (sent to every process of the job): the final flush goes on; a second signal cuts it short",
 					"signal", s)
+				continue
+			}
+			if !slices.Contains(terminating, s.(syscall.Signal)) {
+				// A terminal resized or a USR signal is not a request
+				// to hurry: the final flush goes on.
+				c.log.Debug("signal after the child's exit, not a request to stop: the final flush goes on", "signal", s)
 				continue
 			}
 			c.log.Debug("signal after the child's exit", "signal", s)

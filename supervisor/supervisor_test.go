@@ -96,6 +96,36 @@ func TestLateSignal(t *testing.T) {
 	requireLate(t, c)
 }
 
+// A terminal resized (SIGWINCH) or a USR signal after the child's exit is
+// not a request to hurry: Late does not deliver it, and a terminating
+// signal after it is still delivered.
+func TestLateSignalOnlyTerminating(t *testing.T) {
+	var logs syncbuf.Buffer
+	c, err := Start(Options{Argv: []string{"true"}, Env: os.Environ(),
+		Log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	if exit := c.Wait(); exit.Code != 0 {
+		t.Fatalf("exit %+v", exit)
+	}
+	for i, sig := range []syscall.Signal{syscall.SIGWINCH, syscall.SIGUSR1, syscall.SIGUSR2} {
+		if err := syscall.Kill(os.Getpid(), sig); err != nil {
+			t.Fatal(err)
+		}
+		waitfor.Cond(t, 30*time.Second, "bridge taking "+sig.String(), func() bool {
+			return strings.Count(logs.String(), "not a request to stop") == i+1
+		})
+		select {
+		case s := <-c.Late():
+			t.Fatalf("Late delivered %v, which is not a request to stop", s)
+		default:
+		}
+	}
+	requireLate(t, c)
+}
+
 // requireLate sends bridge's process SIGTERM and fails t unless Late
 // delivers it.
 func requireLate(t *testing.T, c *Child) {
