@@ -27,6 +27,9 @@
 //     (`Authorization: Bearer`) hides the next argument.
 //   - Single-letter flags (-p) are not secret-looking: their meaning differs
 //     from tool to tool.
+//   - USER:PASSWORD after -u, -U, --user or --proxy-user (curl, wget),
+//     as the next argument or word or after '=': the text after the first
+//     ':' (docker's -u UID:GID loses its GID).
 //   - A URL's user information: its password (user:***@host), or the whole
 //     of it when there is no password (https://***@host: a token given as
 //     the user name). URI applies the rule to one URL; every URL bridge
@@ -122,10 +125,17 @@ func New(env []string) *Redactor {
 // Argv returns a copy of argv with secret values replaced.
 func (r *Redactor) Argv(argv []string) []string {
 	out := make([]string, len(argv))
-	next := false
+	next := followNone
 	for i, a := range argv {
-		if next {
-			out[i], next = Mask, false
+		switch next {
+		case followWhole:
+			out[i], next = Mask, followNone
+			continue
+		case followPassword:
+			out[i], next = r.arg(a)
+			if user, _, ok := strings.Cut(out[i], ":"); ok {
+				out[i] = user + ":" + Mask
+			}
 			continue
 		}
 		out[i], next = r.arg(a)
@@ -144,8 +154,8 @@ func (r *Redactor) String(s string) string {
 // messages of libraries (an HTTP client's log lines) that may carry URLs.
 func Text(s string) string { return (&Redactor{}).String(s) }
 
-// arg redacts one argument and reports whether the next one is a secret.
-func (r *Redactor) arg(s string) (string, bool) {
+// arg redacts one argument and reports what of the next one is secret.
+func (r *Redactor) arg(s string) (string, follow) {
 	// Until nothing is left: a secret that begins or ends with the mask's
 	// own characters can reappear next to a mask. Each replacement shortens
 	// s (secrets are longer than the mask), so this ends.

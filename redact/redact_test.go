@@ -24,6 +24,9 @@ func TestArgv(t *testing.T) {
 		{[]string{"x", "hf_envsecret", "--tag=wandbkey123x"}, []string{"x", "***", "--tag=***x"}},
 		// A value that starts like a URL is still a value (found by FuzzCarriers).
 		{[]string{"x", "X-Api-Key://00", "token://s3cr"}, []string{"x", "X-Api-Key:***", "token:***"}},
+		// A password after a user flag, and only it.
+		{[]string{"curl", "-u", "admin:pw1234", "-U", "bob", "--user=a:b:c", "-u", "x:"}, []string{"curl", "-u", "admin:***", "-U", "bob", "--user=a:***", "-u", "x:***"}},
+		{[]string{"python", "-u", "train.py", "--lr", "0.1"}, []string{"python", "-u", "train.py", "--lr", "0.1"}},
 		// Not secret: single letters, look-alikes.
 		{[]string{"x", "-p", "8080", "--max-tokens", "5", "--tokenizer", "gpt2", "--key-file", "k.pem", "--monkey", "1"},
 			[]string{"x", "-p", "8080", "--max-tokens", "5", "--tokenizer", "gpt2", "--key-file", "k.pem", "--monkey", "1"}},
@@ -78,6 +81,9 @@ var carriers = [][]string{
 	{"--authorization", "%s"}, {"--creds=%s"}, {"--pw", "%s"}, {"--sessionid=%s"}, {"--session-id", "%s"},
 	{"--client_secret=%s"}, {"--hftoken", "%s"}, {"AWS_SECRET_ACCESS_KEY=%s"}, {"--env=HF_TOKEN=%s"},
 	{"-e", "HF_TOKEN=%s"}, {"--jwt", "%s"},
+	// A user and password (curl, wget).
+	{"curl", "-u", "admin:%s", "https://h/x"}, {"--user=admin:%s"}, {"--proxy-user", "p:%s"},
+	{"sh", "-c", "curl -u admin:%s https://h/x"},
 	// URLs: credentials, query and fragment tokens, cloud SAS and presigned URLs.
 	{"https://user:%u@host/path"}, {"https://%u@github.com/org/repo.git"}, {"--db=postgres://u:%u@h:5432/d"},
 	{"http://h:5000/?token=%q&x=1"},

@@ -14,6 +14,19 @@ var schemes = map[string]bool{
 	"bearer": true, "basic": true, "token": true, "digest": true, "negotiate": true, "ntlm": true, "bot": true, "apikey": true,
 }
 
+// userFlags take USER:PASSWORD (curl -u, --user, --proxy-user, -U; wget
+// --user): the text after the first ':' is the password.
+var userFlags = map[string]bool{"-u": true, "-U": true, "--user": true, "--proxy-user": true}
+
+// follow says what of the next argument is secret.
+type follow int
+
+const (
+	followNone     follow = iota
+	followWhole           // --token VALUE: all of it
+	followPassword        // -u USER:PASSWORD: after the first ':'
+)
+
 // key is a name followed by what introduces its value.
 type key struct {
 	start    int    // first byte: the name, its quote or its dashes
@@ -31,23 +44,42 @@ func isNameChar(c byte) bool {
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 // scan hides the values of secret-looking names in s (one argument, or any
-// text) and reports whether s ends with a name whose value is the next
-// argument.
-func scan(s string) (string, bool) {
+// text) and the passwords of user flags, and reports what of the next
+// argument is secret when s ends with such a name.
+func scan(s string) (string, follow) {
 	var b strings.Builder
-	depth := 0    // open '{' and '[' outside values: YAML/JSON flow context
-	written := 0  // s[:written] is in b
-	next := false // the last name's value is the next argument
+	depth := 0         // open '{' and '[' outside values: YAML/JSON flow context
+	written := 0       // s[:written] is in b
+	next := followNone // what the last name leaves to the next argument
+	hide := func(from, to int) {
+		if to > from {
+			b.WriteString(s[written:from])
+			b.WriteString(Mask)
+			written = to
+		}
+	}
 	for i := 0; i < len(s); {
 		if i == 0 || strings.IndexByte(separators, s[i-1]) >= 0 {
-			if k, ok := matchKey(s, i); ok && SecretName(k.name) {
+			k, ok := matchKey(s, i)
+			switch {
+			case ok && SecretName(k.name):
 				from, to, nxt := value(s, k, depth)
-				if to > from {
-					b.WriteString(s[written:from])
-					b.WriteString(Mask)
-					written = to
+				hide(from, to)
+				next = followNone
+				if nxt {
+					next = followWhole
 				}
-				next = nxt
+				i = max(to, k.valStart)
+				continue
+			case ok && userFlags[k.name] && k.sep != ':':
+				from, to, nxt := value(s, k, depth)
+				if c := strings.IndexByte(s[from:to], ':'); c >= 0 {
+					hide(from+c+1, to)
+				}
+				next = followNone
+				if nxt {
+					next = followPassword
+				}
 				i = max(to, k.valStart)
 				continue
 			}
