@@ -63,3 +63,31 @@ func FuzzCarriers(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFreeCarriers: a generated secret of any printable characters, spaces
+// and quotes included, in each carrier that can hold one (freeCarriers).
+//
+//	go test -run '^$' -fuzz FuzzFreeCarriers -fuzztime 10s ./redact
+func FuzzFreeCarriers(f *testing.F) {
+	for i := range freeCarriers {
+		f.Add(`p a"s's #;&,}]`, uint8(i))
+	}
+	f.Fuzz(func(t *testing.T, raw string, idx uint8) {
+		secret := strings.Map(func(r rune) rune {
+			if r >= 0x20 && r < 0x7f {
+				return r
+			}
+			return -1
+		}, raw)
+		carrier := freeCarriers[int(idx)%len(freeCarriers)]
+		// Too short to tell apart, or text the carrier holds once hidden.
+		if len(strings.TrimSpace(secret)) < 4 || leaked(fill(carrier, Mask), secret) != "" {
+			return
+		}
+		in := fill(carrier, secret)
+		out := New(nil).Argv(in)
+		if a := leaked(out, secret); a != "" {
+			t.Fatalf("secret %q left in %q\n in: %q\nout: %q", secret, a, in, out)
+		}
+	})
+}

@@ -6,10 +6,12 @@
 //   - A secret-looking name is one whose last word is password, passwd,
 //     pass, pwd, pw, passphrase, secret, token, key, apikey, auth,
 //     authorization, credential(s), creds, cookie, signature, sig, sas, jwt,
-//     bearer or sessionid, or that ends in password, secret, token, apikey
-//     or sessionid (--hftoken). Words are split at '-', '_', '.' and at
-//     camelCase humps (apiKey, AccountKey, X-Amz-Signature).
-//     --max-tokens, --tokenizer, --key-file, monkey are not secret-looking.
+//     bearer or sessionid, or one of their plurals (not keys or tokens
+//     alone), or that ends in password(s), secret(s), token, apikey(s),
+//     sessionid(s), secretkeys, privatekeys or accesskeys (--hftoken).
+//     Words are split at '-', '_', '.' and at camelCase humps (apiKey,
+//     AccountKey, X-Amz-Signature). --max-tokens, --tokenizer, --key-file,
+//     --keys, monkey are not secret-looking.
 //   - A secret-looking name followed by its value hides the value, in every
 //     carrier people pass:
 //     --NAME=VALUE, -NAME=VALUE and NAME=VALUE (Hydra overrides, env
@@ -24,15 +26,19 @@
 //     quoted string, a whole {...} or [...], else the rest of the line (in
 //     a {...} or [...], up to the next ',', '}' or ']'). An argument that
 //     ends with the name (`Authorization:`) or with an auth scheme alone
-//     (`Authorization: Bearer`) hides the next argument.
+//     (`Authorization: Bearer`) hides the next argument;
+//     TOML and INI NAME = VALUE; a YAML value on the lines below its key,
+//     block scalars (password: |) included;
+//     argv lists as JSON, Python or YAML (["--api-key", "S"]);
+//     env lists (Kubernetes, ECS): the sibling value of name: HF_TOKEN.
 //   - Single-letter flags (-p) are not secret-looking: their meaning differs
 //     from tool to tool.
 //   - USER:PASSWORD after -u, -U, --user or --proxy-user (curl, wget),
 //     as the next argument or word or after '=': the text after the first
 //     ':' (docker's -u UID:GID loses its GID).
 //   - A URL's user information: its password (user:***@host), or the whole
-//     of it when there is no password (https://***@host: a token given as
-//     the user name). URI applies the rule to one URL; every URL bridge
+//     of it when the password is absent, empty or x-oauth-basic
+//     (https://***@host: a token given as the user name). URI applies the rule to one URL; every URL bridge
 //     prints goes through it.
 //   - The value of every secret-looking environment variable (at least 4
 //     characters long) is hidden wherever it appears.
@@ -54,9 +60,13 @@ var lastWords = map[string]bool{
 	"secret": true, "token": true, "key": true, "apikey": true, "auth": true, "authorization": true,
 	"credential": true, "credentials": true, "creds": true, "cookie": true, "signature": true,
 	"sig": true, "sas": true, "jwt": true, "bearer": true, "sessionid": true,
+	// Plurals, except keys and tokens alone (--keys a,b, --tokens 5).
+	"passwords": true, "passwds": true, "passphrases": true, "secrets": true, "apikeys": true,
+	"cookies": true, "signatures": true, "sessionids": true,
 }
 
-var suffixes = []string{"password", "secret", "token", "apikey", "sessionid"}
+var suffixes = []string{"password", "secret", "token", "apikey", "sessionid",
+	"passwords", "secrets", "apikeys", "sessionids", "secretkeys", "privatekeys", "accesskeys"}
 
 // SecretName reports whether a flag, variable, parameter, header or key
 // name looks like it holds a secret.
@@ -129,7 +139,12 @@ func (r *Redactor) Argv(argv []string) []string {
 	for i, a := range argv {
 		switch next {
 		case followWhole:
+			// --authorization Bearer TOKEN: a scheme alone leaves the
+			// credentials to the argument after it.
 			out[i], next = Mask, followNone
+			if schemes[strings.ToLower(strings.TrimSpace(a))] {
+				next = followWhole
+			}
 			continue
 		case followPassword:
 			out[i], next = r.arg(a)
@@ -204,8 +219,13 @@ func URI(s string) string {
 	return out
 }
 
+// placeholders are passwords that say the user name is the token
+// (https://TOKEN:x-oauth-basic@github.com).
+var placeholders = map[string]bool{"": true, "x-oauth-basic": true}
+
 // userinfo hides a URL's password, or its whole user information when that
-// has no password (https://TOKEN@host).
+// has no password (https://TOKEN@host), an empty one (https://TOKEN:@host)
+// or a placeholder (https://TOKEN:x-oauth-basic@host).
 func userinfo(s string) string {
 	i := strings.Index(s, "://")
 	if i < 0 {
@@ -233,7 +253,7 @@ func userinfo(s string) string {
 			return s
 		}
 	}
-	if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+	if user, pw, ok := strings.Cut(rest[:at], ":"); ok && !placeholders[strings.ToLower(pw)] {
 		return s[:i+3] + user + ":" + Mask + rest[at:]
 	}
 	return s[:i+3] + Mask + rest[at:]

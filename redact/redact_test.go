@@ -1,6 +1,7 @@
 package redact
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -47,7 +48,9 @@ func TestURI(t *testing.T) {
 		"http://u:p%zz@h":                   "http://u:***@h",
 		"https://h/x?Signature=abc&Expires": "https://h/x?Signature=***&Expires",
 		// The user name alone may be a token (https://<token>@github.com).
-		"https://ghp_abc@github.com/o/r.git": "https://***@github.com/o/r.git",
+		"https://ghp_abc@github.com/o/r.git":               "https://***@github.com/o/r.git",
+		"https://ghp_abc:x-oauth-basic@github.com/o/r.git": "https://***@github.com/o/r.git",
+		"https://ghp_abc:@h/x":                             "https://***@h/x",
 		// A password holding '/' makes the URL unparsable: still hidden.
 		"https://u:a/b@h/p": "https://u:***@h/p",
 		// Cloud SAS and presigned URLs; the order and form of the rest kept.
@@ -107,12 +110,34 @@ var carriers = [][]string{
 	{"sh", "-c", "python train.py --wandb-api-key %s --lr 0.1"},
 	{"bash", "-c", `curl -H "Authorization: Bearer %s" https://h/x`},
 	{"sh", "-c", "export HF_TOKEN=%s; python train.py"},
+	// TOML and INI; YAML values below their key; plural names.
+	{"password = \"%s\""}, {"[db]\npassword = %s\nuser = u\n"}, {"{user = \"u\", token = \"%s\"}"},
+	{"password: |\n  %s\n"}, {"db:\n  password: >-\n    %s\n    %s\n  user: u\n"}, {"db:\n  password:\n    %s\n"},
+	{"api_keys: %s"}, {"--api-keys", "%s"}, {"--secrets=%s"},
+	// Argument lists as JSON, Python's repr and YAML.
+	{`["python", "train.py", "--api-key", "%s"]`}, {`['--hf-token', '%s']`}, {"args:\n  - --api-key\n  - %s\n"},
+	// Environment lists (Kubernetes, ECS).
+	{"env:\n- name: HF_TOKEN\n  value: %s\n"}, {`[{"name": "WANDB_API_KEY", "value": "%s"}]`},
+	// An auth scheme and its credentials as separate words.
+	{"--authorization", "Bearer", "%s"}, {"sh", "-c", "client --authorization Bearer %s --v"},
+	// A token as a URL's user name, with an empty or placeholder password.
+	{"https://%u:x-oauth-basic@github.com/o/r.git"}, {"https://%u:@h/x"},
+}
+
+// freeCarriers take a secret of any printable characters (spaces and quotes
+// included): its whole argument, a quoted string escaped as JSON (%j), the
+// rest of a header line or a YAML block.
+var freeCarriers = [][]string{
+	{"--password", "%s"}, {"--password=%s"}, {"--authorization", "Bearer %s"}, {"-H", "Authorization: Bearer %s"},
+	{"X-Api-Key: %s"}, {`{"api_key": %j, "lr": 0.1}`}, {"password = %j"}, {"token: %j"}, {`["--api-key", %j]`},
+	{"password: |\n  %s\n"}, {"db:\n  password:\n    %s\nuser: u"}, {"https://user:%u@host/p"}, {"http://h/?token=%q&x=1"},
 }
 
 // fill puts secret into a carrier.
 func fill(carrier []string, secret string) []string {
 	out := make([]string, len(carrier))
-	r := strings.NewReplacer("%s", secret, "%q", url.QueryEscape(secret), "%u", url.PathEscape(secret))
+	j, _ := json.Marshal(secret)
+	r := strings.NewReplacer("%s", secret, "%q", url.QueryEscape(secret), "%u", url.PathEscape(secret), "%j", string(j))
 	for i, a := range carrier {
 		out[i] = r.Replace(a)
 	}
@@ -122,7 +147,8 @@ func fill(carrier []string, secret string) []string {
 // leaked reports where secret (or its URL-escaped forms) is left in out.
 func leaked(out []string, secret string) string {
 	for _, a := range out {
-		for _, form := range []string{secret, url.QueryEscape(secret), url.PathEscape(secret)} {
+		j, _ := json.Marshal(secret)
+		for _, form := range []string{secret, url.QueryEscape(secret), url.PathEscape(secret), string(j[1 : len(j)-1])} {
 			if strings.Contains(a, form) {
 				return a
 			}
@@ -132,8 +158,7 @@ func leaked(out []string, secret string) string {
 }
 
 func TestEveryCarrierHidesTheSecret(t *testing.T) {
-	const secret = "Zq7-s3cr3t_V4lue+/="
-	for _, c := range carriers {
+	check := func(c []string, secret string) {
 		in := fill(c, secret)
 		out := New(nil).Argv(in)
 		if a := leaked(out, secret); a != "" {
@@ -142,6 +167,12 @@ func TestEveryCarrierHidesTheSecret(t *testing.T) {
 		if len(out) != len(in) {
 			t.Errorf("Argv(%q) has %d arguments", in, len(out))
 		}
+	}
+	for _, c := range carriers {
+		check(c, "Zq7-s3cr3t_V4lue+/=")
+	}
+	for _, c := range freeCarriers {
+		check(c, `Zq7 "s3cr3t" 'V4l:ue' #x;y&z,1}]`)
 	}
 }
 
@@ -157,6 +188,8 @@ func TestOrdinaryArgumentsKept(t *testing.T) {
 		{"x", "--auth-type=oauth", "--signature-version", "v4", "--session", "main", "--sig-figs", "3", "time=12:30:00"},
 		{"torchrun", "--nproc-per-node=8", "--rdzv-endpoint=host:29400", "train.py", "--config", "cfg/base.yaml"},
 		{"sh", "-c", "python train.py --lr 0.1 && echo done; ls -la /data"},
+		{"x", "[train]\nlr = 0.1\nepochs = 3\n", `["python", "train.py", "--lr", "0.1"]`, "args:\n  - --lr\n  - 0.1\n"},
+		{"x", "env:\n- name: EPOCHS\n  value: 3\n", `{"name": "lr", "value": 0.1}`, "notes: |\n  a run\n", "--authorization-mode", "rbac"},
 	} {
 		if got := New(nil).Argv(args); !reflect.DeepEqual(got, args) {
 			t.Errorf("Argv changed ordinary arguments:\n got %q\nwant %q", got, args)
@@ -187,6 +220,7 @@ func TestSecretName(t *testing.T) {
 		"--session-id": true, "sessionId": true, "Proxy-Authorization": true, "+db.password": true, "privateKey": true,
 		"--max-tokens": false, "maxTokens": false, "--tokenizer": false, "keyFile": false, "monkey": false, "--author": false,
 		"--sig-figs": false, "secretName": false, "--passes": false, "": false, "--": false,
+		"api_keys": true, "--api-keys": true, "passwords": true, "AWS_SECRET_KEYS": true, "--keys": false, "--tokens": false, "maxNewTokens": false,
 	} {
 		if got := SecretName(name); got != want {
 			t.Errorf("SecretName(%q) = %v, want %v", name, got, want)

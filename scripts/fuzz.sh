@@ -19,6 +19,7 @@ targets=(
   "./metrics/cgroup/ FuzzStripRoot"
   "./tracker/mlflow/ FuzzResponse" "./tracker/wandb/ FuzzResponse"
   "./config/ FuzzLoad" "./config/ FuzzArgs" "./redact/ FuzzArgv" "./redact/ FuzzCarriers"
+  "./redact/ FuzzFreeCarriers"
 )
 # Go 1.26's fuzz coordinator can report its own -fuzztime deadline as a
 # failure ("context deadline exceeded", no failing input) when a worker is
