@@ -173,19 +173,28 @@ func (w *writer) compact() error {
 	w.ix.reshaped()
 	w.st.Compactions++
 	w.st.DroppedByCap += undelivered
-	// Said once: a small cap rewrites at every sample; the end-of-run
-	// table counts them all.
-	log := w.log.Debug
-	if !w.capLog {
-		w.capLog, log = true, w.log.Warn
-	}
+	// Said once per kind: a small cap rewrites at every sample, and the
+	// end-of-run table counts them all. Losing unsent samples is worse
+	// news than trimming sent ones, so it gets its own warning.
+	kind := capTrimmed
 	msg := "the spool reached its size cap (--spool-max-size); its oldest samples were removed"
 	if undelivered > 0 {
+		kind = capLost
 		msg = "the spool reached its size cap (--spool-max-size); samples no tracker has yet were removed and will never be sent (a larger cap keeps them)"
+	}
+	log := w.log.Debug
+	if w.capLog&kind == 0 {
+		w.capLog, log = w.capLog|kind, w.log.Warn
 	}
 	log(msg, "max_size", w.opt.MaxSize, "removed", dropped, "not_yet_delivered", undelivered)
 	return nil
 }
+
+// Kinds of size-cap message, each given once at WARN.
+const (
+	capTrimmed uint8 = 1 << iota // only delivered samples removed
+	capLost                      // undelivered samples removed
+)
 
 func splitKey(k string) (sink, run string) {
 	sink, run, _ = strings.Cut(k, "\x00")

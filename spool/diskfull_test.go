@@ -492,3 +492,40 @@ func concurrentAppendPendingAck(t *testing.T, every time.Duration) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A cap that first trims only delivered samples and later removes unsent
+// ones warns once for each: the second is the news that samples are lost.
+func TestSizeCapWarnsOncePerKind(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.jsonl")
+	var logs bytes.Buffer
+	s, err := OpenWith(path, Options{MaxSize: 16 << 10, Logger: logTo(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
+	s.Track("mlflow", "r")
+	const n = 800
+	for i := int64(0); i < n; i++ {
+		s.Append(sample(i, float64(i)))
+		if i < n/2 { // the tracker goes away halfway
+			s.Ack("mlflow", "r", i)
+		}
+	}
+	st := s.Stats()
+	s.Close()
+	var trimmed, lost int
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "size cap") {
+			continue
+		}
+		if strings.Contains(l, "will never be sent") {
+			lost++
+		} else {
+			trimmed++
+		}
+	}
+	if st.DroppedByCap == 0 || trimmed != 1 || lost != 1 {
+		t.Errorf("dropped %d after %d rewrites: %d trim and %d loss warnings, want 1 each:\n%s",
+			st.DroppedByCap, st.Compactions, trimmed, lost, logs.String())
+	}
+}

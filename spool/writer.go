@@ -50,7 +50,7 @@ type writer struct {
 	nextTry time.Time // while failing, no retry before this
 	gap     time.Duration
 	lostLog bool   // the buffer-full message was given
-	capLog  bool   // the size-cap message was given at WARN
+	capLog  uint8  // the size-cap kinds already given at WARN
 	wbuf    []byte // what one write sends (reused)
 
 	// The fsync rule. needSeq and needAll say what was written since the
