@@ -155,7 +155,7 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 	// A given MLFLOW_RUN_ID keeps its meaning: that run, no election.
 	if j := b.Job; j != nil && mc.RunID == "" {
 		mc.Job = &mlflow.Job{Key: j.Key, KeyFrom: j.KeyFrom, Generation: j.Generation, Attempt: j.Attempt,
-			Nodes: j.Nodes, Settle: j.Settle, Task: j.Task}
+			Nodes: j.Nodes, Settle: j.Settle, Task: j.Task, Rank: j.Rank}
 	}
 	return mlflow.New(mc, b.Log.With("tracker", "mlflow"))
 }

@@ -78,9 +78,9 @@ type Sink struct {
 	// waits for fewer requests.
 	startTags map[string]string
 
-	el    election // a multi-node job's election (Config.Job), kept across Start calls
-	scope string   // a job run: the prefix of this node's tags ("bridge.node.<id>")
-	who   string   // a job run: this node (and task) in the job's records
+	el    jobElection // a multi-node job's election (Config.Job), kept across Start calls
+	scope string      // a job run: the prefix of this node's tags ("bridge.node.<id>")
+	who   string      // a job run: this node (and task) in the job's records
 }
 
 var _ tracker.Sink = (*Sink)(nil)
