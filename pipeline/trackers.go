@@ -184,7 +184,7 @@ func buildWandb(b Build) (tracker.Sink, error) {
 	if j := b.Job; j != nil {
 		// One run for the whole job, written by every node in shared mode.
 		if wc.RunID == "" {
-			wc.RunID = wandb.RunIDFor(j.Key)
+			wc.RunID = wandb.RunIDFor(j.Key, j.Generation)
 		}
 		wc.Shared, wc.Label = true, j.Label()
 		wc.Primary, wc.PrimaryKnown = j.Primary()
