@@ -717,8 +717,8 @@ func SharedEnv(label string, primary, known bool) []string {
 }
 
 // RunIDFor is the W&B run id of a job, the same on every node: its key
-// with the characters a run id may not hold made '-' (wandb's
-// validate_run_id refuses : ; , # ? / ' and spaces), cut to 48, for
+// with every character other than letters, digits, '_', '-' and '.' made
+// '-' (wandb's validate_run_id refuses : ; , # ? / '), cut to 48, for
 // reading, then 10 hex digits of the SHA-256 of the key and its generation
 // ("" when the launcher gives none). The key is already distinct for
 // distinct launcher values (package jobkey hashes what it cleans), so two
