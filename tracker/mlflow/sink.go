@@ -276,7 +276,11 @@ func (s *Sink) createRun(ctx context.Context, expID, name string, tags map[strin
 		Tags:         tagList(tags),
 	}
 	var out runResponse
-	if err := s.call(ctx, http.MethodPost, "runs/create", nil, req, &out, fmt.Sprintf("creating a run in experiment %s", expID)); err != nil {
+	what := "creating a run in experiment " + expID
+	if s.cfg.ExperimentName == "" && expID == s.cfg.ExperimentID {
+		what += " (" + EnvExperimentID + ")" // the user's value: a refusal names where it came from
+	}
+	if err := s.call(ctx, http.MethodPost, "runs/create", nil, req, &out, what); err != nil {
 		return "", err
 	}
 	// The run id goes into the child's environment: an invalid one (a NUL
