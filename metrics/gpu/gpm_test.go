@@ -29,7 +29,7 @@ import (
 // not allow fails the test: a buffer used after it is freed, freed twice,
 // metrics from an unfilled buffer or from two sources.
 type gpmDriver struct {
-	t     *testing.T
+	t     testing.TB
 	clock *fakeClock
 
 	mu      sync.Mutex
@@ -85,7 +85,7 @@ func rateMetric(id nvml.GpmMetricId) bool {
 }
 
 // newGPMDriver installs the fake on s, GPM supported on every GPU.
-func newGPMDriver(t *testing.T, s *server.Server) *gpmDriver {
+func newGPMDriver(t testing.TB, s *server.Server) *gpmDriver {
 	g := &gpmDriver{t: t, clock: &fakeClock{t: time.Unix(1_700_000_000, 0)},
 		live: map[*mock.GpmSample]*gpmSnap{}, freed: map[*mock.GpmSample]bool{},
 		sources: map[gpmSource]*gpmCounters{}, unsupported: map[gpmSource]map[nvml.GpmMetricId]bool{}}
