@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/metrics/node"
 	"github.com/bridge-dev/bridge/metrics/process"
+	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/metrics/scrape"
 )
 
@@ -64,6 +66,7 @@ func (o *Off) Error() string { return o.Why }
 var Collectors = []Collector{
 	{Name: "cgroup", Scopes: []metrics.Scope{metrics.ScopeContainer}, Series: metrics.ContainerSeries, Build: buildCgroup},
 	{Name: "node", Scopes: node.ServedScopes, Series: metrics.NodeSeries, Build: buildNode},
+	{Name: rapl.Name, Scopes: []metrics.Scope{metrics.ScopeNode}, Series: metrics.RAPLSeries, Build: buildRAPL},
 	{Name: "process", Scopes: []metrics.Scope{metrics.ScopeProcess}, Series: metrics.ProcessSeries, Build: buildProcess},
 	{Name: gpu.Name, Scopes: []metrics.Scope{metrics.ScopeGPU}, Series: metrics.GPUSeries, Build: buildGPU},
 	{Name: "scrape", Series: metrics.ScrapeSeries, Build: buildScrape},
@@ -113,6 +116,26 @@ func buildNode(b CollectorBuild) (metrics.Collector, error) {
 		return nil, &Off{Why: "off: " + err.Error(), Level: slog.LevelWarn}
 	}
 	return n, nil
+}
+
+// buildRAPL: off, and costing nothing per sample, where the node has no
+// RAPL package zone bridge can read.
+func buildRAPL(b CollectorBuild) (metrics.Collector, error) {
+	c, err := rapl.New(rapl.Options{SysRoot: b.Config.SysRoot, Log: b.Log.With("collector", rapl.Name)})
+	if err != nil {
+		return nil, &Off{Why: "off: " + err.Error(), Level: absentLevel(err)}
+	}
+	return c, nil
+}
+
+// absentLevel is the log level of a sysfs collector that is off: debug
+// where the hardware is simply not there (most machines), info where it is
+// but bridge may not read it.
+func absentLevel(err error) slog.Level {
+	if errors.Is(err, fs.ErrPermission) {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
 
 func buildProcess(b CollectorBuild) (metrics.Collector, error) {
