@@ -15,6 +15,7 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/gpu"
+	"github.com/bridge-dev/bridge/metrics/infiniband"
 	"github.com/bridge-dev/bridge/metrics/node"
 	"github.com/bridge-dev/bridge/metrics/process"
 	"github.com/bridge-dev/bridge/metrics/rapl"
@@ -67,6 +68,7 @@ var Collectors = []Collector{
 	{Name: "cgroup", Scopes: []metrics.Scope{metrics.ScopeContainer}, Series: metrics.ContainerSeries, Build: buildCgroup},
 	{Name: "node", Scopes: node.ServedScopes, Series: metrics.NodeSeries, Build: buildNode},
 	{Name: rapl.Name, Scopes: []metrics.Scope{metrics.ScopeNode}, Series: metrics.RAPLSeries, Build: buildRAPL},
+	{Name: infiniband.Name, Scopes: []metrics.Scope{metrics.ScopeNode}, Series: metrics.InfiniBandSeries, Build: buildInfiniBand},
 	{Name: "process", Scopes: []metrics.Scope{metrics.ScopeProcess}, Series: metrics.ProcessSeries, Build: buildProcess},
 	{Name: gpu.Name, Scopes: []metrics.Scope{metrics.ScopeGPU}, Series: metrics.GPUSeries, Build: buildGPU},
 	{Name: "scrape", Series: metrics.ScrapeSeries, Build: buildScrape},
@@ -122,6 +124,16 @@ func buildNode(b CollectorBuild) (metrics.Collector, error) {
 // RAPL package zone bridge can read.
 func buildRAPL(b CollectorBuild) (metrics.Collector, error) {
 	c, err := rapl.New(rapl.Options{SysRoot: b.Config.SysRoot, Log: b.Log.With("collector", rapl.Name)})
+	if err != nil {
+		return nil, &Off{Why: "off: " + err.Error(), Level: absentLevel(err)}
+	}
+	return c, nil
+}
+
+// buildInfiniBand: off, and costing nothing per sample, on a node without
+// InfiniBand or RoCE ports.
+func buildInfiniBand(b CollectorBuild) (metrics.Collector, error) {
+	c, err := infiniband.New(infiniband.Options{SysRoot: b.Config.SysRoot, Log: b.Log.With("collector", infiniband.Name)})
 	if err != nil {
 		return nil, &Off{Why: "off: " + err.Error(), Level: absentLevel(err)}
 	}
