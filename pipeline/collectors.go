@@ -13,6 +13,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/amdgpu"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/metrics/infiniband"
@@ -71,6 +72,7 @@ var Collectors = []Collector{
 	{Name: infiniband.Name, Scopes: []metrics.Scope{metrics.ScopeNode}, Series: metrics.InfiniBandSeries, Build: buildInfiniBand},
 	{Name: "process", Scopes: []metrics.Scope{metrics.ScopeProcess}, Series: metrics.ProcessSeries, Build: buildProcess},
 	{Name: gpu.Name, Scopes: []metrics.Scope{metrics.ScopeGPU}, Series: metrics.GPUSeries, Build: buildGPU},
+	{Name: amdgpu.Name, Scopes: []metrics.Scope{metrics.ScopeGPU}, Series: metrics.AMDGPUSeries, Build: buildAMDGPU},
 	{Name: "scrape", Series: metrics.ScrapeSeries, Build: buildScrape},
 }
 
@@ -188,6 +190,35 @@ func buildGPU(b CollectorBuild) (metrics.Collector, error) {
 	}
 	b.Sources.gpu = g
 	return g, nil
+}
+
+// buildAMDGPU builds the AMD GPU collector, numbering its GPUs after
+// every GPU NVML sees (one gpu_N sequence for the node). Off, and costing
+// nothing per sample, without an AMD GPU for the job.
+func buildAMDGPU(b CollectorBuild) (metrics.Collector, error) {
+	cfg := b.Config
+	offset := 0
+	if g := b.Sources.gpu; g != nil {
+		offset = g.Count()
+	}
+	c, err := amdgpu.New(amdgpu.Options{
+		SysRoot:     cfg.SysRoot,
+		Offset:      offset,
+		LookupEnv:   os.LookupEnv, // what the child inherits
+		ProcessTree: b.Sources.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)),
+		Log:         b.Log.With("collector", amdgpu.Name),
+	})
+	if err != nil {
+		level := slog.LevelWarn
+		switch {
+		case errors.Is(err, amdgpu.ErrNoGPU):
+			level = slog.LevelDebug
+		case errors.Is(err, amdgpu.ErrNoneForJob):
+			level = slog.LevelInfo
+		}
+		return nil, &Off{Why: "off: " + err.Error(), Level: level}
+	}
+	return c, nil
 }
 
 // buildScrape: --scrape asks for its series explicitly, whatever --scopes
