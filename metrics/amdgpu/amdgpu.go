@@ -292,12 +292,12 @@ func (c *Collector) value(g *gpu, path string, errs *[]error) (float64, bool) {
 		*errs = append(*errs, fmt.Errorf("GPU %d (%s): reading %s: %w%s", g.index, g.name, path, err, why))
 		return 0, false
 	}
-	s := strings.TrimSpace(string(c.buf))
-	if s == "" {
-		return 0, false
-	}
-	v, err := strconv.ParseInt(s, 10, 64) // hwmon values are signed (temperatures)
-	if err != nil {
+	v, ok := kfile.Int(c.buf) // hwmon values are signed (temperatures)
+	if !ok {
+		s := strings.TrimSpace(string(c.buf))
+		if s == "" {
+			return 0, false
+		}
 		*errs = append(*errs, fmt.Errorf("GPU %d (%s): parsing %s: want a whole number, got %q", g.index, g.name, path, s))
 		return 0, false
 	}

@@ -11,7 +11,7 @@ import (
 // ending in "/" is a directory.
 type files map[string]string
 
-func write(t *testing.T, root string, f files) {
+func write(t testing.TB, root string, f files) {
 	t.Helper()
 	for rel, body := range f {
 		p := filepath.Join(root, rel)

@@ -3,11 +3,11 @@ package infiniband
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // counter follows one counter file of a port from its first reading.
@@ -67,9 +67,9 @@ var errNoPMA = errors.New("no PMA")
 
 // parseCounter parses a counter file: a decimal count.
 func parseCounter(b []byte) (uint64, error) {
-	s := strings.TrimSpace(string(b))
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
+	v, ok := kfile.Uint(b)
+	if !ok {
+		s := strings.TrimSpace(string(b))
 		if strings.HasPrefix(s, "N/A") {
 			return 0, fmt.Errorf("%w: %q", errNoPMA, s)
 		}

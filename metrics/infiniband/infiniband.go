@@ -21,6 +21,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -69,7 +70,8 @@ var errorCounters = []struct {
 type port struct {
 	device, num string
 	facts       facts
-	rx, tx      *counter // nil: the port has no such counter
+	rx, tx      *counter   // nil: the port has no such counter
+	data        []*counter // rx and tx, those present
 	errs        []*counter
 }
 
@@ -172,6 +174,11 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 		dir := filepath.Join(portsDir, num)
 		p.rx = c.dataCounter(dir, "port_rcv_data", metrics.NodeIBReceiveRate.For(name, num))
 		p.tx = c.dataCounter(dir, "port_xmit_data", metrics.NodeIBTransmitRate.For(name, num))
+		for _, k := range []*counter{p.rx, p.tx} {
+			if k != nil {
+				p.data = append(p.data, k)
+			}
+		}
 		for _, ec := range errorCounters {
 			path := filepath.Join(dir, "counters", ec.file)
 			if exists(path) {
@@ -222,10 +229,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
-		for _, dc := range []*counter{p.rx, p.tx} {
-			if dc == nil {
-				continue
-			}
+		for _, dc := range p.data {
 			delta, secs, ok, err := c.take(dc)
 			if err != nil {
 				errs = append(errs, err)
@@ -314,10 +318,8 @@ func (c *Collector) Detect(context.Context) map[string]any {
 			m["state"], m["phys_state"], m["link_layer"], m["rate_gbps"] = p.facts.State, p.facts.PhysState, p.facts.LinkLayer, p.facts.RateGbps
 		}
 		var files []string
-		for _, k := range append([]*counter{p.rx, p.tx}, p.errs...) {
-			if k != nil {
-				files = append(files, strings.TrimPrefix(k.path, filepath.Join(c.sysRoot, "class/infiniband", p.device, "ports", p.num)+"/"))
-			}
+		for _, k := range append(slices.Clone(p.data), p.errs...) {
+			files = append(files, strings.TrimPrefix(k.path, filepath.Join(c.sysRoot, "class/infiniband", p.device, "ports", p.num)+"/"))
 		}
 		m["counters"] = files
 		ports = append(ports, m)

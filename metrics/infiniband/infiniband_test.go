@@ -20,7 +20,7 @@ import (
 // files is a fixture: path under <sys>/class/infiniband -> content.
 type files map[string]string
 
-func write(t *testing.T, root string, f files) {
+func write(t testing.TB, root string, f files) {
 	t.Helper()
 	for rel, body := range f {
 		p := filepath.Join(root, "class/infiniband", rel)

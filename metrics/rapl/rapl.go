@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -70,6 +71,7 @@ type zone struct {
 // files are opened on each read).
 type Collector struct {
 	sysRoot string
+	allSrc  string // the source of the node's sums
 	zones   []*zone
 	files   *kfile.Reader[string]
 	now     func() time.Time
@@ -113,7 +115,7 @@ func New(opts Options) (*Collector, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: listing the zones of %s: %w", ErrUnavailable, classDir, err)
 	}
-	c := &Collector{sysRoot: opts.SysRoot, now: opts.Now, log: opts.Log.With("source", Name), noted: map[string]bool{},
+	c := &Collector{sysRoot: opts.SysRoot, allSrc: filepath.Join(classDir, "intel-rapl:*/energy_uj"), now: opts.Now, log: opts.Log.With("source", Name), noted: map[string]bool{},
 		files: kfile.NewPathReader(kfile.Options{Size: 64})}
 	var denied error
 	for _, z := range all {
@@ -206,9 +208,8 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 		energy += z.c.total / 1e6
 	}
 	if all && len(c.zones) > 0 {
-		src := filepath.Join(c.sysRoot, "class/powercap/intel-rapl:*/energy_uj")
-		b.Add(metrics.NodeCPUPower, power, src)
-		b.Add(metrics.NodeCPUEnergy, energy, src)
+		b.Add(metrics.NodeCPUPower, power, c.allSrc)
+		b.Add(metrics.NodeCPUEnergy, energy, c.allSrc)
 	}
 	return errors.Join(errs...)
 }
@@ -231,13 +232,9 @@ func (c *Collector) noteOnce(path, kind, why string) {
 
 // parseMicrojoules parses the content of energy_uj.
 func parseMicrojoules(b []byte) (uint64, error) {
-	s := string(b)
-	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == ' ') {
-		s = s[:len(s)-1]
-	}
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("want a count of microjoules, got %q", s)
+	v, ok := kfile.Uint(b)
+	if !ok {
+		return 0, fmt.Errorf("want a count of microjoules, got %q", strings.TrimSpace(string(b)))
 	}
 	return v, nil
 }

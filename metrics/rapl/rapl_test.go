@@ -25,6 +25,12 @@ const maxRange = 262143328850
 func tree(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
+	writeBench(t, root, files)
+	return root
+}
+
+func writeBench(t testing.TB, root string, files map[string]string) {
+	t.Helper()
 	for rel, body := range files {
 		p := filepath.Join(root, "class/powercap", rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -34,7 +40,6 @@ func tree(t *testing.T, files map[string]string) string {
 			t.Fatal(err)
 		}
 	}
-	return root
 }
 
 // zoneFiles is the files of one powercap zone as the kernel lays them out
