@@ -150,8 +150,8 @@ func New(opts Options) (*Collector, error) {
 	}
 	keep, notes := visible(ids, opts.LookupEnv, opts.Offset == 0)
 	c.notes = append(c.notes, notes...)
-	for _, n := range c.notes {
-		c.log.Info("AMD GPU left out", "why", n)
+	if len(c.notes) > 0 {
+		c.log.Info("AMD GPUs left out of the job's", "why", strings.Join(c.notes, "; "))
 	}
 	for i, k := range keep {
 		c.gpus = append(c.gpus, newGPU(*listed[k], opts.Offset+i))
