@@ -444,8 +444,9 @@ func TestMultinodeWandbShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := fmt.Sprint(mnJobs.Add(1))
-	env := slurmJob(id, time.Now().Unix(), 2, 0)
-	runID := wbsink.RunIDFor("slurm:e2e:" + id + ".0")
+	start := time.Now().Unix()
+	env := slurmJob(id, start, 2, 0)
+	runID := wbsink.RunIDFor("slurm:e2e:"+id+".0", strconv.FormatInt(start, 10))
 	nodes := make([]*mnNode, 2)
 	var outs [2]syncbuf.Buffer
 	for i := range nodes {
