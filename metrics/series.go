@@ -137,6 +137,38 @@ var (
 		Prom: "bridge_netns_network_transmit_bytes_per_second", Help: "Bytes transmitted per second in the network namespace over the last interval."}
 )
 
+// The node's CPU packages, from RAPL: metrics/rapl. RAPL measures a whole
+// package (every core and the uncore), whoever runs on it: node scope.
+var (
+	NodeCPUPackagePower = &Desc{Name: "node_cpu_package_<package>_power_watts", Unit: UnitWatts, Scope: ScopeNode,
+		Instance: []string{"package"}, Prom: "bridge_node_cpu_package_power_watts",
+		Help: "Power a CPU package of the node drew over the last interval, from its RAPL energy counter."}
+	NodeCPUPackageEnergy = &Desc{Name: "node_cpu_package_<package>_energy_joules", Unit: UnitJoules, Scope: ScopeNode, Kind: Counter,
+		Instance: []string{"package"}, Prom: "bridge_node_cpu_package_energy_joules_total",
+		Help: "Energy a CPU package of the node used since bridge started (RAPL)."}
+	NodeCPUPower = &Desc{Name: "node_cpu_power_watts", Unit: UnitWatts, Scope: ScopeNode,
+		Help: "Power all CPU packages of the node drew over the last interval (RAPL)."}
+	NodeCPUEnergy = &Desc{Name: "node_cpu_energy_joules", Unit: UnitJoules, Scope: ScopeNode, Kind: Counter,
+		Prom: "bridge_node_cpu_energy_joules_total", Help: "Energy all CPU packages of the node used since bridge started (RAPL)."}
+)
+
+// The node's InfiniBand and RoCE ports: metrics/infiniband. One series per
+// device and port; the counts are since bridge started.
+var (
+	NodeIBReceiveRate   = ibPort("receive_megabytes_per_second", UnitMegabytesPerSecond, Gauge, "bridge_node_infiniband_receive_bytes_per_second", "Bytes the port received per second over the last interval.")
+	NodeIBTransmitRate  = ibPort("transmit_megabytes_per_second", UnitMegabytesPerSecond, Gauge, "bridge_node_infiniband_transmit_bytes_per_second", "Bytes the port transmitted per second over the last interval.")
+	NodeIBSymbolErrors  = ibPort("symbol_errors_count", UnitCount, Counter, "bridge_node_infiniband_symbol_errors_total", "Minor link errors the port detected since bridge started (symbol_error).")
+	NodeIBLinkDowned    = ibPort("link_downed_count", UnitCount, Counter, "bridge_node_infiniband_link_downed_total", "Times the port's link went down since bridge started (link_downed).")
+	NodeIBReceiveErrors = ibPort("receive_errors_count", UnitCount, Counter, "bridge_node_infiniband_receive_errors_total", "Packets with errors the port received since bridge started (port_rcv_errors).")
+	NodeIBXmitDiscards  = ibPort("transmit_discards_count", UnitCount, Counter, "bridge_node_infiniband_transmit_discards_total", "Outbound packets the port discarded since bridge started, the port down or congested (port_xmit_discards).")
+	NodeIBXmitWait      = ibPort("transmit_wait_count", UnitCount, Counter, "bridge_node_infiniband_transmit_wait_total", "Ticks in which the port had data to send but no flow-control credits, since bridge started (port_xmit_wait): congestion.")
+)
+
+func ibPort(name string, u Unit, k Kind, prom, help string) *Desc {
+	return &Desc{Name: "node_infiniband_<device>_port_<port>_" + name, Unit: u, Scope: ScopeNode, Kind: k,
+		Instance: []string{"device", "port"}, Prom: prom, Help: help}
+}
+
 // Process-tree series: metrics/process, and metrics/gpu for GPU memory.
 var (
 	ProcessMemoryRSS = &Desc{Name: "process_memory_rss_megabytes", Unit: UnitMegabytes, Scope: ScopeProcess,
@@ -332,6 +364,15 @@ var (
 		GPURemappedRowsPending, GPURemappedRowsFailed, GPUXidErrors, GPUEnergy,
 		ProcessGPUProcesses, ProcessGPUUnmatchedProcesses, ProcessGPUMemory,
 	}, GPUProfSeries...)
+	// AMDGPUSeries are the amdgpu collector's (sysfs): the per-GPU
+	// templates that mean what NVIDIA's do, and the child's GPU memory.
+	AMDGPUSeries = []*Desc{
+		GPUUtilization, GPUMemoryControllerUtilization, GPUPowerUsage, GPUPowerLimit, GPUPowerUsagePercent,
+		GPUTemperature, GPUSMClock, GPUMemoryClock, GPUMemoryUsed, GPUMemoryTotal, GPUMemoryUsagePercent,
+		ProcessGPUProcesses, ProcessGPUUnmatchedProcesses, ProcessGPUMemory,
+	}
+	RAPLSeries       = []*Desc{NodeCPUPackagePower, NodeCPUPackageEnergy, NodeCPUPower, NodeCPUEnergy}
+	InfiniBandSeries = []*Desc{NodeIBReceiveRate, NodeIBTransmitRate, NodeIBSymbolErrors, NodeIBLinkDowned, NodeIBReceiveErrors, NodeIBXmitDiscards, NodeIBXmitWait}
 	// ScrapeSeries are the static ones the --scrape collector maps
 	// dcgm-exporter's fields to (the activity series among them); it also
 	// makes DCGMProfiling templates of other fields and Passthrough series

@@ -458,10 +458,17 @@ func (s *Session) Finish(end tracker.EndInfo) {
 		case <-ctx.Done():
 		}
 	}()
-	info := maps.Clone(end.Tags)
-	if info == nil {
-		info = map[string]string{}
+	// The job's energy, from every sample taken (Stop took the last one).
+	end.Tags = maps.Clone(end.Tags)
+	if end.Tags == nil {
+		end.Tags = map[string]string{}
 	}
+	for k, v := range s.acc.EnergyTags() {
+		if _, set := end.Tags[k]; !set {
+			end.Tags[k] = v
+		}
+	}
+	info := maps.Clone(end.Tags)
 	for _, r := range s.sinks {
 		func() {
 			defer s.recoverGo("finish " + r.Sink.Name())

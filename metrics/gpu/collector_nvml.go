@@ -87,6 +87,7 @@ type Collector struct {
 	nvmlVer    string
 	cudaDriver string
 	devices    []*device
+	count      int // GPUs NVML sees, selected or not
 	skipped    []skippedDevice
 	notes      []string
 	symbols    map[string]bool
@@ -210,6 +211,7 @@ func (c *Collector) discover(ctx context.Context, sels []selector) {
 		c.off = fmt.Sprintf("listing GPUs: %v", err)
 		return
 	}
+	c.count = n
 	if n == 0 {
 		c.off = "NVML sees no GPU (in a container, NVML sees only the GPUs mounted into it)"
 		return
@@ -762,3 +764,7 @@ func (c *Collector) Indexes() map[string]int {
 	}
 	return m
 }
+
+// Count is the number of GPUs NVML sees, selected or not (0 without NVML):
+// GPUs of other vendors are numbered after them. Fixed by New.
+func (c *Collector) Count() int { return c.count }
