@@ -12,7 +12,6 @@ package stallfs
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -170,6 +169,3 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, iov [][]byte, off in
 	}
 	return n.Write(ctx, f, data, off)
 }
-
-// String names the mount, for messages.
-func (f *FS) String() string { return fmt.Sprintf("stallfs on %s (backed by %s)", f.Dir, f.Backing) }
