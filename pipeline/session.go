@@ -57,17 +57,6 @@ func SettingsFrom(cfg config.Config) Settings {
 	}
 }
 
-// SpoolOptions are the spool's options for these settings: --spool-max-size
-// 0 means no cap (the spool's own 0 means its default); --spool-sync is the
-// spool's group commit.
-func SpoolOptions(set Settings, log *slog.Logger) spool.Options {
-	o := spool.Options{Logger: log, MaxSize: set.SpoolMaxSize, SyncEvery: set.SpoolSync}
-	if set.SpoolMaxSize == 0 {
-		o.MaxSize = -1
-	}
-	return o
-}
-
 // Options are what Open needs.
 type Options struct {
 	Settings   Settings
@@ -141,7 +130,7 @@ func Open(o Options) *Session {
 	}
 	sp := o.Spool
 	if sp == nil {
-		sp = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Settings.Task, o.Started.Runs, now), o.Settings, o.Log)
+		sp, _ = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Settings.Task, o.Started.Runs, now), ForJob, o.Settings, o.Log)
 	}
 	s := &Session{
 		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: summary.New(),

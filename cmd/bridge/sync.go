@@ -57,7 +57,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	sp, err := spool.OpenWith(path, spool.Options{Logger: log, MustExist: true, SyncEvery: cfg.SpoolSync})
+	sp, err := pipeline.OpenSpool(path, pipeline.ForSync, pipeline.SettingsFrom(cfg), log)
 	if errors.Is(err, spool.ErrLocked) {
 		// Sending what a live bridge is sending would make two runs of it,
 		// or the same samples twice.
