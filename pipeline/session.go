@@ -148,7 +148,12 @@ func Open(o Options) *Session {
 		s.phase = RandomPhase
 	}
 	s.sampler.SetNextSeq(sp.NextSeq())
-	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: o.Version, Runs: o.Started.RunIDs(), Info: o.StartTags}); err != nil {
+	// Where each run is (or is to be created) goes with it, for `bridge sync`.
+	info := maps.Clone(o.StartTags)
+	for _, r := range s.sinks {
+		info = withPlace(info, r.Sink)
+	}
+	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: o.Version, Runs: o.Started.RunIDs(), Info: info}); err != nil {
 		s.log.Error("cannot record the start in the spool", "err", err) // a closed spool: a caller's bug
 	}
 	if !sp.InMemory() {
@@ -183,14 +188,39 @@ func Open(o Options) *Session {
 // sink created, so that a restarted bridge or `bridge sync` finds it.
 func (s *Session) recordLateRun(sink tracker.Sink) func(run string) {
 	return func(run string) {
-		rec := spool.Record{Time: time.Now().UnixMilli(), Sink: sink.Name(), Run: run}
-		if c, ok := sink.(RunCreator); ok && c.Created() {
-			rec.Info = map[string]string{CreatedTag(sink.Name()): "true"}
-		}
+		c, ok := sink.(RunCreator)
+		rec := spool.Record{Time: time.Now().UnixMilli(), Sink: sink.Name(), Run: run, Info: RunRecordInfo(sink, ok && c.Created())}
 		if err := s.spool.WriteRun(rec); err != nil {
 			s.log.Error("cannot record the tracker's run in the spool; a restart or `bridge sync` would not find it", "tracker", sink.Name(), "run", run, "err", err)
 		}
 	}
+}
+
+// RunRecordInfo is the info of a spool run record for sink's run: where
+// the run is (tracker.Placer) and whether bridge created it (so that a
+// restart or `bridge sync` may end it).
+func RunRecordInfo(sink tracker.Sink, created bool) map[string]string {
+	var info map[string]string
+	if created {
+		info = map[string]string{CreatedTag(sink.Name()): "true"}
+	}
+	return withPlace(info, sink)
+}
+
+// withPlace adds where sink's run is (tracker.Placer) to info, which it
+// returns (a new map when info is nil and there is something to add).
+func withPlace(info map[string]string, sink tracker.Sink) map[string]string {
+	p, ok := sink.(tracker.Placer)
+	if !ok {
+		return info
+	}
+	for k, v := range p.Place() {
+		if info == nil {
+			info = map[string]string{}
+		}
+		info[k] = v
+	}
+	return info
 }
 
 func (s *Session) recoverGo(what string) {

@@ -89,6 +89,18 @@ type Sink interface {
 	Finish(ctx context.Context, end EndInfo) error
 }
 
+// Placer is implemented by sinks whose run lives in a place their
+// tracker's variables choose (MLflow's experiment). The spool records it,
+// so that `bridge sync` finds the job's run, or creates a missing one, in
+// the same place whatever its own environment says.
+type Placer interface {
+	// Place is where the run is, or is to be created, as tags named after
+	// the tracker: what the sink resolved once its tracker answered, else
+	// what its variables name. Safe to call beside the sink's other
+	// methods.
+	Place() map[string]string
+}
+
 // Dropper is implemented by sinks that leave out points their tracker
 // would refuse (MLflow: a bad key, a time before 1970) instead of failing
 // the request that carries them.

@@ -238,6 +238,9 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 		}
 	}
 	ov := pipeline.Overrides{RunIDs: map[string]string{t: j.run}, Owned: map[string]bool{t: createdByBridge(sp.Attempts(), t, j.run)}}
+	if j.last != nil {
+		ov.Recorded = j.last.Start.Info // where the job's run is: the tracker's variables here may name another place
+	}
 	// The attempts of a multi-node job go to the job's run as their bridge
 	// would have sent them: the election finds it (or makes it, when none
 	// was recorded), the keys are the node's (or its task's), and the end
@@ -248,9 +251,6 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	}
 	if job != nil {
 		cfg.NodeID = job.NodeID
-		if t == "mlflow" {
-			delete(ov.RunIDs, t)
-		}
 		e.log.Info("the spool is one node's of a multi-node job: uploading to the job's run", "key", job.Key, "node", job.Label(), "tracker", t)
 	}
 	sinks, err := pipeline.BuildSinks(cfg, ov, job, e.log)
@@ -268,10 +268,7 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 		return 1
 	}
 	r := runs[0]
-	var created map[string]string
-	if r.Created {
-		created = map[string]string{pipeline.CreatedTag(t): "true"}
-	}
+	created := pipeline.RunRecordInfo(r.Sink, r.Created)
 	claim := j.claim
 	if j.run != "" && r.RunID != j.run {
 		// The job's run is not the one recorded (that one was deleted):

@@ -4,16 +4,46 @@ package main
 // a real MLflow server.
 
 import (
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
+
+// advisedSync is the upload command bridge's end-of-run table advises,
+// exactly as printed: `bridge sync PATH`, the path quoted where the shell
+// needs it.
+func advisedSync(t *testing.T, out string) string {
+	t.Helper()
+	_, table, ok := strings.Cut(out, "bridge: end of run")
+	m := regexp.MustCompile(`bridge sync ('[^']*'|\S+)`).FindString(table)
+	if !ok || !strings.HasPrefix(m, "bridge sync /") && !strings.HasPrefix(m, "bridge sync '/") {
+		t.Fatalf("the end-of-run table advises no upload command with an absolute path:\n%s", out)
+	}
+	return m
+}
+
+// runAdvised runs the advised command as a user would paste it, from
+// another directory, with only env (the tracker's address) set.
+func runAdvised(t *testing.T, advice string, env ...string) (int, string) {
+	t.Helper()
+	sh := exec.Command("sh", "-c", advice)
+	sh.Dir = t.TempDir()
+	sh.Env = append(cleanEnv(env...), "PATH="+filepath.Dir(testbin.Bridge(t))+":"+os.Getenv("PATH"))
+	out, err := sh.CombinedOutput()
+	return exitCode(t, err), string(out)
+}
 
 // bridge sync never drops a sample it has yet to send, whatever the spool's
 // size and whatever --spool-max-size the environment carries (a job's
@@ -65,4 +95,57 @@ func TestSyncLargerThanCapSendsEverything(t *testing.T) {
 	}
 	run := attempts[len(attempts)-1].Start.Runs["mlflow"]
 	requireHistory(t, srv, &job{spool: copied}, run, memKey)
+}
+
+// A node of a multi-node job whose samples and end never reached the job's
+// run (MLflow refused every runs/log-batch of it): the upload command its
+// end-of-run table advises, run as printed with only MLFLOW_TRACKING_URI
+// set (no MLFLOW_EXPERIMENT_NAME), puts its samples into the job's run in
+// the job's experiment, which the spool recorded, and records its end
+// there: the run ends FINISHED, and no run of the job appears anywhere
+// else (the Default experiment).
+func TestSyncMultinodeUsesRecordedRun(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Schedule(faultproxy.Fault{Path: "runs/log-batch", Kind: faultproxy.Status, Code: http.StatusServiceUnavailable})
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("sync-recorded-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 2, 0)
+	n0 := startMN(t, srv.URL, exp, env(0))
+	n0.id = "node-0"
+	n1 := &mnNode{id: "node-1", dir: t.TempDir()}
+	n1.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--scopes", "node", "--start-timeout", "3m",
+		"--flush-timeout", "3s", "--spool", filepath.Join(n1.dir, "spool.jsonl"), "--", "/bin/sh", "-c", mnChild)
+	n1.cmd.Dir = n1.dir
+	n1.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + p.URL(), "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n1.dir}, env(1)...)...)
+	n1.cmd.Stderr = &n1.stderr
+	if err := n1.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, n0, n1)
+	if n0.code != 0 || n1.code != 0 {
+		t.Fatalf("exit codes %d %d, want the children's 0", n0.code, n1.code)
+	}
+	key := "slurm:e2e:" + id + ".0"
+	run := checkJobRun(t, srv, exp, key)
+	if got, _, _ := n1.seen(t); got != run {
+		t.Fatalf("node 1's child saw run %s, want the job's %s", got, run)
+	}
+	if st := srv.GetRun(t, run).Info.Status; st != mlflow.StatusRunning {
+		t.Fatalf("with node 1's end unrecorded the run is %s, want RUNNING", st)
+	}
+
+	code, out := runAdvised(t, advisedSync(t, n1.stderr.String()), "MLFLOW_TRACKING_URI="+srv.URL)
+	if code != 0 {
+		t.Fatalf("the advised sync: exit %d:\n%s\nnode 1's bridge:\n%s", code, out, n1.stderr.String())
+	}
+	if r := checkJob(t, srv, exp, key, []*mnNode{n0, n1}); r.Info.Status != mlflow.StatusFinished || r.Tags["bridge.node.node-1.status"] != mlflow.StatusFinished {
+		t.Errorf("after the sync the run is %s, node 1's status %q; want FINISHED\n%s", r.Info.Status, r.Tags["bridge.node.node-1.status"], out)
+	}
+	if runs := srv.SearchRuns(t, mlflow.DefaultExperimentID, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ALL"); len(runs) > 0 {
+		t.Errorf("sync made %d runs of the job in the Default experiment", len(runs))
+	}
 }

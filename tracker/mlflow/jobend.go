@@ -34,20 +34,26 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 		s.scope = "bridge.task." + node + "." + job.Task
 		s.prefix = "system/" + node + "/" + job.Task + "/"
 	}
-	if s.el.expID == "" {
-		expID, err := s.experiment(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := tracker.ValidID("experiment id", expID); err != nil {
-			return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
-		}
-		s.el.expID = expID
-	}
-	id, err := s.elect(ctx, info)
+	id, err := s.knownJobRun(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if id == "" {
+		if s.el.expID == "" {
+			expID, err := s.experiment(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if err := tracker.ValidID("experiment id", expID); err != nil {
+				return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
+			}
+			s.el.expID = expID
+		}
+		if id, err = s.elect(ctx, info); err != nil {
+			return nil, err
+		}
+	}
+	s.setExperiment(s.el.expID)
 	if err := tracker.ValidID("run id", id); err != nil {
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: the job's run: %w", s.url, err))
 	}
@@ -72,6 +78,29 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 		env = append(env, EnvNodeID+"="+strings.TrimSuffix(strings.TrimPrefix(s.prefix, "system/"), "/"))
 	}
 	return env, nil
+}
+
+// knownJobRun is Config.JobRun when it is still the job's run (it exists,
+// is not deleted and carries the job's key), "" when the job's run must be
+// elected.
+func (s *Sink) knownJobRun(ctx context.Context) (string, error) {
+	job, known := s.cfg.Job, s.cfg.JobRun
+	if known == "" {
+		return "", nil
+	}
+	run, err := s.getRun(ctx, known)
+	switch {
+	case isCode(err, "RESOURCE_DOES_NOT_EXIST"):
+	case err != nil:
+		return "", err
+	case run.Info.LifecycleStage == "deleted" || run.Data.TagMap()[TagJobKey] != job.Key:
+	default:
+		s.el.expID = run.Info.ExperimentID
+		return known, nil
+	}
+	s.log.Warn("the job's run the spool recorded is gone (deleted, or not the job's); finding the job's run by its key", "run_id", known, "key", job.Key)
+	s.cfg.JobRun = ""
+	return "", nil
 }
 
 // tagPreviousAttemptLost is forensics.TagPreviousAttemptLost, set by the

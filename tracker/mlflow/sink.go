@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-resty/resty/v2"
@@ -77,6 +78,9 @@ type Sink struct {
 	// recorded by the first Send (or Finish), not by Start: the child then
 	// waits for fewer requests.
 	startTags map[string]string
+
+	expMu sync.Mutex
+	expID string // the experiment of the run, once known (Place)
 
 	el    election // a multi-node job's election (Config.Job), kept across Start calls
 	scope string   // a job run: the prefix of this node's tags ("bridge.node.<id>")
@@ -182,6 +186,7 @@ func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, er
 		return env, tracker.Permanent(fmt.Errorf("%s=%s: run is deleted on MLflow at %s: restore it in the UI (or `mlflow runs restore --run-id %s`) or unset %s",
 			EnvRunID, s.runID, s.url, s.runID, EnvRunID))
 	}
+	s.setExperiment(run.Info.ExperimentID)
 	s.startTags = maps.Clone(info.Tags)
 	return env, nil
 }
@@ -208,6 +213,7 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	if err := tracker.ValidID("experiment id", expID); err != nil {
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
 	}
+	s.setExperiment(expID)
 	tags := sourceTags(info)
 	maps.Copy(tags, info.Tags)
 	if s.creates++; s.creates > 1 && s.startID != "" {
@@ -236,6 +242,41 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	// a bridge flag the child never sees): a second start_run() in the child
 	// then lands in the same experiment.
 	return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
+}
+
+// Tags of the spool's start record that say where the run is (Place).
+const (
+	TagExperimentID   = "bridge.mlflow.experiment_id"
+	TagExperimentName = "bridge.mlflow.experiment_name"
+)
+
+// Place implements tracker.Placer: the run's experiment, as found once
+// MLflow answered, else as MLFLOW_EXPERIMENT_ID and MLFLOW_EXPERIMENT_NAME
+// name it (none: the Default experiment, id 0).
+func (s *Sink) Place() map[string]string {
+	s.expMu.Lock()
+	id := s.expID
+	s.expMu.Unlock()
+	if id == "" {
+		id = s.cfg.ExperimentID
+	}
+	if id == "" && s.cfg.ExperimentName == "" {
+		id = DefaultExperimentID
+	}
+	p := map[string]string{}
+	if id != "" {
+		p[TagExperimentID] = id
+	}
+	if s.cfg.ExperimentName != "" {
+		p[TagExperimentName] = s.cfg.ExperimentName
+	}
+	return p
+}
+
+func (s *Sink) setExperiment(id string) {
+	s.expMu.Lock()
+	s.expID = id
+	s.expMu.Unlock()
 }
 
 // runName is the name of a run bridge creates: --run-name, else the one
