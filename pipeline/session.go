@@ -172,11 +172,13 @@ func Open(o Options) *Session {
 		if r.Late != nil {
 			r.fwd.OnLateStart = s.recordLateRun(r.Sink)
 		}
+		rctx, rcancel := context.WithCancel(fctx)
+		r.cancel = rcancel
 		s.fwdWG.Add(1)
 		go func() {
 			defer s.fwdWG.Done()
 			defer s.recoverGo("forwarder " + r.Sink.Name())
-			r.fwd.Run(fctx)
+			r.fwd.Run(rctx)
 		}()
 	}
 	// After the forwarders exist: /metrics reads their counters.
@@ -385,6 +387,12 @@ func (s *Session) writer() {
 // most the flush timeout. Without it, Stop counts FlushTimeout from its call.
 func (s *Session) EndBy(deadline time.Time) { s.deadline = deadline }
 
+// unreachedGrace is all the end of the run waits for a tracker that never
+// answered during the job (connection refused, a wrong address): one more
+// try, then its samples stay in the spool for `bridge sync`. A tracker that
+// answered and then went away gets the whole flush timeout.
+const unreachedGrace = 2 * time.Second
+
 // finishReserve is the part of the end-of-run time kept for recording the
 // end on the trackers, so that a slow drain cannot leave a run RUNNING.
 func finishReserve(left time.Duration) time.Duration { return min(left/5, 5*time.Second) }
@@ -426,6 +434,14 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	}()
 	for _, r := range s.sinks {
 		r.fwd.Finish()
+		// Looked at when the grace is over: a tracker that answers during
+		// it keeps its flush.
+		t := time.AfterFunc(unreachedGrace, func() {
+			if !r.reached() {
+				r.cancel()
+			}
+		})
+		defer t.Stop()
 	}
 	s.fwdWG.Wait()
 	close(flushed)
@@ -482,6 +498,11 @@ func (s *Session) Finish(end tracker.EndInfo) {
 		func() {
 			defer s.recoverGo("finish " + r.Sink.Name())
 			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" {
+				return
+			}
+			if !r.reached() {
+				s.log.Warn("the tracker was never reached during the job; `bridge sync` records the end later: "+SyncCommand(s.spool.Path()),
+					"tracker", r.Sink.Name(), "run", r.run())
 				return
 			}
 			if ctx.Err() != nil {
@@ -550,25 +571,39 @@ func (s *Session) trackerRows() []summary.Row {
 		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: " + where})
 	}
 	for _, r := range s.sinks {
-		st, err, sent := r.fwd.Status()
-		run := r.run()
-		v := fmt.Sprintf("%s run %s: %d samples sent", st, run, sent)
-		if run == "" {
-			v = fmt.Sprintf("%s: never reached, no run created", st)
-		} else if r.Late != nil {
-			v += " (run created after the job started)"
-		}
-		if n := s.spool.PendingCount(r.Sink.Name(), run); n > 0 {
-			where := "in the spool; " + SyncCommand(s.spool.Path()) + " uploads them"
-			if s.spool.InMemory() {
-				where = "lost: no spool file"
-			}
-			v += fmt.Sprintf(", %d unsent (%s)", n, where)
-		}
-		if err != nil && st != tracker.StateOK {
-			v += ": " + err.Error()
-		}
-		rows = append(rows, summary.Row{What: r.Sink.Name(), Value: v})
+		rows = append(rows, summary.Row{What: r.Sink.Name(), Value: s.trackerRow(r)})
 	}
 	return rows
+}
+
+// trackerRow says what happened with one tracker, from what happened: its
+// run, whether it ever answered, what it was sent and what it was not.
+func (s *Session) trackerRow(r SinkRun) string {
+	st, err, sent := r.fwd.Status()
+	run := r.run()
+	var v string
+	switch reached := r.reached(); {
+	case run == "" && !reached:
+		v = "never reached: no run"
+	case run == "":
+		v = "reached, but no run was found or created before bridge exited"
+	case !reached:
+		v = fmt.Sprintf("run %s: never reached, %d samples sent", run, sent)
+	default:
+		v = fmt.Sprintf("%s run %s: %d samples sent", st, run, sent)
+		if r.Late != nil {
+			v += " (run created after the job started)"
+		}
+	}
+	if n := s.spool.PendingCount(r.Sink.Name(), run); n > 0 {
+		where := "in the spool; " + SyncCommand(s.spool.Path()) + " uploads them"
+		if s.spool.InMemory() {
+			where = "lost: no spool file"
+		}
+		v += fmt.Sprintf(", %d unsent (%s)", n, where)
+	}
+	if err != nil && st != tracker.StateOK {
+		v += ": " + err.Error()
+	}
+	return v
 }

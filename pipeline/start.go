@@ -22,8 +22,16 @@ type SinkRun struct {
 	// Late is set when the tracker was not reachable within the start
 	// timeout and no run is known yet: the forwarder starts the sink in the
 	// background (tracker.Forwarder.Start) and RunID stays empty here.
-	Late *tracker.StartInfo
-	fwd  *tracker.Forwarder
+	Late   *tracker.StartInfo
+	fwd    *tracker.Forwarder
+	cancel context.CancelFunc // ends this forwarder alone (see Session.Stop)
+}
+
+// reached reports whether the sink's tracker ever answered; a sink that
+// cannot tell counts as reached (it gets the whole flush timeout).
+func (r SinkRun) reached() bool {
+	rc, ok := r.Sink.(tracker.Reacher)
+	return !ok || rc.Reached()
 }
 
 // run is the run the sink writes to now: RunID, or the run a late start

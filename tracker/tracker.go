@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -88,6 +89,29 @@ type Sink interface {
 	// it). It is called once, after the last Send.
 	Finish(ctx context.Context, end EndInfo) error
 }
+
+// Reacher is implemented by sinks that know whether their tracker ever
+// answered since the sink was built. The end of a job whose tracker was
+// never reached does not wait the flush timeout for it (its samples are in
+// the spool), and the end-of-run table says what happened.
+type Reacher interface {
+	// Reached reports whether any request got an answer from the server
+	// (any HTTP status, an error included), as opposed to a connection that
+	// failed (refused, reset, timed out). Safe to call beside the sink's
+	// other methods.
+	Reached() bool
+}
+
+// Reach is a sink's record of whether its tracker ever answered; a sink
+// embeds it, calls Answered for every HTTP answer, and so implements
+// Reacher. The zero value has seen no answer.
+type Reach struct{ answered atomic.Bool }
+
+// Answered records that the server answered a request.
+func (r *Reach) Answered() { r.answered.Store(true) }
+
+// Reached implements Reacher.
+func (r *Reach) Reached() bool { return r.answered.Load() }
 
 // Placer is implemented by sinks whose run lives in a place their
 // tracker's variables choose (MLflow's experiment). The spool records it,

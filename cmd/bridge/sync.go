@@ -215,8 +215,7 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	// alone: a reused spool names every earlier job's run.
 	if j.run != "" && j.last != nil && j.last.End != nil && j.last.End.Info[pipeline.EndRecordedTag(t)] == j.run {
 		if err := sp.Track(t, j.run); err == nil && sp.PendingCount(t, j.run) == 0 {
-			fmt.Fprintf(e.stdout, "%s run %s: 0 samples sent, all acknowledged before (up to step %d); its end was recorded by its bridge\n",
-				t, j.run, sp.Acked(t, j.run))
+			fmt.Fprintf(e.stdout, "%s run %s: 0 samples sent%s; its end was recorded by its bridge\n", t, j.run, ackedBefore(sp.Acked(t, j.run)))
 			return 0
 		}
 	}
@@ -301,7 +300,7 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	fwd := &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Queue: sp, Log: e.log}
 	done := fwd.Drain(ctx)
 	_, ferr, sent := fwd.Status()
-	line := fmt.Sprintf("%s run %s: %d samples sent, %d already acknowledged before (up to step %d)", t, r.RunID, sent, max(0, int(before+1)), before)
+	line := fmt.Sprintf("%s run %s: %d samples sent%s", t, r.RunID, sent, ackedBefore(before))
 	left := 0
 	if d, ok := r.Sink.(tracker.Dropper); ok {
 		left = d.Dropped()
@@ -337,6 +336,15 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 		fmt.Fprintf(e.stdout, "%s run %s: not created by bridge, its status is left as it is\n", t, r.RunID)
 	}
 	return code
+}
+
+// ackedBefore says what the tracker had acknowledged before this sync
+// (seq: the highest step, -1 for nothing): nothing to say when it had none.
+func ackedBefore(seq int64) string {
+	if seq < 0 {
+		return ""
+	}
+	return fmt.Sprintf("; those up to step %d were acknowledged before", seq)
 }
 
 // createdByBridge reports whether an attempt recorded in the spool created

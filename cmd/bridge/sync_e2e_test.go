@@ -86,6 +86,9 @@ func TestSyncLargerThanCapSendsEverything(t *testing.T) {
 	if strings.Contains(string(out), "size cap") {
 		t.Errorf("sync applied a size cap:\n%s", out)
 	}
+	if want := fmt.Sprintf("%d samples sent\n", len(before)); !strings.Contains(string(out), want) || strings.Contains(string(out), "acknowledged before") {
+		t.Errorf("sync of a spool nothing acknowledged: want %q and nothing acknowledged before:\n%s", want, out)
+	}
 	if after := spooledSeqs(t, path); len(after) != len(before) {
 		t.Errorf("the spool held %d samples before sync and %d after: sync removed samples", len(before), len(after))
 	}
@@ -95,6 +98,9 @@ func TestSyncLargerThanCapSendsEverything(t *testing.T) {
 	}
 	run := attempts[len(attempts)-1].Start.Runs["mlflow"]
 	requireHistory(t, srv, &job{spool: copied}, run, memKey)
+	if code, again := syncCmd(t, srv, exp, path); code != 0 || !strings.Contains(again, fmt.Sprintf("0 samples sent; those up to step %d were acknowledged before", before[len(before)-1])) {
+		t.Errorf("second sync: exit %d, want 0 naming the step acknowledged before:\n%s", code, again)
+	}
 }
 
 // A node of a multi-node job whose samples and end never reached the job's

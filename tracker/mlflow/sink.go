@@ -51,6 +51,8 @@ var (
 // Sink posts samples to one MLflow run. It implements tracker.Sink; as that
 // contract says, its methods are called from one goroutine.
 type Sink struct {
+	tracker.Reach // whether MLflow ever answered (set by call)
+
 	cfg    Config
 	log    *slog.Logger
 	client *resty.Client
