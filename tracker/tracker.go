@@ -125,6 +125,17 @@ type Placer interface {
 	Place() map[string]string
 }
 
+// EndReader is implemented by sinks that can read back the end of the job
+// a bridge recorded on their run. `bridge sync` asks before it records an
+// attempt whose spool has no end record as lost: a full disk can keep the
+// end record out of the spool after the tracker got the end.
+type EndReader interface {
+	// RecordedEnd returns the end recorded on the sink's run (for a
+	// multi-node job's run, this node's) at or after since, and whether
+	// there is one. Called after Start, never beside Send.
+	RecordedEnd(ctx context.Context, since time.Time) (EndInfo, bool, error)
+}
+
 // Dropper is implemented by sinks that leave out points their tracker
 // would refuse (MLflow: a bad key, a time before 1970) instead of failing
 // the request that carries them.

@@ -11,11 +11,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
@@ -153,5 +156,95 @@ func TestSyncMultinodeUsesRecordedRun(t *testing.T) {
 	}
 	if runs := srv.SearchRuns(t, mlflow.DefaultExperimentID, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ALL"); len(runs) > 0 {
 		t.Errorf("sync made %d runs of the job in the Default experiment", len(runs))
+	}
+}
+
+// A job that ended cleanly with its end recorded on MLflow, whose spool's
+// disk filled before the end record could be written: bridge sync, once
+// space is back, keeps the end the tracker holds instead of recording the
+// attempt as lost (a KILLED node of a FINISHED job's run). For a
+// single-node job and for a node of a multi-node one.
+func TestSyncKeepsEndAfterDiskFull(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"single node", nil},
+		{"multi-node", []string{"--job-key", "disk-full-" + fmt.Sprint(time.Now().UnixNano()), "--nodes", "1", "--node-id", "n0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp := uniqueName(t)
+			mnt := mountTmpfs(t, "256k")
+			path := filepath.Join(mnt, "spool.jsonl")
+			work := t.TempDir()
+			args := append([]string{"--interval=200ms", "--spool=" + path}, tc.args...)
+			cmd := exec.Command(testbin.Bridge(t), append(args, "--", "sh", "-c", "while [ ! -e go ]; do sleep 0.1; done")...)
+			cmd.Dir = work
+			cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+exp)
+			var out syncbuf.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { cmd.Process.Kill() })
+			waitfor.Cond(t, time.Minute, "samples in the spool", func() bool {
+				_, err := os.Stat(path)
+				return err == nil && len(spooledSeqs(t, path)) >= 2
+			})
+			// Full, and staying so: bridge's failed writes are cut back to
+			// the last whole record, which can give back a page a write
+			// took while the disk filled; fill again until none is free
+			// after bridge said it cannot write.
+			fillers, full := 0, 0
+			waitfor.Cond(t, time.Minute, "the spool's disk full", func() bool {
+				failed := strings.Contains(out.String(), "cannot write the spool")
+				fill(t, filepath.Join(mnt, fmt.Sprintf("filler-%d", fillers)))
+				fillers++
+				var st syscall.Statfs_t
+				if err := syscall.Statfs(mnt, &st); err != nil {
+					t.Fatal(err)
+				}
+				if full = full + 1; !failed || st.Bavail > 0 {
+					full = 0
+				}
+				return full >= 3
+			})
+			os.WriteFile(filepath.Join(work, "go"), nil, 0o600)
+			if code := exitCode(t, cmd.Wait()); code != 0 {
+				t.Fatalf("exit %d:\n%s", code, &out)
+			}
+			if _, _, attempts, err := spooltest.ReadFile(path); err != nil || len(attempts) != 1 || attempts[0].End != nil {
+				raw, _ := os.ReadFile(path)
+				t.Fatalf("attempts %+v (%v): want one, without its end record (the disk was full)\n%s\n%s", len(attempts), err, raw, &out)
+			}
+			ids := srv.RunIDs(t, exp)
+			if len(ids) != 1 {
+				t.Fatalf("runs %v, want one", ids)
+			}
+			before := srv.GetRun(t, ids[0])
+			if before.Info.Status != mlflow.StatusFinished {
+				t.Fatalf("the job's run is %s before the sync, want FINISHED (its end was recorded)", before.Info.Status)
+			}
+			for i := range fillers {
+				if err := os.Remove(filepath.Join(mnt, fmt.Sprintf("filler-%d", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			code, sout := syncCmd(t, srv, exp, path)
+			if code != 0 || !strings.Contains(sout, "kept the end its bridge recorded on the run: exit code 0") {
+				t.Fatalf("sync: exit %d, want 0 keeping the recorded end:\n%s", code, sout)
+			}
+			after := srv.GetRun(t, ids[0])
+			if after.Info.Status != mlflow.StatusFinished {
+				t.Errorf("the run is %s after the sync, want FINISHED kept:\n%s", after.Info.Status, sout)
+			}
+			for k, v := range after.Tags {
+				if strings.Contains(v, "lost") || strings.HasPrefix(k, "bridge.failed.") {
+					t.Errorf("the sync recorded a lost attempt: %s=%q\n%s", k, v, sout)
+				}
+			}
+		})
 	}
 }

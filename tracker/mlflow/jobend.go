@@ -147,6 +147,11 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.flushStartTags(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if end.KeepStatus {
+		// The tags alone: this node's end (and so the run's status) stays
+		// what is recorded.
+		return errors.Join(append(errs, s.SetTags(ctx, s.scoped(end.Tags)))...)
+	}
 	status := TerminalStatus(end)
 	tags := s.scoped(end.Tags)
 	tags[s.scope+".status"] = status
@@ -163,6 +168,17 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 		return errors.Join(append(errs, err)...)
 	}
 	return errors.Join(append(errs, s.settleJobStatus(ctx, end))...)
+}
+
+// recordedJobEnd is this node's end among the job run's tags, when it was
+// recorded at or after since (an earlier attempt's end is not this one's).
+func (s *Sink) recordedJobEnd(tags map[string]string, since time.Time) (tracker.EndInfo, bool, error) {
+	ended, err := strconv.ParseInt(tags[s.scope+".ended"], 10, 64)
+	code, cerr := strconv.Atoi(tags[s.scope+".exit_code"])
+	if err != nil || cerr != nil || ended < since.UnixMilli() {
+		return tracker.EndInfo{}, false, nil
+	}
+	return tracker.EndInfo{ExitCode: code, Status: tags[s.scope+".status"], Time: time.UnixMilli(ended)}, true, nil
 }
 
 // jobStatus is the status the nodes' records call for ("" for none yet).

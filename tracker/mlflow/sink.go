@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -564,6 +565,33 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		s.log.Info("set MLflow run status", "run_id", s.runID, "status", status)
 	}
 	return errors.Join(errs...)
+}
+
+// RecordedEnd implements tracker.EndReader: the end a bridge recorded on
+// the run (its bridge.exit_code tag) since then, for a run that was not
+// ended before since. A job's run: this node's end (jobend.go).
+func (s *Sink) RecordedEnd(ctx context.Context, since time.Time) (tracker.EndInfo, bool, error) {
+	if s.runID == "" {
+		return tracker.EndInfo{}, false, errNoRun
+	}
+	run, err := s.getRun(ctx, s.runID)
+	if err != nil {
+		return tracker.EndInfo{}, false, err
+	}
+	tags := run.Data.TagMap()
+	if s.scope != "" {
+		return s.recordedJobEnd(tags, since)
+	}
+	code, err := strconv.Atoi(tags["bridge.exit_code"])
+	ended := int64(run.Info.EndTime)
+	if err != nil || (ended > 0 && ended < since.UnixMilli()) {
+		return tracker.EndInfo{}, false, nil
+	}
+	end := tracker.EndInfo{ExitCode: code, Status: run.Info.Status}
+	if ended > 0 {
+		end.Time = time.UnixMilli(ended)
+	}
+	return end, true, nil
 }
 
 // TerminalStatus is the status bridge gives a run it owns: end.Status when
