@@ -259,14 +259,18 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	sinks = slices.DeleteFunc(sinks, func(s tracker.Sink) bool { return s.Name() != t })
 	info := tracker.StartInfo{RunName: "bridge sync " + e.path, NodeID: cfg.NodeID,
 		Tags: map[string]string{"bridge.version": version, "bridge.synced_from": e.path}}
-	// No background start: sync has no child to keep waiting, and a tracker
-	// that does not answer within --start-timeout fails the sync.
-	runs := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout}, e.log).Runs
-	if len(runs) == 0 {
-		fmt.Fprintf(e.stderr, "bridge: %s: no run to upload to (see the error above)\n", t)
+	if len(sinks) != 1 {
+		fmt.Fprintf(e.stderr, "bridge: %s: not configured where sync runs (see the messages above)\n", t)
 		return 1
 	}
-	r := runs[0]
+	// Patient, within sync's --timeout: there is no child to keep waiting.
+	fd := syncFinder{sink: sinks[0], info: info, job: job, spool: e.path, out: e.stderr, every: syncProgress}
+	if err := fd.find(ctx); err != nil {
+		fmt.Fprintf(e.stderr, "bridge: %v\n", err)
+		return 1
+	}
+	c, isCreator := sinks[0].(pipeline.RunCreator)
+	r := pipeline.SinkRun{Sink: sinks[0], RunID: sinks[0].RunID(), Created: isCreator && c.Created()}
 	created := pipeline.RunRecordInfo(r.Sink, r.Created)
 	claim := j.claim
 	if j.run != "" && r.RunID != j.run {

@@ -248,3 +248,73 @@ func TestSyncKeepsEndAfterDiskFull(t *testing.T) {
 		})
 	}
 }
+
+// bridge sync is patient: finding the job's run may take longer than
+// --start-timeout (a slow server, an election still under way), and sync
+// waits for it within its own --timeout, saying what it waits for, then
+// uploads. When it does give up, it says what happened: the server
+// answered but the run was not found, or the server never answered.
+func TestSyncPatientWhileFindingRun(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := uniqueName(t)
+	key := "patient-" + fmt.Sprint(time.Now().UnixNano())
+	node := func(id, uri string) (*exec.Cmd, string) {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "spool.jsonl")
+		cmd := exec.Command(testbin.Bridge(t), "--interval=200ms", "--start-timeout=1s", "--scopes=node", "--spool="+path,
+			"--job-key", key, "--nodes", "2", "--node-id", id, "--", "sleep", "1")
+		cmd.Dir = dir
+		cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+uri, "MLFLOW_EXPERIMENT_NAME="+exp, "TMPDIR="+dir)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, path
+	}
+	// Node 0 elects the job's run; node 1 never reaches the server, so
+	// its spool knows the key and not the run.
+	n0, _ := node("n0", srv.URL)
+	n1, path := node("n1", refusedURL(t))
+	if c0, c1 := exitCode(t, n0.Wait()), exitCode(t, n1.Wait()); c0 != 0 || c1 != 0 {
+		t.Fatalf("exit codes %d %d, want 0", c0, c1)
+	}
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	syncVia := func(uri string, args ...string) (int, string) {
+		cmd := exec.Command(testbin.Bridge(t), append([]string{"sync", path}, args...)...)
+		cmd.Env = cleanEnv("MLFLOW_TRACKING_URI=" + uri)
+		out, err := cmd.CombinedOutput()
+		return exitCode(t, err), string(out)
+	}
+
+	code, out := syncVia(refusedURL(t), "--timeout=2s")
+	if code != 1 || !strings.Contains(out, "the server did not answer in 2s") {
+		t.Errorf("sync against a refused port: exit %d, want 1 saying the server did not answer:\n%s", code, out)
+	}
+	p.Schedule(faultproxy.Fault{Path: "runs/search", Kind: faultproxy.Hang})
+	code, out = syncVia(p.URL(), "--timeout=3s")
+	if code != 1 || !strings.Contains(out, "the server answers, but the job's run (key "+key+") was not found or elected") ||
+		strings.Contains(out, "unreachable") || strings.Contains(out, "refused") {
+		t.Errorf("sync while the run cannot be found: exit %d, want 1 saying the server answers and the run was not found:\n%s", code, out)
+	}
+
+	p.Clear()
+	p.Schedule(faultproxy.Fault{Path: "runs/search", Kind: faultproxy.Slow, Delay: syncProgress + 2*time.Second, Times: 1})
+	code, out = syncVia(p.URL())
+	if code != 0 {
+		t.Fatalf("sync with a slow search: exit %d, want 0:\n%s", code, out)
+	}
+	if !strings.Contains(out, "still looking for the job's run (key "+key+") after ") {
+		t.Errorf("sync did not say what it waits for:\n%s", out)
+	}
+	ids := srv.RunIDs(t, exp)
+	if len(ids) != 1 {
+		t.Fatalf("runs %v, want the job's one", ids)
+	}
+	if r := srv.GetRun(t, ids[0]); r.Info.Status != mlflow.StatusFinished || r.Tags["bridge.node.n1.status"] != mlflow.StatusFinished {
+		t.Errorf("the job's run is %s, node n1's status %q; want FINISHED:\n%s", r.Info.Status, r.Tags["bridge.node.n1.status"], out)
+	}
+	requireHistory(t, srv, &job{spool: path}, ids[0], "system/n1/node_memory_used_megabytes")
+}
