@@ -32,7 +32,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	fs, cfg, ok := parse("sync", args, stderr, func(fs *pflag.FlagSet) {
 		fs.SetInterspersed(true) // `bridge sync FILE --run-id ID`, as documented, and flags first
 		fs.StringVar(&runID, "run-id", "", "run to upload to (default: each job's run recorded in the spool, else a new one)")
-		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long; what is not sent stays in the file")
+		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "finding each run and uploading: give up after this long; what is not sent stays in the file")
 	})
 	if !ok {
 		return exitUsage
