@@ -160,7 +160,7 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"window", "-1s"}, {"window", "2h"},
 		{"scopes", "cpu"}, {"scopes", ","},
 		{"no-container", "maybe"},
-		{"node-id", "a/b"}, {"node-id", strings.Repeat("n", 101)},
+		{"node-id", "a/b"}, {"node-id", strings.Repeat("n", 101)}, {"node-id", ".."}, {"node-id", "."},
 		{"log-level", "loud"},
 		{"trackers", "mlflow,none"}, {"trackers", "neptune"},
 		{"run-name", "a\nb"}, {"run-name", strings.Repeat("r", 251)},

@@ -19,6 +19,7 @@ const (
 	UnitCount              Unit = "count"
 	UnitRatio              Unit = "ratio"
 	UnitWatts              Unit = "watts"
+	UnitJoules             Unit = "joules"
 	UnitCelsius            Unit = "celsius"
 	UnitMHz                Unit = "mhz"
 	UnitLoad               Unit = "load"

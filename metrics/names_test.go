@@ -290,3 +290,34 @@ func TestGPUBinding(t *testing.T) {
 	}()
 	metrics.NodeLoad1.ForGPU(0)
 }
+
+// dcgm-exporter's profiling fields that GPM also gives are the GPM series'
+// descriptors (one help line, unit and /metrics name per name, whichever
+// source filled it); other fields get a template of their own.
+func TestDCGMProfilingIsGPM(t *testing.T) {
+	for _, c := range []struct {
+		x    string
+		rate bool
+		want *metrics.Desc
+	}{
+		{"sm_active", false, metrics.GPUProfSMActive},
+		{"pipe_tensor_hmma_active", false, metrics.GPUProfTensorHMMA},
+		{"dram_active", false, metrics.GPUProfDRAMActive},
+		{"pcie_tx", true, metrics.GPUProfPCIeTx},
+		{"nvlink_rx", true, metrics.GPUProfNVLinkRx},
+	} {
+		if got := metrics.DCGMProfiling(c.x, c.rate); got != c.want {
+			t.Errorf("DCGMProfiling(%q, %v) = %+v, want the GPM series %s", c.x, c.rate, got, c.want.Name)
+		}
+	}
+	other := metrics.DCGMProfiling("nvdec0_active", false)
+	if other.Name != "prof_nvdec0_active_ratio" || other.Unit != metrics.UnitRatio || !other.PerGPU || other.Help == "" {
+		t.Errorf("DCGMProfiling of a field GPM lacks: %+v", other)
+	}
+	if got := metrics.GPUProfPCIeTx.ForGPU(2).PromName(); got != "bridge_gpu_prof_pcie_tx_bytes_per_second" {
+		t.Errorf("PCIe transmit exposed as %s", got)
+	}
+	if got := metrics.GPUEnergy.ForGPU(0); got.PromName() != "bridge_gpu_energy_joules_total" || got.Kind != metrics.Counter || got.Name != "gpu_0_energy_joules" {
+		t.Errorf("energy: %s as %s, kind %v", got.Name, got.PromName(), got.Kind)
+	}
+}

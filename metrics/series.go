@@ -220,11 +220,70 @@ func throttle(reason, help string) *Desc {
 	return &Desc{Name: "throttle_" + reason, Unit: UnitCount, Scope: ScopeGPU, PerGPU: true, Help: "1 while " + help + "."}
 }
 
+// GPUEnergy is a running total since bridge started: a counter, whose
+// /metrics name says so.
+var GPUEnergy = &Desc{Name: "energy_joules", Unit: UnitJoules, Scope: ScopeGPU, PerGPU: true, Kind: Counter,
+	Prom: "energy_joules_total", Help: "Energy the GPU used since bridge started, from its total energy counter."}
+
+// GPU activity: the profiling fields DCGM names DCGM_FI_PROF_<X>, under the
+// names bridge gives dcgm-exporter's (DCGMProfiling), so that a dashboard
+// reads the same series whether NVML's GPM (metrics/gpu) or a scraped
+// dcgm-exporter (metrics/scrape) filled it. Ratios are 0 to 1, as DCGM's.
+var (
+	GPUProfGREngineActive = prof("gr_engine_active", "Share of the interval in which a graphics or compute engine of the GPU was active.")
+	GPUProfSMActive       = prof("sm_active", "Share of the GPU's SMs busy over the interval: at least one warp resident, averaged over SMs and time.")
+	GPUProfSMOccupancy    = prof("sm_occupancy", "Resident warps over the interval as a share of the maximum the SMs can hold.")
+	GPUProfTensorActive   = prof("pipe_tensor_active", "Share of the interval in which the SMs' tensor pipes were busy, any precision.")
+	GPUProfTensorDFMA     = prof("pipe_tensor_dfma_active", "Share of the interval in which the SMs' tensor pipes ran DFMA (double-precision fused multiply-add) instructions.")
+	GPUProfTensorHMMA     = prof("pipe_tensor_hmma_active", "Share of the interval in which the SMs' tensor pipes ran HMMA (half-precision matrix multiply-accumulate) instructions.")
+	GPUProfTensorDMMA     = prof("pipe_tensor_dmma_active", "Share of the interval in which the SMs' tensor pipes ran DMMA (double-precision matrix multiply-accumulate) instructions.")
+	GPUProfTensorIMMA     = prof("pipe_tensor_imma_active", "Share of the interval in which the SMs' tensor pipes ran IMMA (integer matrix multiply-accumulate) instructions.")
+	GPUProfDRAMActive     = prof("dram_active", "DRAM bandwidth used over the interval as a share of the GPU's theoretical maximum.")
+	GPUProfFP64Active     = prof("pipe_fp64_active", "Share of the interval in which the SMs ran non-tensor FP64 instructions.")
+	GPUProfFP32Active     = prof("pipe_fp32_active", "Share of the interval in which the SMs ran non-tensor FP32 instructions.")
+	GPUProfFP16Active     = prof("pipe_fp16_active", "Share of the interval in which the SMs ran non-tensor FP16 instructions.")
+	GPUProfIntActive      = prof("pipe_int_active", "Share of the interval in which the SMs ran integer instructions.")
+	GPUProfPCIeTx         = profRate("pcie_tx", "PCIe traffic from the GPU over the interval, in bytes per second.")
+	GPUProfPCIeRx         = profRate("pcie_rx", "PCIe traffic to the GPU over the interval, in bytes per second.")
+	GPUProfNVLinkTx       = profRate("nvlink_tx", "NVLink traffic sent by the GPU over the interval, all links, in bytes per second.")
+	GPUProfNVLinkRx       = profRate("nvlink_rx", "NVLink traffic received by the GPU over the interval, all links, in bytes per second.")
+)
+
+// GPUProfSeries are the activity series, in the order docs/metrics.md lists them.
+var GPUProfSeries = []*Desc{
+	GPUProfGREngineActive, GPUProfSMActive, GPUProfSMOccupancy,
+	GPUProfTensorActive, GPUProfTensorDFMA, GPUProfTensorHMMA, GPUProfTensorDMMA, GPUProfTensorIMMA,
+	GPUProfDRAMActive, GPUProfFP64Active, GPUProfFP32Active, GPUProfFP16Active, GPUProfIntActive,
+	GPUProfPCIeTx, GPUProfPCIeRx, GPUProfNVLinkTx, GPUProfNVLinkRx,
+}
+
+func prof(x, help string) *Desc {
+	return &Desc{Name: DCGMProfilingName(x, false), Unit: UnitRatio, Scope: ScopeGPU, PerGPU: true, Help: help}
+}
+
+func profRate(x, help string) *Desc {
+	return &Desc{Name: DCGMProfilingName(x, true), Unit: UnitMegabytesPerSecond, Scope: ScopeGPU, PerGPU: true,
+		Prom: "prof_" + x + "_bytes_per_second", Help: help}
+}
+
+// profByName finds a GPUProfSeries template by its Name.
+var profByName = func() map[string]*Desc {
+	m := make(map[string]*Desc, len(GPUProfSeries))
+	for _, d := range GPUProfSeries {
+		m[d.Name] = d
+	}
+	return m
+}()
+
 // DCGMProfiling describes a dcgm-exporter DCGM_FI_PROF_<X> field mapped to
 // gpu_N_prof_<x>_ratio, or for a _BYTES field (bytes per second) to
-// gpu_N_prof_<x>_megabytes_per_second: a per-GPU template made at run time,
-// one per field a --scrape endpoint serves.
+// gpu_N_prof_<x>_megabytes_per_second: the GPUProfSeries template of that
+// name, else a per-GPU template made at run time, one per field a --scrape
+// endpoint serves.
 func DCGMProfiling(x string, bytesPerSecond bool) *Desc {
+	if d, ok := profByName[DCGMProfilingName(x, bytesPerSecond)]; ok {
+		return d
+	}
 	d := &Desc{Name: DCGMProfilingName(x, bytesPerSecond), Unit: UnitRatio, Scope: ScopeGPU, PerGPU: true,
 		Help: "dcgm-exporter's DCGM_FI_PROF_ profiling field " + x + "."}
 	if bytesPerSecond {
@@ -261,24 +320,25 @@ var (
 		NetnsReceive, NetnsTransmit, NetnsReceiveRate, NetnsTransmitRate,
 	}, pressureSeries(NodePressure)...)
 	ProcessSeries = []*Desc{ProcessMemoryRSS, ProcessCount, ProcessThreads, ProcessCPUUsage}
-	// GPUSeries are the NVML collector's: per-GPU templates, and the
-	// child's GPU memory.
-	GPUSeries = []*Desc{
+	// GPUSeries are the NVML collector's: per-GPU templates (activity from
+	// GPM among them), and the child's GPU memory.
+	GPUSeries = append([]*Desc{
 		GPUUtilization, GPUMemoryControllerUtilization, GPUPowerUsage, GPUPowerLimit, GPUPowerUsagePercent,
 		GPUTemperature, GPUSMClock, GPUMemoryClock, GPUMemoryReserved, GPUMemoryUsed, GPUMemoryTotal,
 		GPUMemoryUsagePercent, GPUThrottleReasons,
 		GPUThrottleGPUIdle, GPUThrottleApplicationsClocks, GPUThrottleSWPowerCap, GPUThrottleHWSlowdown,
 		GPUThrottleSyncBoost, GPUThrottleSWThermal, GPUThrottleHWThermal, GPUThrottleHWPowerBrake,
 		GPUECCCorrected, GPUECCUncorrected, GPURemappedRowsCorrected, GPURemappedRowsUncorrected,
-		GPURemappedRowsPending, GPURemappedRowsFailed, GPUXidErrors,
+		GPURemappedRowsPending, GPURemappedRowsFailed, GPUXidErrors, GPUEnergy,
 		ProcessGPUProcesses, ProcessGPUUnmatchedProcesses, ProcessGPUMemory,
-	}
+	}, GPUProfSeries...)
 	// ScrapeSeries are the static ones the --scrape collector maps
-	// dcgm-exporter's fields to; it also makes DCGMProfiling templates and
-	// Passthrough series at run time.
-	ScrapeSeries = []*Desc{
+	// dcgm-exporter's fields to (the activity series among them); it also
+	// makes DCGMProfiling templates of other fields and Passthrough series
+	// at run time.
+	ScrapeSeries = append([]*Desc{
 		GPUUtilization, GPUMemoryControllerUtilization, GPUMemoryUsed, GPUPowerUsage, GPUTemperature, GPUSMClock, GPULastXid,
-	}
+	}, GPUProfSeries...)
 )
 
 func pressureSeries(ps []Pressure) []*Desc {

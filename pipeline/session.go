@@ -67,6 +67,7 @@ type Options struct {
 	Memory     MemoryProbe         // nil: no probing between samples
 	Spool      *spool.Spool        // an already open spool; nil opens Settings.Spool or the default
 	Started    Started             // from StartSinksWith
+	Off        []TrackerOff        // from BuildSinks: trackers off for the job, for the table
 	StartTags  map[string]string   // recorded in the spool's start record
 	// Phase gives the wait between the first sample and the second, from
 	// the interval; nil draws it at random in [0, interval) (see loop).
@@ -107,6 +108,7 @@ type Session struct {
 	abort    <-chan struct{}
 
 	failedStarts []summary.Row // sinks that could not start, for the table
+	off          []TrackerOff  // trackers off for the job, for the table
 
 	fwdCancel context.CancelFunc
 	fwdWG     sync.WaitGroup
@@ -136,6 +138,7 @@ func Open(o Options) *Session {
 		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: summary.New(),
 		sinks:        append([]SinkRun(nil), o.Started.Runs...),
 		failedStarts: o.Started.Failed,
+		off:          o.Off,
 		sampler:      metrics.NewSampler(o.Collectors, o.Settings.CollectTimeout, o.Log),
 		queue:        make(chan metrics.Sample, max(o.Settings.QueueSize, 1)),
 		stopS:        make(chan struct{}),
@@ -563,7 +566,15 @@ func (s *Session) trackerRows() []summary.Row {
 	}
 	rows = append(rows, s.failedStarts...)
 	rows = append(rows, s.spoolRows()...)
-	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
+	for _, o := range s.off {
+		// What the start's warning said, and where the samples are.
+		where := "the samples are in " + s.spool.Path() + "; then " + SyncCommand(s.spool.Path()) + " uploads them"
+		if s.spool.InMemory() {
+			where = "no spool file: the samples are only in this table"
+		}
+		rows = append(rows, summary.Row{What: o.Tracker, Value: "off: " + o.Why + "; " + where})
+	}
+	if len(s.sinks) == 0 && len(s.failedStarts) == 0 && len(s.off) == 0 {
 		where := "samples are in " + s.spool.Path() + "; upload them with: " + SyncCommand(s.spool.Path())
 		if s.spool.InMemory() {
 			where = "and no spool file: samples are only in this table"
