@@ -145,7 +145,13 @@ collect:
 		switch {
 		case err == nil:
 		case errors.Is(err, tracker.ErrPermanent) || (id == "" && !pol.Background):
-			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
+			// Says which: the tracker's answer refused bridge, or no run was
+			// had in time (and there is no background start).
+			what := "tracker refused bridge at start"
+			if !errors.Is(err, tracker.ErrPermanent) {
+				what = "tracker gave no run within --start-timeout"
+			}
+			log.Error(what+"; nothing is sent to it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
 				"tracker", s.Name(), "err", err)
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
 			continue
