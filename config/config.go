@@ -154,7 +154,7 @@ var options = []option{
 	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
 	{"spool-sync", time.Second, "longest delay before the spool's writes are fsynced, 0 to 1m (0 = fsync every sample); a machine crash (not a crash of bridge) can lose the samples of this delay not yet sent"},
 	{"keep-spool", false, "keep the spool file of a clean run even when every tracker has taken all of it"},
-	{"flush-timeout", 30 * time.Second, "after the child exits, longest wait in all for trackers to take what is left and record the end (the rest stays in the spool); a second SIGINT/SIGTERM ends it at once"},
+	{"flush-timeout", 30 * time.Second, "after the child exits, longest wait in all for trackers to take what is left and record the end (the rest stays in the spool; a tracker that never answered gets 2s); a second SIGINT/SIGTERM ends it at once"},
 	{"start-timeout", DefaultStartTimeout, "longest wait for trackers before the child starts: the child starts within this whatever the trackers do (100ms to 10m)"},
 	{"kill-after", time.Duration(0), "after bridge forwards SIGTERM (or SIGINT), send SIGKILL to the child's group if it is still running this long after (0 = never)"},
 	{"queue-size", 1024, fmt.Sprintf("samples buffered between sampling and the spool writer (1 to %d), holding at most 32 MiB", MaxQueueSize)},

@@ -19,6 +19,7 @@ import (
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
@@ -53,6 +54,24 @@ func hungTracker(t *testing.T) string {
 		}
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// hungAfterStart is a real MLflow run behind mocks/faultproxy that answers
+// bridge's start (runs/get of MLFLOW_RUN_ID) and then never answers a
+// runs/log-batch: a tracker that was reached and then hangs, so the end of
+// the run is held by --flush-timeout (one never reached is let go after 2 s).
+// It returns MLFLOW_TRACKING_URI and MLFLOW_RUN_ID.
+func hungAfterStart(t *testing.T) (uri, run string) {
+	t.Helper()
+	srv := mlflowtest.Shared(t)
+	run = srv.CreateRun(t, srv.CreateExperiment(t, uniqueName(t)), "hung")
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Schedule(faultproxy.Fault{Path: "runs/log-batch", Kind: faultproxy.Hang})
+	return p.URL(), run
 }
 
 // pollFile waits (generously) for path and returns when it appeared.
@@ -207,14 +226,15 @@ func TestStartTimeoutHungTracker(t *testing.T) {
 }
 
 // After the child exits, bridge exits within --flush-timeout (+ a small
-// constant) even when the tracker never answers.
+// constant) even when the tracker, reached at the start, never answers
+// again.
 func TestFlushTimeoutIsTotal(t *testing.T) {
-	uri := hungTracker(t)
+	uri, run := hungAfterStart(t)
 	dir := t.TempDir()
 	exited := filepath.Join(dir, "exiting")
 	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--start-timeout=1s", "--flush-timeout=3s", "--trackers=mlflow",
 		"--", "sh", "-c", `sleep 1; touch "$0"; exit 4`, exited)
-	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID="+run)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +245,8 @@ func TestFlushTimeoutIsTotal(t *testing.T) {
 	t.Logf("bridge exited %v after the child (--flush-timeout=3s, tracker hung)", time.Since(at))
 	if d := time.Since(at); d > 7*time.Second {
 		t.Errorf("bridge exited %v after the child, want within --flush-timeout=3s (+1s)", d)
+	} else if d < 2500*time.Millisecond {
+		t.Errorf("bridge exited %v after the child: a tracker that was reached keeps --flush-timeout=3s", d)
 	}
 	if code != 4 {
 		t.Errorf("exit %d, want the child's 4; stderr:\n%s", code, errb)
@@ -237,12 +259,12 @@ func TestFlushTimeoutIsTotal(t *testing.T) {
 // A second SIGTERM, once the child has exited, ends the flush at once with
 // the child's status, and says the unsent samples stay in the spool.
 func TestSecondSignalEndsFlush(t *testing.T) {
-	uri := hungTracker(t)
+	uri, run := hungAfterStart(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--start-timeout=1s", "--flush-timeout=120s", "--trackers=mlflow",
 		"--", "sh", "-c", `echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; while :; do sleep 0.1; done`, pidFile)
-	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID="+run)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +599,7 @@ func TestCtrlCInTerminalEndsFlush(t *testing.T) {
 	if _, err := exec.LookPath("script"); err != nil {
 		t.Skip("script(1) not installed: no pseudo-terminal to test Ctrl-C with")
 	}
-	uri := hungTracker(t)
+	uri, run := hungAfterStart(t)
 	bin := testbin.Bridge(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
@@ -587,7 +609,7 @@ func TestCtrlCInTerminalEndsFlush(t *testing.T) {
 	// die of it, and script would report its 130 instead of bridge's status.
 	cmd := exec.Command("script", "-qec", "exec "+bin+" --trackers=mlflow --start-timeout=1s --flush-timeout=120s --spool "+
 		filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
-	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID="+run)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

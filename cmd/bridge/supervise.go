@@ -58,7 +58,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	var lost *forensics.Lost
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
-		sp = pipeline.OpenSpool(cfg.Spool, set, log)
+		sp, _ = pipeline.OpenSpool(cfg.Spool, pipeline.ForJob, set, log)
 		if !sp.InMemory() {
 			lost, ov = previousAttempt(sp, job.Multi(), log)
 			job.CountAttempts(sp.Attempts())

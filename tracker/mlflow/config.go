@@ -83,6 +83,10 @@ type Config struct {
 	// of a multi-node job: it elects the job's one run (elect.go) and
 	// records the job's end (jobend.go).
 	Job *Job
+	// JobRun is the job's run when it is already known (`bridge sync`: the
+	// run the spool recorded): joined without an election, unless it is
+	// gone.
+	JobRun string
 }
 
 // ConfigFromEnv reads MLflow's environment variables. getenv is os.Getenv in
