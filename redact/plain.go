@@ -3,6 +3,7 @@ package redact
 import (
 	_ "embed"
 	"strings"
+	"sync"
 )
 
 // plainValue reports whether v is shown as it is (docs/reliability.md
@@ -260,8 +261,8 @@ func humps(s string) []string {
 var wordList string
 
 // trigrams are the 3-letter sequences of the words in wordList and of
-// their forms with endings.
-var trigrams = func() map[string]bool {
+// their forms with endings, built at first use (about 2 ms).
+var trigrams = sync.OnceValue(func() map[string]bool {
 	t := map[string]bool{}
 	for _, line := range strings.Split(wordList, "\n") {
 		if strings.HasPrefix(line, "#") {
@@ -276,7 +277,7 @@ var trigrams = func() map[string]bool {
 		}
 	}
 	return t
-}()
+})
 
 // endings make the plural and inflected forms of a word (block: blocks,
 // blocked, blocking, blocker).
@@ -288,7 +289,7 @@ var endings = []string{"", "s", "es", "ed", "ing", "er"}
 // moo, oon, onl, nli, lig, igh, ght), compounds often do not (lighthouse).
 func readsLikeWord(h string) bool {
 	for i := 0; i+3 <= len(h); i++ {
-		if !trigrams[h[i:i+3]] {
+		if !trigrams()[h[i:i+3]] {
 			return false
 		}
 	}
