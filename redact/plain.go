@@ -11,8 +11,9 @@ import (
 // ':' (paths, org/model names, lists, host:port, deepspeed's
 // host@host:0,1), each piece a number, a plain word, "." or "..", with at
 // most one acronym in all (see plainPart). A leading '~' and a list in [ ]
-// are allowed; the text after a ':' must start with a digit or '/'
-// (localhost:29500, cuda:0, image:2.1), so user:password is not plain.
+// are allowed; the text after a ':' must start with a digit, '/' or '.'
+// (localhost:29500, cuda:0, image:2.1, file:./mlruns), so user:password
+// is not plain.
 func plainValue(v string) bool {
 	if number(v) {
 		return true
@@ -22,7 +23,7 @@ func plainValue(v string) bool {
 	}
 	v = strings.TrimPrefix(v, "~")
 	for i := 0; i+1 < len(v); i++ {
-		if v[i] == ':' && !isDigit(v[i+1]) && v[i+1] != '/' {
+		if v[i] == ':' && !isDigit(v[i+1]) && v[i+1] != '/' && v[i+1] != '.' {
 			return false
 		}
 	}
