@@ -269,7 +269,9 @@ func TestRandomTokensRarelyPlain(t *testing.T) {
 				passed++
 			}
 		}
-		if share := float64(passed) / draws; share > tc.max {
+		share := float64(passed) / draws
+		t.Logf("%2d bytes over %-66q %.3f%% pass", tc.n, tc.alphabet, 100*share)
+		if share > tc.max {
 			t.Errorf("%d-byte tokens over %q: %.3f%% pass, want at most %.3f%%", tc.n, tc.alphabet, 100*share, 100*tc.max)
 		}
 	}
