@@ -149,7 +149,7 @@ var options = []option{
 	{"node-id", "", "node id for multi-node runs: MLflow keys go under system/<node-id>/, W&B series get the label /l:<node-id>"},
 	{"log-level", "info", "log level: debug, info, warn, error"},
 	{"trackers", []string{"auto"}, "trackers to send to"}, // Choices.option
-	{"run-name", "", "name of the run when bridge creates it (default: from the command line, secrets redacted)"},
+	{"run-name", "", "name of the run when bridge creates it (default: from the command line as recorded)"},
 	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<node>-<run>.jsonl)"},
 	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
 	{"spool-sync", time.Second, "longest delay before the spool's writes are fsynced, 0 to 1m (0 = fsync every sample); a machine crash (not a crash of bridge) can lose the samples of this delay not yet sent"},

@@ -476,18 +476,26 @@ func TestSyncEndsRuns(t *testing.T) {
 
 // Secrets given to bridge or its child (environment, argv in every form,
 // URIs) appear nowhere bridge writes: its output, the spool, the MLflow run
-// read back through the REST API, the W&B mock's recorded requests.
+// (its bridge.command, mlflow.source.name and run name) read back through
+// the REST API, the W&B mock's recorded requests. The argv holds the forms
+// that leaked before the allowlist rule (issue 30), each with a secret that
+// looks like a plain word.
 func TestSecretsNeverRecorded(t *testing.T) {
 	srv := mlflowtest.Shared(t)
 	wb := wandbserver.StartTest(t, wandbserver.Options{})
-	secrets := []string{"envsecret-hf-1", "argvsecret-2", "argvsecret-3", "argvsecret-4", "urlsecret-5", "urlsecret-6", "argvsecret-7", "urlsecret-8", "wbsecret-9"}
+	secrets := []string{"envsecret-hf-1", "argvsecret-2", "argvsecret-3", "argvsecret-4", "urlsecret-5", "urlsecret-6", "argvsecret-7", "urlsecret-8", "wbsecret-9",
+		"leakword-10", "leakword-11", "leakword-12", "leakword-13", "leakword-14", "leakword-15", "leakword-16", "leakword-17", "leakword-18", "leakword-19"}
 	dir := t.TempDir()
 	spoolPath := filepath.Join(dir, "spool.jsonl")
 	trackingURI := strings.Replace(srv.URL, "http://", "http://bridge:"+secrets[7]+"@", 1)
 	cmd := exec.Command(testbin.Bridge(t), "--log-level=debug", "--interval=250ms", "--flush-timeout=5s", "--trackers=mlflow,wandb", "--spool", spoolPath, "--",
 		"sh", "-c", `sleep 1`, "train.py",
 		"--password="+secrets[1], "--api-key", secrets[2], "--token", secrets[3],
-		"https://user:"+secrets[4]+"@example.com/data?token="+secrets[5], "db.password="+secrets[6], secrets[0])
+		"https://user:"+secrets[4]+"@example.com/data?token="+secrets[5], "db.password="+secrets[6], secrets[0],
+		"--secretkey="+secrets[9], "--privatekey", secrets[10], "--accesskey="+secrets[11], "--api-key2="+secrets[12],
+		"--token_2", secrets[13], "--passcode", secrets[14], "--cfg.secrets.0="+secrets[15],
+		"env:\n- value: "+secrets[16]+"\n  name: HF_TOKEN\n", "printf", "[auth]\npassword="+secrets[17]+"\n",
+		"python", "-c", "import os; os.environ['HF_TOKEN']='"+secrets[18]+"'")
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv(wb.ClientEnv(dir, strings.Repeat("k", 32)+secrets[8])...),
 		"HF_TOKEN="+secrets[0], "MLFLOW_TRACKING_URI="+trackingURI, "MLFLOW_EXPERIMENT_NAME="+uniqueName(t), "WANDB_PROJECT=bridge-e2e")
@@ -529,11 +537,20 @@ func TestSecretsNeverRecorded(t *testing.T) {
 	// The command line is still recorded, redacted: the check above looked
 	// where it is.
 	run := srv.GetRun(t, id)
-	cmdTag := run.Tags["bridge.command"]
-	for _, want := range []string{"--password=***", "--api-key ***", "--token ***", "user:***@example.com", "db.password=***"} {
-		if !strings.Contains(cmdTag, want) {
-			t.Errorf("bridge.command %q lacks %q", cmdTag, want)
+	for _, tag := range []string{"bridge.command", "mlflow.source.name"} {
+		for _, want := range []string{"sh -c <code: 7 bytes> train.py", "--password=***", "--api-key ***", "--token ***", "user:***@example.com", "db.password=***",
+			"--secretkey=*** --privatekey *** --accesskey=*** --api-key2=*** --token_2 *** --passcode *** --cfg.secrets.0=***",
+			"*** printf *** python -c <code: "} {
+			if !strings.Contains(run.Tags[tag], want) {
+				t.Errorf("%s %q lacks %q", tag, run.Tags[tag], want)
+			}
 		}
+	}
+	if c := attempts[0].Start.Info["bridge.command"]; c != run.Tags["bridge.command"] {
+		t.Errorf("the spool records the command %q, the run %q", c, run.Tags["bridge.command"])
+	}
+	if run.Info.RunName != "sh train.py printf" {
+		t.Errorf("run name %q, want the program and its first shown arguments", run.Info.RunName)
 	}
 	if wbReqs.Len() == 0 {
 		t.Error("the W&B mock received nothing: the check above looked at nothing")

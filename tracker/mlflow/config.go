@@ -214,7 +214,7 @@ func checkHTTP(uri string) error {
 	// sqlite:, file:, a path, a database URL: a store `mlflow server`
 	// can serve.
 	store := shown
-	if len(store) > 200 || strings.ContainsAny(store, " '\"$`\\") {
+	if len(store) > 200 || strings.ContainsAny(store, " '\"$`\\") || strings.Contains(store, redact.Mask) {
 		store = `"$` + EnvTrackingURI + `"`
 	}
 	return fmt.Errorf("%s=%s is a store only MLflow's Python client opens: %w: serve it with `mlflow server --backend-store-uri %s` and set %s=http://127.0.0.1:5000",
