@@ -169,7 +169,7 @@ func Open(o Options) *Session {
 		if err := sp.Track(r.Sink.Name(), r.RunID); err != nil {
 			s.log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
 		}
-		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log}
+		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log, Gather: tracker.DefaultGather}
 		if r.Late != nil {
 			r.fwd.OnLateStart = s.recordLateRun(r.Sink)
 		}
