@@ -143,8 +143,12 @@ func Open(o Options) *Session {
 	if sp == nil {
 		sp = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Settings.Task, o.Started.Runs, now), o.Settings, o.Log)
 	}
+	acc := summary.New()
+	if o.Sources != nil {
+		acc = summary.NewWith(o.Sources.Summary())
+	}
 	s := &Session{
-		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: summary.New(),
+		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: acc,
 		sinks:        append([]SinkRun(nil), o.Started.Runs...),
 		failedStarts: o.Started.Failed,
 		sampler:      metrics.NewSampler(o.Collectors, o.Settings.CollectTimeout, o.Log),
