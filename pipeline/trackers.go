@@ -18,6 +18,9 @@ import (
 type Overrides struct {
 	RunIDs map[string]string // tracker name -> run to write to
 	Owned  map[string]bool   // tracker name -> bridge created that run in an earlier attempt
+	// Follow (`bridge attach`): the trackers that can follow their run's
+	// status stop writing into it once its owner ends it.
+	Follow bool
 }
 
 // SameRun writes every tracker into run id (attach's and sync's --run-id).
@@ -59,6 +62,7 @@ type Build struct {
 	Explicit bool   // named in --trackers (not just "auto"): must be configured
 	RunID    string // an override, or ""
 	Owned    bool   // bridge created RunID in an earlier attempt
+	Follow   bool   // Overrides.Follow
 	Job      *Job   // a multi-node job (nil, or no key: a single-node one)
 	Getenv   func(string) string
 	Home     string
@@ -117,7 +121,7 @@ func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) ([]
 			job = nil
 		}
 		s, err := t.Build(Build{Config: cfg, Explicit: explicit, RunID: ov.RunIDs[t.Name], Owned: ov.Owned[t.Name],
-			Job: job, Getenv: getenv, Home: home, Log: log})
+			Follow: ov.Follow, Job: job, Getenv: getenv, Home: home, Log: log})
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +154,7 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 		mc.RunName = b.Config.RunName
 	}
 	if b.RunID != "" {
-		mc.RunID, mc.OwnsRun = b.RunID, b.Owned
+		mc.RunID, mc.OwnsRun, mc.Follow = b.RunID, b.Owned, b.Follow
 	}
 	// A given MLFLOW_RUN_ID keeps its meaning: that run, no election.
 	if j := b.Job; j != nil && mc.RunID == "" {
