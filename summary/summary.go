@@ -193,10 +193,18 @@ func (a *Accumulator) memLimit() float64 {
 	return 0
 }
 
-// oomKilled reports that the cgroup's OOM-kill counter rose during the job.
+// oomKilled reports that the cgroup's OOM-kill counter rose during the
+// job, at this cgroup's own limit where the kernel says whose limit it was
+// (v2's oom counter rises only in the cgroup that reached its limit, and
+// its ancestors; an ancestor's limit can kill here with this cgroup below
+// its own).
 func (a *Accumulator) oomKilled() bool {
 	k, ok := a.Get(metrics.ContainerOOMKills)
-	return ok && k.Last > k.First
+	if !ok || k.Last <= k.First {
+		return false
+	}
+	own, ok := a.Get(metrics.ContainerOOMEvents)
+	return !ok || own.Last > own.First
 }
 
 // peakFile is the kernel file the high-water mark was read from.

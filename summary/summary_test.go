@@ -228,3 +228,21 @@ func TestRowsNotSampled(t *testing.T) {
 		}
 	}
 }
+
+// On cgroup v2 an OOM kill at an ancestor's limit (a pod's) counts in
+// memory.events oom_kill here too, but not oom: this cgroup's working set
+// did not reach its own limit then, whatever its high-water mark says (page
+// cache fills a cgroup to its limit): the sampled peak stands.
+func TestPeakWorkingSetAncestorOOM(t *testing.T) {
+	a := NewWith(Options{PeakFile: "memory.peak"})
+	for i, kills := range []float64{0, 1} {
+		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
+			metrics.At(metrics.ContainerMemoryWorkingSet, 20), metrics.At(metrics.ContainerMemoryLimit, 300),
+			metrics.At(metrics.ContainerMemoryPeak, 300), metrics.At(metrics.ContainerOOMKills, kills),
+			metrics.At(metrics.ContainerOOMEvents, 0),
+		}})
+	}
+	if f := a.PeakWorkingSet(); f.Value != 20 || f.Source != SourceSampled {
+		t.Errorf("peak working set %+v, want the sampled 20 MB", f)
+	}
+}
