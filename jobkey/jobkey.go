@@ -61,6 +61,11 @@ type Job struct {
 
 	Launcher string   // the launcher that gave the key ("slurm", "jobset", ...); "" when none
 	Notes    []string // what was seen and not used, and why, for `bridge sample` and the log
+	// Warnings are values of the launcher's variables bridge could not use
+	// as they are (cleaned into the key, or left out) and what it assumed,
+	// one line each, for the log at WARN and `bridge sample`. Only a job
+	// with a key has them: without one no launcher value is used.
+	Warnings []string
 }
 
 // Multi reports whether the job has a key: its bridges share one run.
@@ -99,6 +104,8 @@ type part struct {
 	attemptOf  string
 	hasAttempt bool
 	notes      []string
+	keyWarns   []string // about the key: used when this launcher's key is the job's
+	warns      []string // about the other fields
 }
 
 // Launchers are the launchers Detect reads, in order of precedence.
@@ -133,10 +140,13 @@ func Detect(in Input) Job {
 	if ex.Key != "" {
 		job.Key, job.KeyFrom, job.Launcher = ex.Key, ex.KeyFrom, "explicit"
 	}
+	var warns []string
 	for _, p := range parts {
 		job.Notes = append(job.Notes, p.notes...)
+		warns = append(warns, p.warns...)
 		if job.Key == "" && p.key != "" {
 			job.Key, job.KeyFrom, job.Launcher, job.Generation = p.key, p.keyOf, p.launcher, p.generation
+			warns = append(warns, p.keyWarns...)
 		} else if p.key != "" {
 			job.Notes = append(job.Notes, fmt.Sprintf("%s also names a job (%s), not used: %s comes first", p.launcher, p.key, job.KeyFrom))
 		}
@@ -175,9 +185,12 @@ func Detect(in Input) Job {
 	if ex.Nodes > 0 {
 		job.Nodes, job.NodesFrom = ex.Nodes, ex.NodesFrom
 	}
+	if job.Key != "" {
+		job.Warnings = warns
+	}
 	if job.Key != "" && job.NodeID == "" {
 		// Distinct on every node, though not stable across a move.
-		if job.NodeID = nodeSafe(in.Hostname); job.NodeID != "" {
+		if job.NodeID, _ = NodeIDFrom(in.Hostname); job.NodeID != "" {
 			job.NodeFrom = "the host name (the launcher names no node; --node-id sets one)"
 		} else {
 			job.Notes = append(job.Notes, "a job key without a node id: every node's series would share one name; set --node-id")
@@ -190,17 +203,12 @@ func Detect(in Input) Job {
 func NodeName(rank int) string { return fmt.Sprintf("node-%d", rank) }
 
 // NodeIDRule says what a node id may hold; ValidNodeID checks it.
-const NodeIDRule = "may hold only letters, digits, '_', '-', '.' and at most 100 of them (it becomes one MLflow key segment)"
+const NodeIDRule = "may hold only letters, digits, '_', '-', '.' and at most 100 of them, and is not . or .. (it becomes one MLflow key segment)"
 
-// ValidNodeID reports whether s can be a node id (one MLflow key segment).
+// ValidNodeID reports whether s can be a node id: one MLflow key segment
+// (MLflow refuses a key whose path is not normal: system/../cpu).
 func ValidNodeID(s string) bool {
-	for _, r := range s {
-		ok := r == '_' || r == '-' || r == '.' || (r >= '0' && r <= '9') || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
-		if !ok {
-			return false
-		}
-	}
-	return len(s) <= 100
+	return s != "." && s != ".." && fits(s, MaxNodeID, segmentRune)
 }
 
 // KeyRule says what a key may hold; ValidKey checks it.
@@ -223,19 +231,4 @@ func ValidKey(s string) bool {
 
 func keyRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:/@+=", r)
-}
-
-// clean makes a launcher's value usable in a key: characters a key may not
-// hold become '_', and it is cut to n bytes.
-func clean(s string, n int) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !keyRune(rune(c)) {
-			b[i] = '_'
-		}
-	}
-	if len(b) > n {
-		b = b[:n]
-	}
-	return string(b)
 }

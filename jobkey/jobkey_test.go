@@ -118,7 +118,7 @@ func TestDetect(t *testing.T) {
 			})},
 		{"slurm cluster name with odd characters", Input{Getenv: env("SLURM_CLUSTER_NAME=my cluster's", "SLURM_JOB_ID=9", "SLURM_STEP_ID=0", "SLURM_NODEID=0", "SLURM_STEP_NUM_NODES=1")},
 			with(func(w *want) {
-				w.key, w.node, w.rank, w.nodes, w.attempt, w.launcher = "slurm:my_cluster_s:9.0", "node-0", 0, 1, 0, "slurm"
+				w.key, w.node, w.rank, w.nodes, w.attempt, w.launcher = "slurm:my_cluster_s:9.0--2569a1194d", "node-0", 0, 1, 0, "slurm"
 			})},
 		{"torchrun as the child, dash spellings", Input{Getenv: env(), Argv: []string{"torchrun", "--nnodes", "4", "--nproc-per-node=8", "--node-rank", "3", "--rdzv-id", "job-77", "train.py", "--node-rank", "9"}},
 			with(func(w *want) {

@@ -19,6 +19,20 @@ func count(s string) (int, bool) {
 	return n, true
 }
 
+// number reads variable name as a count: ok is false when it is unset or
+// not a whole number, and the latter is warned about (it is not used).
+func (p *part) number(get getter, name string) (int, bool) {
+	v := get(name)
+	if v == "" {
+		return 0, false
+	}
+	n, ok := count(v)
+	if !ok {
+		p.warns = append(p.warns, fmt.Sprintf("%s=%s is not a whole number: not used", name, Quote(v)))
+	}
+	return n, ok
+}
+
 // firstOf returns the first variable of names that is set, and its name.
 func firstOf(get getter, names ...string) (value, name string) {
 	for _, n := range names {
@@ -32,13 +46,13 @@ func firstOf(get getter, names ...string) (value, name string) {
 // ranks reads a launcher's node index, global rank and rank on the node
 // from the variables named (who names the launcher in NodeFrom).
 func (p *part) ranks(get getter, node, proc, local, who string) {
-	if n, ok := count(get(node)); ok {
+	if n, ok := p.number(get, node); ok {
 		p.rank, p.hasRank, p.nodeOf = n, true, node+" ("+who+")"
 	}
-	if n, ok := count(get(proc)); ok {
+	if n, ok := p.number(get, proc); ok {
 		p.procRank, p.hasProc = n, true
 	}
-	if n, ok := count(get(local)); ok {
+	if n, ok := p.number(get, local); ok {
 		p.local, p.hasLocal = n, true
 	}
 }
@@ -66,39 +80,65 @@ func slurm(get getter) part {
 		p.notes = append(p.notes, "SLURM_CLUSTER_NAME is not set: the Slurm key lacks the cluster, and job ids repeat across clusters")
 		vars = vars[1:]
 	}
+	// Each part leaves out the separators after it (see keyOf): the
+	// cluster ':', the job '.' and '_', which joins an array's job and task.
+	fields := []field{{":", "SLURM_CLUSTER_NAME", cluster, 60, keyRuneBut(":")}}
+	jobRune := keyRuneBut(":._")
 	if arr, task := get("SLURM_ARRAY_JOB_ID"), get("SLURM_ARRAY_TASK_ID"); arr != "" && task != "" {
-		id = arr + "_" + task
+		fields = append(fields, field{":", "SLURM_ARRAY_JOB_ID", arr, 20, jobRune}, field{"_", "SLURM_ARRAY_TASK_ID", task, 19, jobRune})
 		vars = append(vars[:len(vars)-1], "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID")
-	}
-	key := "slurm:" + clean(cluster, 60) + ":" + clean(id, 40)
-	step, stepVar := firstOf(get, "SLURM_STEP_ID", "SLURM_STEPID")
-	if n, err := strconv.ParseUint(step, 10, 32); err == nil && n < slurmReservedStep {
-		key += "." + step
-		vars = append(vars, stepVar)
 	} else {
+		fields = append(fields, field{":", idVar, id, 40, jobRune})
+	}
+	// The batch script, the extern step and an interactive step (Slurm's
+	// reserved ids) are no training launch of their own: no step.
+	step, stepVar := firstOf(get, "SLURM_STEP_ID", "SLURM_STEPID")
+	if n, err := strconv.ParseUint(step, 10, 32); err == nil && n >= slurmReservedStep {
 		step = ""
 	}
-	p.key, p.keyOf = key, strings.Join(vars, ", ")+" (Slurm)"
-	p.generation = get("SLURM_JOB_START_TIME")
+	if step != "" {
+		fields = append(fields, field{".", stepVar, step, 10, digit})
+		vars = append(vars, stepVar)
+	}
+	p.setKey(keyOf("slurm", fields...))
+	p.keyOf = strings.Join(vars, ", ") + " (Slurm)"
+	p.generation = generation(&p, get, "SLURM_JOB_START_TIME")
 
 	p.ranks(get, "SLURM_NODEID", "SLURM_PROCID", "SLURM_LOCALID", "Slurm")
 	if step == "" {
 		// The batch script runs on the allocation's first node only.
 		p.nodes, p.nodesOf = 1, "the Slurm batch step (one node)"
-	} else if v, name := firstOf(get, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"); v != "" {
-		if n, ok := count(v); ok && n > 0 {
+		if node, jobNodes := get("SLURM_NODEID"), get("SLURM_JOB_NUM_NODES"); node != "" && !(node == "0" && jobNodes == "1") {
+			p.keyWarns = append(p.keyWarns, fmt.Sprintf("SLURM_NODEID=%s is set but there is no SLURM_STEP_ID: bridge assumed Slurm's batch script, one node (key %s); to measure every node start it under srun (srun bridge -- ...), or set --job-key and --nodes",
+				Quote(node), p.key))
+		}
+	} else if _, name := firstOf(get, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"); name != "" {
+		if n, ok := p.number(get, name); ok && n > 0 {
 			p.nodes, p.nodesOf = n, name+" (Slurm)"
 		}
 	}
 	// Slurm sets SLURM_RESTART_COUNT once a job has been requeued; before
 	// that the job is on its first attempt.
 	p.attempt, p.hasAttempt, p.attemptOf = 0, true, "Slurm (no SLURM_RESTART_COUNT: first attempt)"
-	if v := get("SLURM_RESTART_COUNT"); v != "" {
-		if n, ok := count(v); ok {
-			p.attempt, p.attemptOf = n, "SLURM_RESTART_COUNT (Slurm)"
-		}
+	if n, ok := p.number(get, "SLURM_RESTART_COUNT"); ok {
+		p.attempt, p.attemptOf = n, "SLURM_RESTART_COUNT (Slurm)"
 	}
 	return p
+}
+
+// generation reads a launcher's generation (a start time, a whole number):
+// a value a key could not hold is cleaned as a key part is, so that it
+// stays short and distinct values stay distinct.
+func generation(p *part, get getter, name string) string {
+	v := get(name)
+	if v == "" || fits(v, 20, digit) {
+		return v
+	}
+	g, changed := keyOf("", field{"", name, v, 20, keyRune})
+	if changed != nil {
+		p.keyWarns = append(p.keyWarns, fmt.Sprintf("%s=%s cannot be used as it is: the job's generation is %s", name, Quote(v), g))
+	}
+	return g
 }
 
 // The variables a pod spec projects through the downward API for a JobSet
@@ -129,23 +169,23 @@ func jobSet(get getter) part {
 		p.notes = append(p.notes, fmt.Sprintf("%s is set but %s is not: a JobSet's name is reused, so it is no key; project the label jobset.sigs.k8s.io/jobset-uid into %s", EnvJobSetName, EnvJobSetUID, EnvJobSetUID))
 		return p
 	}
-	p.key = "jobset:" + clean(name, 63) + ":" + clean(uid, 40)
+	p.setKey(keyOf("jobset", field{":", EnvJobSetName, name, 63, keyRuneBut(":")}, field{":", EnvJobSetUID, uid, 40, keyRune}))
 	p.keyOf = EnvJobSetName + ", " + EnvJobSetUID + " (JobSet, downward API)"
-	g, gok := count(get(EnvJobIndex))
-	c, cok := count(get(EnvCompletion))
+	g, gok := p.number(get, EnvJobIndex)
+	c, cok := p.number(get, EnvCompletion)
 	switch {
 	case gok && cok && c > 0:
 		// Several pods per child Job: the pod is not a whole node index.
 		p.node, p.nodeOf = fmt.Sprintf("node-%d-%d", g, c), EnvJobIndex+", "+EnvCompletion+" (JobSet)"
 	case gok:
 		p.rank, p.hasRank, p.nodeOf = g, true, EnvJobIndex+" (JobSet)"
-		if n, ok := count(get(EnvJobSetReplicas)); ok && n > 0 {
+		if n, ok := p.number(get, EnvJobSetReplicas); ok && n > 0 {
 			p.nodes, p.nodesOf = n, EnvJobSetReplicas+" (JobSet; one pod per child Job)"
 		}
 	default:
 		p.notes = append(p.notes, fmt.Sprintf("JobSet: %s is not set: project the annotation jobset.sigs.k8s.io/job-global-index into it for the node id", EnvJobIndex))
 	}
-	if n, ok := count(get(EnvJobSetRestart)); ok {
+	if n, ok := p.number(get, EnvJobSetRestart); ok {
 		p.attempt, p.hasAttempt, p.attemptOf = n, true, EnvJobSetRestart+" (JobSet)"
 	}
 	return p
@@ -161,7 +201,7 @@ func indexedJob(get getter) part {
 		return part{}
 	}
 	p := part{launcher: "indexed-job"}
-	if n, ok := count(idx); ok {
+	if n, ok := p.number(get, EnvCompletion); ok {
 		p.rank, p.hasRank, p.nodeOf = n, true, EnvCompletion+" (Indexed Job)"
 	}
 	uid := get(EnvJobUID)
@@ -171,7 +211,7 @@ func indexedJob(get getter) part {
 		}
 		return p
 	}
-	p.key = "k8s-job:" + clean(get(EnvJobName), 63) + ":" + clean(uid, 40)
+	p.setKey(keyOf("k8s-job", field{":", EnvJobName, get(EnvJobName), 63, keyRuneBut(":")}, field{":", EnvJobUID, uid, 40, keyRune}))
 	p.keyOf = EnvJobName + ", " + EnvJobUID + " (Indexed Job, downward API)"
 	return p
 }
@@ -188,11 +228,11 @@ func pyTorchJob(get getter) part {
 		return part{}
 	}
 	p := part{launcher: "pytorchjob"}
-	if n, ok := count(get("RANK")); ok {
+	if n, ok := p.number(get, "RANK"); ok {
 		p.rank, p.hasRank, p.nodeOf = n, true, "RANK (PyTorchJob)"
 		p.procRank, p.hasProc = n, true
 	}
-	if n, ok := count(get("WORLD_SIZE")); ok && n > 0 {
+	if n, ok := p.number(get, "WORLD_SIZE"); ok && n > 0 {
 		p.nodes, p.nodesOf = n, "WORLD_SIZE (PyTorchJob: pods)"
 	}
 	p.notes = append(p.notes, fmt.Sprintf("PyTorchJob %s gives no uid: set BRIDGE_JOB_KEY to a value unique to the job (deploy/ shows one)", strings.TrimSuffix(master, "-master-0")))
@@ -212,13 +252,14 @@ func torchElastic(get getter) part {
 	if id == "none" {
 		p.notes = append(p.notes, "TORCHELASTIC_RUN_ID=none (torchrun's default --rdzv-id) names no job")
 	} else {
-		p.key, p.keyOf = "torchrun:"+clean(id, 120), "TORCHELASTIC_RUN_ID (torchrun's --rdzv-id)"
+		p.setKey(keyOf("torchrun", field{":", "TORCHELASTIC_RUN_ID", id, 120, keyRune}))
+		p.keyOf = "TORCHELASTIC_RUN_ID (torchrun's --rdzv-id)"
 	}
 	p.ranks(get, "GROUP_RANK", "RANK", "LOCAL_RANK", "torchrun")
-	if n, ok := count(get("GROUP_WORLD_SIZE")); ok && n > 0 {
+	if n, ok := p.number(get, "GROUP_WORLD_SIZE"); ok && n > 0 {
 		p.nodes, p.nodesOf = n, "GROUP_WORLD_SIZE (torchrun)"
 	}
-	if n, ok := count(get("TORCHELASTIC_RESTART_COUNT")); ok {
+	if n, ok := p.number(get, "TORCHELASTIC_RESTART_COUNT"); ok {
 		p.attempt, p.hasAttempt, p.attemptOf = n, true, "TORCHELASTIC_RESTART_COUNT (torchrun)"
 	}
 	return p
@@ -233,15 +274,15 @@ func mpi(get getter, hostname string) part {
 		return part{}
 	}
 	p := part{launcher: "mpi"}
-	if n, ok := count(rank); ok {
+	if n, ok := p.number(get, rankVar); ok {
 		p.procRank, p.hasProc = n, true
 	}
-	if v, _ := firstOf(get, "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"); v != "" {
-		if n, ok := count(v); ok {
+	if _, name := firstOf(get, "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"); name != "" {
+		if n, ok := p.number(get, name); ok {
 			p.local, p.hasLocal = n, true
 		}
 	}
-	if h := nodeSafe(hostname); h != "" {
+	if h, _ := NodeIDFrom(hostname); h != "" {
 		p.node, p.nodeOf = h, "the host name (MPI numbers processes, not nodes)"
 	}
 	p.notes = append(p.notes, fmt.Sprintf("MPI (%s) gives ranks but no job id: set --job-key / BRIDGE_JOB_KEY to one value for the whole job, and --nodes", rankVar))
@@ -299,7 +340,8 @@ func torchrun(get getter, argv []string) part {
 	case id == "none" || id == "":
 		p.notes = append(p.notes, "torchrun's --rdzv-id is its default \"none\": no job key")
 	default:
-		p.key, p.keyOf = "torchrun:"+clean(id, 120), from
+		p.setKey(keyOf("torchrun", field{":", strings.Fields(from)[0], id, 120, keyRune}))
+		p.keyOf = from
 	}
 	backend, _ := val("rdzv_backend")
 	if v, from := val("node_rank"); v != "" {
@@ -411,27 +453,10 @@ func parseTorchrun(args []string) map[string]string {
 	return out
 }
 
-// nodeSafe makes a host name a node id (at most 100 of letters, digits,
-// '_', '-', '.'): "" when nothing of it is left.
-func nodeSafe(s string) string {
-	if len(s) > 100 {
-		s = s[:100]
+// setKey takes a key keyOf built, and warns when it was cleaned.
+func (p *part) setKey(key string, changed []string) {
+	p.key = key
+	if changed != nil {
+		p.keyWarns = append(p.keyWarns, cleanedNote(key, changed))
 	}
-	s = Segment(s, '_')
-	if strings.Trim(s, "_.") == "" {
-		return ""
-	}
-	return s
-}
-
-// Segment replaces every byte of s other than letters, digits, '_', '-' and
-// '.' with repl: what one segment of a tracker's key or id may hold.
-func Segment(s string, repl byte) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			b[i] = repl
-		}
-	}
-	return string(b)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
 
 // Job is a multi-node job as this bridge takes part in it: what the
@@ -36,16 +37,27 @@ type Job struct {
 // DetectJob finds the job this bridge belongs to (package jobkey) from the
 // environment, the child's command line and the explicit settings. An
 // explicit --node-id (or MLFLOW_SYSTEM_METRICS_NODE_ID, which MLflow's own
-// monitor reads) wins over the launcher's node.
+// monitor reads) wins over the launcher's node. MLflow's variable is
+// MLflow's: a value that is not one key segment is cleaned into one
+// (jobkey.NodeIDFrom), with a warning, never refused.
 func DetectJob(cfg config.Config, argv []string, getenv func(string) string) *Job {
 	ex := jobkey.Explicit{Key: cfg.JobKey, KeyFrom: cfg.JobKeyFrom, NodeID: cfg.NodeID, NodeFrom: cfg.NodeIDFrom,
 		Nodes: cfg.Nodes, NodesFrom: cfg.NodesFrom}
+	var warn string
 	if ex.NodeID == "" {
-		if v := strings.TrimSpace(getenv("MLFLOW_SYSTEM_METRICS_NODE_ID")); v != "" {
-			ex.NodeID, ex.NodeFrom = v, "MLFLOW_SYSTEM_METRICS_NODE_ID"
+		if v := strings.TrimSpace(getenv(mlflow.EnvNodeID)); v != "" {
+			id, changed := jobkey.NodeIDFrom(v)
+			ex.NodeID, ex.NodeFrom = id, mlflow.EnvNodeID
+			if changed {
+				ex.NodeFrom += " (cleaned)"
+				warn = mlflow.NodeIDNote(v, id)
+			}
 		}
 	}
 	j := jobkey.Detect(jobkey.Input{Getenv: getenv, Argv: argv, Hostname: hostname(), Explicit: ex})
+	if warn != "" {
+		j.Warnings = append(j.Warnings, warn)
+	}
 	return &Job{Job: j, Settle: cfg.JobSettle}
 }
 
@@ -195,6 +207,9 @@ func (j *Job) Describe() map[string]any {
 	}
 	if len(j.Notes) > 0 {
 		d["notes"] = strings.Join(j.Notes, "; ")
+	}
+	if len(j.Warnings) > 0 {
+		d["warnings"] = strings.Join(j.Warnings, "; ")
 	}
 	return d
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/spool"
 )
 
@@ -32,12 +33,20 @@ func TestDetectJobNodeID(t *testing.T) {
 		{config.Config{}, slurm, "node-2"},
 		{config.Config{}, append(slurm, "MLFLOW_SYSTEM_METRICS_NODE_ID=gpu-a"), "gpu-a"},
 		{config.Config{NodeID: "mine", NodeIDFrom: "--node-id"}, append(slurm, "MLFLOW_SYSTEM_METRICS_NODE_ID=gpu-a"), "mine"},
+		// MLflow's variable is MLflow's: one it accepts that is no single
+		// key segment is cleaned, with a hash of it, and said once.
+		{config.Config{}, append(slurm, "MLFLOW_SYSTEM_METRICS_NODE_ID=gpu a/1"), "gpu_a_1--"},
 	}
 	for _, c := range cases {
 		j := DetectJob(c.cfg, nil, getenv(c.env...))
-		if j.Key != "slurm:c:7.0" || j.NodeID != c.node {
+		if j.Key != "slurm:c:7.0" || !strings.HasPrefix(j.NodeID, c.node) || !jobkey.ValidNodeID(j.NodeID) {
 			t.Errorf("cfg %+v env %v: key %q node %q, want slurm:c:7.0 and %q", c.cfg.NodeID, c.env, j.Key, j.NodeID, c.node)
 		}
+		cleaned := strings.HasSuffix(c.node, "--")
+		if n := len(j.Warnings); cleaned != (n == 1) || n > 1 || cleaned && !strings.Contains(j.Warnings[0], j.NodeID) {
+			t.Errorf("env %v: warnings %q, want one naming %s only where the value was cleaned", c.env, j.Warnings, j.NodeID)
+		}
+		c.node = j.NodeID
 		cfg := config.Config{Scopes: Scopes()}
 		j.Apply(&cfg)
 		if cfg.NodeID != c.node {

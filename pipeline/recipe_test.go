@@ -118,9 +118,9 @@ func TestRecipeAddACollectorAndATracker(t *testing.T) {
 	if len(src.Collectors) != 1 || src.Collectors[0].Name() != "toy" {
 		t.Fatalf("collectors %v, want the toy alone (--scopes toy)", src.Collectors)
 	}
-	sinks, err := BuildSinks(cfg, Overrides{}, nil, quiet())
-	if err != nil || len(sinks) != 1 || sinks[0].Name() != "toy" {
-		t.Fatalf("sinks %v, %v: want the toy alone (--trackers toy)", sinks, err)
+	sinks, off := BuildSinks(cfg, Overrides{}, nil, quiet())
+	if off != nil || len(sinks) != 1 || sinks[0].Name() != "toy" {
+		t.Fatalf("sinks %v, off %v: want the toy alone (--trackers toy)", sinks, off)
 	}
 	// Under "auto" its registration's Configured turns it on (TOY_URL).
 	for _, k := range []string{"MLFLOW_TRACKING_URI", "WANDB_API_KEY", "WANDB_PROJECT"} {
@@ -128,8 +128,8 @@ func TestRecipeAddACollectorAndATracker(t *testing.T) {
 	}
 	auto := cfg
 	auto.Trackers = []string{"auto"}
-	if on, err := BuildSinks(auto, Overrides{}, nil, quiet()); err != nil || len(on) != 1 || on[0].Name() != "toy" {
-		t.Errorf("--trackers auto with TOY_URL set: sinks %v, %v; want the toy", on, err)
+	if on, off := BuildSinks(auto, Overrides{}, nil, quiet()); off != nil || len(on) != 1 || on[0].Name() != "toy" {
+		t.Errorf("--trackers auto with TOY_URL set: sinks %v, off %v; want the toy", on, off)
 	}
 	started := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: cfg.StartTimeout}, quiet())
 	s := Open(Options{Settings: SettingsFrom(cfg), Log: quiet(), Version: "test", Sources: src, Started: started})

@@ -78,6 +78,7 @@ type Options struct {
 	Memory     MemoryProbe         // nil: no probing between samples
 	Spool      *spool.Spool        // an already open spool; nil opens Settings.Spool or the default
 	Started    Started             // from StartSinksWith
+	Off        []TrackerOff        // from BuildSinks: trackers off for the job, for the table
 	StartTags  map[string]string   // recorded in the spool's start record
 	// Phase gives the wait between the first sample and the second, from
 	// the interval; nil draws it at random in [0, interval) (see loop).
@@ -125,9 +126,9 @@ type Session struct {
 	abort    <-chan struct{}
 
 	failedStarts []summary.Row // sinks that could not start, for the table
+	off          []TrackerOff  // trackers off for the job, for the table
 
 	fwdCancel context.CancelFunc
-	fwdWG     sync.WaitGroup
 
 	prom    *promexport.Exporter // nil unless MetricsAddr is set
 	sources *Sources             // nil when the driver gave bare collectors
@@ -158,6 +159,7 @@ func Open(o Options) *Session {
 		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: acc,
 		sinks:        append([]SinkRun(nil), o.Started.Runs...),
 		failedStarts: o.Started.Failed,
+		off:          o.Off,
 		sampler:      metrics.NewSampler(o.Collectors, o.Settings.CollectTimeout, o.Log),
 		queue:        make(chan metrics.Sample, max(o.Settings.QueueSize, 1)),
 		stopS:        make(chan struct{}),
@@ -191,9 +193,9 @@ func Open(o Options) *Session {
 		if r.Late != nil {
 			r.fwd.OnLateStart = s.recordLateRun(r.Sink)
 		}
-		s.fwdWG.Add(1)
+		r.done = make(chan struct{})
 		go func() {
-			defer s.fwdWG.Done()
+			defer close(r.done)
 			defer s.recoverGo("forwarder " + r.Sink.Name())
 			r.fwd.Run(fctx)
 		}()
@@ -445,6 +447,20 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	// Forwarders send what is left, then return; the deadline (or a second
 	// signal) is the hard stop.
 	drainUntil := s.deadline.Add(-finishReserve(time.Until(s.deadline)))
+	// They take the last samples once the file has them (a tracker is not
+	// offered a sample before), or from memory if the disk stalls.
+	wctx, wcancel := context.WithDeadline(context.Background(), drainUntil)
+	go func() {
+		select {
+		case <-abort: // nil: never
+			wcancel()
+		case <-wctx.Done():
+		}
+	}()
+	if err := s.spool.Written(wctx); err != nil {
+		s.log.Warn("the spool's disk does not answer; the trackers get the last samples from memory", "err", err)
+	}
+	wcancel()
 	timer := time.AfterFunc(time.Until(drainUntil), s.fwdCancel)
 	defer timer.Stop()
 	flushed := make(chan struct{})
@@ -458,7 +474,7 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	for _, r := range s.sinks {
 		r.fwd.Finish()
 	}
-	s.fwdWG.Wait()
+	s.waitForwarders(abort)
 	close(flushed)
 	s.fwdCancel()
 	for _, r := range s.sinks {
@@ -468,6 +484,36 @@ func (s *Session) Stop(abort <-chan struct{}) {
 		}
 	}
 	s.sampler.Close()
+}
+
+// waitForwarders waits for the forwarders to return, until the deadline or
+// abort: cancelled, they return at once unless one is stuck reading the
+// spool from a disk that stalled. Such a one is left behind (its sink is
+// not finished: that would run beside its Send).
+func (s *Session) waitForwarders(abort <-chan struct{}) {
+	t := time.NewTimer(time.Until(s.deadline))
+	defer t.Stop()
+	for _, r := range s.sinks {
+		select {
+		case <-r.done:
+			continue
+		case <-t.C:
+		case <-abort:
+		}
+		s.log.Warn("a tracker's forwarder is stuck reading the spool (a stalled disk); bridge does not wait for it",
+			"tracker", r.Sink.Name(), "spool", s.spool.Path())
+		return
+	}
+}
+
+// forwarded reports whether r's forwarder has returned.
+func forwarded(r SinkRun) bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // SpoolFile is the path of the session's spool; "" when it has none (its
@@ -505,14 +551,21 @@ func (s *Session) Finish(end tracker.EndInfo) {
 		case <-ctx.Done():
 		}
 	}()
-	info := maps.Clone(end.Tags)
-	if info == nil {
-		info = map[string]string{}
+	// The job's energy, from every sample taken (Stop took the last one).
+	end.Tags = maps.Clone(end.Tags)
+	if end.Tags == nil {
+		end.Tags = map[string]string{}
 	}
+	for k, v := range s.acc.EnergyTags() {
+		if _, set := end.Tags[k]; !set {
+			end.Tags[k] = v
+		}
+	}
+	info := maps.Clone(end.Tags)
 	for _, r := range s.sinks {
 		func() {
 			defer s.recoverGo("finish " + r.Sink.Name())
-			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" {
+			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" || !forwarded(r) {
 				return
 			}
 			if ctx.Err() != nil {
@@ -532,12 +585,50 @@ func (s *Session) Finish(end tracker.EndInfo) {
 	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: info}); err != nil {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
-	s.closeSpool()
+	sctx, scancel := s.spoolContext()
+	defer scancel()
+	s.closeSpool(sctx)
 	if s.prom != nil {
 		if err := s.prom.Close(); err != nil {
 			s.log.Warn("cannot stop the metrics endpoint cleanly", "err", err)
 		}
 	}
+}
+
+// Time the spool's last write and fsync get at the end of the run, at
+// least, when the trackers used up the deadline; and after a second signal
+// (enough for a disk that answers, not for one that stalled).
+const (
+	spoolCloseMin   = time.Second
+	spoolCloseAbort = 100 * time.Millisecond
+)
+
+// spoolContext bounds closing the spool: the deadline (at least
+// spoolCloseMin from now), or spoolCloseAbort after abort.
+func (s *Session) spoolContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(context.Background(), later(s.deadline, time.Now().Add(spoolCloseMin)))
+	go func() {
+		select {
+		case <-s.abort:
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(spoolCloseAbort)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Report writes the end-of-run table: what was measured, the collectors
@@ -573,7 +664,15 @@ func (s *Session) trackerRows() []summary.Row {
 	}
 	rows = append(rows, s.failedStarts...)
 	rows = append(rows, s.spoolRows()...)
-	if len(s.sinks) == 0 && len(s.failedStarts) == 0 {
+	for _, o := range s.off {
+		// What the start's warning said, and where the samples are.
+		where := "the samples are in " + s.spool.Path() + "; then " + SyncCommand(s.spool.Path()) + " uploads them"
+		if s.spool.InMemory() {
+			where = "no spool file: the samples are only in this table"
+		}
+		rows = append(rows, summary.Row{What: o.Tracker, Value: "off: " + o.Why + "; " + where})
+	}
+	if len(s.sinks) == 0 && len(s.failedStarts) == 0 && len(s.off) == 0 {
 		where := "samples are in " + s.spool.Path() + "; upload them with: " + SyncCommand(s.spool.Path())
 		if s.spool.InMemory() {
 			where = "and no spool file: samples are only in this table"

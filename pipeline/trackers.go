@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/tracker"
@@ -46,14 +47,21 @@ type Tracker struct {
 	// Configured reports whether the job is set up for the tracker (by its
 	// own variables): under --trackers=auto only such a one is built.
 	Configured func(getenv func(string) string) bool
-	// CheckEnv, when set, rejects the tracker's variables when they are
-	// malformed (not merely unset, or pointing elsewhere): a usage error
-	// naming the variable, before the child starts, whatever --trackers
-	// says (CheckTrackerEnv).
-	CheckEnv func(getenv func(string) string) error
-	// Build returns the sink, or nil when the tracker is off for this job
-	// (explained in the log). Its errors are usage errors.
+	// Build returns the sink, or nil, nil when the job itself turns the
+	// tracker off (WANDB_MODE=offline; said in the log). An error says
+	// that a variable of the tracker's own cannot be used, naming it and
+	// what to do: the tracker's variables are not bridge's, so that turns
+	// off only that tracker (BuildSinks), never the job.
 	Build func(b Build) (tracker.Sink, error)
+}
+
+// TrackerOff is a tracker the job asked for (by its variables, or
+// --trackers) that is off because a variable of its own cannot be used.
+// The job runs; the tracker's samples stay in the spool, and the end-of-run
+// table says why and how to upload them.
+type TrackerOff struct {
+	Tracker string
+	Why     string // the variable, what is wrong and what to do
 }
 
 // Build is what a Tracker's Build gets.
@@ -72,22 +80,8 @@ type Build struct {
 // Trackers is the one list of bridge's trackers, in the order they start.
 var Trackers = []Tracker{
 	{Name: "mlflow", RunIDEnv: "MLFLOW_RUN_ID", Resume: true, AttachRunHint: "mlflow.active_run().info.run_id",
-		Configured: mlflow.Configured, CheckEnv: mlflow.CheckEnv, Build: buildMLflow},
+		Configured: mlflow.Configured, Build: buildMLflow},
 	{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Configured: wandb.Configured, Build: buildWandb},
-}
-
-// CheckTrackerEnv runs every registered tracker's CheckEnv: a malformed
-// variable is a usage error (config.ErrUsage) naming it.
-func CheckTrackerEnv(getenv func(string) string) error {
-	for _, t := range Trackers {
-		if t.CheckEnv == nil {
-			continue
-		}
-		if err := t.CheckEnv(getenv); err != nil {
-			return fmt.Errorf("%w: %w", config.ErrUsage, err)
-		}
-	}
-	return nil
 }
 
 // Registered is the registration of the tracker named name.
@@ -102,16 +96,17 @@ func Registered(name string) (Tracker, bool) {
 
 // BuildSinks builds the sinks the configuration turns on. With "auto" a
 // tracker is on when its own variables say so (its registration's
-// Configured); a tracker named explicitly must be configured, or it is a
-// usage error (every error it returns is one).
-func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) ([]tracker.Sink, error) {
+// Configured); a tracker named explicitly is built whatever they say. A
+// tracker whose variables cannot be used is off, with one warning that
+// names the variable and says what to do, and is returned in off (for the
+// end-of-run table): the job runs without it.
+func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) (sinks []tracker.Sink, off []TrackerOff) {
 	if slices.Contains(cfg.Trackers, "none") {
 		return nil, nil
 	}
 	home, _ := os.UserHomeDir()
 	getenv := os.Getenv
 	auto := slices.Contains(cfg.Trackers, "auto")
-	var sinks []tracker.Sink
 	for _, t := range Trackers {
 		explicit := slices.Contains(cfg.Trackers, t.Name)
 		if !explicit && (!auto || !t.Configured(getenv)) {
@@ -122,30 +117,35 @@ func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) ([]
 		}
 		s, err := t.Build(Build{Config: cfg, Explicit: explicit, RunID: ov.RunIDs[t.Name], Owned: ov.Owned[t.Name],
 			Follow: ov.Follow, Job: job, Getenv: getenv, Home: home, Log: log})
-		if err != nil {
-			return nil, err
-		}
-		if s != nil {
+		switch {
+		case err != nil:
+			log.Warn(t.Name+" is off for this job; the job runs, and its samples stay in the spool (the end-of-run table says how to upload them)",
+				"tracker", t.Name, "why", err.Error())
+			off = append(off, TrackerOff{Tracker: t.Name, Why: err.Error()})
+		case s != nil:
 			sinks = append(sinks, s)
 		}
 	}
-	return sinks, nil
+	return sinks, off
 }
 
-// buildMLflow: a non-HTTP MLflow URI is explained and falls back to the
-// spool.
+// buildMLflow: MLflow's variables as ConfigFromEnv reads them; a value
+// bridge can do without is warned about and left out.
 func buildMLflow(b Build) (tracker.Sink, error) {
-	mc, err := mlflow.ConfigFromEnv(b.Getenv, b.Home)
-	switch {
-	case errors.Is(err, mlflow.ErrNotHTTP):
-		// Named in --trackers, or MLFLOW_TRACKING_URI names another store.
-		b.Log.Warn("MLflow is not reachable over REST from bridge; samples go to the spool", "err", err)
-		if b.Explicit {
-			return nil, errors.New("--trackers=mlflow needs MLFLOW_TRACKING_URI=http(s)://... of an `mlflow server`")
-		}
-		return nil, nil
-	case err != nil:
+	mc, ignored, err := mlflow.ConfigFromEnv(b.Getenv, b.Home)
+	if err != nil {
 		return nil, err
+	}
+	for _, line := range ignored {
+		if b.Config.NodeID != "" && strings.HasPrefix(line, mlflow.EnvNodeID+"=") {
+			continue // bridge's own node id is used: the variable is not
+		}
+		b.Log.Warn(line, "tracker", "mlflow")
+	}
+	if mc.RunID != "" && b.RunID == "" {
+		if err := tracker.ValidID(mlflow.EnvRunID, mc.RunID); err != nil {
+			return nil, fmt.Errorf("%w: MLflow's client refuses it too; set it to a run's id, or unset it (bridge then creates a run)", err)
+		}
 	}
 	if b.Config.NodeID != "" { // else MLFLOW_SYSTEM_METRICS_NODE_ID, as read by ConfigFromEnv
 		mc.NodeID = b.Config.NodeID
@@ -159,7 +159,7 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 	// A given MLFLOW_RUN_ID keeps its meaning: that run, no election.
 	if j := b.Job; j != nil && mc.RunID == "" {
 		mc.Job = &mlflow.Job{Key: j.Key, KeyFrom: j.KeyFrom, Generation: j.Generation, Attempt: j.Attempt,
-			Nodes: j.Nodes, Settle: j.Settle, Task: j.Task}
+			Nodes: j.Nodes, Settle: j.Settle, Task: j.Task, Rank: j.Rank}
 	}
 	return mlflow.New(mc, b.Log.With("tracker", "mlflow"))
 }
@@ -174,12 +174,8 @@ func buildWandb(b Build) (tracker.Sink, error) {
 	case wc.Mode != wandb.ModeOnline:
 		b.Log.Info("W&B is off for this job (WANDB_MODE); its samples stay in the spool", "mode", wc.Mode)
 		return nil, nil
-	case wc.APIKey == "" && b.Explicit:
-		return nil, errors.New("--trackers=wandb needs an API key: set WANDB_API_KEY or add the server to ~/.netrc (as `wandb login` does)")
 	case wc.APIKey == "":
-		// Under auto a missing key must not stop the job from running.
-		b.Log.Warn("WANDB_PROJECT is set but no W&B API key was found (WANDB_API_KEY or ~/.netrc); W&B is off, samples stay in the spool")
-		return nil, nil
+		return nil, errors.New("no W&B API key (WANDB_API_KEY, or the server's entry in ~/.netrc): set WANDB_API_KEY, or run `wandb login`")
 	}
 	wc.Label = b.Config.NodeID
 	if b.RunID != "" {
@@ -188,7 +184,7 @@ func buildWandb(b Build) (tracker.Sink, error) {
 	if j := b.Job; j != nil {
 		// One run for the whole job, written by every node in shared mode.
 		if wc.RunID == "" {
-			wc.RunID = wandb.RunIDFor(j.Key)
+			wc.RunID = wandb.RunIDFor(j.Key, j.Generation)
 		}
 		wc.Shared, wc.Label = true, j.Label()
 		wc.Primary, wc.PrimaryKnown = j.Primary()

@@ -27,15 +27,15 @@ import (
 // runAttach is `bridge attach [--run-id ID] [--pid PID]`: no child is
 // launched; bridge samples beside an existing run (a notebook kernel's) until
 // PID exits or bridge is signalled. It never changes the run's status.
-func runAttach(args []string, stderr io.Writer) int {
+func runAttach(args []string, stdout, stderr io.Writer) int {
 	var runID string
 	var pid int
-	fs, cfg, ok := parse("attach", args, stderr, func(fs *pflag.FlagSet) {
+	fs, cfg, code := parse("attach", args, stdout, stderr, func(fs *pflag.FlagSet) {
 		fs.StringVar(&runID, "run-id", "", "run to write to (default MLFLOW_RUN_ID / WANDB_RUN_ID)")
 		fs.IntVar(&pid, "pid", 0, "sample until this process exits (required); its process tree is the process_ scope")
 	})
-	if !ok {
-		return exitUsage
+	if fs == nil {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "bridge: attach takes no command (got %q); to launch one use bridge -- CMD\n", fs.Args())
@@ -73,10 +73,7 @@ func runAttach(args []string, stderr io.Writer) int {
 	// The run is its owner's: once it ends it (mlflow.end_run()), attach
 	// writes nothing more into it and stops, as MLflow's own monitor does.
 	ov.Follow = true
-	sinks, err := pipeline.BuildSinks(cfg, ov, nil, log)
-	if err != nil {
-		return usageError(stderr, err)
-	}
+	sinks, off := pipeline.BuildSinks(cfg, ov, nil, log)
 	for _, s := range sinks {
 		if t, _ := pipeline.Registered(s.Name()); t.AttachRunHint != "" && ov.RunIDs[t.Name] == "" {
 			fmt.Fprintf(stderr, "bridge: attach needs the run to write to: --run-id ID or %s (e.g. %s)\n", t.RunIDEnv, t.AttachRunHint)
@@ -114,7 +111,7 @@ func runAttach(args []string, stderr io.Writer) int {
 		return 0
 	}
 	sess := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
-		Sources: src, Started: started, StartTags: tags})
+		Sources: src, Started: started, Off: off, StartTags: tags})
 	if lock != nil {
 		if abs, err := filepath.Abs(sess.SpoolFile()); err == nil && sess.SpoolFile() != "" {
 			me.Spool = abs

@@ -76,7 +76,7 @@ var badValues = map[string]string{
 	"trackers": "neptune", "run-name": "a\nb", "spool": "/", "spool-max-size": "12xb", "spool-sync": "2m",
 	"keep-spool": "perhaps", "flush-timeout": "-1s", "start-timeout": "0", "kill-after": "-1s",
 	"queue-size": "1.5", "proc-root": "/nonexistent", "cgroup-root": "/nonexistent",
-	"rootfs": "/nonexistent", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",
+	"rootfs": "/nonexistent", "sys-root": "/etc/passwd", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",
 	"metrics-addr": "70000", "scrape": "ftp://x/metrics", "scrape-include": "(", "scrape-exclude": "[z-a]",
 	"scrape-passthrough": "sometimes", "scrape-timeout": "1ms",
 	"job-key": "it's", "nodes": "-1", "job-settle": "10ms",
@@ -110,9 +110,9 @@ func TestEveryOptionExit2BeforeChild(t *testing.T) {
 	cases = append(cases,
 		tc{"file key", []string{"--config", file}, nil, "queue-size (in " + file},
 		tc{"huge queue", []string{"--queue-size=99999999999"}, nil, "--queue-size"},
-		tc{"tracking uri without host", nil, []string{"MLFLOW_TRACKING_URI=http://"}, "MLFLOW_TRACKING_URI"},
-		tc{"node id variable", nil, []string{"MLFLOW_SYSTEM_METRICS_NODE_ID=a/b"}, "MLFLOW_SYSTEM_METRICS_NODE_ID"},
 	)
+	// Other tools' variables (MLFLOW_TRACKING_URI=http://, a node id with
+	// a slash) never stop the job: TestForeignVariablesTrackersNone.
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			marker := filepath.Join(t.TempDir(), "ran")

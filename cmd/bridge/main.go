@@ -118,49 +118,56 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch cmd {
 	case "version":
-		fmt.Fprintf(stdout, "bridge %s\n", version)
+		printVersion(stdout)
 		return 0
 	case "help":
-		usage(stderr, pflag.NewFlagSet("bridge", pflag.ContinueOnError))
+		usage(stdout, pflag.NewFlagSet("bridge", pflag.ContinueOnError))
 		return 0
 	case "sample":
 		return runSample(args, stdout, stderr)
 	case "attach":
-		return runAttach(args, stderr)
+		return runAttach(args, stdout, stderr)
 	case "sync":
 		return runSync(args, stdout, stderr)
 	default:
-		return runSupervise(args, stderr)
+		return runSupervise(args, stdout, stderr)
 	}
 }
 
+func printVersion(w io.Writer) { fmt.Fprintf(w, "bridge %s\n", version) }
+
 // parse registers the shared options plus extra, parses args and loads the
-// configuration. It reports usage errors itself and returns ok=false.
-func parse(name string, args []string, stderr io.Writer, extra func(*pflag.FlagSet)) (*pflag.FlagSet, config.Config, bool) {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+// configuration. When it returns no flag set the caller returns code: it
+// printed the help (--help, -h) or the version (--version) on stdout (0),
+// or a usage error on stderr (exitUsage). Only bridge's own flags, BRIDGE_*
+// variables and config file are checked here: other tools' variables never
+// stop a job (pipeline.BuildSinks turns off what depends on one that cannot
+// be used).
+func parse(name string, args []string, stdout, stderr io.Writer, extra func(*pflag.FlagSet)) (fs *pflag.FlagSet, cfg config.Config, code int) {
+	fs = pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after the command belongs to it
 	config.RegisterFlags(fs, pipeline.Choices())
+	showVersion := fs.Bool("version", false, "print bridge's version and exit")
 	if extra != nil {
 		extra(fs)
 	}
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			usage(stderr, fs)
-			return nil, config.Config{}, false
+			usage(stdout, fs)
+			return nil, cfg, 0
 		}
-		usageError(stderr, fmt.Errorf("%w (see bridge --help)", err))
-		return nil, config.Config{}, false
+		return nil, cfg, usageError(stderr, fmt.Errorf("%w (see bridge --help)", err))
+	}
+	if *showVersion {
+		printVersion(stdout)
+		return nil, cfg, 0
 	}
 	cfg, err := config.Load(fs, pipeline.Choices())
-	if err == nil {
-		err = pipeline.CheckTrackerEnv(os.Getenv)
-	}
 	if err != nil {
-		usageError(stderr, err)
-		return nil, cfg, false
+		return nil, cfg, usageError(stderr, err)
 	}
-	return fs, cfg, true
+	return fs, cfg, 0
 }
 
 // usageError prints a configuration error (from config.Load or the
@@ -173,6 +180,7 @@ func usageError(stderr io.Writer, err error) int {
 func usage(w io.Writer, fs *pflag.FlagSet) {
 	if fs.Lookup("interval") == nil {
 		config.RegisterFlags(fs, pipeline.Choices())
+		fs.Bool("version", false, "print bridge's version and exit")
 	}
 	fmt.Fprintf(w, `bridge %s: scope-correct system metrics for training jobs in containers
 
@@ -181,11 +189,28 @@ usage:
   bridge sample [--json] [flags]    print one sample of every collector
   bridge attach --run-id ID --pid PID   sample beside a running process (notebooks)
   bridge sync FILE [--run-id ID]    upload a spool file to its runs
-  bridge version
+  bridge version                    (or --version) print the version
+  bridge --help                     (or -h) this text
 
 Every flag can also be set as BRIDGE_<FLAG> (e.g. BRIDGE_INTERVAL=5s) or in a
 YAML file given with --config / BRIDGE_CONFIG; flags win over the environment,
-which wins over the file.
+which wins over the file. A bad value of any of them is exit 2 before the
+child starts.
+
+Trackers are set up with their own variables, read as their Python clients
+read them:
+  MLFLOW_TRACKING_URI         the http(s) URL of an `+"`mlflow server`"+` (a sqlite:, file:
+                              or path store is not one: bridge says how to serve it)
+  MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN
+  MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID,
+  MLFLOW_SYSTEM_METRICS_NODE_ID, MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_TRACKING_*_TLS/_CERT_PATH
+  WANDB_API_KEY               W&B's key (else the server's entry in ~/.netrc, $NETRC)
+  WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_RUN_ID
+  WANDB_MODE                  offline or disabled turn bridge's W&B sink off too
+--trackers auto (the default) turns on MLflow when MLFLOW_TRACKING_URI is set,
+and W&B when WANDB_API_KEY or WANDB_PROJECT is set. These variables, and the
+launchers' (Slurm, torchrun, Kubernetes), are other tools': a value bridge
+cannot use turns off only what depends on it, with a warning; the job runs.
 
 flags:
 %s`, version, fs.FlagUsages())

@@ -44,11 +44,11 @@ type jsonPoint struct {
 
 func runSample(args []string, stdout, stderr io.Writer) int {
 	var asJSON bool
-	fs, cfg, ok := parse("sample", args, stderr, func(fs *pflag.FlagSet) {
+	fs, cfg, code := parse("sample", args, stdout, stderr, func(fs *pflag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	})
-	if !ok {
-		return exitUsage
+	if fs == nil {
+		return code
 	}
 	// A command after the flags is the one bridge would run: a torchrun's
 	// options name the job (bridge sample -- torchrun ... train.py).

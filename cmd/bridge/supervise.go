@@ -25,10 +25,10 @@ import (
 )
 
 // runSupervise is `bridge [flags] -- CMD [ARGS...]`.
-func runSupervise(args []string, stderr io.Writer) int {
-	fs, cfg, ok := parse("bridge", args, stderr, nil)
-	if !ok {
-		return exitUsage
+func runSupervise(args []string, stdout, stderr io.Writer) int {
+	fs, cfg, code := parse("bridge", args, stdout, stderr, nil)
+	if fs == nil {
+		return code
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
@@ -72,10 +72,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 		}
 	}
 	logJob(job, log)
-	sinks, err := pipeline.BuildSinks(cfg, ov, job, log)
-	if err != nil {
-		return usageError(stderr, err)
-	}
+	sinks, off := pipeline.BuildSinks(cfg, ov, job, log)
 	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
@@ -117,7 +114,7 @@ func runSupervise(args []string, stderr io.Writer) int {
 	}
 
 	sess := pipeline.Open(pipeline.Options{Settings: set, Log: log, Version: version,
-		Sources: src, Spool: sp, Started: started, StartTags: tags})
+		Sources: src, Spool: sp, Started: started, Off: off, StartTags: tags})
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.
 	grace := min(2*time.Second, max(cfg.FlushTimeout, time.Millisecond))
@@ -339,5 +336,8 @@ func logJob(job *pipeline.Job, log *slog.Logger) {
 	}
 	for _, n := range job.Notes {
 		log.Info("job detection", "note", n)
+	}
+	for _, w := range job.Warnings {
+		log.Warn(w)
 	}
 }

@@ -29,13 +29,13 @@ import (
 func runSync(args []string, stdout, stderr io.Writer) int {
 	var runID string
 	var timeout time.Duration
-	fs, cfg, ok := parse("sync", args, stderr, func(fs *pflag.FlagSet) {
+	fs, cfg, exit := parse("sync", args, stdout, stderr, func(fs *pflag.FlagSet) {
 		fs.SetInterspersed(true) // `bridge sync FILE --run-id ID`, as documented, and flags first
 		fs.StringVar(&runID, "run-id", "", "run to upload to (default: each job's run recorded in the spool, else a new one)")
 		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long; what is not sent stays in the file")
 	})
-	if !ok {
-		return exitUsage
+	if fs == nil {
+		return exit
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "bridge: usage: bridge sync FILE [--run-id ID]")
@@ -70,10 +70,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	}
 	defer sp.Close()
 
-	on, err := pipeline.BuildSinks(cfg, pipeline.Overrides{}, nil, log)
-	if err != nil {
-		return usageError(stderr, err)
-	}
+	on, _ := pipeline.BuildSinks(cfg, pipeline.Overrides{}, nil, log) // a tracker off is said in the log
 	if len(on) == 0 {
 		fmt.Fprintln(stderr, "bridge: sync needs a tracker: set MLFLOW_TRACKING_URI=http(s)://... (or W&B's variables)")
 		return exitUsage
@@ -253,10 +250,8 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 		}
 		e.log.Info("the spool is one node's of a multi-node job: uploading to the job's run", "key", job.Key, "node", job.Label(), "tracker", t)
 	}
-	sinks, err := pipeline.BuildSinks(cfg, ov, job, e.log)
-	if err != nil {
-		return usageError(e.stderr, err)
-	}
+	cfg.Trackers = []string{t} // on in runSync: the others' warnings were said there
+	sinks, _ := pipeline.BuildSinks(cfg, ov, job, e.log)
 	sinks = slices.DeleteFunc(sinks, func(s tracker.Sink) bool { return s.Name() != t })
 	info := tracker.StartInfo{RunName: "bridge sync " + e.path, NodeID: cfg.NodeID,
 		Tags: map[string]string{"bridge.version": version, "bridge.synced_from": e.path}}

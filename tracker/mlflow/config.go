@@ -45,10 +45,11 @@ const (
 // DefaultTimeout is MLflow's default MLFLOW_HTTP_REQUEST_TIMEOUT.
 const DefaultTimeout = 120 * time.Second
 
-// ErrNotHTTP is returned by ConfigFromEnv when the tracking URI is not an
-// http(s) URL (unset, sqlite:, file:, a path, databricks): such stores are
-// only reachable from Python, so bridge falls back to its local spool.
-var ErrNotHTTP = errors.New("MLflow tracking URI is not an MLflow server: bridge posts over REST and needs `mlflow server` (an http:// or https:// MLFLOW_TRACKING_URI)")
+// ErrNotHTTP is returned by ConfigFromEnv when the tracking URI names no
+// `mlflow server` (unset, sqlite:, file:, a path, databricks, http://
+// without a host): bridge posts over REST, so the MLflow sink is off for
+// the job and its samples stay in the spool.
+var ErrNotHTTP = errors.New("bridge posts to MLflow over REST and needs the http(s) URL of an `mlflow server`")
 
 // Config is everything the sink needs to reach one MLflow server and run.
 type Config struct {
@@ -97,11 +98,15 @@ type Config struct {
 // mlflow_tracking_username / mlflow_tracking_password; the environment wins,
 // variable by variable, as in the Python client).
 //
-// When the tracking URI is not http(s) the returned error wraps ErrNotHTTP
-// and the rest of the Config is still filled in (RunID, names), so the
-// caller can record them in the spool.
-func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
-	cfg := Config{
+// These are MLflow's variables, not bridge's: none of them stops the job.
+// A value bridge can do without is left out (the default is used) and
+// ignored says so, one line each, naming the variable. A value without
+// which bridge cannot post to MLflow is the error, worded with what to do:
+// the MLflow sink is then off for the job. A tracking URI that is not an
+// `mlflow server`'s wraps ErrNotHTTP; the rest of the Config is still
+// filled in (RunID, names), so the caller can record them in the spool.
+func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored []string, err error) {
+	cfg = Config{
 		TrackingURI:    strings.TrimRight(strings.TrimSpace(getenv(EnvTrackingURI)), "/"),
 		Token:          getenv(EnvToken),
 		Username:       getenv(EnvUsername),
@@ -111,15 +116,20 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 		RunID:          strings.TrimSpace(getenv(EnvRunID)),
 		ExperimentName: getenv(EnvExperimentName),
 		ExperimentID:   strings.TrimSpace(getenv(EnvExperimentID)),
-		NodeID:         strings.TrimSpace(getenv(EnvNodeID)),
 		Timeout:        DefaultTimeout,
 	}
-	var errs []error
+	if raw := strings.TrimSpace(getenv(EnvNodeID)); raw != "" {
+		var changed bool
+		if cfg.NodeID, changed = jobkey.NodeIDFrom(raw); changed {
+			ignored = append(ignored, NodeIDNote(raw, cfg.NodeID))
+		}
+	}
 
 	if cfg.Username == "" || cfg.Password == "" {
-		user, pass, err := readCredentialsFile(credentialsPath(home))
+		path := credentialsPath(home)
+		user, pass, err := readCredentialsFile(path)
 		if err != nil {
-			errs = append(errs, err)
+			ignored = append(ignored, fmt.Sprintf("%v: not used (no user name or password from it)", err))
 		}
 		if cfg.Username == "" {
 			cfg.Username = user
@@ -132,7 +142,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 	if v := getenv(EnvInsecureTLS); v != "" {
 		b, err := parseBool(v)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", EnvInsecureTLS, v, err))
+			ignored = append(ignored, fmt.Sprintf("%s=%s: %v: not used, TLS certificates are verified", EnvInsecureTLS, jobkey.Quote(v), err))
 		}
 		cfg.InsecureTLS = b
 	}
@@ -140,19 +150,19 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 		// MLflow parses it as int seconds.
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			errs = append(errs, fmt.Errorf("%s=%q: want a positive whole number of seconds", EnvRequestTimeout, v))
+			ignored = append(ignored, fmt.Sprintf("%s=%s is not a positive whole number of seconds: not used, requests time out after %s", EnvRequestTimeout, jobkey.Quote(v), DefaultTimeout))
 		} else {
 			cfg.Timeout = time.Duration(n) * time.Second
 		}
 	}
+	return cfg, ignored, cfg.validate()
+}
 
-	if err := checkHTTP(cfg.TrackingURI); err != nil {
-		return cfg, err
-	}
-	if err := cfg.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	return cfg, errors.Join(errs...)
+// NodeIDNote says that a node id from MLFLOW_SYSTEM_METRICS_NODE_ID was
+// cleaned (jobkey.NodeIDFrom) into id.
+func NodeIDNote(raw, id string) string {
+	return fmt.Sprintf("%s=%s is not one key segment (letters, digits, _ - . only, at most %d): bridge's series use node id %s (the cleaned value and a hash of it; docs/multinode.md)",
+		EnvNodeID, jobkey.Quote(raw), jobkey.MaxNodeID, id)
 }
 
 // validate checks what New relies on; ConfigFromEnv and New both call it.
@@ -161,10 +171,15 @@ func (c Config) validate() error {
 		return err
 	}
 	if c.InsecureTLS && c.ServerCertPath != "" {
-		return fmt.Errorf("%s and %s are both set: only one of them may be (skip verification, or verify with the given CA bundle)", EnvInsecureTLS, EnvServerCertPath)
+		return fmt.Errorf("%s and %s are both set (MLflow's client refuses that too): unset one of them (skip verification, or verify with the given CA bundle)", EnvInsecureTLS, EnvServerCertPath)
 	}
-	if c.NodeID != "" && !nodeIDRe.MatchString(c.NodeID) {
-		return fmt.Errorf("node id %q: MLflow keys allow only letters, digits, '_', '-', '.', ' ' and ':' here (no '/')", c.NodeID)
+	if c.NodeID != "" && !jobkey.ValidNodeID(c.NodeID) {
+		return fmt.Errorf("node id %q %s", c.NodeID, jobkey.NodeIDRule)
+	}
+	if (c.Username == "" || c.Password == "") && strings.ContainsFunc(c.Token, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+		// Sent as it is in a header (Basic auth is base64): Go's client,
+		// as Python's requests, refuses every request with it.
+		return fmt.Errorf("%s holds a control character (a newline?), which an HTTP header cannot carry (MLflow's client fails on it too): set it without one", EnvToken)
 	}
 	if c.Timeout < 0 {
 		return fmt.Errorf("MLflow request timeout %s is negative", c.Timeout)
@@ -179,37 +194,34 @@ func Configured(getenv func(string) string) bool {
 	return getenv(EnvTrackingURI) != ""
 }
 
-// CheckEnv rejects MLflow's variables that are malformed rather than
-// merely pointing elsewhere: a non-HTTP store is a valid choice (bridge
-// falls back to its spool), http:// without a host is a typo, and so is a
-// node id that cannot be one key segment. Each error names its variable;
-// no URI is shown with its password.
-func CheckEnv(getenv func(string) string) error {
-	if uri := strings.TrimSpace(getenv(EnvTrackingURI)); uri != "" {
-		scheme, _, _ := strings.Cut(strings.ToLower(uri), ":")
-		if scheme == "http" || scheme == "https" {
-			u, err := url.Parse(uri)
-			if err != nil || u.Host == "" || u.Hostname() == "" {
-				return fmt.Errorf("%s=%q: not a valid http(s) URL with a host (e.g. http://mlflow:5000)", EnvTrackingURI, redact.URI(uri))
-			}
-		}
-	}
-	if id := strings.TrimSpace(getenv(EnvNodeID)); id != "" && !jobkey.ValidNodeID(id) {
-		return fmt.Errorf("%s=%q: %s", EnvNodeID, id, jobkey.NodeIDRule)
-	}
-	return nil
-}
-
-// checkHTTP returns an error wrapping ErrNotHTTP unless uri is an http(s) URL.
+// checkHTTP returns an error wrapping ErrNotHTTP unless uri is an http(s)
+// URL with a host, worded with what to do about it. No URI is shown with
+// its password.
 func checkHTTP(uri string) error {
 	if uri == "" {
-		return fmt.Errorf("%w; %s is not set (the Python client then uses a local sqlite:///mlflow.db)", ErrNotHTTP, EnvTrackingURI)
+		return fmt.Errorf("%s is not set: %w: set it, e.g. %s=http://127.0.0.1:5000", EnvTrackingURI, ErrNotHTTP, EnvTrackingURI)
 	}
+	shown := redact.URI(uri)
+	quoted := jobkey.Quote(shown)
+	scheme, _, _ := strings.Cut(strings.ToLower(uri), ":")
 	u, err := url.Parse(uri)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("%w; got %s=%q", ErrNotHTTP, EnvTrackingURI, redact.URI(uri))
+	switch {
+	case scheme == "http" || scheme == "https":
+		if err != nil || u.Host == "" || u.Hostname() == "" {
+			return fmt.Errorf("%s=%s is not a valid http(s) URL with a host: %w: set it to one, e.g. http://mlflow:5000", EnvTrackingURI, quoted, ErrNotHTTP)
+		}
+		return nil
+	case scheme == "databricks":
+		return fmt.Errorf("%s=%s is reached only through MLflow's Python client: %w", EnvTrackingURI, quoted, ErrNotHTTP)
 	}
-	return nil
+	// sqlite:, file:, a path, a database URL: a store `mlflow server`
+	// can serve.
+	store := shown
+	if len(store) > 200 || strings.ContainsAny(store, " '\"$`\\") {
+		store = `"$` + EnvTrackingURI + `"`
+	}
+	return fmt.Errorf("%s=%s is a store only MLflow's Python client opens: %w: serve it with `mlflow server --backend-store-uri %s` and set %s=http://127.0.0.1:5000",
+		EnvTrackingURI, quoted, ErrNotHTTP, store, EnvTrackingURI)
 }
 
 // parseBool accepts what MLflow's _BooleanEnvironmentVariable accepts.

@@ -27,15 +27,21 @@ func writeCredentials(t *testing.T, content string) string {
 }
 
 func TestConfigFromEnvNotHTTP(t *testing.T) {
-	for _, uri := range []string{"", "sqlite:///mlflow.db", "file:///tmp/mlruns", "./mlruns", "/abs/mlruns", "databricks", "http://", "ftp://user:hunter2@host/x"} {
+	for _, uri := range []string{"", "sqlite:///mlflow.db", "file:///tmp/mlruns", "./mlruns", "/abs/mlruns", "databricks", "http://", "https://:80",
+		"ftp://user:hunter2@host/x", "postgresql://u:hunter2@db/mlflow", "http://u:hunter2@"} {
 		t.Run(uri, func(t *testing.T) {
-			cfg, err := ConfigFromEnv(envFunc(map[string]string{EnvTrackingURI: uri, EnvRunID: "abc"}), t.TempDir())
+			cfg, _, err := ConfigFromEnv(envFunc(map[string]string{EnvTrackingURI: uri, EnvRunID: "abc"}), t.TempDir())
 			if !errors.Is(err, ErrNotHTTP) {
 				t.Fatalf("err = %v, want ErrNotHTTP", err)
 			}
 			msg := err.Error()
 			if !strings.Contains(msg, "mlflow server") || !strings.Contains(msg, EnvTrackingURI) {
 				t.Errorf("message %q should say bridge needs `mlflow server` and name %s", msg, EnvTrackingURI)
+			}
+			// What to do: a store a server can serve is named in the
+			// command that serves it.
+			if strings.Contains(uri, "sqlite") && !strings.Contains(msg, "mlflow server --backend-store-uri sqlite:///mlflow.db") {
+				t.Errorf("message %q does not say how to serve %s", msg, uri)
 			}
 			if strings.Contains(msg, "hunter2") {
 				t.Errorf("message leaks the password: %q", msg)
@@ -107,9 +113,9 @@ func TestConfigFromEnv(t *testing.T) {
 			if tc.creds != "" {
 				home = writeCredentials(t, tc.creds)
 			}
-			got, err := ConfigFromEnv(envFunc(tc.env), home)
-			if err != nil {
-				t.Fatal(err)
+			got, ignored, err := ConfigFromEnv(envFunc(tc.env), home)
+			if err != nil || len(ignored) != 0 {
+				t.Fatal(err, ignored)
 			}
 			if got != tc.want {
 				t.Errorf("got  %+v\nwant %+v", got, tc.want)
@@ -118,20 +124,35 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 }
 
-func TestConfigFromEnvErrors(t *testing.T) {
+// MLflow's variables never stop the job: one the sink cannot post
+// without is the error (the sink is off, the job runs), worded with what to
+// do; one bridge can do without is left out, with one line naming it and
+// what bridge uses instead.
+func TestConfigFromEnvUnusable(t *testing.T) {
 	const uri = "https://127.0.0.1:5000"
 	tests := []struct {
-		name  string
-		env   map[string]string
-		creds string
-		names []string // what the message must name
+		name    string
+		env     map[string]string
+		creds   string
+		off     bool     // the sink cannot be used
+		names   []string // what the message must name
+		changed func(Config) bool
 	}{
 		{"insecure with CA bundle", map[string]string{EnvTrackingURI: uri, EnvInsecureTLS: "true", EnvServerCertPath: "/ca.pem"},
-			"", []string{EnvInsecureTLS, EnvServerCertPath}},
-		{"bad boolean", map[string]string{EnvTrackingURI: uri, EnvInsecureTLS: "yes"}, "", []string{EnvInsecureTLS, `"yes"`}},
-		{"bad timeout", map[string]string{EnvTrackingURI: uri, EnvRequestTimeout: "1.5"}, "", []string{EnvRequestTimeout}},
-		{"zero timeout", map[string]string{EnvTrackingURI: uri, EnvRequestTimeout: "0"}, "", []string{EnvRequestTimeout}},
-		{"broken credentials file", map[string]string{EnvTrackingURI: uri}, "[mlflow\n", []string{"credentials", "line 1"}},
+			"", true, []string{EnvInsecureTLS, EnvServerCertPath, "unset one"}, nil},
+		{"token with a newline", map[string]string{EnvTrackingURI: uri, EnvToken: "tok\nen"}, "", true, []string{EnvToken, "control character"}, nil},
+		{"bad boolean", map[string]string{EnvTrackingURI: uri, EnvInsecureTLS: "yes"}, "", false, []string{EnvInsecureTLS, `"yes"`, "verified"},
+			func(c Config) bool { return !c.InsecureTLS }},
+		{"bad timeout", map[string]string{EnvTrackingURI: uri, EnvRequestTimeout: "1.5"}, "", false, []string{EnvRequestTimeout, "2m0s"},
+			func(c Config) bool { return c.Timeout == DefaultTimeout }},
+		{"zero timeout", map[string]string{EnvTrackingURI: uri, EnvRequestTimeout: "0"}, "", false, []string{EnvRequestTimeout},
+			func(c Config) bool { return c.Timeout == DefaultTimeout }},
+		{"broken credentials file", map[string]string{EnvTrackingURI: uri, EnvToken: "t"}, "[mlflow\n", false, []string{"credentials", "line 1", "not used"},
+			func(c Config) bool { return c.Token == "t" && c.Username == "" }},
+		{"node id with a slash and a space", map[string]string{EnvTrackingURI: uri, EnvNodeID: "gpu box/1"}, "", false, []string{EnvNodeID, `"gpu box/1"`, "gpu_box_1--"},
+			func(c Config) bool { return strings.HasPrefix(c.NodeID, "gpu_box_1--") }},
+		{"node id over 100", map[string]string{EnvTrackingURI: uri, EnvNodeID: strings.Repeat("n", 101)}, "", false, []string{EnvNodeID},
+			func(c Config) bool { return len(c.NodeID) == 100 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,16 +160,32 @@ func TestConfigFromEnvErrors(t *testing.T) {
 			if tc.creds != "" {
 				home = writeCredentials(t, tc.creds)
 			}
-			_, err := ConfigFromEnv(envFunc(tc.env), home)
-			if err == nil {
+			cfg, ignored, err := ConfigFromEnv(envFunc(tc.env), home)
+			msg := strings.Join(ignored, "\n")
+			switch {
+			case tc.off && err == nil:
 				t.Fatal("no error")
+			case tc.off:
+				msg = err.Error()
+			case err != nil:
+				t.Fatalf("error %v: bridge can do without this value", err)
+			case len(ignored) != 1:
+				t.Fatalf("%d lines about it, want 1: %q", len(ignored), ignored)
 			}
 			if errors.Is(err, ErrNotHTTP) {
 				t.Fatalf("err %v wraps ErrNotHTTP for an http URI", err)
 			}
 			for _, n := range tc.names {
-				if !strings.Contains(err.Error(), n) {
-					t.Errorf("error %q does not name %s", err, n)
+				if !strings.Contains(msg, n) {
+					t.Errorf("%q does not name %s", msg, n)
+				}
+			}
+			if tc.changed != nil && !tc.changed(cfg) {
+				t.Errorf("config %+v: the value is not replaced as the line says", cfg)
+			}
+			if !tc.off {
+				if _, err := New(cfg, nil); err != nil {
+					t.Errorf("New refuses what ConfigFromEnv made usable: %v", err)
 				}
 			}
 		})
@@ -167,6 +204,7 @@ func TestNewValidates(t *testing.T) {
 	}{
 		{"not http", Config{TrackingURI: "sqlite:///x.db"}, "mlflow server"},
 		{"slash in node id", Config{TrackingURI: "http://127.0.0.1:1", NodeID: "a/b"}, "node id"},
+		{"node id ..", Config{TrackingURI: "http://127.0.0.1:1", NodeID: ".."}, "node id"},
 		{"missing CA bundle", Config{TrackingURI: "https://127.0.0.1:1", ServerCertPath: "/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
 		{"missing client cert", Config{TrackingURI: "https://127.0.0.1:1", ClientCertPath: "/nonexistent/c.pem"}, EnvClientCertPath},
 		// Read in bounded time and memory (internal/userfile).

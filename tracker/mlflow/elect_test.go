@@ -9,16 +9,20 @@ package mlflow
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/tracker/mlflow/election"
 )
 
 // node is one bridge's sink in a test job.
@@ -93,7 +97,7 @@ func oneRun(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*node
 		}
 		t.Fatalf("active runs of key %s: %v, want only %s", key, ids, win)
 	}
-	if r := active[0]; r.Tags[TagElected] != "true" || r.Params[ParamElection] != eligible {
+	if r := active[0]; r.Tags[TagElected] != "true" || !strings.HasPrefix(r.Params[ParamElection], "eligible:") {
 		t.Errorf("the job's run: tags %v params %v, want it elected and eligible", r.Tags, r.Params)
 	}
 	for _, r := range srv.SearchRuns(t, expID, filter, "DELETED_ONLY") {
@@ -113,48 +117,113 @@ func TestElectRace(t *testing.T) {
 	oneRun(t, srv, exp, key, nodes)
 }
 
-// TestElectWithdrawsSlowCandidate: node 0's runs/create is applied at once
-// and answered after more than T. Nodes 1 and 2 searched before it and
-// create their candidates (held 0.9 s by their proxies) while node 0
-// searches, so all three are candidates. At their final search the
-// others find node 0's candidate without an eligibility and void it; node
-// 0 withdraws it when the answer comes. It is never the job's run.
-func TestElectWithdrawsSlowCandidate(t *testing.T) {
+// TestElectSlowCreates: every node's runs/create is applied at once and
+// answered after 2T, so every candidate's window is longer than T (round 4,
+// fault 2: the old rule withdrew them all, forever). The windows stretch
+// instead: one run, no candidate withdrawn for its latency, and one
+// warning per node naming the latency and --job-settle.
+func TestElectSlowCreates(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
 	exp, key := unique(t), "slow:"+unique(t)
-	proxies := make([]*faultproxy.Proxy, 3)
+	const n, settle = 3, 500 * time.Millisecond
+	proxies := make([]*faultproxy.Proxy, n)
 	for i := range proxies {
 		p, err := faultproxy.Start(srv.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { p.Close() })
+		p.Schedule(faultproxy.Fault{Path: "runs/create", Kind: faultproxy.SlowAnswer, Delay: 4 * settle, Times: 1000})
 		proxies[i] = p
 	}
-	const settle = 2 * time.Second
-	proxies[0].Schedule(faultproxy.Fault{Path: "runs/create", Kind: faultproxy.SlowAnswer, Delay: 2 * settle, Times: 1})
-	for _, p := range proxies[1:] {
-		p.Schedule(faultproxy.Fault{Path: "runs/create", Kind: faultproxy.Slow, Delay: 900 * time.Millisecond, Times: 1})
+	var logs syncbuf.Buffer
+	nodes := make([]*node, n)
+	for i := range nodes {
+		j := Job{Key: key, Attempt: -1, Nodes: n, Settle: settle, Rank: -1}
+		cfg := Config{TrackingURI: proxies[i].URL(), ExperimentName: exp, Job: &j}
+		sink, err := New(cfg, slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[i] = &node{id: fmt.Sprintf("node-%d", i), sink: sink}
 	}
-	nodes := jobNodes(t, func(i int) string { return proxies[i].URL() }, exp, key, 3, func(int) Job {
-		return Job{Key: key, Attempt: -1, Nodes: 3, Settle: settle}
-	})
-	waitOthers := startNodes(nodes[1:])
-	waitfor.Cond(t, time.Minute, "nodes 1 and 2 sending runs/create", func() bool {
-		return proxies[1].Count("runs/create") > 0 && proxies[2].Count("runs/create") > 0
-	})
-	startNodes(nodes[:1])()
-	waitOthers()
+	startTogether(t, nodes)
 	win := oneRun(t, srv, exp, key, nodes)
-	if proxies[0].Hits(faultproxy.SlowAnswer) != 1 {
-		t.Fatalf("node 0 made no candidate (the slow answer was not given)")
+	v := srv.GetRun(t, win).Params[ParamElection]
+	if ms, err := strconv.Atoi(strings.TrimPrefix(v, "eligible:")); err != nil || ms < 2000 {
+		t.Errorf("the job's run's election param is %q, want a window of at least the 2 s the create took", v)
 	}
-	slow := srv.SearchRuns(t, srv.ExperimentID(t, exp), fmt.Sprintf("tags.`%s` = 'node-0'", TagCandidateOf), "ALL")
-	if len(slow) != 1 {
-		t.Fatalf("node 0's candidates: %d, want 1", len(slow))
+	creates := 0
+	for _, p := range proxies {
+		creates += p.Hits(faultproxy.SlowAnswer)
 	}
-	if c := slow[0]; c.Info.RunID == win || c.Params[ParamElection] != void || c.Info.LifecycleStage != "deleted" {
-		t.Errorf("node 0's slow candidate %s: params %v, %s; want it voided by the others and deleted", c.Info.RunID, c.Params, c.Info.LifecycleStage)
+	if creates > n {
+		t.Errorf("%d candidates created by %d nodes: slow creates were withdrawn and made again", creates, n)
+	}
+	if got := strings.Count(logs.String(), "took longer than --job-settle"); got < 1 || got > n {
+		t.Errorf("%d warnings about the slow server, want one per creating node (at most %d):\n%s", got, n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "job_settle=500ms") {
+		t.Errorf("the warning does not name --job-settle's value:\n%s", logs.String())
+	}
+}
+
+// strayCandidate makes a candidate of key as a creator would have and
+// then died: with param (eligible or void) or without one.
+func strayCandidate(t *testing.T, srv *mlflowtest.Server, exp, key, param string) string {
+	t.Helper()
+	sink := serverSink(t, srv.URL, Config{ExperimentName: exp})
+	expID, err := sink.experiment(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := sink.createRun(context.Background(), expID, "stray", map[string]string{TagJobKey: key, TagCandidateOf: "dead-node"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if param != "" {
+		if _, err := sink.setParamOnce(context.Background(), id, ParamElection, param); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return id
+}
+
+// TestElectStrayCandidates: a creator killed after marking its candidate
+// eligible, or before, leaves a candidate and no elected run (round 4,
+// fault 3). Nodes that start afterwards, with no generation in the key,
+// still get a run within the default --start-timeout: an eligible stray is
+// elected (its window has long passed), one never made eligible is voided
+// and deleted and the nodes elect their own.
+func TestElectStrayCandidates(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	for _, tc := range []struct {
+		name, param string
+		elected     bool // the stray is the job's run
+	}{
+		{"eligible", election.Eligible(time.Second), true},
+		{"never eligible", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp, key := unique(t), "stray:"+unique(t)
+			stray := strayCandidate(t, srv, exp, key, tc.param)
+			nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, func(i int) Job {
+				return Job{Key: key, Attempt: -1, Nodes: 3, Settle: time.Second, Rank: i}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the default --start-timeout
+			defer cancel()
+			var wg sync.WaitGroup
+			for _, n := range nodes {
+				wg.Go(func() {
+					n.env, n.err = n.sink.Start(ctx, tracker.StartInfo{NodeID: n.id, Command: []string{"train.py"}, RunName: "job"})
+				})
+			}
+			wg.Wait()
+			win := oneRun(t, srv, exp, key, nodes)
+			if (win == stray) != tc.elected {
+				t.Errorf("the job's run is %s, the stray %s: want the stray elected: %v", win, stray, tc.elected)
+			}
+		})
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/tracker/mlflow/election"
 )
 
 // startJob is Start for a multi-node job: the election finds the job's run;
@@ -142,7 +143,30 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.SetTags(ctx, tags); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	return errors.Join(append(errs, s.settleJobStatus(ctx, end))...)
+	wrote, err := s.settleJobStatus(ctx, end)
+	if wrote || s.cfg.Job.tier(s.who) == 0 {
+		s.sweep(ctx)
+	}
+	return errors.Join(append(errs, err)...)
+}
+
+// sweep deletes the job's candidate runs that lost, or never became
+// eligible (a creator that died, a create applied after the election):
+// none is left beside the job's run. The node that writes the job's
+// status does it, and node 0 (every node, when the launcher numbers none).
+func (s *Sink) sweep(ctx context.Context) {
+	if s.el.run == nil {
+		s.el.run = election.New(election.Config{Key: s.cfg.Job.Key, Settle: s.cfg.Job.Settle, Log: s.log}, jobStore{s})
+	}
+	left, err := s.el.run.Sweep(ctx, s.runID)
+	if err != nil {
+		s.log.Debug("cannot look for the job's stray candidate runs", "err", err)
+		return
+	}
+	if len(left) > 0 {
+		s.log.Warn("stray candidate runs of the job are left beside its run; delete them in the UI or with `mlflow runs delete --run-id`",
+			"run_id", s.runID, "stray", strings.Join(left, ","))
+	}
 }
 
 // jobStatus is the status the nodes' records call for ("" for none yet).
@@ -171,15 +195,16 @@ func jobStatus(tags map[string]string, nodes int) string {
 	return ""
 }
 
-// settleJobStatus moves the run to the status the records call for. Nodes
-// ending together may each read the others' records before they land: the
-// one that writes reads again, so the last writer saw every record. One
-// node writes FINISHED: the write-once param bridge.finished_by says which.
-func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) error {
+// settleJobStatus moves the run to the status the records call for, and
+// says whether this node wrote one. Nodes ending together may each read
+// the others' records before they land: the one that writes reads again,
+// so the last writer saw every record. One node writes FINISHED: the
+// write-once param bridge.finished_by says which.
+func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) (wrote bool, err error) {
 	for range 3 {
 		run, err := s.getRun(ctx, s.runID)
 		if err != nil {
-			return err
+			return wrote, err
 		}
 		tags := run.Data.TagMap()
 		nodes := s.cfg.Job.Nodes
@@ -188,22 +213,23 @@ func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) error {
 		}
 		want := jobStatus(tags, nodes)
 		if want == "" || severity(want) <= severity(run.Info.Status) {
-			return nil
+			return wrote, nil
 		}
 		if want == StatusFinished {
 			by, err := s.setParam(ctx, s.runID, ParamFinished, s.who)
 			if err != nil {
-				return err
+				return wrote, err
 			}
 			if by != s.who {
-				return nil // another node ends the run
+				return wrote, nil // another node ends the run
 			}
 		}
 		req := updateRunRequest{RunID: s.runID, Status: want, EndTime: end.Time.UnixMilli()}
 		if err := s.call(ctx, http.MethodPost, "runs/update", nil, req, nil, fmt.Sprintf("setting the job's run %s to %s", s.runID, want)); err != nil {
-			return err
+			return wrote, err
 		}
+		wrote = true
 		s.log.Info("set the job's run status", "run_id", s.runID, "status", want, "node", s.who)
 	}
-	return nil
+	return wrote, nil
 }

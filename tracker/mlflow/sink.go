@@ -78,9 +78,9 @@ type Sink struct {
 	// waits for fewer requests.
 	startTags map[string]string
 
-	el    election // a multi-node job's election (Config.Job), kept across Start calls
-	scope string   // a job run: the prefix of this node's tags ("bridge.node.<id>")
-	who   string   // a job run: this node (and task) in the job's records
+	el    jobElection // a multi-node job's election (Config.Job), kept across Start calls
+	scope string      // a job run: the prefix of this node's tags ("bridge.node.<id>")
+	who   string      // a job run: this node (and task) in the job's records
 
 	// nextStep is the step after the last one this node's series hold on
 	// a run Start joined (tracker.Resumer); 0 for a run it created.
@@ -310,7 +310,11 @@ func (s *Sink) createRun(ctx context.Context, expID, name string, tags map[strin
 		Tags:         tagList(tags),
 	}
 	var out runResponse
-	if err := s.call(ctx, http.MethodPost, "runs/create", nil, req, &out, fmt.Sprintf("creating a run in experiment %s", expID)); err != nil {
+	what := "creating a run in experiment " + expID
+	if s.cfg.ExperimentName == "" && expID == s.cfg.ExperimentID {
+		what += " (" + EnvExperimentID + ")" // the user's value: a refusal names where it came from
+	}
+	if err := s.call(ctx, http.MethodPost, "runs/create", nil, req, &out, what); err != nil {
 		return "", err
 	}
 	// The run id goes into the child's environment: an invalid one (a NUL

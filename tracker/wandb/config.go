@@ -63,6 +63,10 @@ func Configured(getenv func(string) string) bool {
 // ~/.netrc, else ~/_netrc) entry whose machine is the base URL's host[:port]
 // (or its "default" entry). A missing netrc file is not an error; an
 // unreadable or malformed one is.
+//
+// These are W&B's variables, not bridge's: an error (a value wandb itself
+// refuses, an unreadable netrc) names the variable or file and what to do,
+// and turns only the W&B sink off; the job runs.
 func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 	c := Config{
 		BaseURL: strings.TrimSpace(getenv("WANDB_BASE_URL")),
@@ -82,7 +86,10 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
 	u, err := url.Parse(c.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return c, fmt.Errorf("WANDB_BASE_URL %q is not an http(s) URL", redact.URI(c.BaseURL))
+		return c, fmt.Errorf("WANDB_BASE_URL=%q is not an http(s) URL: set it to the W&B server's, e.g. %s", redact.URI(c.BaseURL), DefaultBaseURL)
+	}
+	if strings.ContainsAny(c.RunID, runIDReserved) || c.RunID != strings.TrimSpace(c.RunID) {
+		return c, fmt.Errorf("WANDB_RUN_ID=%q holds one of %s or surrounding spaces, which wandb refuses in a run id too: set another, or unset it (bridge then makes one)", c.RunID, runIDReserved)
 	}
 	if c.APIKey != "" {
 		c.KeySource = "WANDB_API_KEY"
@@ -97,11 +104,11 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 		return c, nil
 	}
 	if err != nil {
-		return c, fmt.Errorf("reading W&B credentials from netrc file %s: %w", path, err)
+		return c, fmt.Errorf("cannot read the W&B API key from netrc file %s: %w: set WANDB_API_KEY, or fix the file", path, err)
 	}
 	entries, err := parseNetrc(string(data))
 	if err != nil {
-		return c, fmt.Errorf("netrc file %s: %w", path, err)
+		return c, fmt.Errorf("cannot read the W&B API key from netrc file %s: %w: set WANDB_API_KEY, or fix the file", path, err)
 	}
 	if e, ok := lookupNetrc(entries, u.Host); ok && e.password != "" {
 		c.APIKey, c.KeySource = e.password, path
@@ -124,9 +131,13 @@ func parseMode(mode, disabled string) (string, error) {
 	case ModeDisabled:
 		return ModeDisabled, nil
 	default:
-		return "", fmt.Errorf("WANDB_MODE %q is not one of online, offline, disabled", mode)
+		return "", fmt.Errorf("WANDB_MODE=%q is not one of online, offline, disabled (wandb refuses it too): set one of them, or unset it", mode)
 	}
 }
+
+// runIDReserved are the characters wandb refuses in a run id
+// (wandb_settings.py, validate_run_id).
+const runIDReserved = ":;,#?/'"
 
 // maxNetrc bounds the netrc file read (internal/userfile): a few entries of
 // a line each.

@@ -38,7 +38,6 @@ import (
 
 	"github.com/go-resty/resty/v2"
 
-	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
@@ -717,15 +716,28 @@ func SharedEnv(label string, primary, known bool) []string {
 	return env
 }
 
-// RunIDFor is the W&B run id of a job's key, the same on every node: the
-// key with the characters a run id may not hold (: ; , # ? / ' and spaces,
-// wandb's validate_run_id) made '-', cut to 48, and 10 hex digits of its
-// SHA-256, so that two keys never share an id.
-func RunIDFor(key string) string {
-	id := jobkey.Segment(key, '-')
+// RunIDFor is the W&B run id of a job, the same on every node: its key
+// with every character other than letters, digits, '_', '-' and '.' made
+// '-' (wandb's validate_run_id refuses : ; , # ? / '), cut to 48, for
+// reading, then 10 hex digits of the SHA-256 of the key and its generation
+// ("" when the launcher gives none). The key is already distinct for
+// distinct launcher values (package jobkey hashes what it cleans), so two
+// jobs, or two generations of one job id, never share a W&B run.
+func RunIDFor(key, generation string) string {
+	id := []byte(key)
+	for i, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			id[i] = '-'
+		}
+	}
 	if len(id) > 48 {
 		id = id[:48]
 	}
-	sum := sha256.Sum256([]byte(key))
-	return id + "-" + hex.EncodeToString(sum[:5])
+	material := key
+	if generation != "" {
+		// A key holds no NUL: (key, generation) pairs hash distinct inputs.
+		material += "\x00" + generation
+	}
+	sum := sha256.Sum256([]byte(material))
+	return string(id) + "-" + hex.EncodeToString(sum[:5])
 }

@@ -552,24 +552,36 @@ func TestFinishWithoutRun(t *testing.T) {
 	}
 }
 
-// A job's W&B run id is a function of its key: the same on every node,
-// different for every key, and one wandb accepts (validate_run_id: none of
-// : ; , # ? / ' nor spaces).
+// A job's W&B run id is a function of its key and generation: the same on
+// every node, different for every key and every generation of one key,
+// and one wandb accepts (validate_run_id: none of : ; , # ? / ' nor
+// spaces, and at most 64 characters). Keys that differ only in characters
+// the id cannot hold ("a:b", "a/b", "a-b") or after the 48 it shows keep
+// apart.
 func TestRunIDFor(t *testing.T) {
-	keys := []string{"slurm:alps:4242.0", "slurm:alps:4242.1", "jobset:llm:9a8b", "torchrun:x/y@z", strings.Repeat("k", 200), strings.Repeat("k", 199) + "j"}
+	keys := []string{"slurm:alps:4242.0", "slurm:alps:4242.1", "jobset:llm:9a8b", "torchrun:x/y@z", "torchrun:x:y@z", "torchrun:x-y@z",
+		"torchrun:a_b", "torchrun:a_b--0123456789", strings.Repeat("k", 200), strings.Repeat("k", 199) + "j", "a", "a="}
+	gens := []string{"", "1764900000", "1764900001", "17649000001"}
 	seen := map[string]string{}
 	for _, k := range keys {
-		id := RunIDFor(k)
-		if id != RunIDFor(k) || len(id) > 64 || strings.ContainsAny(id, ":;,#?/' ") {
-			t.Errorf("RunIDFor(%q) = %q", k, id)
+		for _, g := range gens {
+			id := RunIDFor(k, g)
+			if id != RunIDFor(k, g) || len(id) > 64 || strings.ContainsAny(id, ":;,#?/' ") {
+				t.Errorf("RunIDFor(%q, %q) = %q", k, g, id)
+			}
+			if other, dup := seen[id]; dup {
+				t.Errorf("%s and %q %q share run id %q", other, k, g, id)
+			}
+			seen[id] = fmt.Sprintf("%q %q", k, g)
 		}
-		if other, dup := seen[id]; dup {
-			t.Errorf("keys %q and %q share run id %q", other, k, id)
-		}
-		seen[id] = k
 	}
-	if got := RunIDFor("slurm:alps:4242.0"); !strings.HasPrefix(got, "slurm-alps-4242.0-") {
+	if got := RunIDFor("slurm:alps:4242.0", "1764900000"); !strings.HasPrefix(got, "slurm-alps-4242.0-") {
 		t.Errorf("RunIDFor keeps the key readable: %q", got)
+	}
+	// A key without a generation keeps the id bridge gave it before ids
+	// carried the generation: such a job's later attempts find its run.
+	if got := RunIDFor("slurm:alps:4242.0", ""); got != "slurm-alps-4242.0-584def97b3" {
+		t.Errorf("RunIDFor without a generation = %q, want slurm-alps-4242.0-584def97b3", got)
 	}
 }
 
