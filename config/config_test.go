@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/bridge-dev/bridge/tracker/mlflow/election"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -358,5 +360,23 @@ func TestWhitespaceTrimmedEveryOption(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The defaults are consistent: a node that meets a stray candidate of a
+// multi-node job (its creator died) has the job's run before
+// --start-timeout passes, with a few requests' time to spare (round 4,
+// fault 4: the stall window was longer than the start timeout).
+func TestStartTimeoutCoversStray(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JobSettle != election.DefaultSettle {
+		t.Fatalf("--job-settle defaults to %v, the election to %v", c.JobSettle, election.DefaultSettle)
+	}
+	const requests = time.Second // a dozen requests to a server that answers in 80 ms
+	if need := election.StrayCleared(c.JobSettle) + requests; need >= c.StartTimeout {
+		t.Errorf("--start-timeout %v: clearing a stray candidate takes up to %v", c.StartTimeout, need)
 	}
 }
