@@ -1,8 +1,6 @@
 package node
 
 import (
-	"fmt"
-
 	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -10,21 +8,11 @@ import (
 
 // collectLoad reads /proc/loadavg.
 func (c *Collector) collectLoad(out *metrics.Batch) error {
-	src := c.loadavgFile
-	b, err := c.read(src)
-	var la procfs.LoadAvg
-	if err == nil {
-		la, err = parseLoadavg(b)
+	la, ok, err := readSource(c, c.loadavgFile, "node load average", parseLoadavg)
+	if ok {
+		loadPoints(out, la, c.loadavgFile)
 	}
-	if err != nil {
-		if isAbsent(err) {
-			c.noteAbsent(src, err)
-			return nil
-		}
-		return fmt.Errorf("reading node load average from %s: %w", src, err)
-	}
-	loadPoints(out, la, src)
-	return nil
+	return err
 }
 
 func loadPoints(out *metrics.Batch, la procfs.LoadAvg, src string) {

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"fmt"
-
 	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -10,21 +8,11 @@ import (
 
 // collectMemory reads /proc/meminfo.
 func (c *Collector) collectMemory(out *metrics.Batch) error {
-	src := c.meminfoFile
-	b, err := c.read(src)
-	var mi procfs.Meminfo
-	if err == nil {
-		mi, err = parseMeminfo(b)
+	mi, ok, err := readSource(c, c.meminfoFile, "node memory", parseMeminfo)
+	if ok {
+		memoryPoints(out, mi, c.meminfoFile)
 	}
-	if err != nil {
-		if isAbsent(err) {
-			c.noteAbsent(src, err)
-			return nil
-		}
-		return fmt.Errorf("reading node memory from %s: %w", src, err)
-	}
-	memoryPoints(out, mi, src)
-	return nil
+	return err
 }
 
 // memoryPoints derives the node memory figures. used is MemTotal -

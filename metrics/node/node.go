@@ -200,9 +200,32 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 // path is the file under ProcRoot that a metric's Source names.
 func (c *Collector) path(rel string) string { return filepath.Join(c.procRoot, rel) }
 
-// isAbsent reports whether err means "this machine has no such source": a
-// missing file, or a kernel that refuses it (PSI built in but disabled).
-func isAbsent(err error) bool { return kfileio.IsAbsent(err) }
+// readSource reads the file src and parses it: the one way every /proc
+// source of the collector is read. ok is false when there is nothing to
+// add: see outcome.
+func readSource[T any](c *Collector, src, what string, parse func([]byte) (T, error)) (v T, ok bool, err error) {
+	b, err := c.read(src)
+	if err == nil {
+		v, err = parse(b)
+	}
+	ok, err = c.outcome(src, what, err)
+	return v, ok, err
+}
+
+// outcome sorts the error of reading source src: none is ok; a source this
+// machine does not have (a missing file, a kernel that refuses it: PSI
+// built in but disabled) is no data, logged once at debug, and no error;
+// any other is an error that says what was read, and from where.
+func (c *Collector) outcome(src, what string, err error) (ok bool, _ error) {
+	switch {
+	case err == nil:
+		return true, nil
+	case kfileio.IsAbsent(err):
+		c.noteAbsent(src, err)
+		return false, nil
+	}
+	return false, fmt.Errorf("reading %s from %s: %w", what, src, err)
+}
 
 // noteAbsent logs once, at debug, that a source is missing.
 func (c *Collector) noteAbsent(src string, err error) {

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"fmt"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -35,15 +33,11 @@ func readFsUsage(path string) (fsUsage, error) {
 func (c *Collector) collectRootfs(out *metrics.Batch) error {
 	src := c.statfsSrc
 	u, err := c.statfs(c.rootfsPath)
-	if err != nil {
-		if isAbsent(err) {
-			c.noteAbsent(src, err)
-			return nil
-		}
-		return fmt.Errorf("reading root filesystem usage with %s: %w", src, err)
+	ok, err := c.outcome(src, "root filesystem usage", err)
+	if ok {
+		rootfsPoints(out, u, src)
 	}
-	rootfsPoints(out, u, src)
-	return nil
+	return err
 }
 
 // rootfsPoints computes the figures df shows: used = total - free; available
