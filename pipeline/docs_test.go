@@ -81,7 +81,7 @@ func docName(d *metrics.Desc) string {
 func TestDocsListEverySeries(t *testing.T) {
 	docs := documented(t)
 	registered := map[string]*metrics.Desc{}
-	for _, c := range Collectors {
+	for _, c := range Collectors() {
 		for _, d := range c.Series {
 			registered[docName(d)] = d
 			unit, ok := docs[docName(d)]

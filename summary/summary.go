@@ -14,6 +14,12 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+
+	"github.com/bridge-dev/bridge/metrics/rapl"
+
+	"github.com/bridge-dev/bridge/metrics/process"
+
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 // Stat follows one metric over the job.
@@ -92,7 +98,7 @@ func (a *Accumulator) Add(s metrics.Sample) {
 		if p.Value > st.Peak {
 			st.Peak, st.PeakAt = p.Value, s.Time
 		}
-		if p.Name() == metrics.ContainerCPUUsage.Name && steady {
+		if p.Name() == cgroup.CPUUsage.Name && steady {
 			if !a.cpuPeakOK || p.Value > a.cpuPeak {
 				a.cpuPeak, a.cpuPeakOK = p.Value, true
 			}
@@ -128,16 +134,16 @@ type Row struct{ What, Value string }
 func (a *Accumulator) Rows() []Row {
 	var rows []Row
 	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
-	if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok {
+	if ws, ok := a.Get(cgroup.MemoryWorkingSet); ok {
 		v := fmt.Sprintf("%.1f MB", ws.Peak)
-		if lim, ok := a.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
+		if lim, ok := a.Get(cgroup.MemoryLimit); ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.1f MB (%.1f%%)", lim.Last, 100*ws.Peak/lim.Last)
 		} else {
 			v += " (no memory limit)"
 		}
 		rows = append(rows, Row{"peak working set", v})
 	}
-	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
+	if cpu, ok := a.Get(cgroup.CPUUsage); ok {
 		// A job too short, or sampled too fast, for a steady window: every
 		// sample's rate.
 		peak, mean := cpu.Peak, cpu.Mean()
@@ -145,8 +151,8 @@ func (a *Accumulator) Rows() []Row {
 			peak, mean = a.cpuPeak, a.cpuCoreSecs/a.cpuSecs
 		}
 		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, mean)
-		_, split := a.Get(metrics.ContainerCPUUsageLimitSplit)
-		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 && split {
+		_, split := a.Get(cgroup.CPUUsageLimitSplit)
+		if lim, ok := a.Get(cgroup.CPULimit); ok && lim.Last > 0 && split {
 			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)
 		} else if ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
@@ -155,24 +161,24 @@ func (a *Accumulator) Rows() []Row {
 		}
 		rows = append(rows, Row{"peak container CPU", v})
 	}
-	if th, ok := a.Get(metrics.ContainerCPUThrottledPeriods); ok {
+	if th, ok := a.Get(cgroup.CPUThrottledPeriods); ok {
 		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
-		if ts, ok := a.Get(metrics.ContainerCPUThrottledSecondsTotal); ok {
+		if ts, ok := a.Get(cgroup.CPUThrottledSecondsTotal); ok {
 			v += fmt.Sprintf(", %.2f s throttled", ts.Last-ts.First)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
 	}
-	if k, ok := a.Get(metrics.ContainerOOMKills); ok {
+	if k, ok := a.Get(cgroup.OOMKills); ok {
 		v := fmt.Sprintf("%.0f during the job", k.Last-k.First)
-		if e, ok := a.Get(metrics.ContainerOOMEvents); ok {
+		if e, ok := a.Get(cgroup.OOMEvents); ok {
 			v += fmt.Sprintf(" (OOM events %.0f)", e.Last-e.First)
 		}
 		rows = append(rows, Row{"OOM kills", v})
 	}
-	if rss, ok := a.Get(metrics.ProcessMemoryRSS); ok {
+	if rss, ok := a.Get(process.MemoryRSS); ok {
 		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB", rss.Peak)})
 	}
-	if psi, ok := a.Get(metrics.ContainerPressureMemorySome); ok {
+	if psi, ok := a.Get(cgroup.PressureMemorySome); ok {
 		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
 	}
 	var gpus []string
@@ -222,7 +228,7 @@ func (a *Accumulator) Energy() Energy {
 			e.GPUs++
 		}
 	}
-	if cpu, ok := a.Get(metrics.NodeCPUEnergy); ok {
+	if cpu, ok := a.Get(rapl.Energy); ok {
 		e.CPUJoules, e.CPU = cpu.Last, true
 	}
 	return e

@@ -7,6 +7,10 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+
+	"github.com/bridge-dev/bridge/metrics/rapl"
+
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 func TestRowsAgainstLimits(t *testing.T) {
@@ -14,9 +18,9 @@ func TestRowsAgainstLimits(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for i, ws := range []float64{100, 180, 150} {
 		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
-			metrics.At(metrics.ContainerMemoryWorkingSet, ws), metrics.At(metrics.ContainerMemoryLimit, 200),
-			metrics.At(metrics.ContainerCPUUsage, float64(i)*0.25), metrics.At(metrics.ContainerCPULimit, 0.5),
-			metrics.At(metrics.ContainerOOMKills, float64(i/2)), metrics.At(metrics.ContainerCPUThrottledPeriods, 30),
+			metrics.At(cgroup.MemoryWorkingSet, ws), metrics.At(cgroup.MemoryLimit, 200),
+			metrics.At(cgroup.CPUUsage, float64(i)*0.25), metrics.At(cgroup.CPULimit, 0.5),
+			metrics.At(cgroup.OOMKills, float64(i/2)), metrics.At(cgroup.CPUThrottledPeriods, 30),
 		}})
 	}
 	var b bytes.Buffer
@@ -32,7 +36,7 @@ func TestRowsAgainstLimits(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if st, _ := a.Get(metrics.ContainerMemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
+	if st, _ := a.Get(cgroup.MemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
 		t.Errorf("peak at %v", st.PeakAt)
 	}
 }
@@ -46,7 +50,7 @@ func TestPeakCPUIgnoresShortWindows(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {10 * time.Second, 0.5}, {20 * time.Second, 1.5}, {20*time.Second + 50*time.Millisecond, 2.0}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -65,7 +69,7 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {200 * time.Millisecond, 1.9}, {1200 * time.Millisecond, 0.01}, {2200 * time.Millisecond, 0.01}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -76,7 +80,7 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 
 func TestRowsWithoutLimits(t *testing.T) {
 	a := New()
-	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 5), metrics.At(metrics.ContainerCPUUsage, 1)}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryWorkingSet, 5), metrics.At(cgroup.CPUUsage, 1)}})
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
 	if !strings.Contains(b.String(), "(no memory limit)") || !strings.Contains(b.String(), "(no CPU limit)") {
@@ -90,9 +94,9 @@ func TestRowsCPUSplitAndThrottledTotal(t *testing.T) {
 	a := New()
 	for i, th := range []float64{10, 12.5} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-			metrics.At(metrics.ContainerCPUUsage, 1.65), metrics.At(metrics.ContainerCPULimit, 0.5),
-			metrics.At(metrics.ContainerCPUUsageLimitSplit, 1),
-			metrics.At(metrics.ContainerCPUThrottledPeriods, 20), metrics.At(metrics.ContainerCPUThrottledSecondsTotal, th),
+			metrics.At(cgroup.CPUUsage, 1.65), metrics.At(cgroup.CPULimit, 0.5),
+			metrics.At(cgroup.CPUUsageLimitSplit, 1),
+			metrics.At(cgroup.CPUThrottledPeriods, 20), metrics.At(cgroup.CPUThrottledSecondsTotal, th),
 		}})
 	}
 	var b bytes.Buffer
@@ -138,8 +142,8 @@ func TestEnergy(t *testing.T) {
 		tags    map[string]string
 	}{
 		{"both", [][]metrics.Point{
-			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(metrics.NodeCPUEnergy, 5)},
-			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(metrics.NodeCPUEnergy, 72),
+			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(rapl.Energy, 5)},
+			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(rapl.Energy, 72),
 				metrics.At(metrics.GPUPowerUsage.ForGPU(0), 300)},
 		}, "GPUs 350.0 J (0.097 Wh); CPU packages (node) 72.0 J (0.020 Wh)",
 			map[string]string{TagEnergyGPUs: "350.0", TagEnergyNodeCPU: "72.0"}},
@@ -148,7 +152,7 @@ func TestEnergy(t *testing.T) {
 			{metrics.At(g0, 30)},
 		}, "GPUs 50.0 J (0.014 Wh); CPU packages (node) not sampled",
 			map[string]string{TagEnergyGPUs: "50.0", TagEnergyNodeCPU: "not sampled"}},
-		{"none", [][]metrics.Point{{metrics.At(metrics.ContainerMemoryWorkingSet, 1)}},
+		{"none", [][]metrics.Point{{metrics.At(cgroup.MemoryWorkingSet, 1)}},
 			"GPUs not sampled; CPU packages (node) not sampled",
 			map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
 		{"no sample at all", nil, "GPUs not sampled; CPU packages (node) not sampled",

@@ -59,11 +59,11 @@ var errorCounters = []struct {
 	file string
 	bits int
 }{
-	{metrics.NodeIBSymbolErrors, "symbol_error", 16},
-	{metrics.NodeIBLinkDowned, "link_downed", 8},
-	{metrics.NodeIBReceiveErrors, "port_rcv_errors", 16},
-	{metrics.NodeIBXmitDiscards, "port_xmit_discards", 16},
-	{metrics.NodeIBXmitWait, "port_xmit_wait", 32},
+	{SymbolErrors, "symbol_error", 16},
+	{LinkDowned, "link_downed", 8},
+	{ReceiveErrors, "port_rcv_errors", 16},
+	{XmitDiscards, "port_xmit_discards", 16},
+	{XmitWait, "port_xmit_wait", 32},
 }
 
 // port is one port and what Collect keeps of it.
@@ -172,8 +172,8 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 			p.facts.Err = fmt.Sprintf("reading %s: %v", filepath.Join(classDir, name), err)
 		}
 		dir := filepath.Join(portsDir, num)
-		p.rx = c.dataCounter(dir, "port_rcv_data", metrics.NodeIBReceiveRate.For(name, num))
-		p.tx = c.dataCounter(dir, "port_xmit_data", metrics.NodeIBTransmitRate.For(name, num))
+		p.rx = c.dataCounter(dir, "port_rcv_data", ReceiveRate.For(name, num))
+		p.tx = c.dataCounter(dir, "port_xmit_data", TransmitRate.For(name, num))
 		for _, k := range []*portCounter{p.rx, p.tx} {
 			if k != nil {
 				p.data = append(p.data, k)

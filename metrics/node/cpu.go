@@ -30,10 +30,10 @@ func (c *Collector) collectCPU(out *metrics.Batch) error {
 // first call) into points.
 func cpuPoints(out *metrics.Batch, prev *procfs.CPUStat, total procfs.CPUStat, ncpu int, src string) {
 	// /proc/stat lists one cpuN line per online CPU.
-	out.Add(metrics.NodeCPUCount, float64(ncpu), src)
+	out.Add(CPUCount, float64(ncpu), src)
 	if prev != nil {
 		if u, ok := cpuUtilization(*prev, total); ok {
-			out.Add(metrics.NodeCPUUtilization, u, src)
+			out.Add(CPUUtilization, u, src)
 		}
 	}
 }

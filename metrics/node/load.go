@@ -16,7 +16,7 @@ func (c *Collector) collectLoad(out *metrics.Batch) error {
 }
 
 func loadPoints(out *metrics.Batch, la procfs.LoadAvg, src string) {
-	out.Add(metrics.NodeLoad1, la.Load1, src)
-	out.Add(metrics.NodeLoad5, la.Load5, src)
-	out.Add(metrics.NodeLoad15, la.Load15, src)
+	out.Add(Load1, la.Load1, src)
+	out.Add(Load5, la.Load5, src)
+	out.Add(Load15, la.Load15, src)
 }

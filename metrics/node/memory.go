@@ -25,18 +25,18 @@ func memoryPoints(out *metrics.Batch, mi procfs.Meminfo, src string) {
 		return
 	}
 	total := float64(*mi.MemTotalBytes)
-	out.Add(metrics.NodeMemoryTotal, metrics.MB(total), src)
+	out.Add(MemoryTotal, metrics.MB(total), src)
 	if mi.MemAvailableBytes == nil {
 		return
 	}
 	avail := float64(*mi.MemAvailableBytes)
 	used := max(total-avail, 0)
-	out.Add(metrics.NodeMemoryAvailable, metrics.MB(avail), src)
-	out.Add(metrics.NodeMemoryUsed, metrics.MB(used), src)
+	out.Add(MemoryAvailable, metrics.MB(avail), src)
+	out.Add(MemoryUsed, metrics.MB(used), src)
 	// The same value under a name like MLflow's
 	// system_memory_usage_megabytes, so the two can be put side by side.
-	out.Add(metrics.NodeMemoryUsage, metrics.MB(used), src)
+	out.Add(MemoryUsage, metrics.MB(used), src)
 	if total > 0 {
-		out.Add(metrics.NodeMemoryUsagePercent, used/total*100, src)
+		out.Add(MemoryUsagePercent, used/total*100, src)
 	}
 }

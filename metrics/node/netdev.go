@@ -59,11 +59,11 @@ func (c *Collector) collectNet(out *metrics.Batch, now time.Time) error {
 	if !ok {
 		return nil
 	}
-	out.Add(metrics.NetnsReceive, metrics.MB(c.net.rx), src)
-	out.Add(metrics.NetnsTransmit, metrics.MB(c.net.tx), src)
+	out.Add(NetnsReceive, metrics.MB(c.net.rx), src)
+	out.Add(NetnsTransmit, metrics.MB(c.net.tx), src)
 	if secs > 0 {
-		out.Add(metrics.NetnsReceiveRate, metrics.MB(rx)/secs, src)
-		out.Add(metrics.NetnsTransmitRate, metrics.MB(tx)/secs, src)
+		out.Add(NetnsReceiveRate, metrics.MB(rx)/secs, src)
+		out.Add(NetnsTransmitRate, metrics.MB(tx)/secs, src)
 	}
 	return nil
 }

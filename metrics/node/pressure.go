@@ -12,7 +12,7 @@ import (
 // shares. A kernel without PSI (or booted with psi=0) has no data.
 func (c *Collector) collectPressure(out *metrics.Batch) error {
 	var errs []error
-	for i, p := range metrics.NodePressure {
+	for i, p := range Pressure {
 		ps, ok, err := readSource(c, c.pressureFiles[i], "node pressure", parsePSI)
 		if !ok {
 			errs = append(errs, err) // nil for a file this kernel lacks

@@ -46,10 +46,10 @@ func (c *Collector) collectRootfs(out *metrics.Batch) error {
 // reserved blocks remain.
 func rootfsPoints(out *metrics.Batch, u fsUsage, src string) {
 	used := max(u.total-u.free, 0)
-	out.Add(metrics.RootfsDiskTotal, metrics.MB(u.total), src)
-	out.Add(metrics.RootfsDiskUsed, metrics.MB(used), src)
-	out.Add(metrics.RootfsDiskAvailable, metrics.MB(u.avail), src)
+	out.Add(RootfsDiskTotal, metrics.MB(u.total), src)
+	out.Add(RootfsDiskUsed, metrics.MB(used), src)
+	out.Add(RootfsDiskAvailable, metrics.MB(u.avail), src)
 	if used+u.avail > 0 {
-		out.Add(metrics.RootfsDiskUsagePercent, used/(used+u.avail)*100, src)
+		out.Add(RootfsDiskUsagePercent, used/(used+u.avail)*100, src)
 	}
 }

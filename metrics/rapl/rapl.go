@@ -133,7 +133,7 @@ func New(opts Options) (*Collector, error) {
 		}
 		pkg := strconv.Itoa(z.Index)
 		c.zones = append(c.zones, &zone{pkg: z.Index, path: p, c: counter.Counter{Wraps: true, Max: z.MaxMicrojoules},
-			power: metrics.NodeCPUPackagePower.For(pkg), energy: metrics.NodeCPUPackageEnergy.For(pkg)})
+			power: PackagePower.For(pkg), energy: PackageEnergy.For(pkg)})
 	}
 	sort.Slice(c.zones, func(i, j int) bool { return c.zones[i].pkg < c.zones[j].pkg })
 	switch {
@@ -210,8 +210,8 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 		energy += z.c.Total / 1e6
 	}
 	if all && len(c.zones) > 0 {
-		b.Add(metrics.NodeCPUPower, power, c.allSrc)
-		b.Add(metrics.NodeCPUEnergy, energy, c.allSrc)
+		b.Add(Power, power, c.allSrc)
+		b.Add(Energy, energy, c.allSrc)
 	}
 	return errors.Join(errs...)
 }
