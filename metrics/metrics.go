@@ -1,11 +1,13 @@
 // Package metrics holds the sample model shared by every collector and sink,
-// and the Sampler that runs the collectors.
+// the Registration each collector's package declares (registration.go: all
+// bridge must know of a collector before it runs), and the Sampler that
+// runs the collectors.
 //
 // Every series is described once, by a Desc (desc.go), in the package of
 // the collector that makes it (series.go holds those several share): its
-// name, unit, scope, and what /metrics needs. A name states
-// the scope (container_, node_, rootfs_, netns_, gpu_N_, process_) and ends
-// with the unit, as MLflow's own system metrics do (_megabytes means 10^6
+// name, unit, scope, and what /metrics needs. A name states the scope
+// (container_, node_, rootfs_, netns_, gpu_N_, process_) and ends with the
+// unit, as MLflow's own system metrics do (_megabytes means 10^6
 // bytes). Names are sent to MLflow as "system/<name>" and to W&B as
 // "system.<name>".
 package metrics
