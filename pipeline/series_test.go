@@ -18,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -40,16 +41,31 @@ type modPkg struct {
 
 // loadModule type-checks every package of the module from source, against
 // its dependencies' export data (go list -export), so that every use of a
-// descriptor, in any package, is known by the object it names.
+// descriptor, in any package, is known by the object it names. Once for the
+// tests that ask.
 func loadModule(t *testing.T) []*modPkg {
 	t.Helper()
+	loaded.once.Do(func() { loaded.pkgs, loaded.err = load() })
+	if loaded.err != nil {
+		t.Fatal(loaded.err)
+	}
+	return loaded.pkgs
+}
+
+var loaded struct {
+	once sync.Once
+	pkgs []*modPkg
+	err  error
+}
+
+func load() ([]*modPkg, error) {
 	cmd := exec.Command("go", "list", "-deps", "-export", "-json=ImportPath,Export,Dir,GoFiles", "./...")
 	cmd.Dir = ".."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+		return nil, fmt.Errorf("go list: %w\n%s", err, stderr.Bytes())
 	}
 	type listed struct {
 		ImportPath, Export, Dir string
@@ -60,7 +76,7 @@ func loadModule(t *testing.T) []*modPkg {
 	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
 		var p listed
 		if err := dec.Decode(&p); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		exports[p.ImportPath] = p.Export
 		if p.ImportPath == module || strings.HasPrefix(p.ImportPath, module+"/") {
@@ -76,7 +92,7 @@ func loadModule(t *testing.T) []*modPkg {
 	})
 	root, err := filepath.Abs("..")
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var pkgs []*modPkg
 	for _, l := range mods {
@@ -86,21 +102,21 @@ func loadModule(t *testing.T) []*modPkg {
 			path := filepath.Join(l.Dir, f)
 			a, err := parser.ParseFile(fset, path, nil, 0)
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			rel, _ := filepath.Rel(root, path)
 			p.files, p.names = append(p.files, a), append(p.names, filepath.ToSlash(rel))
 		}
 		conf := types.Config{Importer: imp}
 		if p.pkg, err = conf.Check(l.ImportPath, fset, p.files, p.info); err != nil {
-			t.Fatalf("type-checking %s: %v", l.ImportPath, err)
+			return nil, fmt.Errorf("type-checking %s: %w", l.ImportPath, err)
 		}
 		pkgs = append(pkgs, p)
 	}
 	if len(pkgs) < 20 {
-		t.Fatalf("%d packages in the module: the listing is broken", len(pkgs))
+		return nil, fmt.Errorf("%d packages in the module: the listing is broken", len(pkgs))
 	}
-	return pkgs
+	return pkgs, nil
 }
 
 // key names a package-level object across loads (a package checked from
