@@ -2,11 +2,20 @@ package summary
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+
+	"github.com/bridge-dev/bridge/metrics/node"
+
+	"github.com/bridge-dev/bridge/metrics/process"
+
+	"github.com/bridge-dev/bridge/metrics/rapl"
+
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 func TestRowsAgainstLimits(t *testing.T) {
@@ -14,9 +23,9 @@ func TestRowsAgainstLimits(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for i, ws := range []float64{100, 180, 150} {
 		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
-			metrics.At(metrics.ContainerMemoryWorkingSet, ws), metrics.At(metrics.ContainerMemoryLimit, 200),
-			metrics.At(metrics.ContainerCPUUsage, float64(i)*0.25), metrics.At(metrics.ContainerCPULimit, 0.5),
-			metrics.At(metrics.ContainerOOMKills, float64(i/2)), metrics.At(metrics.ContainerCPUThrottledPeriods, 30),
+			metrics.At(cgroup.MemoryWorkingSet, ws), metrics.At(cgroup.MemoryLimit, 200),
+			metrics.At(cgroup.CPUUsage, float64(i)*0.25), metrics.At(cgroup.CPULimit, 0.5),
+			metrics.At(cgroup.OOMKills, float64(i/2)), metrics.At(cgroup.CPUThrottledPeriods, 30),
 		}})
 	}
 	var b bytes.Buffer
@@ -32,7 +41,7 @@ func TestRowsAgainstLimits(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if st, _ := a.Get(metrics.ContainerMemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
+	if st, _ := a.Get(cgroup.MemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
 		t.Errorf("peak at %v", st.PeakAt)
 	}
 }
@@ -46,7 +55,7 @@ func TestPeakCPUIgnoresShortWindows(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {10 * time.Second, 0.5}, {20 * time.Second, 1.5}, {20*time.Second + 50*time.Millisecond, 2.0}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -65,7 +74,7 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {200 * time.Millisecond, 1.9}, {1200 * time.Millisecond, 0.01}, {2200 * time.Millisecond, 0.01}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -76,7 +85,7 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 
 func TestRowsWithoutLimits(t *testing.T) {
 	a := New()
-	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 5), metrics.At(metrics.ContainerCPUUsage, 1)}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryWorkingSet, 5), metrics.At(cgroup.CPUUsage, 1)}})
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
 	if !strings.Contains(b.String(), "(no memory limit)") || !strings.Contains(b.String(), "(no CPU limit)") {
@@ -90,9 +99,9 @@ func TestRowsCPUSplitAndThrottledTotal(t *testing.T) {
 	a := New()
 	for i, th := range []float64{10, 12.5} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-			metrics.At(metrics.ContainerCPUUsage, 1.65), metrics.At(metrics.ContainerCPULimit, 0.5),
-			metrics.At(metrics.ContainerCPUUsageLimitSplit, 1),
-			metrics.At(metrics.ContainerCPUThrottledPeriods, 20), metrics.At(metrics.ContainerCPUThrottledSecondsTotal, th),
+			metrics.At(cgroup.CPUUsage, 1.65), metrics.At(cgroup.CPULimit, 0.5),
+			metrics.At(cgroup.CPUUsageLimitSplit, 1),
+			metrics.At(cgroup.CPUThrottledPeriods, 20), metrics.At(cgroup.CPUThrottledSecondsTotal, th),
 		}})
 	}
 	var b bytes.Buffer
@@ -138,8 +147,8 @@ func TestEnergy(t *testing.T) {
 		tags    map[string]string
 	}{
 		{"both", [][]metrics.Point{
-			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(metrics.NodeCPUEnergy, 5)},
-			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(metrics.NodeCPUEnergy, 72),
+			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(rapl.Energy, 5)},
+			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(rapl.Energy, 72),
 				metrics.At(metrics.GPUPowerUsage.ForGPU(0), 300)},
 		}, "GPUs 350.0 J (0.097 Wh); CPU packages (node) 72.0 J (0.020 Wh)",
 			map[string]string{TagEnergyGPUs: "350.0", TagEnergyNodeCPU: "72.0"}},
@@ -148,7 +157,7 @@ func TestEnergy(t *testing.T) {
 			{metrics.At(g0, 30)},
 		}, "GPUs 50.0 J (0.014 Wh); CPU packages (node) not sampled",
 			map[string]string{TagEnergyGPUs: "50.0", TagEnergyNodeCPU: "not sampled"}},
-		{"none", [][]metrics.Point{{metrics.At(metrics.ContainerMemoryWorkingSet, 1)}},
+		{"none", [][]metrics.Point{{metrics.At(cgroup.MemoryWorkingSet, 1)}},
 			"GPUs not sampled; CPU packages (node) not sampled",
 			map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
 		{"no sample at all", nil, "GPUs not sampled; CPU packages (node) not sampled",
@@ -178,5 +187,128 @@ func TestEnergy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// rowOf is the value of the table's row named what; "" when absent.
+func rowOf(rows []Row, what string) string {
+	for _, r := range rows {
+		if r.What == what {
+			return r.Value
+		}
+	}
+	return ""
+}
+
+// A job that allocates past its limit within one interval dies between two
+// samples: they saw a few MB, the kernel's high-water mark saw the limit,
+// and the OOM-kill counter rose. The peak working set is the limit, from
+// the kernel's mark at the OOM kill, and says so; the sampled peak is kept
+// beside it. Without the OOM kill the same mark (page cache fills a cgroup
+// to its limit) is usage only: the working set stays the sampled one.
+func TestPeakWorkingSetAtOOMKillBetweenSamples(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		kills    [2]float64
+		wantWS   float64
+		wantFrom string
+	}{
+		{"oom kill", [2]float64{0, 1}, 150, "kernel high-water mark memory.max_usage_in_bytes at the OOM kill"},
+		{"page cache only", [2]float64{0, 0}, 4.7, SourceSampled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", Expected: cgroup.Series})
+			for i, ws := range []float64{4.7, 1.2} {
+				a.Add(metrics.Sample{Seq: int64(i), Time: time.Unix(1000+int64(i), 0), Points: []metrics.Point{
+					metrics.At(cgroup.MemoryWorkingSet, ws), metrics.At(cgroup.MemoryLimit, 150),
+					metrics.At(cgroup.MemoryWorkingSetPercent, ws/150*100),
+					metrics.At(cgroup.MemoryUsage, ws+1), metrics.At(cgroup.MemoryPeak, 149.9+float64(i)*0.1),
+					metrics.At(cgroup.OOMKills, tc.kills[i]),
+				}})
+			}
+			f := a.PeakWorkingSet()
+			if !f.Known || f.Value != tc.wantWS || f.Source != tc.wantFrom || !f.ShareKnown {
+				t.Errorf("peak working set %+v, want %.1f MB from %q", f, tc.wantWS, tc.wantFrom)
+			}
+			u := a.PeakUsage()
+			if !u.Known || u.Value != 150 || u.Source != "kernel high-water mark memory.max_usage_in_bytes" || u.SharePercent != 100 {
+				t.Errorf("peak usage %+v, want the kernel's mark, 150 MB, 100%% of the limit", u)
+			}
+			rows := a.Rows()
+			ws := rowOf(rows, "peak working set")
+			if !strings.Contains(ws, fmt.Sprintf("%.1f MB of limit 150.0 MB", tc.wantWS)) || !strings.Contains(ws, tc.wantFrom) {
+				t.Errorf("peak working set row %q: want %.1f MB and its source %q", ws, tc.wantWS, tc.wantFrom)
+			}
+			if tc.wantFrom != SourceSampled && !strings.Contains(ws, "highest sampled 4.7 MB") {
+				t.Errorf("peak working set row %q does not keep the sampled peak beside the kernel's", ws)
+			}
+			if us := rowOf(rows, "peak usage"); !strings.Contains(us, "150.0 MB of limit 150.0 MB (100.0%), kernel high-water mark memory.max_usage_in_bytes (usage: page cache included)") {
+				t.Errorf("peak usage row %q", us)
+			}
+		})
+	}
+}
+
+// Without a kernel high-water mark (cgroup v2 before Linux 5.19) the peak
+// usage is the sampled one, and says so.
+func TestPeakUsageSampledWithoutKernelMark(t *testing.T) {
+	a := NewWith(Options{PeakFile: "memory.peak"})
+	for _, u := range []float64{10, 30, 20} {
+		a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryUsage, u)}})
+	}
+	if f := a.PeakUsage(); !f.Known || f.Value != 30 || f.Source != SourceSampled || f.ShareKnown {
+		t.Errorf("peak usage %+v, want 30 MB sampled, no share without a limit", f)
+	}
+}
+
+// Every peak and mean of a series the job's collectors produce reads "not
+// sampled" when no sample had it (a job that died before the second
+// reading has no rates; one whose tree never had memory of its own, no
+// RSS); a series of no collector of the job has no row at all.
+func TestRowsNotSampled(t *testing.T) {
+	expected := append(append([]*metrics.Desc{}, cgroup.Series...), process.Series...)
+	a := NewWith(Options{Expected: expected})
+	// One reading: the counters and the gauges of a quota'd cgroup, no rate.
+	a.Add(metrics.Sample{Points: []metrics.Point{
+		metrics.At(cgroup.CPUUsageSecondsTotal, 1), metrics.At(cgroup.CPUPeriodsTotal, 12),
+		metrics.At(cgroup.CPULimit, 1),
+	}})
+	rows := a.Rows()
+	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
+		if v := rowOf(rows, what); v != NotSampled {
+			t.Errorf("row %q = %q, want %q", what, v, NotSampled)
+		}
+	}
+	if f := a.PeakWorkingSet(); f.Known || !f.Expected {
+		t.Errorf("peak working set %+v: want not known, expected", f)
+	}
+
+	// No quota (no CFS period ran): nothing throttles, so no row; no
+	// collector of the job for them: no rows.
+	b := NewWith(Options{Expected: node.Series})
+	b.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.CPUPeriodsTotal, 0)}})
+	rows = b.Rows()
+	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
+		if v := rowOf(rows, what); v != "" {
+			t.Errorf("row %q = %q for a series of no collector of the job", what, v)
+		}
+	}
+}
+
+// On cgroup v2 an OOM kill at an ancestor's limit (a pod's) counts in
+// memory.events oom_kill here too, but not oom: this cgroup's working set
+// did not reach its own limit then, whatever its high-water mark says (page
+// cache fills a cgroup to its limit): the sampled peak stands.
+func TestPeakWorkingSetAncestorOOM(t *testing.T) {
+	a := NewWith(Options{PeakFile: "memory.peak"})
+	for i, kills := range []float64{0, 1} {
+		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
+			metrics.At(cgroup.MemoryWorkingSet, 20), metrics.At(cgroup.MemoryLimit, 300),
+			metrics.At(cgroup.MemoryPeak, 300), metrics.At(cgroup.OOMKills, kills),
+			metrics.At(cgroup.OOMEvents, 0),
+		}})
+	}
+	if f := a.PeakWorkingSet(); f.Value != 20 || f.Source != SourceSampled {
+		t.Errorf("peak working set %+v, want the sampled 20 MB", f)
 	}
 }

@@ -80,6 +80,9 @@ type Forwarder struct {
 	// before anything is sent or acknowledged for it: the caller records the
 	// run (the spool) so that a restart or `bridge sync` finds it.
 	OnLateStart func(run string)
+	// OnRunEnded, if set, is called once when Send reports that the run
+	// was ended by its owner (ErrRunEnded): `bridge attach` stops then.
+	OnRunEnded func()
 
 	failures  int       // consecutive failed sends, kept across Run and Drain
 	notReady  bool      // the last failure was ErrNotReady (waiting, not an outage)
@@ -89,6 +92,7 @@ type Forwarder struct {
 	now       func() time.Time
 
 	stopOnce sync.Once
+	endOnce  sync.Once     // OnRunEnded
 	initOnce sync.Once     // defaults
 	quit     chan struct{} // closed by Finish: return once nothing is pending
 
@@ -115,6 +119,7 @@ const (
 	StateRetrying = "retrying"
 	StateWaiting  = "waiting for the run"
 	StateStopped  = "stopped after a permanent error"
+	StateRunEnded = "ended by its owner"
 )
 
 // CurrentRun is the run the forwarder sends to: RunID, or the run a late
@@ -210,6 +215,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		var err error
 		var took time.Duration
 		var gatherTill time.Time // no send before this: samples gather for the next
+		short := false           // a Send acknowledged less than its batch
 		if f.Start != nil {
 			// Also while finishing: ctx (the flush timeout) bounds it.
 			began := f.now()
@@ -238,6 +244,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			began, startedAt := f.now(), time.Now()
 			acked, err = f.send(ctx, batch)
 			took = f.now().Sub(began)
+			short = acked < len(batch)
 			if len(batch) < f.Batch {
 				// A full batch leaves more waiting (an outage's backlog):
 				// that goes at once.
@@ -252,6 +259,18 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				f.lastOK = time.Now()
 				f.mu.Unlock()
 			}
+		}
+		if errors.Is(err, ErrRunEnded) && !short {
+			// Not a failure: what was taken after the end is acknowledged
+			// and left out, now and for every later sample.
+			f.endOnce.Do(func() {
+				log.Info("the run was ended by its owner; bridge sends nothing more into it", "run", f.CurrentRun(), "detail", err)
+				if f.OnRunEnded != nil {
+					f.OnRunEnded()
+				}
+			})
+			f.set(StateRunEnded, err)
+			continue
 		}
 		var pace time.Duration // a slow answer's: the next attempt waits as long
 		if took >= f.SlowAnswer {

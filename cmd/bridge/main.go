@@ -26,6 +26,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/safeout"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/pipeline"
 )
 
@@ -144,10 +145,17 @@ func printVersion(w io.Writer) { fmt.Fprintf(w, "bridge %s\n", version) }
 // stop a job (pipeline.BuildSinks turns off what depends on one that cannot
 // be used).
 func parse(name string, args []string, stdout, stderr io.Writer, extra func(*pflag.FlagSet)) (fs *pflag.FlagSet, cfg config.Config, code int) {
+	return parseOf(pipeline.Collectors(), name, args, stdout, stderr, extra)
+}
+
+// parseOf is parse with regs for bridge's collectors: their scopes and
+// options.
+func parseOf(regs []metrics.Registration, name string, args []string, stdout, stderr io.Writer, extra func(*pflag.FlagSet)) (fs *pflag.FlagSet, cfg config.Config, code int) {
+	choices := pipeline.ChoicesOf(regs)
 	fs = pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after the command belongs to it
-	config.RegisterFlags(fs, pipeline.Choices())
+	config.RegisterFlags(fs, choices)
 	showVersion := fs.Bool("version", false, "print bridge's version and exit")
 	if extra != nil {
 		extra(fs)
@@ -163,7 +171,7 @@ func parse(name string, args []string, stdout, stderr io.Writer, extra func(*pfl
 		printVersion(stdout)
 		return nil, cfg, 0
 	}
-	cfg, err := config.Load(fs, pipeline.Choices())
+	cfg, err := config.Load(fs, choices)
 	if err != nil {
 		return nil, cfg, usageError(stderr, err)
 	}

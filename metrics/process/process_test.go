@@ -153,7 +153,7 @@ func TestCollectFixture(t *testing.T) {
 	if _, ok := m["process_cpu_usage_cores"]; ok {
 		t.Error("first Collect has process_cpu_usage_cores; it needs two readings")
 	}
-	if p := m["process_count"]; p.Desc != metrics.ProcessCount {
+	if p := m["process_count"]; p.Desc != Count {
 		t.Errorf("process_count desc %+v", p.Desc)
 	}
 
@@ -168,6 +168,21 @@ func TestCollectFixture(t *testing.T) {
 	m = collect(t, c)
 	if got := m["process_cpu_usage_cores"].Value; got != 1.25 {
 		t.Errorf("process_cpu_usage_cores = %v, want 1.25", got)
+	}
+
+	// A tree with no memory of its own (the child between fork and exec,
+	// zombies) has no RSS: 0 would read as the job's peak.
+	at = at.Add(2 * time.Second)
+	writeProcs(t, root,
+		fakeProc{pid: 1, comm: "init", utime: 19999},
+		fakeProc{pid: 100, ppid: 1, comm: "python", state: "Z", utime: 200, stime: 70, cutime: 80, start: 500},
+	)
+	m = collect(t, c)
+	if p, ok := m["process_memory_rss_megabytes"]; ok {
+		t.Errorf("a tree without memory of its own has an RSS of %v MB", p.Value)
+	}
+	if m["process_count"].Value != 1 {
+		t.Errorf("count %v, want 1: the zombie is still in the tree", m["process_count"].Value)
 	}
 
 	// The root is gone: no points, and the next tree starts over.
@@ -192,8 +207,8 @@ func collect(t *testing.T, c *Collector) map[string]metrics.Point {
 	}
 	m := map[string]metrics.Point{}
 	for _, p := range pts {
-		if !slices.Contains(metrics.ProcessSeries, p.Desc) {
-			t.Errorf("point %s is not among metrics.ProcessSeries", p.Name())
+		if !slices.Contains(Series, p.Desc) {
+			t.Errorf("point %s is not among Series", p.Name())
 		}
 		m[p.Name()] = p
 	}
