@@ -66,8 +66,7 @@ helper=$PWD/bench/load_helper.py
 tmp=$(mktemp -d /tmp/bridge-load.XXXXXX)
 chmod 755 "$tmp"
 pids=()
-clusters=()
-pgbin=
+dirs=()
 cleanup() {
 	for p in ${pids[@]+"${pids[@]}"}; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; done
 	for _ in $(seq 20); do
@@ -77,13 +76,11 @@ cleanup() {
 		sleep 0.5
 	done
 	for p in ${pids[@]+"${pids[@]}"}; do kill -KILL -- "-$p" 2>/dev/null || true; done
-	for c in ${clusters[@]+"${clusters[@]}"}; do
-		runuser -u postgres -- "$pgbin/pg_ctl" -D "$c" -m fast -w stop >/dev/null 2>&1 || true
-	done
+	for d in ${dirs[@]+"${dirs[@]}"}; do stop_mlflow_pg "$d"; done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-freeport() { "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. bench/mlflow_server.sh
 
 need=()
 PYTHONPATH=$PYDEPS "$PYTHON" -c 'import psutil' 2>/dev/null || need+=(psutil)
@@ -93,53 +90,23 @@ if ((${#need[@]})); then
 	"$PYTHON" -m pip install -q --target "$PYDEPS" "${need[@]}" >&2
 fi
 export PYTHONPATH=$PYDEPS${PYTHONPATH:+:$PYTHONPATH}
-if [[ $BACKEND == postgres ]] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
-	echo "== installing postgresql (Debian package)" >&2
-	apt-get update -qq >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
-fi
-[[ $BACKEND == postgres ]] && pgbin=$(find /usr/lib/postgresql -maxdepth 2 -name bin | sort -V | tail -1)
 
 # server SIDE: an MLflow server with its own store in $tmp/SIDE; sets
 # url[SIDE], db[SIDE] (the store's URI), groups[SIDE] (process groups whose
 # CPU is the server's) and log[SIDE].
 declare -A url db groups log
 server() {
-	local side=$1 dir=$tmp/$1 store
+	local side=$1 dir=$tmp/$1
 	mkdir -p "$dir"
-	chmod 755 "$dir"
-	if [[ $BACKEND == postgres ]]; then
-		local pgport
-		pgport=$(freeport)
-		mkdir "$dir/pg" && chown postgres "$dir/pg"
-		runuser -u postgres -- "$pgbin/initdb" -D "$dir/pg" -A trust -U postgres >"$dir/initdb.log" 2>&1
-		runuser -u postgres -- "$pgbin/pg_ctl" -D "$dir/pg" -l "$dir/pg/server.log" -w \
-			-o "-p $pgport -k $dir/pg -c listen_addresses=127.0.0.1 -c max_connections=400" start >/dev/null
-		clusters+=("$dir/pg")
-		runuser -u postgres -- "$pgbin/createdb" -h 127.0.0.1 -p "$pgport" mlflow
-		store="postgresql+psycopg2://postgres@127.0.0.1:$pgport/mlflow"
-		groups[$side]=$(ps -o pgid= -p "$(head -1 "$dir/pg/postmaster.pid")" | tr -d ' ')
-	else
-		store="sqlite:///$dir/mlflow.db"
-		groups[$side]=
+	dirs+=("$dir")
+	if ! MLFLOW_BACKEND=$BACKEND MLFLOW_WORKERS=$WORKERS start_mlflow "$dir" "$PYTHON"; then
+		[[ -n ${mlflow_pid:-} ]] && pids+=("$mlflow_pid")
+		echo "the $side side's MLflow server did not start" >&2
+		exit 1
 	fi
-	local port
-	port=$(freeport)
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true \
-		setsid "$(dirname "$PYTHON")/mlflow" server --backend-store-uri "$store" \
-		--default-artifact-root "$dir/artifacts" --host 127.0.0.1 --port "$port" --workers "$WORKERS" \
-		>"$dir/server.log" 2>&1 &
-	pids+=($!)
-	groups[$side]="$! ${groups[$side]}"
-	url[$side]=http://127.0.0.1:$port db[$side]=$store log[$side]=$dir/server.log
-	for _ in $(seq 240); do
-		curl -fs "${url[$side]}/health" >/dev/null 2>&1 && return 0
-		kill -0 "$!" 2>/dev/null || break
-		sleep 0.5
-	done
-	echo "the $side side's MLflow server did not answer /health:" >&2
-	tail -30 "$dir/server.log" >&2
-	exit 1
+	pids+=("$mlflow_pid")
+	url[$side]=http://127.0.0.1:$mlflow_port db[$side]=$mlflow_db log[$side]=$dir/mlflow.log
+	groups[$side]="$mlflow_pid $mlflow_pg_pgid"
 }
 sides=(bridge)
 ((MONITOR)) && sides+=(monitor)
