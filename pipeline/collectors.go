@@ -98,7 +98,7 @@ func buildCgroup(b CollectorBuild) (metrics.Collector, error) {
 	if b.Config.NoContainer {
 		return nil, &Off{Why: "container awareness turned off (--no-container / BRIDGE_NO_CONTAINER)", Level: slog.LevelDebug}
 	}
-	c, err := cgroup.New(CgroupOptions(b.Config, b.Log))
+	l, err := b.Sources.cgroups(b.Config)
 	if err != nil {
 		level := slog.LevelWarn
 		if errors.Is(err, cgroup.ErrUnavailable) {
@@ -106,6 +106,7 @@ func buildCgroup(b CollectorBuild) (metrics.Collector, error) {
 		}
 		return nil, &Off{Why: "off: " + err.Error(), Level: level}
 	}
+	c := cgroup.New(l, b.Log.With("collector", "cgroup"))
 	b.Sources.cgroup = c
 	return c, nil
 }
@@ -153,35 +154,32 @@ func absentLevel(err error) slog.Level {
 }
 
 func buildProcess(b CollectorBuild) (metrics.Collector, error) {
-	s := b.Sources
-	p, err := process.New(process.Options{
-		ProcRoot:   b.Config.ProcRoot,
-		CgroupRoot: b.Config.CgroupRoot,
-		Log:        b.Log.With("collector", "process"),
-		RootPID:    func() int { return int(s.childPID.Load()) },
-		Adopter:    func() int { return int(s.adopter.Load()) },
-	})
+	t, err := b.Sources.processTree(b.Config)
 	if err != nil {
 		return nil, &Off{Why: "off: " + err.Error(), Level: slog.LevelWarn}
 	}
-	return p, nil
+	return process.New(t, b.Log.With("collector", "process")), nil
 }
 
 // buildGPU builds the GPU collector (off by itself without NVML, and a
-// stub in CGO_ENABLED=0 builds) and the process finder it reads the
-// child's tree with. Each error names the flag at fault: the proc root the
-// finder reads (not a directory procfs can read), or a malformed --gpus.
+// stub in CGO_ENABLED=0 builds) on the child's process tree it shares with
+// the process collector. Each error names the flag at fault: the proc root
+// the tree is read under (not a directory procfs can read), or a malformed
+// --gpus.
 func buildGPU(b CollectorBuild) (metrics.Collector, error) {
 	cfg := b.Config
 	if _, err := procfs.NewFS(cfg.ProcRoot); err != nil {
+		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", cfg.ProcRoot, err)
+	}
+	tree, err := b.Sources.processTree(cfg)
+	if err != nil {
 		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", cfg.ProcRoot, err)
 	}
 	g, err := gpu.New(gpu.Options{
 		Select:             cfg.GPUs,
 		MatchCUDAVisible:   cfg.GPUMatchCUDA,
 		CUDAVisibleDevices: os.Getenv("CUDA_VISIBLE_DEVICES"), // what the child inherits
-		ProcessTree:        b.Sources.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)),
-		ProcRoot:           cfg.ProcRoot,
+		ProcessTree:        tree,
 		CallTimeout:        min(2*time.Second, cfg.CollectTimeout/2),
 		Log:                b.Log.With("collector", "gpu"),
 	})
@@ -201,13 +199,18 @@ func buildAMDGPU(b CollectorBuild) (metrics.Collector, error) {
 	if g := b.Sources.gpu; g != nil {
 		offset = g.Count()
 	}
-	c, err := amdgpu.New(amdgpu.Options{
-		SysRoot:     cfg.SysRoot,
-		Offset:      offset,
-		LookupEnv:   os.LookupEnv, // what the child inherits
-		ProcessTree: b.Sources.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)),
-		Log:         b.Log.With("collector", amdgpu.Name),
-	})
+	o := amdgpu.Options{
+		SysRoot:   cfg.SysRoot,
+		Offset:    offset,
+		LookupEnv: os.LookupEnv, // what the child inherits
+		Log:       b.Log.With("collector", amdgpu.Name),
+	}
+	// The GPU collector, built first, has already said what is wrong with
+	// a proc root the tree cannot be read under.
+	if tree, err := b.Sources.processTree(cfg); err == nil {
+		o.ProcessTree = tree
+	}
+	c, err := amdgpu.New(o)
 	if err != nil {
 		level := slog.LevelWarn
 		switch {

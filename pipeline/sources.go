@@ -39,6 +39,12 @@ type Sources struct {
 	scrape   *scrape.Collector // nil without --scrape
 	childPID atomic.Int64      // the process collector's root
 	adopter  atomic.Int64      // bridge's pid while it supervises the child: orphans it adopts count too
+
+	// Found once, while the collectors are built, for those that need them.
+	layout    *cgroup.Layout // nil: none (layoutErr says why)
+	layoutErr error
+	looked    bool          // the layout was looked for
+	tree      *process.Tree // the child's tree: the process and GPU collectors'
 }
 
 // BuildSources creates the collectors the configuration asks for, in the
@@ -114,16 +120,37 @@ func (s *Sources) SetChild(pid, adopter int) {
 	s.adopter.Store(int64(adopter))
 }
 
-// processTree lists the child's tree for the GPU collector's per-process
-// memory.
-func (s *Sources) processTree(f *process.Finder) func() ([]int, error) {
-	return func() ([]int, error) {
-		pid := s.childPID.Load()
-		if pid <= 0 {
-			return nil, nil
-		}
-		return f.Tree(int(pid), int(s.adopter.Load()))
+// cgroups is the cgroup layout under the configured roots, found once for
+// the cgroup and process collectors; an error (wrapping
+// cgroup.ErrUnavailable where there is no cgroup to read) when there is
+// none.
+func (s *Sources) cgroups(cfg config.Config) (*cgroup.Layout, error) {
+	if !s.looked {
+		s.looked = true
+		s.layout, s.layoutErr = cgroup.FindLayout(cgroupOptions(cfg, s.log))
 	}
+	return s.layout, s.layoutErr
+}
+
+// processTree is the child's process tree, made once and shared by the
+// process and GPU collectors: it is walked once a sample for all of them.
+// Without a cgroup layout it is found by the children links, else a scan.
+func (s *Sources) processTree(cfg config.Config) (*process.Tree, error) {
+	if s.tree != nil {
+		return s.tree, nil
+	}
+	l, _ := s.cgroups(cfg)
+	t, err := process.NewTree(process.TreeOptions{
+		ProcRoot: cfg.ProcRoot,
+		Cgroups:  l,
+		RootPID:  func() int { return int(s.childPID.Load()) },
+		Adopter:  func() int { return int(s.adopter.Load()) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.tree = t
+	return t, nil
 }
 
 // Memory is the between-samples memory probe: the cgroup's working set and
@@ -180,10 +207,9 @@ func (s *Sources) XidEvents() []gpu.XidEvent {
 	return s.gpu.XidEvents()
 }
 
-// CgroupOptions points the cgroup collector at the configured roots (it
-// finds their layout itself). Under another proc root bridge's own pid is
-// that root's "self".
-func CgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
+// cgroupOptions point the search for the cgroup layout at the configured
+// roots. Under another proc root bridge's own pid is that root's "self".
+func cgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
 	o := cgroup.Options{ProcRoot: cfg.ProcRoot, CgroupRoot: cfg.CgroupRoot, Log: log.With("collector", "cgroup")}
 	if filepath.Clean(cfg.ProcRoot) != "/proc" {
 		if fs, err := procfs.NewFS(cfg.ProcRoot); err == nil {

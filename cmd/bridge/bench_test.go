@@ -10,7 +10,6 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/pipeline"
 )
 
@@ -56,14 +55,18 @@ func cpuTime(b *testing.B) time.Duration {
 //
 //	go test -run '^$' -bench MemoryProbe -benchmem ./cmd/bridge
 func BenchmarkMemoryProbe(b *testing.B) {
-	cfg := config.Config{ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup"}
-	c, err := cgroup.New(pipeline.CgroupOptions(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	cfg := config.Config{Scopes: []string{"container"}, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup"}
+	src, err := pipeline.BuildSources(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		b.Skipf("no cgroup here: %v", err)
+		b.Fatal(err)
+	}
+	probe := src.Memory()
+	if probe == nil {
+		b.Skipf("no cgroup here: %v", src.Notes)
 	}
 	ctx := context.Background()
 	for b.Loop() {
-		if _, err := c.MemoryPoints(ctx); err != nil {
+		if _, err := probe.MemoryPoints(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -43,7 +43,7 @@ func TestCloseWhileReadHangs(t *testing.T) {
 // Collect, a memory probe, Detect and Close at once on this machine's own
 // cgroup (its files kept open): no data race.
 func TestCloseRaceReal(t *testing.T) {
-	c, err := New(Options{})
+	c, err := newCollector(Options{})
 	if err != nil {
 		t.Skipf("SKIP: no cgroup of our own to read here: %v", err)
 	}

@@ -53,7 +53,7 @@ func TestNewFindsModeOfFixtureRoot(t *testing.T) {
 	} {
 		t.Run(string(tc.want), func(t *testing.T) {
 			f := tc.build(t)
-			c, err := New(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Log: testLog(t)})
+			c, err := newCollector(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Log: testLog(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,7 +69,7 @@ func TestNewFindsModeOfFixtureRoot(t *testing.T) {
 	f := newFixture(t, "", 2)
 	f.procCgroup("0::/")
 	f.writeMountinfo()
-	_, err := New(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Log: testLog(t)})
+	_, err := newCollector(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Log: testLog(t)})
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "mountinfo") {
 		t.Errorf("New on a root with no cgroup mount: %v, want ErrUnavailable naming the mountinfo read", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/process"
 )
 
@@ -69,13 +70,18 @@ func BenchmarkSampleWithTree(b *testing.B) {
 		_ = cmd.Wait()
 	}()
 	root := cmd.Process.Pid
-	f := process.NewFinder("", "")
-	defer f.Close()
-	tree := func() ([]int, error) { return f.Tree(root, 0) }
+	var cgroups *cgroup.Layout
+	if l, err := cgroup.FindLayout(cgroup.Options{Log: slog.New(slog.DiscardHandler)}); err == nil {
+		cgroups = l
+	}
+	tree, err := process.NewTree(process.TreeOptions{RootPID: func() int { return root }, Cgroups: cgroups})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tree.Close()
 	var pids []int
 	for deadline := time.Now().Add(15 * time.Second); len(pids) < 3 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		var err error
-		if pids, err = tree(); err != nil {
+		if pids, err = tree.PIDs(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -94,10 +100,7 @@ func BenchmarkSampleWithTree(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := process.New(process.Options{RootPID: func() int { return root }})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := process.New(tree, nil)
 	smp := metrics.NewSampler([]metrics.Collector{p, g}, 5*time.Second, slog.New(slog.DiscardHandler))
 	defer smp.Close()
 	ctx := context.Background()
