@@ -94,6 +94,7 @@ func (f *Forwarder) Counters() (errors int, lastSend time.Time) {
 // Forwarder states, for the end-of-run summary.
 const (
 	StateOK       = "ok"
+	StateStarting = "starting" // a late Start that has not finished (nor failed) yet
 	StateRetrying = "retrying"
 	StateWaiting  = "waiting for the run"
 	StateStopped  = "stopped after a permanent error"
@@ -112,6 +113,10 @@ func (f *Forwarder) Status() (state string, lastErr error, sent int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state == "" {
+		// Nothing happened yet: "ok" only for a forwarder that has its run.
+		if f.Start != nil {
+			return StateStarting, f.lastErr, f.sent
+		}
 		return StateOK, f.lastErr, f.sent
 	}
 	return f.state, f.lastErr, f.sent

@@ -58,7 +58,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	var lost *forensics.Lost
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
-		sp = pipeline.OpenSpool(cfg.Spool, set, log)
+		sp, _ = pipeline.OpenSpool(cfg.Spool, pipeline.ForJob, set, log)
 		if !sp.InMemory() {
 			lost, ov = previousAttempt(sp, job.Multi(), log)
 			job.CountAttempts(sp.Attempts())
@@ -70,9 +70,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	// Only the redacted command line is recorded (tags, run name, spool).
-	red := redact.New(os.Environ())
-	shown := red.Argv(argv)
+	// Only the command line as redact shows it is recorded (tags, run name,
+	// spool).
+	shown := redact.New(os.Environ()).Argv(argv)
 	tags := src.StartTags(cfg, version)
 	tags["bridge.command"] = truncate(strings.Join(shown, " "), 500)
 	for k, v := range job.Tags() {
@@ -86,7 +86,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		}
 		lostRows = lost.Rows()
 	}
-	info := tracker.StartInfo{Command: shown, RunName: red.String(runName(cfg, shown)), NodeID: cfg.NodeID, Tags: tags}
+	info := tracker.StartInfo{Command: shown, RunName: runName(cfg, shown), NodeID: cfg.NodeID, Tags: tags}
 	started := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
 	env := started.Env
 	if job.Multi() {
@@ -218,14 +218,15 @@ func startFailureCode(err error) int {
 	return 126
 }
 
-// runName is --run-name, or the command's base name and first arguments.
-func runName(cfg config.Config, argv []string) string {
+// runName is --run-name, or the base names of the program and its first
+// shown arguments (shown: the command line as redact shows it).
+func runName(cfg config.Config, shown []string) string {
 	if cfg.RunName != "" {
 		return cfg.RunName
 	}
-	parts := []string{filepath.Base(argv[0])}
-	for _, a := range argv[1:] {
-		if strings.HasPrefix(a, "-") {
+	parts := []string{filepath.Base(shown[0])}
+	for _, a := range shown[1:] {
+		if strings.HasPrefix(a, "-") || redact.Hidden(a) || strings.Contains(a, redact.Mask) {
 			continue
 		}
 		parts = append(parts, filepath.Base(a))

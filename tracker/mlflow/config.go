@@ -83,6 +83,10 @@ type Config struct {
 	// of a multi-node job: it elects the job's one run (elect.go) and
 	// records the job's end (jobend.go).
 	Job *Job
+	// JobRun is the job's run when it is already known (`bridge sync`: the
+	// run the spool recorded): joined without an election, unless it is
+	// gone.
+	JobRun string
 }
 
 // ConfigFromEnv reads MLflow's environment variables. getenv is os.Getenv in
@@ -210,7 +214,7 @@ func checkHTTP(uri string) error {
 	// sqlite:, file:, a path, a database URL: a store `mlflow server`
 	// can serve.
 	store := shown
-	if len(store) > 200 || strings.ContainsAny(store, " '\"$`\\") {
+	if len(store) > 200 || strings.ContainsAny(store, " '\"$`\\") || strings.Contains(store, redact.Mask) {
 		store = `"$` + EnvTrackingURI + `"`
 	}
 	return fmt.Errorf("%s=%s is a store only MLflow's Python client opens: %w: serve it with `mlflow server --backend-store-uri %s` and set %s=http://127.0.0.1:5000",

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-resty/resty/v2"
@@ -50,6 +52,8 @@ var (
 // Sink posts samples to one MLflow run. It implements tracker.Sink; as that
 // contract says, its methods are called from one goroutine.
 type Sink struct {
+	tracker.Reach // whether MLflow ever answered (set by call)
+
 	cfg    Config
 	log    *slog.Logger
 	client *resty.Client
@@ -77,6 +81,9 @@ type Sink struct {
 	// recorded by the first Send (or Finish), not by Start: the child then
 	// waits for fewer requests.
 	startTags map[string]string
+
+	expMu sync.Mutex
+	expID string // the experiment of the run, once known (Place)
 
 	el    jobElection // a multi-node job's election (Config.Job), kept across Start calls
 	scope string      // a job run: the prefix of this node's tags ("bridge.node.<id>")
@@ -182,6 +189,7 @@ func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, er
 		return env, tracker.Permanent(fmt.Errorf("%s=%s: run is deleted on MLflow at %s: restore it in the UI (or `mlflow runs restore --run-id %s`) or unset %s",
 			EnvRunID, s.runID, s.url, s.runID, EnvRunID))
 	}
+	s.setExperiment(run.Info.ExperimentID)
 	s.startTags = maps.Clone(info.Tags)
 	return env, nil
 }
@@ -208,6 +216,7 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	if err := tracker.ValidID("experiment id", expID); err != nil {
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
 	}
+	s.setExperiment(expID)
 	tags := sourceTags(info)
 	maps.Copy(tags, info.Tags)
 	if s.creates++; s.creates > 1 && s.startID != "" {
@@ -236,6 +245,41 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	// a bridge flag the child never sees): a second start_run() in the child
 	// then lands in the same experiment.
 	return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
+}
+
+// Tags of the spool's start record that say where the run is (Place).
+const (
+	TagExperimentID   = "bridge.mlflow.experiment_id"
+	TagExperimentName = "bridge.mlflow.experiment_name"
+)
+
+// Place implements tracker.Placer: the run's experiment, as found once
+// MLflow answered, else as MLFLOW_EXPERIMENT_ID and MLFLOW_EXPERIMENT_NAME
+// name it (none: the Default experiment, id 0).
+func (s *Sink) Place() map[string]string {
+	s.expMu.Lock()
+	id := s.expID
+	s.expMu.Unlock()
+	if id == "" {
+		id = s.cfg.ExperimentID
+	}
+	if id == "" && s.cfg.ExperimentName == "" {
+		id = DefaultExperimentID
+	}
+	p := map[string]string{}
+	if id != "" {
+		p[TagExperimentID] = id
+	}
+	if s.cfg.ExperimentName != "" {
+		p[TagExperimentName] = s.cfg.ExperimentName
+	}
+	return p
+}
+
+func (s *Sink) setExperiment(id string) {
+	s.expMu.Lock()
+	s.expID = id
+	s.expMu.Unlock()
 }
 
 // runName is the name of a run bridge creates: --run-name, else the one
@@ -525,6 +569,33 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		s.log.Info("set MLflow run status", "run_id", s.runID, "status", status)
 	}
 	return errors.Join(errs...)
+}
+
+// RecordedEnd implements tracker.EndReader: the end a bridge recorded on
+// the run (its bridge.exit_code tag) since then, for a run that was not
+// ended before since. A job's run: this node's end (jobend.go).
+func (s *Sink) RecordedEnd(ctx context.Context, since time.Time) (tracker.EndInfo, bool, error) {
+	if s.runID == "" {
+		return tracker.EndInfo{}, false, errNoRun
+	}
+	run, err := s.getRun(ctx, s.runID)
+	if err != nil {
+		return tracker.EndInfo{}, false, err
+	}
+	tags := run.Data.TagMap()
+	if s.scope != "" {
+		return s.recordedJobEnd(tags, since)
+	}
+	code, err := strconv.Atoi(tags["bridge.exit_code"])
+	ended := int64(run.Info.EndTime)
+	if err != nil || (ended > 0 && ended < since.UnixMilli()) {
+		return tracker.EndInfo{}, false, nil
+	}
+	end := tracker.EndInfo{ExitCode: code, Status: run.Info.Status}
+	if ended > 0 {
+		end.Time = time.UnixMilli(ended)
+	}
+	return end, true, nil
 }
 
 // TerminalStatus is the status bridge gives a run it owns: end.Status when

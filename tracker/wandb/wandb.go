@@ -55,6 +55,8 @@ const userAgent = "bridge"
 // they are also safe to call concurrently (one mutex). Each call makes at
 // most one HTTP attempt per request and honours ctx.
 type Sink struct {
+	tracker.Reach // whether W&B ever answered
+
 	cfg      Config
 	url      string // cfg.BaseURL redacted (redact.URI), for messages
 	log      *slog.Logger
@@ -466,6 +468,9 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 		SetHeader("X-WANDB-ASYNC-CLIENT-ID", s.clientID).
 		SetBody(body).
 		Post(path)
+	if resp != nil && resp.RawResponse != nil {
+		s.Answered()
+	}
 	if err != nil {
 		return transportError("W&B file_stream "+endpoint, err)
 	}
@@ -554,6 +559,9 @@ func (s *Sink) graphql(ctx context.Context, op, query string, vars map[string]an
 		SetHeader("X-WANDB-CLIENT-ID", s.clientID).
 		SetBody(body).
 		Post("/graphql")
+	if resp != nil && resp.RawResponse != nil {
+		s.Answered()
+	}
 	if err != nil {
 		return transportError("GraphQL "+op+" at "+endpoint, err)
 	}
