@@ -186,8 +186,9 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 
 // MemoryPoints reads only the memory files (working set, limit, share): no
 // CPU reading is taken, so the deltas of the next Collect are unchanged. The
-// sampling loop calls it between samples to notice early that the working
-// set nears the limit.
+// sampling loop calls it between samples, on a goroutine of its own that
+// may overlap a Collect, to notice early that the working set nears the
+// limit.
 func (c *Collector) MemoryPoints(ctx context.Context) ([]metrics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
