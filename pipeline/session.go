@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -105,6 +106,13 @@ type Session struct {
 
 	spoolRemoved bool // closeSpool removed the delivered file
 
+	// seqFloor, when above the sampler's next seq, is where the sampling
+	// loop moves it: the step after this node's last on a run a late start
+	// joined (tracker.Resumer).
+	seqFloor  atomic.Int64
+	ended     chan struct{} // closed when a sink's run was ended by its owner
+	endedOnce sync.Once
+
 	// The end of the run (Stop and Finish together) is over by deadline, or
 	// at once when abort is closed (both set by Stop).
 	deadline time.Time
@@ -136,8 +144,12 @@ func Open(o Options) *Session {
 	if sp == nil {
 		sp, _ = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Settings.Task, o.Started.Runs, now), ForJob, o.Settings, o.Log)
 	}
+	acc := summary.New()
+	if o.Sources != nil {
+		acc = summary.NewWith(o.Sources.Summary())
+	}
 	s := &Session{
-		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: summary.New(),
+		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: acc,
 		sinks:        append([]SinkRun(nil), o.Started.Runs...),
 		failedStarts: o.Started.Failed,
 		off:          o.Off,
@@ -146,13 +158,14 @@ func Open(o Options) *Session {
 		stopS:        make(chan struct{}),
 		doneS:        make(chan struct{}),
 		doneW:        make(chan struct{}),
+		ended:        make(chan struct{}),
 	}
 	s.sources = o.Sources
 	s.phase = o.Phase
 	if s.phase == nil {
 		s.phase = RandomPhase
 	}
-	s.sampler.SetNextSeq(sp.NextSeq())
+	s.sampler.SetNextSeq(s.firstSeq(sp.NextSeq()))
 	// Where each run is (or is to be created) goes with it, for `bridge sync`.
 	info := maps.Clone(o.StartTags)
 	for _, r := range s.sinks {
@@ -173,7 +186,8 @@ func Open(o Options) *Session {
 		if err := sp.Track(r.Sink.Name(), r.RunID); err != nil {
 			s.log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
 		}
-		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log}
+		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log,
+			OnRunEnded: s.runEnded}
 		if r.Late != nil {
 			r.fwd.OnLateStart = s.recordLateRun(r.Sink)
 		}
@@ -191,10 +205,43 @@ func Open(o Options) *Session {
 	return s
 }
 
+// firstSeq is the first sample's seq: after the spool's last, and after
+// the last step of this node's series on a run a tracker joined
+// (tracker.Resumer: a restarted attempt whose spool is gone, a run given
+// to bridge), so that the node's steps never start again at 0 under the
+// same keys.
+func (s *Session) firstSeq(spooled int64) int64 {
+	next := spooled
+	for _, r := range s.sinks {
+		if rs, ok := r.Sink.(tracker.Resumer); ok && r.RunID != "" && rs.NextStep() > next {
+			next = rs.NextStep()
+			s.log.Info("continuing this node's steps after the last the run holds", "tracker", r.Sink.Name(), "run", r.RunID, "first_step", next)
+		}
+	}
+	return next
+}
+
+// runEnded is the forwarders' OnRunEnded.
+func (s *Session) runEnded() { s.endedOnce.Do(func() { close(s.ended) }) }
+
+// RunEnded is closed once a tracker reports that its run was ended by its
+// owner (tracker.ErrRunEnded): `bridge attach` stops then.
+func (s *Session) RunEnded() <-chan struct{} { return s.ended }
+
 // recordLateRun returns what records in the spool the run a late start of
-// sink created, so that a restarted bridge or `bridge sync` finds it.
+// sink created, so that a restarted bridge or `bridge sync` finds it. A
+// run it joined that holds this node's series raises the next sample's
+// seq after them (the samples taken before it was found keep theirs).
 func (s *Session) recordLateRun(sink tracker.Sink) func(run string) {
 	return func(run string) {
+		if rs, ok := sink.(tracker.Resumer); ok && rs.NextStep() > 0 {
+			for {
+				cur := s.seqFloor.Load()
+				if rs.NextStep() <= cur || s.seqFloor.CompareAndSwap(cur, rs.NextStep()) {
+					break
+				}
+			}
+		}
 		c, ok := sink.(RunCreator)
 		rec := spool.Record{Time: time.Now().UnixMilli(), Sink: sink.Name(), Run: run, Info: RunRecordInfo(sink, ok && c.Created())}
 		if err := s.spool.WriteRun(rec); err != nil {
@@ -250,6 +297,10 @@ func (s *Session) loop() {
 	var probing chan bool // the memory probe in flight, if any; nil: none
 	var probed time.Time  // when it started
 	for first := true; ; first = false {
+		if f := s.seqFloor.Load(); f > s.sampler.NextSeq() {
+			s.log.Info("continuing this node's steps after the last the run holds", "first_step", f)
+			s.sampler.SetNextSeq(f)
+		}
 		smp := s.sampler.Sample(context.Background())
 		s.enqueue(smp)
 		next := smp.Time.Add(s.set.Interval)

@@ -124,11 +124,12 @@ func EndRecordedTag(sink string) string { return "bridge.end_recorded." + sink }
 
 // closeSpool closes the spool and removes it when it holds nothing a user
 // still needs: bridge chose its path (a path the user gave is always kept),
-// bridge created every run it wrote to, every started tracker took every
-// sample, and the file is whole (no lost, dropped or skipped records).
-// Anything else keeps it, for `bridge sync` and for a restarted bridge's
-// forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's run) keeps it
-// because a later bridge on that run continues its steps from the file.
+// every started tracker took every sample (a run ended by its owner took
+// what was taken before its end), and the file is whole (no lost, dropped
+// or skipped records). Anything else keeps it, for `bridge sync` and for a
+// restarted bridge's forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's
+// run, `bridge attach`'s) is no exception: a later bridge on it continues
+// the node's steps from the run itself (tracker.Resumer).
 //
 // Closing waits for the disk until ctx ends: one that stalled is left
 // behind, and the table's spool row says so (spoolRows).
@@ -143,8 +144,7 @@ func (s *Session) closeSpool(ctx context.Context) {
 		return
 	}
 	for _, r := range s.sinks {
-		c, ok := r.Sink.(interface{ Created() bool })
-		if st, _, _ := r.fwd.Status(); st != tracker.StateOK || !ok || !c.Created() {
+		if st, _, _ := r.fwd.Status(); st != tracker.StateOK && st != tracker.StateRunEnded {
 			keep()
 			return
 		}

@@ -129,6 +129,11 @@ collect:
 		}
 	}
 	var st Started
+	if ctx.Err() != nil {
+		// The caller called the start off (a signal): it says why, and the
+		// sinks' failures that follow from it are no news.
+		log = slog.New(slog.DiscardHandler)
+	}
 	for i, s := range sinks {
 		if !answered[i] {
 			log.Error("tracker did not answer within --start-timeout; the child starts without it, samples wait in the spool (within --spool-max-size) for `bridge sync`",

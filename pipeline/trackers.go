@@ -23,6 +23,9 @@ type Overrides struct {
 	// `bridge sync` uploads: each tracker takes from it where the attempt's
 	// run is (tracker.Placer), over its variables here.
 	Recorded map[string]string
+	// Follow (`bridge attach`): the trackers that can follow their run's
+	// status stop writing into it once its owner ends it.
+	Follow bool
 }
 
 // SameRun writes every tracker into run id (attach's and sync's --run-id).
@@ -73,6 +76,7 @@ type Build struct {
 	Owned    bool   // bridge created RunID in an earlier attempt
 	// Recorded is Overrides.Recorded: where the attempt's run was recorded.
 	Recorded map[string]string
+	Follow   bool // Overrides.Follow
 	Job      *Job // a multi-node job (nil, or no key: a single-node one)
 	Getenv   func(string) string
 	Home     string
@@ -118,7 +122,7 @@ func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) (si
 			job = nil
 		}
 		s, err := t.Build(Build{Config: cfg, Explicit: explicit, RunID: ov.RunIDs[t.Name], Owned: ov.Owned[t.Name],
-			Recorded: ov.Recorded, Job: job, Getenv: getenv, Home: home, Log: log})
+			Recorded: ov.Recorded, Follow: ov.Follow, Job: job, Getenv: getenv, Home: home, Log: log})
 		switch {
 		case err != nil:
 			log.Warn(t.Name+" is off for this job; the job runs, and its samples stay in the spool (the end-of-run table says how to upload them)",
@@ -162,7 +166,7 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 		// without an election unless it is gone.
 		mc.RunID, mc.JobRun = "", b.RunID
 	case b.RunID != "":
-		mc.RunID, mc.OwnsRun = b.RunID, b.Owned
+		mc.RunID, mc.OwnsRun, mc.Follow = b.RunID, b.Owned, b.Follow
 	}
 	// A given MLFLOW_RUN_ID keeps its meaning: that run, no election.
 	if j := b.Job; j != nil && mc.RunID == "" {

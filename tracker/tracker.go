@@ -144,6 +144,24 @@ type Dropper interface {
 	Dropped() int
 }
 
+// Resumer is implemented by sinks that may write into a run an earlier
+// attempt wrote (a run given to bridge, a multi-node job's run): NextStep
+// is the step after the last one this node's series hold there (0 when
+// none), known once Start has found the run. The session numbers its
+// samples from it, so that a restarted attempt continues the node's steps
+// instead of starting again at 0, as MLflow's own monitor does when it
+// resumes a run.
+type Resumer interface {
+	NextStep() int64
+}
+
+// ErrRunEnded is returned (wrapped) by Send when the run was ended by its
+// owner (mlflow.end_run() in the notebook beside `bridge attach`): the
+// samples taken up to the run's end were sent, those taken after it were
+// left out, and acked covers them all. The forwarder reports it once
+// (Forwarder.OnRunEnded) and sends nothing more into the run.
+var ErrRunEnded = errors.New("the run has ended")
+
 // ErrPermanent marks an error that retrying cannot fix (401, 403, a deleted
 // run). The forwarder reports it once and stops sending to that sink; the
 // samples stay in the spool for `bridge sync`.

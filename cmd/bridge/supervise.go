@@ -36,6 +36,13 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	// From here on a signal is bridge's to handle: before the child starts,
+	// a terminating one ends the start (an election, a slow tracker) at
+	// once, and the child is never started.
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	defer cancelStart()
+	early := supervisor.WatchEarly(cancelStart)
+	defer early.Stop()
 
 	// A command that cannot run is reported before any run is created.
 	if _, err := exec.LookPath(argv[0]); err != nil {
@@ -87,7 +94,10 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		lostRows = lost.Rows()
 	}
 	info := tracker.StartInfo{Command: shown, RunName: runName(cfg, shown), NodeID: cfg.NodeID, Tags: tags}
-	started := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
+	started := pipeline.StartSinksWith(startCtx, sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
+	if sig := early.Stop(); sig != 0 {
+		return neverStarted(sig, started, cfg.FlushTimeout, early.C, stderr, log)
+	}
 	env := started.Env
 	if job.Multi() {
 		for _, r := range started.Runs {
@@ -108,7 +118,8 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.
 	grace := min(2*time.Second, max(cfg.FlushTimeout, time.Millisecond))
-	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log, KillAfter: cfg.KillAfter, Grace: grace})
+	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log, KillAfter: cfg.KillAfter, Grace: grace,
+		Signals: early.C})
 	if err != nil {
 		code := startFailureCode(err)
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
@@ -166,6 +177,36 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	rows := append([]summary.Row{{What: "exit status", Value: describeExit(exit)}}, verdict.Rows(ev)...)
 	sess.Report(stderr, "bridge: end of run", append(rows, lostRows...)...)
 	return exit.Code
+}
+
+// neverStarted ends a start cut short by a terminating signal: the command
+// never ran, and one line says so. A run a tracker had already found or
+// created records that end (a run bridge created is not left RUNNING),
+// within the flush timeout; a second signal cuts that short.
+func neverStarted(sig syscall.Signal, started pipeline.Started, flush time.Duration, again <-chan os.Signal, stderr io.Writer, log *slog.Logger) int {
+	code := 128 + int(sig)
+	why := fmt.Sprintf("%s arrived while bridge was starting its trackers, before the command started: the command never ran", unixSignalName(sig))
+	fmt.Fprintf(stderr, "bridge: %s; exit status %d\n", why, code)
+	ctx, cancel := context.WithTimeout(context.Background(), flush)
+	defer cancel()
+	go func() {
+		select {
+		case <-again:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	end := tracker.EndInfo{ExitCode: code, Signal: int(sig), Time: time.Now(),
+		Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": why}}
+	for _, r := range started.Runs {
+		if r.RunID == "" {
+			continue
+		}
+		if err := r.Sink.Finish(ctx, end); err != nil {
+			log.Warn("cannot record on the tracker that the command never ran", "tracker", r.Sink.Name(), "run", r.RunID, "err", err)
+		}
+	}
+	return code
 }
 
 func endInfo(exit supervisor.Exit) tracker.EndInfo {

@@ -87,6 +87,13 @@ type Config struct {
 	// run the spool recorded): joined without an election, unless it is
 	// gone.
 	JobRun string
+
+	// Follow (`bridge attach`) follows the status of the run RunID names,
+	// as MLflow's own monitor does: before each post the sink reads it, and
+	// once its owner has ended it (mlflow.end_run()) nothing more is written
+	// into it: samples taken after its end are left out (Send reports
+	// tracker.ErrRunEnded), and Finish records no tags.
+	Follow bool
 }
 
 // ConfigFromEnv reads MLflow's environment variables. getenv is os.Getenv in

@@ -58,6 +58,19 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 	if err := tracker.ValidID("run id", id); err != nil {
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: the job's run: %w", s.url, err))
 	}
+	// The run may hold this node's series from an earlier attempt (a
+	// restart, a requeue): its steps continue after them. One request,
+	// before the run is taken: a failure retries the whole start. A first
+	// attempt skips it: on a large job it is the heaviest request a node
+	// makes (the run's latest value of every node's every series).
+	if job.Attempt != 0 {
+		run, err := s.getRun(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		s.nextStep = nextStepOf(run.Data.Metrics, s.prefix)
+	}
+	s.log.Info("joined the job's run", "run_id", id, "key", job.Key, "node", s.who, "next_step", s.nextStep)
 	// The job's run is bridge's: it records the job's end (finishJob).
 	s.runID, s.created = id, true
 	s.startTags = s.scoped(info.Tags)

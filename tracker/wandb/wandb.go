@@ -278,7 +278,8 @@ func verdictHeader(who string) string {
 
 // withVerdict appends (or replaces) bridge's section of the notes, who's
 // (a node's label, "" for a single run): one "key: value" line per end
-// tag, sorted. Other nodes' sections are kept. Nodes ending at the same
+// tag, the exit code and reason first (what a reader looks for), the rest
+// sorted. Other nodes' sections are kept. Nodes ending at the same
 // moment may each write over the other's notes (W&B has no
 // compare-and-set); the MLflow run's node tags are the record.
 func withVerdict(notes string, end tracker.EndInfo, who string) string {
@@ -291,7 +292,19 @@ func withVerdict(notes string, end tracker.EndInfo, who string) string {
 			notes = notes[:i]
 		}
 	}
-	keys := slices.Sorted(maps.Keys(end.Tags))
+	first := []string{"bridge.exit_code", "bridge.exit_reason"}
+	keys := slices.SortedFunc(maps.Keys(end.Tags), func(a, b string) int {
+		ia, ib := slices.Index(first, a), slices.Index(first, b)
+		switch {
+		case ia >= 0 && ib >= 0:
+			return ia - ib
+		case ia >= 0:
+			return -1
+		case ib >= 0:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 	var b strings.Builder
 	b.WriteString(notes)
 	b.WriteString(h)
