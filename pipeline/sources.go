@@ -108,12 +108,8 @@ func (s *Sources) Summary() summary.Options {
 		}
 		o.Expected = append(o.Expected, d)
 	}
-	switch s.CgroupVersion() {
-	case "":
-	case string(cgroup.ModeV2):
-		o.PeakFile = "memory.peak"
-	default: // v1, and hybrid hosts, whose memory controller is v1
-		o.PeakFile = "memory.max_usage_in_bytes"
+	if s.cgroup != nil {
+		o.PeakFile = s.cgroup.PeakFile()
 	}
 	return o
 }
