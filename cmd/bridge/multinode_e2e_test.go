@@ -179,9 +179,9 @@ func checkJob(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mn
 	return run
 }
 
-// report appends each node's child-start delay to BRIDGE_TEST_MULTINODE_REPORT
+// reportDelays appends each node's child-start delay to BRIDGE_TEST_MULTINODE_REPORT
 // for bench/multinode.sh; tests assert nothing about time.
-func report(t *testing.T, kind string, nodes []*mnNode) {
+func reportDelays(t *testing.T, kind string, nodes []*mnNode) {
 	t.Helper()
 	path := os.Getenv("BRIDGE_TEST_MULTINODE_REPORT")
 	if path == "" {
@@ -234,7 +234,7 @@ func TestMultinodeRounds(t *testing.T) {
 					t.Errorf("round %d: status %s after %d runs/update (finished by %q), want FINISHED set once",
 						r, run.Info.Status, p.Count("runs/update"), run.Params[mlflow.ParamFinished])
 				}
-				report(t, "multinode", nodes)
+				reportDelays(t, "multinode", nodes)
 				p.Close()
 				if t.Failed() {
 					return
@@ -267,7 +267,7 @@ func TestSingleNodeUnchanged(t *testing.T) {
 			if keys := srv.MetricKeys(t, id, "system/"); len(keys) == 0 || strings.Count(keys[0], "/") != 1 {
 				t.Errorf("env %v: keys %v, want system/<name>", env, keys)
 			}
-			report(t, "single", []*mnNode{n})
+			reportDelays(t, "single", []*mnNode{n})
 		}
 	}
 }

@@ -135,6 +135,9 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 		return errors.Join(append(errs, err)...)
 	}
 	wrote, err := s.settleJobStatus(ctx, end)
+	if err == nil {
+		err = s.recordJob(ctx, wrote)
+	}
 	if wrote || s.cfg.Job.tier(s.who) == 0 {
 		s.sweep(ctx)
 	}
