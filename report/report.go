@@ -153,9 +153,9 @@ type node struct {
 }
 
 // nodeScopeTag finds a job's nodes: every node records when it started,
-// and its end, under bridge.node.<id>. (a node id has no '/', but may have
-// '.').
-var nodeScopeTag = regexp.MustCompile(`^bridge\.node\.(.+)\.(started|status|ended)$`)
+// and when it ended, under bridge.node.<id>. (a node id has no '/', but
+// may have '.', as some of its other tags do: .gpu.status).
+var nodeScopeTag = regexp.MustCompile(`^bridge\.node\.(.+)\.(started|ended)$`)
 
 // nodesOf lists run's nodes: a job's run (tagged bridge.job_key) has the
 // nodes that recorded tags or series; any other run is one node.
@@ -250,7 +250,7 @@ func FirstFailureOf(run Run) *Failure {
 
 // taskScopeTag finds the further bridges of a job's nodes (a node's tasks:
 // bridge.task.<node>.<task>.), whose failure fails the job too.
-var taskScopeTag = regexp.MustCompile(`^bridge\.task\.(.+)\.(started|status|ended)$`)
+var taskScopeTag = regexp.MustCompile(`^bridge\.task\.(.+)\.(started|ended)$`)
 
 // endsOf is every end the run records: its nodes' (in nodes' order), then
 // its nodes' further tasks', named <node>.<task> as in their failure

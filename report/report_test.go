@@ -24,6 +24,8 @@ func jobTags(ends ...nodeEndSpec) map[string]string {
 	for _, e := range ends {
 		s := "bridge.node." + e.id + "."
 		tags[s+"started"] = strconv.FormatInt(t0.UnixMilli(), 10)
+		// A start tag of its own ending as a node's does: not a node.
+		tags[s+"gpu.status"] = "off: no NVIDIA driver"
 		if e.status == "" {
 			continue
 		}
