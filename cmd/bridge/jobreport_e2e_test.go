@@ -244,4 +244,3 @@ func deref(p *float64) any {
 	}
 	return *p
 }
-
