@@ -10,7 +10,8 @@ import (
 )
 
 // ClockSource says which clock a node's end time was read from: the
-// system clock (CLOCK_REALTIME) on the kernel's clocksource
+// system clock (CLOCK_REALTIME, which bridge reads) on the kernel's
+// clocksource
 // (<sys>/devices/system/clocksource/clocksource0/current_clocksource), and
 // whether NTP (or chrony, or PTP) keeps it synchronized, with the kernel's
 // bound on its error: adjtimex(2) in read-only mode, which needs no
@@ -28,9 +29,9 @@ func ClockSource(sysRoot string) string {
 
 // clockText words what ClockSource read; state -1: adjtimex failed.
 func clockText(source string, state int, status int32, maxErrorUs int64) string {
-	s := "system clock"
-	if source != "" {
-		s += " (" + source + ")"
+	s := source
+	if s == "" {
+		s = "clocksource unknown"
 	}
 	switch {
 	case state < 0:
@@ -38,7 +39,7 @@ func clockText(source string, state int, status int32, maxErrorUs int64) string 
 	case state == unix.TIME_ERROR || status&unix.STA_UNSYNC != 0:
 		return s + ", not synchronized"
 	}
-	return s + fmt.Sprintf(", synchronized, max error %s", us(maxErrorUs))
+	return s + fmt.Sprintf(", synchronized (max error %s)", us(maxErrorUs))
 }
 
 func us(v int64) string {

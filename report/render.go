@@ -23,28 +23,27 @@ var columns = []column{
 		}
 		return fmt.Sprint(*n.ExitCode)
 	}},
-	{"reason", func(n *Node) string {
-		if n.Consequence != "" {
-			return n.Reason + ", " + n.Consequence
-		}
-		return n.Reason
-	}},
-	{"ended (UTC, node's clock)", func(n *Node) string {
+	{"reason", func(n *Node) string { return n.Reason }},
+	{"consequence", func(n *Node) string { return n.Consequence }},
+	{"ended (UTC)", func(n *Node) string {
 		return strings.TrimSuffix(strings.Replace(n.Ended, "T", " ", 1), "Z")
 	}},
 	{"clock", func(n *Node) string { return n.EndedClock }},
-	{"peak working set", func(n *Node) string {
+	{"working set", func(n *Node) string {
 		s := of(n.PeakWorkingSetMB, n.MemoryLimitMB, "%.1f", "MB")
-		if s != "" && strings.HasPrefix(n.PeakWorkingSetSource, "kernel") {
-			s += " (kernel peak)"
+		if s == "" {
+			return ""
 		}
-		return s
+		if strings.HasPrefix(n.PeakWorkingSetSource, "kernel") {
+			return "peak " + s + " (the kernel's)"
+		}
+		return "peak " + s
 	}},
-	{"CPU mean / peak", func(n *Node) string {
+	{"CPU", func(n *Node) string {
 		if n.CPUMeanCores == nil {
 			return ""
 		}
-		return fmt.Sprintf("%.2f / %s", *n.CPUMeanCores, of(n.CPUPeakCores, n.CPULimitCores, "%.2f", "cores"))
+		return fmt.Sprintf("mean %.2f, peak %s", *n.CPUMeanCores, of(n.CPUPeakCores, n.CPULimitCores, "%.2f", "cores"))
 	}},
 	{"throttled", func(n *Node) string { return f(n.ThrottledSharePercent, "%.1f%%") }},
 	{"GPU util", func(n *Node) string { return f(n.GPUUtilizationPercent, "%.0f%%") }},
@@ -144,7 +143,12 @@ func (r *Report) headline() string {
 func (r *Report) Markdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# bridge report: run %s\n\n", r.Run)
-	b.WriteString(mdEscape(r.headline()) + "\n\n")
+	fmt.Fprintf(&b, "**Status:** %s  \n**First failure:** ", r.Status)
+	if r.FirstFailure != nil {
+		b.WriteString(mdEscape(r.FirstFailure.Tag()) + "\n\n")
+	} else {
+		b.WriteString("none\n\n")
+	}
 	heads, cells := r.table()
 	b.WriteString("| " + strings.Join(heads, " | ") + " |\n|")
 	for range heads {

@@ -46,8 +46,10 @@ type Node struct {
 	Reason   string `json:"reason,omitempty"`
 	Detail   string `json:"detail,omitempty"`
 	// Consequence says that the node was stopped after the first failure
-	// (within ConsequenceWindow), and how long after.
-	Consequence string `json:"consequence,omitempty"`
+	// (within ConsequenceWindow), and how long after; ConsequenceOf is the
+	// first failure's node.
+	Consequence   string `json:"consequence,omitempty"`
+	ConsequenceOf string `json:"consequence_of,omitempty"`
 	Ended       string `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
 	EndedClock  string `json:"ended_clock,omitempty"` // that clock's source
 	// PeakWorkingSetSource says where the peak comes from: the samples, or
@@ -94,7 +96,9 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 		if !rec.ended.IsZero() {
 			row.Ended = rec.ended.Format(timeLayout)
 		}
-		row.Consequence = consequence(rep.FirstFailure, n.id, rec)
+		if row.Consequence = consequence(rep.FirstFailure, n.id, rec); row.Consequence != "" {
+			row.ConsequenceOf = rep.FirstFailure.Node
+		}
 		if rec.figures != nil {
 			row.Figures = *rec.figures
 		} else {

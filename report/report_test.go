@@ -352,7 +352,7 @@ func TestRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, out := range []string{md.String(), text.String()} {
-		if !strings.Contains(out, "first failure: node-1: cgroup_oom_kill at 2026-12-06T18:00:01.000Z") ||
+		if !strings.Contains(out, "node-1: cgroup_oom_kill at 2026-12-06T18:00:01.000Z") ||
 			!strings.Contains(out, "stopped 1.0 s after node-1's failure") || strings.Contains(out, "GPU util") {
 			t.Errorf("report:\n%s", out)
 		}

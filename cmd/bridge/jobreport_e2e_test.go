@@ -185,7 +185,7 @@ while True:
 			t.Errorf("the run's report still shows %s running: it was not written again when it ended", n.Node)
 		}
 	}
-	if md, ok := j.srv.Artifact(t, r.Info.RunID, mlflow.ReportMarkdown); !ok || !strings.Contains(string(md), "first failure: node-1: cgroup_oom_kill") {
+	if md, ok := j.srv.Artifact(t, r.Info.RunID, mlflow.ReportMarkdown); !ok || !strings.Contains(string(md), "**First failure:** node-1: cgroup_oom_kill at ") {
 		t.Errorf("the run's %s:\n%s", mlflow.ReportMarkdown, md)
 	}
 }
