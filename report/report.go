@@ -50,8 +50,8 @@ type Node struct {
 	// first failure's node.
 	Consequence   string `json:"consequence,omitempty"`
 	ConsequenceOf string `json:"consequence_of,omitempty"`
-	Ended       string `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
-	EndedClock  string `json:"ended_clock,omitempty"` // that clock's source
+	Ended         string `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
+	EndedClock    string `json:"ended_clock,omitempty"` // that clock's source
 	// PeakWorkingSetSource says where the peak comes from: the samples, or
 	// the kernel's high-water mark where the node was OOM-killed.
 	PeakWorkingSetSource string `json:"peak_working_set_source,omitempty"`
