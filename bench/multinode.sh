@@ -12,6 +12,7 @@
 #
 #   bench/multinode.sh                   # 20 rounds, a node 2m late
 #   ROUNDS=5 LATE=30s bench/multinode.sh
+#   ROUNDS=3 NS="64 128" ONLY=rounds bench/multinode.sh   # larger jobs, rounds only
 #
 # The delay is from just before the bridge process starts to the child's
 # first instruction (`date +%s%N`), per node. --job-settle is its default
@@ -24,15 +25,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-20}
 LATE=${LATE:-2m}
+NS=${NS:-2 8 32}
+tests='^(TestMultinodeRounds|TestSingleNodeUnchanged|TestMultinodeLateNode)$'
+[ "${ONLY:-}" = rounds ] && tests='^TestMultinodeRounds$'
+
 export BRIDGE_TEST_PYTHON=${BRIDGE_TEST_PYTHON:-$PWD/.venv/bin/python}
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true
 report=$(mktemp /tmp/bridge-multinode.XXXXXX)
 trap 'rm -f "$report"' EXIT
 
-echo "== $ROUNDS rounds of N = 2, 8, 32; a node $LATE late; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== $ROUNDS rounds of N = $NS; a node $LATE late; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 start=$(date +%s)
-BRIDGE_TEST_MULTINODE_ROUNDS=$ROUNDS BRIDGE_TEST_MULTINODE_REPORT=$report BRIDGE_TEST_MULTINODE_LATE=$LATE \
-	go test -count=1 -timeout 4h -v -run '^(TestMultinodeRounds|TestSingleNodeUnchanged|TestMultinodeLateNode)$' ./cmd/bridge |
+BRIDGE_TEST_MULTINODE_ROUNDS=$ROUNDS BRIDGE_TEST_MULTINODE_REPORT=$report BRIDGE_TEST_MULTINODE_LATE=$LATE BRIDGE_TEST_MULTINODE_NS=$NS \
+	go test -count=1 -timeout 4h -v -run "$tests" ./cmd/bridge |
 	grep -E '^ *--- |^(ok|FAIL|PASS)' || true
 echo "== took $(($(date +%s) - start)) s; load $(cut -d' ' -f1-3 /proc/loadavg)"
 

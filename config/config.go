@@ -107,6 +107,7 @@ type Config struct {
 	ProcRoot       string        `mapstructure:"proc-root"`              // procfs mount point
 	CgroupRoot     string        `mapstructure:"cgroup-root"`            // cgroupfs mount point
 	Rootfs         string        `mapstructure:"rootfs"`                 // path whose filesystem rootfs_ describes
+	SysRoot        string        `mapstructure:"sys-root"`               // sysfs mount point (RAPL, InfiniBand, AMD GPUs)
 	GPUs           []string      `mapstructure:"gpus"`                   // restrict GPUs by index or UUID
 	GPUMatchCUDA   bool          `mapstructure:"gpu-match-cuda-visible"` // restrict GPUs to CUDA_VISIBLE_DEVICES, matched by UUID
 	ConfigFile     string        `mapstructure:"config"`                 // the YAML file read, if any
@@ -160,6 +161,7 @@ var options = []option{
 	{"proc-root", "/proc", "where procfs is mounted (e.g. /host/proc for a sidecar reading another view)"},
 	{"cgroup-root", "/sys/fs/cgroup", "where the cgroup filesystem is mounted"},
 	{"rootfs", "/", "the filesystem the rootfs_ series describe"},
+	{"sys-root", "/sys", "where sysfs is mounted (RAPL energy, InfiniBand ports, AMD GPUs are read under its class/)"},
 	{"gpus", []string{}, "GPUs to collect, by index or UUID (comma-separated; default all visible)"},
 	{"gpu-match-cuda-visible", false, "collect only the GPUs named in CUDA_VISIBLE_DEVICES, matched by UUID"},
 	{"metrics-addr", "", "serve the samples on /metrics in the Prometheus text format: PORT (binds 127.0.0.1), HOST:PORT or :PORT (all interfaces); default off"},
@@ -508,7 +510,7 @@ func (c *Config) validate(src sources, ch Choices) error {
 	for _, p := range []struct {
 		key string
 		dir string
-	}{{"proc-root", c.ProcRoot}, {"cgroup-root", c.CgroupRoot}, {"rootfs", c.Rootfs}} {
+	}{{"proc-root", c.ProcRoot}, {"cgroup-root", c.CgroupRoot}, {"rootfs", c.Rootfs}, {"sys-root", c.SysRoot}} {
 		if st, e := os.Stat(p.dir); p.dir == "" || e != nil || !st.IsDir() {
 			return bad(p.key, p.dir, "not a directory")
 		}

@@ -172,7 +172,7 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"start-timeout", "0"}, {"start-timeout", "1h"}, {"start-timeout", "soon"},
 		{"kill-after", "-5s"}, {"kill-after", "25h"},
 		{"queue-size", "1.5"}, {"queue-size", "1e3"}, {"queue-size", "0"}, {"queue-size", "-3"}, {"queue-size", "99999999999999999999"}, {"queue-size", "100001"},
-		{"proc-root", "/nonexistent/proc"}, {"cgroup-root", "/etc/passwd"}, {"rootfs", ""},
+		{"proc-root", "/nonexistent/proc"}, {"cgroup-root", "/etc/passwd"}, {"rootfs", ""}, {"sys-root", "/nonexistent/sys"},
 		{"gpus", "0,\x07"},
 		{"gpu-match-cuda-visible", "2"},
 		{"metrics-addr", "70000"}, {"metrics-addr", "localhost"},
@@ -312,7 +312,7 @@ var goodValues = map[string]string{
 	"scopes": "node,container", "no-container": "true", "node-id": "n1", "log-level": "debug", "trackers": "none",
 	"run-name": "my run", "spool": "/tmp/bridge-ws.jsonl", "spool-max-size": "1GiB", "spool-sync": "2s", "keep-spool": "true",
 	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "queue-size": "7", "proc-root": "/proc",
-	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "gpus": "0,1", "gpu-match-cuda-visible": "true", "metrics-addr": "9100",
+	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "sys-root": "/sys", "gpus": "0,1", "gpu-match-cuda-visible": "true", "metrics-addr": "9100",
 	"scrape": "http://a/m", "scrape-include": "^DCGM_", "scrape-exclude": "_total$", "scrape-passthrough": "true",
 	"scrape-timeout": "1s", "job-key": "slurm:alps:42.0", "nodes": "8", "job-settle": "2s",
 }

@@ -3,6 +3,7 @@ package metrics
 import (
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Unit is what a series' values count, as the end of its name says
@@ -19,6 +20,7 @@ const (
 	UnitCount              Unit = "count"
 	UnitRatio              Unit = "ratio"
 	UnitWatts              Unit = "watts"
+	UnitJoules             Unit = "joules"
 	UnitCelsius            Unit = "celsius"
 	UnitMHz                Unit = "mhz"
 	UnitLoad               Unit = "load"
@@ -67,11 +69,13 @@ const (
 // downstream parses a name to learn what a series is.
 //
 // Most descriptors are static, declared once (series.go, or a collector's
-// own package). Two kinds are made at run time, each modelled, not parsed:
-// per-GPU series (a PerGPU template, bound to one GPU or MIG slice by
-// ForGPU or ForMIG), and series passed through from a --scrape endpoint
-// (Passthrough). A Desc is never changed once made; it may be shared by
-// any number of goroutines.
+// own package). Three kinds are made at run time, each modelled, not
+// parsed: per-GPU series (a PerGPU template, bound to one GPU or MIG slice
+// by ForGPU or ForMIG), per-instance series of a node's devices (an
+// Instance template, bound to one InfiniBand port or CPU package by For),
+// and series passed through from a --scrape endpoint (Passthrough). A Desc
+// is never changed once made; it may be shared by any number of
+// goroutines.
 type Desc struct {
 	// Name is the key sent to the trackers (MLflow "system/<Name>", W&B
 	// "system.<Name>") and written to the spool: the scope first, the
@@ -96,8 +100,18 @@ type Desc struct {
 	// Of is the template a bound descriptor was made from; nil otherwise.
 	Of *Desc
 	// GPU and MIG are a bound descriptor's GPU index and MIG slice (-1:
-	// the whole GPU); unused when Of is nil.
+	// the whole GPU); unused when Of is nil or not PerGPU.
 	GPU, MIG int
+
+	// Instance marks a template of one series per instance of a node's
+	// device (an InfiniBand port, a CPU package): it names the labels that
+	// tell the instances apart, and Name holds "<label>" for each, in this
+	// order. It is sent only bound to an instance (For). Prom names the
+	// whole family (it may not be ""); the labels go on /metrics.
+	Instance []string
+	// Labels are a series bound by For: its Instance labels and their
+	// values, name then value, in Instance's order. Nil otherwise.
+	Labels []string
 }
 
 // PromName is the name /metrics exposes d under.
@@ -130,6 +144,38 @@ func (d *Desc) bind(gpu, mig int, promPrefix string) *Desc {
 	b.Name, b.Prom = GPUName(gpu, mig, d.Name), promPrefix+tail
 	b.PerGPU, b.Of, b.GPU, b.MIG = false, d, gpu, mig
 	return &b
+}
+
+// For binds Instance template d to the instance whose labels have these
+// values (one per label, in Instance's order): "<label>" in the name
+// becomes the value with every character other than a letter, a digit or
+// "_" made "_" (a key every tracker takes), and /metrics gets the value as
+// it is, under the label. A collector binds each template once per
+// instance, when it finds the instance, and keeps the result.
+func (d *Desc) For(values ...string) *Desc {
+	if len(d.Instance) == 0 || len(values) != len(d.Instance) {
+		panic("metrics: " + d.Name + " is not a template of " + strconv.Itoa(len(values)) + " labels")
+	}
+	b := *d
+	b.Instance, b.Of, b.Labels = nil, d, make([]string, 0, 2*len(values))
+	for i, l := range d.Instance {
+		b.Name = strings.ReplaceAll(b.Name, "<"+l+">", KeyPart(values[i]))
+		b.Labels = append(b.Labels, l, values[i])
+	}
+	return &b
+}
+
+// KeyPart is s as a part of a series key: every character other than an
+// ASCII letter, a digit or "_" becomes "_", so that a device name the
+// kernel chose (mlx5_0, ibp12s0f1, rocep1s0f0) makes a key MLflow, W&B and
+// Prometheus all take.
+func KeyPart(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (r >= '0' && r <= '9') {
+			return r
+		}
+		return '_'
+	}, s)
 }
 
 // GPUName is the key of the per-GPU series name of GPU gpu (mig >= 0: of

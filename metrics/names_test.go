@@ -8,6 +8,7 @@ import (
 	"go/types"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -191,7 +192,8 @@ func TestConsumedSeriesAreProduced(t *testing.T) {
 // registrations declare.
 func allSeries() []*metrics.Desc {
 	var out []*metrics.Desc
-	for _, l := range [][]*metrics.Desc{metrics.ContainerSeries, metrics.NodeSeries, metrics.ProcessSeries, metrics.GPUSeries, metrics.ScrapeSeries} {
+	for _, l := range [][]*metrics.Desc{metrics.ContainerSeries, metrics.NodeSeries, metrics.ProcessSeries, metrics.GPUSeries,
+		metrics.RAPLSeries, metrics.InfiniBandSeries, metrics.AMDGPUSeries, metrics.ScrapeSeries} {
 		out = append(out, l...)
 	}
 	return out
@@ -249,6 +251,17 @@ func TestDescriptorsAreComplete(t *testing.T) {
 		if !d.PerGPU && !strings.HasPrefix(d.Name, string(d.Scope)+"_") {
 			t.Errorf("%s does not start with its scope %s", d.Name, d.Scope)
 		}
+		for _, l := range d.Instance {
+			if !strings.Contains(d.Name, "<"+l+">") {
+				t.Errorf("%s: template of label %s does not hold <%s>", d.Name, l, l)
+			}
+		}
+		if len(d.Instance) > 0 && (d.Prom == "" || strings.ContainsAny(d.Prom, "<>")) {
+			t.Errorf("%s: a per-instance template needs a /metrics name of its own, not %q", d.Name, d.Prom)
+		}
+		if d.Kind == metrics.Counter && d.Prom != "" && !strings.HasSuffix(d.Prom, "_total") {
+			t.Errorf("%s: a counter exposed as %s, without _total", d.Name, d.Prom)
+		}
 	}
 	if metrics.ContainerPressureMemorySome.Name != "container_pressure_memory_some_avg10_percentage" ||
 		metrics.ContainerPressureMemoryFull.Name != "container_pressure_memory_full_avg10_percentage" {
@@ -289,4 +302,82 @@ func TestGPUBinding(t *testing.T) {
 		}
 	}()
 	metrics.NodeLoad1.ForGPU(0)
+}
+
+// dcgm-exporter's profiling fields that GPM also gives are the GPM series'
+// descriptors (one help line, unit and /metrics name per name, whichever
+// source filled it); other fields get a template of their own.
+func TestDCGMProfilingIsGPM(t *testing.T) {
+	for _, c := range []struct {
+		x    string
+		rate bool
+		want *metrics.Desc
+	}{
+		{"sm_active", false, metrics.GPUProfSMActive},
+		{"pipe_tensor_hmma_active", false, metrics.GPUProfTensorHMMA},
+		{"dram_active", false, metrics.GPUProfDRAMActive},
+		{"pcie_tx", true, metrics.GPUProfPCIeTx},
+		{"nvlink_rx", true, metrics.GPUProfNVLinkRx},
+	} {
+		if got := metrics.DCGMProfiling(c.x, c.rate); got != c.want {
+			t.Errorf("DCGMProfiling(%q, %v) = %+v, want the GPM series %s", c.x, c.rate, got, c.want.Name)
+		}
+	}
+	other := metrics.DCGMProfiling("nvdec0_active", false)
+	if other.Name != "prof_nvdec0_active_ratio" || other.Unit != metrics.UnitRatio || !other.PerGPU || other.Help == "" {
+		t.Errorf("DCGMProfiling of a field GPM lacks: %+v", other)
+	}
+	if got := metrics.GPUProfPCIeTx.ForGPU(2).PromName(); got != "bridge_gpu_prof_pcie_tx_bytes_per_second" {
+		t.Errorf("PCIe transmit exposed as %s", got)
+	}
+	if got := metrics.GPUEnergy.ForGPU(0); got.PromName() != "bridge_gpu_energy_joules_total" || got.Kind != metrics.Counter || got.Name != "gpu_0_energy_joules" {
+		t.Errorf("energy: %s as %s, kind %v", got.Name, got.PromName(), got.Kind)
+	}
+}
+
+// A per-instance template is sent bound to one device of the node: the
+// name holds the instance as a key part, /metrics one name with labels.
+func TestInstanceBinding(t *testing.T) {
+	d := metrics.NodeIBReceiveRate.For("mlx5_0", "1")
+	odd := metrics.NodeIBReceiveRate.For("ibp12s0-f1.2", "2")
+	p := metrics.NodeCPUPackageEnergy.For("1")
+	for _, c := range []struct {
+		d            *metrics.Desc
+		name, prom   string
+		labels       []string
+		unit         metrics.Unit
+		kind         metrics.Kind
+		base100Value float64
+	}{
+		{d, "node_infiniband_mlx5_0_port_1_receive_megabytes_per_second", "bridge_node_infiniband_receive_bytes_per_second",
+			[]string{"device", "mlx5_0", "port", "1"}, metrics.UnitMegabytesPerSecond, metrics.Gauge, 100e6},
+		{odd, "node_infiniband_ibp12s0_f1_2_port_2_receive_megabytes_per_second", "bridge_node_infiniband_receive_bytes_per_second",
+			[]string{"device", "ibp12s0-f1.2", "port", "2"}, metrics.UnitMegabytesPerSecond, metrics.Gauge, 100e6},
+		{p, "node_cpu_package_1_energy_joules", "bridge_node_cpu_package_energy_joules_total",
+			[]string{"package", "1"}, metrics.UnitJoules, metrics.Counter, 100},
+	} {
+		if c.d.Name != c.name || c.d.PromName() != c.prom || !slices.Equal(c.d.Labels, c.labels) || c.d.Unit != c.unit ||
+			c.d.Kind != c.kind || c.d.Scope != metrics.ScopeNode || len(c.d.Instance) != 0 || c.d.PerGPU {
+			t.Errorf("bound: %+v, want %s %s %v", *c.d, c.name, c.prom, c.labels)
+		}
+		if c.d.Unit.Base(100) != c.base100Value {
+			t.Errorf("%s: 100 -> %v, want %v", c.d.Name, c.d.Unit.Base(100), c.base100Value)
+		}
+	}
+	if d.Of != metrics.NodeIBReceiveRate || p.Of != metrics.NodeCPUPackageEnergy {
+		t.Error("a bound descriptor does not know its template")
+	}
+	for _, bad := range []func(){
+		func() { metrics.NodeLoad1.For("x") },
+		func() { metrics.NodeIBReceiveRate.For("mlx5_0") },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("binding with the wrong labels did not panic")
+				}
+			}()
+			bad()
+		}()
+	}
 }

@@ -137,6 +137,38 @@ var (
 		Prom: "bridge_netns_network_transmit_bytes_per_second", Help: "Bytes transmitted per second in the network namespace over the last interval."}
 )
 
+// The node's CPU packages, from RAPL: metrics/rapl. RAPL measures a whole
+// package (every core and the uncore), whoever runs on it: node scope.
+var (
+	NodeCPUPackagePower = &Desc{Name: "node_cpu_package_<package>_power_watts", Unit: UnitWatts, Scope: ScopeNode,
+		Instance: []string{"package"}, Prom: "bridge_node_cpu_package_power_watts",
+		Help: "Power a CPU package of the node drew over the last interval, from its RAPL energy counter."}
+	NodeCPUPackageEnergy = &Desc{Name: "node_cpu_package_<package>_energy_joules", Unit: UnitJoules, Scope: ScopeNode, Kind: Counter,
+		Instance: []string{"package"}, Prom: "bridge_node_cpu_package_energy_joules_total",
+		Help: "Energy a CPU package of the node used since bridge started (RAPL)."}
+	NodeCPUPower = &Desc{Name: "node_cpu_power_watts", Unit: UnitWatts, Scope: ScopeNode,
+		Help: "Power all CPU packages of the node drew over the last interval (RAPL)."}
+	NodeCPUEnergy = &Desc{Name: "node_cpu_energy_joules", Unit: UnitJoules, Scope: ScopeNode, Kind: Counter,
+		Prom: "bridge_node_cpu_energy_joules_total", Help: "Energy all CPU packages of the node used since bridge started (RAPL)."}
+)
+
+// The node's InfiniBand and RoCE ports: metrics/infiniband. One series per
+// device and port; the counts are since bridge started.
+var (
+	NodeIBReceiveRate   = ibPort("receive_megabytes_per_second", UnitMegabytesPerSecond, Gauge, "bridge_node_infiniband_receive_bytes_per_second", "Bytes the port received per second over the last interval.")
+	NodeIBTransmitRate  = ibPort("transmit_megabytes_per_second", UnitMegabytesPerSecond, Gauge, "bridge_node_infiniband_transmit_bytes_per_second", "Bytes the port transmitted per second over the last interval.")
+	NodeIBSymbolErrors  = ibPort("symbol_errors_count", UnitCount, Counter, "bridge_node_infiniband_symbol_errors_total", "Minor link errors the port detected since bridge started (symbol_error).")
+	NodeIBLinkDowned    = ibPort("link_downed_count", UnitCount, Counter, "bridge_node_infiniband_link_downed_total", "Times the port's link went down since bridge started (link_downed).")
+	NodeIBReceiveErrors = ibPort("receive_errors_count", UnitCount, Counter, "bridge_node_infiniband_receive_errors_total", "Packets with errors the port received since bridge started (port_rcv_errors).")
+	NodeIBXmitDiscards  = ibPort("transmit_discards_count", UnitCount, Counter, "bridge_node_infiniband_transmit_discards_total", "Outbound packets the port discarded since bridge started, the port down or congested (port_xmit_discards).")
+	NodeIBXmitWait      = ibPort("transmit_wait_count", UnitCount, Counter, "bridge_node_infiniband_transmit_wait_total", "Ticks in which the port had data to send but no flow-control credits, since bridge started (port_xmit_wait): congestion.")
+)
+
+func ibPort(name string, u Unit, k Kind, prom, help string) *Desc {
+	return &Desc{Name: "node_infiniband_<device>_port_<port>_" + name, Unit: u, Scope: ScopeNode, Kind: k,
+		Instance: []string{"device", "port"}, Prom: prom, Help: help}
+}
+
 // Process-tree series: metrics/process, and metrics/gpu for GPU memory.
 var (
 	ProcessMemoryRSS = &Desc{Name: "process_memory_rss_megabytes", Unit: UnitMegabytes, Scope: ScopeProcess,
@@ -220,11 +252,70 @@ func throttle(reason, help string) *Desc {
 	return &Desc{Name: "throttle_" + reason, Unit: UnitCount, Scope: ScopeGPU, PerGPU: true, Help: "1 while " + help + "."}
 }
 
+// GPUEnergy is a running total since bridge started: a counter, whose
+// /metrics name says so.
+var GPUEnergy = &Desc{Name: "energy_joules", Unit: UnitJoules, Scope: ScopeGPU, PerGPU: true, Kind: Counter,
+	Prom: "energy_joules_total", Help: "Energy the GPU used since bridge started, from its total energy counter."}
+
+// GPU activity: the profiling fields DCGM names DCGM_FI_PROF_<X>, under the
+// names bridge gives dcgm-exporter's (DCGMProfiling), so that a dashboard
+// reads the same series whether NVML's GPM (metrics/gpu) or a scraped
+// dcgm-exporter (metrics/scrape) filled it. Ratios are 0 to 1, as DCGM's.
+var (
+	GPUProfGREngineActive = prof("gr_engine_active", "Share of the interval in which a graphics or compute engine of the GPU was active.")
+	GPUProfSMActive       = prof("sm_active", "Share of the GPU's SMs busy over the interval: at least one warp resident, averaged over SMs and time.")
+	GPUProfSMOccupancy    = prof("sm_occupancy", "Resident warps over the interval as a share of the maximum the SMs can hold.")
+	GPUProfTensorActive   = prof("pipe_tensor_active", "Share of the interval in which the SMs' tensor pipes were busy, any precision.")
+	GPUProfTensorDFMA     = prof("pipe_tensor_dfma_active", "Share of the interval in which the SMs' tensor pipes ran DFMA (double-precision fused multiply-add) instructions.")
+	GPUProfTensorHMMA     = prof("pipe_tensor_hmma_active", "Share of the interval in which the SMs' tensor pipes ran HMMA (half-precision matrix multiply-accumulate) instructions.")
+	GPUProfTensorDMMA     = prof("pipe_tensor_dmma_active", "Share of the interval in which the SMs' tensor pipes ran DMMA (double-precision matrix multiply-accumulate) instructions.")
+	GPUProfTensorIMMA     = prof("pipe_tensor_imma_active", "Share of the interval in which the SMs' tensor pipes ran IMMA (integer matrix multiply-accumulate) instructions.")
+	GPUProfDRAMActive     = prof("dram_active", "DRAM bandwidth used over the interval as a share of the GPU's theoretical maximum.")
+	GPUProfFP64Active     = prof("pipe_fp64_active", "Share of the interval in which the SMs ran non-tensor FP64 instructions.")
+	GPUProfFP32Active     = prof("pipe_fp32_active", "Share of the interval in which the SMs ran non-tensor FP32 instructions.")
+	GPUProfFP16Active     = prof("pipe_fp16_active", "Share of the interval in which the SMs ran non-tensor FP16 instructions.")
+	GPUProfIntActive      = prof("pipe_int_active", "Share of the interval in which the SMs ran integer instructions.")
+	GPUProfPCIeTx         = profRate("pcie_tx", "PCIe traffic from the GPU over the interval, in bytes per second.")
+	GPUProfPCIeRx         = profRate("pcie_rx", "PCIe traffic to the GPU over the interval, in bytes per second.")
+	GPUProfNVLinkTx       = profRate("nvlink_tx", "NVLink traffic sent by the GPU over the interval, all links, in bytes per second.")
+	GPUProfNVLinkRx       = profRate("nvlink_rx", "NVLink traffic received by the GPU over the interval, all links, in bytes per second.")
+)
+
+// GPUProfSeries are the activity series, in the order docs/metrics.md lists them.
+var GPUProfSeries = []*Desc{
+	GPUProfGREngineActive, GPUProfSMActive, GPUProfSMOccupancy,
+	GPUProfTensorActive, GPUProfTensorDFMA, GPUProfTensorHMMA, GPUProfTensorDMMA, GPUProfTensorIMMA,
+	GPUProfDRAMActive, GPUProfFP64Active, GPUProfFP32Active, GPUProfFP16Active, GPUProfIntActive,
+	GPUProfPCIeTx, GPUProfPCIeRx, GPUProfNVLinkTx, GPUProfNVLinkRx,
+}
+
+func prof(x, help string) *Desc {
+	return &Desc{Name: DCGMProfilingName(x, false), Unit: UnitRatio, Scope: ScopeGPU, PerGPU: true, Help: help}
+}
+
+func profRate(x, help string) *Desc {
+	return &Desc{Name: DCGMProfilingName(x, true), Unit: UnitMegabytesPerSecond, Scope: ScopeGPU, PerGPU: true,
+		Prom: "prof_" + x + "_bytes_per_second", Help: help}
+}
+
+// profByName finds a GPUProfSeries template by its Name.
+var profByName = func() map[string]*Desc {
+	m := make(map[string]*Desc, len(GPUProfSeries))
+	for _, d := range GPUProfSeries {
+		m[d.Name] = d
+	}
+	return m
+}()
+
 // DCGMProfiling describes a dcgm-exporter DCGM_FI_PROF_<X> field mapped to
 // gpu_N_prof_<x>_ratio, or for a _BYTES field (bytes per second) to
-// gpu_N_prof_<x>_megabytes_per_second: a per-GPU template made at run time,
-// one per field a --scrape endpoint serves.
+// gpu_N_prof_<x>_megabytes_per_second: the GPUProfSeries template of that
+// name, else a per-GPU template made at run time, one per field a --scrape
+// endpoint serves.
 func DCGMProfiling(x string, bytesPerSecond bool) *Desc {
+	if d, ok := profByName[DCGMProfilingName(x, bytesPerSecond)]; ok {
+		return d
+	}
 	d := &Desc{Name: DCGMProfilingName(x, bytesPerSecond), Unit: UnitRatio, Scope: ScopeGPU, PerGPU: true,
 		Help: "dcgm-exporter's DCGM_FI_PROF_ profiling field " + x + "."}
 	if bytesPerSecond {
@@ -261,24 +352,34 @@ var (
 		NetnsReceive, NetnsTransmit, NetnsReceiveRate, NetnsTransmitRate,
 	}, pressureSeries(NodePressure)...)
 	ProcessSeries = []*Desc{ProcessMemoryRSS, ProcessCount, ProcessThreads, ProcessCPUUsage}
-	// GPUSeries are the NVML collector's: per-GPU templates, and the
-	// child's GPU memory.
-	GPUSeries = []*Desc{
+	// GPUSeries are the NVML collector's: per-GPU templates (activity from
+	// GPM among them), and the child's GPU memory.
+	GPUSeries = append([]*Desc{
 		GPUUtilization, GPUMemoryControllerUtilization, GPUPowerUsage, GPUPowerLimit, GPUPowerUsagePercent,
 		GPUTemperature, GPUSMClock, GPUMemoryClock, GPUMemoryReserved, GPUMemoryUsed, GPUMemoryTotal,
 		GPUMemoryUsagePercent, GPUThrottleReasons,
 		GPUThrottleGPUIdle, GPUThrottleApplicationsClocks, GPUThrottleSWPowerCap, GPUThrottleHWSlowdown,
 		GPUThrottleSyncBoost, GPUThrottleSWThermal, GPUThrottleHWThermal, GPUThrottleHWPowerBrake,
 		GPUECCCorrected, GPUECCUncorrected, GPURemappedRowsCorrected, GPURemappedRowsUncorrected,
-		GPURemappedRowsPending, GPURemappedRowsFailed, GPUXidErrors,
+		GPURemappedRowsPending, GPURemappedRowsFailed, GPUXidErrors, GPUEnergy,
+		ProcessGPUProcesses, ProcessGPUUnmatchedProcesses, ProcessGPUMemory,
+	}, GPUProfSeries...)
+	// AMDGPUSeries are the amdgpu collector's (sysfs): the per-GPU
+	// templates that mean what NVIDIA's do, and the child's GPU memory.
+	AMDGPUSeries = []*Desc{
+		GPUUtilization, GPUMemoryControllerUtilization, GPUPowerUsage, GPUPowerLimit, GPUPowerUsagePercent,
+		GPUTemperature, GPUSMClock, GPUMemoryClock, GPUMemoryUsed, GPUMemoryTotal, GPUMemoryUsagePercent,
 		ProcessGPUProcesses, ProcessGPUUnmatchedProcesses, ProcessGPUMemory,
 	}
+	RAPLSeries       = []*Desc{NodeCPUPackagePower, NodeCPUPackageEnergy, NodeCPUPower, NodeCPUEnergy}
+	InfiniBandSeries = []*Desc{NodeIBReceiveRate, NodeIBTransmitRate, NodeIBSymbolErrors, NodeIBLinkDowned, NodeIBReceiveErrors, NodeIBXmitDiscards, NodeIBXmitWait}
 	// ScrapeSeries are the static ones the --scrape collector maps
-	// dcgm-exporter's fields to; it also makes DCGMProfiling templates and
-	// Passthrough series at run time.
-	ScrapeSeries = []*Desc{
+	// dcgm-exporter's fields to (the activity series among them); it also
+	// makes DCGMProfiling templates of other fields and Passthrough series
+	// at run time.
+	ScrapeSeries = append([]*Desc{
 		GPUUtilization, GPUMemoryControllerUtilization, GPUMemoryUsed, GPUPowerUsage, GPUTemperature, GPUSMClock, GPULastXid,
-	}
+	}, GPUProfSeries...)
 )
 
 func pressureSeries(ps []Pressure) []*Desc {

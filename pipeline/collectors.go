@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"slices"
@@ -12,10 +13,13 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/amdgpu"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/gpu"
+	"github.com/bridge-dev/bridge/metrics/infiniband"
 	"github.com/bridge-dev/bridge/metrics/node"
 	"github.com/bridge-dev/bridge/metrics/process"
+	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/metrics/scrape"
 )
 
@@ -64,8 +68,11 @@ func (o *Off) Error() string { return o.Why }
 var Collectors = []Collector{
 	{Name: "cgroup", Scopes: []metrics.Scope{metrics.ScopeContainer}, Series: metrics.ContainerSeries, Build: buildCgroup},
 	{Name: "node", Scopes: node.ServedScopes, Series: metrics.NodeSeries, Build: buildNode},
+	{Name: rapl.Name, Scopes: []metrics.Scope{metrics.ScopeNode}, Series: metrics.RAPLSeries, Build: buildRAPL},
+	{Name: infiniband.Name, Scopes: []metrics.Scope{metrics.ScopeNode}, Series: metrics.InfiniBandSeries, Build: buildInfiniBand},
 	{Name: "process", Scopes: []metrics.Scope{metrics.ScopeProcess}, Series: metrics.ProcessSeries, Build: buildProcess},
 	{Name: gpu.Name, Scopes: []metrics.Scope{metrics.ScopeGPU}, Series: metrics.GPUSeries, Build: buildGPU},
+	{Name: amdgpu.Name, Scopes: []metrics.Scope{metrics.ScopeGPU}, Series: metrics.AMDGPUSeries, Build: buildAMDGPU},
 	{Name: "scrape", Series: metrics.ScrapeSeries, Build: buildScrape},
 }
 
@@ -115,6 +122,36 @@ func buildNode(b CollectorBuild) (metrics.Collector, error) {
 	return n, nil
 }
 
+// buildRAPL: off, and costing nothing per sample, where the node has no
+// RAPL package zone bridge can read.
+func buildRAPL(b CollectorBuild) (metrics.Collector, error) {
+	c, err := rapl.New(rapl.Options{SysRoot: b.Config.SysRoot, Log: b.Log.With("collector", rapl.Name)})
+	if err != nil {
+		return nil, &Off{Why: "off: " + err.Error(), Level: absentLevel(err)}
+	}
+	return c, nil
+}
+
+// buildInfiniBand: off, and costing nothing per sample, on a node without
+// InfiniBand or RoCE ports.
+func buildInfiniBand(b CollectorBuild) (metrics.Collector, error) {
+	c, err := infiniband.New(infiniband.Options{SysRoot: b.Config.SysRoot, Log: b.Log.With("collector", infiniband.Name)})
+	if err != nil {
+		return nil, &Off{Why: "off: " + err.Error(), Level: absentLevel(err)}
+	}
+	return c, nil
+}
+
+// absentLevel is the log level of a sysfs collector that is off: debug
+// where the hardware is simply not there (most machines), info where it is
+// but bridge may not read it.
+func absentLevel(err error) slog.Level {
+	if errors.Is(err, fs.ErrPermission) {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}
+
 func buildProcess(b CollectorBuild) (metrics.Collector, error) {
 	s := b.Sources
 	p, err := process.New(process.Options{
@@ -153,6 +190,35 @@ func buildGPU(b CollectorBuild) (metrics.Collector, error) {
 	}
 	b.Sources.gpu = g
 	return g, nil
+}
+
+// buildAMDGPU builds the AMD GPU collector, numbering its GPUs after
+// every GPU NVML sees (one gpu_N sequence for the node). Off, and costing
+// nothing per sample, without an AMD GPU for the job.
+func buildAMDGPU(b CollectorBuild) (metrics.Collector, error) {
+	cfg := b.Config
+	offset := 0
+	if g := b.Sources.gpu; g != nil {
+		offset = g.Count()
+	}
+	c, err := amdgpu.New(amdgpu.Options{
+		SysRoot:     cfg.SysRoot,
+		Offset:      offset,
+		LookupEnv:   os.LookupEnv, // what the child inherits
+		ProcessTree: b.Sources.processTree(process.NewFinder(cfg.ProcRoot, cfg.CgroupRoot)),
+		Log:         b.Log.With("collector", amdgpu.Name),
+	})
+	if err != nil {
+		level := slog.LevelWarn
+		switch {
+		case errors.Is(err, amdgpu.ErrNoGPU):
+			level = slog.LevelDebug
+		case errors.Is(err, amdgpu.ErrNoneForJob):
+			level = slog.LevelInfo
+		}
+		return nil, &Off{Why: "off: " + err.Error(), Level: level}
+	}
+	return c, nil
 }
 
 // buildScrape: --scrape asks for its series explicitly, whatever --scopes

@@ -15,7 +15,9 @@ var docsTable = regexp.MustCompile(`^\| Metric \| Unit \|`)
 
 // documented reads those tables: each series name (in backticks, with
 // {a,b,c} alternatives expanded) and its unit, the second cell's first
-// word. Families made at run time (a name holding <x>) are left out.
+// word. A per-instance template is listed as its descriptor's name, with
+// its <label> parts; families made at run time (a name holding <x>) are
+// left out.
 func documented(t *testing.T) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile("../docs/metrics.md")
@@ -39,7 +41,7 @@ func documented(t *testing.T) map[string]string {
 		unit := strings.Fields(cells[2])
 		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1) {
 			for _, name := range expand(m[1]) {
-				if !strings.Contains(name, "<") && len(unit) > 0 {
+				if !strings.Contains(name, "<x>") && len(unit) > 0 {
 					out[name] = unit[0]
 				}
 			}
@@ -65,7 +67,8 @@ func expand(s string) []string {
 	return out
 }
 
-// docName is how docs/metrics.md names series d: per-GPU ones for GPU N.
+// docName is how docs/metrics.md names series d: per-GPU ones for GPU N,
+// per-instance ones as their template (node_infiniband_<device>_port_<port>_...).
 func docName(d *metrics.Desc) string {
 	if d.PerGPU {
 		return "gpu_N_" + d.Name

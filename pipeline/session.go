@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -122,7 +121,6 @@ type Session struct {
 	off          []TrackerOff  // trackers off for the job, for the table
 
 	fwdCancel context.CancelFunc
-	fwdWG     sync.WaitGroup
 
 	prom    *promexport.Exporter // nil unless MetricsAddr is set
 	sources *Sources             // nil when the driver gave bare collectors
@@ -181,9 +179,9 @@ func Open(o Options) *Session {
 		if r.Late != nil {
 			r.fwd.OnLateStart = s.recordLateRun(r.Sink)
 		}
-		s.fwdWG.Add(1)
+		r.done = make(chan struct{})
 		go func() {
-			defer s.fwdWG.Done()
+			defer close(r.done)
 			defer s.recoverGo("forwarder " + r.Sink.Name())
 			r.fwd.Run(fctx)
 		}()
@@ -398,6 +396,20 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	// Forwarders send what is left, then return; the deadline (or a second
 	// signal) is the hard stop.
 	drainUntil := s.deadline.Add(-finishReserve(time.Until(s.deadline)))
+	// They take the last samples once the file has them (a tracker is not
+	// offered a sample before), or from memory if the disk stalls.
+	wctx, wcancel := context.WithDeadline(context.Background(), drainUntil)
+	go func() {
+		select {
+		case <-abort: // nil: never
+			wcancel()
+		case <-wctx.Done():
+		}
+	}()
+	if err := s.spool.Written(wctx); err != nil {
+		s.log.Warn("the spool's disk does not answer; the trackers get the last samples from memory", "err", err)
+	}
+	wcancel()
 	timer := time.AfterFunc(time.Until(drainUntil), s.fwdCancel)
 	defer timer.Stop()
 	flushed := make(chan struct{})
@@ -411,7 +423,7 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	for _, r := range s.sinks {
 		r.fwd.Finish()
 	}
-	s.fwdWG.Wait()
+	s.waitForwarders(abort)
 	close(flushed)
 	s.fwdCancel()
 	for _, r := range s.sinks {
@@ -421,6 +433,36 @@ func (s *Session) Stop(abort <-chan struct{}) {
 		}
 	}
 	s.sampler.Close()
+}
+
+// waitForwarders waits for the forwarders to return, until the deadline or
+// abort: cancelled, they return at once unless one is stuck reading the
+// spool from a disk that stalled. Such a one is left behind (its sink is
+// not finished: that would run beside its Send).
+func (s *Session) waitForwarders(abort <-chan struct{}) {
+	t := time.NewTimer(time.Until(s.deadline))
+	defer t.Stop()
+	for _, r := range s.sinks {
+		select {
+		case <-r.done:
+			continue
+		case <-t.C:
+		case <-abort:
+		}
+		s.log.Warn("a tracker's forwarder is stuck reading the spool (a stalled disk); bridge does not wait for it",
+			"tracker", r.Sink.Name(), "spool", s.spool.Path())
+		return
+	}
+}
+
+// forwarded reports whether r's forwarder has returned.
+func forwarded(r SinkRun) bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // SpoolFile is the path of the session's spool; "" when it has none (its
@@ -458,14 +500,21 @@ func (s *Session) Finish(end tracker.EndInfo) {
 		case <-ctx.Done():
 		}
 	}()
-	info := maps.Clone(end.Tags)
-	if info == nil {
-		info = map[string]string{}
+	// The job's energy, from every sample taken (Stop took the last one).
+	end.Tags = maps.Clone(end.Tags)
+	if end.Tags == nil {
+		end.Tags = map[string]string{}
 	}
+	for k, v := range s.acc.EnergyTags() {
+		if _, set := end.Tags[k]; !set {
+			end.Tags[k] = v
+		}
+	}
+	info := maps.Clone(end.Tags)
 	for _, r := range s.sinks {
 		func() {
 			defer s.recoverGo("finish " + r.Sink.Name())
-			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" {
+			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" || !forwarded(r) {
 				return
 			}
 			if ctx.Err() != nil {
@@ -485,12 +534,50 @@ func (s *Session) Finish(end tracker.EndInfo) {
 	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: info}); err != nil {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
-	s.closeSpool()
+	sctx, scancel := s.spoolContext()
+	defer scancel()
+	s.closeSpool(sctx)
 	if s.prom != nil {
 		if err := s.prom.Close(); err != nil {
 			s.log.Warn("cannot stop the metrics endpoint cleanly", "err", err)
 		}
 	}
+}
+
+// Time the spool's last write and fsync get at the end of the run, at
+// least, when the trackers used up the deadline; and after a second signal
+// (enough for a disk that answers, not for one that stalled).
+const (
+	spoolCloseMin   = time.Second
+	spoolCloseAbort = 100 * time.Millisecond
+)
+
+// spoolContext bounds closing the spool: the deadline (at least
+// spoolCloseMin from now), or spoolCloseAbort after abort.
+func (s *Session) spoolContext() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithDeadline(context.Background(), later(s.deadline, time.Now().Add(spoolCloseMin)))
+	go func() {
+		select {
+		case <-s.abort:
+		case <-ctx.Done():
+			return
+		}
+		t := time.NewTimer(spoolCloseAbort)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Report writes the end-of-run table: what was measured, the collectors

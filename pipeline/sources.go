@@ -33,6 +33,7 @@ type Sources struct {
 	Notes map[string]any
 
 	log      *slog.Logger
+	taggers  []tagger          // the collectors that describe what they found as run tags
 	cgroup   *cgroup.Collector // nil when the container scope is off or unavailable
 	gpu      *gpu.Collector    // nil when the gpu scope is off
 	scrape   *scrape.Collector // nil without --scrape
@@ -69,6 +70,9 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 			return nil, err
 		case c == nil:
 			continue
+		}
+		if tg, ok := c.(tagger); ok {
+			s.taggers = append(s.taggers, tg)
 		}
 		if len(reg.Scopes) > 0 && !all {
 			c = scopeFilter{Collector: c, keep: cfg.HasScope}
@@ -244,12 +248,19 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 			t["bridge.cgroup.cpu_usage_limit_split"] = info.CPUSplit
 		}
 	}
-	if s.gpu != nil {
-		for k, v := range s.gpu.Tags() {
+	for _, tg := range s.taggers {
+		for k, v := range tg.Tags() {
 			t[k] = v
 		}
 	}
 	return t
+}
+
+// tagger is a collector that describes what it found as run tags (the
+// GPUs, the InfiniBand ports' state and rate). Tags reads only what the
+// collector found when it was built.
+type tagger interface {
+	Tags() map[string]string
 }
 
 // scopeFilter drops points of scopes the user turned off (the GPU

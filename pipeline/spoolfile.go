@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -97,24 +98,34 @@ func EndRecordedTag(sink string) string { return "bridge.end_recorded." + sink }
 // Anything else keeps it, for `bridge sync` and for a restarted bridge's
 // forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's run) keeps it
 // because a later bridge on that run continues its steps from the file.
-func (s *Session) closeSpool() {
+//
+// Closing waits for the disk until ctx ends: one that stalled is left
+// behind, and the table's spool row says so (spoolRows).
+func (s *Session) closeSpool(ctx context.Context) {
+	keep := func() {
+		if err := s.spool.CloseContext(ctx); err != nil && !errors.Is(err, spool.ErrStalled) {
+			s.log.Warn("cannot close the spool cleanly", "err", err)
+		}
+	}
 	if s.spool.InMemory() || s.set.Spool != "" || s.set.KeepSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
-		s.spool.Close()
+		keep()
 		return
 	}
 	for _, r := range s.sinks {
 		c, ok := r.Sink.(interface{ Created() bool })
 		if st, _, _ := r.fwd.Status(); st != tracker.StateOK || !ok || !c.Created() {
-			s.spool.Close()
+			keep()
 			return
 		}
 	}
 	if !s.spool.Delivered() {
-		s.spool.Close()
+		keep()
 		return
 	}
-	if err := s.spool.Remove(); err != nil {
-		s.log.Warn("cannot remove the delivered spool", "err", err)
+	if err := s.spool.RemoveContext(ctx); err != nil {
+		if !errors.Is(err, spool.ErrStalled) {
+			s.log.Warn("cannot remove the delivered spool", "err", err)
+		}
 		return
 	}
 	s.spoolRemoved = true
@@ -140,7 +151,7 @@ func (s *Session) spoolRows() []summary.Row {
 	if st.Outages > 0 {
 		notes = append(notes, fmt.Sprintf("writing failed %d times (%d outages)", st.WriteFailures, st.Outages))
 	}
-	if st.Buffered > 0 {
+	if st.Buffered > 0 && st.Stalled == "" {
 		notes = append(notes, fmt.Sprintf("%d records never written", st.Buffered))
 	}
 	if st.LostUnwritten > 0 {
@@ -160,6 +171,10 @@ func (s *Session) spoolRows() []summary.Row {
 	}
 	if st.TornTail {
 		notes = append(notes, "a torn last line was repaired")
+	}
+	if st.Stalled != "" {
+		notes = append(notes, fmt.Sprintf("the disk stalled (its %s had not returned when bridge exited): %d records not known to be written, %d bytes written but not fsynced",
+			st.Stalled, st.Buffered, st.Unsynced))
 	}
 	v := fmt.Sprintf("%s: %d samples written", where, st.Written)
 	if len(notes) > 0 {

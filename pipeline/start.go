@@ -24,6 +24,7 @@ type SinkRun struct {
 	// background (tracker.Forwarder.Start) and RunID stays empty here.
 	Late *tracker.StartInfo
 	fwd  *tracker.Forwarder
+	done chan struct{} // closed when fwd has returned
 }
 
 // run is the run the sink writes to now: RunID, or the run a late start

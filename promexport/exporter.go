@@ -167,10 +167,16 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 		}
 		seen[d.Name] = true
 		names, values := labelNames, lv
-		if d.Of != nil { // a per-GPU series: its GPU (and MIG slice) as labels
+		if d.Of != nil && d.Of.PerGPU { // a per-GPU series: its GPU (and MIG slice) as labels
 			names, values = append(slices.Clone(names), "gpu"), append(slices.Clone(values), strconv.Itoa(d.GPU))
 			if d.MIG >= 0 {
 				names, values = append(names, "mig"), append(values, strconv.Itoa(d.MIG))
+			}
+		}
+		if len(d.Labels) > 0 { // a per-instance series: its device's labels
+			names, values = slices.Clone(names), slices.Clone(values)
+			for i := 0; i+1 < len(d.Labels); i += 2 {
+				names, values = append(names, d.Labels[i]), append(values, d.Labels[i+1])
 			}
 		}
 		vt := prometheus.GaugeValue

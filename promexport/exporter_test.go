@@ -94,6 +94,9 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 		metrics.At(metrics.GPUUtilization.ForMIG(0, 7), 40),
 		metrics.At(metrics.DCGMProfiling("pcie_tx", true).ForGPU(0), 2.5),
 		metrics.At(metrics.Passthrough("prom_app_queue_length__shard_2"), 17),
+		metrics.At(metrics.NodeIBTransmitRate.For("mlx5_0", "1"), 12.5),
+		metrics.At(metrics.NodeIBTransmitRate.For("mlx5_1", "1"), 2),
+		metrics.At(metrics.NodeCPUPackageEnergy.For("1"), 300),
 		metrics.Named("known_by_name_only", 1), // not a collector's: not exposed
 	}})
 	fams := scrape(t, e)
@@ -122,7 +125,15 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	check("bridge_gpu_mig_utilization_percentage", map[string]string{"gpu": "0", "mig": "7"}, 40)
 	check("bridge_prom_app_queue_length__shard_2", run, 17)
 	check("bridge_sample_seq", run, 9)
-	for _, n := range []string{"container_oom_events_total", "container_cpu_usage_seconds_total", "container_cpu_cfs_throttled_periods_total"} {
+	// A device's series: one family, the device as labels, the base unit.
+	check("bridge_node_infiniband_transmit_bytes_per_second", map[string]string{"device": "mlx5_0", "port": "1", "run_id": "run1"}, 12.5e6)
+	check("bridge_node_infiniband_transmit_bytes_per_second", map[string]string{"device": "mlx5_1", "port": "1"}, 2e6)
+	check("bridge_node_cpu_package_energy_joules_total", map[string]string{"package": "1"}, 300)
+	if m := one(t, fams, "bridge_node_cpu_package_energy_joules_total", nil); len(m.GetLabel()) != 3 {
+		t.Errorf("labels %v: want run_id, node_id and package only (no gpu)", m.GetLabel())
+	}
+	for _, n := range []string{"container_oom_events_total", "container_cpu_usage_seconds_total", "container_cpu_cfs_throttled_periods_total",
+		"bridge_node_cpu_package_energy_joules_total"} {
 		if fams[n].GetType() != dto.MetricType_COUNTER {
 			t.Errorf("%s is not a counter", n)
 		}

@@ -63,6 +63,13 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v prometheus-node-expor
   fi
 fi
 
+# FUSE for the stalled-disk tests (internal/stallfs mounts with mount(2) as
+# root: no fusermount, only the fuse module and /dev/fuse).
+if [ ! -e /dev/fuse ] && [ "$(id -u)" = 0 ]; then
+  modprobe fuse 2>/dev/null || true
+  mknod -m 0666 /dev/fuse c 10 229 2>/dev/null || log "no /dev/fuse: the stalled-disk tests will skip"
+fi
+
 # Slurm and munge for the launcher tests (e2e/slurm: a cluster of network
 # namespaces on this machine).
 bash e2e/slurm/prepare.sh || log "Slurm unavailable: the e2e/slurm tests will skip"

@@ -78,7 +78,7 @@ func TestAppendNeverWritesWhatTheReaderRefuses(t *testing.T) {
 	s.Append(mk(1, 5, 1, MaxKey+10)) // a long name
 	s.Append(mk(2, 20, 30, 200))     // past the line limit
 	s.Append(mk(3, 5, 5, 10))        // within every bound
-	st := s.Stats()
+	st := stats(s)
 	if st.PointsLeftOut == 0 {
 		t.Fatal("nothing counted as left out")
 	}

@@ -18,54 +18,47 @@ import (
 // cap (the half leaves room to append before the next rewrite). Samples
 // every run of their attempt acknowledged go first, then the oldest of the
 // rest. The new file, locked before it takes the old one's place by rename
-// (a crash leaves one or the other), becomes the spool's file.
+// (a crash leaves one or the other), becomes the spool's file. Run only:
+// the file is read and written out of the lock, and nothing else writes it
+// meanwhile.
 func (w *writer) compact() error {
 	// The old file stays if the rewrite fails: what it holds must be durable.
 	if err := w.sync(); err != nil {
 		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
-	src, err := os.Open(w.path)
-	if err != nil {
-		return fmt.Errorf("compacting spool %s: %w", w.path, err)
-	}
-	defer src.Close()
-
-	var acks []byte
-	keys := make([]string, 0, len(w.ix.acks))
-	for k := range w.ix.acks {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		seq := w.ix.acks[k]
-		sink, run := splitKey(k)
-		b, _ := json.Marshal(Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq})
-		acks = append(append(acks, b...), '\n')
-	}
+	src, size, acks := w.f, w.size, w.ackLines()
 
 	// Pass 1: what the records other than samples take, and each sample's
-	// size and whether its runs have it.
+	// size and attempt.
 	type sized struct {
 		seq  int64
 		n    int
+		att  int
 		done bool // delivered: dropped first
 	}
 	var meta int64
 	var samples []sized
-	att := -1
-	if _, err := scan(io.LimitReader(src, w.size), w.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
-		switch rec.Type {
-		case TypeSample:
-			samples = append(samples, sized{*rec.Seq, len(line), w.ix.delivered(att, *rec.Seq)})
-		case TypeAck:
-		case TypeStart:
-			att++
-			fallthrough
-		default:
-			meta += int64(len(line))
-		}
-	}); err != nil {
+	err := w.unlocked("size-cap rewrite", func() error {
+		att := -1
+		_, err := scan(io.NewSectionReader(src, 0, size), w.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
+			switch rec.Type {
+			case TypeSample:
+				samples = append(samples, sized{seq: *rec.Seq, n: len(line), att: att})
+			case TypeAck:
+			case TypeStart:
+				att++
+				fallthrough
+			default:
+				meta += int64(len(line))
+			}
+		})
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("compacting spool %s: %w", w.path, err)
+	}
+	for i := range samples {
+		samples[i].done = w.ix.delivered(samples[i].att, samples[i].seq)
 	}
 	// The newest undelivered samples first, then the newest delivered ones.
 	order := make([]int, len(samples))
@@ -93,20 +86,82 @@ func (w *writer) compact() error {
 	}
 
 	// Pass 2: the new file.
-	tmpPath := filepath.Join(filepath.Dir(w.path), ".bridge-spool-"+rand.Text()+".tmp")
-	tmp, err := os.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	var tmp *os.File
+	newOff := map[int64]int64{}
+	var newSize int64
+	err = w.unlocked("size-cap rewrite", func() (err error) {
+		tmp, newSize, err = rewrite(w.path, io.NewSectionReader(src, 0, size), w.opt.MaxLine, keep, acks, newOff)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
+	w.f, w.size = tmp, newSize // the new file was fsynced (nothing is unsynced)
+	w.gen++
+	if err := w.unlocked("close", src.Close); err != nil {
+		w.log.Debug("closing the spool's file replaced by its rewrite", "err", err)
+	}
+
+	// Samples that left the file leave memory too; count those not delivered.
+	var dropped, undelivered int64
+	for _, s := range samples {
+		if !keep[s.seq] {
+			dropped++
+			if !s.done {
+				undelivered++
+			}
+		}
+	}
+	w.ix.moved(newOff)
+	w.st.Compactions++
+	w.st.DroppedByCap += undelivered
+	// Said once per kind: a small cap rewrites at every sample, and the
+	// end-of-run table counts them all. Losing unsent samples is worse
+	// news than trimming sent ones, so it gets its own warning.
+	kind := capTrimmed
+	msg := "the spool reached its size cap (--spool-max-size); its oldest samples were removed"
+	if undelivered > 0 {
+		kind = capLost
+		msg = "the spool reached its size cap (--spool-max-size); samples no tracker has yet were removed and will never be sent (a larger cap keeps them)"
+	}
+	log := w.log.Debug
+	if w.capLog&kind == 0 {
+		w.capLog, log = w.capLog|kind, w.log.Warn
+	}
+	log(msg, "max_size", w.opt.MaxSize, "removed", dropped, "not_yet_delivered", undelivered)
+	return nil
+}
+
+// ackLines are the ack records of the rewrite: one per sink and run.
+func (w *writer) ackLines() []byte {
+	var acks []byte
+	keys := make([]string, 0, len(w.ix.acks))
+	for k := range w.ix.acks {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		seq := w.ix.acks[k]
+		sink, run := splitKey(k)
+		b, _ := json.Marshal(Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq})
+		acks = append(append(acks, b...), '\n')
+	}
+	return acks
+}
+
+// rewrite writes the new file of a size-cap rewrite beside path from src:
+// its records but the acks and the samples not kept, then acks; it fsyncs
+// and locks it and puts it at path. newOff gets the kept samples' offsets.
+func rewrite(path string, src io.Reader, maxLine int, keep map[int64]bool, acks []byte, newOff map[int64]int64) (*os.File, int64, error) {
+	tmpPath := filepath.Join(filepath.Dir(path), ".bridge-spool-"+rand.Text()+".tmp")
+	tmp, err := os.OpenFile(tmpPath, os.O_RDWR|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, 0, err
+	}
 	defer os.Remove(tmpPath) // after a successful rename: nothing to remove
 	bw := bufio.NewWriter(tmp)
-	newOff := map[int64]int64{}
 	var size int64
-	if _, err := src.Seek(0, io.SeekStart); err != nil {
-		tmp.Close()
-		return fmt.Errorf("compacting spool %s: %w", w.path, err)
-	}
-	_, err = scan(io.LimitReader(src, w.size), w.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
+	_, err = scan(src, maxLine, func(rec *Record, line []byte, _ int64) {
 		switch {
 		case rec.Type == TypeAck:
 			return
@@ -134,60 +189,14 @@ func (w *writer) compact() error {
 		_ = flock(tmp)
 	}
 	if err == nil {
-		err = os.Rename(tmpPath, w.path)
+		err = os.Rename(tmpPath, path)
 	}
 	if err != nil {
 		tmp.Close()
-		return fmt.Errorf("compacting spool %s: %w", w.path, err)
+		return nil, 0, err
 	}
-	syncDir(filepath.Dir(w.path))
-	w.f.Close()
-	w.f, w.size = tmp, size // the new file was fsynced (nothing is unsynced)
-
-	// Samples that left the file leave memory too; count those not delivered.
-	var dropped, undelivered int64
-	for _, s := range samples {
-		if !keep[s.seq] {
-			dropped++
-			if !s.done {
-				undelivered++
-			}
-		}
-	}
-	kept := w.ix.pend[:0]
-	for _, e := range w.ix.pend {
-		if e.off >= 0 {
-			off, ok := newOff[e.seq]
-			if !ok {
-				if e.smp != nil {
-					w.ix.release(&e)
-				}
-				continue
-			}
-			e.off = off
-		}
-		kept = append(kept, e)
-	}
-	clear(w.ix.pend[len(kept):])
-	w.ix.pend = kept
-	w.ix.reshaped()
-	w.st.Compactions++
-	w.st.DroppedByCap += undelivered
-	// Said once per kind: a small cap rewrites at every sample, and the
-	// end-of-run table counts them all. Losing unsent samples is worse
-	// news than trimming sent ones, so it gets its own warning.
-	kind := capTrimmed
-	msg := "the spool reached its size cap (--spool-max-size); its oldest samples were removed"
-	if undelivered > 0 {
-		kind = capLost
-		msg = "the spool reached its size cap (--spool-max-size); samples no tracker has yet were removed and will never be sent (a larger cap keeps them)"
-	}
-	log := w.log.Debug
-	if w.capLog&kind == 0 {
-		w.capLog, log = w.capLog|kind, w.log.Warn
-	}
-	log(msg, "max_size", w.opt.MaxSize, "removed", dropped, "not_yet_delivered", undelivered)
-	return nil
+	syncDir(filepath.Dir(path))
+	return tmp, size, nil
 }
 
 // Kinds of size-cap message, each given once at WARN.

@@ -72,11 +72,13 @@ func TestDiskFullThenRecovers(t *testing.T) {
 	s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
 	s.Track("mlflow", "r")
 	s.Append(sample(0, 0))
+	settle(s)
 	ff.setFull(true)
 	for i := int64(1); i < 20; i++ {
 		if err := s.Append(sample(i, float64(i))); err != nil {
 			t.Fatalf("append %d while full: %v", i, err)
 		}
+		settle(s) // each write retries
 		if i%5 == 0 {
 			if err := s.Ack("mlflow", "r", i-3); err != nil {
 				t.Fatalf("ack while full: %v", err)
@@ -86,7 +88,7 @@ func TestDiskFullThenRecovers(t *testing.T) {
 	if got := s.Pending("mlflow", "r", 100); len(got) != 7 || got[0].Seq != 13 || got[6].Seq != 19 {
 		t.Fatalf("pending while full = %v, want 13..19 from memory", got)
 	}
-	st := s.Stats()
+	st := stats(s)
 	if st.Outages != 1 || st.WriteFailures < 15 || st.Buffered == 0 || st.Written != 1 {
 		t.Fatalf("stats while full: %+v", st)
 	}
@@ -95,7 +97,7 @@ func TestDiskFullThenRecovers(t *testing.T) {
 	}
 	ff.setFull(false)
 	s.Append(sample(20, 20)) // the next write flushes the buffer
-	st = s.Stats()
+	st = stats(s)
 	if st.Buffered != 0 || st.Written != 21 || st.LostUnwritten != 0 {
 		t.Fatalf("stats after recovery: %+v", st)
 	}
@@ -161,7 +163,7 @@ func TestDiskFullBufferBounded(t *testing.T) {
 			for i := int64(10); i < 22; i++ {
 				s.Append(sample(i, 1))
 			}
-			st := s.Stats()
+			st := stats(s)
 			if lost := int64(12 - tc.keep); st.LostUnwritten != lost || st.Buffered != tc.keep {
 				t.Fatalf("stats %+v, want %d lost and %d buffered", st, lost, tc.keep)
 			}
@@ -173,7 +175,7 @@ func TestDiskFullBufferBounded(t *testing.T) {
 			}
 			ff.setFull(false)
 			s.Append(sample(22, 1))
-			if st := s.Stats(); st.Buffered != 0 || st.Written != int64(tc.keep+1) {
+			if st := stats(s); st.Buffered != 0 || st.Written != int64(tc.keep+1) {
 				t.Fatalf("after recovery %+v", st)
 			}
 		})
@@ -196,12 +198,12 @@ func TestRecoveryWritesInPieces(t *testing.T) {
 	for i := int64(0); i < n; i++ {
 		s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(i + 1), Points: pts})
 	}
-	if st := s.Stats(); st.Buffered != n || st.Written != 0 {
+	if st := stats(s); st.Buffered != n || st.Written != 0 {
 		t.Fatalf("stats while full %+v, want %d buffered", st, n)
 	}
 	ff.setFull(false)
 	s.Append(metrics.Sample{Seq: n, Time: time.UnixMilli(n + 1), Points: pts[:1]})
-	if st := s.Stats(); st.Buffered != 0 || st.Written != n+1 {
+	if st := stats(s); st.Buffered != 0 || st.Written != n+1 {
 		t.Fatalf("stats after recovery %+v, want %d written", st, n+1)
 	}
 	ff.mu.Lock()
@@ -298,6 +300,7 @@ func TestPendingBatchBounded(t *testing.T) {
 			for i := int64(10); i < 10+n; i++ {
 				s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(i), Points: pts})
 			}
+			settle(s)
 			next, batches := int64(10), 0
 			for batch := s.Pending("mlflow", "r", 100); len(batch) > 0; batch = s.Pending("mlflow", "r", 100) {
 				if got := int64(len(batch)) * mem; got > maxBatchBytes || len(batch) != maxBatchBytes/int(mem) && batch[len(batch)-1].Seq != 10+n-1 {
@@ -323,6 +326,7 @@ func TestPendingBatchBounded(t *testing.T) {
 // window's counts are what it holds.
 func checkWindow(t *testing.T, s *Spool, want int) {
 	t.Helper()
+	settle(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n, b := 0, int64(0)
@@ -360,11 +364,12 @@ func TestSizeCap(t *testing.T) {
 			if acked {
 				s.Ack("mlflow", "r", i)
 			}
+			settle(s)
 			if fi, _ := os.Stat(path); fi.Size() > capBytes {
 				t.Fatalf("file is %d bytes, over the cap", fi.Size())
 			}
 		}
-		st := s.Stats()
+		st := stats(s)
 		if st.Compactions == 0 {
 			t.Fatalf("acked=%v: no compaction: %+v", acked, st)
 		}
@@ -488,7 +493,7 @@ func concurrentAppendPendingAck(t *testing.T, every time.Duration) {
 		s.Append(sample(i, float64(i)))
 	}
 	wg.Wait()
-	if st := s.Stats(); st.Written != n || st.Buffered != 0 {
+	if st := stats(s); st.Written != n || st.Buffered != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -510,8 +515,9 @@ func TestSizeCapWarnsOncePerKind(t *testing.T) {
 		if i < n/2 { // the tracker goes away halfway
 			s.Ack("mlflow", "r", i)
 		}
+		settle(s) // one rewrite at a time, as a sample every interval makes them
 	}
-	st := s.Stats()
+	st := stats(s)
 	s.Close()
 	var trimmed, lost int
 	for _, l := range strings.Split(logs.String(), "\n") {

@@ -40,8 +40,9 @@
 //
 // # Durability: one fsync rule
 //
-// Every record is written with one write(2) as it comes, so a crash or kill
-// of bridge loses nothing. With Options.SyncEvery = D > 0, the first record
+// Every record is written with one write(2) as it comes (by the writer's
+// goroutine, see Concurrency), so a crash or kill of bridge loses nothing
+// the file has. With Options.SyncEvery = D > 0, the first record
 // written after an fsync that no tracker holds starts a timer of D; when it
 // fires, the file is fsynced unless, by then, everything written since the
 // last fsync is held by the trackers. The trackers hold a sample once every
@@ -76,7 +77,18 @@
 // # Concurrency
 //
 // A Spool is safe for concurrent use: the sampler appends while forwarders
-// read Pending and Ack. Writes block only for the write(2) and, with
-// SyncEvery 0, its fsync; they fail only on a closed spool. Samples and
-// attempts returned are the caller's. Close (or Remove) once, at the end.
+// read Pending and Ack. Its lock guards memory only: every write, fsync and
+// size-cap rewrite is made by one goroutine of the spool, out of the lock,
+// so a disk that stalls (a hard NFS mount) holds that goroutine alone.
+// Writes (Append, Ack, WriteStart, WriteRun, WriteEnd) never wait for the
+// disk and fail only on a closed spool; what the disk has not taken waits
+// in the bounded buffer of Failures and bounds. A tracker is offered a
+// sample once the file has it, or from memory while the file fails or a
+// call on it has not returned for a second (Written ends that wait
+// sooner). Pending reads older samples back out of the lock: only its
+// caller waits for the disk, and Track's read of the file the same. Close
+// and Remove wait for the disk; CloseContext and RemoveContext until their
+// context ends, then report what the disk did not take (Stats.Stalled).
+// Samples and attempts returned are the caller's. Close (or Remove) once,
+// at the end.
 package spool

@@ -1,6 +1,8 @@
 package spool
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"time"
 	"unsafe"
@@ -100,6 +102,12 @@ func (ix *index) needed(att int, seq int64) bool {
 		}
 	}
 	return false
+}
+
+// claims is a copy of what needed reads (the tracked keys, their acks, the
+// attempts' runs), for a reader of the file out of the spool's lock.
+func (ix *index) claims() *index {
+	return &index{attempts: slices.Clone(ix.attempts), acks: maps.Clone(ix.acks), tracked: maps.Clone(ix.tracked)}
 }
 
 // load takes one record read from the file at off.
@@ -319,6 +327,28 @@ func (ix *index) placed(seq, off int64, n int) {
 			ix.hold(e)
 		}
 	}
+}
+
+// moved takes the sample offsets of a rewritten file (by seq): a sample
+// that is not in it any more leaves memory too.
+func (ix *index) moved(newOff map[int64]int64) {
+	kept := ix.pend[:0]
+	for _, e := range ix.pend {
+		if e.off >= 0 {
+			off, ok := newOff[e.seq]
+			if !ok {
+				if e.smp != nil {
+					ix.release(&e)
+				}
+				continue
+			}
+			e.off = off
+		}
+		kept = append(kept, e)
+	}
+	clear(ix.pend[len(kept):])
+	ix.pend = kept
+	ix.reshaped()
 }
 
 // hold and release count the samples in memory that are in the file: the

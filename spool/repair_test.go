@@ -49,6 +49,7 @@ func TestTruncatedAtEveryByteOfLastRecord(t *testing.T) {
 		s.Append(sample(i, float64(i)))
 	}
 	s.Ack("mlflow", "r", 0)
+	settle(s)
 	before, _ := os.Stat(full)
 	s.Append(sample(3, 3.5)) // the record the crash tears
 	s.Close()

@@ -2,10 +2,10 @@ package spool
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -112,6 +112,13 @@ type Stats struct {
 	BadLineNums   []int // the first few of them, 1-based
 	BadValues     int   // sample values read that are not numbers (each skipped alone)
 	TornTail      bool  // Open found an unterminated last line (and repaired it)
+	// Stalled is the call on the file (a write, an fsync) that had not
+	// returned when Close stopped waiting for the disk; "" if none. Then
+	// Buffered records are not known to be in the file (queued, or in the
+	// stalled call), and Unsynced bytes in it may not survive a machine
+	// crash.
+	Stalled  string
+	Unsynced int
 }
 
 // Attempt is what the file says about one earlier run of bridge on it.
@@ -129,10 +136,11 @@ type Attempt struct {
 //
 // Contract: safe for concurrent use (the sampler appends while forwarders
 // read Pending and Ack). Append, Ack, WriteStart, WriteRun and WriteEnd
-// never fail for a full or broken disk: the record waits in memory and the
-// next call that can write flushes it; they fail only on a closed spool.
-// They block only for the write and, with SyncEvery 0, its fsync. Returned
-// samples and attempts are the caller's.
+// never wait for the disk and never fail for a full, broken or stalled
+// one: the record waits in memory for the writer's goroutine; they fail
+// only on a closed spool. Pending and Track wait for the disk only when
+// they read the file, out of the lock. Returned samples and attempts are
+// the caller's. See the package doc.
 type Spool struct {
 	path string
 	opt  Options
@@ -180,7 +188,7 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 		return nil, fmt.Errorf("opening spool %s: %w", path, err)
 	}
 	s := newSpool(path, opt, log)
-	s.w = &writer{path: path, f: f, log: log, opt: &s.opt, st: &s.stats, ix: &s.ix, mu: &s.mu, gap: retryGap, needSeq: -1}
+	s.w = newWriter(path, f, log, &s.opt, &s.stats, &s.ix, &s.mu, s.wakeLocked)
 	res, err := scan(f, opt.MaxLine, s.load)
 	if err != nil {
 		f.Close()
@@ -198,6 +206,9 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 	if s.stats.BadValues > 0 {
 		s.log.Warn("skipped values of the spool that are not numbers (the rest of their samples is kept)", "values", s.stats.BadValues)
 	}
+	s.mu.Lock()
+	s.w.start()
+	s.mu.Unlock()
 	return s, nil
 }
 
@@ -263,7 +274,7 @@ func (s *Spool) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	if s.w != nil {
-		st.Buffered = len(s.w.queue)
+		st.Buffered, st.Unsynced = s.w.waiting(), len(s.w.unsynced)
 	}
 	st.BadLineNums = append([]int(nil), st.BadLineNums...)
 	return st
@@ -285,51 +296,6 @@ func (s *Spool) Attempts() []Attempt {
 	return slices.Clone(s.ix.attempts)
 }
 
-// Track keeps samples until sink acknowledges them for run; call it for
-// each sink before sampling starts. The samples it is offered are those of
-// the attempts that recorded run for sink (see the package doc), the ones
-// already in the file included. A sink whose tracker starts late is
-// tracked with run "" until then; tracking its run (after WriteRun)
-// replaces that, and is not giving up (Untrack).
-func (s *Spool) Track(sink, run string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.ix.track(ackKey(sink, run)) || s.w == nil {
-		return nil
-	}
-	return s.reindex()
-}
-
-// reindex puts the file's samples that a tracked key needs and pend lacks
-// back into pend (offsets only).
-func (s *Spool) reindex() error {
-	f, err := os.Open(s.path)
-	if err != nil {
-		return fmt.Errorf("re-reading spool %s: %w", s.path, err)
-	}
-	defer f.Close()
-	var older []entry
-	att, last := -1, int64(-1)
-	_, err = scan(io.LimitReader(f, s.w.size), s.opt.MaxLine, func(rec *Record, line []byte, off int64) {
-		switch rec.Type {
-		case TypeStart:
-			att++
-		case TypeSample:
-			if seq := *rec.Seq; seq > last {
-				last = seq
-				if s.ix.needed(att, seq) {
-					older = append(older, entry{seq: seq, att: att, off: off, n: len(line)})
-				}
-			}
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("re-reading spool %s: %w", s.path, err)
-	}
-	s.ix.merge(older)
-	return nil
-}
-
 // Untrack stops keeping samples for a sink that gave up (a permanent error):
 // they stay in the file for `bridge sync`, the file is fsynced whatever the
 // other sinks acknowledge, and it is never Delivered.
@@ -340,7 +306,8 @@ func (s *Spool) Untrack(sink, run string) {
 }
 
 // Notify returns a channel that receives a value (without blocking the
-// writer) after each Append.
+// writer) after each Append, and when appended samples reach the file or
+// turn out to wait in memory for it.
 func (s *Spool) Notify() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -455,15 +422,20 @@ func (s *Spool) Append(smp metrics.Sample) error {
 	} else {
 		s.boundMemoryLocked()
 	}
-	chans := s.notify
+	s.wakeLocked()
 	s.mu.Unlock()
-	for _, ch := range chans {
+	return nil
+}
+
+// wakeLocked tells the forwarders (Notify) that samples may wait for them,
+// without blocking.
+func (s *Spool) wakeLocked() {
+	for _, ch := range s.notify {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
-	return nil
 }
 
 // boundLocked copies what the spool keeps of smp (its points, the time
@@ -526,59 +498,6 @@ func (s *Spool) boundMemoryLocked() {
 	}
 }
 
-// Pending returns up to max samples that sink has not acknowledged for run,
-// oldest first, holding at most maxBatchBytes (at least one sample).
-func (s *Spool) Pending(sink, run string, max int) []metrics.Sample {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	key := ackKey(sink, run)
-	var out []metrics.Sample
-	used := int64(0)
-	for i := s.ix.first(s.ix.ackOf(key)); i < len(s.ix.pend) && len(out) < max; i++ {
-		e := &s.ix.pend[i]
-		if !s.ix.belongs(e.att, key) {
-			continue
-		}
-		if e.smp != nil {
-			if used += e.held(); len(out) > 0 && used > maxBatchBytes {
-				break
-			}
-			out = append(out, *e.smp)
-			continue
-		}
-		smp, err := s.readAtLocked(e)
-		if err != nil {
-			// Not readable any more (the file changed under bridge): it
-			// cannot be sent; say so once per sample, then move on.
-			s.log.Warn("cannot re-read a sample from the spool; it is skipped", "seq", e.seq, "err", err)
-			s.ix.pend = append(s.ix.pend[:i], s.ix.pend[i+1:]...)
-			s.ix.reshaped()
-			i--
-			continue
-		}
-		if used += held(e.n, len(smp.Points)); len(out) > 0 && used > maxBatchBytes {
-			break
-		}
-		out = append(out, smp)
-	}
-	return out
-}
-
-func (s *Spool) readAtLocked(e *entry) (metrics.Sample, error) {
-	if e.n <= 0 || e.n > s.opt.MaxLine+1 || s.w == nil {
-		return metrics.Sample{}, fmt.Errorf("line of %d bytes at byte %d", e.n, e.off)
-	}
-	b := make([]byte, e.n)
-	if _, err := s.w.f.ReadAt(b, e.off); err != nil {
-		return metrics.Sample{}, fmt.Errorf("reading spool %s at byte %d: %w", s.path, e.off, err)
-	}
-	rec, ok := parseRecord(bytes.TrimSpace(b))
-	if !ok || rec.Type != TypeSample || *rec.Seq != e.seq {
-		return metrics.Sample{}, fmt.Errorf("spool %s at byte %d: not sample %d", s.path, e.off, e.seq)
-	}
-	return toSample(rec), nil
-}
-
 // PendingCount is how many samples sink has not acknowledged for run.
 func (s *Spool) PendingCount(sink, run string) int {
 	s.mu.Lock()
@@ -605,24 +524,55 @@ func (s *Spool) Ack(sink, run string, seq int64) error {
 		return nil
 	}
 	s.w.enqueue(s.enc.ack(sink, run, seq), -1, k, 0)
-	s.w.acked()
 	return nil
 }
 
 // Delivered reports whether every sample in the file reached every run of
-// the attempt that wrote it, with nothing waiting for the file, nothing
-// lost or skipped: the file holds nothing a user still needs.
+// the attempt that wrote it, with the file writable (nothing waiting for
+// it after a failure), nothing lost or skipped: the file holds nothing a
+// user still needs.
 func (s *Spool) Delivered() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
-	return s.w != nil && len(s.w.queue) == 0 && s.ix.allDelivered() &&
+	return s.w != nil && !s.w.failing && s.ix.allDelivered() &&
 		st.LostUnwritten == 0 && st.DroppedByCap == 0 && st.BadLines == 0 && st.BadValues == 0 && st.PointsLeftOut == 0
 }
 
+// Written waits until the file has every record given before the call
+// (written, not yet fsynced), or until ctx ends: then it returns an error
+// that wraps ErrStalled, and from then on the trackers are offered the
+// samples that wait for the file from memory. Until the file has a
+// sample, Pending offers it only while the file fails or stalls (a write
+// or fsync that has not returned for a second): a tracker never sees a
+// sample before the file has it, unless the file cannot take it.
+func (s *Spool) Written(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil || s.closed {
+		return nil
+	}
+	return s.w.written(ctx)
+}
+
 // Close writes what waits in memory if it can, fsyncs, and closes the file
-// (which lets its lock go).
-func (s *Spool) Close() error {
+// (which lets its lock go), however long the disk takes.
+func (s *Spool) Close() error { return s.CloseContext(context.Background()) }
+
+// CloseContext is Close until ctx ends: then it returns an error that
+// wraps ErrStalled, what the disk had not taken is reported (Stats.Stalled,
+// and one ERROR), and the file is closed if the disk ever answers.
+func (s *Spool) CloseContext(ctx context.Context) error { return s.shut(ctx, false) }
+
+// Remove deletes the spool's file and closes it: for a run whose samples
+// were all delivered, when the user did not ask to keep the file. The file
+// goes while its lock is held, so that no other bridge writes into it.
+func (s *Spool) Remove() error { return s.RemoveContext(context.Background()) }
+
+// RemoveContext is Remove until ctx ends, as CloseContext.
+func (s *Spool) RemoveContext(ctx context.Context) error { return s.shut(ctx, true) }
+
+func (s *Spool) shut(ctx context.Context, remove bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -632,22 +582,5 @@ func (s *Spool) Close() error {
 	if s.w == nil {
 		return nil
 	}
-	return s.w.close()
-}
-
-// Remove deletes the spool's file and closes it: for a run whose samples
-// were all delivered, when the user did not ask to keep the file. The file
-// goes while its lock is held, so that no other bridge writes into it.
-func (s *Spool) Remove() error {
-	if s.InMemory() {
-		return s.Close()
-	}
-	rerr := os.Remove(s.path)
-	if err := s.Close(); err != nil {
-		return err
-	}
-	if rerr != nil {
-		return fmt.Errorf("removing delivered spool %s: %w", s.path, rerr)
-	}
-	return nil
+	return s.w.close(ctx, remove)
 }

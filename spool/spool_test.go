@@ -33,6 +33,7 @@ func TestAppendAckReopen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	settle(s) // a tracker is offered a sample once the file has it
 	if got := s.Pending("mlflow", "r1", 2); len(got) != 2 || got[0].Seq != 0 || got[1].Seq != 1 {
 		t.Fatalf("pending = %+v, want seq 0,1", got)
 	}

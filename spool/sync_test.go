@@ -68,10 +68,12 @@ func TestSyncEveryZeroSyncsEachAppend(t *testing.T) {
 	s.Track("mlflow", "r")
 	for i := int64(0); i < 10; i++ {
 		s.Append(sample(i, 1))
+		settle(s)
 		if n, _ := sf.counts(); n != int(2*i+1) {
 			t.Fatalf("after append %d: %d fsyncs, want %d", i, n, 2*i+1)
 		}
 		s.Ack("mlflow", "r", i)
+		settle(s)
 		if n, _ := sf.counts(); n != int(2*i+2) {
 			t.Fatalf("after ack %d: %d fsyncs, want %d", i, n, 2*i+2)
 		}
@@ -89,6 +91,7 @@ func TestSyncEveryDefersAndCloseSyncs(t *testing.T) {
 		s.Append(sample(i, 1))
 		s.Ack("mlflow", "r", i-1)
 	}
+	settle(s)
 	if n, _ := sf.counts(); n != 0 {
 		t.Fatalf("%d fsyncs before the deferred one, want 0", n)
 	}
@@ -115,10 +118,7 @@ func TestSyncEveryTimer(t *testing.T) {
 	s.Append(sample(0, 1))
 	waitfor.Cond(t, 20*time.Second, "the deferred fsync", func() bool { n, _ := sf.counts(); return n >= 1 })
 	waitfor.Cond(t, 20*time.Second, "nothing unsynced", func() bool { armed, n := syncState(s); return !armed && n == 0 })
-	s.Ack("mlflow", "r", 0)
-	if armed, n := syncState(s); armed || n == 0 {
-		t.Fatalf("after an ack: timer armed %v, %d bytes unsynced; want not armed, the ack unsynced", armed, n)
-	}
+	ackWritten(t, s, func() { s.Ack("mlflow", "r", 0) })
 	s.Append(sample(1, 1))
 	waitfor.Cond(t, 20*time.Second, "the second deferred fsync", func() bool { _, n := syncState(s); return n == 0 })
 
@@ -129,32 +129,56 @@ func TestSyncEveryTimer(t *testing.T) {
 	s.Track("mlflow", "r")
 	s.Append(sample(0, 1))
 	fire(s)
-	s.Ack("mlflow", "r", 0)
-	if armed, n := syncState(s); armed || n == 0 {
-		t.Fatalf("after an ack: timer armed %v, %d bytes unsynced; want not armed, the ack unsynced", armed, n)
-	}
+	ackWritten(t, s, func() { s.Ack("mlflow", "r", 0) })
 	s.Append(sample(1, 1))
 	if armed, _ := syncState(s); !armed {
 		t.Fatal("a sample did not arm the deferred fsync")
 	}
 }
 
+// ackWritten checks that ack writes an acknowledgement that the trackers'
+// holding everything leaves with no fsync to wait for: the timer not armed,
+// nothing kept for it.
+func ackWritten(t *testing.T, s *Spool, ack func()) {
+	t.Helper()
+	before := fileSize(t, s)
+	ack()
+	if armed, n := syncState(s); armed || n != 0 || fileSize(t, s) <= before {
+		t.Fatalf("after an ack: timer armed %v, %d bytes kept for an fsync, file %d bytes (was %d); want not armed, nothing kept, the ack written",
+			armed, n, fileSize(t, s), before)
+	}
+}
+
+func fileSize(t *testing.T, s *Spool) int64 {
+	t.Helper()
+	settle(s)
+	fi, err := os.Stat(s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
 // syncState is whether the fsync timer is armed and how much waits for it.
 func syncState(s *Spool) (bool, int) {
+	settle(s)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.armed, len(s.w.unsynced)
 }
 
 // fire does what the fsync timer does when it fires (the tests set an hour,
-// so that the real one never fires during them).
+// so that the real one never fires during them), and waits for the writer
+// to fsync.
 func fire(s *Spool) {
+	settle(s)
 	s.mu.Lock()
 	armed := s.w.armed
 	s.mu.Unlock()
 	if armed {
 		s.w.fire()
 	}
+	settle(s)
 }
 
 // 1 MiB waiting for an fsync is fsynced at once.
@@ -165,7 +189,7 @@ func TestSyncEveryBoundsUnsynced(t *testing.T) {
 	for i := range pts {
 		pts[i] = metrics.Named(strings.Repeat("x", 60)+string(rune('a'+i%26))+string(rune('a'+i/26)), 1)
 	}
-	for i := int64(0); s.Stats().Written*8000 < 2*maxUnsynced; i++ {
+	for i := int64(0); stats(s).Written*8000 < 2*maxUnsynced; i++ {
 		s.Append(metrics.Sample{Seq: i, Time: time.UnixMilli(1), Points: pts})
 	}
 	if n, _ := sf.counts(); n < 1 {
@@ -189,7 +213,7 @@ func TestDeferredSyncFailureRewrites(t *testing.T) {
 	s.Ack("mlflow", "r", 1)
 	sf.setFail(true)
 	fire(s)
-	st := s.Stats()
+	st := stats(s)
 	if st.WriteFailures != 1 || st.Outages != 1 {
 		t.Fatalf("stats after a failed fsync: %+v", st)
 	}
@@ -199,12 +223,13 @@ func TestDeferredSyncFailureRewrites(t *testing.T) {
 	if err := s.Append(sample(5, 5)); err != nil { // retried: fails again
 		t.Fatal(err)
 	}
+	settle(s)
 	if got := s.Pending("mlflow", "r", 100); len(got) != 4 || got[0].Seq != 2 || got[3].Seq != 5 {
 		t.Fatalf("pending while failing = %v, want 2..5", got)
 	}
 	sf.setFail(false)
 	s.Append(sample(6, 6)) // rewrites, fsyncs, then writes 5 and 6
-	if st := s.Stats(); st.WriteFailures != 2 || st.Buffered != 0 || st.Written != 7 {
+	if st := stats(s); st.WriteFailures != 2 || st.Buffered != 0 || st.Written != 7 {
 		t.Fatalf("stats after recovery: %+v", st)
 	}
 	if err := s.Close(); err != nil {
@@ -256,7 +281,7 @@ func TestSyncEveryCompaction(t *testing.T) {
 	s.WriteStart(Record{Time: 1, Runs: map[string]string{"mlflow": "r"}})
 	s.Track("mlflow", "r")
 	var i int64
-	for ; s.Stats().Compactions == 0; i++ {
+	for ; stats(s).Compactions == 0; i++ {
 		s.Append(sample(i, float64(i)))
 	}
 	if n, _ := sf.counts(); n != 1 {

@@ -1,12 +1,14 @@
 // Package summary accumulates what bridge measured during a job and renders
 // the end-of-run table: peak working set against the limit, peak CPU against
-// the limit, throttled share, OOM events and the exit status.
+// the limit, throttled share, OOM events, the energy the GPUs and the node's
+// CPU packages used, and the exit status.
 package summary
 
 import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -187,7 +189,63 @@ func (a *Accumulator) Rows() []Row {
 	if len(gpus) > 0 {
 		rows = append(rows, Row{"GPU memory", strings.Join(gpus, ", ")})
 	}
+	e := a.Energy()
+	rows = append(rows, Row{"energy", "GPUs " + joules(e.GPUJoules, e.GPUs > 0) + "; CPU packages (node) " + joules(e.CPUJoules, e.CPU)})
 	return rows
+}
+
+// Energy is what the job's hardware used while bridge sampled it.
+type Energy struct {
+	GPUJoules float64 // the sum over GPUs of the energy each used since bridge started
+	GPUs      int     // GPUs whose energy was sampled; 0: GPU energy not sampled
+	CPUJoules float64 // the node's CPU packages since bridge started (RAPL: node scope)
+	CPU       bool    // CPUJoules was sampled
+}
+
+// Tag keys of the job's energy, set at the end of a run (Session.Finish).
+const (
+	TagEnergyGPUs    = "bridge.energy_gpus_joules"
+	TagEnergyNodeCPU = "bridge.energy_node_cpu_joules"
+)
+
+// NotSampled is the value of a figure bridge never sampled.
+const NotSampled = "not sampled"
+
+// Energy adds up the job's energy from the last value of each energy
+// series: every whole-GPU series in joules (each a GPU's energy since bridge
+// started; MIG slices are part of their GPU), and the node's CPU packages.
+func (a *Accumulator) Energy() Energy {
+	var e Energy
+	for _, st := range a.stats {
+		if d := st.desc; d != nil && d.Of != nil && d.Of.PerGPU && d.MIG < 0 && d.Unit == metrics.UnitJoules {
+			e.GPUJoules += st.Last
+			e.GPUs++
+		}
+	}
+	if cpu, ok := a.Get(metrics.NodeCPUEnergy); ok {
+		e.CPUJoules, e.CPU = cpu.Last, true
+	}
+	return e
+}
+
+// EnergyTags are the run tags of the job's energy: joules, or NotSampled.
+func (a *Accumulator) EnergyTags() map[string]string {
+	e := a.Energy()
+	tag := func(v float64, ok bool) string {
+		if !ok {
+			return NotSampled
+		}
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return map[string]string{TagEnergyGPUs: tag(e.GPUJoules, e.GPUs > 0), TagEnergyNodeCPU: tag(e.CPUJoules, e.CPU)}
+}
+
+// joules renders an energy for the table: J and Wh, or NotSampled.
+func joules(v float64, ok bool) string {
+	if !ok {
+		return NotSampled
+	}
+	return fmt.Sprintf("%.1f J (%.3f Wh)", v, v/3600)
 }
 
 // Write renders rows as an aligned two-column table under a title.

@@ -122,3 +122,61 @@ func TestRowsGPUMemory(t *testing.T) {
 		t.Errorf("GPU memory row:\n%s", b.String())
 	}
 }
+
+// The job's energy: the last value of each whole GPU's energy series
+// (since bridge started), summed, and the node's CPU packages; a figure
+// never sampled reads "not sampled", in the table and the tags.
+func TestEnergy(t *testing.T) {
+	// A per-GPU series in joules, as a GPU collector declares it.
+	gpuEnergy := &metrics.Desc{Name: "energy_joules", Unit: metrics.UnitJoules, Scope: metrics.ScopeGPU, PerGPU: true, Help: "Energy."}
+	g0, g1, mig := gpuEnergy.ForGPU(0), gpuEnergy.ForGPU(1), gpuEnergy.ForMIG(0, 1)
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name    string
+		samples [][]metrics.Point
+		row     string
+		tags    map[string]string
+	}{
+		{"both", [][]metrics.Point{
+			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(metrics.NodeCPUEnergy, 5)},
+			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(metrics.NodeCPUEnergy, 72),
+				metrics.At(metrics.GPUPowerUsage.ForGPU(0), 300)},
+		}, "GPUs 350.0 J (0.097 Wh); CPU packages (node) 72.0 J (0.020 Wh)",
+			map[string]string{TagEnergyGPUs: "350.0", TagEnergyNodeCPU: "72.0"}},
+		{"a GPU that stopped answering keeps its last value", [][]metrics.Point{
+			{metrics.At(g0, 10), metrics.At(g1, 20)},
+			{metrics.At(g0, 30)},
+		}, "GPUs 50.0 J (0.014 Wh); CPU packages (node) not sampled",
+			map[string]string{TagEnergyGPUs: "50.0", TagEnergyNodeCPU: "not sampled"}},
+		{"none", [][]metrics.Point{{metrics.At(metrics.ContainerMemoryWorkingSet, 1)}},
+			"GPUs not sampled; CPU packages (node) not sampled",
+			map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
+		{"no sample at all", nil, "GPUs not sampled; CPU packages (node) not sampled",
+			map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := New()
+			for i, pts := range tc.samples {
+				a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: pts})
+			}
+			var row string
+			for _, r := range a.Rows() {
+				if r.What == "energy" {
+					row = r.Value
+				}
+			}
+			if row != tc.row {
+				t.Errorf("energy row %q, want %q", row, tc.row)
+			}
+			got := a.EnergyTags()
+			if len(got) != len(tc.tags) {
+				t.Errorf("tags %v, want %v", got, tc.tags)
+			}
+			for k, v := range tc.tags {
+				if got[k] != v {
+					t.Errorf("tag %s = %q, want %q", k, got[k], v)
+				}
+			}
+		})
+	}
+}

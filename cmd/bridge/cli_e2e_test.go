@@ -76,7 +76,7 @@ var badValues = map[string]string{
 	"trackers": "neptune", "run-name": "a\nb", "spool": "/", "spool-max-size": "12xb", "spool-sync": "2m",
 	"keep-spool": "perhaps", "flush-timeout": "-1s", "start-timeout": "0", "kill-after": "-1s",
 	"queue-size": "1.5", "proc-root": "/nonexistent", "cgroup-root": "/nonexistent",
-	"rootfs": "/nonexistent", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",
+	"rootfs": "/nonexistent", "sys-root": "/etc/passwd", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",
 	"metrics-addr": "70000", "scrape": "ftp://x/metrics", "scrape-include": "(", "scrape-exclude": "[z-a]",
 	"scrape-passthrough": "sometimes", "scrape-timeout": "1ms",
 	"job-key": "it's", "nodes": "-1", "job-settle": "10ms",

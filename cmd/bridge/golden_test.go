@@ -87,7 +87,7 @@ func TestGoldenSampleV2(t *testing.T) {
 	root := podV2(t)
 	cmd := exec.Command(testbin.Bridge(t), "sample", "--json", "--trackers=none", "--window=0s",
 		"--proc-root", filepath.Join(root, "proc"), "--cgroup-root", filepath.Join(root, "sys/fs/cgroup"),
-		"--rootfs", root, "--scopes", "container,node,netns")
+		"--rootfs", root, "--sys-root", filepath.Join(root, "sys"), "--scopes", "container,node,netns")
 	cmd.Env = testbin.CleanEnv()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -110,7 +110,7 @@ func TestSampleShowsCollectorHealth(t *testing.T) {
 	run := func(args ...string) string {
 		cmd := exec.Command(testbin.Bridge(t), append([]string{"sample", "--trackers=none", "--window=0s",
 			"--proc-root", filepath.Join(root, "proc"), "--cgroup-root", filepath.Join(root, "sys/fs/cgroup"),
-			"--rootfs", root, "--scopes", "container,node"}, args...)...)
+			"--rootfs", root, "--sys-root", filepath.Join(root, "sys"), "--scopes", "container,node"}, args...)...)
 		cmd.Env = testbin.CleanEnv()
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb

@@ -115,7 +115,7 @@ func goldenJob(t *testing.T, mlf *mlflowrec.Server, exp string) (string, *wandbs
 	cmd, _, errb := bridgeCmd(t, "--interval=24h", "--start-timeout=10m", "--flush-timeout=10m",
 		"--trackers=mlflow,wandb", "--keep-spool",
 		"--proc-root", filepath.Join(root, "proc"), "--cgroup-root", filepath.Join(root, "sys/fs/cgroup"),
-		"--rootfs", root, "--scopes=container,node,rootfs,netns",
+		"--rootfs", root, "--sys-root", filepath.Join(root, "sys"), "--scopes=container,node,rootfs,netns",
 		"--", "sh", "-c", "while [ ! -e go ]; do sleep 0.01; done")
 	cmd.Env = append(cmd.Env,
 		"HOME="+cmd.Dir, // no ~/.mlflow/credentials or ~/.netrc of the machine's

@@ -7,6 +7,7 @@ package main
 //
 // Knobs for bench/multinode.sh (CI runs one round each, defaults):
 //   BRIDGE_TEST_MULTINODE_ROUNDS  rounds per N (1)
+//   BRIDGE_TEST_MULTINODE_NS      the job sizes ("2 8 32")
 //   BRIDGE_TEST_MULTINODE_LATE    how late the late node starts (10s; the bench: 2m)
 //   BRIDGE_TEST_MULTINODE_REPORT  a file to append each node's child-start delay to (JSON lines)
 
@@ -213,7 +214,18 @@ func envInt(name string, def int) int {
 func TestMultinodeRounds(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
 	rounds := envInt("BRIDGE_TEST_MULTINODE_ROUNDS", 1)
-	for _, n := range []int{2, 8, 32} {
+	ns := []int{2, 8, 32}
+	if v := os.Getenv("BRIDGE_TEST_MULTINODE_NS"); v != "" {
+		ns = nil
+		for _, f := range strings.Fields(v) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				t.Fatalf("BRIDGE_TEST_MULTINODE_NS=%q: %q is not a node count", v, f)
+			}
+			ns = append(ns, n)
+		}
+	}
+	for _, n := range ns {
 		t.Run(fmt.Sprintf("N=%d", n), func(t *testing.T) {
 			for r := range rounds {
 				p, err := faultproxy.Start(srv.URL)

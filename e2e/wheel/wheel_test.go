@@ -21,7 +21,6 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -560,7 +559,7 @@ func TestAttachWandb(t *testing.T) {
 // left to run time) starts without a driver and says NVML is absent; with a
 // libnvidia-ml.so.1 on the library path it loads it with dlopen and reads
 // the GPU through the lazily bound calls. No GPU here: the library is
-// testdata/fakenvml.c, with every other NVML symbol the binary uses defined
+// testbin.FakeNVML, with every other NVML symbol the binary uses defined
 // weakly to answer NOT_SUPPORTED.
 func TestGPUPath(t *testing.T) {
 	bin := filepath.Join(sharedVenv(t), "bin", "bridge")
@@ -622,7 +621,7 @@ func checkGPUPath(t *testing.T, command []string, bin string, cc []string) {
 	})
 
 	t.Run("fake driver", func(t *testing.T) {
-		d := sample("LD_LIBRARY_PATH=" + fakeNVML(t, bin, cc))
+		d := sample("LD_LIBRARY_PATH=" + testbin.FakeNVML(t, bin, cc))
 		g := gpu(d)
 		if g["status"] != "on" || g["driver"] != "999.99-fake" {
 			t.Fatalf("gpu detected %v, want on with driver 999.99-fake", g)
@@ -648,41 +647,4 @@ func checkGPUPath(t *testing.T, command []string, bin string, cc []string) {
 			t.Errorf("missing GPU series: %v", want)
 		}
 	})
-}
-
-// fakeNVML builds testdata/fakenvml.c, plus a weak definition of every other
-// nvml* symbol bin leaves to run time, with cc as dir/libnvidia-ml.so.1.
-func fakeNVML(t *testing.T, bin string, cc []string) string {
-	t.Helper()
-	f, err := elf.Open(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	syms, err := f.DynamicSymbols()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var weak strings.Builder
-	n := 0
-	for _, s := range syms {
-		if s.Section == elf.SHN_UNDEF && strings.HasPrefix(s.Name, "nvml") {
-			fmt.Fprintf(&weak, "__attribute__((weak)) int %s(void) { return 3; }\n", s.Name)
-			n++
-		}
-	}
-	if n < 100 {
-		t.Fatalf("%s leaves %d nvml* symbols to run time; go-nvml uses hundreds", bin, n)
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "weak.c"), []byte(weak.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	src, err := filepath.Abs(filepath.Join("testdata", "fakenvml.c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := append(slices.Clone(cc[1:]), "-shared", "-fPIC", "-O2", "-o", filepath.Join(dir, "libnvidia-ml.so.1"), src, filepath.Join(dir, "weak.c"))
-	run(t, os.Environ(), cc[0], args...)
-	return dir
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -22,8 +23,8 @@ type Library = nvml.Interface
 // target is one device or MIG slice readings are taken from.
 type target struct {
 	label string // "GPU 0", "GPU 0 MIG 1": for errors and logs
-	// gpu and mig are its index and MIG slice (-1: the whole GPU), which
-	// the series it is read for are bound to (series).
+	// gpu and mig are its index and MIG GPU instance ID (-1: the whole
+	// GPU), which the series it is read for are bound to (series).
 	gpu, mig int
 	bound    map[*metrics.Desc]*metrics.Desc // per-GPU template -> its series here
 	uuid     string
@@ -35,14 +36,30 @@ type target struct {
 type device struct {
 	target
 	index  int
-	mig    bool // MIG mode on: memory and processes per slice
+	mig    bool // MIG mode on: memory, activity and processes per slice
 	slices []*slice
 	xid    bool // Xid events are watched
+
+	gpm    *gpmState // nil: no GPM on the whole GPU (gpmWhy says why)
+	gpmWhy string    // set by New, read-only after
+	energy energy
+	// energyWhy says why the energy counter is not read ("" when it is);
+	// set by New, read-only after.
+	energyWhy string
 }
 
+// slice is one MIG device: a compute instance of a GPU instance. Its series
+// are named by the GPU instance ID (gpu_N_mig_<gi>_), as nvidia-smi and
+// dcgm-exporter (GPU_I_ID) number instances.
 type slice struct {
 	target
-	index int // MIG device index on the parent
+	index  int // MIG device index on the parent
+	gi, ci int // GPU and compute instance IDs
+	// reads is set on one slice per GPU instance: memory and activity are
+	// the GPU instance's, shared by its compute instances, so they are read
+	// (and named) once.
+	reads bool
+	gpm   *gpmState
 }
 
 type skippedDevice struct {
@@ -70,12 +87,16 @@ type Collector struct {
 	nvmlVer    string
 	cudaDriver string
 	devices    []*device
+	count      int // GPUs NVML sees, selected or not
 	skipped    []skippedDevice
 	notes      []string
 	symbols    map[string]bool
 	memV2      bool // nvmlDeviceGetMemoryInfo_v2 (Used excludes reserved memory)
 	evReasons  bool // nvmlDeviceGetCurrentClocksEventReasons (R535+)
 	tempV      bool // nvmlDeviceGetTemperatureV (R555+)
+	now        func() time.Time
+
+	gpmMu sync.Mutex // guards every gpmState; never held across an NVML call
 
 	watch *xidWatch
 
@@ -105,6 +126,7 @@ func New(opts Options) (*Collector, error) {
 		g:        newGuard(opts.CallTimeout),
 		symbols:  map[string]bool{},
 		xidCount: map[int]int{},
+		now:      time.Now,
 	}
 	if c.lib == nil {
 		c.lib = nvml.New()
@@ -124,6 +146,8 @@ func New(opts Options) (*Collector, error) {
 		c.log.Info("GPU metrics off", "reason", c.off)
 		return c, nil
 	}
+	c.setupGPM(ctx)
+	c.setupEnergy(ctx)
 	c.startXidWatch(ctx)
 	return c, nil
 }
@@ -187,6 +211,7 @@ func (c *Collector) discover(ctx context.Context, sels []selector) {
 		c.off = fmt.Sprintf("listing GPUs: %v", err)
 		return
 	}
+	c.count = n
 	if n == 0 {
 		c.off = "NVML sees no GPU (in a container, NVML sees only the GPUs mounted into it)"
 		return
@@ -241,6 +266,11 @@ func (c *Collector) discover(ctx context.Context, sels []selector) {
 				}
 			}
 			d.slices = kept
+		}
+		readers := map[int]bool{}
+		for _, s := range d.slices {
+			s.reads = !readers[s.gi]
+			readers[s.gi] = true
 		}
 		c.devices = append(c.devices, d)
 	}
@@ -312,9 +342,18 @@ func (c *Collector) discoverMIG(ctx context.Context, d *device) {
 			c.skipDevice(d.index, &m, err)
 			continue
 		}
+		gi, err := get(ctx, c.g, "nvmlDeviceGetGpuInstanceId", h.GetGpuInstanceId)
+		if err != nil {
+			c.skipDevice(d.index, &m, fmt.Errorf("its GPU instance ID: %w", err))
+			continue
+		}
+		ci, err := get(ctx, c.g, "nvmlDeviceGetComputeInstanceId", h.GetComputeInstanceId)
+		if err != nil {
+			ci = -1 // only shown by Detect
+		}
 		name, _ := get(ctx, c.g, "nvmlDeviceGetName", h.GetName)
-		d.slices = append(d.slices, &slice{index: m, target: newTarget(
-			fmt.Sprintf("GPU %d MIG %d", d.index, m), d.index, m, uuid, name, h)})
+		d.slices = append(d.slices, &slice{index: m, gi: gi, ci: ci, target: newTarget(
+			fmt.Sprintf("GPU %d MIG %d", d.index, gi), d.index, gi, uuid, name, h)})
 	}
 }
 
@@ -380,11 +419,15 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 
 func (c *Collector) readDevice(r *reading, d *device) {
 	t := &d.target
-	// Not supported on a MIG-enabled GPU: NVML has no per-slice utilization.
-	if u, ok := take(r, t, "nvmlDeviceGetUtilizationRates", t.h.GetUtilizationRates); ok {
-		r.add(t, metrics.GPUUtilization, float64(u.Gpu), "nvmlDeviceGetUtilizationRates")
-		r.add(t, metrics.GPUMemoryControllerUtilization, float64(u.Memory), "nvmlDeviceGetUtilizationRates")
+	// NVML has no utilization for a GPU in MIG mode, nor per slice: not
+	// asked (Detect says so), rather than reported as 0.
+	if !d.mig {
+		if u, ok := take(r, t, "nvmlDeviceGetUtilizationRates", t.h.GetUtilizationRates); ok {
+			r.add(t, metrics.GPUUtilization, float64(u.Gpu), "nvmlDeviceGetUtilizationRates")
+			r.add(t, metrics.GPUMemoryControllerUtilization, float64(u.Memory), "nvmlDeviceGetUtilizationRates")
+		}
 	}
+	c.readGPM(r, t, d.gpm)
 	c.readMemory(r, t)
 	power, okP := take(r, t, "nvmlDeviceGetPowerUsage", t.h.GetPowerUsage)
 	limit, okL := take(r, t, "nvmlDeviceGetEnforcedPowerLimit", t.h.GetEnforcedPowerLimit)
@@ -410,10 +453,14 @@ func (c *Collector) readDevice(r *reading, d *device) {
 	if v, ok := take(r, t, "nvmlDeviceGetClockInfo(MEM)", func() (uint32, nvml.Return) { return t.h.GetClockInfo(nvml.CLOCK_MEM) }); ok {
 		r.add(t, metrics.GPUMemoryClock, float64(v), "nvmlDeviceGetClockInfo")
 	}
+	c.readEnergy(r, d)
 	c.readThrottle(r, t)
 	c.readErrors(r, d)
 	for _, s := range d.slices {
-		c.readMemory(r, &s.target)
+		if s.reads {
+			c.readMemory(r, &s.target)
+			c.readGPM(r, &s.target, s.gpm)
+		}
 	}
 }
 
@@ -578,10 +625,29 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 	devs := make([]map[string]any, 0, len(c.devices))
 	for _, d := range c.devices {
 		m := map[string]any{"index": d.index, "uuid": d.uuid, "name": d.name, "mig": d.mig}
+		m["activity"] = d.gpmWhy
+		if d.gpm != nil {
+			m["activity"] = "GPM " + c.gpmNote(d.gpm)
+		}
+		m["energy"] = "since bridge started (nvmlDeviceGetTotalEnergyConsumption)"
+		if d.energyWhy != "" {
+			m["energy"] = d.energyWhy
+		}
 		if d.mig {
+			m["utilization"] = "not available in MIG mode: NVML gives no utilization for a GPU in MIG mode " +
+				"(activity per instance: gpu_N_mig_M_prof_…, from GPM on Hopper and later)"
 			var ss []map[string]any
 			for _, s := range d.slices {
-				ss = append(ss, map[string]any{"index": s.index, "uuid": s.uuid, "name": s.name})
+				sm := map[string]any{"index": s.index, "gpu_instance": s.gi, "compute_instance": s.ci, "uuid": s.uuid, "name": s.name}
+				switch {
+				case !s.reads:
+					sm["series"] = fmt.Sprintf("those of the slice of GPU instance %d read first (one GPU instance, several compute instances)", s.gi)
+				case s.gpm != nil:
+					sm["activity"] = "GPM " + c.gpmNote(s.gpm)
+				default:
+					sm["activity"] = d.gpmWhy
+				}
+				ss = append(ss, sm)
 			}
 			m["mig_slices"] = ss
 		}
@@ -626,7 +692,8 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 // Tags returns the run tags naming the collected GPUs: bridge.gpu.status,
 // bridge.gpu.driver, bridge.gpu.cuda_driver, bridge.gpu.count,
 // bridge.gpu.N.uuid, bridge.gpu.N.name and, for MIG slices,
-// bridge.gpu.N.mig.M.uuid and bridge.gpu.N.mig.M.name.
+// bridge.gpu.N.mig.M.uuid and bridge.gpu.N.mig.M.name (M: the GPU
+// instance ID).
 func (c *Collector) Tags() map[string]string {
 	if c.off != "" {
 		return map[string]string{"bridge.gpu.status": "off: " + c.off}
@@ -646,7 +713,10 @@ func (c *Collector) Tags() map[string]string {
 		t[p+"uuid"] = d.uuid
 		t[p+"name"] = d.name
 		for _, s := range d.slices {
-			sp := fmt.Sprintf("%smig.%d.", p, s.index)
+			if !s.reads {
+				continue
+			}
+			sp := fmt.Sprintf("%smig.%d.", p, s.gi)
 			t[sp+"uuid"] = s.uuid
 			t[sp+"name"] = s.name
 		}
@@ -672,7 +742,10 @@ func (c *Collector) Close() error {
 		if !c.inited {
 			return
 		}
-		err = c.g.last(ctx, "nvmlShutdown", func() error { return rerr(c.lib.Shutdown()) })
+		err = c.g.last(ctx, "nvmlShutdown", func() error {
+			c.releaseGPM()
+			return rerr(c.lib.Shutdown())
+		})
 	})
 	return err
 }
@@ -691,3 +764,7 @@ func (c *Collector) Indexes() map[string]int {
 	}
 	return m
 }
+
+// Count is the number of GPUs NVML sees, selected or not (0 without NVML):
+// GPUs of other vendors are numbered after them. Fixed by New.
+func (c *Collector) Count() int { return c.count }

@@ -71,6 +71,11 @@ func readings(d *server.Device) {
 	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 1, 0, false, false, nvml.SUCCESS }
 	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return 0, nvml.SUCCESS }
 	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+	// The energy counter gains 1 J + i mJ a reading (the first is the baseline).
+	var mJ uint64 = 5_000_000
+	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { mJ += 1000 + uint64(i); return mJ, nvml.SUCCESS }
+	// GPM is off unless a test turns it on (gpm_test.go).
+	d.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) { return nvml.GpmSupport{Version: 1}, nvml.SUCCESS }
 }
 
 // fakeServer is a dgx server with n of its GPUs and every reading set.
@@ -178,6 +183,7 @@ func TestSeveralDevices(t *testing.T) {
 		wantValue(t, pts, p("ecc_uncorrected_errors_count"), 0, metrics.UnitCount)
 		wantValue(t, pts, p("remapped_rows_corrected_count"), 1, metrics.UnitCount)
 		wantValue(t, pts, p("remapped_rows_pending"), 0, metrics.UnitCount)
+		wantValue(t, pts, p("energy_joules"), (1000+fi)/1000, metrics.UnitJoules)
 		if _, ok := pts[p("xid_errors_count")]; ok {
 			t.Errorf("%s present on a GPU whose Xid events are not watched", p("xid_errors_count"))
 		}
@@ -187,8 +193,8 @@ func TestSeveralDevices(t *testing.T) {
 			t.Errorf("point %+v: want a gpu scope per-GPU series, a gpu_ name, a source", p)
 		}
 	}
-	if len(pts) != 3*27 {
-		t.Errorf("%d points, want 27 per GPU", len(pts))
+	if len(pts) != 3*28 {
+		t.Errorf("%d points, want 28 per GPU", len(pts))
 	}
 
 	det := c.Detect(context.Background())
@@ -264,10 +270,12 @@ func TestMemoryV2Unsupported(t *testing.T) {
 	}
 }
 
-func migSlice(uuid string, usedMB uint64, procs []nvml.ProcessInfo) *mock.Device {
+func migSlice(uuid string, gi int, usedMB uint64, procs []nvml.ProcessInfo) *mock.Device {
 	return &mock.Device{
-		GetUUIDFunc: func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
-		GetNameFunc: func() (string, nvml.Return) { return "NVIDIA H100 80GB HBM3 MIG 3g.40gb", nvml.SUCCESS },
+		GetUUIDFunc:              func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
+		GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return gi, nvml.SUCCESS },
+		GetComputeInstanceIdFunc: func() (int, nvml.Return) { return 0, nvml.SUCCESS },
+		GetNameFunc:              func() (string, nvml.Return) { return "NVIDIA H100 80GB HBM3 MIG 3g.40gb", nvml.SUCCESS },
 		GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
 			return nvml.Memory_v2{Total: 40e9, Used: usedMB * 1e6}, nvml.SUCCESS
 		},
@@ -285,8 +293,10 @@ func TestMIG(t *testing.T) {
 		return nil, nvml.SUCCESS
 	}
 	slices := map[int]*mock.Device{
-		0: migSlice("MIG-11111111-0000-0000-0000-000000000000", 10_000, []nvml.ProcessInfo{{Pid: 4242, UsedGpuMemory: 9e9}}),
-		3: migSlice("MIG-33333333-0000-0000-0000-000000000000", 20_000, []nvml.ProcessInfo{{Pid: 555, UsedGpuMemory: 19e9}}),
+		// MIG device slots 0 and 3 hold GPU instances 2 and 9: series are
+		// named by the GPU instance.
+		0: migSlice("MIG-11111111-0000-0000-0000-000000000000", 2, 10_000, []nvml.ProcessInfo{{Pid: 4242, UsedGpuMemory: 9e9}}),
+		3: migSlice("MIG-33333333-0000-0000-0000-000000000000", 9, 20_000, []nvml.ProcessInfo{{Pid: 555, UsedGpuMemory: 19e9}}),
 	}
 	d0.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
 	d0.GetMigDeviceHandleByIndexFunc = func(m int) (nvml.Device, nvml.Return) {
@@ -301,10 +311,10 @@ func TestMIG(t *testing.T) {
 	c, _ := newCollector(t, Options{Lib: s, ProcessTree: func() ([]int, error) { return []int{4242}, nil }, ProcRoot: "testdata/proc"})
 	for range 2 {
 		pts := collect(t, c)
-		wantValue(t, pts, "gpu_0_mig_0_memory_used_megabytes", 10_000, metrics.UnitMegabytes)
-		wantValue(t, pts, "gpu_0_mig_0_memory_total_megabytes", 40_000, metrics.UnitMegabytes)
-		wantValue(t, pts, "gpu_0_mig_0_memory_usage_percentage", 25, metrics.UnitPercentage)
-		wantValue(t, pts, "gpu_0_mig_3_memory_used_megabytes", 20_000, metrics.UnitMegabytes)
+		wantValue(t, pts, "gpu_0_mig_2_memory_used_megabytes", 10_000, metrics.UnitMegabytes)
+		wantValue(t, pts, "gpu_0_mig_2_memory_total_megabytes", 40_000, metrics.UnitMegabytes)
+		wantValue(t, pts, "gpu_0_mig_2_memory_usage_percentage", 25, metrics.UnitPercentage)
+		wantValue(t, pts, "gpu_0_mig_9_memory_used_megabytes", 20_000, metrics.UnitMegabytes)
 		wantValue(t, pts, "gpu_0_power_usage_watts", 350, metrics.UnitWatts)
 		wantValue(t, pts, "gpu_1_utilization_percentage", 51, metrics.UnitPercentage)
 		wantValue(t, pts, "process_gpu_memory_megabytes", 9000, metrics.UnitMegabytes)
@@ -312,34 +322,39 @@ func TestMIG(t *testing.T) {
 		if _, ok := pts["gpu_0_utilization_percentage"]; ok {
 			t.Error("utilization reported for a MIG GPU")
 		}
-		if _, ok := pts["gpu_0_mig_5_memory_used_megabytes"]; ok {
-			t.Error("a slice without permission was read")
+		for name := range pts {
+			if strings.HasPrefix(name, "gpu_0_mig_") && !strings.HasPrefix(name, "gpu_0_mig_2_") && !strings.HasPrefix(name, "gpu_0_mig_9_") {
+				t.Errorf("%s: a slice without permission was read, or a slice named by its MIG device slot", name)
+			}
 		}
 	}
-	if n := len(d0.GetUtilizationRatesCalls()); n != 1 {
-		t.Errorf("an unsupported reading was asked %d times, want once", n)
+	if n := len(d0.GetUtilizationRatesCalls()); n != 0 {
+		t.Errorf("utilization asked %d times of a GPU in MIG mode, where NVML has none", n)
 	}
 	det := c.Detect(context.Background())
 	d := det["devices"].([]map[string]any)[0]
 	ss := d["mig_slices"].([]map[string]any)
-	if d["mig"] != true || len(ss) != 2 || ss[1]["index"] != 3 || ss[1]["uuid"] != "MIG-33333333-0000-0000-0000-000000000000" {
+	if d["mig"] != true || len(ss) != 2 || ss[1]["index"] != 3 || ss[1]["gpu_instance"] != 9 || ss[1]["uuid"] != "MIG-33333333-0000-0000-0000-000000000000" {
 		t.Errorf("Detect device 0 = %v", d)
+	}
+	if u, _ := d["utilization"].(string); !strings.HasPrefix(u, "not available in MIG mode") {
+		t.Errorf("Detect device 0 utilization = %q, want it to say why there is none", u)
 	}
 	sk := det["skipped"].([]skippedDevice)
 	if len(sk) != 1 || sk[0].Index != 0 || sk[0].Slice == nil || *sk[0].Slice != 5 || !strings.Contains(sk[0].Reason, "no permission") {
 		t.Errorf("skipped = %+v", sk)
 	}
-	if tags := c.Tags(); tags["bridge.gpu.0.mig.3.uuid"] != "MIG-33333333-0000-0000-0000-000000000000" {
+	if tags := c.Tags(); tags["bridge.gpu.0.mig.9.uuid"] != "MIG-33333333-0000-0000-0000-000000000000" {
 		t.Errorf("Tags = %v", tags)
 	}
 
 	// Selecting one slice keeps its parent's device-wide series and that slice.
 	c2, _ := newCollector(t, Options{Lib: s, Select: []string{"MIG-33333333-0000-0000-0000-000000000000"}})
 	pts := collect(t, c2)
-	if _, ok := pts["gpu_0_mig_0_memory_used_megabytes"]; ok {
+	if _, ok := pts["gpu_0_mig_2_memory_used_megabytes"]; ok {
 		t.Error("an unselected slice was read")
 	}
-	wantValue(t, pts, "gpu_0_mig_3_memory_used_megabytes", 20_000, metrics.UnitMegabytes)
+	wantValue(t, pts, "gpu_0_mig_9_memory_used_megabytes", 20_000, metrics.UnitMegabytes)
 	if _, ok := pts["gpu_1_power_usage_watts"]; ok {
 		t.Error("an unselected GPU was read")
 	}

@@ -49,3 +49,6 @@ func (c *Collector) Close() error { return nil }
 
 // Indexes returns nil: no GPU is collected.
 func (c *Collector) Indexes() map[string]int { return nil }
+
+// Count returns 0: NVML is compiled out.
+func (c *Collector) Count() int { return 0 }

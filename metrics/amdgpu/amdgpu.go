@@ -1,0 +1,368 @@
+// Package amdgpu reads AMD GPUs through the amdgpu driver's sysfs files (no
+// ROCm library): per GPU its utilization, memory activity, VRAM used and
+// total, power and power cap, temperature and clocks, under the gpu_N_
+// names NVIDIA's GPUs use for the same meaning, and the VRAM the child's
+// process tree holds, from the KFD per-process files.
+//
+// The job's GPUs are found once, by New, as ROCm would list them for the
+// child: the amdgpu cards (<sys>/class/drm/cardN, driver amdgpu) in KFD
+// topology order, those whose render node is in <dev>/dri (a container is
+// given only its own GPUs' device files, while /sys shows the node's), then
+// ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES. A node without an amdgpu
+// card gets no collector at all, so it pays nothing per sample.
+//
+// procfs's ClassDRMCardAMDGPUStats is not used: it globs card[0-9] (missing
+// card10 and later, common on 8-GPU nodes), reads a file that is absent or
+// unreadable (EPERM while the GPU resets) as 0, and reads ten files a card
+// where a sample needs a few. Each file a sample reads is found at start
+// and read through kfile.
+package amdgpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+)
+
+// Name is the collector's name in `bridge sample` and the registrations.
+const Name = "amdgpu"
+
+// ErrNoGPU says the node has no GPU the amdgpu driver drives.
+var ErrNoGPU = errors.New("no AMD GPU (amdgpu driver)")
+
+// ErrNoneForJob says the node has AMD GPUs but none is the job's: no render
+// node here, or the visibility variables leave none.
+var ErrNoneForJob = errors.New("no AMD GPU for this job")
+
+// Options configure a Collector.
+type Options struct {
+	// SysRoot is where sysfs is mounted; "" means /sys.
+	SysRoot string
+	// DevRoot is where the device files are (the render nodes in dri/);
+	// "" means /dev.
+	DevRoot string
+	// Offset is N of the first AMD GPU's gpu_N_ series: NVIDIA's GPUs come
+	// first, so it is the number of GPUs NVML sees.
+	Offset int
+	// LookupEnv reads the child's ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES
+	// and CUDA_VISIBLE_DEVICES (os.LookupEnv when nil). The last counts
+	// only when Offset is 0: on a node with NVIDIA GPUs it is theirs.
+	LookupEnv func(string) (string, bool)
+	// ProcessTree returns the PIDs of the child's process tree, as seen in
+	// the PID namespace of bridge's proc root; nil: no process_gpu_ series
+	// (bridge sample).
+	ProcessTree func() ([]int, error)
+	// Log receives notes about GPUs left out; nil discards them.
+	Log *slog.Logger
+}
+
+// reading is one file a sample reads, and what it gives.
+type reading struct {
+	path  string
+	desc  *metrics.Desc // the GPU's series; nil for the power cap, which only divides
+	scale float64       // the file's unit to the series' (µW to W: 1e-6)
+}
+
+// gpu is one of the job's GPUs.
+type gpu struct {
+	card
+	index int // N of gpu_N_
+	reads []reading
+	// The files whose values are combined, "" when absent.
+	vramUsed, vramTotal, power, powerCap  string
+	used, total, usagePct, powerW, limitW *metrics.Desc
+	powerPct                              *metrics.Desc
+}
+
+// Collector reads the job's AMD GPUs.
+//
+// Contract: as metrics.Collector and metrics.Closer. Detect and Tags read
+// what New found, and the note of the last process match under mu; Close
+// drops the reader's records (sysfs files are opened on each read).
+type Collector struct {
+	sysRoot string
+	gpus    []*gpu
+	notes   []string // GPUs left out and why; visibility entries naming none
+	kfd     bool     // the KFD topology is there: per-process VRAM can be read
+	files   *kfile.Reader[string]
+	tree    func() ([]int, error)
+	log     *slog.Logger
+	buf     []byte
+
+	mu              sync.Mutex
+	procNote        string
+	unmatchedLogged bool
+}
+
+// New finds the job's AMD GPUs. It returns an error wrapping ErrNoGPU on a
+// node without one, ErrNoneForJob when none is the job's; any other error
+// means the driver's files could not be read.
+func New(opts Options) (*Collector, error) {
+	if opts.SysRoot == "" {
+		opts.SysRoot = "/sys"
+	}
+	if opts.DevRoot == "" {
+		opts.DevRoot = "/dev"
+	}
+	if opts.LookupEnv == nil {
+		opts.LookupEnv = os.LookupEnv
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	drm := filepath.Join(opts.SysRoot, "class/drm")
+	cards, err := findCards(opts.SysRoot)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no %s", ErrNoGPU, drm)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", drm, err)
+	}
+	if len(cards) == 0 {
+		return nil, fmt.Errorf("%w: no card in %s is driven by amdgpu", ErrNoGPU, drm)
+	}
+	nodes, haveKFD, err := kfdTopology(opts.SysRoot)
+	if err != nil {
+		return nil, err
+	}
+	c := &Collector{sysRoot: opts.SysRoot, kfd: haveKFD, tree: opts.ProcessTree, log: opts.Log.With("source", Name),
+		files: kfile.NewPathReader(kfile.Options{Size: 64, Absent: true})}
+	listed, dropped := rocmOrder(cards, nodes, haveKFD)
+	c.notes = append(c.notes, dropped...)
+	listed, dropped = openable(listed, opts.DevRoot)
+	c.notes = append(c.notes, dropped...)
+	ids := make([]visibleGPU, len(listed))
+	for i, cd := range listed {
+		if cd.uniqueID != "" {
+			ids[i].UUID = "GPU-" + cd.uniqueID
+		}
+	}
+	keep, notes := visible(ids, opts.LookupEnv, opts.Offset == 0)
+	c.notes = append(c.notes, notes...)
+	if len(c.notes) > 0 {
+		c.log.Info("AMD GPUs left out of the job's", "why", strings.Join(c.notes, "; "))
+	}
+	for i, k := range keep {
+		c.gpus = append(c.gpus, newGPU(*listed[k], opts.Offset+i))
+	}
+	if len(c.gpus) == 0 {
+		return nil, fmt.Errorf("%w: %d amdgpu cards on the node, none left: %s", ErrNoneForJob, len(cards), strings.Join(c.notes, "; "))
+	}
+	return c, nil
+}
+
+// newGPU finds the files card c answers, for gpu_<index>_.
+func newGPU(c card, index int) *gpu {
+	g := &gpu{card: c, index: index}
+	has := func(path string) string {
+		if path != "" && exists(path) {
+			return path
+		}
+		return ""
+	}
+	add := func(path string, tmpl *metrics.Desc, scale float64) {
+		if has(path) != "" {
+			g.reads = append(g.reads, reading{path: path, desc: tmpl.ForGPU(index), scale: scale})
+		}
+	}
+	add(filepath.Join(c.dev, "gpu_busy_percent"), metrics.GPUUtilization, 1)
+	add(filepath.Join(c.dev, "mem_busy_percent"), metrics.GPUMemoryControllerUtilization, 1)
+	if c.hwmon != "" {
+		add(hwmonInput(c.hwmon, "temp", "edge", "junction"), metrics.GPUTemperature, 1e-3) // m°C
+		add(hwmonInput(c.hwmon, "freq", "sclk"), metrics.GPUSMClock, 1e-6)                 // Hz
+		add(hwmonInput(c.hwmon, "freq", "mclk"), metrics.GPUMemoryClock, 1e-6)
+		// Average power where the GPU gives it, else the instant one: not
+		// every product has both.
+		g.power = has(filepath.Join(c.hwmon, "power1_average"))
+		if g.power == "" {
+			g.power = has(filepath.Join(c.hwmon, "power1_input"))
+		}
+		g.powerCap = has(filepath.Join(c.hwmon, "power1_cap"))
+	}
+	g.vramUsed = has(filepath.Join(c.dev, "mem_info_vram_used"))
+	g.vramTotal = has(filepath.Join(c.dev, "mem_info_vram_total"))
+	g.used, g.total, g.usagePct = metrics.GPUMemoryUsed.ForGPU(index), metrics.GPUMemoryTotal.ForGPU(index), metrics.GPUMemoryUsagePercent.ForGPU(index)
+	g.powerW, g.limitW, g.powerPct = metrics.GPUPowerUsage.ForGPU(index), metrics.GPUPowerLimit.ForGPU(index), metrics.GPUPowerUsagePercent.ForGPU(index)
+	return g
+}
+
+// hwmonInput is the <kind>K_input of hwmon dir whose <kind>K_label is the
+// first of labels present, else <kind>1_input ("" when there is none).
+func hwmonInput(dir, kind string, labels ...string) string {
+	for _, want := range labels {
+		ls, _ := filepath.Glob(filepath.Join(dir, kind+"*_label"))
+		for _, l := range ls {
+			if firstLine(l) == want {
+				in := strings.TrimSuffix(l, "_label") + "_input"
+				if exists(in) {
+					return in
+				}
+			}
+		}
+	}
+	if in := filepath.Join(dir, kind+"1_input"); exists(in) {
+		return in
+	}
+	return ""
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// Name implements metrics.Collector.
+func (c *Collector) Name() string { return Name }
+
+// Close implements metrics.Closer.
+func (c *Collector) Close() error { return c.files.Close() }
+
+// Collect reads every GPU's files, then the child's VRAM. Each file is read
+// on its own: one that fails is in the joined error, the rest still count.
+func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
+	var errs []error
+	for _, g := range c.gpus {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		for _, r := range g.reads {
+			if v, ok := c.value(g, r.path, &errs); ok {
+				b.Add(r.desc, v*r.scale, r.path)
+			}
+		}
+		used, uok := c.value(g, g.vramUsed, &errs)
+		total, tok := c.value(g, g.vramTotal, &errs)
+		if uok {
+			b.Add(g.used, metrics.MB(used), g.vramUsed)
+		}
+		if tok {
+			b.Add(g.total, metrics.MB(total), g.vramTotal)
+		}
+		if uok && tok && total > 0 {
+			b.Add(g.usagePct, 100*used/total, g.vramUsed)
+		}
+		power, pok := c.value(g, g.power, &errs)
+		limit, lok := c.value(g, g.powerCap, &errs)
+		if pok {
+			b.Add(g.powerW, power/1e6, g.power) // µW
+		}
+		if lok && limit > 0 {
+			b.Add(g.limitW, limit/1e6, g.powerCap)
+			if pok {
+				b.Add(g.powerPct, 100*power/limit, g.power)
+			}
+		}
+	}
+	if c.tree != nil && c.kfd {
+		if err := c.collectProcesses(b); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// value reads the number in file path of g ("" : none). A file the GPU
+// does not support (gone, EOPNOTSUPP, an empty power1_cap when the query
+// failed) is no value; an unreadable or malformed one is an error.
+func (c *Collector) value(g *gpu, path string, errs *[]error) (float64, bool) {
+	if path == "" {
+		return 0, false
+	}
+	var err error
+	c.buf, err = c.files.Read(path, c.buf)
+	if kfile.IsAbsent(err) {
+		return 0, false
+	}
+	if err != nil {
+		why := ""
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EBUSY) {
+			why = " (the GPU is resetting or suspended?)"
+		}
+		*errs = append(*errs, fmt.Errorf("GPU %d (%s): reading %s: %w%s", g.index, g.name, path, err, why))
+		return 0, false
+	}
+	v, ok := kfile.Int(c.buf) // hwmon values are signed (temperatures)
+	if !ok {
+		s := strings.TrimSpace(string(c.buf))
+		if s == "" {
+			return 0, false
+		}
+		*errs = append(*errs, fmt.Errorf("GPU %d (%s): parsing %s: want a whole number, got %q", g.index, g.name, path, s))
+		return 0, false
+	}
+	return float64(v), true
+}
+
+// Detect implements metrics.Detector: the job's GPUs, what was left out,
+// and how the child's processes were matched.
+func (c *Collector) Detect(context.Context) map[string]any {
+	gpus := make([]map[string]any, 0, len(c.gpus))
+	for _, g := range c.gpus {
+		m := map[string]any{"index": g.index, "card": g.name, "pci": g.pci, "render_node": "renderD" + strconv.Itoa(g.render)}
+		if g.uniqueID != "" {
+			m["uuid"] = "GPU-" + g.uniqueID
+		}
+		if g.product != "" {
+			m["name"] = g.product
+		}
+		if g.gpuID != "" {
+			m["kfd_gpu_id"] = g.gpuID
+		}
+		var files []string
+		for _, r := range g.reads {
+			files = append(files, r.path)
+		}
+		for _, f := range []string{g.vramUsed, g.vramTotal, g.power, g.powerCap} {
+			if f != "" {
+				files = append(files, f)
+			}
+		}
+		m["files"] = files
+		gpus = append(gpus, m)
+	}
+	out := map[string]any{"sys_root": c.sysRoot, "gpus": gpus}
+	if len(c.notes) > 0 {
+		out["left_out"] = c.notes
+	}
+	switch {
+	case !c.kfd:
+		out["process_pids"] = "no KFD (" + filepath.Join(c.sysRoot, "class/kfd") + "): the child's VRAM is not read"
+	case c.tree == nil:
+		out["process_pids"] = "no child process tree"
+	default:
+		c.mu.Lock()
+		out["process_pids"] = c.procNote
+		c.mu.Unlock()
+	}
+	return out
+}
+
+// Tags name the job's AMD GPUs for the run: bridge.gpu.N.uuid,
+// bridge.gpu.N.name, bridge.gpu.N.vendor (amd) and bridge.gpu.amd_count.
+func (c *Collector) Tags() map[string]string {
+	t := map[string]string{"bridge.gpu.amd_count": strconv.Itoa(len(c.gpus))}
+	for _, g := range c.gpus {
+		p := "bridge.gpu." + strconv.Itoa(g.index) + "."
+		t[p+"vendor"] = "amd"
+		if g.uniqueID != "" {
+			t[p+"uuid"] = "GPU-" + g.uniqueID
+		}
+		name := g.product
+		if name == "" {
+			name = "AMD GPU " + g.pci
+		}
+		t[p+"name"] = name
+	}
+	return t
+}

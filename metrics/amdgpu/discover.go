@@ -1,0 +1,200 @@
+package amdgpu
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// card is one amdgpu DRM card as found under <sys>/class/drm.
+type card struct {
+	name     string // card1
+	num      int    // 1
+	dev      string // <sys>/class/drm/card1/device
+	pci      string // 0000:03:00.0
+	uniqueID string // unique_id (GFX9 and later); ""
+	product  string // product_name; ""
+	render   int    // the render node's minor (renderD128: 128); -1: none
+	hwmon    string // its amdgpu hwmon directory; "" when it has none
+	kfdNode  int    // its node in the KFD topology; -1: none
+	gpuID    string // its KFD gpu_id; "" without KFD
+}
+
+var cardName = regexp.MustCompile(`^card([0-9]+)$`)
+
+// findCards lists the DRM cards the amdgpu driver drives, in card-number
+// order. A card whose device has no uevent, or another driver, is not
+// one. (procfs's ClassDRMCardAMDGPUStats globs card[0-9] and would miss
+// card10 and later: large nodes number their GPUs card1, card9, ...,
+// card57.)
+func findCards(sysRoot string) ([]*card, error) {
+	dir := filepath.Join(sysRoot, "class/drm")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*card
+	for _, e := range ents {
+		m := cardName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.Atoi(m[1])
+		c := &card{name: e.Name(), num: n, dev: filepath.Join(dir, e.Name(), "device"), render: -1, kfdNode: -1}
+		ue, err := keyValues(filepath.Join(c.dev, "uevent"), "=")
+		if err != nil || ue["DRIVER"] != "amdgpu" {
+			continue
+		}
+		c.pci = ue["PCI_SLOT_NAME"]
+		c.uniqueID = firstLine(filepath.Join(c.dev, "unique_id"))
+		c.product = firstLine(filepath.Join(c.dev, "product_name"))
+		if rs, _ := filepath.Glob(filepath.Join(c.dev, "drm", "renderD*")); len(rs) > 0 {
+			if m, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(rs[0]), "renderD")); err == nil {
+				c.render = m
+			}
+		}
+		c.hwmon = findHwmon(c.dev)
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].num < out[j].num })
+	return out, nil
+}
+
+// findHwmon is the card's hwmon directory named amdgpu (its number is not
+// stable: found by name).
+func findHwmon(dev string) string {
+	dirs, _ := filepath.Glob(filepath.Join(dev, "hwmon", "hwmon*"))
+	for _, d := range dirs {
+		if firstLine(filepath.Join(d, "name")) == "amdgpu" {
+			return d
+		}
+	}
+	return ""
+}
+
+// kfdNode is one GPU node of the KFD topology.
+type kfdNode struct {
+	node        int
+	gpuID       string
+	renderMinor int
+}
+
+// kfdTopology lists the GPU nodes of <sys>/class/kfd/kfd/topology/nodes
+// in node order (a node with gpu_id 0 is a CPU). ok is false without KFD.
+func kfdTopology(sysRoot string) (nodes []kfdNode, ok bool, err error) {
+	dir := filepath.Join(sysRoot, "class/kfd/kfd/topology/nodes")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		id := firstLine(filepath.Join(dir, e.Name(), "gpu_id"))
+		if id == "" || id == "0" {
+			continue
+		}
+		props, err := keyValues(filepath.Join(dir, e.Name(), "properties"), " ")
+		if err != nil {
+			return nil, true, fmt.Errorf("reading the KFD topology: %w", err)
+		}
+		minor, err := strconv.Atoi(props["drm_render_minor"])
+		if err != nil {
+			return nil, true, fmt.Errorf("reading the KFD topology: %s has no drm_render_minor", filepath.Join(dir, e.Name(), "properties"))
+		}
+		nodes = append(nodes, kfdNode{node: n, gpuID: id, renderMinor: minor})
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].node < nodes[j].node })
+	return nodes, true, nil
+}
+
+// rocmOrder puts cards in the order ROCm numbers its GPUs: the KFD
+// topology's node order, which also leaves out cards KFD has no node for
+// (no compute). Without KFD, card-number order. dropped says why a card was
+// left out.
+func rocmOrder(cards []*card, nodes []kfdNode, haveKFD bool) (out []*card, dropped []string) {
+	if !haveKFD {
+		return cards, nil
+	}
+	byMinor := map[int]*card{}
+	for _, c := range cards {
+		if c.render >= 0 {
+			byMinor[c.render] = c
+		}
+	}
+	used := map[*card]bool{}
+	for _, n := range nodes {
+		c := byMinor[n.renderMinor]
+		if c == nil {
+			continue
+		}
+		c.kfdNode, c.gpuID = n.node, n.gpuID
+		used[c] = true
+		out = append(out, c)
+	}
+	for _, c := range cards {
+		if !used[c] {
+			dropped = append(dropped, fmt.Sprintf("%s (%s): no KFD topology node (not a compute device ROCm lists)", c.name, c.pci))
+		}
+	}
+	return out, dropped
+}
+
+// openable keeps the cards whose render node is in devRoot/dri: ROCm lists
+// only the GPUs it can open, and a container is given only its GPUs' device
+// files while its /sys shows every GPU of the node.
+func openable(cards []*card, devRoot string) (out []*card, dropped []string) {
+	for _, c := range cards {
+		node := filepath.Join(devRoot, "dri", "renderD"+strconv.Itoa(c.render))
+		if c.render < 0 {
+			dropped = append(dropped, fmt.Sprintf("%s (%s): no render node", c.name, c.pci))
+			continue
+		}
+		if _, err := os.Stat(node); err != nil {
+			dropped = append(dropped, fmt.Sprintf("%s (%s): %s is not here (a container is given only its own GPUs)", c.name, c.pci, node))
+			continue
+		}
+		out = append(out, c)
+	}
+	return out, dropped
+}
+
+// keyValues reads a file of "key<sep>value" lines (uevent, KFD properties).
+func keyValues(path, sep string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), sep)
+		if ok {
+			out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+		}
+	}
+	return out, sc.Err()
+}
+
+// firstLine is the file's first line, trimmed; "" when it cannot be read.
+func firstLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	s, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(s)
+}

@@ -1,0 +1,348 @@
+// Package infiniband reads the node's InfiniBand and RoCE ports from
+// <sys>/class/infiniband: per device and port, the data received and
+// transmitted per second, and the error and congestion counters users
+// watch (symbol errors, link downs, receive errors, transmit discards,
+// transmit wait), as counts since bridge started. The ports are the node's,
+// whoever uses them: the series are node_.
+//
+// The devices, their ports and their state, rate and link layer are found
+// once, by New, through prometheus/procfs; a node without
+// <sys>/class/infiniband gets no collector at all, so it pays nothing per
+// sample. Each sample then reads only the counter files it reports (each
+// read sends the HCA a management datagram), through kfile.
+package infiniband
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/procfs/sysfs"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+)
+
+// Name is the collector's name in `bridge sample` and the registrations.
+const Name = "infiniband"
+
+// ErrUnavailable says the node has no InfiniBand or RoCE port.
+var ErrUnavailable = errors.New("no InfiniBand or RoCE port")
+
+// Options configure a Collector.
+type Options struct {
+	// SysRoot is where sysfs is mounted; "" means /sys.
+	SysRoot string
+	// Log receives notes about counters that cannot be read; nil discards
+	// them.
+	Log *slog.Logger
+	// Now is the clock the rates are computed with; nil means time.Now.
+	Now func() time.Time
+}
+
+// errorCounters are the error and congestion counters reported, each with
+// its file under counters/ and its width (the IBA PortCounters attribute:
+// these counters stop at all ones rather than wrap).
+var errorCounters = []struct {
+	desc *metrics.Desc
+	file string
+	bits int
+}{
+	{metrics.NodeIBSymbolErrors, "symbol_error", 16},
+	{metrics.NodeIBLinkDowned, "link_downed", 8},
+	{metrics.NodeIBReceiveErrors, "port_rcv_errors", 16},
+	{metrics.NodeIBXmitDiscards, "port_xmit_discards", 16},
+	{metrics.NodeIBXmitWait, "port_xmit_wait", 32},
+}
+
+// port is one port and what Collect keeps of it.
+type port struct {
+	device, num string
+	facts       facts
+	rx, tx      *counter   // nil: the port has no such counter
+	data        []*counter // rx and tx, those present
+	errs        []*counter
+}
+
+// facts are a port's state at start.
+type facts struct {
+	State, PhysState, LinkLayer string
+	RateGbps                    float64 // 0: unknown
+	Err                         string  // why they are unknown
+}
+
+// Collector reads the ports New found.
+//
+// Contract: as metrics.Collector and metrics.Closer. Detect and Tags read
+// only what New found; Close drops the reader's records (it keeps no
+// descriptor: sysfs files are opened on each read).
+type Collector struct {
+	sysRoot string
+	ports   []*port
+	files   *kfile.Reader[string]
+	now     func() time.Time
+	log     *slog.Logger
+	buf     []byte
+
+	mu    sync.Mutex
+	noted map[string]bool // notes already logged, by kind and path
+}
+
+// New finds the ports under opts.SysRoot; an error wrapping ErrUnavailable
+// means the node has none.
+func New(opts Options) (*Collector, error) {
+	if opts.SysRoot == "" {
+		opts.SysRoot = "/sys"
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	classDir := filepath.Join(opts.SysRoot, "class/infiniband")
+	sfs, err := sysfs.NewFS(opts.SysRoot)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sysfs at %s: %w", ErrUnavailable, opts.SysRoot, err)
+	}
+	names, err := sfs.InfiniBandClassDevices()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no %s", ErrUnavailable, classDir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: listing %s: %w", ErrUnavailable, classDir, err)
+	}
+	c := &Collector{sysRoot: opts.SysRoot, now: opts.Now, log: opts.Log.With("source", Name), noted: map[string]bool{},
+		files: kfile.NewPathReader(kfile.Options{Size: 64, Absent: true})}
+	sort.Strings(names)
+	for _, name := range names {
+		c.ports = append(c.ports, c.findPorts(sfs, classDir, name)...)
+	}
+	if len(c.ports) == 0 {
+		return nil, fmt.Errorf("%w: no port under %s", ErrUnavailable, classDir)
+	}
+	return c, nil
+}
+
+// findPorts lists the ports of device name. Its facts come from procfs's
+// reading of the whole device; a device procfs cannot read (a driver
+// without fw_ver, a malformed file) still has its ports read, with the
+// facts unknown and why.
+func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
+	byNum := map[string]facts{}
+	dev, err := sfs.InfiniBandDevice(name)
+	if err == nil {
+		for n, p := range dev.Ports {
+			f := facts{State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer}
+			if p.Rate > 0 {
+				f.RateGbps = float64(p.Rate) / 125e6
+			}
+			byNum[strconv.FormatUint(uint64(n), 10)] = f
+		}
+	} else {
+		c.log.Warn("InfiniBand device facts unreadable; its ports' counters are still read", "device", name, "err", err)
+	}
+	portsDir := filepath.Join(classDir, name, "ports")
+	ents, rerr := os.ReadDir(portsDir)
+	if rerr != nil {
+		c.log.Warn("InfiniBand device without readable ports; left out", "device", name, "err", rerr)
+		return nil
+	}
+	var out []*port
+	for _, e := range ents {
+		num := e.Name()
+		if _, err := strconv.ParseUint(num, 10, 32); err != nil {
+			continue
+		}
+		p := &port{device: name, num: num}
+		if f, ok := byNum[num]; ok {
+			p.facts = f
+		} else {
+			p.facts.Err = fmt.Sprintf("reading %s: %v", filepath.Join(classDir, name), err)
+		}
+		dir := filepath.Join(portsDir, num)
+		p.rx = c.dataCounter(dir, "port_rcv_data", metrics.NodeIBReceiveRate.For(name, num))
+		p.tx = c.dataCounter(dir, "port_xmit_data", metrics.NodeIBTransmitRate.For(name, num))
+		for _, k := range []*counter{p.rx, p.tx} {
+			if k != nil {
+				p.data = append(p.data, k)
+			}
+		}
+		for _, ec := range errorCounters {
+			path := filepath.Join(dir, "counters", ec.file)
+			if exists(path) {
+				p.errs = append(p.errs, &counter{path: path, desc: ec.desc.For(name, num), max: 1<<ec.bits - 1})
+			}
+		}
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return portNumber(out[i].num) < portNumber(out[j].num) })
+	return out
+}
+
+func portNumber(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
+// dataCounter is the port's data counter of base name file: the 64-bit
+// counters_ext/<file>_64 where the device has it (older kernels' extended
+// counters), else counters/<file> (64-bit on HCAs with extended width,
+// else 32 bits that stop at all ones); nil when it has neither.
+func (c *Collector) dataCounter(dir, file string, d *metrics.Desc) *counter {
+	if p := filepath.Join(dir, "counters_ext", file+"_64"); exists(p) {
+		return &counter{path: p, desc: d, wide: true}
+	}
+	if p := filepath.Join(dir, "counters", file); exists(p) {
+		return &counter{path: p, desc: d, max: math.MaxUint32}
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// Name implements metrics.Collector.
+func (c *Collector) Name() string { return Name }
+
+// Close implements metrics.Closer.
+func (c *Collector) Close() error { return c.files.Close() }
+
+// Collect reads every port's counters. Each counter is read on its own: one
+// that fails is in the joined error, the others' points still count.
+func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
+	var errs []error
+	for _, p := range c.ports {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		for _, dc := range p.data {
+			delta, secs, ok, err := c.take(dc)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if ok && secs > 0 {
+				b.Add(dc.desc, metrics.MB(4*float64(delta))/secs, dc.path) // the counters count 4-byte words
+			}
+		}
+		for _, ec := range p.errs {
+			_, _, ok, err := c.take(ec)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if ok {
+				b.Add(ec.desc, ec.total, ec.path)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// take reads counter k and updates it. ok is false on its first reading,
+// when it cannot be read, and when its growth is unknown (saturated).
+func (c *Collector) take(k *counter) (delta uint64, secs float64, ok bool, err error) {
+	if k.gone {
+		return 0, 0, false, nil
+	}
+	var raw []byte
+	raw, err = c.read(k.path)
+	now := c.now()
+	var v uint64
+	if err == nil {
+		v, err = parseCounter(raw)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, errNoPMA):
+		k.gone = true // the device answers no counters: never asked again
+		c.note("nopma", k.path, "InfiniBand counter not available (no PMA on this device); left out", err)
+		return 0, 0, false, nil
+	case kfile.IsAbsent(err):
+		c.note("absent", k.path, "InfiniBand counter gone since start (device removed?); left out while so", err)
+		return 0, 0, false, nil
+	default:
+		return 0, 0, false, fmt.Errorf("reading %s: %w", k.path, err)
+	}
+	delta, ok, why := k.update(v, now)
+	if why != "" {
+		c.note("saturated", k.path, why, nil)
+	}
+	secs = k.secs
+	return delta, secs, ok, nil
+}
+
+func (c *Collector) read(path string) ([]byte, error) {
+	var err error
+	c.buf, err = c.files.Read(path, c.buf)
+	return c.buf, err
+}
+
+// note logs msg once per kind and path.
+func (c *Collector) note(kind, path, msg string, err error) {
+	c.mu.Lock()
+	first := !c.noted[kind+" "+path]
+	c.noted[kind+" "+path] = true
+	c.mu.Unlock()
+	if !first {
+		return
+	}
+	if kind == "saturated" {
+		c.log.Info(msg, "path", path)
+		return
+	}
+	c.log.Debug(msg, "path", path, "err", err)
+}
+
+// Detect implements metrics.Detector: the ports, their state at start and
+// the counter files read.
+func (c *Collector) Detect(context.Context) map[string]any {
+	ports := make([]map[string]any, 0, len(c.ports))
+	for _, p := range c.ports {
+		m := map[string]any{"device": p.device, "port": p.num}
+		if p.facts.Err != "" {
+			m["facts"] = "unknown: " + p.facts.Err
+		} else {
+			m["state"], m["phys_state"], m["link_layer"], m["rate_gbps"] = p.facts.State, p.facts.PhysState, p.facts.LinkLayer, p.facts.RateGbps
+		}
+		var files []string
+		for _, k := range append(slices.Clone(p.data), p.errs...) {
+			files = append(files, strings.TrimPrefix(k.path, filepath.Join(c.sysRoot, "class/infiniband", p.device, "ports", p.num)+"/"))
+		}
+		m["counters"] = files
+		ports = append(ports, m)
+	}
+	return map[string]any{"sys_root": c.sysRoot, "ports": ports}
+}
+
+// Tags are the ports' state at start, for the run:
+// bridge.infiniband.<device>.<port>.{state,phys_state,rate,link_layer}.
+func (c *Collector) Tags() map[string]string {
+	t := map[string]string{}
+	for _, p := range c.ports {
+		k := "bridge.infiniband." + metrics.KeyPart(p.device) + "." + p.num + "."
+		if p.facts.Err != "" {
+			t[k+"state"] = "unknown"
+			continue
+		}
+		t[k+"state"] = p.facts.State
+		t[k+"phys_state"] = p.facts.PhysState
+		t[k+"link_layer"] = p.facts.LinkLayer
+		if p.facts.RateGbps > 0 {
+			t[k+"rate"] = strconv.FormatFloat(p.facts.RateGbps, 'f', -1, 64) + " Gb/s"
+		}
+	}
+	return t
+}

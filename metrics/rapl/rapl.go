@@ -1,0 +1,240 @@
+// Package rapl reads the energy the node's CPU packages use, from their RAPL
+// (Running Average Power Limit) counters under <sys>/class/powercap: Intel
+// since Sandy Bridge, AMD since Zen (the same intel-rapl zones).
+//
+// RAPL measures a whole package, every core and the uncore, whoever runs on
+// it: the series are node_. Only package zones (intel-rapl:N, named
+// package-N) are read. Their subzones (core, uncore, dram) cover parts of
+// the package or sit beside it and are not added to it; intel-rapl-mmio:N
+// mirrors package N and psys the platform: neither is read.
+//
+// The zones are found once, by New, through prometheus/procfs; a node
+// without them gets no collector at all, so it pays nothing per sample.
+// Each sample reads one file per package, energy_uj, a counter in µJ that
+// wraps at max_energy_range_uj.
+package rapl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/procfs/sysfs"
+
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+)
+
+// Name is the collector's name in `bridge sample` and the registrations.
+const Name = "rapl"
+
+// ErrUnavailable says that this machine has no package zone bridge can read:
+// no powercap class, no RAPL driver, or energy_uj readable by root only.
+var ErrUnavailable = errors.New("no readable RAPL package zone")
+
+// Options configure a Collector.
+type Options struct {
+	// SysRoot is where sysfs is mounted; "" means /sys.
+	SysRoot string
+	// Log receives notes (a counter that went back without a known range);
+	// nil discards them.
+	Log *slog.Logger
+	// Now is the clock the power is computed with; nil means time.Now.
+	Now func() time.Time
+}
+
+// zone is one package zone and what Collect keeps of it.
+type zone struct {
+	pkg    int    // the N of package-N
+	path   string // its energy_uj
+	power  *metrics.Desc
+	energy *metrics.Desc
+	c      counter
+	last   time.Time // when c took its last reading
+}
+
+// Collector reads the package zones New found.
+//
+// Contract: as metrics.Collector and metrics.Closer. Detect reads only what
+// New found; Close drops the reader's records (it keeps no descriptor: sysfs
+// files are opened on each read).
+type Collector struct {
+	sysRoot string
+	allSrc  string // the source of the node's sums
+	zones   []*zone
+	files   *kfile.Reader[string]
+	now     func() time.Time
+	log     *slog.Logger
+	buf     []byte
+
+	mu     sync.Mutex
+	noted  map[string]bool // notes already logged, by kind and zone path
+	detect map[string]any
+}
+
+// packageZone matches a top-level RAPL zone directory: not a subzone
+// (intel-rapl:0:1) nor the MMIO mirror (intel-rapl-mmio:0).
+var packageZone = regexp.MustCompile(`^intel-rapl:[0-9]+$`)
+
+// New finds the package zones under opts.SysRoot. It returns an error
+// wrapping ErrUnavailable when there is none to read: the collector is then
+// off on this machine (no powercap class, a kernel without RAPL, or an
+// energy_uj that only root may read).
+func New(opts Options) (*Collector, error) {
+	if opts.SysRoot == "" {
+		opts.SysRoot = "/sys"
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	classDir := filepath.Join(opts.SysRoot, "class/powercap")
+	sfs, err := sysfs.NewFS(opts.SysRoot)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sysfs at %s: %w", ErrUnavailable, opts.SysRoot, err)
+	}
+	all, err := sysfs.GetRaplZones(sfs)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(classDir); errors.Is(serr, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: no %s (no powercap driver on this machine)", ErrUnavailable, classDir)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: listing the zones of %s: %w", ErrUnavailable, classDir, err)
+	}
+	c := &Collector{sysRoot: opts.SysRoot, allSrc: filepath.Join(classDir, "intel-rapl:*/energy_uj"), now: opts.Now, log: opts.Log.With("source", Name), noted: map[string]bool{},
+		files: kfile.NewPathReader(kfile.Options{Size: 64})}
+	var denied error
+	for _, z := range all {
+		if z.Name != "package" || !packageZone.MatchString(filepath.Base(z.Path)) {
+			continue
+		}
+		p := filepath.Join(z.Path, "energy_uj")
+		// One read now: a counter that only root may read is no collector.
+		if _, err := c.read(p); errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EPERM) {
+			denied = fmt.Errorf("reading %s: %w", p, err)
+			continue
+		} else if kfile.IsAbsent(err) {
+			continue
+		}
+		pkg := strconv.Itoa(z.Index)
+		c.zones = append(c.zones, &zone{pkg: z.Index, path: p, c: counter{max: z.MaxMicrojoules},
+			power: metrics.NodeCPUPackagePower.For(pkg), energy: metrics.NodeCPUPackageEnergy.For(pkg)})
+	}
+	sort.Slice(c.zones, func(i, j int) bool { return c.zones[i].pkg < c.zones[j].pkg })
+	switch {
+	case len(c.zones) > 0:
+	case denied != nil:
+		return nil, fmt.Errorf("%w: %w (energy_uj is readable by root only since Linux 5.10, CVE-2020-8694; a user namespace's root is not enough)", ErrUnavailable, denied)
+	default:
+		return nil, fmt.Errorf("%w: no package zone (intel-rapl:N named package-N) in %s", ErrUnavailable, classDir)
+	}
+	zs := make([]map[string]any, 0, len(c.zones))
+	for _, z := range c.zones {
+		zs = append(zs, map[string]any{"package": z.pkg, "energy_uj": z.path, "max_energy_range_uj": z.c.max})
+	}
+	c.detect = map[string]any{"sys_root": opts.SysRoot, "packages": zs}
+	return c, nil
+}
+
+// Name implements metrics.Collector.
+func (c *Collector) Name() string { return Name }
+
+// Detect implements metrics.Detector: the package zones read.
+func (c *Collector) Detect(context.Context) map[string]any { return c.detect }
+
+// Close implements metrics.Closer.
+func (c *Collector) Close() error { return c.files.Close() }
+
+func (c *Collector) read(path string) ([]byte, error) {
+	var err error
+	c.buf, err = c.files.Read(path, c.buf)
+	return c.buf, err
+}
+
+// Collect reads every package's counter. Energy and power need two
+// readings; the node's totals are given only in a sample where every
+// package was read (else they would count a package short).
+func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
+	var errs []error
+	var power, energy float64
+	all := true
+	for _, z := range c.zones {
+		if err := ctx.Err(); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+		raw, err := c.read(z.path)
+		var v uint64
+		if err == nil {
+			v, err = parseMicrojoules(raw)
+		}
+		now := c.now()
+		if err != nil {
+			all = false
+			if kfile.IsAbsent(err) { // the zone went away (driver unloaded): no data
+				c.noteOnce(z.path, "absent", err.Error())
+				continue
+			}
+			errs = append(errs, fmt.Errorf("reading CPU package %d energy from %s: %w", z.pkg, z.path, err))
+			continue
+		}
+		delta, ok, why := z.c.update(v)
+		secs := now.Sub(z.last).Seconds()
+		z.last = now
+		if why != "" {
+			c.noteOnce(z.path, "back", why)
+		}
+		if !ok || secs <= 0 {
+			all = false
+			continue
+		}
+		p := float64(delta) / 1e6 / secs
+		b.Add(z.power, p, z.path)
+		b.Add(z.energy, z.c.total/1e6, z.path)
+		power += p
+		energy += z.c.total / 1e6
+	}
+	if all && len(c.zones) > 0 {
+		b.Add(metrics.NodeCPUPower, power, c.allSrc)
+		b.Add(metrics.NodeCPUEnergy, energy, c.allSrc)
+	}
+	return errors.Join(errs...)
+}
+
+// noteOnce logs, once per zone and kind, a counter that went back with no
+// range to tell the wrap ("back") or a zone gone since start ("absent").
+func (c *Collector) noteOnce(path, kind, why string) {
+	c.mu.Lock()
+	first := !c.noted[kind+" "+path]
+	c.noted[kind+" "+path] = true
+	c.mu.Unlock()
+	switch {
+	case !first:
+	case kind == "absent":
+		c.log.Debug("RAPL zone gone since start; its package is left out", "path", path, "err", why)
+	default:
+		c.log.Warn("RAPL energy counter went back with no known range: that interval is not counted", "path", path, "why", why)
+	}
+}
+
+// parseMicrojoules parses the content of energy_uj.
+func parseMicrojoules(b []byte) (uint64, error) {
+	v, ok := kfile.Uint(b)
+	if !ok {
+		return 0, fmt.Errorf("want a count of microjoules, got %q", strings.TrimSpace(string(b)))
+	}
+	return v, nil
+}
