@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -32,31 +33,45 @@ type Figures struct {
 }
 
 // The series the report reads, by name (the part after system/<node>/):
-// the one place that says which. Series of collectors that may not be in
-// this build (GPU activity from NVML GPM or dcgm-exporter, energy, RAPL,
-// InfiniBand) are matched by pattern, so a build that has them is read
-// without a change here. docs/multinode.md lists them.
+// the one place that says which, each from its descriptor. Per-GPU
+// templates are matched for every whole GPU (gpu_N_..., not a MIG
+// slice's), templates with instances (an InfiniBand port) for every
+// instance. docs/multinode.md lists them.
 var (
-	gpuUtil     = regexp.MustCompile(`^gpu_\d+_utilization_percentage$`)
-	gpuSMActive = regexp.MustCompile(`^gpu_\d+_prof_sm_active_ratio$`)
-	gpuEnergy   = regexp.MustCompile(`^gpu_\d+_energy_joules$`)
-	gpuXid      = regexp.MustCompile(`^gpu_\d+_xid_errors_count$`)
-	gpuECC      = regexp.MustCompile(`^gpu_\d+_ecc_uncorrected_errors_count$`)
-	network     = regexp.MustCompile(`^netns_network_(receive|transmit)_megabytes_per_second$`)
-	infiniband  = regexp.MustCompile(`^node_infiniband_.+_(receive|transmit)_megabytes_per_second$`)
+	gpuUtil     = perGPU(metrics.GPUUtilization)
+	gpuSMActive = perGPU(metrics.GPUProfSMActive)
+	gpuEnergy   = perGPU(metrics.GPUEnergy)
+	gpuXid      = perGPU(metrics.GPUXidErrors)
+	gpuECC      = perGPU(metrics.GPUECCUncorrected)
+	network     = anyOf(metrics.NetnsReceiveRate, metrics.NetnsTransmitRate)
+	infiniband  = anyOf(metrics.NodeIBReceiveRate, metrics.NodeIBTransmitRate)
 )
 
 var (
-	seriesWorkingSet  = metrics.ContainerMemoryWorkingSet.Name
-	seriesMemoryLimit = metrics.ContainerMemoryLimit.Name
-	seriesCPU         = metrics.ContainerCPUUsage.Name
-	seriesCPULimit    = metrics.ContainerCPULimit.Name
-	seriesThrottled   = metrics.ContainerCPUThrottledPeriods.Name
+	seriesWorkingSet   = metrics.ContainerMemoryWorkingSet.Name
+	seriesMemoryLimit  = metrics.ContainerMemoryLimit.Name
+	seriesCPU          = metrics.ContainerCPUUsage.Name
+	seriesCPULimit     = metrics.ContainerCPULimit.Name
+	seriesThrottled    = metrics.ContainerCPUThrottledPeriods.Name
+	seriesNodeCPUJoule = metrics.NodeCPUEnergy.Name
 )
 
-// seriesNodeCPUJoule is RAPL's total over the node's CPU packages, by name:
-// its collector may not be in this build.
-const seriesNodeCPUJoule = "node_cpu_energy_joules"
+// perGPU matches template d bound to any whole GPU.
+func perGPU(d *metrics.Desc) *regexp.Regexp {
+	return regexp.MustCompile(`^gpu_\d+_` + regexp.QuoteMeta(d.Name) + `$`)
+}
+
+// anyOf matches the names of ds, each <instance> placeholder (an
+// InfiniBand device and port) standing for any one key segment's part.
+func anyOf(ds ...*metrics.Desc) *regexp.Regexp {
+	var alts []string
+	for _, d := range ds {
+		alts = append(alts, placeholder.ReplaceAllString(regexp.QuoteMeta(d.Name), `[^/]+`))
+	}
+	return regexp.MustCompile(`^(?:` + strings.Join(alts, "|") + `)$`)
+}
+
+var placeholder = regexp.MustCompile(`<[a-z_]+>`)
 
 // overTime reports whether the report needs a series' every point (a mean
 // or a peak); the others are read at their last value, which runs/get

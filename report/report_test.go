@@ -264,7 +264,6 @@ func TestFoldCPUAsTheTable(t *testing.T) {
 }
 
 func TestDiffersFromTheJob(t *testing.T) {
-	p := func(v float64) *float64 { return &v }
 	rows := []Node{
 		{Node: "node-0", Figures: Figures{GPUSMActiveRatio: p(0.60), NetworkMBps: p(100), ThrottledSharePercent: p(0)}},
 		{Node: "node-1", Figures: Figures{GPUSMActiveRatio: p(0.62), NetworkMBps: p(100)}},
@@ -376,3 +375,39 @@ func TestNaturalOrder(t *testing.T) {
 		t.Errorf("order %v", ids)
 	}
 }
+
+// Every series the report reads is found by its collector's name, from a
+// node's accumulated samples: GPU activity from GPM, energy from NVML and
+// RAPL, InfiniBand ports, Xid and ECC counts; a MIG slice's activity and a
+// port's error counts are not read.
+func TestFiguresOfEverySource(t *testing.T) {
+	a := summary.New()
+	ib := func(d *metrics.Desc, dev, port string) *metrics.Desc { return d.For(dev, port) }
+	for i := range 3 {
+		v := float64(i)
+		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
+			metrics.At(metrics.GPUUtilization.ForGPU(0), 90), metrics.At(metrics.GPUUtilization.ForGPU(1), 70),
+			metrics.At(metrics.GPUProfSMActive.ForGPU(0), 0.5), metrics.At(metrics.GPUProfSMActive.ForGPU(1), 0.3),
+			metrics.At(metrics.GPUProfSMActive.ForMIG(0, 1), 0.99),
+			metrics.At(metrics.GPUEnergy.ForGPU(0), 100*v), metrics.At(metrics.GPUEnergy.ForGPU(1), 50*v),
+			metrics.At(metrics.NodeCPUEnergy, 10*v),
+			metrics.At(metrics.GPUXidErrors.ForGPU(1), v), metrics.At(metrics.GPUECCUncorrected.ForGPU(0), 0),
+			metrics.At(metrics.NetnsReceiveRate, 1), metrics.At(metrics.NetnsTransmitRate, 2),
+			metrics.At(ib(metrics.NodeIBReceiveRate, "mlx5_0", "1"), 1000), metrics.At(ib(metrics.NodeIBTransmitRate, "mlx5_0", "1"), 500),
+			metrics.At(ib(metrics.NodeIBReceiveRate, "mlx5_1", "1"), 100), metrics.At(ib(metrics.NodeIBSymbolErrors, "mlx5_0", "1"), 7),
+			metrics.At(metrics.ContainerCPUThrottledPeriods, 20*v),
+		}})
+	}
+	var f Figures
+	if err := json.Unmarshal([]byte(FiguresTag(a)), &f); err != nil {
+		t.Fatal(err)
+	}
+	want := Figures{Samples: 3, GPUUtilizationPercent: p(80), GPUSMActiveRatio: p(0.4), GPUEnergyJoules: p(300),
+		NodeCPUEnergyJoules: p(20), GPUXidErrors: p(2), GPUECCUncorrected: p(0), NetworkMBps: p(3),
+		InfinibandMBps: p(1600), ThrottledSharePercent: p(20)}
+	if mustJSON(f) != mustJSON(want) {
+		t.Errorf("figures\n%s\nwant\n%s", mustJSON(f), mustJSON(want))
+	}
+}
+
+func p(v float64) *float64 { return &v }
