@@ -356,7 +356,7 @@ func TestMultinodeRequeue(t *testing.T) {
 	first := startNodes(t, srv.URL, exp, 2, func(i int) []string {
 		env := slurmJob(id, 1000, 2, 0)(i)
 		if i == 1 {
-			env = append(env, "CHILD_EXIT=137")
+			env = append(env, "CHILD_EXIT=3") // a failed attempt
 		}
 		return env
 	})
