@@ -41,17 +41,40 @@ func (f *Failure) Tag() string {
 // FailureTagTime is the time in a TagFirstFailure value; ok is false when
 // the value is not one.
 func FailureTagTime(v string) (time.Time, bool) {
-	_, rest, ok := strings.Cut(v, ": ")
+	f, ok := parseFailureTag(v)
 	if !ok {
 		return time.Time{}, false
 	}
-	_, rest, ok = strings.Cut(rest, " at ")
+	return f.at, true
+}
+
+// parseFailureTag reads a TagFirstFailure value back (a node id and a
+// reason hold no space).
+func parseFailureTag(v string) (*Failure, bool) {
+	node, rest, ok := strings.Cut(v, ": ")
 	if !ok {
-		return time.Time{}, false
+		return nil, false
 	}
-	ts, _, _ := strings.Cut(rest, " (")
+	reason, rest, ok := strings.Cut(rest, " at ")
+	if !ok {
+		return nil, false
+	}
+	ts, detail, _ := strings.Cut(rest, " (")
 	at, err := time.Parse(time.RFC3339Nano, ts)
-	return at, err == nil
+	if err != nil {
+		return nil, false
+	}
+	return &Failure{Node: node, Reason: reason, Time: at.UTC().Format(timeLayout), Detail: strings.TrimSuffix(detail, ")"), at: at}, true
+}
+
+// earliest is the recorded first failure (the run's TagFirstFailure, which
+// keeps a failure whose node's records a later attempt replaced) when it
+// is earlier than the one the records show.
+func earliest(recorded string, f *Failure) *Failure {
+	if r, ok := parseFailureTag(recorded); ok && (f == nil || r.at.Before(f.at)) {
+		return r
+	}
+	return f
 }
 
 // nodeEnd is one node's recorded end.

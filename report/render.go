@@ -130,13 +130,14 @@ func (r *Report) table() (heads []string, cells [][]string) {
 
 // headline is the status and the first failure, in one sentence.
 func (r *Report) headline() string {
-	s := "Status " + r.Status
+	ff := "no node failed"
 	if r.FirstFailure != nil {
-		s += "; first failure: " + r.FirstFailure.Tag()
-	} else {
-		s += "; no node failed"
+		ff = "first failure: " + r.FirstFailure.Tag()
 	}
-	return s + "."
+	if r.Status == "" {
+		return strings.ToUpper(ff[:1]) + ff[1:] + "."
+	}
+	return "Status " + r.Status + "; " + ff + "."
 }
 
 // Markdown writes the report as the run's bridge-report.md.

@@ -85,7 +85,7 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}}
 	nodes := nodesOf(run)
 	ends := endsOf(run, nodes)
-	rep.FirstFailure = firstFailure(ends)
+	rep.FirstFailure = earliest(run.Tags[TagFirstFailure], firstFailure(ends))
 	for i, n := range nodes {
 		rec := ends[i].rec
 		row := Node{Node: n.id, Status: rec.status, ExitCode: rec.exitCode, Reason: rec.reason, Detail: rec.detail,

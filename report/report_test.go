@@ -411,3 +411,19 @@ func TestFiguresOfEverySource(t *testing.T) {
 }
 
 func p(v float64) *float64 { return &v }
+
+// A node restarted after a failure and ended cleanly: its records show
+// the clean attempt, the run's first-failure tag the failed one, which
+// the report keeps.
+func TestRecordedFirstFailureKept(t *testing.T) {
+	tags := jobTags(nodeEndSpec{"node-0", "FINISHED", "success", "", 0, time.Minute}, term("node-1", 2*time.Minute))
+	tags[TagFirstFailure] = "node-0: app_error at 2026-12-06T18:00:10.000Z (exited 1)"
+	rep, _ := Build(context.Background(), Run{Status: "FAILED", Tags: tags}, nil)
+	f := rep.FirstFailure
+	if f == nil || f.Node != "node-0" || f.Reason != "app_error" || f.Detail != "exited 1" || f.Time != "2026-12-06T18:00:10.000Z" {
+		t.Fatalf("first failure %+v, want the recorded one", f)
+	}
+	if n := rep.Nodes[1]; n.ConsequenceOf != "node-0" || n.Consequence != "stopped 110.0 s after node-0's failure" {
+		t.Errorf("node-1, stopped 110 s after the recorded failure: consequence %q of %q", n.Consequence, n.ConsequenceOf)
+	}
+}

@@ -507,6 +507,14 @@ func TestMultinodeWandbShared(t *testing.T) {
 			t.Errorf("no line of %s's bridge (%s) in run %s", n.id, key, runID)
 		}
 	}
+	// The job's report in the run's summary, beside the child's own
+	// (the primary's wandb wrote "loss" there before its bridge ended).
+	sum := run.Summary()
+	b, _ := sum["bridge"].(map[string]any)
+	ends, _ := b["nodes"].(map[string]any)
+	if report, _ := b["report"].(string); sum["loss"] != 1.0 || len(ends) != 2 || !strings.HasPrefix(report, "No node failed.") {
+		t.Errorf("the run's summary: %v; want the child's loss and bridge's report of both nodes", sum)
+	}
 }
 
 // TestMultinodeTasksOnOneNode: two bridges of one job on node 0 (srun
