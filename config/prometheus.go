@@ -41,8 +41,7 @@ func (c *Config) validatePrometheus(bad func(key string, val any, why string) er
 
 // shownURL is a --scrape entry as a message may show it: through
 // redact.URI, as everywhere bridge prints a scrape URL; one that does not
-// parse as a URL is not shown at all (redact.URI would leave it whole,
-// and it may hold a token).
+// parse as a URL is not shown at all (its parts cannot be told apart).
 func shownURL(u string) string {
 	if _, err := url.Parse(u); err != nil {
 		return "(not shown: not a URL, and it may hold a secret)"

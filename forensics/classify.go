@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bridge-dev/bridge/metrics/gpu"
+	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 )
 
@@ -313,7 +314,7 @@ func (c *classifier) nearLimit() bool {
 // cache fills a cgroup to its limit), only a hint at which limit killed.
 func (c *classifier) peakAtLimit() bool {
 	m := c.e.Memory
-	return m.Known && m.LimitMB > 0 && m.PeakUsageMB.Known && m.PeakUsageMB.Value >= 0.99*m.LimitMB
+	return m.Known && m.LimitMB > 0 && m.PeakUsageMB.Known && m.PeakUsageMB.Value >= summary.AtLimit*m.LimitMB
 }
 
 func (c *classifier) farFromLimit() bool {
@@ -336,15 +337,17 @@ func (c *classifier) how() string {
 	return fmt.Sprintf("exited with code %d", c.e.ExitCode)
 }
 
+// memText is the working set of the last samples: "sampled", since a
+// job that dies between two samples shows little of what it reached.
 func (c *classifier) memText() string {
 	m := c.e.Memory
 	if !m.Known {
-		return "working set not measured"
+		return "working set not sampled"
 	}
 	if m.LimitMB == 0 {
-		return fmt.Sprintf("working set %.1f MB, no memory limit", m.RecentWorkingSetMB)
+		return fmt.Sprintf("sampled working set %.1f MB, no memory limit", m.RecentWorkingSetMB)
 	}
-	return fmt.Sprintf("working set %.1f MB of limit %.1f MB (%.1f%%)", m.RecentWorkingSetMB, m.LimitMB, m.RecentSharePercent)
+	return fmt.Sprintf("sampled working set %.1f MB of limit %.1f MB (%.1f%%)", m.RecentWorkingSetMB, m.LimitMB, m.RecentSharePercent)
 }
 
 func (c *classifier) nodeText() string {

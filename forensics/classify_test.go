@@ -127,7 +127,7 @@ func TestClassify(t *testing.T) {
 		{
 			name: "v1 OOM kill between samples: the kernel's high-water mark reached the limit",
 			e: Evidence{ExitCode: 137, Signal: syscall.SIGKILL, CgroupVersion: "v1", OOMKill: counter(0, 1),
-				Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 159.4, RecentSharePercent: 76, PeakUsageMB: Reading{209.7, true}},
+				Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 159.4, RecentSharePercent: 76, PeakUsageMB: Reading{Value: 209.7, Known: true, Expected: true}},
 				Node:   nodeOK},
 			reason: ReasonCgroupOOMKill, rule: "oom_kill_rose+peak_at_limit",
 			says:  []string{"whose usage reached its memory limit (kernel high-water mark 209.7 MB)"},
@@ -138,7 +138,7 @@ func TestClassify(t *testing.T) {
 			// kernel's high-water mark at the cgroup's limit decides.
 			name: "v1 OOM kill between samples on a low node: the high-water mark outweighs the node",
 			e: Evidence{ExitCode: 137, Signal: syscall.SIGKILL, CgroupVersion: "v1", OOMKill: counter(0, 1),
-				Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 95.3, RecentSharePercent: 45, PeakUsageMB: Reading{209.7, true}},
+				Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 95.3, RecentSharePercent: 45, PeakUsageMB: Reading{Value: 209.7, Known: true, Expected: true}},
 				Node:   nodeLow},
 			reason: ReasonCgroupOOMKill, rule: "oom_kill_rose+peak_at_limit",
 		},
@@ -216,7 +216,7 @@ func TestClassify(t *testing.T) {
 			name:   "SIGKILL with nothing measured",
 			e:      Evidence{ExitCode: 137, Signal: syscall.SIGKILL},
 			reason: ReasonUnknown, rule: "sigkill+unexplained",
-			says: []string{"no OOM-kill counter", "working set not measured", "node memory not measured"},
+			says: []string{"no OOM-kill counter", "working set not sampled", "node memory not measured"},
 		},
 		{
 			name: "SIGTERM forwarded by bridge",

@@ -52,6 +52,10 @@ func (c Counter) Steady() bool { return c.Known && c.AtExit && c.Delta() == 0 }
 type Reading struct {
 	Value float64
 	Known bool
+	// Expected: the job's collectors produce its series, so an unknown one
+	// was not sampled (the job ended before a reading), rather than not
+	// available here.
+	Expected bool
 }
 
 // Memory is the container's memory near the end and over the job.
@@ -69,6 +73,11 @@ type Memory struct {
 	// PeakUsage is the kernel's own high-water mark of usage (v1
 	// memory.max_usage_in_bytes, v2 memory.peak), page cache included.
 	PeakUsageMB Reading
+
+	// PeakWorkingSet and PeakUsage are the end-of-run table's figures,
+	// with their sources (summary.Accumulator): set whenever the
+	// container's memory is a series of the job, measured or not.
+	PeakWorkingSet, PeakUsage summary.Figure
 }
 
 // Node is the node's memory in the last samples.
@@ -135,7 +144,14 @@ func FromRun(r Run) Evidence {
 		Xids:          append([]gpu.XidEvent(nil), r.Xids...),
 	}
 	acc := r.Acc
-	if acc == nil || acc.Samples() == 0 {
+	if acc == nil {
+		return e
+	}
+	e.Memory.PeakWorkingSet, e.Memory.PeakUsage = acc.PeakWorkingSet(), acc.PeakUsage()
+	e.PeakMemoryPressureSome.Expected = acc.Expects(metrics.ContainerPressureMemorySome)
+	e.PeakMemoryPressureFull.Expected = acc.Expects(metrics.ContainerPressureMemoryFull)
+	e.ThrottledShare.Expected = acc.ThrottleExpected()
+	if acc.Samples() == 0 {
 		return e
 	}
 	e.Samples = acc.Samples()
@@ -156,7 +172,8 @@ func FromRun(r Run) Evidence {
 
 	recent := acc.Recent()
 	if ws, ok := acc.Get(metrics.ContainerMemoryWorkingSet); ok {
-		m := Memory{Known: true, PeakWorkingSetMB: ws.Peak, PeakAt: ws.PeakAt}
+		m := Memory{Known: true, PeakWorkingSetMB: ws.Peak, PeakAt: ws.PeakAt,
+			PeakWorkingSet: e.Memory.PeakWorkingSet, PeakUsage: e.Memory.PeakUsage}
 		if lim, ok := acc.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
 			m.LimitMB = lim.Last
 			m.PeakSharePercent = 100 * ws.Peak / lim.Last
@@ -179,7 +196,7 @@ func FromRun(r Run) Evidence {
 			}
 		}
 		if pk, ok := acc.Get(metrics.ContainerMemoryPeak); ok {
-			m.PeakUsageMB = Reading{Value: pk.Peak, Known: true}
+			m.PeakUsageMB = Reading{Value: pk.Peak, Known: true, Expected: true}
 		}
 		e.Memory = m
 	}
@@ -199,14 +216,14 @@ func FromRun(r Run) Evidence {
 	}
 
 	if st, ok := acc.Get(metrics.ContainerPressureMemorySome); ok {
-		e.PeakMemoryPressureSome = Reading{Value: st.Peak, Known: true}
+		e.PeakMemoryPressureSome = Reading{Value: st.Peak, Known: true, Expected: true}
 	}
 	if st, ok := acc.Get(metrics.ContainerPressureMemoryFull); ok {
-		e.PeakMemoryPressureFull = Reading{Value: st.Peak, Known: true}
+		e.PeakMemoryPressureFull = Reading{Value: st.Peak, Known: true, Expected: true}
 	}
 	// The mean of per-interval shares, as the end-of-run table shows it.
 	if st, ok := acc.Get(metrics.ContainerCPUThrottledPeriods); ok {
-		e.ThrottledShare = Reading{Value: st.Mean(), Known: true}
+		e.ThrottledShare = Reading{Value: st.Mean(), Known: true, Expected: true}
 	}
 	return e
 }

@@ -72,16 +72,16 @@ func TestFromRun(t *testing.T) {
 	}
 	m := e.Memory
 	if !m.Known || m.LimitMB != 200 || m.RecentWorkingSetMB != 190 || m.RecentSharePercent != 95 || !m.RecentAt.Equal(t0.Add(11*time.Second)) ||
-		m.PeakWorkingSetMB != 190 || m.PeakSharePercent != 95 || m.PeakUsageMB != (Reading{210, true}) {
+		m.PeakWorkingSetMB != 190 || m.PeakSharePercent != 95 || m.PeakUsageMB != (Reading{Value: 210, Known: true, Expected: true}) {
 		t.Errorf("Memory = %+v", m)
 	}
 	if n := e.Node; !n.Known || n.MinAvailableMB != 900 || n.TotalMB != 25000 || n.MinAvailablePercent != 3.6 {
 		t.Errorf("Node = %+v", n)
 	}
-	if e.PeakMemoryPressureSome != (Reading{40, true}) || e.PeakMemoryPressureFull.Known {
+	if e.PeakMemoryPressureSome != (Reading{Value: 40, Known: true, Expected: true}) || e.PeakMemoryPressureFull.Known {
 		t.Errorf("pressure some %+v full %+v", e.PeakMemoryPressureSome, e.PeakMemoryPressureFull)
 	}
-	if e.ThrottledShare != (Reading{20, true}) {
+	if e.ThrottledShare != (Reading{Value: 20, Known: true, Expected: true}) {
 		t.Errorf("ThrottledShare = %+v, want mean 20", e.ThrottledShare)
 	}
 	if len(e.Xids) != 1 || e.Samples != 4 || !e.LastSample.Equal(t0.Add(12*time.Second)) {

@@ -18,11 +18,17 @@ const (
 	TagExitCode         = "bridge.exit_code"
 	TagPeakWorkingSet   = "bridge.peak_working_set_megabytes"
 	TagPeakWorkingShare = "bridge.peak_working_set_share_of_limit_percentage"
-	// TagPeakUsageShare is the kernel's high-water mark of usage (memory.peak,
-	// memory.max_usage_in_bytes) against the limit: unlike the sampled
-	// working set it cannot miss a spike between samples, but it counts page
-	// cache too.
+	// TagPeakWorkingSource says where the peak working set comes from:
+	// summary.SourceSampled, or the kernel's high-water mark at an OOM kill
+	// in the cgroup (the working set reached the limit then).
+	TagPeakWorkingSource = "bridge.peak_working_set_source"
+	// TagPeakUsage is the highest usage (page cache included): the kernel's
+	// high-water mark (memory.peak, memory.max_usage_in_bytes) where the
+	// kernel keeps one, which cannot miss a spike between samples, else the
+	// highest sampled; TagPeakUsageSource says which.
+	TagPeakUsage       = "bridge.peak_usage_megabytes"
 	TagPeakUsageShare  = "bridge.peak_usage_share_of_limit_percentage"
+	TagPeakUsageSource = "bridge.peak_usage_source"
 	TagOOMKillCount    = "bridge.oom_kill_count"
 	TagPeakMemPressure = "bridge.peak_memory_pressure_percentage"
 	TagThrottledShare  = "bridge.throttled_share_percentage"
@@ -30,7 +36,9 @@ const (
 )
 
 // Tags are the run tags (MLflow tags, W&B summary) of a verdict. A figure
-// that was not measured is left out rather than written as 0.
+// that was not measured is never written as 0: it reads
+// summary.NotSampled when the job's collectors produce its series (the job
+// ended before a reading), and is left out when they do not.
 func (v Verdict) Tags(e Evidence) map[string]string {
 	t := map[string]string{
 		TagExitReason:       v.Reason,
@@ -38,25 +46,40 @@ func (v Verdict) Tags(e Evidence) map[string]string {
 		TagExitEvidence:     clip(EvidenceText(v.Evidence)),
 		TagExitCode:         strconv.Itoa(e.ExitCode),
 	}
-	if e.Memory.Known {
-		t[TagPeakWorkingSet] = mb(e.Memory.PeakWorkingSetMB)
-		if e.Memory.LimitMB > 0 {
-			t[TagPeakWorkingShare] = mb(e.Memory.PeakSharePercent)
-			if e.Memory.PeakUsageMB.Known {
-				t[TagPeakUsageShare] = mb(100 * e.Memory.PeakUsageMB.Value / e.Memory.LimitMB)
-			}
-		}
-	}
+	figure(t, e.Memory.PeakWorkingSet, TagPeakWorkingSet, TagPeakWorkingShare, TagPeakWorkingSource)
+	figure(t, e.Memory.PeakUsage, TagPeakUsage, TagPeakUsageShare, TagPeakUsageSource)
 	if e.OOMKill.Known {
 		t[TagOOMKillCount] = strconv.FormatFloat(e.OOMKill.Delta(), 'f', 0, 64)
 	}
-	if e.PeakMemoryPressureSome.Known {
-		t[TagPeakMemPressure] = mb(e.PeakMemoryPressureSome.Value)
-	}
-	if e.ThrottledShare.Known {
-		t[TagThrottledShare] = mb(e.ThrottledShare.Value)
-	}
+	reading(t, e.PeakMemoryPressureSome, TagPeakMemPressure)
+	reading(t, e.ThrottledShare, TagThrottledShare)
 	return t
+}
+
+// figure writes a memory figure's tags: its value, its share of the limit
+// (without a limit, none) and its source; summary.NotSampled when its
+// series was expected and never sampled, nothing when it was not expected.
+func figure(t map[string]string, f summary.Figure, value, share, source string) {
+	switch {
+	case f.Known:
+		t[value], t[source] = mb(f.Value), f.Source
+		if f.ShareKnown {
+			t[share] = mb(f.SharePercent)
+		}
+	case f.Expected:
+		t[value] = summary.NotSampled
+	}
+}
+
+// reading writes one figure's tag, or summary.NotSampled when its series
+// was expected and never sampled.
+func reading(t map[string]string, r Reading, key string) {
+	switch {
+	case r.Known:
+		t[key] = mb(r.Value)
+	case r.Expected:
+		t[key] = summary.NotSampled
+	}
 }
 
 // Rows are the verdict's lines of the end-of-run table.

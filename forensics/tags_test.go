@@ -5,15 +5,20 @@ import (
 	"syscall"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/bridge-dev/bridge/summary"
 )
 
 func TestTags(t *testing.T) {
 	e := Evidence{ExitCode: 137, Signal: syscall.SIGKILL, CgroupVersion: "v2",
 		OOMKill: counter(1, 3), OOM: counter(0, 2),
 		Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 199.8, RecentSharePercent: 95.3,
-			PeakWorkingSetMB: 205.25, PeakSharePercent: 97.87, PeakUsageMB: Reading{209.7, true}},
-		PeakMemoryPressureSome: Reading{62.5, true},
-		ThrottledShare:         Reading{12.345, true},
+			PeakWorkingSetMB: 205.25, PeakSharePercent: 97.87, PeakUsageMB: Reading{Value: 209.7, Known: true, Expected: true},
+			PeakWorkingSet: summary.Figure{Value: 205.25, Known: true, Expected: true, Source: summary.SourceSampled, SharePercent: 97.87, ShareKnown: true},
+			PeakUsage: summary.Figure{Value: 209.7, Known: true, Expected: true, Source: "kernel high-water mark memory.peak",
+				SharePercent: 100, ShareKnown: true}},
+		PeakMemoryPressureSome: Reading{Value: 62.5, Known: true, Expected: true},
+		ThrottledShare:         Reading{Value: 12.345, Known: true, Expected: true},
 	}
 	v := Classify(e)
 	got := v.Tags(e)
@@ -23,7 +28,10 @@ func TestTags(t *testing.T) {
 		"bridge.exit_code":                                  "137",
 		"bridge.peak_working_set_megabytes":                 "205.2",
 		"bridge.peak_working_set_share_of_limit_percentage": "97.9",
+		"bridge.peak_working_set_source":                    "sampled",
+		"bridge.peak_usage_megabytes":                       "209.7",
 		"bridge.peak_usage_share_of_limit_percentage":       "100.0",
+		"bridge.peak_usage_source":                          "kernel high-water mark memory.peak",
 		"bridge.oom_kill_count":                             "2",
 		"bridge.peak_memory_pressure_percentage":            "62.5",
 		"bridge.throttled_share_percentage":                 "12.3",
@@ -43,16 +51,39 @@ func TestTags(t *testing.T) {
 		t.Errorf("tags %v: want exactly %d keys", got, len(want)+1)
 	}
 
-	// Unmeasured figures are left out, not written as 0.
+	// Figures of no collector of the job are left out, not written as 0.
 	bare := Evidence{ExitCode: 1}
 	tags := Classify(bare).Tags(bare)
-	for _, k := range []string{TagPeakWorkingSet, TagPeakWorkingShare, TagOOMKillCount, TagPeakMemPressure, TagThrottledShare} {
+	for _, k := range []string{TagPeakWorkingSet, TagPeakWorkingShare, TagPeakWorkingSource, TagPeakUsage, TagPeakUsageShare,
+		TagPeakUsageSource, TagOOMKillCount, TagPeakMemPressure, TagThrottledShare} {
 		if v, ok := tags[k]; ok {
 			t.Errorf("%s = %q without a measurement", k, v)
 		}
 	}
 	if tags[TagExitReason] != ReasonAppError || tags[TagExitCode] != "1" {
 		t.Errorf("tags = %v", tags)
+	}
+}
+
+// Every peak and mean whose series the job's collectors produce, and that
+// no sample had, reads "not sampled" (never 0); its share and source are
+// left out.
+func TestTagsNotSampled(t *testing.T) {
+	e := Evidence{ExitCode: 137, Signal: syscall.SIGKILL,
+		Memory:                 Memory{PeakWorkingSet: summary.Figure{Expected: true}, PeakUsage: summary.Figure{Expected: true}},
+		PeakMemoryPressureSome: Reading{Expected: true},
+		ThrottledShare:         Reading{Expected: true},
+	}
+	tags := Classify(e).Tags(e)
+	for _, k := range []string{TagPeakWorkingSet, TagPeakUsage, TagPeakMemPressure, TagThrottledShare} {
+		if tags[k] != summary.NotSampled {
+			t.Errorf("%s = %q, want %q", k, tags[k], summary.NotSampled)
+		}
+	}
+	for _, k := range []string{TagPeakWorkingShare, TagPeakWorkingSource, TagPeakUsageShare, TagPeakUsageSource} {
+		if v, ok := tags[k]; ok {
+			t.Errorf("%s = %q for a figure never sampled", k, v)
+		}
 	}
 }
 

@@ -135,7 +135,11 @@ func (s *Sampler) record(i int, took time.Duration, err error) {
 }
 
 // SetNextSeq makes the next sample's Seq n (used when a spool is resumed).
+// Like Sample, it is called from the sampling goroutine.
 func (s *Sampler) SetNextSeq(n int64) { s.nextSeq = n }
+
+// NextSeq is the Seq the next sample gets.
+func (s *Sampler) NextSeq() int64 { return s.nextSeq }
 
 // start launches the workers. Lazily, on the first Sample, so that a Sampler
 // that never samples holds no goroutines.

@@ -2,7 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -134,20 +137,88 @@ func TestKeepSpool(t *testing.T) {
 }
 
 func TestSpoolOptionsNoCap(t *testing.T) {
-	if o := SpoolOptions(Settings{}, nil); o.MaxSize >= 0 {
-		t.Errorf("--spool-max-size=0 gives MaxSize %d, want no cap (negative)", o.MaxSize)
+	if o := spoolOptions(ForJob, Settings{}, nil); o.MaxSize != 0 {
+		t.Errorf("--spool-max-size=0 gives MaxSize %d, want no cap (0)", o.MaxSize)
 	}
-	if o := SpoolOptions(Settings{SpoolMaxSize: 1 << 20}, nil); o.MaxSize != 1<<20 {
+	if o := spoolOptions(ForJob, Settings{SpoolMaxSize: 1 << 20}, nil); o.MaxSize != 1<<20 {
 		t.Errorf("MaxSize = %d", o.MaxSize)
 	}
 }
 
-// --spool-sync reaches the spool as its group commit, from the config on.
+// --spool-sync reaches the spool as its group commit, from the config on,
+// for a job's spool and for sync's.
 func TestSpoolOptionsSync(t *testing.T) {
-	if o := SpoolOptions(SettingsFrom(config.Config{SpoolSync: time.Second}), nil); o.SyncEvery != time.Second {
-		t.Errorf("--spool-sync=1s gives SyncEvery %v", o.SyncEvery)
+	for _, use := range []SpoolUse{ForJob, ForSync} {
+		if o := spoolOptions(use, SettingsFrom(config.Config{SpoolSync: time.Second}), nil); o.SyncEvery != time.Second {
+			t.Errorf("use %d: --spool-sync=1s gives SyncEvery %v", use, o.SyncEvery)
+		}
+		if o := spoolOptions(use, SettingsFrom(config.Config{}), nil); o.SyncEvery != 0 {
+			t.Errorf("use %d: --spool-sync=0 gives SyncEvery %v, want 0 (fsync every write)", use, o.SyncEvery)
+		}
 	}
-	if o := SpoolOptions(SettingsFrom(config.Config{}), nil); o.SyncEvery != 0 {
-		t.Errorf("--spool-sync=0 gives SyncEvery %v, want 0 (fsync every write)", o.SyncEvery)
+}
+
+// bridge sync never compacts away a sample it has yet to send, whatever
+// --spool-max-size says: a spool far larger than the configured cap,
+// opened for sync and acknowledged sample by sample, keeps every sample in
+// the file until its acknowledgement, and each is offered once, in order.
+func TestSyncSpoolNeverCapped(t *testing.T) {
+	if o := spoolOptions(ForSync, Settings{SpoolMaxSize: 4 << 10}, nil); o.MaxSize != 0 || !o.MustExist {
+		t.Fatalf("sync's options %+v: want no cap and a file that must exist", o)
+	}
+	path := filepath.Join(t.TempDir(), "big.jsonl")
+	w, err := OpenSpool(path, ForJob, Settings{}, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteStart(spool.Record{Time: time.Now().UnixMilli()})
+	const n = 400
+	for i := range int64(n) {
+		pts := make([]metrics.Point, 20)
+		for k := range pts {
+			pts[k] = metrics.Named(fmt.Sprintf("test_series_%02d_count", k), float64(i))
+		}
+		if err := w.Append(metrics.Sample{Seq: i, Time: time.Now(), Points: pts}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.Close()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := Settings{SpoolMaxSize: 16 << 10} // far below the file
+	if fi.Size() < 4*set.SpoolMaxSize {
+		t.Fatalf("the spool holds %d bytes, want well over the cap %d", fi.Size(), set.SpoolMaxSize)
+	}
+	sp, err := OpenSpool(path, ForSync, set, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if err := sp.Track("t", ""); err != nil {
+		t.Fatal(err)
+	}
+	next := int64(0)
+	for {
+		batch := sp.Pending("t", "", 7)
+		if len(batch) == 0 {
+			break
+		}
+		for _, smp := range batch {
+			if smp.Seq != next {
+				t.Fatalf("offered seq %d, want %d: unsent samples were lost", smp.Seq, next)
+			}
+			next++
+		}
+		if err := sp.Ack("t", "", batch[len(batch)-1].Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if next != n {
+		t.Fatalf("offered %d samples, want %d", next, n)
+	}
+	if st := sp.Stats(); st.Compactions != 0 || st.DroppedByCap != 0 {
+		t.Errorf("sync's spool was compacted: %+v", st)
 	}
 }

@@ -217,9 +217,10 @@ func (j *Job) Describe() map[string]any {
 // Spool start-record tags that let `bridge sync` find the job's run again
 // from the spool alone (Job.Tags writes them, JobFromTags reads them).
 const (
-	TagJobKey   = "bridge.job_key"
-	TagJobNodes = "bridge.job_nodes"
-	TagJobTask  = "bridge.job_task"
+	TagJobKey        = "bridge.job_key"
+	TagJobNodes      = "bridge.job_nodes"
+	TagJobTask       = "bridge.job_task"
+	TagJobGeneration = "bridge.job_generation"
 )
 
 // Tags are the job's start tags: where the key and node came from. Nil for
@@ -235,6 +236,9 @@ func (j *Job) Tags() map[string]string {
 	if j.Task != "" {
 		t[TagJobTask] = j.Task
 	}
+	if j.Generation != "" {
+		t[TagJobGeneration] = j.Generation
+	}
 	if j.Attempt >= 0 {
 		t["bridge.attempt"] = strconv.Itoa(j.Attempt)
 	}
@@ -248,8 +252,8 @@ func JobFromTags(tags map[string]string, settle time.Duration) *Job {
 	if !jobkey.ValidKey(key) || !jobkey.ValidNodeID(tags["bridge.node_id"]) {
 		return nil
 	}
-	j := &Job{Job: jobkey.Job{Key: key, KeyFrom: "the spool's start record", NodeID: tags["bridge.node_id"], Rank: -1, ProcRank: -1, Local: -1, Attempt: -1},
-		Settle: settle, Task: tags[TagJobTask]}
+	j := &Job{Job: jobkey.Job{Key: key, KeyFrom: "the spool's start record", NodeID: tags["bridge.node_id"], Rank: -1, ProcRank: -1, Local: -1, Attempt: -1,
+		Generation: tags[TagJobGeneration]}, Settle: settle, Task: tags[TagJobTask]}
 	j.Nodes, _ = strconv.Atoi(tags[TagJobNodes])
 	if n, err := strconv.Atoi(tags["bridge.attempt"]); err == nil {
 		j.Attempt = n

@@ -184,9 +184,10 @@ func TestSpoolTask(t *testing.T) {
 func TestJobTagsRoundTrip(t *testing.T) {
 	j := DetectJob(config.Config{JobKey: "jobset:x:1", JobKeyFrom: "test", Nodes: 4, NodesFrom: "test"}, nil,
 		getenv("JOB_GLOBAL_INDEX=3", "JOBSET_NAME=x", "JOBSET_UID=1"))
-	j.Task = "task-2"
+	j.Task, j.Generation = "task-2", "1700000000"
 	back := JobFromTags(j.Tags(), time.Second)
-	if back == nil || back.Key != j.Key || back.NodeID != "node-3" || back.Nodes != 4 || back.Task != "task-2" || back.Settle != time.Second {
+	if back == nil || back.Key != j.Key || back.NodeID != "node-3" || back.Nodes != 4 || back.Task != "task-2" || back.Settle != time.Second ||
+		back.Generation != j.Generation {
 		t.Fatalf("from %v: %+v", j.Tags(), back)
 	}
 	if JobFromTags(map[string]string{"bridge.job_key": "it's"}, 0) != nil || JobFromTags(nil, 0) != nil {

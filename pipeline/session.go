@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -54,17 +55,6 @@ func SettingsFrom(cfg config.Config) Settings {
 		Spool: cfg.Spool, SpoolMaxSize: int64(cfg.SpoolMaxSize), SpoolSync: cfg.SpoolSync, KeepSpool: cfg.KeepSpool,
 		MetricsAddr: cfg.MetricsAddr, NodeID: cfg.NodeID,
 	}
-}
-
-// SpoolOptions are the spool's options for these settings: --spool-max-size
-// 0 means no cap (the spool's own 0 means its default); --spool-sync is the
-// spool's group commit.
-func SpoolOptions(set Settings, log *slog.Logger) spool.Options {
-	o := spool.Options{Logger: log, MaxSize: set.SpoolMaxSize, SyncEvery: set.SpoolSync}
-	if set.SpoolMaxSize == 0 {
-		o.MaxSize = -1
-	}
-	return o
 }
 
 // Options are what Open needs.
@@ -112,6 +102,13 @@ type Session struct {
 
 	spoolRemoved bool // closeSpool removed the delivered file
 
+	// seqFloor, when above the sampler's next seq, is where the sampling
+	// loop moves it: the step after this node's last on a run a late start
+	// joined (tracker.Resumer).
+	seqFloor  atomic.Int64
+	ended     chan struct{} // closed when a sink's run was ended by its owner
+	endedOnce sync.Once
+
 	// The end of the run (Stop and Finish together) is over by deadline, or
 	// at once when abort is closed (both set by Stop).
 	deadline time.Time
@@ -141,10 +138,14 @@ func Open(o Options) *Session {
 	}
 	sp := o.Spool
 	if sp == nil {
-		sp = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Settings.Task, o.Started.Runs, now), o.Settings, o.Log)
+		sp, _ = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Settings.Task, o.Started.Runs, now), ForJob, o.Settings, o.Log)
+	}
+	acc := summary.New()
+	if o.Sources != nil {
+		acc = summary.NewWith(o.Sources.Summary())
 	}
 	s := &Session{
-		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: summary.New(),
+		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: acc,
 		sinks:        append([]SinkRun(nil), o.Started.Runs...),
 		failedStarts: o.Started.Failed,
 		off:          o.Off,
@@ -153,14 +154,20 @@ func Open(o Options) *Session {
 		stopS:        make(chan struct{}),
 		doneS:        make(chan struct{}),
 		doneW:        make(chan struct{}),
+		ended:        make(chan struct{}),
 	}
 	s.sources = o.Sources
 	s.phase = o.Phase
 	if s.phase == nil {
 		s.phase = RandomPhase
 	}
-	s.sampler.SetNextSeq(sp.NextSeq())
-	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: o.Version, Runs: o.Started.RunIDs(), Info: o.StartTags}); err != nil {
+	s.sampler.SetNextSeq(s.firstSeq(sp.NextSeq()))
+	// Where each run is (or is to be created) goes with it, for `bridge sync`.
+	info := maps.Clone(o.StartTags)
+	for _, r := range s.sinks {
+		info = withPlace(info, r.Sink)
+	}
+	if err := sp.WriteStart(spool.Record{Time: now.UnixMilli(), PID: os.Getpid(), Version: o.Version, Runs: o.Started.RunIDs(), Info: info}); err != nil {
 		s.log.Error("cannot record the start in the spool", "err", err) // a closed spool: a caller's bug
 	}
 	if !sp.InMemory() {
@@ -175,15 +182,18 @@ func Open(o Options) *Session {
 		if err := sp.Track(r.Sink.Name(), r.RunID); err != nil {
 			s.log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
 		}
-		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log}
+		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log,
+			OnRunEnded: s.runEnded}
 		if r.Late != nil {
 			r.fwd.OnLateStart = s.recordLateRun(r.Sink)
 		}
 		r.done = make(chan struct{})
+		rctx, rcancel := context.WithCancel(fctx)
+		r.cancel = rcancel
 		go func() {
 			defer close(r.done)
 			defer s.recoverGo("forwarder " + r.Sink.Name())
-			r.fwd.Run(fctx)
+			r.fwd.Run(rctx)
 		}()
 	}
 	// After the forwarders exist: /metrics reads their counters.
@@ -191,18 +201,76 @@ func Open(o Options) *Session {
 	return s
 }
 
+// firstSeq is the first sample's seq: after the spool's last, and after
+// the last step of this node's series on a run a tracker joined
+// (tracker.Resumer: a restarted attempt whose spool is gone, a run given
+// to bridge), so that the node's steps never start again at 0 under the
+// same keys.
+func (s *Session) firstSeq(spooled int64) int64 {
+	next := spooled
+	for _, r := range s.sinks {
+		if rs, ok := r.Sink.(tracker.Resumer); ok && r.RunID != "" && rs.NextStep() > next {
+			next = rs.NextStep()
+			s.log.Info("continuing this node's steps after the last the run holds", "tracker", r.Sink.Name(), "run", r.RunID, "first_step", next)
+		}
+	}
+	return next
+}
+
+// runEnded is the forwarders' OnRunEnded.
+func (s *Session) runEnded() { s.endedOnce.Do(func() { close(s.ended) }) }
+
+// RunEnded is closed once a tracker reports that its run was ended by its
+// owner (tracker.ErrRunEnded): `bridge attach` stops then.
+func (s *Session) RunEnded() <-chan struct{} { return s.ended }
+
 // recordLateRun returns what records in the spool the run a late start of
-// sink created, so that a restarted bridge or `bridge sync` finds it.
+// sink created, so that a restarted bridge or `bridge sync` finds it. A
+// run it joined that holds this node's series raises the next sample's
+// seq after them (the samples taken before it was found keep theirs).
 func (s *Session) recordLateRun(sink tracker.Sink) func(run string) {
 	return func(run string) {
-		rec := spool.Record{Time: time.Now().UnixMilli(), Sink: sink.Name(), Run: run}
-		if c, ok := sink.(RunCreator); ok && c.Created() {
-			rec.Info = map[string]string{CreatedTag(sink.Name()): "true"}
+		if rs, ok := sink.(tracker.Resumer); ok && rs.NextStep() > 0 {
+			for {
+				cur := s.seqFloor.Load()
+				if rs.NextStep() <= cur || s.seqFloor.CompareAndSwap(cur, rs.NextStep()) {
+					break
+				}
+			}
 		}
+		c, ok := sink.(RunCreator)
+		rec := spool.Record{Time: time.Now().UnixMilli(), Sink: sink.Name(), Run: run, Info: RunRecordInfo(sink, ok && c.Created())}
 		if err := s.spool.WriteRun(rec); err != nil {
 			s.log.Error("cannot record the tracker's run in the spool; a restart or `bridge sync` would not find it", "tracker", sink.Name(), "run", run, "err", err)
 		}
 	}
+}
+
+// RunRecordInfo is the info of a spool run record for sink's run: where
+// the run is (tracker.Placer) and whether bridge created it (so that a
+// restart or `bridge sync` may end it).
+func RunRecordInfo(sink tracker.Sink, created bool) map[string]string {
+	var info map[string]string
+	if created {
+		info = map[string]string{CreatedTag(sink.Name()): "true"}
+	}
+	return withPlace(info, sink)
+}
+
+// withPlace adds where sink's run is (tracker.Placer) to info, which it
+// returns (a new map when info is nil and there is something to add).
+func withPlace(info map[string]string, sink tracker.Sink) map[string]string {
+	p, ok := sink.(tracker.Placer)
+	if !ok {
+		return info
+	}
+	for k, v := range p.Place() {
+		if info == nil {
+			info = map[string]string{}
+		}
+		info[k] = v
+	}
+	return info
 }
 
 func (s *Session) recoverGo(what string) {
@@ -225,6 +293,10 @@ func (s *Session) loop() {
 	var probing chan bool // the memory probe in flight, if any; nil: none
 	var probed time.Time  // when it started
 	for first := true; ; first = false {
+		if f := s.seqFloor.Load(); f > s.sampler.NextSeq() {
+			s.log.Info("continuing this node's steps after the last the run holds", "first_step", f)
+			s.sampler.SetNextSeq(f)
+		}
 		smp := s.sampler.Sample(context.Background())
 		s.enqueue(smp)
 		next := smp.Time.Add(s.set.Interval)
@@ -367,6 +439,12 @@ func (s *Session) writer() {
 // most the flush timeout. Without it, Stop counts FlushTimeout from its call.
 func (s *Session) EndBy(deadline time.Time) { s.deadline = deadline }
 
+// unreachedGrace is all the end of the run waits for a tracker that never
+// answered during the job (connection refused, a wrong address): one more
+// try, then its samples stay in the spool for `bridge sync`. A tracker that
+// answered and then went away gets the whole flush timeout.
+const unreachedGrace = 2 * time.Second
+
 // finishReserve is the part of the end-of-run time kept for recording the
 // end on the trackers, so that a slow drain cannot leave a run RUNNING.
 func finishReserve(left time.Duration) time.Duration { return min(left/5, 5*time.Second) }
@@ -422,6 +500,14 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	}()
 	for _, r := range s.sinks {
 		r.fwd.Finish()
+		// Looked at when the grace is over: a tracker that answers during
+		// it keeps its flush.
+		t := time.AfterFunc(unreachedGrace, func() {
+			if !r.reached() {
+				r.cancel()
+			}
+		})
+		defer t.Stop()
 	}
 	s.waitForwarders(abort)
 	close(flushed)
@@ -515,6 +601,11 @@ func (s *Session) Finish(end tracker.EndInfo) {
 		func() {
 			defer s.recoverGo("finish " + r.Sink.Name())
 			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" || !forwarded(r) {
+				return
+			}
+			if !r.reached() {
+				s.log.Warn("the tracker was never reached during the job; `bridge sync` records the end later: "+SyncCommand(s.spool.Path()),
+					"tracker", r.Sink.Name(), "run", r.run())
 				return
 			}
 			if ctx.Err() != nil {
@@ -629,25 +720,39 @@ func (s *Session) trackerRows() []summary.Row {
 		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: " + where})
 	}
 	for _, r := range s.sinks {
-		st, err, sent := r.fwd.Status()
-		run := r.run()
-		v := fmt.Sprintf("%s run %s: %d samples sent", st, run, sent)
-		if run == "" {
-			v = fmt.Sprintf("%s: never reached, no run created", st)
-		} else if r.Late != nil {
-			v += " (run created after the job started)"
-		}
-		if n := s.spool.PendingCount(r.Sink.Name(), run); n > 0 {
-			where := "in the spool; " + SyncCommand(s.spool.Path()) + " uploads them"
-			if s.spool.InMemory() {
-				where = "lost: no spool file"
-			}
-			v += fmt.Sprintf(", %d unsent (%s)", n, where)
-		}
-		if err != nil && st != tracker.StateOK {
-			v += ": " + err.Error()
-		}
-		rows = append(rows, summary.Row{What: r.Sink.Name(), Value: v})
+		rows = append(rows, summary.Row{What: r.Sink.Name(), Value: s.trackerRow(r)})
 	}
 	return rows
+}
+
+// trackerRow says what happened with one tracker, from what happened: its
+// run, whether it ever answered, what it was sent and what it was not.
+func (s *Session) trackerRow(r SinkRun) string {
+	st, err, sent := r.fwd.Status()
+	run := r.run()
+	var v string
+	switch reached := r.reached(); {
+	case run == "" && !reached:
+		v = "never reached: no run"
+	case run == "":
+		v = "reached, but no run was found or created before bridge exited"
+	case !reached:
+		v = fmt.Sprintf("run %s: never reached, %d samples sent", run, sent)
+	default:
+		v = fmt.Sprintf("%s run %s: %d samples sent", st, run, sent)
+		if r.Late != nil {
+			v += " (run created after the job started)"
+		}
+	}
+	if n := s.spool.PendingCount(r.Sink.Name(), run); n > 0 {
+		where := "in the spool; " + SyncCommand(s.spool.Path()) + " uploads them"
+		if s.spool.InMemory() {
+			where = "lost: no spool file"
+		}
+		v += fmt.Sprintf(", %d unsent (%s)", n, where)
+	}
+	if err != nil && st != tracker.StateOK {
+		v += ": " + err.Error()
+	}
+	return v
 }

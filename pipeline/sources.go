@@ -20,6 +20,7 @@ import (
 	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/metrics/process"
 	"github.com/bridge-dev/bridge/metrics/scrape"
+	"github.com/bridge-dev/bridge/summary"
 )
 
 // Sources are the collectors a job runs (built from the registrations in
@@ -39,6 +40,7 @@ type Sources struct {
 	scrape   *scrape.Collector // nil without --scrape
 	childPID atomic.Int64      // the process collector's root
 	adopter  atomic.Int64      // bridge's pid while it supervises the child: orphans it adopts count too
+	series   []*metrics.Desc   // what the built collectors may add, in the scopes that are on
 }
 
 // BuildSources creates the collectors the configuration asks for, in the
@@ -78,8 +80,36 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 			c = scopeFilter{Collector: c, keep: cfg.HasScope}
 		}
 		s.Collectors = append(s.Collectors, c)
+		for _, d := range reg.Series {
+			if len(reg.Scopes) == 0 || cfg.HasScope(string(d.Scope)) {
+				s.series = append(s.series, d)
+			}
+		}
 	}
 	return s, nil
+}
+
+// Summary is what the end-of-run table must know of the collectors: the
+// series they produce, so that a peak no sample had reads "not sampled"
+// (pressure only where the kernel keeps it per cgroup: v2), and the file of
+// the kernel's memory high-water mark. It reads no file.
+func (s *Sources) Summary() summary.Options {
+	o := summary.Options{}
+	v2 := s.CgroupVersion() == string(cgroup.ModeV2)
+	for _, d := range s.series {
+		if d.Scope == metrics.ScopeContainer && strings.HasPrefix(d.Name, "container_pressure_") && !v2 {
+			continue
+		}
+		o.Expected = append(o.Expected, d)
+	}
+	switch s.CgroupVersion() {
+	case "":
+	case string(cgroup.ModeV2):
+		o.PeakFile = "memory.peak"
+	default: // v1, and hybrid hosts, whose memory controller is v1
+		o.PeakFile = "memory.max_usage_in_bytes"
+	}
+	return o
 }
 
 // ScrapeFailures are the failed --scrape reads per URL (nil without --scrape).

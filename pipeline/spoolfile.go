@@ -49,16 +49,47 @@ func safeName(s string) string {
 	}, s)
 }
 
-// OpenSpool opens the job's spool at path. When it cannot (a read-only
-// working directory, a spool another live bridge writes, any other
-// failure), the job still gets its samples: they go to the trackers from
-// memory (spool.NewMemory), and one ERROR says why and where to point
-// --spool. Never nil.
-func OpenSpool(path string, set Settings, log *slog.Logger) *spool.Spool {
-	opt := SpoolOptions(set, log)
+// SpoolUse is what a spool is opened for. It decides the spool's options
+// (spoolOptions): this is the one place they are made, and OpenSpool the one
+// place a spool file is opened.
+type SpoolUse int
+
+const (
+	// ForJob is the spool a job writes (`bridge -- CMD`, `bridge attach`):
+	// created if missing, capped by --spool-max-size (delivered samples go
+	// first), fsynced by --spool-sync; a file that cannot be opened leaves
+	// the samples in memory for the trackers.
+	ForJob SpoolUse = iota
+	// ForSync is the spool `bridge sync` uploads: it must exist, and it is
+	// never capped, whatever --spool-max-size says: sync adds only
+	// acknowledgements and its own records, and a cap would compact away
+	// samples it has yet to send.
+	ForSync
+)
+
+// spoolOptions are the spool's options for use.
+func spoolOptions(use SpoolUse, set Settings, log *slog.Logger) spool.Options {
+	o := spool.Options{Logger: log, SyncEvery: set.SpoolSync}
+	switch use {
+	case ForJob:
+		o.MaxSize = set.SpoolMaxSize // 0: no cap, for the spool as for --spool-max-size
+	case ForSync:
+		o.MaxSize, o.MustExist = 0, true
+	}
+	return o
+}
+
+// OpenSpool opens the spool at path for use. A job's spool (ForJob) never
+// fails: when the file cannot be opened (a read-only working directory, a
+// spool another live bridge writes, any other failure), the job still gets
+// its samples: they go to the trackers from memory (spool.NewMemory), and
+// one ERROR says why and where to point --spool. For ForSync the error is
+// returned (spool.ErrLocked while a live bridge writes the file).
+func OpenSpool(path string, use SpoolUse, set Settings, log *slog.Logger) (*spool.Spool, error) {
+	opt := spoolOptions(use, set, log)
 	sp, err := spool.OpenWith(path, opt)
-	if err == nil {
-		return sp
+	if err == nil || use != ForJob {
+		return sp, err
 	}
 	abs, aerr := filepath.Abs(path)
 	if aerr != nil {
@@ -71,7 +102,7 @@ func OpenSpool(path string, set Settings, log *slog.Logger) *spool.Spool {
 		log.Error("cannot open the spool; the job runs, and its samples go to the trackers from memory only (lost if they cannot take them): point --spool (BRIDGE_SPOOL) at a writable file, e.g. on an emptyDir volume",
 			"path", abs, "err", err)
 	}
-	return spool.NewMemory(opt)
+	return spool.NewMemory(opt), nil
 }
 
 // SyncCommand is the command that uploads the spool at path later; the
@@ -93,11 +124,12 @@ func EndRecordedTag(sink string) string { return "bridge.end_recorded." + sink }
 
 // closeSpool closes the spool and removes it when it holds nothing a user
 // still needs: bridge chose its path (a path the user gave is always kept),
-// bridge created every run it wrote to, every started tracker took every
-// sample, and the file is whole (no lost, dropped or skipped records).
-// Anything else keeps it, for `bridge sync` and for a restarted bridge's
-// forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's run) keeps it
-// because a later bridge on that run continues its steps from the file.
+// every started tracker took every sample (a run ended by its owner took
+// what was taken before its end), and the file is whole (no lost, dropped
+// or skipped records). Anything else keeps it, for `bridge sync` and for a
+// restarted bridge's forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's
+// run, `bridge attach`'s) is no exception: a later bridge on it continues
+// the node's steps from the run itself (tracker.Resumer).
 //
 // Closing waits for the disk until ctx ends: one that stalled is left
 // behind, and the table's spool row says so (spoolRows).
@@ -112,8 +144,7 @@ func (s *Session) closeSpool(ctx context.Context) {
 		return
 	}
 	for _, r := range s.sinks {
-		c, ok := r.Sink.(interface{ Created() bool })
-		if st, _, _ := r.fwd.Status(); st != tracker.StateOK || !ok || !c.Created() {
+		if st, _, _ := r.fwd.Status(); st != tracker.StateOK && st != tracker.StateRunEnded {
 			keep()
 			return
 		}

@@ -73,7 +73,10 @@ func TestOpenSpoolFallsBackToMemory(t *testing.T) {
 		{held, "another bridge is writing this spool"},
 	} {
 		var logs bytes.Buffer
-		sp := OpenSpool(tc.path, Settings{}, slog.New(slog.NewTextHandler(&logs, nil)))
+		sp, err := OpenSpool(tc.path, ForJob, Settings{}, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatalf("%s: a job's spool never fails to open: %v", tc.path, err)
+		}
 		if !sp.InMemory() {
 			t.Errorf("%s: not a memory spool", tc.path)
 		}

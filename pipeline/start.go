@@ -22,9 +22,17 @@ type SinkRun struct {
 	// Late is set when the tracker was not reachable within the start
 	// timeout and no run is known yet: the forwarder starts the sink in the
 	// background (tracker.Forwarder.Start) and RunID stays empty here.
-	Late *tracker.StartInfo
-	fwd  *tracker.Forwarder
-	done chan struct{} // closed when fwd has returned
+	Late   *tracker.StartInfo
+	fwd    *tracker.Forwarder
+	done   chan struct{}      // closed when fwd has returned
+	cancel context.CancelFunc // ends this forwarder alone (see Session.Stop)
+}
+
+// reached reports whether the sink's tracker ever answered; a sink that
+// cannot tell counts as reached (it gets the whole flush timeout).
+func (r SinkRun) reached() bool {
+	rc, ok := r.Sink.(tracker.Reacher)
+	return !ok || rc.Reached()
 }
 
 // run is the run the sink writes to now: RunID, or the run a late start
@@ -121,6 +129,11 @@ collect:
 		}
 	}
 	var st Started
+	if ctx.Err() != nil {
+		// The caller called the start off (a signal): it says why, and the
+		// sinks' failures that follow from it are no news.
+		log = slog.New(slog.DiscardHandler)
+	}
 	for i, s := range sinks {
 		if !answered[i] {
 			log.Error("tracker did not answer within --start-timeout; the child starts without it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
@@ -138,7 +151,13 @@ collect:
 		switch {
 		case err == nil:
 		case errors.Is(err, tracker.ErrPermanent) || (id == "" && !pol.Background):
-			log.Error("tracker refused or unreachable at start; nothing is sent to it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
+			// Says which: the tracker's answer refused bridge, or no run was
+			// had in time (and there is no background start).
+			what := "tracker refused bridge at start"
+			if !errors.Is(err, tracker.ErrPermanent) {
+				what = "tracker gave no run within --start-timeout"
+			}
+			log.Error(what+"; nothing is sent to it, samples wait in the spool (within --spool-max-size) for `bridge sync`",
 				"tracker", s.Name(), "err", err)
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
 			continue

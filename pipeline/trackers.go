@@ -19,6 +19,13 @@ import (
 type Overrides struct {
 	RunIDs map[string]string // tracker name -> run to write to
 	Owned  map[string]bool   // tracker name -> bridge created that run in an earlier attempt
+	// Recorded is the start record (its tags) of the attempt whose samples
+	// `bridge sync` uploads: each tracker takes from it where the attempt's
+	// run is (tracker.Placer), over its variables here.
+	Recorded map[string]string
+	// Follow (`bridge attach`): the trackers that can follow their run's
+	// status stop writing into it once its owner ends it.
+	Follow bool
 }
 
 // SameRun writes every tracker into run id (attach's and sync's --run-id).
@@ -67,7 +74,10 @@ type Build struct {
 	Explicit bool   // named in --trackers (not just "auto"): must be configured
 	RunID    string // an override, or ""
 	Owned    bool   // bridge created RunID in an earlier attempt
-	Job      *Job   // a multi-node job (nil, or no key: a single-node one)
+	// Recorded is Overrides.Recorded: where the attempt's run was recorded.
+	Recorded map[string]string
+	Follow   bool // Overrides.Follow
+	Job      *Job // a multi-node job (nil, or no key: a single-node one)
 	Getenv   func(string) string
 	Home     string
 	Log      *slog.Logger
@@ -112,7 +122,7 @@ func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) (si
 			job = nil
 		}
 		s, err := t.Build(Build{Config: cfg, Explicit: explicit, RunID: ov.RunIDs[t.Name], Owned: ov.Owned[t.Name],
-			Job: job, Getenv: getenv, Home: home, Log: log})
+			Recorded: ov.Recorded, Follow: ov.Follow, Job: job, Getenv: getenv, Home: home, Log: log})
 		switch {
 		case err != nil:
 			log.Warn(t.Name+" is off for this job; the job runs, and its samples stay in the spool (the end-of-run table says how to upload them)",
@@ -149,8 +159,14 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 	if b.Config.RunName != "" {
 		mc.RunName = b.Config.RunName
 	}
-	if b.RunID != "" {
-		mc.RunID, mc.OwnsRun = b.RunID, b.Owned
+	recordedExperiment(&mc, b)
+	switch j := b.Job; {
+	case j != nil && b.RunID != "":
+		// The job's run, known (the spool recorded it): joined as the job's,
+		// without an election unless it is gone.
+		mc.RunID, mc.JobRun = "", b.RunID
+	case b.RunID != "":
+		mc.RunID, mc.OwnsRun, mc.Follow = b.RunID, b.Owned, b.Follow
 	}
 	// A given MLFLOW_RUN_ID keeps its meaning: that run, no election.
 	if j := b.Job; j != nil && mc.RunID == "" {
@@ -158,6 +174,26 @@ func buildMLflow(b Build) (tracker.Sink, error) {
 			Nodes: j.Nodes, Settle: j.Settle, Task: j.Task, Rank: j.Rank}
 	}
 	return mlflow.New(mc, b.Log.With("tracker", "mlflow"))
+}
+
+// recordedExperiment puts the experiment the spool recorded for the
+// attempt (its run's, or the one it was to be created in) into mc, over
+// MLFLOW_EXPERIMENT_ID and MLFLOW_EXPERIMENT_NAME where `bridge sync` runs:
+// the job's run is there. Its id wins over its name (an experiment may be
+// renamed); a variable that names another experiment is warned about.
+func recordedExperiment(mc *mlflow.Config, b Build) {
+	id, name := b.Recorded[mlflow.TagExperimentID], b.Recorded[mlflow.TagExperimentName]
+	if id == "" && name == "" {
+		return
+	}
+	if (mc.ExperimentID != "" && mc.ExperimentID != id) || (mc.ExperimentName != "" && mc.ExperimentName != name) {
+		b.Log.Warn("MLFLOW_EXPERIMENT_ID or MLFLOW_EXPERIMENT_NAME differs from the experiment the spool recorded for this run; the spool's is used",
+			"experiment_id", mc.ExperimentID, "experiment_name", mc.ExperimentName, "recorded_id", id, "recorded_name", name)
+	}
+	mc.ExperimentID, mc.ExperimentName = id, name
+	if id != "" {
+		mc.ExperimentName = ""
+	}
 }
 
 // buildWandb: W&B turned off by WANDB_MODE, or without an API key under

@@ -43,7 +43,7 @@ func TestBuildSinksFromEnvironment(t *testing.T) {
 		{"auto, nothing configured", []string{"auto"}, nil, "", "", nil},
 		{"auto, mlflow over HTTP", []string{"auto"}, map[string]string{"MLFLOW_TRACKING_URI": "http://127.0.0.1:1"}, "mlflow", "", nil},
 		{"auto, mlflow on a file store", []string{"auto"}, map[string]string{"MLFLOW_TRACKING_URI": "file:///tmp/mlruns"}, "", "mlflow",
-			[]string{"MLFLOW_TRACKING_URI", "mlflow server --backend-store-uri file:///tmp/mlruns"}},
+			[]string{"MLFLOW_TRACKING_URI", "mlflow server --backend-store-uri"}},
 		{"auto, http without a host", []string{"auto"}, map[string]string{"MLFLOW_TRACKING_URI": "http://u:hunter22@"}, "", "mlflow",
 			[]string{"MLFLOW_TRACKING_URI", "with a host"}},
 		{"auto, https without a host", []string{"auto"}, map[string]string{"MLFLOW_TRACKING_URI": "https:///x"}, "", "mlflow", []string{"MLFLOW_TRACKING_URI"}},

@@ -1,262 +1,379 @@
-// Package redact hides secrets wherever bridge records or prints text it was
-// given: the child's command line (run tags, run name, the spool), and every
-// URL it prints (tracker addresses, their errors). One rule, documented in
-// docs/reliability.md:
+// Package redact decides what bridge may show of the text it was given: the
+// child's command line (the bridge.command and mlflow.source.name tags, the
+// run name, the spool) and every URL it prints (tracker addresses, their
+// errors). The rule, stated in docs/reliability.md, is an allowlist: show
+// what is plainly safe, hide every other value.
 //
-//   - A secret-looking name is one whose last word is password, passwd,
-//     pass, pwd, pw, passphrase, secret, token, key, apikey, auth,
-//     authorization, credential(s), creds, cookie, signature, sig, sas, jwt,
-//     bearer or sessionid, or one of their plurals (not keys or tokens
-//     alone), or that ends in password(s), secret(s), token, apikey(s),
-//     sessionid(s), secretkeys, privatekeys or accesskeys (--hftoken).
-//     Words are split at '-', '_', '.' and at camelCase humps (apiKey,
-//     AccountKey, X-Amz-Signature). --max-tokens, --tokenizer, --key-file,
-//     --keys, monkey are not secret-looking.
-//   - A secret-looking name followed by its value hides the value, in every
-//     carrier people pass:
-//     --NAME=VALUE, -NAME=VALUE and NAME=VALUE (Hydra overrides, env
-//     assignments) as an argument: the rest of the argument;
-//     --NAME VALUE: the next argument, whatever it looks like, or the next
-//     word inside one argument (a `sh -c` command line);
-//     NAME=VALUE inside an argument, after a separator (query strings
-//     ?sig=, &X-Amz-Signature=, Azure connection strings ;AccountKey=,
-//     cookies, --env=HF_TOKEN=...): up to the next separator;
-//     NAME: VALUE, "NAME": VALUE, 'NAME': VALUE (HTTP headers such as
-//     `Authorization: Bearer ...` and `X-Api-Key: ...`, JSON, YAML): a
-//     quoted string, a whole {...} or [...], else the rest of the line (in
-//     a {...} or [...], up to the next ',', '}' or ']'). An argument that
-//     ends with the name (`Authorization:`) or with an auth scheme alone
-//     (`Authorization: Bearer`) hides the next argument;
-//     TOML and INI NAME = VALUE; a YAML value on the lines below its key,
-//     block scalars (password: |) included;
-//     argv lists as JSON, Python or YAML (["--api-key", "S"]);
-//     env lists (Kubernetes, ECS): the sibling value of name: HF_TOKEN.
-//   - Single-letter flags (-p) are not secret-looking: their meaning differs
-//     from tool to tool.
-//   - USER:PASSWORD after -u, -U, --user or --proxy-user (curl, wget),
-//     as the next argument or word or after '=': the text after the first
-//     ':' (docker's -u UID:GID loses its GID).
-//   - A URL's user information: its password (user:***@host), or the whole
-//     of it when the password is absent, empty or x-oauth-basic
-//     (https://***@host: a token given as the user name). URI applies the rule to one URL; every URL bridge
-//     prints goes through it.
-//   - The value of every secret-looking environment variable (at least 4
-//     characters long) is hidden wherever it appears.
-//
-// Hidden text becomes Mask.
+//   - Shown: the program (argv[0]); option names (--lr, -m); the names of
+//     NAME=VALUE arguments (Hydra overrides, env assignments); values that
+//     are plain (plainValue: numbers, paths, lists and plain words such as
+//     bf16, true, meta-llama/Llama-3-8B, localhost:29500).
+//   - Every other value becomes Mask: text with spaces or quotes, JSON,
+//     YAML, INI, random-looking tokens, user:password. A single-dash
+//     option whose letters after the first are not plain (-pPASSWORD)
+//     shows its first letter only.
+//   - A value under a secret-looking name (secretName: --api-key2 VALUE,
+//     --token=VALUE, db.password=VALUE) becomes Mask whatever it looks
+//     like; after --token, the next argument is its value even when it
+//     starts with a dash.
+//   - Code given to an interpreter (python -c, bash -lc, perl -e, node -e)
+//     is recorded as its length: "<code: 52 bytes>".
+//   - A URL keeps its scheme, host and port and a plain path; its user
+//     information becomes Mask (its user name stays when a password
+//     follows it); each query or fragment parameter is shown as NAME=VALUE
+//     is.
+//   - An argument holding the value of a secret-looking environment
+//     variable (4 bytes or more) becomes Mask.
 package redact
 
 import (
+	"fmt"
 	"net/url"
-	"sort"
+	"path/filepath"
 	"strings"
 )
 
-// Mask replaces a secret.
+// Mask replaces a hidden value.
 const Mask = "***"
 
-var lastWords = map[string]bool{
-	"password": true, "passwd": true, "pass": true, "pwd": true, "pw": true, "passphrase": true,
-	"secret": true, "token": true, "key": true, "apikey": true, "auth": true, "authorization": true,
-	"credential": true, "credentials": true, "creds": true, "cookie": true, "signature": true,
-	"sig": true, "sas": true, "jwt": true, "bearer": true, "sessionid": true,
-	// Plurals, except keys and tokens alone (--keys a,b, --tokens 5).
-	"passwords": true, "passwds": true, "passphrases": true, "secrets": true, "apikeys": true,
-	"cookies": true, "signatures": true, "sessionids": true,
+// codeFormat records inline code by its length.
+const codeFormat = "<code: %d bytes>"
+
+// Hidden reports whether an argument Argv returned is hidden whole (Mask or
+// inline code).
+func Hidden(shown string) bool {
+	return shown == Mask || strings.HasPrefix(shown, "<code: ") && strings.HasSuffix(shown, " bytes>")
 }
 
-var suffixes = []string{"password", "secret", "token", "apikey", "sessionid",
-	"passwords", "secrets", "apikeys", "sessionids", "secretkeys", "privatekeys", "accesskeys"}
+// Redactor applies the rule; it also hides the values of the environment's
+// secret-looking variables. The zero value knows no environment.
+type Redactor struct {
+	values []string // secret values from the environment
+}
 
-// SecretName reports whether a flag, variable, parameter, header or key
-// name looks like it holds a secret.
-func SecretName(name string) bool {
-	words := splitWords(strings.TrimLeft(name, "-+~"))
-	if len(words) == 0 {
-		return false
+// New returns a Redactor that also hides the values of env's secret-looking
+// variables of 4 bytes or more (env as os.Environ gives it).
+func New(env []string) *Redactor {
+	r := &Redactor{}
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && len(v) >= 4 && secretName(k) {
+			r.values = append(r.values, v)
+		}
 	}
-	if lastWords[words[len(words)-1]] {
-		return true
-	}
-	joined := strings.Join(words, "")
-	for _, s := range suffixes {
-		if strings.HasSuffix(joined, s) {
+	return r
+}
+
+// known reports whether s holds a secret of the environment.
+func (r *Redactor) known(s string) bool {
+	for _, v := range r.values {
+		if strings.Contains(s, v) {
 			return true
 		}
 	}
 	return false
 }
 
-// splitWords splits a name at '-', '_', '.' and camelCase humps
-// (apiKey -> api key, HFToken -> hf token), lowercased.
-func splitWords(n string) []string {
-	var words []string
-	start := 0
-	upper := func(i int) bool { return i < len(n) && n[i] >= 'A' && n[i] <= 'Z' }
-	lower := func(i int) bool { return i < len(n) && n[i] >= 'a' && n[i] <= 'z' }
-	digit := func(i int) bool { return i < len(n) && n[i] >= '0' && n[i] <= '9' }
-	for i := 0; i <= len(n); i++ {
-		switch {
-		case i == len(n) || n[i] == '-' || n[i] == '_' || n[i] == '.':
-			if i > start {
-				words = append(words, strings.ToLower(n[start:i]))
-			}
-			start = i + 1
-		// A hump: aB (apiKey), 1B (sha256Sig), or the last capital of
-		// an acronym before a word (HFToken).
-		case i > start && upper(i) && (lower(i-1) || digit(i-1) || upper(i-1) && lower(i+1)):
-			words = append(words, strings.ToLower(n[start:i]))
-			start = i
-		}
-	}
-	return words
-}
+// pending is what an argument makes of the next one.
+type pending int
 
-// Redactor replaces secrets; the zero value knows no environment secrets.
-type Redactor struct {
-	values []string // secret values from the environment, longest first
-}
+const (
+	none   pending = iota
+	secret         // --token VALUE
+	code           // python -c CODE
+)
 
-// New returns a Redactor that also hides the values of env's secret-looking
-// variables (env as os.Environ gives it).
-func New(env []string) *Redactor {
-	r := &Redactor{}
-	for _, kv := range env {
-		k, v, ok := strings.Cut(kv, "=")
-		if ok && len(v) >= 4 && SecretName(k) {
-			r.values = append(r.values, v)
-		}
-	}
-	// Longest first, so that a secret containing another is hidden whole.
-	sort.Slice(r.values, func(i, j int) bool { return len(r.values[i]) > len(r.values[j]) })
-	return r
-}
-
-// Argv returns a copy of argv with secret values replaced.
+// Argv returns argv as bridge may record it: one shown argument for each.
 func (r *Redactor) Argv(argv []string) []string {
 	out := make([]string, len(argv))
-	next := followNone
+	next, interp := none, ""
 	for i, a := range argv {
-		switch next {
-		case followWhole:
-			// --authorization Bearer TOKEN: a scheme alone leaves the
-			// credentials to the argument after it.
-			out[i], next = Mask, followNone
-			if schemes[strings.ToLower(strings.TrimSpace(a))] {
-				next = followWhole
-			}
-			continue
-		case followPassword:
-			out[i], next = r.arg(a)
-			if user, _, ok := strings.Cut(out[i], ":"); ok {
-				out[i] = user + ":" + Mask
-			}
-			continue
+		switch {
+		case next == code:
+			out[i], next = fmt.Sprintf(codeFormat, len(a)), none
+		case next == secret:
+			out[i], next = Mask, none
+		case i == 0:
+			out[i], interp = a, interpreter(a) // the program
+		case flag(a):
+			out[i], next = r.option(a, interp)
+		default:
+			out[i], next = r.value(a), none
+			interp = interpreter(a)
 		}
-		out[i], next = r.arg(a)
+		if r.known(out[i]) {
+			out[i] = Mask
+		}
 	}
 	return out
 }
 
-// String hides secrets in s (a run name, a message) by the same rule as in
-// one argument.
-func (r *Redactor) String(s string) string {
-	out, _ := r.arg(s)
-	return out
+// flag reports whether a is an option (-x, --name, --name=value), not a
+// negative number or a lone "-".
+func flag(a string) bool { return len(a) > 1 && a[0] == '-' && !number(a) }
+
+func isLetter(c byte) bool { return isLower(c) || isUpper(c) }
+
+// option shows an option: its name, and its value after '=' by the rule. A
+// single-dash option whose name is not a plain word may hold a glued value
+// (-pPASSWORD): only its letter is shown.
+func (r *Redactor) option(a, interp string) (string, pending) {
+	name, val, hasVal := strings.Cut(a, "=")
+	bare := strings.TrimLeft(name, "-")
+	switch {
+	case a == "--":
+		return a, none // the end of options
+	case bare == "" || len(bare) > 64 || !nameChars(bare):
+		return Mask, none
+	case name[1] != '-' && len(bare) > 1 && !plainValue(bare[1:]):
+		return name[:2] + Mask, none
+	case hasVal && secretName(name):
+		return name + "=" + Mask, none
+	case hasVal:
+		return name + "=" + r.value(val), none
+	case secretName(name):
+		return a, secret
+	case codeFlag(interp, a):
+		return a, code
+	}
+	return a, none
 }
 
-// Text hides secrets in s by the rule, without environment values: for
-// messages of libraries (an HTTP client's log lines) that may carry URLs.
-func Text(s string) string { return (&Redactor{}).String(s) }
+// value shows one value: NAME=VALUE by the rule for each side, a URL by
+// URI's rule, any other value when it is plain; else Mask.
+func (r *Redactor) value(v string) string {
+	if k, rest, ok := strings.Cut(v, "="); ok && plainName(k) {
+		if secretName(k) {
+			return k + "=" + Mask
+		}
+		return k + "=" + r.value(rest)
+	}
+	if strings.Contains(v, "://") {
+		v = URI(v)
+	} else if !plainValue(v) && !(strings.HasPrefix(v, "~") && plainName(v)) { // ~key deletes a Hydra key
+		return Mask
+	}
+	if r.known(v) {
+		return Mask
+	}
+	return v
+}
 
-// arg redacts one argument and reports what of the next one is secret.
-func (r *Redactor) arg(s string) (string, follow) {
-	// Until nothing is left: a secret that begins or ends with the mask's
-	// own characters can reappear next to a mask. Each replacement shortens
-	// s (secrets are longer than the mask), so this ends.
-	for changed := true; changed; {
-		changed = false
-		for _, v := range r.values {
-			if strings.Contains(s, v) {
-				s, changed = strings.ReplaceAll(s, v, Mask), true
+// nameChars: the bytes of a flag's or an assignment's name.
+func nameChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isLetter(c) && !isDigit(c) && !strings.ContainsRune("-_.@/", rune(c)) {
+			return false
+		}
+	}
+	return true
+}
+
+// plainName reports whether k names a NAME=VALUE argument: an environment
+// variable, a Hydra key (+trainer.max_epochs, ~callbacks, hydra/launcher,
+// db@backup) or a query parameter; its parts joined by '/' and '@' are
+// plain words of a name.
+func plainName(k string) bool {
+	k = strings.TrimLeft(k, "+~")
+	if k == "" || !isLetter(k[0]) {
+		return false
+	}
+	for _, p := range strings.FieldsFunc(k, func(c rune) bool { return c == '/' || c == '@' }) {
+		if _, ok := plainWord(p, true); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// interpreters take code after these options; options of one letter may
+// be grouped before -c (bash -lc, python -uc).
+var interpreters = map[string][]string{
+	"python": {"-c"}, "pypy": {"-c"},
+	"sh": {"-c"}, "bash": {"-c"}, "zsh": {"-c"}, "dash": {"-c"}, "ksh": {"-c"}, "fish": {"-c", "--command"},
+	"perl": {"-e", "-E"}, "ruby": {"-e"}, "node": {"-e", "--eval", "-p", "--print"},
+	"julia": {"-e", "--eval"}, "Rscript": {"-e"}, "php": {"-r"},
+}
+
+// interpreter returns the interpreter a program path names ("python3.11"
+// is "python"), or "".
+func interpreter(prog string) string {
+	base := strings.TrimRight(filepath.Base(prog), "0123456789.")
+	if _, ok := interpreters[base]; ok {
+		return base
+	}
+	return ""
+}
+
+// codeFlag reports whether option a of interpreter interp takes code.
+func codeFlag(interp, a string) bool {
+	for _, f := range interpreters[interp] {
+		if a == f {
+			return true
+		}
+	}
+	grouped := interp != "" && interpreters[interp][0] == "-c"
+	return grouped && a[1] != '-' && strings.HasSuffix(a, "c") && strings.Trim(a[1:], "abcdefghijklmnopqrstuvwxyzBEIOS") == ""
+}
+
+// secretWords are the words of a secret-looking name (split at '-', '_',
+// '.', digits and camelCase humps); secretStems may also sit inside a word
+// (--secretkey, --hftoken, AccountKey).
+var secretWords = map[string]bool{
+	"token": true, "key": true, "pass": true, "pwd": true, "pw": true, "creds": true, "cred": true,
+	"auth": true, "authorization": true, "cookie": true, "cookies": true, "signature": true, "sig": true,
+	"sas": true, "jwt": true, "private": true, "otp": true,
+}
+
+var secretStems = []string{"password", "passwd", "passcode", "passphrase", "secret", "credential",
+	"apikey", "accesskey", "privatekey", "authtoken", "sessionid", "bearer"}
+
+// secretName reports whether a flag, variable, parameter or key name says
+// it holds a secret: one of its words is in secretWords, it holds one of
+// secretStems, or it ends in "token" (--hftoken). --max-tokens, --tokenizer,
+// --keys, --author, monkey are not secret-looking.
+func secretName(name string) bool {
+	joined := ""
+	for _, run := range strings.FieldsFunc(name, func(c rune) bool { return c > 0x7f || !isLetter(byte(c)) }) {
+		for _, w := range humps(run) {
+			w = strings.ToLower(w)
+			if secretWords[w] {
+				return true
 			}
+			joined += w
 		}
 	}
-	// URLs first, as URI does: a password is hidden by where it stands
-	// even when its text reads like a name and its value ("u:=0Pw=@h").
-	if strings.Contains(s, "://") {
-		s = urls(s)
-	}
-	return scan(s)
-}
-
-// urls hides the user information of every URL in s.
-func urls(s string) string {
-	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '"' || r == '\'' || r == ',' })
-	for _, f := range fields {
-		i := strings.Index(f, "://")
-		if i < 0 {
-			continue
-		}
-		// A flag's value may carry a URL: --db=postgres://u:p@h.
-		start := 0
-		if j := strings.LastIndexAny(f[:i], "=:"); j >= 0 {
-			start = j + 1
-		}
-		if red := userinfo(f[start:]); red != f[start:] {
-			s = strings.Replace(s, f[start:], red, 1)
+	for _, s := range secretStems {
+		if strings.Contains(joined, s) {
+			return true
 		}
 	}
-	return s
-}
-
-// URI hides the secrets of one URL: its user information and the values of
-// its secret-looking query and fragment parameters (?token=, &sig=,
-// X-Amz-Signature=, #access_token=). Every URL bridge prints goes through
-// it.
-func URI(s string) string {
-	out, _ := scan(userinfo(s))
-	return out
+	return strings.HasSuffix(joined, "token")
 }
 
 // placeholders are passwords that say the user name is the token
 // (https://TOKEN:x-oauth-basic@github.com).
 var placeholders = map[string]bool{"": true, "x-oauth-basic": true}
 
-// userinfo hides a URL's password, or its whole user information when that
-// has no password (https://TOKEN@host), an empty one (https://TOKEN:@host)
-// or a placeholder (https://TOKEN:x-oauth-basic@host).
-func userinfo(s string) string {
-	i := strings.Index(s, "://")
-	if i < 0 {
-		return s
+// URI shows one URL by the rule: its scheme, host name and port; its user
+// information as Mask (user:***@ when a password follows a plain user
+// name); its path when plain, else Mask; each query and fragment
+// parameter as NAME=VALUE is shown. Text that is not a URL is shown when
+// plain. Every URL bridge prints goes through it.
+func URI(s string) string {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok || !schemeName(scheme) {
+		if plainValue(s) {
+			return s
+		}
+		return Mask
 	}
-	rest := s[i+3:]
-	// As url.Parse: the authority ends at the first '/', '?' or '#', the
-	// user information at its last '@'.
+	var b strings.Builder
+	b.WriteString(scheme + "://")
+	if at := userinfoEnd(s, rest); at >= 0 {
+		user, pw, hasPw := strings.Cut(rest[:at], ":")
+		if hasPw && !placeholders[strings.ToLower(pw)] && plainValue(user) {
+			b.WriteString(user + ":")
+		}
+		b.WriteString(Mask + "@")
+		rest = rest[at+1:]
+	}
+	hostPath, query := rest, ""
+	if k := strings.IndexAny(rest, "?#"); k >= 0 {
+		hostPath, query = rest[:k], rest[k:]
+	}
+	host, path, hasPath := strings.Cut(hostPath, "/")
+	b.WriteString(shown(host, hostname(host)))
+	if hasPath {
+		b.WriteString("/" + shown(path, plainValue(path)))
+	}
+	for query != "" {
+		// query: "?a=1&b=2#c=3": its separator, then up to the next one
+		end := len(query)
+		if k := strings.IndexAny(query[1:], "&;#"); k >= 0 {
+			end = k + 1
+		}
+		b.WriteString(query[:1] + param(query[1:end]))
+		query = query[end:]
+	}
+	return b.String()
+}
+
+// schemeName reports whether s is a URL scheme as people write them: a
+// small letter, then small letters, digits, '+', '.' or '-', at most 32
+// (s3, mongodb+srv, mlflow-artifacts).
+func schemeName(s string) bool {
+	return s != "" && len(s) <= 32 && isLower(s[0]) && strings.Trim(s, "abcdefghijklmnopqrstuvwxyz0123456789+.-") == ""
+}
+
+// userinfoEnd returns the index in rest (a URL after "://") of the '@'
+// ending its user information, or -1: the last '@' of the authority (up to
+// the first '/', '?' or '#'), or, in a URL that does not parse (a password
+// holding '/'), the last '@' before the query.
+func userinfoEnd(s, rest string) int {
 	auth := rest
 	if k := strings.IndexAny(rest, "/?#"); k >= 0 {
 		auth = rest[:k]
 	}
-	at := strings.LastIndex(auth, "@")
-	if at < 0 {
-		if _, err := url.Parse(s); err == nil {
-			return s
-		}
-		// Unparsable, as with a password holding a '/': up to the last
-		// '@' before the query.
-		q := rest
-		if k := strings.IndexAny(rest, "?#"); k >= 0 {
-			q = rest[:k]
-		}
-		if at = strings.LastIndex(q, "@"); at < 0 {
-			return s
+	if at := strings.LastIndex(auth, "@"); at >= 0 {
+		return at
+	}
+	if _, err := url.Parse(s); err == nil {
+		return -1
+	}
+	if k := strings.IndexAny(rest, "?#"); k >= 0 {
+		rest = rest[:k]
+	}
+	return strings.LastIndex(rest, "@")
+}
+
+// param shows one query or fragment parameter: NAME=VALUE by the rule, a
+// bare NAME when plain.
+func param(p string) string {
+	k, v, ok := strings.Cut(p, "=")
+	switch {
+	case !ok:
+		return shown(p, plainValue(p))
+	case !plainName(k):
+		return Mask
+	case secretName(k):
+		return k + "=" + Mask
+	}
+	return k + "=" + shown(v, plainValue(v))
+}
+
+func shown(s string, plain bool) string {
+	if plain || s == "" {
+		return s
+	}
+	return Mask
+}
+
+// hostname reports whether host is a host name, an IPv4 address or a
+// bracketed IPv6 address, with an optional port (mlflow:5000, [::1]:5000).
+func hostname(host string) bool {
+	name, port := host, ""
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		name, port = host[:i], host[i+1:]
+		if !digits(port) {
+			return false
 		}
 	}
-	if user, pw, ok := strings.Cut(rest[:at], ":"); ok && !placeholders[strings.ToLower(pw)] {
-		return s[:i+3] + user + ":" + Mask + rest[at:]
+	if strings.HasPrefix(name, "[") && strings.HasSuffix(name, "]") {
+		return len(name) > 2 && strings.Trim(name[1:len(name)-1], "0123456789abcdefABCDEF:.") == ""
 	}
-	return s[:i+3] + Mask + rest[at:]
+	return name != "" && strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == ""
+}
+
+// Text hides the secrets of every URL in s by URI's rule: for messages of
+// libraries (an HTTP client's log lines) that quote URLs.
+func Text(s string) string {
+	fields := strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(" \t\n\"'", r) })
+	for _, f := range fields {
+		if strings.Contains(f, "://") {
+			s = strings.Replace(s, f, URI(f), 1)
+		}
+	}
+	return s
 }
 
 // URLError hides the secrets of the URL in every *url.Error in err's chain,

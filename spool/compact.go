@@ -98,6 +98,9 @@ func (w *writer) compact() error {
 	}
 	w.f, w.size = tmp, newSize // the new file was fsynced (nothing is unsynced)
 	w.gen++
+	// The new offsets before the lock is let go (the close below): a
+	// reader that plans from the new file must not get the old ones.
+	w.ix.moved(newOff)
 	if err := w.unlocked("close", src.Close); err != nil {
 		w.log.Debug("closing the spool's file replaced by its rewrite", "err", err)
 	}
@@ -112,7 +115,6 @@ func (w *writer) compact() error {
 			}
 		}
 	}
-	w.ix.moved(newOff)
 	w.st.Compactions++
 	w.st.DroppedByCap += undelivered
 	// Said once per kind: a small cap rewrites at every sample, and the

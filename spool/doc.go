@@ -68,8 +68,8 @@
 // within Options.MemSamples and MemBytes; older ones are read back from
 // the file, at most 8 MiB a Pending. Bytes count what a sample holds in
 // memory (its points, and its names by its line), so that no sample shape
-// multiplies a window past its bound. The size cap
-// (Options.MaxSize) drops samples, delivered ones first. No record is
+// multiplies a window past its bound. The size cap (Options.MaxSize; the
+// zero value is no cap) drops samples, delivered ones first. No record is
 // written that a reader would skip: a sample keeps at most MaxPoints
 // points, names of at most MaxKey bytes, and fits MaxLine (passed-through
 // scrape series are left out first); the excess is counted and said once.

@@ -21,7 +21,6 @@ import (
 // the sample counts first: 1024 of them hold 9 MiB, and 4096 waiting for
 // the file 46 MiB (their lines too).
 const (
-	DefaultMaxSize          = 1 << 30 // bytes
 	DefaultMemSamples       = 1024
 	DefaultMemBytes         = 16 << 20
 	DefaultMaxBuffered      = 4096
@@ -41,8 +40,9 @@ type Options struct {
 	// recoveries, the size cap, points left out). Default slog.Default().
 	Logger *slog.Logger
 	// MaxSize caps the file in bytes: when a write would pass it, the file is
-	// rewritten without samples (down to half the cap). 0 means
-	// DefaultMaxSize, a negative value no cap.
+	// rewritten without samples (down to half the cap), delivered ones
+	// first, then the oldest unsent. 0 or less means no cap: a caller that
+	// does not choose a cap never loses a sample to one.
 	MaxSize int64
 	// MaxLine bounds one record in bytes: longer lines are skipped when
 	// read, and a sample is cut to fit before it is written. 0 means
@@ -74,9 +74,6 @@ type Options struct {
 func (o *Options) defaults() {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
-	}
-	if o.MaxSize == 0 {
-		o.MaxSize = DefaultMaxSize
 	}
 	if o.MaxLine <= 0 {
 		o.MaxLine = DefaultMaxLine

@@ -38,12 +38,59 @@ func (s Stat) Mean() float64 {
 // the counter's lag (the kernel charges CPU time at ticks), not the job.
 const MinRateWindow = time.Second
 
+// NotSampled is what the table and the tags say of a figure whose series
+// the job's collectors produce but no sample had (the job ended before a
+// reading of it): never 0, which would read as a measurement.
+const NotSampled = "not sampled"
+
+// Sources of a figure.
+const (
+	// SourceSampled: the highest (or mean) of the values in the samples; a
+	// peak between two samples is not seen.
+	SourceSampled = "sampled"
+	// SourceKernelPeak: the kernel's high-water mark of the cgroup's memory
+	// usage (page cache included), which no sampling can miss.
+	SourceKernelPeak = "kernel high-water mark"
+)
+
+// Options say what the samples alone do not tell the accumulator.
+type Options struct {
+	// Expected are the series the job's collectors are on for: a row or tag
+	// of one that no sample had says NotSampled. Without it a figure that
+	// was not sampled is left out.
+	Expected []*metrics.Desc
+	// PeakFile names the kernel file that ContainerMemoryPeak is read from
+	// (memory.max_usage_in_bytes on cgroup v1, memory.peak on v2), for the
+	// figures' sources.
+	PeakFile string
+}
+
+// Figure is one peak of the table and its tag: the value, whether it was
+// measured, and where it comes from.
+type Figure struct {
+	Value float64
+	Known bool // measured
+	// Expected: a series of the job's collectors; !Known then reads
+	// NotSampled rather than being left out.
+	Expected bool
+	// Source is SourceSampled or SourceKernelPeak, with the file and what
+	// the value counts, e.g. "kernel high-water mark memory.peak at the
+	// OOM kill".
+	Source string
+	// SharePercent is Value against the memory limit; ShareKnown is false
+	// without a limit.
+	SharePercent float64
+	ShareKnown   bool
+}
+
 // Accumulator keeps a Stat per series. Not safe for concurrent use.
 type Accumulator struct {
-	stats   map[string]*stat // by name
-	samples int
-	first   time.Time
-	last    metrics.Sample
+	opt      Options
+	expected map[string]bool  // by name
+	stats    map[string]*stat // by name
+	samples  int
+	first    time.Time
+	last     metrics.Sample
 	// cpuPeak is the peak of container CPU over windows of at least
 	// MinRateWindow (cpuPeakOK: one was seen); cpuCoreSecs over cpuSecs
 	// is its mean over the same windows, so that the mean shown beside
@@ -62,8 +109,22 @@ type stat struct {
 	desc *metrics.Desc // nil for a point known by name only
 }
 
-// New returns an empty Accumulator.
-func New() *Accumulator { return &Accumulator{stats: map[string]*stat{}} }
+// New returns an empty Accumulator that knows nothing of the job's
+// collectors (NewWith).
+func New() *Accumulator { return NewWith(Options{}) }
+
+// NewWith returns an empty Accumulator for a job whose collectors and
+// cgroup o describes.
+func NewWith(o Options) *Accumulator {
+	a := &Accumulator{opt: o, stats: map[string]*stat{}, expected: map[string]bool{}}
+	for _, d := range o.Expected {
+		a.expected[d.Name] = true
+	}
+	return a
+}
+
+// Expects reports whether d is a series of the job's collectors (Options).
+func (a *Accumulator) Expects(d *metrics.Desc) bool { return a.expected[d.Name] }
 
 // Add takes one sample into account.
 func (a *Accumulator) Add(s metrics.Sample) {
@@ -120,22 +181,126 @@ func (a *Accumulator) Last() metrics.Sample { return a.last }
 // Recent returns up to the last 10 samples, oldest first.
 func (a *Accumulator) Recent() []metrics.Sample { return append([]metrics.Sample(nil), a.recent...) }
 
+// AtLimit is the share of the memory limit at which the kernel's
+// high-water mark counts as having reached it (page rounding, and a
+// limit read a moment apart).
+const AtLimit = 0.99
+
+// memLimit is the container's memory limit in the last sample that had one;
+// 0 without one.
+func (a *Accumulator) memLimit() float64 {
+	if lim, ok := a.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
+		return lim.Last
+	}
+	return 0
+}
+
+// oomKilled reports that the cgroup's OOM-kill counter rose during the
+// job, at this cgroup's own limit where the kernel says whose limit it was
+// (v2's oom counter rises only in the cgroup that reached its limit, and
+// its ancestors; an ancestor's limit can kill here with this cgroup below
+// its own).
+func (a *Accumulator) oomKilled() bool {
+	k, ok := a.Get(metrics.ContainerOOMKills)
+	if !ok || k.Last <= k.First {
+		return false
+	}
+	own, ok := a.Get(metrics.ContainerOOMEvents)
+	return !ok || own.Last > own.First
+}
+
+// peakFile is the kernel file the high-water mark was read from.
+func (a *Accumulator) peakFile() string {
+	if a.opt.PeakFile != "" {
+		return a.opt.PeakFile
+	}
+	return "memory.peak or memory.max_usage_in_bytes"
+}
+
+// PeakWorkingSet is the container's highest working set: the highest
+// sampled, except after an OOM kill in the cgroup with the kernel's usage
+// high-water mark at the limit. The kernel kills only when it cannot
+// reclaim the usage below the limit, so the working set reached the limit
+// then, however little the samples around it saw (a job that allocates
+// past its limit within one interval dies between two samples).
+func (a *Accumulator) PeakWorkingSet() Figure {
+	f := Figure{Expected: a.Expects(metrics.ContainerMemoryWorkingSet)}
+	ws, ok := a.Get(metrics.ContainerMemoryWorkingSet)
+	lim := a.memLimit()
+	if k, kok := a.Get(metrics.ContainerMemoryPeak); kok && lim > 0 && k.Peak >= AtLimit*lim && a.oomKilled() && (!ok || k.Peak > ws.Peak) {
+		v := min(k.Peak, lim)
+		return Figure{Value: v, Known: true, Expected: true, Source: SourceKernelPeak + " " + a.peakFile() + " at the OOM kill",
+			SharePercent: 100 * v / lim, ShareKnown: true}
+	}
+	if !ok {
+		return f
+	}
+	f.Value, f.Known, f.Source = ws.Peak, true, SourceSampled
+	if lim > 0 {
+		f.SharePercent, f.ShareKnown = 100*ws.Peak/lim, true
+		// The per-sample share was computed against the limit of its
+		// time: preferred when the limit was resized during the job.
+		if pct, ok := a.Get(metrics.ContainerMemoryWorkingSetPercent); ok {
+			f.SharePercent = pct.Peak
+		}
+	}
+	return f
+}
+
+// PeakUsage is the container's highest memory usage (page cache
+// included): the kernel's high-water mark where the kernel keeps one
+// (cgroup v1, v2 from Linux 5.19), else the highest sampled.
+func (a *Accumulator) PeakUsage() Figure {
+	f := Figure{Expected: a.Expects(metrics.ContainerMemoryUsage)}
+	if k, ok := a.Get(metrics.ContainerMemoryPeak); ok {
+		f.Value, f.Known, f.Source = k.Peak, true, SourceKernelPeak+" "+a.peakFile()
+	} else if u, ok := a.Get(metrics.ContainerMemoryUsage); ok {
+		f.Value, f.Known, f.Source = u.Peak, true, SourceSampled
+	} else {
+		return f
+	}
+	if lim := a.memLimit(); lim > 0 {
+		f.SharePercent, f.ShareKnown = 100*f.Value/lim, true
+	}
+	return f
+}
+
 // Row is one line of the table.
 type Row struct{ What, Value string }
 
+// memoryRow renders a memory figure with its limit and its source.
+func (a *Accumulator) memoryRow(f Figure, extra string) string {
+	if !f.Known {
+		return NotSampled
+	}
+	v := fmt.Sprintf("%.1f MB", f.Value)
+	if f.ShareKnown {
+		v += fmt.Sprintf(" of limit %.1f MB (%.1f%%)", a.memLimit(), f.SharePercent)
+	} else {
+		v += " (no memory limit)"
+	}
+	return v + ", " + f.Source + extra
+}
+
 // Rows renders the measured part of the table; callers append their own rows
-// (exit status, tracker state, forensics).
+// (exit status, tracker state, forensics). A peak or mean of a series the
+// job's collectors produce that no sample had reads NotSampled.
 func (a *Accumulator) Rows() []Row {
 	var rows []Row
 	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
-	if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok {
-		v := fmt.Sprintf("%.1f MB", ws.Peak)
-		if lim, ok := a.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
-			v += fmt.Sprintf(" of limit %.1f MB (%.1f%%)", lim.Last, 100*ws.Peak/lim.Last)
-		} else {
-			v += " (no memory limit)"
+	if f := a.PeakWorkingSet(); f.Known || f.Expected {
+		extra := ""
+		if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok && f.Source != SourceSampled {
+			extra = fmt.Sprintf(" (highest sampled %.1f MB)", ws.Peak)
 		}
-		rows = append(rows, Row{"peak working set", v})
+		rows = append(rows, Row{"peak working set", a.memoryRow(f, extra)})
+	}
+	if f := a.PeakUsage(); f.Known || f.Expected {
+		extra := ""
+		if f.Source != SourceSampled {
+			extra = " (usage: page cache included)"
+		}
+		rows = append(rows, Row{"peak usage", a.memoryRow(f, extra)})
 	}
 	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
 		// A job too short, or sampled too fast, for a steady window: every
@@ -154,6 +319,10 @@ func (a *Accumulator) Rows() []Row {
 			v += " (no CPU limit)"
 		}
 		rows = append(rows, Row{"peak container CPU", v})
+	} else if a.Expects(metrics.ContainerCPUUsage) {
+		// A rate needs two readings: a job that ended before the second
+		// has none.
+		rows = append(rows, Row{"peak container CPU", NotSampled})
 	}
 	if th, ok := a.Get(metrics.ContainerCPUThrottledPeriods); ok {
 		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
@@ -161,6 +330,8 @@ func (a *Accumulator) Rows() []Row {
 			v += fmt.Sprintf(", %.2f s throttled", ts.Last-ts.First)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
+	} else if a.ThrottleExpected() {
+		rows = append(rows, Row{"CPU throttled", NotSampled})
 	}
 	if k, ok := a.Get(metrics.ContainerOOMKills); ok {
 		v := fmt.Sprintf("%.0f during the job", k.Last-k.First)
@@ -171,9 +342,13 @@ func (a *Accumulator) Rows() []Row {
 	}
 	if rss, ok := a.Get(metrics.ProcessMemoryRSS); ok {
 		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB", rss.Peak)})
+	} else if a.Expects(metrics.ProcessMemoryRSS) {
+		rows = append(rows, Row{"peak process-tree RSS", NotSampled})
 	}
 	if psi, ok := a.Get(metrics.ContainerPressureMemorySome); ok {
 		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
+	} else if a.Expects(metrics.ContainerPressureMemorySome) {
+		rows = append(rows, Row{"peak memory pressure", NotSampled})
 	}
 	var gpus []string
 	for _, st := range a.stats {
@@ -194,6 +369,15 @@ func (a *Accumulator) Rows() []Row {
 	return rows
 }
 
+// ThrottleExpected reports that the throttled share is a series of the
+// job's collectors and that it means something here: CFS periods ran (the
+// cgroup's own quota is in effect). Without them nothing throttles: the
+// share does not exist, rather than not being sampled.
+func (a *Accumulator) ThrottleExpected() bool {
+	p, ok := a.Get(metrics.ContainerCPUPeriodsTotal)
+	return a.Expects(metrics.ContainerCPUThrottledPeriods) && ok && p.Last > 0
+}
+
 // Energy is what the job's hardware used while bridge sampled it.
 type Energy struct {
 	GPUJoules float64 // the sum over GPUs of the energy each used since bridge started
@@ -207,9 +391,6 @@ const (
 	TagEnergyGPUs    = "bridge.energy_gpus_joules"
 	TagEnergyNodeCPU = "bridge.energy_node_cpu_joules"
 )
-
-// NotSampled is the value of a figure bridge never sampled.
-const NotSampled = "not sampled"
 
 // Energy adds up the job's energy from the last value of each energy
 // series: every whole-GPU series in joules (each a GPU's energy since bridge

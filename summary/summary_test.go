@@ -2,6 +2,7 @@ package summary
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +179,128 @@ func TestEnergy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// rowOf is the value of the table's row named what; "" when absent.
+func rowOf(rows []Row, what string) string {
+	for _, r := range rows {
+		if r.What == what {
+			return r.Value
+		}
+	}
+	return ""
+}
+
+// A job that allocates past its limit within one interval dies between two
+// samples: they saw a few MB, the kernel's high-water mark saw the limit,
+// and the OOM-kill counter rose. The peak working set is the limit, from
+// the kernel's mark at the OOM kill, and says so; the sampled peak is kept
+// beside it. Without the OOM kill the same mark (page cache fills a cgroup
+// to its limit) is usage only: the working set stays the sampled one.
+func TestPeakWorkingSetAtOOMKillBetweenSamples(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		kills    [2]float64
+		wantWS   float64
+		wantFrom string
+	}{
+		{"oom kill", [2]float64{0, 1}, 150, "kernel high-water mark memory.max_usage_in_bytes at the OOM kill"},
+		{"page cache only", [2]float64{0, 0}, 4.7, SourceSampled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", Expected: metrics.ContainerSeries})
+			for i, ws := range []float64{4.7, 1.2} {
+				a.Add(metrics.Sample{Seq: int64(i), Time: time.Unix(1000+int64(i), 0), Points: []metrics.Point{
+					metrics.At(metrics.ContainerMemoryWorkingSet, ws), metrics.At(metrics.ContainerMemoryLimit, 150),
+					metrics.At(metrics.ContainerMemoryWorkingSetPercent, ws/150*100),
+					metrics.At(metrics.ContainerMemoryUsage, ws+1), metrics.At(metrics.ContainerMemoryPeak, 149.9+float64(i)*0.1),
+					metrics.At(metrics.ContainerOOMKills, tc.kills[i]),
+				}})
+			}
+			f := a.PeakWorkingSet()
+			if !f.Known || f.Value != tc.wantWS || f.Source != tc.wantFrom || !f.ShareKnown {
+				t.Errorf("peak working set %+v, want %.1f MB from %q", f, tc.wantWS, tc.wantFrom)
+			}
+			u := a.PeakUsage()
+			if !u.Known || u.Value != 150 || u.Source != "kernel high-water mark memory.max_usage_in_bytes" || u.SharePercent != 100 {
+				t.Errorf("peak usage %+v, want the kernel's mark, 150 MB, 100%% of the limit", u)
+			}
+			rows := a.Rows()
+			ws := rowOf(rows, "peak working set")
+			if !strings.Contains(ws, fmt.Sprintf("%.1f MB of limit 150.0 MB", tc.wantWS)) || !strings.Contains(ws, tc.wantFrom) {
+				t.Errorf("peak working set row %q: want %.1f MB and its source %q", ws, tc.wantWS, tc.wantFrom)
+			}
+			if tc.wantFrom != SourceSampled && !strings.Contains(ws, "highest sampled 4.7 MB") {
+				t.Errorf("peak working set row %q does not keep the sampled peak beside the kernel's", ws)
+			}
+			if us := rowOf(rows, "peak usage"); !strings.Contains(us, "150.0 MB of limit 150.0 MB (100.0%), kernel high-water mark memory.max_usage_in_bytes (usage: page cache included)") {
+				t.Errorf("peak usage row %q", us)
+			}
+		})
+	}
+}
+
+// Without a kernel high-water mark (cgroup v2 before Linux 5.19) the peak
+// usage is the sampled one, and says so.
+func TestPeakUsageSampledWithoutKernelMark(t *testing.T) {
+	a := NewWith(Options{PeakFile: "memory.peak"})
+	for _, u := range []float64{10, 30, 20} {
+		a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryUsage, u)}})
+	}
+	if f := a.PeakUsage(); !f.Known || f.Value != 30 || f.Source != SourceSampled || f.ShareKnown {
+		t.Errorf("peak usage %+v, want 30 MB sampled, no share without a limit", f)
+	}
+}
+
+// Every peak and mean of a series the job's collectors produce reads "not
+// sampled" when no sample had it (a job that died before the second
+// reading has no rates; one whose tree never had memory of its own, no
+// RSS); a series of no collector of the job has no row at all.
+func TestRowsNotSampled(t *testing.T) {
+	expected := append(append([]*metrics.Desc{}, metrics.ContainerSeries...), metrics.ProcessSeries...)
+	a := NewWith(Options{Expected: expected})
+	// One reading: the counters and the gauges of a quota'd cgroup, no rate.
+	a.Add(metrics.Sample{Points: []metrics.Point{
+		metrics.At(metrics.ContainerCPUUsageSecondsTotal, 1), metrics.At(metrics.ContainerCPUPeriodsTotal, 12),
+		metrics.At(metrics.ContainerCPULimit, 1),
+	}})
+	rows := a.Rows()
+	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
+		if v := rowOf(rows, what); v != NotSampled {
+			t.Errorf("row %q = %q, want %q", what, v, NotSampled)
+		}
+	}
+	if f := a.PeakWorkingSet(); f.Known || !f.Expected {
+		t.Errorf("peak working set %+v: want not known, expected", f)
+	}
+
+	// No quota (no CFS period ran): nothing throttles, so no row; no
+	// collector of the job for them: no rows.
+	b := NewWith(Options{Expected: metrics.NodeSeries})
+	b.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerCPUPeriodsTotal, 0)}})
+	rows = b.Rows()
+	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
+		if v := rowOf(rows, what); v != "" {
+			t.Errorf("row %q = %q for a series of no collector of the job", what, v)
+		}
+	}
+}
+
+// On cgroup v2 an OOM kill at an ancestor's limit (a pod's) counts in
+// memory.events oom_kill here too, but not oom: this cgroup's working set
+// did not reach its own limit then, whatever its high-water mark says (page
+// cache fills a cgroup to its limit): the sampled peak stands.
+func TestPeakWorkingSetAncestorOOM(t *testing.T) {
+	a := NewWith(Options{PeakFile: "memory.peak"})
+	for i, kills := range []float64{0, 1} {
+		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
+			metrics.At(metrics.ContainerMemoryWorkingSet, 20), metrics.At(metrics.ContainerMemoryLimit, 300),
+			metrics.At(metrics.ContainerMemoryPeak, 300), metrics.At(metrics.ContainerOOMKills, kills),
+			metrics.At(metrics.ContainerOOMEvents, 0),
+		}})
+	}
+	if f := a.PeakWorkingSet(); f.Value != 20 || f.Source != SourceSampled {
+		t.Errorf("peak working set %+v, want the sampled 20 MB", f)
 	}
 }

@@ -37,6 +37,19 @@ type Options struct {
 	// forwards a terminating signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT)
 	// before bridge sends SIGKILL to its group. Zero waits forever, as tini.
 	KillAfter time.Duration
+	// Signals, when set, is the caller's channel, already subscribed to
+	// Forwarded (signal.Notify) while bridge prepared the start (Early):
+	// Start forwards what it receives from then on, so that no signal falls
+	// between the caller's watch and the child's. Nil: Start subscribes a
+	// channel of its own.
+	Signals chan os.Signal
+}
+
+// IsTerminating reports whether sig asks bridge to end: SIGTERM, SIGINT,
+// SIGHUP, SIGQUIT.
+func IsTerminating(sig os.Signal) bool {
+	s, ok := sig.(syscall.Signal)
+	return ok && slices.Contains(terminating, s)
 }
 
 // terminating are the forwarded signals after which KillAfter runs.
@@ -108,11 +121,14 @@ func Start(opts Options) (*Child, error) {
 		}
 	}
 
-	c := &Child{log: opts.Log, opts: opts, sigs: make(chan os.Signal, 32), chld: make(chan os.Signal, 1),
+	c := &Child{log: opts.Log, opts: opts, sigs: opts.Signals, chld: make(chan os.Signal, 1),
 		done: make(chan struct{}), late: make(chan os.Signal, 1), stopLate: make(chan struct{})}
 	// Subscribe before the child exists so that no signal is lost in between.
 	signal.Notify(c.chld, syscall.SIGCHLD)
-	signal.Notify(c.sigs, Forwarded...)
+	if c.sigs == nil {
+		c.sigs = make(chan os.Signal, 32)
+		signal.Notify(c.sigs, Forwarded...)
+	}
 
 	attr := &syscall.SysProcAttr{Setpgid: true}
 	if inForeground(0) {
@@ -384,3 +400,55 @@ func inForeground(fd int) bool {
 	pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
 	return err == nil && pgrp == syscall.Getpgrp()
 }
+
+// Early watches the forwarded signals while bridge prepares the child's
+// start (its trackers, a multi-node job's election), before there is a
+// child to forward them to. The first terminating one calls the cancel
+// function given to WatchEarly, so that the preparation ends at once, and
+// the child must then not be started; the others (a terminal resized,
+// SIGUSR1) are dropped: they were meant for a process that does not exist
+// yet. Signals after that stay in C: a second one cuts the end short, or
+// Start forwards them (Options.Signals = C).
+type Early struct {
+	C    chan os.Signal
+	stop chan struct{}
+	done chan struct{}
+	got  syscall.Signal
+}
+
+// WatchEarly subscribes C to Forwarded and watches it until Stop.
+func WatchEarly(cancel func()) *Early {
+	e := &Early{C: make(chan os.Signal, 32), stop: make(chan struct{}), done: make(chan struct{})}
+	signal.Notify(e.C, Forwarded...)
+	go func() {
+		defer close(e.done)
+		for {
+			select {
+			case s := <-e.C:
+				if IsTerminating(s) {
+					e.got = s.(syscall.Signal)
+					cancel()
+					return
+				}
+			case <-e.stop:
+				return
+			}
+		}
+	}()
+	return e
+}
+
+// Stop ends the watch and returns the terminating signal that arrived
+// during it, 0 if none. It is safe to call more than once.
+func (e *Early) Stop() syscall.Signal {
+	select {
+	case <-e.stop:
+	default:
+		close(e.stop)
+	}
+	<-e.done
+	return e.got
+}
+
+// Release ends the subscription when no child is started.
+func (e *Early) Release() { signal.Stop(e.C) }

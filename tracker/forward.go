@@ -63,6 +63,9 @@ type Forwarder struct {
 	// before anything is sent or acknowledged for it: the caller records the
 	// run (the spool) so that a restart or `bridge sync` finds it.
 	OnLateStart func(run string)
+	// OnRunEnded, if set, is called once when Send reports that the run
+	// was ended by its owner (ErrRunEnded): `bridge attach` stops then.
+	OnRunEnded func()
 
 	failures  int       // consecutive failed sends, kept across Run and Drain
 	notReady  bool      // the last failure was ErrNotReady (waiting, not an outage)
@@ -72,6 +75,7 @@ type Forwarder struct {
 	now       func() time.Time
 
 	stopOnce sync.Once
+	endOnce  sync.Once     // OnRunEnded
 	initOnce sync.Once     // defaults
 	quit     chan struct{} // closed by Finish: return once nothing is pending
 
@@ -94,9 +98,11 @@ func (f *Forwarder) Counters() (errors int, lastSend time.Time) {
 // Forwarder states, for the end-of-run summary.
 const (
 	StateOK       = "ok"
+	StateStarting = "starting" // a late Start that has not finished (nor failed) yet
 	StateRetrying = "retrying"
 	StateWaiting  = "waiting for the run"
 	StateStopped  = "stopped after a permanent error"
+	StateRunEnded = "ended by its owner"
 )
 
 // CurrentRun is the run the forwarder sends to: RunID, or the run a late
@@ -112,6 +118,10 @@ func (f *Forwarder) Status() (state string, lastErr error, sent int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state == "" {
+		// Nothing happened yet: "ok" only for a forwarder that has its run.
+		if f.Start != nil {
+			return StateStarting, f.lastErr, f.sent
+		}
 		return StateOK, f.lastErr, f.sent
 	}
 	return f.state, f.lastErr, f.sent
@@ -187,6 +197,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		}
 		var err error
 		var took time.Duration
+		short := false // a Send acknowledged less than its batch
 		if f.Start != nil {
 			// Also while finishing: ctx (the flush timeout) bounds it.
 			began := f.now()
@@ -215,6 +226,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			began := f.now()
 			acked, err = f.send(ctx, batch)
 			took = f.now().Sub(began)
+			short = acked < len(batch)
 			if acked > 0 {
 				if aerr := f.Queue.Ack(f.Sink.Name(), f.CurrentRun(), batch[acked-1].Seq); aerr != nil {
 					log.Error("cannot record acknowledgement in the spool; samples may be sent twice after a restart", "err", aerr)
@@ -224,6 +236,18 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				f.lastOK = time.Now()
 				f.mu.Unlock()
 			}
+		}
+		if errors.Is(err, ErrRunEnded) && !short {
+			// Not a failure: what was taken after the end is acknowledged
+			// and left out, now and for every later sample.
+			f.endOnce.Do(func() {
+				log.Info("the run was ended by its owner; bridge sends nothing more into it", "run", f.CurrentRun(), "detail", err)
+				if f.OnRunEnded != nil {
+					f.OnRunEnded()
+				}
+			})
+			f.set(StateRunEnded, err)
+			continue
 		}
 		var pace time.Duration // a slow answer's: the next attempt waits as long
 		if took >= f.SlowAnswer {

@@ -560,3 +560,36 @@ func TestForwarderFinishCutsBackoffToRetryAfter(t *testing.T) {
 		t.Errorf("retried %v after a 429 with Retry-After 300ms", gap)
 	}
 }
+
+// endedSink reports its run ended by its owner from its first Send on,
+// acknowledging every sample passed (as the MLflow sink does).
+type endedSink struct{ scriptSink }
+
+func (s *endedSink) Send(_ context.Context, b []metrics.Sample) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	return len(b), fmt.Errorf("%w: run closed by its owner", ErrRunEnded)
+}
+
+// A run ended by its owner is no failure: what Send acknowledged is
+// acknowledged (nothing stays pending), OnRunEnded is called once, the
+// state says so, and nothing is retried.
+func TestForwarderRunEnded(t *testing.T) {
+	q := queueOf(5)
+	sink := &endedSink{}
+	calls := 0
+	f := &Forwarder{Sink: sink, Queue: q, Batch: 2, MinGap: time.Hour, OnRunEnded: func() { calls++ }}
+	if !f.Drain(context.Background()) {
+		t.Fatal("drain did not finish")
+	}
+	if calls != 1 {
+		t.Errorf("OnRunEnded called %d times, want once", calls)
+	}
+	if n := len(q.Pending("", "", 10)); n != 0 || sink.calls != 3 || q.untrack {
+		t.Errorf("pending %d, Send calls %d (want 3 batches), untracked %v: every sample acknowledged, no retry", n, sink.calls, q.untrack)
+	}
+	if st, err, _ := f.Status(); st != StateRunEnded || !errors.Is(err, ErrRunEnded) {
+		t.Errorf("state %q err %v", st, err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -89,6 +90,52 @@ type Sink interface {
 	Finish(ctx context.Context, end EndInfo) error
 }
 
+// Reacher is implemented by sinks that know whether their tracker ever
+// answered since the sink was built. The end of a job whose tracker was
+// never reached does not wait the flush timeout for it (its samples are in
+// the spool), and the end-of-run table says what happened.
+type Reacher interface {
+	// Reached reports whether any request got an answer from the server
+	// (any HTTP status, an error included), as opposed to a connection that
+	// failed (refused, reset, timed out). Safe to call beside the sink's
+	// other methods.
+	Reached() bool
+}
+
+// Reach is a sink's record of whether its tracker ever answered; a sink
+// embeds it, calls Answered for every HTTP answer, and so implements
+// Reacher. The zero value has seen no answer.
+type Reach struct{ answered atomic.Bool }
+
+// Answered records that the server answered a request.
+func (r *Reach) Answered() { r.answered.Store(true) }
+
+// Reached implements Reacher.
+func (r *Reach) Reached() bool { return r.answered.Load() }
+
+// Placer is implemented by sinks whose run lives in a place their
+// tracker's variables choose (MLflow's experiment). The spool records it,
+// so that `bridge sync` finds the job's run, or creates a missing one, in
+// the same place whatever its own environment says.
+type Placer interface {
+	// Place is where the run is, or is to be created, as tags named after
+	// the tracker: what the sink resolved once its tracker answered, else
+	// what its variables name. Safe to call beside the sink's other
+	// methods.
+	Place() map[string]string
+}
+
+// EndReader is implemented by sinks that can read back the end of the job
+// a bridge recorded on their run. `bridge sync` asks before it records an
+// attempt whose spool has no end record as lost: a full disk can keep the
+// end record out of the spool after the tracker got the end.
+type EndReader interface {
+	// RecordedEnd returns the end recorded on the sink's run (for a
+	// multi-node job's run, this node's) at or after since, and whether
+	// there is one. Called after Start, never beside Send.
+	RecordedEnd(ctx context.Context, since time.Time) (EndInfo, bool, error)
+}
+
 // Dropper is implemented by sinks that leave out points their tracker
 // would refuse (MLflow: a bad key, a time before 1970) instead of failing
 // the request that carries them.
@@ -96,6 +143,24 @@ type Dropper interface {
 	// Dropped is how many points were left out so far.
 	Dropped() int
 }
+
+// Resumer is implemented by sinks that may write into a run an earlier
+// attempt wrote (a run given to bridge, a multi-node job's run): NextStep
+// is the step after the last one this node's series hold there (0 when
+// none), known once Start has found the run. The session numbers its
+// samples from it, so that a restarted attempt continues the node's steps
+// instead of starting again at 0, as MLflow's own monitor does when it
+// resumes a run.
+type Resumer interface {
+	NextStep() int64
+}
+
+// ErrRunEnded is returned (wrapped) by Send when the run was ended by its
+// owner (mlflow.end_run() in the notebook beside `bridge attach`): the
+// samples taken up to the run's end were sent, those taken after it were
+// left out, and acked covers them all. The forwarder reports it once
+// (Forwarder.OnRunEnded) and sends nothing more into the run.
+var ErrRunEnded = errors.New("the run has ended")
 
 // ErrPermanent marks an error that retrying cannot fix (401, 403, a deleted
 // run). The forwarder reports it once and stops sending to that sink; the

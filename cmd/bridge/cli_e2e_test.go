@@ -19,6 +19,7 @@ import (
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
@@ -53,6 +54,24 @@ func hungTracker(t *testing.T) string {
 		}
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// hungAfterStart is a real MLflow run behind mocks/faultproxy that answers
+// bridge's start (runs/get of MLFLOW_RUN_ID) and then never answers a
+// runs/log-batch: a tracker that was reached and then hangs, so the end of
+// the run is held by --flush-timeout (one never reached is let go after 2 s).
+// It returns MLFLOW_TRACKING_URI and MLFLOW_RUN_ID.
+func hungAfterStart(t *testing.T) (uri, run string) {
+	t.Helper()
+	srv := mlflowtest.Shared(t)
+	run = srv.CreateRun(t, srv.CreateExperiment(t, uniqueName(t)), "hung")
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.Schedule(faultproxy.Fault{Path: "runs/log-batch", Kind: faultproxy.Hang})
+	return p.URL(), run
 }
 
 // pollFile waits (generously) for path and returns when it appeared.
@@ -207,14 +226,15 @@ func TestStartTimeoutHungTracker(t *testing.T) {
 }
 
 // After the child exits, bridge exits within --flush-timeout (+ a small
-// constant) even when the tracker never answers.
+// constant) even when the tracker, reached at the start, never answers
+// again.
 func TestFlushTimeoutIsTotal(t *testing.T) {
-	uri := hungTracker(t)
+	uri, run := hungAfterStart(t)
 	dir := t.TempDir()
 	exited := filepath.Join(dir, "exiting")
 	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--start-timeout=1s", "--flush-timeout=3s", "--trackers=mlflow",
 		"--", "sh", "-c", `sleep 1; touch "$0"; exit 4`, exited)
-	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID="+run)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -225,6 +245,8 @@ func TestFlushTimeoutIsTotal(t *testing.T) {
 	t.Logf("bridge exited %v after the child (--flush-timeout=3s, tracker hung)", time.Since(at))
 	if d := time.Since(at); d > 7*time.Second {
 		t.Errorf("bridge exited %v after the child, want within --flush-timeout=3s (+1s)", d)
+	} else if d < 2500*time.Millisecond {
+		t.Errorf("bridge exited %v after the child: a tracker that was reached keeps --flush-timeout=3s", d)
 	}
 	if code != 4 {
 		t.Errorf("exit %d, want the child's 4; stderr:\n%s", code, errb)
@@ -237,12 +259,12 @@ func TestFlushTimeoutIsTotal(t *testing.T) {
 // A second SIGTERM, once the child has exited, ends the flush at once with
 // the child's status, and says the unsent samples stay in the spool.
 func TestSecondSignalEndsFlush(t *testing.T) {
-	uri := hungTracker(t)
+	uri, run := hungAfterStart(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	cmd, _, errb := bridgeCmd(t, "--interval=200ms", "--start-timeout=1s", "--flush-timeout=120s", "--trackers=mlflow",
 		"--", "sh", "-c", `echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; while :; do sleep 0.1; done`, pidFile)
-	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	cmd.Env = append(cmd.Env, "MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID="+run)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -454,18 +476,26 @@ func TestSyncEndsRuns(t *testing.T) {
 
 // Secrets given to bridge or its child (environment, argv in every form,
 // URIs) appear nowhere bridge writes: its output, the spool, the MLflow run
-// read back through the REST API, the W&B mock's recorded requests.
+// (its bridge.command, mlflow.source.name and run name) read back through
+// the REST API, the W&B mock's recorded requests. The argv holds the forms
+// that leaked before the allowlist rule (issue 30), each with a secret that
+// looks like a plain word.
 func TestSecretsNeverRecorded(t *testing.T) {
 	srv := mlflowtest.Shared(t)
 	wb := wandbserver.StartTest(t, wandbserver.Options{})
-	secrets := []string{"envsecret-hf-1", "argvsecret-2", "argvsecret-3", "argvsecret-4", "urlsecret-5", "urlsecret-6", "argvsecret-7", "urlsecret-8", "wbsecret-9"}
+	secrets := []string{"envsecret-hf-1", "argvsecret-2", "argvsecret-3", "argvsecret-4", "urlsecret-5", "urlsecret-6", "argvsecret-7", "urlsecret-8", "wbsecret-9",
+		"leakword-10", "leakword-11", "leakword-12", "leakword-13", "leakword-14", "leakword-15", "leakword-16", "leakword-17", "leakword-18", "leakword-19"}
 	dir := t.TempDir()
 	spoolPath := filepath.Join(dir, "spool.jsonl")
 	trackingURI := strings.Replace(srv.URL, "http://", "http://bridge:"+secrets[7]+"@", 1)
 	cmd := exec.Command(testbin.Bridge(t), "--log-level=debug", "--interval=250ms", "--flush-timeout=5s", "--trackers=mlflow,wandb", "--spool", spoolPath, "--",
 		"sh", "-c", `sleep 1`, "train.py",
 		"--password="+secrets[1], "--api-key", secrets[2], "--token", secrets[3],
-		"https://user:"+secrets[4]+"@example.com/data?token="+secrets[5], "db.password="+secrets[6], secrets[0])
+		"https://user:"+secrets[4]+"@example.com/data?token="+secrets[5], "db.password="+secrets[6], secrets[0],
+		"--secretkey="+secrets[9], "--privatekey", secrets[10], "--accesskey="+secrets[11], "--api-key2="+secrets[12],
+		"--token_2", secrets[13], "--passcode", secrets[14], "--cfg.secrets.0="+secrets[15],
+		"env:\n- value: "+secrets[16]+"\n  name: HF_TOKEN\n", "printf", "[auth]\npassword="+secrets[17]+"\n",
+		"python", "-c", "import os; os.environ['HF_TOKEN']='"+secrets[18]+"'")
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv(wb.ClientEnv(dir, strings.Repeat("k", 32)+secrets[8])...),
 		"HF_TOKEN="+secrets[0], "MLFLOW_TRACKING_URI="+trackingURI, "MLFLOW_EXPERIMENT_NAME="+uniqueName(t), "WANDB_PROJECT=bridge-e2e")
@@ -507,11 +537,20 @@ func TestSecretsNeverRecorded(t *testing.T) {
 	// The command line is still recorded, redacted: the check above looked
 	// where it is.
 	run := srv.GetRun(t, id)
-	cmdTag := run.Tags["bridge.command"]
-	for _, want := range []string{"--password=***", "--api-key ***", "--token ***", "user:***@example.com", "db.password=***"} {
-		if !strings.Contains(cmdTag, want) {
-			t.Errorf("bridge.command %q lacks %q", cmdTag, want)
+	for _, tag := range []string{"bridge.command", "mlflow.source.name"} {
+		for _, want := range []string{"sh -c <code: 7 bytes> train.py", "--password=***", "--api-key ***", "--token ***", "user:***@example.com", "db.password=***",
+			"--secretkey=*** --privatekey *** --accesskey=*** --api-key2=*** --token_2 *** --passcode *** --cfg.secrets.0=***",
+			"*** printf *** python -c <code: "} {
+			if !strings.Contains(run.Tags[tag], want) {
+				t.Errorf("%s %q lacks %q", tag, run.Tags[tag], want)
+			}
 		}
+	}
+	if c := attempts[0].Start.Info["bridge.command"]; c != run.Tags["bridge.command"] {
+		t.Errorf("the spool records the command %q, the run %q", c, run.Tags["bridge.command"])
+	}
+	if run.Info.RunName != "sh train.py printf" {
+		t.Errorf("run name %q, want the program and its first shown arguments", run.Info.RunName)
 	}
 	if wbReqs.Len() == 0 {
 		t.Error("the W&B mock received nothing: the check above looked at nothing")
@@ -577,7 +616,7 @@ func TestCtrlCInTerminalEndsFlush(t *testing.T) {
 	if _, err := exec.LookPath("script"); err != nil {
 		t.Skip("script(1) not installed: no pseudo-terminal to test Ctrl-C with")
 	}
-	uri := hungTracker(t)
+	uri, run := hungAfterStart(t)
 	bin := testbin.Bridge(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
@@ -587,7 +626,7 @@ func TestCtrlCInTerminalEndsFlush(t *testing.T) {
 	// die of it, and script would report its 130 instead of bridge's status.
 	cmd := exec.Command("script", "-qec", "exec "+bin+" --trackers=mlflow --start-timeout=1s --flush-timeout=120s --spool "+
 		filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
-	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID=0123456789abcdef0123456789abcdef")
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+uri, "MLFLOW_RUN_ID="+run)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/summary"
 )
 
 // inCgroup makes the job's bridge start inside g: a shell joins the group
@@ -229,4 +231,69 @@ func waitSamples(t *testing.T, path string, n int, d time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("%s holds %d samples after %v, want %d", path, got, d, n)
+}
+
+// A job that allocates past its limit faster than bridge samples dies
+// between two samples: they saw a few MB. The kernel's high-water mark saw
+// the limit, and the OOM-kill counter rose: the end-of-run table and the
+// run's tags give the peak working set at the limit, from that mark at the
+// OOM kill, and say so; the peak usage is the mark itself, named as usage
+// (page cache included). The process tree's RSS is never a 0 from a tree
+// without memory of its own (the child between fork and exec).
+func TestForensicsOOMBetweenSamples(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	const limit = 150_000_000
+	g := cgrouptest.NewV1(t, cgrouptest.Limits{MemoryBytes: limit})
+	// An hour's interval and no fast sampling: the first sample at once,
+	// the next (at a random phase) long after the kill.
+	j := newJob(t, srv.URL, "--interval=1h", "--fast-interval=0", "--",
+		"python3", "-c", "b = bytearray(400_000_000)").inCgroup(g)
+	if code := j.run(t); code != 137 {
+		t.Fatalf("exit %d, want 137; stderr:\n%s", code, &j.err)
+	}
+	limitMB := float64(limit) / 1e6
+	sampledWS := 0.0
+	ss, _, _, err := spooltest.ReadFile(j.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if v, ok := s.Value("container_memory_working_set_megabytes"); ok {
+			sampledWS = max(sampledWS, v)
+		}
+		if v, ok := s.Value("process_memory_rss_megabytes"); ok && v <= 0 {
+			t.Errorf("sample %d has a process-tree RSS of %v MB", s.Seq, v)
+		}
+	}
+	run := srv.GetRun(t, j.runID(t))
+	requireTags(t, run.Tags, map[string]string{"bridge.exit_reason": "cgroup_oom_kill", "bridge.oom_kill_count": "1"})
+	ws, err := strconv.ParseFloat(run.Tags["bridge.peak_working_set_megabytes"], 64)
+	if err != nil || ws < summary.AtLimit*limitMB {
+		t.Errorf("bridge.peak_working_set_megabytes = %q, want the limit (%.1f MB): the working set reached it at the OOM kill",
+			run.Tags["bridge.peak_working_set_megabytes"], limitMB)
+	}
+	wantSource := "kernel high-water mark memory.max_usage_in_bytes at the OOM kill"
+	if sampledWS < summary.AtLimit*limitMB && run.Tags["bridge.peak_working_set_source"] != wantSource {
+		t.Errorf("bridge.peak_working_set_source = %q with a sampled peak of %.1f MB, want %q",
+			run.Tags["bridge.peak_working_set_source"], sampledWS, wantSource)
+	}
+	requireTags(t, run.Tags, map[string]string{
+		"bridge.peak_usage_source":                    "kernel high-water mark memory.max_usage_in_bytes",
+		"bridge.peak_usage_share_of_limit_percentage": "100.0",
+	})
+	table := j.err.String()
+	for _, want := range []string{
+		fmt.Sprintf("peak working set       %.1f MB of limit %.1f MB (100.0%%), %s", limitMB, limitMB, wantSource),
+		fmt.Sprintf("peak usage             %.1f MB of limit %.1f MB (100.0%%), kernel high-water mark memory.max_usage_in_bytes (usage: page cache included)", limitMB, limitMB),
+	} {
+		if sampledWS < summary.AtLimit*limitMB && !strings.Contains(table, want) {
+			t.Errorf("end-of-run table lacks %q:\n%s", want, table)
+		}
+	}
+	if strings.Contains(table, "peak process-tree RSS  0.0 MB") {
+		t.Errorf("a process-tree RSS of 0 in the table:\n%s", table)
+	}
+	t.Logf("sampled working set peak %.1f MB over %d samples; tags: working set %s (%s), usage %s (%s)", sampledWS, len(ss),
+		run.Tags["bridge.peak_working_set_megabytes"], run.Tags["bridge.peak_working_set_source"],
+		run.Tags["bridge.peak_usage_megabytes"], run.Tags["bridge.peak_usage_source"])
 }

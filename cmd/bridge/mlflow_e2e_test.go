@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -14,7 +15,9 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/authproxy"
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/internal/syncbuf"
 	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
@@ -383,5 +386,143 @@ func TestMLflowAttach(t *testing.T) {
 	}
 	if !strings.Contains(j.err.String(), "exited") {
 		t.Errorf("attach did not say the process exited:\n%s", &j.err)
+	}
+}
+
+// steps are the steps of key in the run, sorted; a step twice fails.
+func steps(t *testing.T, srv *mlflowtest.Server, runID, key string) []int64 {
+	t.Helper()
+	var got []int64
+	for _, m := range srv.History(t, runID, key) {
+		got = append(got, m.Step)
+	}
+	slices.Sort(got)
+	for i := 1; i < len(got); i++ {
+		if got[i] == got[i-1] {
+			t.Fatalf("%s: step %d twice in %v", key, got[i], got)
+		}
+	}
+	return got
+}
+
+// A restarted attempt on a run given to bridge (MLFLOW_RUN_ID), whose spool
+// is gone (another pod, another working directory): its steps continue
+// after those the run holds for the node, as MLflow's own monitor does when
+// it resumes a run, instead of starting again at 0 under the same keys.
+// Each attempt's spool is removed at the end (every sample delivered): the
+// steps come from the run.
+func TestMLflowRunIDGivenStepsContinue(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := srv.CreateExperiment(t, "bridge-e2e-steps-"+fmt.Sprint(time.Now().UnixNano()))
+	id := srv.CreateRun(t, exp, "restarted")
+	for _, node := range []string{"", "worker-1"} {
+		key := "system/container_memory_working_set_megabytes"
+		args := []string{"--interval=300ms", "--", "sleep", "1"}
+		if node != "" {
+			key = "system/" + node + "/container_memory_working_set_megabytes"
+			args = append([]string{"--node-id=" + node}, args...)
+		}
+		var last int64 = -1
+		for attempt := range 2 {
+			dir := t.TempDir() // a fresh working directory: no spool of the attempt before
+			cmd := exec.Command(testbin.Bridge(t), args...)
+			cmd.Dir = dir
+			cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_RUN_ID="+id)
+			out, err := cmd.CombinedOutput()
+			if code := exitCode(t, err); code != 0 {
+				t.Fatalf("node %q attempt %d: exit %d:\n%s", node, attempt, code, out)
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "bridge-spool-*.jsonl")); len(left) != 0 {
+				t.Errorf("node %q attempt %d: a delivered spool of a given run was kept: %v\n%s", node, attempt, left, out)
+			}
+			all := steps(t, srv, id, key)
+			var mine []int64
+			for _, s := range all {
+				if s > last {
+					mine = append(mine, s)
+				}
+			}
+			if len(mine) == 0 || len(all) != int(last)+1+len(mine) || mine[0] != last+1 {
+				t.Fatalf("node %q attempt %d: steps %v after the earlier attempts' last %d: want this attempt's to follow on at %d\n%s",
+					node, attempt, all, last, last+1, out)
+			}
+			last = all[len(all)-1]
+		}
+	}
+}
+
+// `bridge attach` twice for the same process and run: the second names the
+// first and does nothing (one monitor, each point once). When the run's
+// owner ends the run (here through the REST API, as mlflow.end_run() from
+// another process does), the monitor finds it at its next post, as MLflow's
+// own monitor does, and stops by itself: what it took after the end is
+// left out, no tag is written at its end, and its delivered spool is
+// removed.
+func TestAttachTwiceAndRunEnd(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := srv.CreateExperiment(t, "bridge-e2e-attach-twice-"+fmt.Sprint(time.Now().UnixNano()))
+	id := srv.CreateRun(t, exp, "notebook")
+	target := exec.Command("sleep", "600")
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { target.Process.Kill(); target.Wait() })
+	attach := func() (*exec.Cmd, *syncbuf.Buffer, string) {
+		dir := t.TempDir()
+		cmd := exec.Command(testbin.Bridge(t), "attach", "--interval=300ms", "--run-id", id, "--pid", fmt.Sprint(target.Process.Pid))
+		cmd.Dir = dir
+		cmd.Env = cleanEnv("MLFLOW_TRACKING_URI=" + srv.URL)
+		var errb syncbuf.Buffer
+		cmd.Stderr = &errb
+		return cmd, &errb, dir
+	}
+	key := "system/container_memory_working_set_megabytes"
+	first, firstErr, firstDir := attach()
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- first.Wait() }()
+	waitfor.Cond(t, 90*time.Second, "two points of the first attach in the run", func() bool { return len(srv.History(t, id, key)) >= 2 })
+
+	second, secondErr, _ := attach()
+	if code := exitCode(t, second.Run()); code != 0 {
+		t.Errorf("second attach: exit %d; stderr:\n%s", code, secondErr)
+	}
+	if want := fmt.Sprintf("monitored already by bridge attach pid %d", first.Process.Pid); !strings.Contains(secondErr.String(), want) {
+		t.Errorf("the second attach does not name the first (%q):\n%s", want, secondErr)
+	}
+
+	srv.EndRun(t, id, "FINISHED", time.Now())
+	ended := srv.GetRun(t, id).Info
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(2 * time.Minute):
+		first.Process.Kill()
+		t.Fatalf("attach still runs 2 minutes after its run ended; stderr:\n%s", firstErr)
+	}
+	if code := exitCode(t, err); code != 0 {
+		t.Errorf("first attach: exit %d; stderr:\n%s", code, firstErr)
+	}
+	log := firstErr.String()
+	if !strings.Contains(log, "ended                  the run was ended by its owner") {
+		t.Errorf("attach did not stop because the run ended:\n%s", log)
+	}
+	if !regexp.MustCompile(`of the samples, [1-9]\d* taken after that were left out`).MatchString(log) {
+		t.Errorf("the sample taken at the stop, after the run's end, was not left out:\n%s", log)
+	}
+	run := srv.GetRun(t, id)
+	if _, ok := run.Tags["bridge.attach_end"]; ok || run.Info.Status != "FINISHED" || run.Info.EndTime != ended.EndTime {
+		t.Errorf("after its end the run got status %s end %d (owner's: %d), tags %v: bridge wrote into it",
+			run.Info.Status, run.Info.EndTime, ended.EndTime, run.Tags)
+	}
+	for i, s := range steps(t, srv, id, key) { // each point once
+		if s != int64(i) {
+			t.Fatalf("steps of one monitor are not 0, 1, 2...: %v", steps(t, srv, id, key))
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(firstDir, "bridge-spool-*.jsonl")); len(left) != 0 {
+		t.Errorf("the delivered spool was left in the working directory: %v\n%s", left, log)
 	}
 }

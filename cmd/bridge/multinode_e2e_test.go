@@ -348,7 +348,10 @@ func TestMultinodeOneNodeFails(t *testing.T) {
 }
 
 // TestMultinodeRequeue: Slurm requeues the job (SLURM_RESTART_COUNT=1, a
-// new start time): its nodes rejoin the run, the attempt tagged on it.
+// new start time): its nodes rejoin the run, the attempt tagged on it, and
+// each node's steps continue after those of its first attempt (the nodes
+// restart with fresh spools: the steps come from the run), never again
+// from 0 under the same keys.
 func TestMultinodeRequeue(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
 	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("requeue-%d", mnJobs.Add(1))
@@ -362,11 +365,27 @@ func TestMultinodeRequeue(t *testing.T) {
 	})
 	wait(t, first...)
 	run := checkJob(t, srv, exp, key, first).Info.RunID
+	firstLast := map[string]int64{}
+	for _, n := range first {
+		s := steps(t, srv, run, "system/"+n.id+"/node_memory_used_megabytes")
+		firstLast[n.id] = s[len(s)-1]
+	}
 	again := startNodes(t, srv.URL, exp, 2, slurmJob(id, 2000, 2, 1))
 	wait(t, again...)
 	r := checkJob(t, srv, exp, key, again)
 	if r.Info.RunID != run {
 		t.Fatalf("the requeued job's run %s, want the first attempt's %s", r.Info.RunID, run)
+	}
+	for _, n := range again {
+		s := steps(t, srv, run, "system/"+n.id+"/node_memory_used_megabytes") // fails on a step twice
+		seqs := spooledSeqs(t, filepath.Join(n.dir, "spool.jsonl"))
+		if len(seqs) == 0 || seqs[0] != firstLast[n.id]+1 {
+			t.Errorf("%s: the requeued attempt's steps %v, want them to follow on from the first attempt's last, %d (run's steps %v)",
+				n.id, seqs, firstLast[n.id], s)
+		}
+		if !strings.Contains(n.stderr.String(), "joined the job's run") {
+			t.Errorf("%s did not log that it joined the job's run:\n%s", n.id, n.stderr.String())
+		}
 	}
 	for _, n := range again {
 		if r.Tags["bridge.node."+n.id+".attempt"] != "1" {

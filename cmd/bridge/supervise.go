@@ -37,6 +37,13 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	// From here on a signal is bridge's to handle: before the child starts,
+	// a terminating one ends the start (an election, a slow tracker) at
+	// once, and the child is never started.
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	defer cancelStart()
+	early := supervisor.WatchEarly(cancelStart)
+	defer early.Stop()
 
 	// A command that cannot run is reported before any run is created.
 	if _, err := exec.LookPath(argv[0]); err != nil {
@@ -59,7 +66,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	var lost *forensics.Lost
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
-		sp = pipeline.OpenSpool(cfg.Spool, set, log)
+		sp, _ = pipeline.OpenSpool(cfg.Spool, pipeline.ForJob, set, log)
 		if !sp.InMemory() {
 			lost, ov = previousAttempt(sp, job.Multi(), log)
 			job.CountAttempts(sp.Attempts())
@@ -71,9 +78,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	// Only the redacted command line is recorded (tags, run name, spool).
-	red := redact.New(os.Environ())
-	shown := red.Argv(argv)
+	// Only the command line as redact shows it is recorded (tags, run name,
+	// spool).
+	shown := redact.New(os.Environ()).Argv(argv)
 	tags := src.StartTags(cfg, version)
 	tags["bridge.command"] = truncate(strings.Join(shown, " "), 500)
 	for k, v := range job.Tags() {
@@ -87,8 +94,11 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		}
 		lostRows = lost.Rows()
 	}
-	info := tracker.StartInfo{Command: shown, RunName: red.String(runName(cfg, shown)), NodeID: cfg.NodeID, Tags: tags}
-	started := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
+	info := tracker.StartInfo{Command: shown, RunName: runName(cfg, shown), NodeID: cfg.NodeID, Tags: tags}
+	started := pipeline.StartSinksWith(startCtx, sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
+	if sig := early.Stop(); sig != 0 {
+		return neverStarted(sig, started, cfg.FlushTimeout, early.C, stderr, log)
+	}
 	env := started.Env
 	if job.Multi() {
 		for _, r := range started.Runs {
@@ -109,7 +119,8 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.
 	grace := min(2*time.Second, max(cfg.FlushTimeout, time.Millisecond))
-	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log, KillAfter: cfg.KillAfter, Grace: grace})
+	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log, KillAfter: cfg.KillAfter, Grace: grace,
+		Signals: early.C})
 	if err != nil {
 		code := startFailureCode(err)
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
@@ -176,6 +187,36 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	return exit.Code
 }
 
+// neverStarted ends a start cut short by a terminating signal: the command
+// never ran, and one line says so. A run a tracker had already found or
+// created records that end (a run bridge created is not left RUNNING),
+// within the flush timeout; a second signal cuts that short.
+func neverStarted(sig syscall.Signal, started pipeline.Started, flush time.Duration, again <-chan os.Signal, stderr io.Writer, log *slog.Logger) int {
+	code := 128 + int(sig)
+	why := fmt.Sprintf("%s arrived while bridge was starting its trackers, before the command started: the command never ran", unixSignalName(sig))
+	fmt.Fprintf(stderr, "bridge: %s; exit status %d\n", why, code)
+	ctx, cancel := context.WithTimeout(context.Background(), flush)
+	defer cancel()
+	go func() {
+		select {
+		case <-again:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	end := tracker.EndInfo{ExitCode: code, Signal: int(sig), Time: time.Now(),
+		Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": why}}
+	for _, r := range started.Runs {
+		if r.RunID == "" {
+			continue
+		}
+		if err := r.Sink.Finish(ctx, end); err != nil {
+			log.Warn("cannot record on the tracker that the command never ran", "tracker", r.Sink.Name(), "run", r.RunID, "err", err)
+		}
+	}
+	return code
+}
+
 func endInfo(exit supervisor.Exit) tracker.EndInfo {
 	tags := map[string]string{"bridge.exit_code": strconv.Itoa(exit.Code)}
 	if exit.Signal != 0 {
@@ -226,14 +267,15 @@ func startFailureCode(err error) int {
 	return 126
 }
 
-// runName is --run-name, or the command's base name and first arguments.
-func runName(cfg config.Config, argv []string) string {
+// runName is --run-name, or the base names of the program and its first
+// shown arguments (shown: the command line as redact shows it).
+func runName(cfg config.Config, shown []string) string {
 	if cfg.RunName != "" {
 		return cfg.RunName
 	}
-	parts := []string{filepath.Base(argv[0])}
-	for _, a := range argv[1:] {
-		if strings.HasPrefix(a, "-") {
+	parts := []string{filepath.Base(shown[0])}
+	for _, a := range shown[1:] {
+		if strings.HasPrefix(a, "-") || redact.Hidden(a) || strings.Contains(a, redact.Mask) {
 			continue
 		}
 		parts = append(parts, filepath.Base(a))

@@ -32,7 +32,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	fs, cfg, exit := parse("sync", args, stdout, stderr, func(fs *pflag.FlagSet) {
 		fs.SetInterspersed(true) // `bridge sync FILE --run-id ID`, as documented, and flags first
 		fs.StringVar(&runID, "run-id", "", "run to upload to (default: each job's run recorded in the spool, else a new one)")
-		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "give up after this long; what is not sent stays in the file")
+		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "finding each run and uploading: give up after this long; what is not sent stays in the file")
 	})
 	if fs == nil {
 		return exit
@@ -57,7 +57,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	sp, err := spool.OpenWith(path, spool.Options{Logger: log, MustExist: true, SyncEvery: cfg.SpoolSync})
+	sp, err := pipeline.OpenSpool(path, pipeline.ForSync, pipeline.SettingsFrom(cfg), log)
 	if errors.Is(err, spool.ErrLocked) {
 		// Sending what a live bridge is sending would make two runs of it,
 		// or the same samples twice.
@@ -212,8 +212,7 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	// alone: a reused spool names every earlier job's run.
 	if j.run != "" && j.last != nil && j.last.End != nil && j.last.End.Info[pipeline.EndRecordedTag(t)] == j.run {
 		if err := sp.Track(t, j.run); err == nil && sp.PendingCount(t, j.run) == 0 {
-			fmt.Fprintf(e.stdout, "%s run %s: 0 samples sent, all acknowledged before (up to step %d); its end was recorded by its bridge\n",
-				t, j.run, sp.Acked(t, j.run))
+			fmt.Fprintf(e.stdout, "%s run %s: 0 samples sent%s; its end was recorded by its bridge\n", t, j.run, ackedBefore(sp.Acked(t, j.run)))
 			return 0
 		}
 	}
@@ -235,6 +234,9 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 		}
 	}
 	ov := pipeline.Overrides{RunIDs: map[string]string{t: j.run}, Owned: map[string]bool{t: createdByBridge(sp.Attempts(), t, j.run)}}
+	if j.last != nil {
+		ov.Recorded = j.last.Start.Info // where the job's run is: the tracker's variables here may name another place
+	}
 	// The attempts of a multi-node job go to the job's run as their bridge
 	// would have sent them: the election finds it (or makes it, when none
 	// was recorded), the keys are the node's (or its task's), and the end
@@ -245,9 +247,6 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	}
 	if job != nil {
 		cfg.NodeID = job.NodeID
-		if t == "mlflow" {
-			delete(ov.RunIDs, t)
-		}
 		e.log.Info("the spool is one node's of a multi-node job: uploading to the job's run", "key", job.Key, "node", job.Label(), "tracker", t)
 	}
 	cfg.Trackers = []string{t} // on in runSync: the others' warnings were said there
@@ -255,18 +254,19 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	sinks = slices.DeleteFunc(sinks, func(s tracker.Sink) bool { return s.Name() != t })
 	info := tracker.StartInfo{RunName: "bridge sync " + e.path, NodeID: cfg.NodeID,
 		Tags: map[string]string{"bridge.version": version, "bridge.synced_from": e.path}}
-	// No background start: sync has no child to keep waiting, and a tracker
-	// that does not answer within --start-timeout fails the sync.
-	runs := pipeline.StartSinksWith(context.Background(), sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout}, e.log).Runs
-	if len(runs) == 0 {
-		fmt.Fprintf(e.stderr, "bridge: %s: no run to upload to (see the error above)\n", t)
+	if len(sinks) != 1 {
+		fmt.Fprintf(e.stderr, "bridge: %s: not configured where sync runs (see the messages above)\n", t)
 		return 1
 	}
-	r := runs[0]
-	var created map[string]string
-	if r.Created {
-		created = map[string]string{pipeline.CreatedTag(t): "true"}
+	// Patient, within sync's --timeout: there is no child to keep waiting.
+	fd := syncFinder{sink: sinks[0], info: info, job: job, spool: e.path, out: e.stderr, every: syncProgress}
+	if err := fd.find(ctx); err != nil {
+		fmt.Fprintf(e.stderr, "bridge: %v\n", err)
+		return 1
 	}
+	c, isCreator := sinks[0].(pipeline.RunCreator)
+	r := pipeline.SinkRun{Sink: sinks[0], RunID: sinks[0].RunID(), Created: isCreator && c.Created()}
+	created := pipeline.RunRecordInfo(r.Sink, r.Created)
 	claim := j.claim
 	if j.run != "" && r.RunID != j.run {
 		// The job's run is not the one recorded (that one was deleted):
@@ -299,7 +299,7 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	fwd := &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Queue: sp, Log: e.log}
 	done := fwd.Drain(ctx)
 	_, ferr, sent := fwd.Status()
-	line := fmt.Sprintf("%s run %s: %d samples sent, %d already acknowledged before (up to step %d)", t, r.RunID, sent, max(0, int(before+1)), before)
+	line := fmt.Sprintf("%s run %s: %d samples sent%s", t, r.RunID, sent, ackedBefore(before))
 	left := 0
 	if d, ok := r.Sink.(tracker.Dropper); ok {
 		left = d.Dropped()
@@ -309,7 +309,12 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	}
 	fmt.Fprintln(e.stdout, line)
 	code := 0
-	end, how := endOfJob(sp.Attempts(), t, r.RunID)
+	end, how, lost := endOfJob(sp.Attempts(), t, r.RunID)
+	if lost != nil {
+		// The spool lacks the attempt's end; the tracker may hold it (a full
+		// disk kept only the end record out of the file).
+		end, how, code = trackerEnd(ctx, r.Sink, lost, end, how, e.stderr)
+	}
 	if left > 0 {
 		end.Tags["bridge.sync_points_left_out"] = strconv.Itoa(left)
 	}
@@ -337,6 +342,15 @@ func (j syncJob) upload(ctx context.Context, e syncEnv) int {
 	return code
 }
 
+// ackedBefore says what the tracker had acknowledged before this sync
+// (seq: the highest step, -1 for nothing): nothing to say when it had none.
+func ackedBefore(seq int64) string {
+	if seq < 0 {
+		return ""
+	}
+	return fmt.Sprintf("; those up to step %d were acknowledged before", seq)
+}
+
 // createdByBridge reports whether an attempt recorded in the spool created
 // the sink's run id.
 func createdByBridge(attempts []spool.Attempt, sink, id string) bool {
@@ -351,11 +365,34 @@ func createdByBridge(attempts []spool.Attempt, sink, id string) bool {
 	return false
 }
 
+// trackerEnd looks at what the tracker holds before sync records an attempt
+// the spool shows without an end (lost) as lost. An end its bridge recorded
+// on the run since the attempt started is kept as it is (only sync's own
+// tags are added); one that cannot be read leaves the run as it is too,
+// and fails the sync. Otherwise the attempt was lost: end, how stand.
+func trackerEnd(ctx context.Context, sink tracker.Sink, lost *spool.Attempt, end tracker.EndInfo, how string, stderr io.Writer) (tracker.EndInfo, string, int) {
+	er, ok := sink.(tracker.EndReader)
+	if !ok {
+		return end, how, 0
+	}
+	rec, found, err := er.RecordedEnd(ctx, time.UnixMilli(lost.Start.Time))
+	keep := tracker.EndInfo{KeepStatus: true, Time: end.Time, Tags: map[string]string{}}
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr, "bridge: %s run %s: the spool has no end for attempt %d and the run's cannot be read, so it is not recorded as lost; run bridge sync again: %v\n",
+			sink.Name(), sink.RunID(), lost.Start.Attempt, err)
+		return keep, "status left as it is: the end recorded on the run could not be read", 1
+	case found:
+		return keep, fmt.Sprintf("kept the end its bridge recorded on the run: exit code %d, %s; the spool lacked it", rec.ExitCode, cmp.Or(rec.Status, "status not recorded")), 0
+	}
+	return end, how, 0
+}
+
 // endOfJob is how the job that wrote to the run ended, from the spool: the
 // last training attempt (not a sync) that wrote to it, or the last one at all
 // for an offline spool. Its end record gives the exit; an attempt without one
-// was lost (its bridge killed with it), which is KILLED.
-func endOfJob(attempts []spool.Attempt, sink, id string) (tracker.EndInfo, string) {
+// was lost (its bridge killed with it), which is KILLED, and is returned.
+func endOfJob(attempts []spool.Attempt, sink, id string) (tracker.EndInfo, string, *spool.Attempt) {
 	var last, wrote *spool.Attempt
 	for i := range attempts {
 		a := &attempts[i]
@@ -373,19 +410,19 @@ func endOfJob(attempts []spool.Attempt, sink, id string) (tracker.EndInfo, strin
 	tags := map[string]string{"bridge.end_recorded_by": "sync"}
 	switch {
 	case last == nil:
-		return tracker.EndInfo{Time: time.Now(), Tags: tags}, "no training attempt in the spool"
+		return tracker.EndInfo{Time: time.Now(), Tags: tags}, "no training attempt in the spool", nil
 	case last.End == nil || last.End.ExitCode == nil:
 		t := time.Now()
 		if last.LastSample != nil {
 			t = last.LastSample.Time
 		}
 		tags["bridge.exit_status"] = "lost: bridge stopped without recording the end (killed with the job, or its node failed)"
-		return tracker.EndInfo{ExitCode: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), Time: t, Tags: tags}, "the attempt was lost: KILLED"
+		return tracker.EndInfo{ExitCode: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), Time: t, Tags: tags}, "the attempt was lost: KILLED", last
 	default:
 		end := tracker.EndInfo{ExitCode: *last.End.ExitCode, Time: time.UnixMilli(last.End.Time), Tags: tags}
 		if last.End.Info["bridge.exit_signal"] != "" {
 			end.Signal = *last.End.ExitCode - 128
 		}
-		return end, fmt.Sprintf("exit code %d", end.ExitCode)
+		return end, fmt.Sprintf("exit code %d", end.ExitCode), nil
 	}
 }

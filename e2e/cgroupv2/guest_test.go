@@ -27,6 +27,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/summary"
 )
 
 //go:embed init.sh
@@ -546,6 +547,21 @@ func (c checker) oomCtr(t *testing.T) {
 	}
 	if v, ok := last(r.samples, "container_memory_peak_megabytes"); !ok || v > peak/mb {
 		t.Errorf("container_memory_peak_megabytes %v (present %v), kernel's final memory.peak %v MB", v, ok, peak/mb)
+	}
+	// The peaks name their source: the usage is memory.peak's mark; the
+	// working set reached the limit at the OOM kill, whatever the samples
+	// around it saw (from the mark, unless a sample caught it there).
+	t.Logf("peak working set: bridge %q (%s); peak usage %q (%s)", r.tags["bridge.peak_working_set_megabytes"], r.tags["bridge.peak_working_set_source"],
+		r.tags["bridge.peak_usage_megabytes"], r.tags["bridge.peak_usage_source"])
+	if got := r.tags["bridge.peak_usage_source"]; got != "kernel high-water mark memory.peak" {
+		t.Errorf("bridge.peak_usage_source = %q, want the kernel's memory.peak", got)
+	}
+	if ws, err := strconv.ParseFloat(r.tags["bridge.peak_working_set_megabytes"], 64); err != nil || ws < summary.AtLimit*lim/mb {
+		t.Errorf("bridge.peak_working_set_megabytes = %q, want the limit %.1f MB: the working set reached it at the OOM kill",
+			r.tags["bridge.peak_working_set_megabytes"], lim/mb)
+	}
+	if src := r.tags["bridge.peak_working_set_source"]; src != summary.SourceSampled && src != "kernel high-water mark memory.peak at the OOM kill" {
+		t.Errorf("bridge.peak_working_set_source = %q", src)
 	}
 	// Read back from MLflow: the limit bridge posted is the kernel's.
 	ml := c.srv.GetRun(t, r.id).Latest

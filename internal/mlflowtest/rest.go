@@ -338,6 +338,13 @@ func (s *Server) SetStatus(t testing.TB, runID, status string) {
 	s.do(t, http.MethodPost, "runs/update", nil, body, nil)
 }
 
+// EndRun sets a run's terminal status with the end time given, as the
+// Python client's set_terminated(run_id, status, end_time) does.
+func (s *Server) EndRun(t testing.TB, runID, status string, end time.Time) {
+	t.Helper()
+	s.do(t, http.MethodPost, "runs/update", nil, map[string]any{"run_id": runID, "status": status, "end_time": end.UnixMilli()}, nil)
+}
+
 // RunIDs lists the ids of every run (active or deleted) in the named
 // experiment, none when it does not exist.
 func (s *Server) RunIDs(t testing.TB, experimentName string) []string {

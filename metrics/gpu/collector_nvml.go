@@ -137,19 +137,36 @@ func New(opts Options) (*Collector, error) {
 		// No call may follow a failed Init: the library may not be loaded.
 		c.g.closeDown()
 		c.off = initFailure(err)
-		c.log.Info("GPU metrics off", "reason", c.off)
+		c.log.Log(ctx, offLevel(err), "GPU metrics off", "reason", c.off)
 		return c, nil
 	}
 	c.inited = true
-	c.discover(ctx, sels)
-	if c.off != "" {
-		c.log.Info("GPU metrics off", "reason", c.off)
+	if c.discover(ctx, sels); c.off != "" {
+		lvl := slog.LevelInfo
+		if c.off == offNoGPU {
+			lvl = slog.LevelDebug // a CPU-only container on a GPU node
+		}
+		c.log.Log(ctx, lvl, "GPU metrics off", "reason", c.off)
 		return c, nil
 	}
 	c.setupGPM(ctx)
 	c.setupEnergy(ctx)
 	c.startXidWatch(ctx)
 	return c, nil
+}
+
+// offNoGPU is why GPU metrics are off where NVML works and sees no device.
+const offNoGPU = "NVML sees no GPU (in a container, NVML sees only the GPUs mounted into it)"
+
+// offLevel is the level of the "GPU metrics off" line after a failed
+// Init: debug on a machine without an NVIDIA driver (every CPU-only job
+// would otherwise say it), info when a driver is there and NVML still
+// cannot be used (permissions, a driver updated without a reboot).
+func offLevel(err error) slog.Level {
+	if errors.Is(err, nvml.ERROR_LIBRARY_NOT_FOUND) || errors.Is(err, nvml.ERROR_DRIVER_NOT_LOADED) {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }
 
 func initFailure(err error) string {
@@ -213,7 +230,7 @@ func (c *Collector) discover(ctx context.Context, sels []selector) {
 	}
 	c.count = n
 	if n == 0 {
-		c.off = "NVML sees no GPU (in a container, NVML sees only the GPUs mounted into it)"
+		c.off = offNoGPU
 		return
 	}
 	c.memV2 = c.hasSymbol(ctx, "nvmlDeviceGetMemoryInfo_v2")

@@ -466,14 +466,19 @@ func TestMissingLibrary(t *testing.T) {
 		t.Errorf("Init called %d times", n)
 	}
 	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
-	if len(lines) != 1 || !strings.Contains(lines[0], "level=INFO") || !strings.Contains(lines[0], "GPU metrics off") {
-		t.Errorf("want one info line, log:\n%s", log)
+	// Every CPU-only job sees this: a debug line, not an info one.
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=DEBUG") || !strings.Contains(lines[0], "GPU metrics off") {
+		t.Errorf("want one debug line, log:\n%s", log)
 	}
 }
 
 func TestNoGPU(t *testing.T) {
 	s := fakeServer(dgxh100.New(), 0)
-	c, _ := newCollector(t, Options{Lib: s})
+	c, log := newCollector(t, Options{Lib: s})
+	// A CPU-only container on a GPU node: a debug line, as without a driver.
+	if l := log.String(); !strings.Contains(l, "level=DEBUG") || !strings.Contains(l, "GPU metrics off") || strings.Contains(l, "level=INFO") {
+		t.Errorf("want one debug line, log:\n%s", l)
+	}
 	if pts := collect(t, c); len(pts) != 0 {
 		t.Errorf("points without a GPU: %v", pts)
 	}

@@ -135,7 +135,13 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 			children: uint64(max(s.CUTime, 0)) + uint64(max(s.CSTime, 0)),
 		}
 	}
-	b.Add(metrics.ProcessMemoryRSS, metrics.MB(rss), c.src)
+	// A tree with no memory of its own is not the job's memory: the child
+	// between fork and exec, or zombies the kernel has freed. Its RSS is
+	// not a measurement of the job (the end-of-run table would show a
+	// peak of 0), so it has none.
+	if rss > 0 {
+		b.Add(metrics.ProcessMemoryRSS, metrics.MB(rss), c.src)
+	}
 	b.Add(metrics.ProcessCount, float64(len(stats)), c.src)
 	b.Add(metrics.ProcessThreads, threads, c.src)
 	if p := c.prev; p != nil && p.root == root {

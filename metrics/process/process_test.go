@@ -170,6 +170,21 @@ func TestCollectFixture(t *testing.T) {
 		t.Errorf("process_cpu_usage_cores = %v, want 1.25", got)
 	}
 
+	// A tree with no memory of its own (the child between fork and exec,
+	// zombies) has no RSS: 0 would read as the job's peak.
+	at = at.Add(2 * time.Second)
+	writeProcs(t, root,
+		fakeProc{pid: 1, comm: "init", utime: 19999},
+		fakeProc{pid: 100, ppid: 1, comm: "python", state: "Z", utime: 200, stime: 70, cutime: 80, start: 500},
+	)
+	m = collect(t, c)
+	if p, ok := m["process_memory_rss_megabytes"]; ok {
+		t.Errorf("a tree without memory of its own has an RSS of %v MB", p.Value)
+	}
+	if m["process_count"].Value != 1 {
+		t.Errorf("count %v, want 1: the zombie is still in the tree", m["process_count"].Value)
+	}
+
 	// The root is gone: no points, and the next tree starts over.
 	at = at.Add(2 * time.Second)
 	writeProcs(t, root, fakeProc{pid: 1, comm: "init"})

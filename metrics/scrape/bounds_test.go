@@ -328,7 +328,7 @@ func TestRedirects(t *testing.T) {
 		switch r.URL.Path {
 		case "/moved":
 			http.Redirect(w, r, "/metrics", http.StatusMovedPermanently)
-		case "/elsewhere":
+		case "/other-host":
 			http.Redirect(w, r, other.URL+"/metrics", http.StatusFound)
 		case "/loop":
 			http.Redirect(w, r, "/loop", http.StatusFound)
@@ -341,7 +341,7 @@ func TestRedirects(t *testing.T) {
 	if got := points(t, newTest(Options{URLs: []string{srv.URL + "/moved"}})); got["gpu_0_utilization_percentage"] != 97 {
 		t.Errorf("same-origin redirect not followed: %v", got)
 	}
-	for _, path := range []string{"/elsewhere", "/loop"} {
+	for _, path := range []string{"/other-host", "/loop"} {
 		var logs logBuffer
 		u := srv.URL + path
 		c := newTest(Options{URLs: []string{u}, Log: logs.logger()})
@@ -368,7 +368,7 @@ func TestURLSecretsNeverShown(t *testing.T) {
 		switch r.URL.Path {
 		case "/status":
 			http.Error(w, "no", http.StatusInternalServerError)
-		case "/elsewhere":
+		case "/other-host":
 			http.Redirect(w, r, withSecrets(strings.TrimSuffix(other, "/metrics")+"/x"), http.StatusFound)
 		case "/big":
 			w.Write(seriesBody("many", MaxSeries+1, 1))
@@ -380,7 +380,7 @@ func TestURLSecretsNeverShown(t *testing.T) {
 	refused := httptest.NewServer(http.NotFoundHandler())
 	refused.Close()
 	urls := []string{
-		withSecrets(srv.URL + "/metrics"), withSecrets(srv.URL + "/status"), withSecrets(srv.URL + "/elsewhere"),
+		withSecrets(srv.URL + "/metrics"), withSecrets(srv.URL + "/status"), withSecrets(srv.URL + "/other-host"),
 		withSecrets(srv.URL + "/big"), withSecrets(refused.URL + "/metrics"),
 	}
 	var logs logBuffer

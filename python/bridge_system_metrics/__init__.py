@@ -11,13 +11,17 @@ beside the current process, writing into the active run: MLflow's
 mlflow.active_run() and W&B's wandb.run, whichever this process has. It is the
 counterpart of mlflow.enable_system_metrics_logging(), with the container's
 cgroup, the node, the root filesystem and GPUs under names that say their scope
-(docs/metrics.md). Only the standard library is used; mlflow and wandb are
-looked at only if this process has imported them.
+(docs/metrics.md). As MLflow's own monitor, it stops at mlflow.end_run(), and
+attach() again for the same run returns the monitor already running. Only the
+standard library is used; mlflow and wandb are looked at only if this process
+has imported them.
 """
 
 import atexit
+import glob
 import importlib.metadata
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -92,31 +96,112 @@ def _wandb_run(env):
     return run.id
 
 
+# The monitors this process started, by what they monitor: attach() again
+# for the same runs, process and node returns the one running.
+_attached = {}
+
+
+def _flag(args, name):
+    """The value of bridge's flag --name in args (--name X or --name=X), or
+    None."""
+    args = [str(a) for a in args]
+    for i, a in enumerate(args):
+        if a == "--" + name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--" + name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _node(args, env):
+    """The node id bridge keys the series under: --node-id in args, else
+    BRIDGE_NODE_ID, else MLFLOW_SYSTEM_METRICS_NODE_ID."""
+    return _flag(args, "node-id") or env.get("BRIDGE_NODE_ID") or env.get("MLFLOW_SYSTEM_METRICS_NODE_ID") or ""
+
+
+def _mlflow_monitors():
+    """MLflow's table of the system-metrics monitors of its runs, which
+    mlflow.end_run() finishes (mlflow.tracking.fluent); None if mlflow is not
+    imported or has no such table."""
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    table = getattr(fluent, "run_id_to_system_metrics_monitor", None)
+    return table if isinstance(table, dict) else None
+
+
+class _EndRunHook:
+    """Stands in MLflow's table of system-metrics monitors for a run, so that
+    mlflow.end_run() stops bridge as it stops MLflow's own monitor (it calls
+    finish()). MLflow's own monitor of the run, if any, is finished after."""
+
+    def __init__(self, attached, previous):
+        self.attached = attached
+        self.previous = previous
+
+    def finish(self):
+        try:
+            self.attached.stop()
+        finally:
+            if self.previous is not None:
+                self.previous.finish()
+
+
+def _safe_name(s):
+    """bridge's default spool names keep only these characters."""
+    return re.sub(r"[^-_.0-9A-Za-z]", "_", s)
+
+
 class Attached:
     """A running `bridge attach`. It ends by itself when the attached process
-    exits; stop() ends it earlier, and runs at interpreter exit (before
-    mlflow's and wandb's own exit hooks end the run, so the last samples land
-    in a running run).
+    exits and when mlflow.end_run() ends the run it writes to; stop() ends it
+    earlier, and runs at interpreter exit (before mlflow's and wandb's own
+    exit hooks end the run, so the last samples land in a running run).
 
     runs: tracker name -> run id written to. process: the subprocess.Popen.
     """
 
-    def __init__(self, process, runs, command):
+    def __init__(self, process, runs, command, key=None, cwd=None, spool=None):
         self.process = process
         self.runs = runs
         self.command = command
+        self._key = key
+        self._cwd = cwd or os.getcwd()
+        self._spool = spool  # a path the user gave (always kept), else None
+        self._hook = None
         atexit.register(self.stop)
 
     @property
     def running(self):
         return self.process.poll() is None
 
+    def _hook_end_run(self, run_id):
+        table = _mlflow_monitors()
+        if table is None:
+            return  # bridge itself stops once it sees the run ended
+        self._hook = (run_id, _EndRunHook(self, table.get(run_id)))
+        table[run_id] = self._hook[1]
+
+    def _unhook(self):
+        if self._key is not None and _attached.get(self._key) is self:
+            del _attached[self._key]
+        if self._hook is None:
+            return
+        run_id, hook = self._hook
+        self._hook = None
+        table = _mlflow_monitors()
+        if table is not None and table.get(run_id) is hook:  # not popped by end_run
+            if hook.previous is not None:
+                table[run_id] = hook.previous
+            else:
+                del table[run_id]
+
     def stop(self, timeout=60.0):
         """Stops bridge and waits for it to send what it has (bridge bounds
         that itself with --flush-timeout, 30 s by default). If it has not
         exited after timeout seconds, it is killed; what it had not sent stays
-        in its spool file for `bridge sync`. Returns bridge's exit status."""
+        in its spool file for `bridge sync`, and a warning names the file.
+        Returns bridge's exit status."""
         atexit.unregister(self.stop)
+        self._unhook()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -124,7 +209,20 @@ class Attached:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        self._warn_unsent()
         return self.process.returncode
+
+    def _warn_unsent(self):
+        """bridge removes a spool whose every sample reached the run; one left
+        at its default path holds samples not sent: say where."""
+        if self._spool is not None:
+            return
+        left = []
+        for run_id in sorted(set(self.runs.values())):
+            left += glob.glob(os.path.join(glob.escape(self._cwd), "bridge-spool-*-%s.jsonl" % glob.escape(_safe_name(run_id))))
+        for path in sorted(set(left)):
+            warnings.warn("bridge_system_metrics: not every sample reached the run; they are in %s: "
+                          "upload them with `bridge sync %s`" % (path, path), stacklevel=3)
 
     def __enter__(self):
         return self
@@ -141,7 +239,11 @@ def attach(args=(), pid=None):
     """Starts `bridge attach` for this process (or pid) and the active run:
     mlflow.active_run() and/or wandb.run. args are more bridge flags, e.g.
     ["--interval", "5s"]; BRIDGE_* variables apply as well. bridge's messages
-    go to this process's stderr. Raises NoActiveRunError when there is no run,
+    go to this process's stderr. Called again for the same runs, process and
+    node while that monitor runs, it returns it: no point is logged twice.
+    mlflow.end_run() stops it, as it stops MLflow's own monitor (bridge also
+    stops by itself once it sees the run ended). Raises NoActiveRunError when
+    there is no run,
     ValueError when the only run cannot be written by bridge (a non-HTTP
     MLflow tracking URI, an offline W&B run); with two runs, one of them
     unusable, it warns and attaches to the other."""
@@ -162,8 +264,17 @@ def attach(args=(), pid=None):
                                "(bridge writes into mlflow.active_run() or wandb.run)")
     for p in problems:  # the other tracker's run is used
         warnings.warn("bridge_system_metrics.attach: %s; attaching to the %s run only" % (p, " and ".join(runs)), stacklevel=2)
-    command = [binary(), "attach", "--trackers", ",".join(runs), "--pid", str(pid or os.getpid())] + list(args)
+    pid = pid or os.getpid()
+    key = (tuple(sorted(runs.items())), pid, _node(args, env))
+    running = _attached.get(key)
+    if running is not None and running.running:
+        return running  # attach() again, for the same runs: nothing twice
+    command = [binary(), "attach", "--trackers", ",".join(runs), "--pid", str(pid)] + list(args)
     # Its own session: a Ctrl-C meant for the training script does not stop
-    # it; it ends with the process it watches or through stop().
+    # it; it ends with the process it watches, the run, or through stop().
     process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
-    return Attached(process, runs, command)
+    attached = Attached(process, runs, command, key=key, spool=_flag(args, "spool") or env.get("BRIDGE_SPOOL"))
+    _attached[key] = attached
+    if "mlflow" in runs:
+        attached._hook_end_run(runs["mlflow"])
+    return attached

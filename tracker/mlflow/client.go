@@ -152,6 +152,9 @@ func (s *Sink) call(ctx context.Context, method, endpoint string, query map[stri
 		req.SetHeader("Content-Type", "application/json").SetBody(raw)
 	}
 	resp, err := req.Execute(method, apiPrefix+endpoint)
+	if resp != nil && resp.RawResponse != nil {
+		s.Answered() // whatever it said: the server is there
+	}
 	if err := s.classify(op, resp, err); err != nil {
 		return err
 	}

@@ -83,6 +83,17 @@ type Config struct {
 	// of a multi-node job: it elects the job's one run (elect.go) and
 	// records the job's end (jobend.go).
 	Job *Job
+	// JobRun is the job's run when it is already known (`bridge sync`: the
+	// run the spool recorded): joined without an election, unless it is
+	// gone.
+	JobRun string
+
+	// Follow (`bridge attach`) follows the status of the run RunID names,
+	// as MLflow's own monitor does: before each post the sink reads it, and
+	// once its owner has ended it (mlflow.end_run()) nothing more is written
+	// into it: samples taken after its end are left out (Send reports
+	// tracker.ErrRunEnded), and Finish records no tags.
+	Follow bool
 }
 
 // ConfigFromEnv reads MLflow's environment variables. getenv is os.Getenv in
@@ -210,7 +221,7 @@ func checkHTTP(uri string) error {
 	// sqlite:, file:, a path, a database URL: a store `mlflow server`
 	// can serve.
 	store := shown
-	if len(store) > 200 || strings.ContainsAny(store, " '\"$`\\") {
+	if len(store) > 200 || strings.ContainsAny(store, " '\"$`\\") || strings.Contains(store, redact.Mask) {
 		store = `"$` + EnvTrackingURI + `"`
 	}
 	return fmt.Errorf("%s=%s is a store only MLflow's Python client opens: %w: serve it with `mlflow server --backend-store-uri %s` and set %s=http://127.0.0.1:5000",

@@ -60,8 +60,9 @@ func FuzzResponse(f *testing.F) {
 		ans.mu.Lock()
 		ans.code, ans.body, ans.retryAfter = code, body, retryAfter
 		ans.mu.Unlock()
-		s := *base // a fresh sink state on the shared client
-		s.keyOK = map[string]bool{}
+		// A fresh sink state on the shared client.
+		s := &Sink{cfg: base.cfg, log: base.log, client: base.client, url: base.url, prefix: base.prefix,
+			maxMetrics: base.maxMetrics, maxBody: base.maxBody, keyOK: map[string]bool{}}
 		ctx := context.Background()
 		env, err := s.Start(ctx, tracker.StartInfo{RunName: "fuzz"})
 		if err != nil {

@@ -35,23 +35,42 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 		s.scope = "bridge.task." + node + "." + job.Task
 		s.prefix = "system/" + node + "/" + job.Task + "/"
 	}
-	if s.el.expID == "" {
-		expID, err := s.experiment(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if err := tracker.ValidID("experiment id", expID); err != nil {
-			return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
-		}
-		s.el.expID = expID
-	}
-	id, err := s.elect(ctx, info)
+	id, err := s.knownJobRun(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if id == "" {
+		if s.el.expID == "" {
+			expID, err := s.experiment(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if err := tracker.ValidID("experiment id", expID); err != nil {
+				return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
+			}
+			s.el.expID = expID
+		}
+		if id, err = s.elect(ctx, info); err != nil {
+			return nil, err
+		}
+	}
+	s.setExperiment(s.el.expID)
 	if err := tracker.ValidID("run id", id); err != nil {
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: the job's run: %w", s.url, err))
 	}
+	// The run may hold this node's series from an earlier attempt (a
+	// restart, a requeue): its steps continue after them. One request,
+	// before the run is taken: a failure retries the whole start. A first
+	// attempt skips it: on a large job it is the heaviest request a node
+	// makes (the run's latest value of every node's every series).
+	if job.Attempt != 0 {
+		run, err := s.getRun(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		s.nextStep = nextStepOf(run.Data.Metrics, s.prefix)
+	}
+	s.log.Info("joined the job's run", "run_id", id, "key", job.Key, "node", s.who, "next_step", s.nextStep)
 	// The job's run is bridge's: it records the job's end (finishJob).
 	s.runID, s.created = id, true
 	s.startTags = s.scoped(info.Tags)
@@ -73,6 +92,29 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 		env = append(env, EnvNodeID+"="+strings.TrimSuffix(strings.TrimPrefix(s.prefix, "system/"), "/"))
 	}
 	return env, nil
+}
+
+// knownJobRun is Config.JobRun when it is still the job's run (it exists,
+// is not deleted and carries the job's key), "" when the job's run must be
+// elected.
+func (s *Sink) knownJobRun(ctx context.Context) (string, error) {
+	job, known := s.cfg.Job, s.cfg.JobRun
+	if known == "" {
+		return "", nil
+	}
+	run, err := s.getRun(ctx, known)
+	switch {
+	case isCode(err, "RESOURCE_DOES_NOT_EXIST"):
+	case err != nil:
+		return "", err
+	case run.Info.LifecycleStage == "deleted" || run.Data.TagMap()[TagJobKey] != job.Key:
+	default:
+		s.el.expID = run.Info.ExperimentID
+		return known, nil
+	}
+	s.log.Warn("the job's run the spool recorded is gone (deleted, or not the job's); finding the job's run by its key", "run_id", known, "key", job.Key)
+	s.cfg.JobRun = ""
+	return "", nil
 }
 
 // tagPreviousAttemptLost is forensics.TagPreviousAttemptLost, set by the
@@ -119,6 +161,11 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.flushStartTags(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if end.KeepStatus {
+		// The tags alone: this node's end (and so the run's status) stays
+		// what is recorded.
+		return errors.Join(append(errs, s.SetTags(ctx, s.scoped(end.Tags)))...)
+	}
 	status := TerminalStatus(end)
 	tags := s.scoped(end.Tags)
 	tags[s.scope+".status"] = status
@@ -161,6 +208,17 @@ func (s *Sink) sweep(ctx context.Context) {
 		s.log.Warn("stray candidate runs of the job are left beside its run; delete them in the UI or with `mlflow runs delete --run-id`",
 			"run_id", s.runID, "stray", strings.Join(left, ","))
 	}
+}
+
+// recordedJobEnd is this node's end among the job run's tags, when it was
+// recorded at or after since (an earlier attempt's end is not this one's).
+func (s *Sink) recordedJobEnd(tags map[string]string, since time.Time) (tracker.EndInfo, bool, error) {
+	ended, err := strconv.ParseInt(tags[s.scope+".ended"], 10, 64)
+	code, cerr := strconv.Atoi(tags[s.scope+".exit_code"])
+	if err != nil || cerr != nil || ended < since.UnixMilli() {
+		return tracker.EndInfo{}, false, nil
+	}
+	return tracker.EndInfo{ExitCode: code, Status: tags[s.scope+".status"], Time: time.UnixMilli(ended)}, true, nil
 }
 
 // jobStatus is the status the nodes' records call for ("" for none yet).

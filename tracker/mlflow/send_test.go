@@ -508,3 +508,21 @@ func TestFinishKeepStatus(t *testing.T) {
 		t.Fatalf("requests %q, want one: the tags", rc.bodies)
 	}
 }
+
+func TestNextStepOf(t *testing.T) {
+	latest := []Metric{
+		{Key: "system/cpu_utilization_percentage", Step: 41},
+		{Key: "system/n1/node_memory_used_megabytes", Step: 9},
+		{Key: "system/n1/t2/node_memory_used_megabytes", Step: 99}, // a task of n1
+		{Key: "system/n10/node_memory_used_megabytes", Step: 77},   // another node sharing the prefix's letters
+		{Key: "loss", Step: 5000},
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   int64
+	}{{"system/", 42}, {"system/n1/", 10}, {"system/n1/t2/", 100}, {"system/n2/", 0}} {
+		if got := nextStepOf(latest, tc.prefix); got != tc.want {
+			t.Errorf("nextStepOf(%q) = %d, want %d", tc.prefix, got, tc.want)
+		}
+	}
+}

@@ -518,3 +518,94 @@ func TestServerWrongToken(t *testing.T) {
 		t.Fatalf("with the right token: %v", err)
 	}
 }
+
+// Follow (bridge attach): once the run's owner ends it, the samples taken
+// up to its end are sent, those after it are left out and acknowledged,
+// Send says the run ended (tracker.ErrRunEnded), and nothing more is
+// written into the run: no tags at Finish, its status and end as the
+// owner set them.
+func TestServerFollowStopsAtTheRunsEnd(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	ctx := context.Background()
+	runID := srv.CreateRun(t, srv.CreateExperiment(t, unique(t)), "notebook")
+	s := serverSink(t, srv.URL, Config{RunID: runID, Follow: true})
+	if _, err := s.Start(ctx, tracker.StartInfo{Tags: map[string]string{"bridge.version": "v1"}}); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	in := systemSamples(5, t0)
+	if acked, err := s.Send(ctx, in[:2]); acked != 2 || err != nil {
+		t.Fatalf("Send while RUNNING = %d, %v", acked, err)
+	}
+	end := t0.Add(2500 * time.Millisecond) // after sample 2, before sample 3
+	srv.EndRun(t, runID, StatusFinished, end)
+	acked, err := s.Send(ctx, in[2:])
+	if acked != 3 || !errors.Is(err, tracker.ErrRunEnded) {
+		t.Fatalf("Send after the end = %d, %v; want 3 acknowledged and ErrRunEnded", acked, err)
+	}
+	if !strings.Contains(err.Error(), "2 taken after that were left out") {
+		t.Errorf("the error does not count what was left out: %v", err)
+	}
+	checkHistories(t, srv, runID, "system/", in[:3])
+	if acked, err := s.Send(ctx, systemSamples(1, t0.Add(time.Hour))); acked != 1 || !errors.Is(err, tracker.ErrRunEnded) {
+		t.Errorf("a later Send = %d, %v; want it acknowledged and left out", acked, err)
+	}
+	if err := s.Finish(ctx, tracker.EndInfo{Tags: map[string]string{"bridge.attach_end": "signal"}}); err != nil {
+		t.Fatal(err)
+	}
+	run := srv.GetRun(t, runID)
+	if _, ok := run.Tags["bridge.attach_end"]; ok || run.Info.Status != StatusFinished || run.Info.EndTime != end.UnixMilli() {
+		t.Errorf("after Finish: status %s end %d tags %v; want the owner's FINISHED at %d and no end tags",
+			run.Info.Status, run.Info.EndTime, run.Tags, end.UnixMilli())
+	}
+	if run.Tags["bridge.version"] != "v1" {
+		t.Errorf("the start tags, sent before the end, are missing: %v", run.Tags)
+	}
+
+	// Ended before anything was sent: not even the start tags are written.
+	late := srv.CreateRun(t, srv.CreateExperiment(t, unique(t)), "ended-first")
+	s = serverSink(t, srv.URL, Config{RunID: late, Follow: true})
+	if _, err := s.Start(ctx, tracker.StartInfo{Tags: map[string]string{"bridge.version": "v1"}}); err != nil {
+		t.Fatal(err)
+	}
+	srv.EndRun(t, late, StatusFailed, t0.Add(-time.Second))
+	if acked, err := s.Send(ctx, in); acked != len(in) || !errors.Is(err, tracker.ErrRunEnded) {
+		t.Fatalf("Send = %d, %v", acked, err)
+	}
+	if err := s.Finish(ctx, tracker.EndInfo{Tags: map[string]string{"bridge.attach_end": "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := srv.GetRun(t, late); len(r.Latest) != 0 || r.Tags["bridge.version"] != "" || r.Tags["bridge.attach_end"] != "" {
+		t.Errorf("a run ended before bridge wrote anything got metrics %v, tags %v", r.Latest, r.Tags)
+	}
+}
+
+// A run that holds this node's series already (an earlier attempt): Start
+// reads where they end, from runs/get's latest metrics, as MLflow's own
+// monitor does; another node's series, nested deeper, do not count.
+func TestServerNextStep(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	ctx := context.Background()
+	runID := srv.CreateRun(t, srv.CreateExperiment(t, unique(t)), "restarted")
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	earlier := serverSink(t, srv.URL, Config{RunID: runID, NodeID: "n1"})
+	if _, err := earlier.Start(ctx, tracker.StartInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	in := systemSamples(8, t0) // steps 0..7 under system/n1/
+	if acked, err := earlier.Send(ctx, in); acked != 8 || err != nil {
+		t.Fatalf("Send = %d, %v", acked, err)
+	}
+	for _, tc := range []struct {
+		node string
+		want int64
+	}{{"n1", 8}, {"n2", 0}, {"", 0}} {
+		s := serverSink(t, srv.URL, Config{RunID: runID, NodeID: tc.node})
+		if _, err := s.Start(ctx, tracker.StartInfo{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.NextStep(); got != tc.want {
+			t.Errorf("node %q: NextStep = %d, want %d", tc.node, got, tc.want)
+		}
+	}
+}

@@ -10,7 +10,9 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-resty/resty/v2"
@@ -50,6 +52,8 @@ var (
 // Sink posts samples to one MLflow run. It implements tracker.Sink; as that
 // contract says, its methods are called from one goroutine.
 type Sink struct {
+	tracker.Reach // whether MLflow ever answered (set by call)
+
 	cfg    Config
 	log    *slog.Logger
 	client *resty.Client
@@ -78,12 +82,28 @@ type Sink struct {
 	// waits for fewer requests.
 	startTags map[string]string
 
+	expMu sync.Mutex
+	expID string // the experiment of the run, once known (Place)
+
 	el    jobElection // a multi-node job's election (Config.Job), kept across Start calls
 	scope string      // a job run: the prefix of this node's tags ("bridge.node.<id>")
 	who   string      // a job run: this node (and task) in the job's records
+
+	// nextStep is the step after the last one this node's series hold on
+	// a run Start joined (tracker.Resumer); 0 for a run it created.
+	nextStep int64
+
+	// Follow (Config.Follow): the run's end as its owner recorded it.
+	ended    bool
+	endedAt  int64  // the run's end time, ms since the epoch
+	endState string // its status then
+	afterEnd int    // samples taken after the end, left out
 }
 
-var _ tracker.Sink = (*Sink)(nil)
+var (
+	_ tracker.Sink    = (*Sink)(nil)
+	_ tracker.Resumer = (*Sink)(nil)
+)
 
 // New checks cfg and builds the sink; it makes no request.
 func New(cfg Config, log *slog.Logger) (*Sink, error) {
@@ -182,8 +202,30 @@ func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, er
 		return env, tracker.Permanent(fmt.Errorf("%s=%s: run is deleted on MLflow at %s: restore it in the UI (or `mlflow runs restore --run-id %s`) or unset %s",
 			EnvRunID, s.runID, s.url, s.runID, EnvRunID))
 	}
+	s.setExperiment(run.Info.ExperimentID)
 	s.startTags = maps.Clone(info.Tags)
+	s.nextStep = nextStepOf(run.Data.Metrics, s.prefix)
 	return env, nil
+}
+
+// NextStep implements tracker.Resumer.
+func (s *Sink) NextStep() int64 { return s.nextStep }
+
+// nextStepOf is the step after the last one among this node's series in
+// latest (runs/get's latest metrics, each key's value at its highest
+// step): the keys prefix+name with no further '/' (another node's or
+// task's series nest deeper). MLflow's own monitor finds where to resume
+// the same way, from the same one request, over every system/ key.
+func nextStepOf(latest []Metric, prefix string) int64 {
+	next := int64(0)
+	for _, m := range latest {
+		name, ok := strings.CutPrefix(m.Key, prefix)
+		if !ok || name == "" || strings.Contains(name, "/") {
+			continue
+		}
+		next = max(next, int64(m.Step)+1)
+	}
+	return next
 }
 
 // flushStartTags records the tags attach left for later; after an error
@@ -208,6 +250,7 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	if err := tracker.ValidID("experiment id", expID); err != nil {
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
 	}
+	s.setExperiment(expID)
 	tags := sourceTags(info)
 	maps.Copy(tags, info.Tags)
 	if s.creates++; s.creates > 1 && s.startID != "" {
@@ -236,6 +279,41 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 	// a bridge flag the child never sees): a second start_run() in the child
 	// then lands in the same experiment.
 	return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
+}
+
+// Tags of the spool's start record that say where the run is (Place).
+const (
+	TagExperimentID   = "bridge.mlflow.experiment_id"
+	TagExperimentName = "bridge.mlflow.experiment_name"
+)
+
+// Place implements tracker.Placer: the run's experiment, as found once
+// MLflow answered, else as MLFLOW_EXPERIMENT_ID and MLFLOW_EXPERIMENT_NAME
+// name it (none: the Default experiment, id 0).
+func (s *Sink) Place() map[string]string {
+	s.expMu.Lock()
+	id := s.expID
+	s.expMu.Unlock()
+	if id == "" {
+		id = s.cfg.ExperimentID
+	}
+	if id == "" && s.cfg.ExperimentName == "" {
+		id = DefaultExperimentID
+	}
+	p := map[string]string{}
+	if id != "" {
+		p[TagExperimentID] = id
+	}
+	if s.cfg.ExperimentName != "" {
+		p[TagExperimentName] = s.cfg.ExperimentName
+	}
+	return p
+}
+
+func (s *Sink) setExperiment(id string) {
+	s.expMu.Lock()
+	s.expID = id
+	s.expMu.Unlock()
 }
 
 // runName is the name of a run bridge creates: --run-name, else the one
@@ -387,8 +465,13 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	if s.runID == "" {
 		return 0, errNoRun
 	}
-	if err := s.flushStartTags(ctx); err != nil {
+	if err := s.follow(ctx); err != nil {
 		return 0, err
+	}
+	if !s.ended {
+		if err := s.flushStartTags(ctx); err != nil {
+			return 0, err
+		}
 	}
 	b := newBatch(s.runID, s.maxMetrics, s.maxBody)
 	acked := 0
@@ -408,6 +491,11 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	}
 	for i, sm := range samples {
 		ts := sm.Time.UnixMilli()
+		if s.ended && ts > s.endedAt {
+			s.afterEnd++ // the owner ended the run before it was taken
+			pending = i + 1
+			continue
+		}
 		if ts < 0 {
 			// MLflow: "Timestamp must be a nonnegative long".
 			s.dropped += len(sm.Points)
@@ -437,7 +525,32 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	if err := flush(); err != nil {
 		return acked, err
 	}
+	if s.ended {
+		return acked, fmt.Errorf("%w: its owner set run %s %s at %s; of the samples, %d taken after that were left out",
+			tracker.ErrRunEnded, s.runID, s.endState, time.UnixMilli(s.endedAt).UTC().Format("2006-01-02T15:04:05.000Z"), s.afterEnd)
+	}
 	return acked, nil
+}
+
+// follow (Config.Follow) reads the run's status, as MLflow's own monitor
+// does before each post, until it finds the run ended by its owner. The
+// end time is the owner's (mlflow.end_run() stamps it); a status set
+// without one ends the run now.
+func (s *Sink) follow(ctx context.Context) error {
+	if !s.cfg.Follow || s.ended {
+		return nil
+	}
+	run, err := s.getRun(ctx, s.runID)
+	if err != nil {
+		return err
+	}
+	if st := run.Info.Status; st == StatusFinished || st == StatusFailed || st == StatusKilled {
+		s.ended, s.endState, s.endedAt = true, st, int64(run.Info.EndTime)
+		if s.endedAt <= 0 {
+			s.endedAt = time.Now().UnixMilli()
+		}
+	}
+	return nil
 }
 
 // Dropped is how many points Send left out because MLflow would refuse
@@ -495,6 +608,14 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if s.scope != "" {
 		return s.finishJob(ctx, end)
 	}
+	if err := s.follow(ctx); err != nil {
+		return err
+	}
+	if s.ended {
+		// Its owner ended it: nothing is written after its end.
+		s.log.Debug("the run was ended by its owner; its end is left as recorded", "run_id", s.runID, "status", s.endState)
+		return nil
+	}
 	var errs []error
 	if err := s.flushStartTags(ctx); err != nil {
 		errs = append(errs, err)
@@ -525,6 +646,33 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		s.log.Info("set MLflow run status", "run_id", s.runID, "status", status)
 	}
 	return errors.Join(errs...)
+}
+
+// RecordedEnd implements tracker.EndReader: the end a bridge recorded on
+// the run (its bridge.exit_code tag) since then, for a run that was not
+// ended before since. A job's run: this node's end (jobend.go).
+func (s *Sink) RecordedEnd(ctx context.Context, since time.Time) (tracker.EndInfo, bool, error) {
+	if s.runID == "" {
+		return tracker.EndInfo{}, false, errNoRun
+	}
+	run, err := s.getRun(ctx, s.runID)
+	if err != nil {
+		return tracker.EndInfo{}, false, err
+	}
+	tags := run.Data.TagMap()
+	if s.scope != "" {
+		return s.recordedJobEnd(tags, since)
+	}
+	code, err := strconv.Atoi(tags["bridge.exit_code"])
+	ended := int64(run.Info.EndTime)
+	if err != nil || (ended > 0 && ended < since.UnixMilli()) {
+		return tracker.EndInfo{}, false, nil
+	}
+	end := tracker.EndInfo{ExitCode: code, Status: run.Info.Status}
+	if ended > 0 {
+		end.Time = time.UnixMilli(ended)
+	}
+	return end, true, nil
 }
 
 // TerminalStatus is the status bridge gives a run it owns: end.Status when

@@ -55,6 +55,8 @@ const userAgent = "bridge"
 // they are also safe to call concurrently (one mutex). Each call makes at
 // most one HTTP attempt per request and honours ctx.
 type Sink struct {
+	tracker.Reach // whether W&B ever answered
+
 	cfg      Config
 	url      string // cfg.BaseURL redacted (redact.URI), for messages
 	log      *slog.Logger
@@ -282,7 +284,8 @@ func verdictHeader(who string) string {
 
 // withVerdict appends (or replaces) bridge's section of the notes, who's
 // (a node's label, "" for a single run): one "key: value" line per end
-// tag, sorted. Other nodes' sections are kept. Nodes ending at the same
+// tag, the exit code and reason first (what a reader looks for), the rest
+// sorted. Other nodes' sections are kept. Nodes ending at the same
 // moment may each write over the other's notes (W&B has no
 // compare-and-set); the MLflow run's node tags are the record.
 func withVerdict(notes string, end tracker.EndInfo, who string) string {
@@ -295,7 +298,19 @@ func withVerdict(notes string, end tracker.EndInfo, who string) string {
 			notes = notes[:i]
 		}
 	}
-	keys := slices.Sorted(maps.Keys(end.Tags))
+	first := []string{"bridge.exit_code", "bridge.exit_reason"}
+	keys := slices.SortedFunc(maps.Keys(end.Tags), func(a, b string) int {
+		ia, ib := slices.Index(first, a), slices.Index(first, b)
+		switch {
+		case ia >= 0 && ib >= 0:
+			return ia - ib
+		case ia >= 0:
+			return -1
+		case ib >= 0:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
 	var b strings.Builder
 	b.WriteString(notes)
 	b.WriteString(h)
@@ -472,6 +487,9 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 		SetHeader("X-WANDB-ASYNC-CLIENT-ID", s.clientID).
 		SetBody(body).
 		Post(path)
+	if resp != nil && resp.RawResponse != nil {
+		s.Answered()
+	}
 	if err != nil {
 		return transportError("W&B file_stream "+endpoint, err)
 	}
@@ -560,6 +578,9 @@ func (s *Sink) graphql(ctx context.Context, op, query string, vars map[string]an
 		SetHeader("X-WANDB-CLIENT-ID", s.clientID).
 		SetBody(body).
 		Post("/graphql")
+	if resp != nil && resp.RawResponse != nil {
+		s.Answered()
+	}
 	if err != nil {
 		return transportError("GraphQL "+op+" at "+endpoint, err)
 	}

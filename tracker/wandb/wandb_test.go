@@ -495,7 +495,7 @@ func TestFinishRecordsVerdict(t *testing.T) {
 	if fmt.Sprint(run.Tags) != "[baseline bridge-exit-137 bridge-oom_killed]" {
 		t.Errorf("tags %q", run.Tags)
 	}
-	want := "child's notes\n\n---\nbridge (end of job):\nbridge.exit_code: 137\nbridge.exit_evidence: memory.events oom_kill +1\nbridge.exit_reason: oom_killed\n"
+	want := "child's notes\n\n---\nbridge (end of job):\nbridge.exit_code: 137\nbridge.exit_reason: oom_killed\nbridge.exit_evidence: memory.events oom_kill +1\n"
 	if run.Notes != want {
 		t.Errorf("notes %q, want %q", run.Notes, want)
 	}
