@@ -526,13 +526,17 @@ func TestMultinodeWandbShared(t *testing.T) {
 			t.Errorf("no line of %s's bridge (%s) in run %s", n.id, key, runID)
 		}
 	}
-	// The job's report in the run's summary, beside the child's own
-	// (the primary's wandb wrote "loss" there before its bridge ended).
+	// The job's report in the run's summary: each bridge writes it after
+	// its child's last summary line, so the last write is a bridge's. Both
+	// nodes end at the same moment here, and W&B has no compare-and-set:
+	// one node's write may replace the other's (docs/multinode.md), and
+	// which child line a bridge read depends on when each wandb sent it.
+	// tracker/wandb's TestJobReportInSummary checks the merge in order.
 	sum := run.Summary()
 	b, _ := sum["bridge"].(map[string]any)
 	ends, _ := b["nodes"].(map[string]any)
-	if report, _ := b["report"].(string); sum["loss"] != 1.0 || len(ends) != 2 || !strings.HasPrefix(report, "No node failed.") {
-		t.Errorf("the run's summary: %v; want the child's loss and bridge's report of both nodes", sum)
+	if report, _ := b["report"].(string); len(ends) == 0 || !strings.HasPrefix(report, "No node failed.") {
+		t.Errorf("the run's summary: %v; want bridge's report", sum)
 	}
 }
 

@@ -114,11 +114,8 @@ func (s *Sink) historyOf(run string) report.History {
 // job's report: the node that set the job's status writes it, and every
 // node that ends after one was written writes it again (so the last node
 // to end leaves the report of every node's end).
-func (s *Sink) recordJob(ctx context.Context, wroteStatus bool) error {
-	run, err := s.getRun(ctx, s.runID)
-	if err != nil {
-		return err
-	}
+// run is the job's run as read after this node's records landed.
+func (s *Sink) recordJob(ctx context.Context, run Run, wroteStatus bool) error {
 	if err := s.recordFirstFailure(ctx, run); err != nil {
 		return err
 	}
