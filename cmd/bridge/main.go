@@ -5,6 +5,7 @@
 //	bridge sample [--json]            print one sample of every collector
 //	bridge attach --run-id ID --pid PID  sample beside a running process (notebooks)
 //	bridge sync FILE                  upload a spool file to its runs
+//	bridge report RUN [--json]        a run's report: status, first failure, a row per node
 //	bridge version                    print the version
 package main
 
@@ -113,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := ""
 	if len(args) > 0 {
 		switch args[0] {
-		case "version", "sample", "attach", "sync", "help":
+		case "version", "sample", "attach", "sync", "report", "help":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -130,6 +131,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAttach(args, stdout, stderr)
 	case "sync":
 		return runSync(args, stdout, stderr)
+	case "report":
+		return runReport(args, stdout, stderr)
 	default:
 		return runSupervise(args, stdout, stderr)
 	}
@@ -197,6 +200,7 @@ usage:
   bridge sample [--json] [flags]    print one sample of every collector
   bridge attach --run-id ID --pid PID   sample beside a running process (notebooks)
   bridge sync FILE [--run-id ID]    upload a spool file to its runs
+  bridge report RUN [--json]        a run's report: status, first failure, a row per node
   bridge version                    (or --version) print the version
   bridge --help                     (or -h) this text
 
