@@ -5,25 +5,22 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/procfs"
-
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/gpu"
-	"github.com/bridge-dev/bridge/metrics/process"
 	"github.com/bridge-dev/bridge/metrics/scrape"
 	"github.com/bridge-dev/bridge/summary"
 )
 
-// Sources are the collectors a job runs (built from the registrations in
+// Sources are the collectors a job runs (built from the registrations,
 // Collectors), and the side channels the rest of bridge needs from them:
 // the memory probe, the start tags, the forensics' inputs and the child's
 // pid.
@@ -34,6 +31,7 @@ type Sources struct {
 	Notes map[string]any
 
 	log      *slog.Logger
+	roots    metrics.Roots
 	taggers  []tagger          // the collectors that describe what they found as run tags
 	cgroup   *cgroup.Collector // nil when the container scope is off or unavailable
 	gpu      *gpu.Collector    // nil when the gpu scope is off
@@ -41,23 +39,29 @@ type Sources struct {
 	childPID atomic.Int64      // the process collector's root
 	adopter  atomic.Int64      // bridge's pid while it supervises the child: orphans it adopts count too
 	series   []*metrics.Desc   // what the built collectors may add, in the scopes that are on
-
-	// Found once, while the collectors are built, for those that need them.
-	layout    *cgroup.Layout // nil: none (layoutErr says why)
-	layoutErr error
-	looked    bool          // the layout was looked for
-	tree      *process.Tree // the child's tree: the process and GPU collectors'
 }
 
-// BuildSources creates the collectors the configuration asks for, in the
-// order of Collectors. One that is off here is left out with a note; an
-// error is a usage error that names its flag (a malformed --gpus entry, a
-// --proc-root the GPU collector's process finder cannot read).
+// BuildSources creates the collectors of Collectors the configuration asks
+// for (BuildSourcesOf).
 func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
-	s := &Sources{Notes: map[string]any{}, log: log}
+	return BuildSourcesOf(Collectors(), cfg, log)
+}
+
+// BuildSourcesOf creates the collectors of regs the configuration asks for
+// (cfg loaded with ChoicesOf(regs)), in order. One that is off here is left
+// out with a note; an error is a usage error that names its flag (a
+// malformed --gpus entry, a --proc-root the GPU collector's process finder
+// cannot read).
+func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Logger) (*Sources, error) {
+	s := &Sources{Notes: map[string]any{}, log: log,
+		roots: metrics.Roots{Proc: cfg.ProcRoot, Cgroup: cfg.CgroupRoot, Sys: cfg.SysRoot, Rootfs: cfg.Rootfs}}
+	// The cgroup layout and the child's process tree, made once for the
+	// collectors that share them.
+	shared := &metrics.Shared{}
 	// With every scope on, nothing is left to filter out.
-	all := len(cfg.Scopes) >= len(Scopes())
-	for _, reg := range Collectors {
+	all := len(cfg.Scopes) >= len(ScopesOf(regs))
+	var built []metrics.Collector
+	for _, reg := range regs {
 		var on []metrics.Scope
 		for _, sc := range reg.Scopes {
 			if cfg.HasScope(string(sc)) {
@@ -67,8 +71,11 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 		if len(reg.Scopes) > 0 && len(on) == 0 {
 			continue
 		}
-		c, err := reg.Build(CollectorBuild{Config: cfg, Scopes: on, Sources: s, Log: log})
-		var off *Off
+		c, err := reg.Build(metrics.Env{
+			Roots: s.roots, CollectTimeout: cfg.CollectTimeout, Scopes: on, Options: cfg.Options,
+			LookupEnv: os.LookupEnv, Job: job{s}, Shared: shared, Built: slices.Clone(built), Log: log.With("collector", reg.Name),
+		})
+		var off *metrics.Off
 		switch {
 		case errors.As(err, &off):
 			log.Log(context.Background(), off.Level, "collector is off", "collector", reg.Name, "why", off.Why)
@@ -78,6 +85,15 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 			return nil, err
 		case c == nil:
 			continue
+		}
+		built = append(built, c)
+		switch c := c.(type) { // the side channels
+		case *cgroup.Collector:
+			s.cgroup = c
+		case *gpu.Collector:
+			s.gpu = c
+		case *scrape.Collector:
+			s.scrape = c
 		}
 		if tg, ok := c.(tagger); ok {
 			s.taggers = append(s.taggers, tg)
@@ -103,7 +119,7 @@ func (s *Sources) Summary() summary.Options {
 	o := summary.Options{}
 	v2 := s.CgroupVersion() == string(cgroup.ModeV2)
 	for _, d := range s.series {
-		if d.Scope == metrics.ScopeContainer && strings.HasPrefix(d.Name, "container_pressure_") && !v2 {
+		if d.Scope == cgroup.Scope && strings.HasPrefix(d.Name, "container_pressure_") && !v2 {
 			continue
 		}
 		o.Expected = append(o.Expected, d)
@@ -122,22 +138,6 @@ func (s *Sources) ScrapeFailures() map[string]int {
 	return s.scrape.Failures()
 }
 
-// podIdentity is this pod's name and namespace, from the downward API
-// variables POD_NAME and POD_NAMESPACE, else the hostname (a pod's name) and
-// the service account's namespace file; "" when unknown (not in Kubernetes).
-func podIdentity() (pod, ns string) {
-	pod, ns = os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
-	if ns == "" {
-		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-			ns = strings.TrimSpace(string(b))
-		}
-	}
-	if pod == "" && ns != "" {
-		pod = hostname()
-	}
-	return pod, ns
-}
-
 // SetChild names the process tree the process_ and GPU collectors follow:
 // the child's pid (0: none) and the pid that adopts its orphans (bridge as
 // subreaper; 0: none). Safe to call while sampling runs.
@@ -146,38 +146,11 @@ func (s *Sources) SetChild(pid, adopter int) {
 	s.adopter.Store(int64(adopter))
 }
 
-// cgroups is the cgroup layout under the configured roots, found once for
-// the cgroup and process collectors; an error (wrapping
-// cgroup.ErrUnavailable where there is no cgroup to read) when there is
-// none.
-func (s *Sources) cgroups(cfg config.Config) (*cgroup.Layout, error) {
-	if !s.looked {
-		s.looked = true
-		s.layout, s.layoutErr = cgroup.FindLayout(cgroupOptions(cfg, s.log))
-	}
-	return s.layout, s.layoutErr
-}
+// job is the child as the collectors see it (metrics.Job).
+type job struct{ s *Sources }
 
-// processTree is the child's process tree, made once and shared by the
-// process and GPU collectors: it is walked once a sample for all of them.
-// Without a cgroup layout it is found by the children links, else a scan.
-func (s *Sources) processTree(cfg config.Config) (*process.Tree, error) {
-	if s.tree != nil {
-		return s.tree, nil
-	}
-	l, _ := s.cgroups(cfg)
-	t, err := process.NewTree(process.TreeOptions{
-		ProcRoot: cfg.ProcRoot,
-		Cgroups:  l,
-		RootPID:  func() int { return int(s.childPID.Load()) },
-		Adopter:  func() int { return int(s.adopter.Load()) },
-	})
-	if err != nil {
-		return nil, err
-	}
-	s.tree = t
-	return t, nil
-}
+func (j job) PID() int     { return int(j.s.childPID.Load()) }
+func (j job) Adopter() int { return int(j.s.adopter.Load()) }
 
 // Memory is the between-samples memory probe: the cgroup's working set and
 // limit only. Nil without a cgroup collector.
@@ -233,20 +206,6 @@ func (s *Sources) XidEvents() []gpu.XidEvent {
 	return s.gpu.XidEvents()
 }
 
-// cgroupOptions point the search for the cgroup layout at the configured
-// roots. Under another proc root bridge's own pid is that root's "self".
-func cgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
-	o := cgroup.Options{ProcRoot: cfg.ProcRoot, CgroupRoot: cfg.CgroupRoot, Log: log.With("collector", "cgroup")}
-	if filepath.Clean(cfg.ProcRoot) != "/proc" {
-		if fs, err := procfs.NewFS(cfg.ProcRoot); err == nil {
-			if self, err := fs.Self(); err == nil {
-				o.PID = self.PID
-			}
-		}
-	}
-	return o
-}
-
 // Detected is what `bridge sample` reports about the machine: each
 // collector's findings, and why a missing scope is missing.
 func (s *Sources) Detected(ctx context.Context, smp *metrics.Sampler) map[string]any {
@@ -268,7 +227,7 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 	if cfg.NodeID != "" {
 		t["bridge.node_id"] = cfg.NodeID
 	}
-	if cfg.NoContainer {
+	if cgroup.NoContainer.Get(cfg.Options) {
 		t["bridge.container_awareness"] = "off"
 	}
 	if s.cgroup != nil {

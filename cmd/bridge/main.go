@@ -5,6 +5,7 @@
 //	bridge sample [--json]            print one sample of every collector
 //	bridge attach --run-id ID --pid PID  sample beside a running process (notebooks)
 //	bridge sync FILE                  upload a spool file to its runs
+//	bridge report RUN [--json]        a run's report: status, first failure, a row per node
 //	bridge version                    print the version
 package main
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/safeout"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/pipeline"
 )
 
@@ -112,7 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := ""
 	if len(args) > 0 {
 		switch args[0] {
-		case "version", "sample", "attach", "sync", "help":
+		case "version", "sample", "attach", "sync", "report", "help":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -129,6 +131,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAttach(args, stdout, stderr)
 	case "sync":
 		return runSync(args, stdout, stderr)
+	case "report":
+		return runReport(args, stdout, stderr)
 	default:
 		return runSupervise(args, stdout, stderr)
 	}
@@ -144,10 +148,17 @@ func printVersion(w io.Writer) { fmt.Fprintf(w, "bridge %s\n", version) }
 // stop a job (pipeline.BuildSinks turns off what depends on one that cannot
 // be used).
 func parse(name string, args []string, stdout, stderr io.Writer, extra func(*pflag.FlagSet)) (fs *pflag.FlagSet, cfg config.Config, code int) {
+	return parseOf(pipeline.Collectors(), name, args, stdout, stderr, extra)
+}
+
+// parseOf is parse with regs for bridge's collectors: their scopes and
+// options.
+func parseOf(regs []metrics.Registration, name string, args []string, stdout, stderr io.Writer, extra func(*pflag.FlagSet)) (fs *pflag.FlagSet, cfg config.Config, code int) {
+	choices := pipeline.ChoicesOf(regs)
 	fs = pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after the command belongs to it
-	config.RegisterFlags(fs, pipeline.Choices())
+	config.RegisterFlags(fs, choices)
 	showVersion := fs.Bool("version", false, "print bridge's version and exit")
 	if extra != nil {
 		extra(fs)
@@ -163,7 +174,7 @@ func parse(name string, args []string, stdout, stderr io.Writer, extra func(*pfl
 		printVersion(stdout)
 		return nil, cfg, 0
 	}
-	cfg, err := config.Load(fs, pipeline.Choices())
+	cfg, err := config.Load(fs, choices)
 	if err != nil {
 		return nil, cfg, usageError(stderr, err)
 	}
@@ -189,6 +200,7 @@ usage:
   bridge sample [--json] [flags]    print one sample of every collector
   bridge attach --run-id ID --pid PID   sample beside a running process (notebooks)
   bridge sync FILE [--run-id ID]    upload a spool file to its runs
+  bridge report RUN [--json]        a run's report: status, first failure, a row per node
   bridge version                    (or --version) print the version
   bridge --help                     (or -h) this text
 

@@ -3,6 +3,7 @@ package process
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -90,3 +91,36 @@ func TestWaitForWalkHonoursContext(t *testing.T) {
 		t.Error("PIDs behind a walk in flight with its ctx done: no error")
 	}
 }
+
+// The collectors of a job get one Tree (and it one cgroup layout), made by
+// the first Build that asks; without a Shared each gets its own.
+func TestTreeOfIsMadeOnceAJob(t *testing.T) {
+	job := fixedJob(100)
+	env := metrics.Env{Roots: metrics.Roots{Proc: "/proc", Cgroup: "/sys/fs/cgroup"}, Job: job, Shared: &metrics.Shared{},
+		Log: slog.New(slog.DiscardHandler)}
+	a, err := TreeOf(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := TreeOf(env)
+	if err != nil || a != b {
+		t.Errorf("two Builds of one job got trees %p and %p (%v), want one", a, b, err)
+	}
+	env.Shared = nil
+	if c, err := TreeOf(env); err != nil || c == a {
+		t.Errorf("without a Shared: tree %p (%v), want one of its own", c, err)
+	}
+	// A proc root that cannot be read is the same error for every Build.
+	env.Shared, env.Roots.Proc = &metrics.Shared{}, filepath.Join(t.TempDir(), "none")
+	_, err1 := TreeOf(env)
+	_, err2 := TreeOf(env)
+	if err1 == nil || err1 != err2 {
+		t.Errorf("unreadable proc root: %v, then %v; want one error", err1, err2)
+	}
+}
+
+// fixedJob is a job whose child is pid, with no adopter.
+type fixedJob int
+
+func (j fixedJob) PID() int   { return int(j) }
+func (fixedJob) Adopter() int { return 0 }
