@@ -26,7 +26,11 @@ import (
 
 // MemoryProbe is the memory-only read the sampling loop takes between
 // samples under a memory limit, to notice a climb toward the limit at once.
-// It is called from the sampling goroutine only, never beside Collect.
+// The loop runs it on a goroutine of its own, one probe at a time, and does
+// not wait for it to sample: a probe still in flight (or stuck in a read)
+// runs beside the next sample's Collect, so MemoryPoints must be safe beside
+// it and take no reading Collect's rates depend on (the cgroup collector's
+// shares only its kept-file reader; TestMemoryProbeBesideCollect).
 type MemoryProbe interface {
 	MemoryPoints(ctx context.Context) ([]metrics.Point, error)
 }

@@ -82,6 +82,27 @@ func (r *round) flatKeyed(path, what string) (map[string]uint64, bool) {
 	return kv, true
 }
 
+// The files of the kernel's memory high-water mark (PeakFile).
+const (
+	v1PeakFile = "memory.max_usage_in_bytes"
+	v2PeakFile = "memory.peak"
+)
+
+// PeakFile is the file container_memory_peak_megabytes, the kernel's
+// memory high-water mark, is read from: memory.max_usage_in_bytes where
+// the memory controller is v1 (hybrid hosts too), memory.peak where it is
+// v2; "" without a memory controller. It reads no file.
+func (c *Collector) PeakFile() string {
+	p, ok := c.lay.places[ctlMemory]
+	switch {
+	case !ok:
+		return ""
+	case p.v1:
+		return v1PeakFile
+	}
+	return v2PeakFile
+}
+
 // memory adds the memory points. Working set is cAdvisor's: usage minus
 // inactive file pages, clamped at 0.
 func (r *round) memory() {
@@ -95,7 +116,7 @@ func (r *round) memory() {
 	var usageFile, statFile, peakFile, inactiveKey, rssKey, cacheKey string
 	var vals [4]uint64
 	if p.v1 {
-		usageFile, statFile, peakFile = "memory.usage_in_bytes", "memory.stat", "memory.max_usage_in_bytes"
+		usageFile, statFile, peakFile = "memory.usage_in_bytes", "memory.stat", v1PeakFile
 		inactiveKey, rssKey, cacheKey = "total_inactive_file", "total_rss", "total_cache"
 		path := filepath.Join(p.dir, usageFile)
 		s, ok := r.required(path, "memory usage")
@@ -126,7 +147,7 @@ func (r *round) memory() {
 		r.v1Limit = &vals[3]
 		r.v1OOMKill(p)
 	} else {
-		usageFile, statFile, peakFile = "memory.current", "memory.stat", "memory.peak"
+		usageFile, statFile, peakFile = "memory.current", "memory.stat", v2PeakFile
 		inactiveKey, rssKey, cacheKey = "inactive_file", "anon", "file"
 		// An absent memory.current means the memory controller is not
 		// enabled here (or this is the root).
