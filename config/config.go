@@ -3,7 +3,9 @@
 // file (--config / BRIDGE_CONFIG), then defaults. One viper instance merges
 // them and decodes them strictly into Config; unknown file keys and bad
 // values are usage errors (ErrUsage) that name the flag, variable or file key
-// involved.
+// involved. The settings of one collector alone are declared in its package
+// (package option) and come with its registration (Choices.Options): they
+// are loaded the same way, into Config.Options.
 //
 // One whitespace rule for every value from every source: surrounding
 // whitespace is not part of it and is trimmed (a Kubernetes value written as
@@ -27,6 +29,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/bridge-dev/bridge/config/option"
 	"github.com/bridge-dev/bridge/internal/userfile"
 	"github.com/bridge-dev/bridge/jobkey"
 )
@@ -34,29 +37,47 @@ import (
 // ErrUsage marks a configuration error; the CLI exits 2 on it.
 var ErrUsage = errors.New("usage error")
 
-// Choices are the names --scopes and --trackers take. They come from the
-// registrations of bridge's collectors and trackers (package pipeline,
-// which imports this one): config checks values against them and lists
-// them in the usage text without knowing what they are.
+// Choices are what comes from the registrations of bridge's collectors and
+// trackers (package pipeline, which imports this one): the names --scopes
+// and --trackers take, and the collectors' own options. config checks
+// values against them and lists them in the usage text without knowing what
+// they are.
 type Choices struct {
-	Scopes   []string // every scope a collector serves; the default is all of them
-	Trackers []string // every tracker, besides "auto" and "none"
+	Scopes   []string        // every scope a collector serves; the default is all of them
+	Trackers []string        // every tracker, besides "auto" and "none"
+	Options  []option.Option // the collectors' own settings, loaded into Config.Options
 }
 
 func (ch Choices) trackers() []string {
 	return append(append([]string{"auto"}, ch.Trackers...), "none")
 }
 
-// option is o with the choices' default and usage, for the options that
+// spec is o with the choices' default, usage and doc, for the options that
 // take them.
-func (ch Choices) option(o option) option {
-	switch o.key {
+func (ch Choices) spec(o option.Spec) option.Spec {
+	switch o.Key {
 	case "scopes":
-		o.def, o.usage = slices.Clone(ch.Scopes), o.usage+": "+strings.Join(ch.Scopes, ", ")
+		o.Default, o.Usage = slices.Clone(ch.Scopes), o.Usage+": "+strings.Join(ch.Scopes, ", ")
+		o.Doc = "`" + strings.Join(ch.Scopes, ",") + "`"
 	case "trackers":
-		o.usage += ": " + strings.Join(ch.trackers(), ", ") + " (comma-separated)"
+		o.Usage += ": " + strings.Join(ch.trackers(), ", ") + " (comma-separated)"
+		o.Doc = "`" + strings.Join(ch.trackers(), "`, `") + "`; " + o.Doc
 	}
 	return o
+}
+
+// Specs are every option's, bridge's own then the registrations', as the
+// flags and the README's flag table (docgen) show them; --config is not
+// among them.
+func Specs(ch Choices) []option.Spec {
+	out := make([]option.Spec, 0, len(options)+len(ch.Options))
+	for _, o := range options {
+		out = append(out, ch.spec(o))
+	}
+	for _, o := range ch.Options {
+		out = append(out, o.Spec())
+	}
+	return out
 }
 
 // Bounds on the sizes, so that a typo cannot make bridge allocate (or wait)
@@ -85,32 +106,29 @@ const DefaultStartTimeout = 5 * time.Second
 // Config is every setting of bridge. The mapstructure tags are the file keys
 // and flag names.
 type Config struct {
-	Interval       time.Duration `mapstructure:"interval"`               // time between samples
-	FastInterval   time.Duration `mapstructure:"fast-interval"`          // time between samples when the working set nears the limit
-	FastThreshold  float64       `mapstructure:"fast-threshold"`         // percent of the memory limit above which FastInterval applies
-	CollectTimeout time.Duration `mapstructure:"collect-timeout"`        // bound on each collector's call
-	Window         time.Duration `mapstructure:"window"`                 // `bridge sample`: time between its two readings
-	Scopes         []string      `mapstructure:"scopes"`                 // which scopes to collect
-	NoContainer    bool          `mapstructure:"no-container"`           // container awareness off: no cgroup collector
-	NodeID         string        `mapstructure:"node-id"`                // multi-node runs: keys go under system/<node_id>/
-	LogLevel       string        `mapstructure:"log-level"`              // debug, info, warn, error
-	Trackers       []string      `mapstructure:"trackers"`               // auto, mlflow, wandb, none
-	RunName        string        `mapstructure:"run-name"`               // name of a run bridge creates
-	Spool          string        `mapstructure:"spool"`                  // JSON Lines spool path; empty = derived default
-	SpoolMaxSize   ByteSize      `mapstructure:"spool-max-size"`         // cap on the spool file; 0 = no cap
-	SpoolSync      time.Duration `mapstructure:"spool-sync"`             // longest delay of the spool's fsync; 0 = fsync every sample
-	KeepSpool      bool          `mapstructure:"keep-spool"`             // keep a fully delivered spool of a clean run
-	QueueSize      int           `mapstructure:"queue-size"`             // samples buffered between sampling and the spool writer
-	FlushTimeout   time.Duration `mapstructure:"flush-timeout"`          // after the child exits, longest wait for trackers
-	StartTimeout   time.Duration `mapstructure:"start-timeout"`          // longest wait for trackers before the child starts
-	KillAfter      time.Duration `mapstructure:"kill-after"`             // SIGKILL this long after a forwarded SIGTERM; 0 = never
-	ProcRoot       string        `mapstructure:"proc-root"`              // procfs mount point
-	CgroupRoot     string        `mapstructure:"cgroup-root"`            // cgroupfs mount point
-	Rootfs         string        `mapstructure:"rootfs"`                 // path whose filesystem rootfs_ describes
-	SysRoot        string        `mapstructure:"sys-root"`               // sysfs mount point (RAPL, InfiniBand, AMD GPUs)
-	GPUs           []string      `mapstructure:"gpus"`                   // restrict GPUs by index or UUID
-	GPUMatchCUDA   bool          `mapstructure:"gpu-match-cuda-visible"` // restrict GPUs to CUDA_VISIBLE_DEVICES, matched by UUID
-	ConfigFile     string        `mapstructure:"config"`                 // the YAML file read, if any
+	Interval       time.Duration `mapstructure:"interval"`        // time between samples
+	FastInterval   time.Duration `mapstructure:"fast-interval"`   // time between samples when the working set nears the limit
+	FastThreshold  float64       `mapstructure:"fast-threshold"`  // percent of the memory limit above which FastInterval applies
+	CollectTimeout time.Duration `mapstructure:"collect-timeout"` // bound on each collector's call
+	Window         time.Duration `mapstructure:"window"`          // `bridge sample`: time between its two readings
+	Scopes         []string      `mapstructure:"scopes"`          // which scopes to collect
+	NodeID         string        `mapstructure:"node-id"`         // multi-node runs: keys go under system/<node_id>/
+	LogLevel       string        `mapstructure:"log-level"`       // debug, info, warn, error
+	Trackers       []string      `mapstructure:"trackers"`        // auto, mlflow, wandb, none
+	RunName        string        `mapstructure:"run-name"`        // name of a run bridge creates
+	Spool          string        `mapstructure:"spool"`           // JSON Lines spool path; empty = derived default
+	SpoolMaxSize   ByteSize      `mapstructure:"spool-max-size"`  // cap on the spool file; 0 = no cap
+	SpoolSync      time.Duration `mapstructure:"spool-sync"`      // longest delay of the spool's fsync; 0 = fsync every sample
+	KeepSpool      bool          `mapstructure:"keep-spool"`      // keep a fully delivered spool of a clean run
+	QueueSize      int           `mapstructure:"queue-size"`      // samples buffered between sampling and the spool writer
+	FlushTimeout   time.Duration `mapstructure:"flush-timeout"`   // after the child exits, longest wait for trackers
+	StartTimeout   time.Duration `mapstructure:"start-timeout"`   // longest wait for trackers before the child starts
+	KillAfter      time.Duration `mapstructure:"kill-after"`      // SIGKILL this long after a forwarded SIGTERM; 0 = never
+	ProcRoot       string        `mapstructure:"proc-root"`       // procfs mount point
+	CgroupRoot     string        `mapstructure:"cgroup-root"`     // cgroupfs mount point
+	Rootfs         string        `mapstructure:"rootfs"`          // path whose filesystem rootfs_ describes
+	SysRoot        string        `mapstructure:"sys-root"`        // sysfs mount point (RAPL, InfiniBand, AMD GPUs)
+	ConfigFile     string        `mapstructure:"config"`          // the YAML file read, if any
 
 	// Multi-node jobs (docs/multinode.md): the explicit settings win over
 	// what the launcher gives (package jobkey).
@@ -122,64 +140,94 @@ type Config struct {
 	// "job-key (in FILE)"), for `bridge sample` and the log; "" when unset.
 	JobKeyFrom, NodeIDFrom, NodesFrom string `mapstructure:"-"`
 
-	MetricsAddr       string         `mapstructure:"metrics-addr"`       // listen address of /metrics; "" = off (a bare port became 127.0.0.1:PORT)
-	Scrape            []string       `mapstructure:"scrape"`             // Prometheus text-format endpoints read at every sample
-	ScrapeInclude     *regexp.Regexp `mapstructure:"scrape-include"`     // nil: every scraped series
-	ScrapeExclude     *regexp.Regexp `mapstructure:"scrape-exclude"`     // nil: none excluded
-	ScrapePassthrough bool           `mapstructure:"scrape-passthrough"` // unmapped scraped series sent as prom_<name>
-	ScrapeTimeout     time.Duration  `mapstructure:"scrape-timeout"`     // per scrape request
+	MetricsAddr string `mapstructure:"metrics-addr"` // listen address of /metrics; "" = off (a bare port became 127.0.0.1:PORT)
+
+	// Options are the values of the registrations' options (Choices.Options),
+	// by key: a collector reads its own with option.Of.Get.
+	Options option.Values `mapstructure:"-"`
 }
 
-// option is one setting: its flag (registered typed, so that pflag rejects a
-// value of the wrong type naming the flag) and its default.
-type option struct {
-	key   string
-	def   any // typed default: time.Duration, float64, int, bool, string, []string, ByteSize
-	usage string
+// options are bridge's own settings, in the order of the README's flag
+// table. Each flag is registered typed, so that pflag rejects a value of the
+// wrong type naming the flag.
+var options = []option.Spec{
+	{Key: "interval", Default: 10 * time.Second,
+		Usage: "time between samples (Go duration, e.g. 10s; 100ms to 24h); the second sample comes after a random part of it, so that bridges started together do not post at once",
+		Doc:   "time between samples (Go duration), as MLflow; the first sample is taken at once, the second after a random part of the interval, so that bridges started together do not all post at the same instant"},
+	{Key: "fast-interval", Default: time.Second,
+		Usage: "time between samples while the working set is above --fast-threshold of the limit (0 turns it off)",
+		Doc:   "sampling interval while the working set is above `--fast-threshold` of the limit"},
+	{Key: "fast-threshold", Default: 90.0,
+		Usage: "percent of the memory limit above which bridge samples every --fast-interval, in (0, 100]",
+		Doc:   "percent of the memory limit that switches to fast sampling"},
+	{Key: "scopes", Default: []string{}, Usage: "scopes to collect", Shown: "all"}, // Choices.spec
+	{Key: "node-id", Default: "", Shown: "from the launcher",
+		Usage: "node id for multi-node runs: MLflow keys go under system/<node-id>/, W&B series get the label /l:<node-id>",
+		Doc:   "multi-node runs: keys under `system/<node-id>/` (MLflow), label `/l:<node-id>` (W&B)"},
+	{Key: "job-key", Default: "", Shown: "from the launcher",
+		Usage: "multi-node jobs: the key that names the job's one run on every node (default: found from the launcher: Slurm, torchrun, Kubernetes; \"none\" turns that off); " + jobkey.KeyRule,
+		Doc:   "multi-node jobs: the key that names the job's one run on every node (Slurm, torchrun, Kubernetes give one; `none` turns that off; [docs/multinode.md](docs/multinode.md))"},
+	{Key: "nodes", Default: 0, Shown: "from the launcher",
+		Usage: "multi-node jobs: how many nodes the job has (default: from the launcher); the run is FINISHED once that many nodes ended cleanly",
+		Doc:   "multi-node jobs: how many nodes must end cleanly before the job's run is FINISHED"},
+	{Key: "job-settle", Default: time.Second,
+		Usage: "multi-node jobs: how long a node that created a candidate run waits before it looks again and picks the job's run (100ms to 1m; see docs/multinode.md)",
+		Doc:   "multi-node jobs: the settle time of the election that finds the job's run"},
+	{Key: "log-level", Default: "info", Usage: "log level: debug, info, warn, error", Doc: "`debug`, `info`, `warn`, `error`"},
+	{Key: "trackers", Default: []string{"auto"}, Usage: "trackers to send to", Shown: "`auto`", // Choices.spec
+		Doc: "`auto` turns on MLflow when `MLFLOW_TRACKING_URI` is set (it must be an `mlflow server`'s http(s) URL) and W&B when `WANDB_API_KEY` or `WANDB_PROJECT` is set"},
+	{Key: "run-name", Default: "", Shown: "command line",
+		Usage: "name of the run when bridge creates it (default: from the command line as recorded)",
+		Doc:   "name of a run bridge creates"},
+	{Key: "spool", Default: "", Shown: "`./bridge-spool-<node>-<run>.jsonl`",
+		Usage: "JSON Lines spool file (default ./bridge-spool-<node>-<run>.jsonl)",
+		Doc:   "the durable JSON Lines spool (one writer at a time; `<node>` is `--node-id` or the job's node id, else the host name, with `.task-<n>` for a job's further bridges on one node)"},
+	{Key: "flush-timeout", Default: 30 * time.Second,
+		Usage: "after the child exits, longest wait in all for trackers to take what is left and record the end (the rest stays in the spool; a tracker that never answered gets 2s); a second SIGINT/SIGTERM ends it at once",
+		Doc:   "after the child exits, the longest bridge waits in all (trackers taking what is left, recording the end) before it exits; what is unsent stays in the spool. A tracker that never answered during the job gets 2 s of it. A second SIGINT/SIGTERM during this wait ends it at once"},
+	{Key: "start-timeout", Default: DefaultStartTimeout,
+		Usage: "longest wait for trackers before the child starts: the child starts within this whatever the trackers do (100ms to 10m)",
+		Doc:   "the child starts within this, whatever the trackers do (100ms to 10m); a tracker that is unreachable by then is started again in the background (see docs/reliability.md); one whose start has not even returned is not used for this attempt, its samples stay in the spool for `bridge sync`"},
+	{Key: "kill-after", Default: time.Duration(0), Shown: "`0` (off)",
+		Usage: "after bridge forwards SIGTERM (or SIGINT), send SIGKILL to the child's group if it is still running this long after (0 = never)",
+		Doc:   "once bridge has forwarded SIGTERM or SIGINT, SIGKILL the child's group if it still runs this long after; the verdict says so"},
+	{Key: "spool-max-size", Default: ByteSize(defaultSpoolSize),
+		Usage: "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)",
+		Doc:   "largest size of the spool file (`512MiB`, `1GiB`, `0` = no cap; binary units)"},
+	{Key: "spool-sync", Default: time.Second,
+		Usage: "longest delay before the spool's writes are fsynced, 0 to 1m (0 = fsync every sample); a machine crash (not a crash of bridge) can lose the samples of this delay not yet sent",
+		Doc:   "longest delay before what no tracker has is fsynced (0 to 1m); what every tracker acknowledged is not fsynced. A crash or kill of bridge loses nothing either way; a machine crash (kernel panic, power loss) can lose up to this much of the samples not yet sent to a tracker. `0` fsyncs every write (see [docs/reliability.md](docs/reliability.md))"},
+	{Key: "keep-spool", Default: false,
+		Usage: "keep the spool file of a clean run even when every tracker has taken all of it",
+		Doc:   "keep the spool of a clean run even when every tracker took all of it"},
+	{Key: "collect-timeout", Default: 5 * time.Second,
+		Usage: "longest wait for one collector in one sample (10ms to 10m)",
+		Doc:   "longest wait for one collector, and for the cgroup's limits before the child starts (a hung NVML call or kernel read cannot stall sampling or the start)"},
+	{Key: "queue-size", Default: 1024,
+		Usage: fmt.Sprintf("samples buffered between sampling and the spool writer (1 to %d), holding at most 32 MiB", MaxQueueSize)},
+	{Key: "window", Default: time.Second,
+		Usage: "bridge sample: time between the two readings that CPU rates need",
+		Doc:   "`bridge sample`: time between its two readings"},
+	{Key: "proc-root", Default: "/proc",
+		Usage: "where procfs is mounted (e.g. /host/proc for a sidecar reading another view)",
+		Doc:   "where procfs is read from (a sidecar with the host's mounted elsewhere; the golden test's fixture trees)"},
+	{Key: "cgroup-root", Default: "/sys/fs/cgroup", Usage: "where the cgroup filesystem is mounted",
+		Doc: "where the cgroup filesystem is read from"},
+	{Key: "rootfs", Default: "/", Usage: "the filesystem the rootfs_ series describe", Doc: "the filesystem the `rootfs_` series describe"},
+	{Key: "sys-root", Default: "/sys",
+		Usage: "where sysfs is mounted (RAPL energy, InfiniBand ports, AMD GPUs are read under its class/)",
+		Doc:   "where sysfs is read from: RAPL, InfiniBand and AMD GPUs under `<sys-root>/class`"},
+	{Key: "metrics-addr", Default: "", Shown: "off",
+		Usage: "serve the samples on /metrics in the Prometheus text format: PORT (binds 127.0.0.1), HOST:PORT or :PORT (all interfaces); default off",
+		Doc:   "serve the samples on `/metrics` (Prometheus text format, cAdvisor names); a bare port binds 127.0.0.1 ([docs/prometheus.md](docs/prometheus.md))"},
 }
 
-var options = []option{
-	{"interval", 10 * time.Second, "time between samples (Go duration, e.g. 10s; 100ms to 24h); the second sample comes after a random part of it, so that bridges started together do not post at once"},
-	{"fast-interval", time.Second, "time between samples while the working set is above --fast-threshold of the limit (0 turns it off)"},
-	{"fast-threshold", 90.0, "percent of the memory limit above which bridge samples every --fast-interval, in (0, 100]"},
-	{"collect-timeout", 5 * time.Second, "longest wait for one collector in one sample (10ms to 10m)"},
-	{"window", time.Second, "bridge sample: time between the two readings that CPU rates need"},
-	{"scopes", []string{}, "scopes to collect"}, // Choices.option
-	{"no-container", false, "turn container awareness off: no container_ metrics, as JVM -XX:-UseContainerSupport"},
-	{"node-id", "", "node id for multi-node runs: MLflow keys go under system/<node-id>/, W&B series get the label /l:<node-id>"},
-	{"log-level", "info", "log level: debug, info, warn, error"},
-	{"trackers", []string{"auto"}, "trackers to send to"}, // Choices.option
-	{"run-name", "", "name of the run when bridge creates it (default: from the command line as recorded)"},
-	{"spool", "", "JSON Lines spool file (default ./bridge-spool-<node>-<run>.jsonl)"},
-	{"spool-max-size", ByteSize(defaultSpoolSize), "largest size of the spool file, e.g. 512MiB, 1GiB (0 = no cap)"},
-	{"spool-sync", time.Second, "longest delay before the spool's writes are fsynced, 0 to 1m (0 = fsync every sample); a machine crash (not a crash of bridge) can lose the samples of this delay not yet sent"},
-	{"keep-spool", false, "keep the spool file of a clean run even when every tracker has taken all of it"},
-	{"flush-timeout", 30 * time.Second, "after the child exits, longest wait in all for trackers to take what is left and record the end (the rest stays in the spool; a tracker that never answered gets 2s); a second SIGINT/SIGTERM ends it at once"},
-	{"start-timeout", DefaultStartTimeout, "longest wait for trackers before the child starts: the child starts within this whatever the trackers do (100ms to 10m)"},
-	{"kill-after", time.Duration(0), "after bridge forwards SIGTERM (or SIGINT), send SIGKILL to the child's group if it is still running this long after (0 = never)"},
-	{"queue-size", 1024, fmt.Sprintf("samples buffered between sampling and the spool writer (1 to %d), holding at most 32 MiB", MaxQueueSize)},
-	{"proc-root", "/proc", "where procfs is mounted (e.g. /host/proc for a sidecar reading another view)"},
-	{"cgroup-root", "/sys/fs/cgroup", "where the cgroup filesystem is mounted"},
-	{"rootfs", "/", "the filesystem the rootfs_ series describe"},
-	{"sys-root", "/sys", "where sysfs is mounted (RAPL energy, InfiniBand ports, AMD GPUs are read under its class/)"},
-	{"gpus", []string{}, "GPUs to collect, by index or UUID (comma-separated; default all visible)"},
-	{"gpu-match-cuda-visible", false, "collect only the GPUs named in CUDA_VISIBLE_DEVICES, matched by UUID"},
-	{"metrics-addr", "", "serve the samples on /metrics in the Prometheus text format: PORT (binds 127.0.0.1), HOST:PORT or :PORT (all interfaces); default off"},
-	{"scrape", []string{}, "Prometheus text-format URL to read at every sample, e.g. dcgm-exporter's http://localhost:9400/metrics (repeatable)"},
-	{"scrape-include", "", "regular expression (RE2): keep only scraped series whose name matches"},
-	{"scrape-exclude", "", "regular expression (RE2): drop scraped series whose name matches"},
-	{"scrape-passthrough", false, "send scraped series bridge does not map under prom_<name>"},
-	{"scrape-timeout", 2 * time.Second, "longest wait for one --scrape URL in one sample (10ms to 10m)"},
-	{"job-key", "", "multi-node jobs: the key that names the job's one run on every node (default: found from the launcher: Slurm, torchrun, Kubernetes; \"none\" turns that off); " + jobkey.KeyRule},
-	{"nodes", 0, "multi-node jobs: how many nodes the job has (default: from the launcher); the run is FINISHED once that many nodes ended cleanly"},
-	{"job-settle", time.Second, "multi-node jobs: how long a node that created a candidate run waits before it looks again and picks the job's run (100ms to 1m; see docs/multinode.md)"},
-}
-
-// Keys returns the known configuration keys (the flag names).
-func Keys() []string {
-	ks := make([]string, len(options))
-	for i, o := range options {
-		ks[i] = o.key
+// Keys returns the known configuration keys (the flag names): bridge's
+// own, then the registrations' (ch.Options).
+func Keys(ch Choices) []string {
+	ks := make([]string, 0, len(options)+len(ch.Options))
+	for _, o := range Specs(ch) {
+		ks = append(ks, o.Key)
 	}
 	return ks
 }
@@ -192,33 +240,46 @@ func EnvName(key string) string {
 // RegisterFlags adds every option, and --config, to fs, each with its type;
 // ch names what --scopes and --trackers take.
 func RegisterFlags(fs *pflag.FlagSet, ch Choices) {
-	for _, o := range options {
-		o = ch.option(o)
-		switch d := o.def.(type) {
+	for _, o := range Specs(ch) {
+		switch d := o.Default.(type) {
 		case time.Duration:
-			fs.Duration(o.key, d, o.usage)
+			fs.Duration(o.Key, d, o.Usage)
 		case float64:
-			fs.Float64(o.key, d, o.usage)
+			fs.Float64(o.Key, d, o.Usage)
 		case int:
-			fs.Int(o.key, d, o.usage)
+			fs.Int(o.Key, d, o.Usage)
 		case bool:
-			fs.Bool(o.key, d, o.usage)
+			fs.Bool(o.Key, d, o.Usage)
 		case string:
-			fs.String(o.key, d, o.usage)
+			fs.String(o.Key, d, o.Usage)
 		case []string:
-			fs.StringSlice(o.key, d, o.usage)
+			fs.StringSlice(o.Key, d, o.Usage)
 		case ByteSize:
 			v := d
-			fs.Var(&v, o.key, o.usage)
+			fs.Var(&v, o.Key, o.Usage)
+		case *regexp.Regexp:
+			fs.String(o.Key, flagDefault(d).(string), o.Usage)
 		default:
-			panic(fmt.Sprintf("config: option %s has default of unhandled type %T", o.key, o.def))
+			panic(fmt.Sprintf("config: option %s has default of unhandled type %T", o.Key, o.Default))
 		}
-		if _, isList := o.def.([]string); !isList { // a list's items are trimmed by list
-			f := fs.Lookup(o.key)
+		if _, isList := o.Default.([]string); !isList { // a list's items are trimmed by option.List
+			f := fs.Lookup(o.Key)
 			f.Value = trimmed{f.Value}
 		}
 	}
 	fs.String(configKey, "", "YAML config file (also BRIDGE_CONFIG)")
+}
+
+// flagDefault is a default as a flag, a variable or the file gives the
+// value: a regular expression as its source, "" for none.
+func flagDefault(v any) any {
+	if re, ok := v.(*regexp.Regexp); ok {
+		if re == nil {
+			return ""
+		}
+		return re.String()
+	}
+	return v
 }
 
 // trimmed hands a flag's value to its typed parser without surrounding
@@ -247,12 +308,11 @@ func Load(fs *pflag.FlagSet, ch Choices) (Config, error) {
 	v.SetEnvPrefix(envPrefix)
 	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
 	v.AutomaticEnv()
-	for _, o := range append(options, option{key: configKey, def: ""}) {
-		o = ch.option(o)
-		v.SetDefault(o.key, o.def)
-		if f := fs.Lookup(o.key); f != nil {
-			if err := v.BindPFlag(o.key, f); err != nil {
-				return Config{}, fmt.Errorf("%w: binding flag --%s: %w", ErrUsage, o.key, err)
+	for _, o := range append(Specs(ch), option.Spec{Key: configKey, Default: ""}) {
+		v.SetDefault(o.Key, flagDefault(o.Default))
+		if f := fs.Lookup(o.Key); f != nil {
+			if err := v.BindPFlag(o.Key, f); err != nil {
+				return Config{}, fmt.Errorf("%w: binding flag --%s: %w", ErrUsage, o.Key, err)
 			}
 		}
 	}
@@ -271,7 +331,7 @@ func Load(fs *pflag.FlagSet, ch Choices) (Config, error) {
 			return Config{}, fmt.Errorf("%w: cannot read config file %q (from %s): %w", ErrUsage, file, src.fileVia, err)
 		}
 		// Said here, by name, rather than in UnmarshalExact's terms.
-		known := append(Keys(), configKey)
+		known := append(Keys(ch), configKey)
 		var unknown []string
 		for _, k := range v.AllKeys() {
 			top, _, _ := strings.Cut(k, ".")
@@ -282,44 +342,109 @@ func Load(fs *pflag.FlagSet, ch Choices) (Config, error) {
 		if len(unknown) > 0 {
 			sort.Strings(unknown)
 			return Config{}, fmt.Errorf("%w: unknown key(s) %s in config file %q; known keys: %s",
-				ErrUsage, strings.Join(unknown, ", "), file, strings.Join(Keys(), ", "))
+				ErrUsage, strings.Join(unknown, ", "), file, strings.Join(Keys(ch), ", "))
 		}
 	}
 
+	// bridge's own settings into Config; the registrations' are not its
+	// fields, so they are left out of what it decodes.
+	own := map[string]any{configKey: v.Get(configKey)}
+	for _, o := range options {
+		own[o.Key] = v.Get(o.Key)
+	}
 	var c Config
-	err := v.UnmarshalExact(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
-		trimHook,
-		bareDurationHook,
-		mapstructure.StringToTimeDurationHookFunc(),
-		mapstructure.TextUnmarshallerHookFunc(),
-		mapstructure.StringToSliceHookFunc(","),
-		mapstructure.StringToBasicTypeHookFunc(),
-		wholeNumberHook,
-		regexpHook,
-		scalarToStringHook,
-	)), func(dc *mapstructure.DecoderConfig) { dc.WeaklyTypedInput = false })
+	err := decode(own, &c, true)
 	if err != nil {
 		var de *mapstructure.DecodeError
-		if errors.As(err, &de) && slices.Contains(Keys(), de.Name()) {
-			return c, fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(de.Name()), fmt.Sprint(v.Get(de.Name())), decodeReason(de))
+		if errors.As(err, &de) && slices.Contains(Keys(ch), de.Name()) {
+			return c, fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(de.Name()), fmt.Sprint(v.Get(de.Name())), decodeReason(ownDefault(de.Name()), de.Unwrap()))
 		}
 		return c, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	if err := c.validate(src, ch); err != nil {
 		return c, err
 	}
+	if c.Options, err = loadOptions(v, src, ch.Options); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
-// decodeReason is the decode error in the user's terms: the kind of value
-// the key wants, then the parser's own words.
-func decodeReason(de *mapstructure.DecodeError) string {
+// decode decodes in into out with the hooks every value goes through, as
+// strictly for every option (exact: no key out lacks).
+func decode(in, out any, exact bool) error {
+	d, err := mapstructure.NewDecoder(&mapstructure.DecoderConfig{
+		Result:      out,
+		ErrorUnused: exact,
+		DecodeHook: mapstructure.ComposeDecodeHookFunc(
+			trimHook,
+			bareDurationHook,
+			mapstructure.StringToTimeDurationHookFunc(),
+			mapstructure.TextUnmarshallerHookFunc(),
+			mapstructure.StringToSliceHookFunc(","),
+			mapstructure.StringToBasicTypeHookFunc(),
+			wholeNumberHook,
+			regexpHook,
+			scalarToStringHook,
+		),
+	})
+	if err != nil {
+		return err
+	}
+	return d.Decode(in)
+}
+
+// loadOptions decodes and checks the registrations' options, as the
+// options of Config: a bad value is a usage error naming where it came
+// from.
+func loadOptions(v *viper.Viper, src sources, opts []option.Option) (option.Values, error) {
+	out := make(option.Values, len(opts))
+	for _, o := range opts {
+		sp := o.Spec()
+		raw := v.Get(sp.Key)
+		typed := reflect.New(reflect.TypeOf(sp.Default))
+		if err := decode(raw, typed.Interface(), false); err != nil {
+			var de *mapstructure.DecodeError
+			if errors.As(err, &de) {
+				err = de.Unwrap()
+			}
+			return nil, fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(sp.Key), fmt.Sprint(raw), decodeReason(sp.Default, err))
+		}
+		val, err := o.Check(typed.Elem().Interface())
+		if err != nil {
+			shown := typed.Elem().Interface()
+			if l, ok := shown.([]string); ok {
+				shown = strings.Join(l, ",")
+			}
+			var b *option.Bad
+			if errors.As(err, &b) {
+				shown = b.Value
+			}
+			return nil, fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(sp.Key), fmt.Sprint(shown), err.Error())
+		}
+		out[sp.Key] = val
+	}
+	return out, nil
+}
+
+// decodeReason is a decode error in the user's terms: the kind of value
+// the option wants (that of its default; nil: unknown), then the parser's
+// own words.
+func decodeReason(def any, err error) string {
+	if def == nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("not a valid %s (%v)", kindName(reflect.TypeOf(def)), err)
+}
+
+// ownDefault is the default of bridge's own option key; nil for another.
+func ownDefault(key string) any {
 	for _, o := range options {
-		if o.key == de.Name() {
-			return fmt.Sprintf("not a valid %s (%v)", kindName(reflect.TypeOf(o.def)), de.Unwrap())
+		if o.Key == key {
+			return o.Default
 		}
 	}
-	return de.Unwrap().Error()
+	return nil
 }
 
 func kindName(t reflect.Type) string {
@@ -330,6 +455,8 @@ func kindName(t reflect.Type) string {
 		return "size (e.g. 512MiB, 1GiB, 0)"
 	case reflect.TypeOf(""):
 		return "string"
+	case reflect.TypeOf((*regexp.Regexp)(nil)):
+		return "regular expression (RE2)"
 	}
 	switch t.Kind() {
 	case reflect.Bool:
@@ -438,7 +565,8 @@ func (c *Config) validate(src sources, ch Choices) error {
 type badFunc = func(key string, val any, why string) error
 
 // validateDurations checks each duration against its range; zero is
-// allowed only where zeroOK (it means "off" or "none" there).
+// allowed only where zeroOK (it means "off" or "none" there). The
+// registrations' own are checked by their option.Within.
 func (c *Config) validateDurations(bad badFunc) error {
 	for _, d := range []struct {
 		key      string
@@ -454,17 +582,10 @@ func (c *Config) validateDurations(bad badFunc) error {
 		{"start-timeout", c.StartTimeout, 100 * time.Millisecond, maxStartTimeout, false},
 		{"kill-after", c.KillAfter, 0, maxDuration, true},
 		{"spool-sync", c.SpoolSync, 0, maxSpoolSync, true},
-		{"scrape-timeout", c.ScrapeTimeout, 10 * time.Millisecond, 10 * time.Minute, false},
 		{"job-settle", c.JobSettle, 100 * time.Millisecond, time.Minute, false},
 	} {
-		switch {
-		case d.d < 0:
-			return bad(d.key, d.d, "must not be negative")
-		case d.d == 0 && d.zeroOK:
-		case d.d < d.min:
-			return bad(d.key, d.d, "must be at least "+d.min.String())
-		case d.d > d.max:
-			return bad(d.key, d.d, "must be at most "+d.max.String())
+		if _, err := option.Within(d.min, d.max, d.zeroOK)(d.d); err != nil {
+			return bad(d.key, d.d, err.Error())
 		}
 	}
 	return nil
@@ -501,9 +622,6 @@ func (c *Config) validateLists(ch Choices, bad badFunc) error {
 	}
 	if len(c.Trackers) > 1 && (slices.Contains(c.Trackers, "none") || slices.Contains(c.Trackers, "auto")) {
 		return bad("trackers", strings.Join(c.Trackers, ","), `"auto" and "none" cannot be combined with other trackers`)
-	}
-	if c.GPUs, err = list(c.GPUs, nil, "gpus", bad); err != nil {
-		return err
 	}
 	c.LogLevel = strings.ToLower(strings.TrimSpace(c.LogLevel))
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
@@ -557,29 +675,16 @@ func (c *Config) validatePaths(bad badFunc) error {
 	return nil
 }
 
-// list trims, drops empty and repeated items, and checks each against
-// allowed (nil: anything).
+// list cleans a list setting (option.List), naming key when it is refused.
 func list(in, allowed []string, key string, bad func(string, any, string) error) ([]string, error) {
-	var out []string
-	for _, p := range in {
-		p = strings.TrimSpace(p)
-		if p == "" {
-			continue
-		}
-		if allowed != nil && !slices.Contains(allowed, p) {
-			return nil, bad(key, strings.Join(in, ","), fmt.Sprintf("unknown value %q; known: %s", p, strings.Join(allowed, ", ")))
-		}
-		if strings.ContainsFunc(p, isControl) {
-			return nil, bad(key, strings.Join(in, ","), "control character in "+fmt.Sprintf("%q", p))
-		}
-		if !slices.Contains(out, p) {
-			out = append(out, p)
-		}
+	out, err := option.List(in, allowed)
+	if err != nil {
+		return nil, bad(key, strings.Join(in, ","), err.Error())
 	}
 	return out, nil
 }
 
-func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+func isControl(r rune) bool { return option.IsControl(r) }
 
 // HasScope reports whether scope s is collected.
 func (c Config) HasScope(s string) bool { return slices.Contains(c.Scopes, s) }

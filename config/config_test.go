@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/bridge-dev/bridge/tracker/mlflow/election"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,15 +10,30 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/bridge-dev/bridge/config/option"
 )
 
-// testChoices stand in for the registrations' (pipeline.Choices, tested there).
-var testChoices = Choices{Scopes: []string{"container", "node", "rootfs", "netns", "process", "gpu"}, Trackers: []string{"mlflow", "wandb"}}
+// testChoices stand in for the registrations' (pipeline.Choices, tested
+// there), with one option of each kind a collector declares (their own
+// packages test theirs: metrics/scrape's --scrape, ...).
+var testChoices = Choices{Scopes: []string{"container", "node", "rootfs", "netns", "process", "gpu"}, Trackers: []string{"mlflow", "wandb"},
+	Options: []option.Option{testFlag, testList, testMatch, testWait}}
+
+var (
+	testFlag = &option.Of[bool]{Key: "test-flag", Usage: "a collector's switch"}
+	testList = &option.Of[[]string]{Key: "test-list", Default: []string{}, Usage: "a collector's list",
+		Valid: func(l []string) ([]string, error) { return option.List(l, nil) }}
+	testMatch = &option.Of[*regexp.Regexp]{Key: "test-match", Usage: "a collector's regular expression"}
+	testWait  = &option.Of[time.Duration]{Key: "test-wait", Default: 2 * time.Second, Usage: "a collector's timeout",
+		Valid: option.Within(10*time.Millisecond, 10*time.Minute, false)}
+)
 
 func load(t *testing.T, args []string, env map[string]string) (Config, error) {
 	t.Helper()
@@ -52,8 +69,11 @@ func TestDefaults(t *testing.T) {
 	if !reflect.DeepEqual(c.Scopes, testChoices.Scopes) {
 		t.Errorf("scopes = %v, want all %v", c.Scopes, testChoices.Scopes)
 	}
-	if c.LogLevel != "info" || c.NoContainer || c.NodeID != "" || !reflect.DeepEqual(c.Trackers, []string{"auto"}) {
+	if c.LogLevel != "info" || testFlag.Get(c.Options) || c.NodeID != "" || !reflect.DeepEqual(c.Trackers, []string{"auto"}) {
 		t.Errorf("unexpected defaults: %+v", c)
+	}
+	if testWait.Get(c.Options) != 2*time.Second || testMatch.Get(c.Options) != nil || len(testList.Get(c.Options)) != 0 {
+		t.Errorf("a collector's options: %v", c.Options)
 	}
 }
 
@@ -84,12 +104,12 @@ func TestPrecedence(t *testing.T) {
 }
 
 func TestConfigFromEnvVariable(t *testing.T) {
-	file := writeFile(t, "no-container: true\n")
+	file := writeFile(t, "test-flag: true\n")
 	c, err := load(t, nil, map[string]string{"BRIDGE_CONFIG": file})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.NoContainer {
+	if !testFlag.Get(c.Options) {
 		t.Error("BRIDGE_CONFIG file not read")
 	}
 }
@@ -108,7 +128,10 @@ func TestBadValues(t *testing.T) {
 		{"unknown scope", []string{"--scopes=node,gpuz"}, nil, "", []string{"--scopes", "gpuz", "known"}},
 		{"unknown scope in env", nil, map[string]string{"BRIDGE_SCOPES": "cpu"}, "", []string{"BRIDGE_SCOPES", "cpu"}},
 		{"bad log level", []string{"--log-level=loud"}, nil, "", []string{"--log-level", "loud"}},
-		{"bad bool env", nil, map[string]string{"BRIDGE_NO_CONTAINER": "maybe"}, "", []string{"BRIDGE_NO_CONTAINER", "maybe"}},
+		{"bad bool env", nil, map[string]string{"BRIDGE_TEST_FLAG": "maybe"}, "", []string{"BRIDGE_TEST_FLAG", "maybe", "boolean"}},
+		{"a collector's list", []string{"--test-list=0,\x07"}, nil, "", []string{"--test-list", "control character"}},
+		{"a collector's regular expression", nil, map[string]string{"BRIDGE_TEST_MATCH": "("}, "", []string{"BRIDGE_TEST_MATCH", "regular expression"}},
+		{"a collector's duration", nil, nil, "test-wait: 1h\n", []string{"test-wait (in ", "at most 10m0s"}},
 		{"unknown file key", nil, nil, "intervall: 5s\n", []string{"unknown key", "intervall", "bridge.yaml"}},
 		{"bad value in file", nil, nil, "interval: -1s\n", []string{"interval (in ", "bridge.yaml", `"-1s"`}},
 		{"bare number for a duration in file", nil, nil, "interval: 20\n", []string{"interval (in ", "bridge.yaml", "without a unit", "20s"}},
@@ -159,7 +182,7 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"collect-timeout", "0"}, {"collect-timeout", "1h"}, {"collect-timeout", "x"},
 		{"window", "-1s"}, {"window", "2h"},
 		{"scopes", "cpu"}, {"scopes", ","},
-		{"no-container", "maybe"},
+		{"test-flag", "maybe"},
 		{"node-id", "a/b"}, {"node-id", strings.Repeat("n", 101)}, {"node-id", ".."}, {"node-id", "."},
 		{"log-level", "loud"},
 		{"trackers", "mlflow,none"}, {"trackers", "neptune"},
@@ -173,13 +196,10 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"kill-after", "-5s"}, {"kill-after", "25h"},
 		{"queue-size", "1.5"}, {"queue-size", "1e3"}, {"queue-size", "0"}, {"queue-size", "-3"}, {"queue-size", "99999999999999999999"}, {"queue-size", "100001"},
 		{"proc-root", "/nonexistent/proc"}, {"cgroup-root", "/etc/passwd"}, {"rootfs", ""}, {"sys-root", "/nonexistent/sys"},
-		{"gpus", "0,\x07"},
-		{"gpu-match-cuda-visible", "2"},
+		{"test-list", "0,\x07"},
 		{"metrics-addr", "70000"}, {"metrics-addr", "localhost"},
-		{"scrape", "ftp://x/metrics"}, {"scrape", "localhost:9400/metrics"},
-		{"scrape-include", "("}, {"scrape-exclude", "[z-a]"},
-		{"scrape-passthrough", "sometimes"},
-		{"scrape-timeout", "1ms"}, {"scrape-timeout", "1h"},
+		{"test-match", "("}, {"test-match", "[z-a]"},
+		{"test-wait", "1ms"}, {"test-wait", "1h"}, {"test-wait", "20"},
 		{"job-key", "it's"}, {"job-key", "a b"}, {"job-key", strings.Repeat("k", 201)},
 		{"nodes", "-1"}, {"nodes", "1.5"}, {"nodes", "100001"}, {"nodes", "many"},
 		{"job-settle", "0"}, {"job-settle", "10ms"}, {"job-settle", "2m"}, {"job-settle", "1"},
@@ -217,7 +237,7 @@ func TestBadValuesEveryOption(t *testing.T) {
 			})
 		}
 	}
-	for _, k := range Keys() {
+	for _, k := range Keys(testChoices) {
 		if !covered[k] {
 			t.Errorf("option %s has no bad-value case", k)
 		}
@@ -240,11 +260,11 @@ func TestNewOptions(t *testing.T) {
 	if c.SpoolMaxSize != 512<<20 || c.KillAfter != 10*time.Second || c.StartTimeout != 2*time.Second || !c.KeepSpool || c.SpoolSync != 0 {
 		t.Errorf("got %+v", c)
 	}
-	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nqueue-size: 2000\nnode-id: 7\ngpus: [0, 1]\nspool-sync: 1m\n")}, nil)
+	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nqueue-size: 2000\nnode-id: 7\ntest-list: [0, 1]\nspool-sync: 1m\n")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SpoolMaxSize != 0 || c.QueueSize != 2000 || c.NodeID != "7" || !reflect.DeepEqual(c.GPUs, []string{"0", "1"}) || c.SpoolSync != time.Minute {
+	if c.SpoolMaxSize != 0 || c.QueueSize != 2000 || c.NodeID != "7" || !reflect.DeepEqual(testList.Get(c.Options), []string{"0", "1"}) || c.SpoolSync != time.Minute {
 		t.Errorf("file: %+v", c)
 	}
 	if c.SpoolMaxSize.String() != "0" || ByteSize(512<<20).String() != "512MiB" {
@@ -272,7 +292,7 @@ func loadErr(t *testing.T, args []string, env map[string]string) (Config, error)
 }
 
 func clearEnv(t *testing.T) {
-	for _, k := range append(Keys(), "CONFIG") {
+	for _, k := range append(Keys(testChoices), "CONFIG") {
 		t.Setenv(EnvName(k), "")
 		os.Unsetenv(EnvName(k))
 	}
@@ -309,12 +329,11 @@ func TestJobOptions(t *testing.T) {
 // goodValues has one valid value per option; every option must have one.
 var goodValues = map[string]string{
 	"interval": "1s", "fast-interval": "500ms", "fast-threshold": "50", "collect-timeout": "2s", "window": "1s",
-	"scopes": "node,container", "no-container": "true", "node-id": "n1", "log-level": "debug", "trackers": "none",
+	"scopes": "node,container", "test-flag": "true", "node-id": "n1", "log-level": "debug", "trackers": "none",
 	"run-name": "my run", "spool": "/tmp/bridge-ws.jsonl", "spool-max-size": "1GiB", "spool-sync": "2s", "keep-spool": "true",
 	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "queue-size": "7", "proc-root": "/proc",
-	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "sys-root": "/sys", "gpus": "0,1", "gpu-match-cuda-visible": "true", "metrics-addr": "9100",
-	"scrape": "http://a/m", "scrape-include": "^DCGM_", "scrape-exclude": "_total$", "scrape-passthrough": "true",
-	"scrape-timeout": "1s", "job-key": "slurm:alps:42.0", "nodes": "8", "job-settle": "2s",
+	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "sys-root": "/sys", "test-list": "0,1", "metrics-addr": "9100",
+	"test-match": "^DCGM_", "test-wait": "1s", "job-key": "slurm:alps:42.0", "nodes": "8", "job-settle": "2s",
 }
 
 // One whitespace rule for every option and every source: surrounding
@@ -332,13 +351,15 @@ func TestWhitespaceTrimmedEveryOption(t *testing.T) {
 	norm := func(c Config) string {
 		// The file's path differs from one file to the next; the *From
 		// fields name it too.
-		s := fmt.Sprintf("%+v include=%v exclude=%v", c, c.ScrapeInclude, c.ScrapeExclude)
+		opts := c.Options
+		c.Options = nil
+		s := fmt.Sprintf("%+v list=%q match=%v wait=%v flag=%v", c, testList.Get(opts), testMatch.Get(opts), testWait.Get(opts), testFlag.Get(opts))
 		if c.ConfigFile != "" {
 			s = strings.ReplaceAll(s, c.ConfigFile, "FILE")
 		}
 		return s
 	}
-	for _, k := range Keys() {
+	for _, k := range Keys(testChoices) {
 		good, ok := goodValues[k]
 		if !ok {
 			t.Errorf("option %s has no good value in this test", k)
@@ -358,5 +379,23 @@ func TestWhitespaceTrimmedEveryOption(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The defaults are consistent: a node that meets a stray candidate of a
+// multi-node job (its creator died) has the job's run before
+// --start-timeout passes, with a few requests' time to spare (round 4,
+// fault 4: the stall window was longer than the start timeout).
+func TestStartTimeoutCoversStray(t *testing.T) {
+	c, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JobSettle != election.DefaultSettle {
+		t.Fatalf("--job-settle defaults to %v, the election to %v", c.JobSettle, election.DefaultSettle)
+	}
+	const requests = time.Second // a dozen requests to a server that answers in 80 ms
+	if need := election.StrayCleared(c.JobSettle) + requests; need >= c.StartTimeout {
+		t.Errorf("--start-timeout %v: clearing a stray candidate takes up to %v", c.StartTimeout, need)
 	}
 }

@@ -14,7 +14,7 @@ import (
 //
 //	go test -run '^$' -fuzz FuzzLoad -fuzztime 15s ./config
 func FuzzLoad(f *testing.F) {
-	for i, k := range Keys() {
+	for i, k := range Keys(testChoices) {
 		f.Add(uint8(i), "1", uint8(0))
 		f.Add(uint8(i), "", uint8(1))
 		f.Add(uint8(i), "NaN", uint8(2))
@@ -26,7 +26,7 @@ func FuzzLoad(f *testing.F) {
 		f.Add(uint8(17), v, uint8(2))
 	}
 	f.Fuzz(func(t *testing.T, idx uint8, val string, via uint8) {
-		keys := Keys()
+		keys := Keys(testChoices)
 		key := keys[int(idx)%len(keys)]
 		var args []string
 		env := map[string]string{}

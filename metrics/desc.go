@@ -68,8 +68,9 @@ const (
 // Unit.Base). A collector adds a value against a Desc (Batch.Add); nothing
 // downstream parses a name to learn what a series is.
 //
-// Most descriptors are static, declared once (series.go, or a collector's
-// own package). Three kinds are made at run time, each modelled, not
+// Most descriptors are static, declared once, in the package of the
+// collector that makes them (series.go holds those several collectors
+// share). Three kinds are made at run time, each modelled, not
 // parsed: per-GPU series (a PerGPU template, bound to one GPU or MIG slice
 // by ForGPU or ForMIG), per-instance series of a node's devices (an
 // Instance template, bound to one InfiniBand port or CPU package by For),

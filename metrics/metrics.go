@@ -1,10 +1,13 @@
 // Package metrics holds the sample model shared by every collector and sink,
-// and the Sampler that runs the collectors.
+// the Registration each collector's package declares (registration.go: all
+// bridge must know of a collector before it runs), and the Sampler that
+// runs the collectors.
 //
-// Every series is described once, by a Desc (desc.go; bridge's own in
-// series.go): its name, unit, scope, and what /metrics needs. A name states
-// the scope (container_, node_, rootfs_, netns_, gpu_N_, process_) and ends
-// with the unit, as MLflow's own system metrics do (_megabytes means 10^6
+// Every series is described once, by a Desc (desc.go), in the package of
+// the collector that makes it (series.go holds those several share): its
+// name, unit, scope, and what /metrics needs. A name states the scope
+// (container_, node_, rootfs_, netns_, gpu_N_, process_) and ends with the
+// unit, as MLflow's own system metrics do (_megabytes means 10^6
 // bytes). Names are sent to MLflow as "system/<name>" and to W&B as
 // "system.<name>".
 package metrics
@@ -17,15 +20,13 @@ import (
 // Scope says what a value was measured against.
 type Scope string
 
-// Scopes used in metric names.
+// The scopes several collectors serve (a collector declares one that is
+// its own alone in its package: cgroup.Scope, node.ScopeRootfs).
 const (
-	ScopeContainer Scope = "container" // the cgroup bridge and its child run in
-	ScopeNode      Scope = "node"      // host-wide /proc files
-	ScopeRootfs    Scope = "rootfs"    // statfs("/"), an overlay shows the node's disk
-	ScopeNetns     Scope = "netns"     // /proc/net/dev: the network namespace (the pod in Kubernetes)
-	ScopeProcess   Scope = "process"   // the child's process tree
-	ScopeGPU       Scope = "gpu"       // one GPU or MIG slice, through NVML
-	ScopeProm      Scope = "prom"      // a series read from a --scrape endpoint, passed through
+	ScopeNode    Scope = "node"    // the whole host: /proc files, RAPL, InfiniBand ports
+	ScopeProcess Scope = "process" // the child's process tree
+	ScopeGPU     Scope = "gpu"     // one GPU or MIG slice: NVML, amdgpu's sysfs, dcgm-exporter
+	ScopeProm    Scope = "prom"    // a series read from a --scrape endpoint, passed through
 )
 
 // Point is one value of one series in one sample: two words and a name

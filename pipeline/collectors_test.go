@@ -15,7 +15,7 @@ import (
 
 func TestCollectorsRegistration(t *testing.T) {
 	seen := map[string]bool{}
-	for _, c := range Collectors {
+	for _, c := range Collectors() {
 		if c.Name == "" || seen[c.Name] || c.Build == nil || len(c.Series) == 0 {
 			t.Errorf("registration %+v: want a unique name, its series and a Build", c)
 		}
@@ -101,13 +101,13 @@ func TestCollectorsAddOnlyDeclaredSeries(t *testing.T) {
 	}
 }
 
-func registration(t *testing.T, name string) Collector {
+func registration(t *testing.T, name string) metrics.Registration {
 	t.Helper()
-	for _, c := range Collectors {
+	for _, c := range Collectors() {
 		if c.Name == name {
 			return c
 		}
 	}
 	t.Fatalf("collector %s has no registration", name)
-	return Collector{}
+	return metrics.Registration{}
 }

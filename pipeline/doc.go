@@ -3,9 +3,10 @@
 //	collectors -> Sampler -> bounded queue -> spool writer -> spool file
 //	                                            spool -> forwarder -> sink (one per tracker)
 //
-// Collectors (collectors.go) is the one list of collectors and Trackers
-// (trackers.go) the one list of trackers: a registration each, from which
-// --scopes and --trackers take their names (Choices). Sources (sources.go)
+// Collectors (collectors.go) is the one list of collectors, each its
+// package's metrics.Registration, and Trackers (trackers.go) the one list
+// of trackers: --scopes, --trackers and the collectors' own options come
+// from them (Choices). Sources (sources.go)
 // are the collectors a job runs and what the rest of bridge needs from
 // them; StartSinksWith (start.go) starts the trackers' runs before the
 // child does;

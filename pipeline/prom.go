@@ -16,6 +16,15 @@ func (s *Session) serveMetrics() {
 	s.prom = e
 }
 
+// MetricsAddr is the address /metrics is served on, "" when it is off:
+// the port the system chose for a --metrics-addr of port 0.
+func (s *Session) MetricsAddr() string {
+	if s.prom == nil {
+		return ""
+	}
+	return s.prom.Addr()
+}
+
 // runID is the run_id label of /metrics: the first tracker's run now (a
 // tracker that started late has one only once it answered). It runs on the
 // HTTP server's goroutine, as health does.

@@ -71,7 +71,7 @@ func (s *toySink) Send(ctx context.Context, samples []metrics.Sample) (int, erro
 func (s *toySink) Finish(context.Context, tracker.EndInfo) error { return nil }
 
 // register adds registrations for the test's duration, as a new
-// collector's or tracker's one entry does.
+// tracker's one entry does.
 func register[T any](t *testing.T, list *[]T, entry T) {
 	old := *list
 	*list = append(slices.Clone(old), entry)
@@ -81,10 +81,12 @@ func register[T any](t *testing.T, list *[]T, entry T) {
 // docs/architecture.md's recipes, followed: a toy collector and a toy
 // tracker, each in one registration, are asked for by --scopes and
 // --trackers; the collector's series is spooled, exposed on /metrics and
-// sent in the tracker's request, with nothing else changed.
+// sent in the tracker's request, with nothing else changed. (The collector's
+// recipe in full, `bridge sample` and the docs too: cmd/bridge's
+// TestRecipeAddACollector.)
 func TestRecipeAddACollectorAndATracker(t *testing.T) {
-	register(t, &Collectors, Collector{Name: "toy", Scopes: []metrics.Scope{"toy"}, Series: []*metrics.Desc{toyWidgets},
-		Build: func(CollectorBuild) (metrics.Collector, error) { return &toyCollector{}, nil }})
+	regs := append(Collectors(), metrics.Registration{Name: "toy", Scopes: []metrics.Scope{"toy"}, Series: []*metrics.Desc{toyWidgets},
+		Build: func(metrics.Env) (metrics.Collector, error) { return &toyCollector{}, nil }})
 	register(t, &Trackers, Tracker{Name: "toy", RunIDEnv: "TOY_RUN_ID",
 		Configured: func(getenv func(string) string) bool { return getenv("TOY_URL") != "" },
 		Build:      func(b Build) (tracker.Sink, error) { return &toySink{url: b.Getenv("TOY_URL")}, nil }})
@@ -101,17 +103,17 @@ func TestRecipeAddACollectorAndATracker(t *testing.T) {
 
 	spoolPath := filepath.Join(t.TempDir(), "spool.jsonl")
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	config.RegisterFlags(fs, Choices())
+	config.RegisterFlags(fs, ChoicesOf(regs))
 	args := []string{"--scopes", "toy", "--trackers", "toy", "--interval", "100ms", "--spool", spoolPath,
 		"--metrics-addr", "127.0.0.1:0"}
 	if err := config.Parse(fs, args); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(fs, Choices())
+	cfg, err := config.Load(fs, ChoicesOf(regs))
 	if err != nil {
 		t.Fatalf("--scopes toy --trackers toy: %v", err)
 	}
-	src, err := BuildSources(cfg, quiet())
+	src, err := BuildSourcesOf(regs, cfg, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

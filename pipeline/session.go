@@ -16,6 +16,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/promexport"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
@@ -315,7 +316,7 @@ func (s *Session) loop() {
 		// on a goroutine of its own, one at a time: a read of it that hangs
 		// in the kernel (memory.stat stalled in a flush) must not stall
 		// sampling, nor Stop, which waits for this loop.
-		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent.Name)
+		_, limited := smp.Value(cgroup.MemoryWorkingSetPercent.Name)
 		probe := fast && limited
 	wait:
 		for {
@@ -371,7 +372,7 @@ func RandomPhase(interval time.Duration) time.Duration {
 // the spool's notification, sent) every FastInterval.
 func (s *Session) nearLimit(pts []metrics.Point) bool {
 	for _, p := range pts {
-		if p.Desc == metrics.ContainerMemoryWorkingSetPercent {
+		if p.Desc == cgroup.MemoryWorkingSetPercent {
 			return p.Value >= s.set.FastThreshold
 		}
 	}

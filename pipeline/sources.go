@@ -5,14 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
@@ -23,7 +21,7 @@ import (
 	"github.com/bridge-dev/bridge/summary"
 )
 
-// Sources are the collectors a job runs (built from the registrations in
+// Sources are the collectors a job runs (built from the registrations,
 // Collectors), and the side channels the rest of bridge needs from them:
 // the memory probe, the start tags, the forensics' inputs and the child's
 // pid.
@@ -34,6 +32,7 @@ type Sources struct {
 	Notes map[string]any
 
 	log      *slog.Logger
+	roots    metrics.Roots
 	taggers  []tagger          // the collectors that describe what they found as run tags
 	cgroup   *cgroup.Collector // nil when the container scope is off or unavailable
 	gpu      *gpu.Collector    // nil when the gpu scope is off
@@ -43,15 +42,24 @@ type Sources struct {
 	series   []*metrics.Desc   // what the built collectors may add, in the scopes that are on
 }
 
-// BuildSources creates the collectors the configuration asks for, in the
-// order of Collectors. One that is off here is left out with a note; an
-// error is a usage error that names its flag (a malformed --gpus entry, a
-// --proc-root the GPU collector's process finder cannot read).
+// BuildSources creates the collectors of Collectors the configuration asks
+// for (BuildSourcesOf).
 func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
-	s := &Sources{Notes: map[string]any{}, log: log}
+	return BuildSourcesOf(Collectors(), cfg, log)
+}
+
+// BuildSourcesOf creates the collectors of regs the configuration asks for
+// (cfg loaded with ChoicesOf(regs)), in order. One that is off here is left
+// out with a note; an error is a usage error that names its flag (a
+// malformed --gpus entry, a --proc-root the GPU collector's process finder
+// cannot read).
+func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Logger) (*Sources, error) {
+	s := &Sources{Notes: map[string]any{}, log: log,
+		roots: metrics.Roots{Proc: cfg.ProcRoot, Cgroup: cfg.CgroupRoot, Sys: cfg.SysRoot, Rootfs: cfg.Rootfs}}
 	// With every scope on, nothing is left to filter out.
-	all := len(cfg.Scopes) >= len(Scopes())
-	for _, reg := range Collectors {
+	all := len(cfg.Scopes) >= len(ScopesOf(regs))
+	var built []metrics.Collector
+	for _, reg := range regs {
 		var on []metrics.Scope
 		for _, sc := range reg.Scopes {
 			if cfg.HasScope(string(sc)) {
@@ -61,8 +69,11 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 		if len(reg.Scopes) > 0 && len(on) == 0 {
 			continue
 		}
-		c, err := reg.Build(CollectorBuild{Config: cfg, Scopes: on, Sources: s, Log: log})
-		var off *Off
+		c, err := reg.Build(metrics.Env{
+			Roots: s.roots, CollectTimeout: cfg.CollectTimeout, Scopes: on, Options: cfg.Options,
+			LookupEnv: os.LookupEnv, Job: job{s}, Built: slices.Clone(built), Log: log.With("collector", reg.Name),
+		})
+		var off *metrics.Off
 		switch {
 		case errors.As(err, &off):
 			log.Log(context.Background(), off.Level, "collector is off", "collector", reg.Name, "why", off.Why)
@@ -72,6 +83,15 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 			return nil, err
 		case c == nil:
 			continue
+		}
+		built = append(built, c)
+		switch c := c.(type) { // the side channels
+		case *cgroup.Collector:
+			s.cgroup = c
+		case *gpu.Collector:
+			s.gpu = c
+		case *scrape.Collector:
+			s.scrape = c
 		}
 		if tg, ok := c.(tagger); ok {
 			s.taggers = append(s.taggers, tg)
@@ -97,7 +117,7 @@ func (s *Sources) Summary() summary.Options {
 	o := summary.Options{}
 	v2 := s.CgroupVersion() == string(cgroup.ModeV2)
 	for _, d := range s.series {
-		if d.Scope == metrics.ScopeContainer && strings.HasPrefix(d.Name, "container_pressure_") && !v2 {
+		if d.Scope == cgroup.Scope && strings.HasPrefix(d.Name, "container_pressure_") && !v2 {
 			continue
 		}
 		o.Expected = append(o.Expected, d)
@@ -120,28 +140,24 @@ func (s *Sources) ScrapeFailures() map[string]int {
 	return s.scrape.Failures()
 }
 
-// podIdentity is this pod's name and namespace, from the downward API
-// variables POD_NAME and POD_NAMESPACE, else the hostname (a pod's name) and
-// the service account's namespace file; "" when unknown (not in Kubernetes).
-func podIdentity() (pod, ns string) {
-	pod, ns = os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
-	if ns == "" {
-		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
-			ns = strings.TrimSpace(string(b))
-		}
-	}
-	if pod == "" && ns != "" {
-		pod = hostname()
-	}
-	return pod, ns
-}
-
 // SetChild names the process tree the process_ and GPU collectors follow:
 // the child's pid (0: none) and the pid that adopts its orphans (bridge as
 // subreaper; 0: none). Safe to call while sampling runs.
 func (s *Sources) SetChild(pid, adopter int) {
 	s.childPID.Store(int64(pid))
 	s.adopter.Store(int64(adopter))
+}
+
+// job is the child's process tree as the collectors see it (metrics.Job).
+type job struct{ s *Sources }
+
+func (j job) PID() int     { return int(j.s.childPID.Load()) }
+func (j job) Adopter() int { return int(j.s.adopter.Load()) }
+
+// ProcessTree lists the child's tree for a GPU collector's per-process
+// memory, with a finder of its own.
+func (j job) ProcessTree() func() ([]int, error) {
+	return j.s.processTree(process.NewFinder(j.s.roots.Proc, j.s.roots.Cgroup))
 }
 
 // processTree lists the child's tree for the GPU collector's per-process
@@ -210,19 +226,10 @@ func (s *Sources) XidEvents() []gpu.XidEvent {
 	return s.gpu.XidEvents()
 }
 
-// CgroupOptions points the cgroup collector at the configured roots (it
-// finds their layout itself). Under another proc root bridge's own pid is
-// that root's "self".
+// CgroupOptions points the cgroup collector at the configured roots, as a
+// job's is (cgroup.OptionsAt).
 func CgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
-	o := cgroup.Options{ProcRoot: cfg.ProcRoot, CgroupRoot: cfg.CgroupRoot, Log: log.With("collector", "cgroup")}
-	if filepath.Clean(cfg.ProcRoot) != "/proc" {
-		if fs, err := procfs.NewFS(cfg.ProcRoot); err == nil {
-			if self, err := fs.Self(); err == nil {
-				o.PID = self.PID
-			}
-		}
-	}
-	return o
+	return cgroup.OptionsAt(cfg.ProcRoot, cfg.CgroupRoot, log.With("collector", cgroup.Name))
 }
 
 // Detected is what `bridge sample` reports about the machine: each
@@ -246,7 +253,7 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 	if cfg.NodeID != "" {
 		t["bridge.node_id"] = cfg.NodeID
 	}
-	if cfg.NoContainer {
+	if cgroup.NoContainer.Get(cfg.Options) {
 		t["bridge.container_awareness"] = "off"
 	}
 	if s.cgroup != nil {

@@ -9,8 +9,12 @@ import (
 	"testing"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/config/option"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
+	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/metrics/node"
+	"github.com/bridge-dev/bridge/metrics/process"
 )
 
 // Without the container scope there is no memory probe and no cgroup in
@@ -31,11 +35,11 @@ func TestSourcesWithoutContainer(t *testing.T) {
 
 	smp := metrics.NewSampler(src.Collectors, cfg.CollectTimeout, quiet())
 	defer smp.Close()
-	if _, ok := smp.Sample(context.Background()).Value(metrics.ProcessCount.Name); ok {
+	if _, ok := smp.Sample(context.Background()).Value(process.Count.Name); ok {
 		t.Error("process_count without a child")
 	}
 	src.SetChild(os.Getpid(), 0)
-	if n, ok := smp.Sample(context.Background()).Value(metrics.ProcessCount.Name); !ok || n < 1 {
+	if n, ok := smp.Sample(context.Background()).Value(process.Count.Name); !ok || n < 1 {
 		t.Errorf("process_count = %v, %v after SetChild(this process)", n, ok)
 	}
 	for _, p := range smp.Sample(context.Background()).Points {
@@ -53,10 +57,10 @@ func TestSourcesNodeScopes(t *testing.T) {
 		want   []metrics.Scope
 	}{
 		{[]string{"container", "node"}, []metrics.Scope{metrics.ScopeNode}},
-		{[]string{"rootfs", "process"}, []metrics.Scope{metrics.ScopeRootfs}},
-		{Scopes(), []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}},
+		{[]string{"rootfs", "process"}, []metrics.Scope{node.ScopeRootfs}},
+		{Scopes(), []metrics.Scope{metrics.ScopeNode, node.ScopeRootfs, node.ScopeNetns}},
 	} {
-		cfg := config.Config{Scopes: tt.scopes, NoContainer: true, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/", CollectTimeout: deadline}
+		cfg := config.Config{Scopes: tt.scopes, Options: option.Values{cgroup.NoContainer.Key: true}, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/", CollectTimeout: deadline}
 		src, err := BuildSources(cfg, quiet())
 		if err != nil {
 			t.Fatal(err)
@@ -98,7 +102,7 @@ func TestSourcesErrorNamesItsFlag(t *testing.T) {
 		want, not string
 	}{
 		{"proc root", config.Config{ProcRoot: notDir}, "--proc-root", "--gpus"},
-		{"gpus", config.Config{ProcRoot: "/proc", GPUs: []string{"cuda:0"}}, "--gpus", "--proc-root"},
+		{"gpus", config.Config{ProcRoot: "/proc", Options: option.Values{gpu.GPUs.Key: []string{"cuda:0"}}}, "--gpus", "--proc-root"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.cfg.Scopes, tt.cfg.CgroupRoot, tt.cfg.Rootfs, tt.cfg.CollectTimeout = []string{"gpu"}, "/sys/fs/cgroup", "/", deadline

@@ -237,16 +237,16 @@ func TrackerNames() []string {
 	return names
 }
 
-// TrackerSetup says what turns each tracker on under --trackers=auto:
-// "MLflow when MLFLOW_TRACKING_URI is set, and W&B when ...".
-func TrackerSetup() string {
+// TrackersOn say what turns each tracker on under --trackers=auto, one
+// each: "MLflow when MLFLOW_TRACKING_URI is set".
+func TrackersOn() []string {
 	var on []string
 	for _, t := range Trackers {
 		if t.Help.On != "" {
 			on = append(on, t.Help.Title+" when "+t.Help.On)
 		}
 	}
-	return strings.Join(on, ", and ")
+	return on
 }
 
 // TrackerVars are the trackers' variables, for `bridge --help`.

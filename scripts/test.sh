@@ -81,7 +81,7 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 log "starting mlflow server on 127.0.0.1:$port"
 MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false setsid "$BRIDGE_TEST_PYTHON" -m mlflow server --host 127.0.0.1 --port "$port" \
   --backend-store-uri "sqlite:///$tmp/mlflow.db" --default-artifact-root "$tmp/artifacts" \
-  --workers 1 >"$tmp/mlflow.log" 2>&1 &
+  --artifacts-destination "$tmp/mlartifacts" --workers 1 >"$tmp/mlflow.log" 2>&1 &
 server=$!
 cleanup() {
   kill -TERM -- "-$server" 2>/dev/null || true

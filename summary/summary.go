@@ -14,6 +14,12 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+
+	"github.com/bridge-dev/bridge/metrics/cgroup"
+
+	"github.com/bridge-dev/bridge/metrics/rapl"
+
+	"github.com/bridge-dev/bridge/metrics/process"
 )
 
 // Stat follows one metric over the job.
@@ -153,7 +159,7 @@ func (a *Accumulator) Add(s metrics.Sample) {
 		if p.Value > st.Peak {
 			st.Peak, st.PeakAt = p.Value, s.Time
 		}
-		if p.Name() == metrics.ContainerCPUUsage.Name && steady {
+		if p.Name() == cgroup.CPUUsage.Name && steady {
 			if !a.cpuPeakOK || p.Value > a.cpuPeak {
 				a.cpuPeak, a.cpuPeakOK = p.Value, true
 			}
@@ -189,7 +195,7 @@ const AtLimit = 0.99
 // memLimit is the container's memory limit in the last sample that had one;
 // 0 without one.
 func (a *Accumulator) memLimit() float64 {
-	if lim, ok := a.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
+	if lim, ok := a.Get(cgroup.MemoryLimit); ok && lim.Last > 0 {
 		return lim.Last
 	}
 	return 0
@@ -201,11 +207,11 @@ func (a *Accumulator) memLimit() float64 {
 // its ancestors; an ancestor's limit can kill here with this cgroup below
 // its own).
 func (a *Accumulator) oomKilled() bool {
-	k, ok := a.Get(metrics.ContainerOOMKills)
+	k, ok := a.Get(cgroup.OOMKills)
 	if !ok || k.Last <= k.First {
 		return false
 	}
-	own, ok := a.Get(metrics.ContainerOOMEvents)
+	own, ok := a.Get(cgroup.OOMEvents)
 	return !ok || own.Last > own.First
 }
 
@@ -224,10 +230,10 @@ func (a *Accumulator) peakFile() string {
 // then, however little the samples around it saw (a job that allocates
 // past its limit within one interval dies between two samples).
 func (a *Accumulator) PeakWorkingSet() Figure {
-	f := Figure{Expected: a.Expects(metrics.ContainerMemoryWorkingSet)}
-	ws, ok := a.Get(metrics.ContainerMemoryWorkingSet)
+	f := Figure{Expected: a.Expects(cgroup.MemoryWorkingSet)}
+	ws, ok := a.Get(cgroup.MemoryWorkingSet)
 	lim := a.memLimit()
-	if k, kok := a.Get(metrics.ContainerMemoryPeak); kok && lim > 0 && k.Peak >= AtLimit*lim && a.oomKilled() && (!ok || k.Peak > ws.Peak) {
+	if k, kok := a.Get(cgroup.MemoryPeak); kok && lim > 0 && k.Peak >= AtLimit*lim && a.oomKilled() && (!ok || k.Peak > ws.Peak) {
 		v := min(k.Peak, lim)
 		return Figure{Value: v, Known: true, Expected: true, Source: SourceKernelPeak + " " + a.peakFile() + " at the OOM kill",
 			SharePercent: 100 * v / lim, ShareKnown: true}
@@ -240,7 +246,7 @@ func (a *Accumulator) PeakWorkingSet() Figure {
 		f.SharePercent, f.ShareKnown = 100*ws.Peak/lim, true
 		// The per-sample share was computed against the limit of its
 		// time: preferred when the limit was resized during the job.
-		if pct, ok := a.Get(metrics.ContainerMemoryWorkingSetPercent); ok {
+		if pct, ok := a.Get(cgroup.MemoryWorkingSetPercent); ok {
 			f.SharePercent = pct.Peak
 		}
 	}
@@ -251,10 +257,10 @@ func (a *Accumulator) PeakWorkingSet() Figure {
 // included): the kernel's high-water mark where the kernel keeps one
 // (cgroup v1, v2 from Linux 5.19), else the highest sampled.
 func (a *Accumulator) PeakUsage() Figure {
-	f := Figure{Expected: a.Expects(metrics.ContainerMemoryUsage)}
-	if k, ok := a.Get(metrics.ContainerMemoryPeak); ok {
+	f := Figure{Expected: a.Expects(cgroup.MemoryUsage)}
+	if k, ok := a.Get(cgroup.MemoryPeak); ok {
 		f.Value, f.Known, f.Source = k.Peak, true, SourceKernelPeak+" "+a.peakFile()
-	} else if u, ok := a.Get(metrics.ContainerMemoryUsage); ok {
+	} else if u, ok := a.Get(cgroup.MemoryUsage); ok {
 		f.Value, f.Known, f.Source = u.Peak, true, SourceSampled
 	} else {
 		return f
@@ -290,7 +296,7 @@ func (a *Accumulator) Rows() []Row {
 	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
 	if f := a.PeakWorkingSet(); f.Known || f.Expected {
 		extra := ""
-		if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok && f.Source != SourceSampled {
+		if ws, ok := a.Get(cgroup.MemoryWorkingSet); ok && f.Source != SourceSampled {
 			extra = fmt.Sprintf(" (highest sampled %.1f MB)", ws.Peak)
 		}
 		rows = append(rows, Row{"peak working set", a.memoryRow(f, extra)})
@@ -302,7 +308,7 @@ func (a *Accumulator) Rows() []Row {
 		}
 		rows = append(rows, Row{"peak usage", a.memoryRow(f, extra)})
 	}
-	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
+	if cpu, ok := a.Get(cgroup.CPUUsage); ok {
 		// A job too short, or sampled too fast, for a steady window: every
 		// sample's rate.
 		peak, mean := cpu.Peak, cpu.Mean()
@@ -310,8 +316,8 @@ func (a *Accumulator) Rows() []Row {
 			peak, mean = a.cpuPeak, a.cpuCoreSecs/a.cpuSecs
 		}
 		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, mean)
-		_, split := a.Get(metrics.ContainerCPUUsageLimitSplit)
-		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 && split {
+		_, split := a.Get(cgroup.CPUUsageLimitSplit)
+		if lim, ok := a.Get(cgroup.CPULimit); ok && lim.Last > 0 && split {
 			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)
 		} else if ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
@@ -319,35 +325,35 @@ func (a *Accumulator) Rows() []Row {
 			v += " (no CPU limit)"
 		}
 		rows = append(rows, Row{"peak container CPU", v})
-	} else if a.Expects(metrics.ContainerCPUUsage) {
+	} else if a.Expects(cgroup.CPUUsage) {
 		// A rate needs two readings: a job that ended before the second
 		// has none.
 		rows = append(rows, Row{"peak container CPU", NotSampled})
 	}
-	if th, ok := a.Get(metrics.ContainerCPUThrottledPeriods); ok {
+	if th, ok := a.Get(cgroup.CPUThrottledPeriods); ok {
 		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
-		if ts, ok := a.Get(metrics.ContainerCPUThrottledSecondsTotal); ok {
+		if ts, ok := a.Get(cgroup.CPUThrottledSecondsTotal); ok {
 			v += fmt.Sprintf(", %.2f s throttled", ts.Last-ts.First)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
 	} else if a.ThrottleExpected() {
 		rows = append(rows, Row{"CPU throttled", NotSampled})
 	}
-	if k, ok := a.Get(metrics.ContainerOOMKills); ok {
+	if k, ok := a.Get(cgroup.OOMKills); ok {
 		v := fmt.Sprintf("%.0f during the job", k.Last-k.First)
-		if e, ok := a.Get(metrics.ContainerOOMEvents); ok {
+		if e, ok := a.Get(cgroup.OOMEvents); ok {
 			v += fmt.Sprintf(" (OOM events %.0f)", e.Last-e.First)
 		}
 		rows = append(rows, Row{"OOM kills", v})
 	}
-	if rss, ok := a.Get(metrics.ProcessMemoryRSS); ok {
+	if rss, ok := a.Get(process.MemoryRSS); ok {
 		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB", rss.Peak)})
-	} else if a.Expects(metrics.ProcessMemoryRSS) {
+	} else if a.Expects(process.MemoryRSS) {
 		rows = append(rows, Row{"peak process-tree RSS", NotSampled})
 	}
-	if psi, ok := a.Get(metrics.ContainerPressureMemorySome); ok {
+	if psi, ok := a.Get(cgroup.PressureMemorySome); ok {
 		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
-	} else if a.Expects(metrics.ContainerPressureMemorySome) {
+	} else if a.Expects(cgroup.PressureMemorySome) {
 		rows = append(rows, Row{"peak memory pressure", NotSampled})
 	}
 	var gpus []string
@@ -374,8 +380,8 @@ func (a *Accumulator) Rows() []Row {
 // cgroup's own quota is in effect). Without them nothing throttles: the
 // share does not exist, rather than not being sampled.
 func (a *Accumulator) ThrottleExpected() bool {
-	p, ok := a.Get(metrics.ContainerCPUPeriodsTotal)
-	return a.Expects(metrics.ContainerCPUThrottledPeriods) && ok && p.Last > 0
+	p, ok := a.Get(cgroup.CPUPeriodsTotal)
+	return a.Expects(cgroup.CPUThrottledPeriods) && ok && p.Last > 0
 }
 
 // Energy is what the job's hardware used while bridge sampled it.
@@ -403,7 +409,7 @@ func (a *Accumulator) Energy() Energy {
 			e.GPUs++
 		}
 	}
-	if cpu, ok := a.Get(metrics.NodeCPUEnergy); ok {
+	if cpu, ok := a.Get(rapl.Energy); ok {
 		e.CPUJoules, e.CPU = cpu.Last, true
 	}
 	return e
@@ -437,4 +443,23 @@ func Write(w io.Writer, title string, rows []Row) {
 		fmt.Fprintf(tw, "  %s\t%s\n", r.What, r.Value)
 	}
 	tw.Flush()
+}
+
+// Each calls f with the name and Stat of every series seen, in no
+// particular order. The end of a job's node reads its figures for the
+// job's report through it (package report).
+func (a *Accumulator) Each(f func(name string, st Stat)) {
+	for name, st := range a.stats {
+		f(name, st.Stat)
+	}
+}
+
+// CPU is the container CPU's peak and mean over windows of at least
+// MinRateWindow, as the table shows them; ok is false when no such window
+// was seen (a job too short, or sampled too fast).
+func (a *Accumulator) CPU() (peak, mean float64, ok bool) {
+	if !a.cpuPeakOK || a.cpuSecs <= 0 {
+		return 0, 0, false
+	}
+	return a.cpuPeak, a.cpuCoreSecs / a.cpuSecs, true
 }

@@ -8,6 +8,14 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+
+	"github.com/bridge-dev/bridge/metrics/node"
+
+	"github.com/bridge-dev/bridge/metrics/process"
+
+	"github.com/bridge-dev/bridge/metrics/rapl"
+
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 func TestRowsAgainstLimits(t *testing.T) {
@@ -15,9 +23,9 @@ func TestRowsAgainstLimits(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for i, ws := range []float64{100, 180, 150} {
 		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
-			metrics.At(metrics.ContainerMemoryWorkingSet, ws), metrics.At(metrics.ContainerMemoryLimit, 200),
-			metrics.At(metrics.ContainerCPUUsage, float64(i)*0.25), metrics.At(metrics.ContainerCPULimit, 0.5),
-			metrics.At(metrics.ContainerOOMKills, float64(i/2)), metrics.At(metrics.ContainerCPUThrottledPeriods, 30),
+			metrics.At(cgroup.MemoryWorkingSet, ws), metrics.At(cgroup.MemoryLimit, 200),
+			metrics.At(cgroup.CPUUsage, float64(i)*0.25), metrics.At(cgroup.CPULimit, 0.5),
+			metrics.At(cgroup.OOMKills, float64(i/2)), metrics.At(cgroup.CPUThrottledPeriods, 30),
 		}})
 	}
 	var b bytes.Buffer
@@ -33,7 +41,7 @@ func TestRowsAgainstLimits(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if st, _ := a.Get(metrics.ContainerMemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
+	if st, _ := a.Get(cgroup.MemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
 		t.Errorf("peak at %v", st.PeakAt)
 	}
 }
@@ -47,7 +55,7 @@ func TestPeakCPUIgnoresShortWindows(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {10 * time.Second, 0.5}, {20 * time.Second, 1.5}, {20*time.Second + 50*time.Millisecond, 2.0}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -66,7 +74,7 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {200 * time.Millisecond, 1.9}, {1200 * time.Millisecond, 0.01}, {2200 * time.Millisecond, 0.01}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -77,7 +85,7 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 
 func TestRowsWithoutLimits(t *testing.T) {
 	a := New()
-	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 5), metrics.At(metrics.ContainerCPUUsage, 1)}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryWorkingSet, 5), metrics.At(cgroup.CPUUsage, 1)}})
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
 	if !strings.Contains(b.String(), "(no memory limit)") || !strings.Contains(b.String(), "(no CPU limit)") {
@@ -91,9 +99,9 @@ func TestRowsCPUSplitAndThrottledTotal(t *testing.T) {
 	a := New()
 	for i, th := range []float64{10, 12.5} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-			metrics.At(metrics.ContainerCPUUsage, 1.65), metrics.At(metrics.ContainerCPULimit, 0.5),
-			metrics.At(metrics.ContainerCPUUsageLimitSplit, 1),
-			metrics.At(metrics.ContainerCPUThrottledPeriods, 20), metrics.At(metrics.ContainerCPUThrottledSecondsTotal, th),
+			metrics.At(cgroup.CPUUsage, 1.65), metrics.At(cgroup.CPULimit, 0.5),
+			metrics.At(cgroup.CPUUsageLimitSplit, 1),
+			metrics.At(cgroup.CPUThrottledPeriods, 20), metrics.At(cgroup.CPUThrottledSecondsTotal, th),
 		}})
 	}
 	var b bytes.Buffer
@@ -139,8 +147,8 @@ func TestEnergy(t *testing.T) {
 		tags    map[string]string
 	}{
 		{"both", [][]metrics.Point{
-			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(metrics.NodeCPUEnergy, 5)},
-			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(metrics.NodeCPUEnergy, 72),
+			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(rapl.Energy, 5)},
+			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(rapl.Energy, 72),
 				metrics.At(metrics.GPUPowerUsage.ForGPU(0), 300)},
 		}, "GPUs 350.0 J (0.097 Wh); CPU packages (node) 72.0 J (0.020 Wh)",
 			map[string]string{TagEnergyGPUs: "350.0", TagEnergyNodeCPU: "72.0"}},
@@ -149,7 +157,7 @@ func TestEnergy(t *testing.T) {
 			{metrics.At(g0, 30)},
 		}, "GPUs 50.0 J (0.014 Wh); CPU packages (node) not sampled",
 			map[string]string{TagEnergyGPUs: "50.0", TagEnergyNodeCPU: "not sampled"}},
-		{"none", [][]metrics.Point{{metrics.At(metrics.ContainerMemoryWorkingSet, 1)}},
+		{"none", [][]metrics.Point{{metrics.At(cgroup.MemoryWorkingSet, 1)}},
 			"GPUs not sampled; CPU packages (node) not sampled",
 			map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
 		{"no sample at all", nil, "GPUs not sampled; CPU packages (node) not sampled",
@@ -209,13 +217,13 @@ func TestPeakWorkingSetAtOOMKillBetweenSamples(t *testing.T) {
 		{"page cache only", [2]float64{0, 0}, 4.7, SourceSampled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", Expected: metrics.ContainerSeries})
+			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", Expected: cgroup.Series})
 			for i, ws := range []float64{4.7, 1.2} {
 				a.Add(metrics.Sample{Seq: int64(i), Time: time.Unix(1000+int64(i), 0), Points: []metrics.Point{
-					metrics.At(metrics.ContainerMemoryWorkingSet, ws), metrics.At(metrics.ContainerMemoryLimit, 150),
-					metrics.At(metrics.ContainerMemoryWorkingSetPercent, ws/150*100),
-					metrics.At(metrics.ContainerMemoryUsage, ws+1), metrics.At(metrics.ContainerMemoryPeak, 149.9+float64(i)*0.1),
-					metrics.At(metrics.ContainerOOMKills, tc.kills[i]),
+					metrics.At(cgroup.MemoryWorkingSet, ws), metrics.At(cgroup.MemoryLimit, 150),
+					metrics.At(cgroup.MemoryWorkingSetPercent, ws/150*100),
+					metrics.At(cgroup.MemoryUsage, ws+1), metrics.At(cgroup.MemoryPeak, 149.9+float64(i)*0.1),
+					metrics.At(cgroup.OOMKills, tc.kills[i]),
 				}})
 			}
 			f := a.PeakWorkingSet()
@@ -246,7 +254,7 @@ func TestPeakWorkingSetAtOOMKillBetweenSamples(t *testing.T) {
 func TestPeakUsageSampledWithoutKernelMark(t *testing.T) {
 	a := NewWith(Options{PeakFile: "memory.peak"})
 	for _, u := range []float64{10, 30, 20} {
-		a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryUsage, u)}})
+		a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryUsage, u)}})
 	}
 	if f := a.PeakUsage(); !f.Known || f.Value != 30 || f.Source != SourceSampled || f.ShareKnown {
 		t.Errorf("peak usage %+v, want 30 MB sampled, no share without a limit", f)
@@ -258,12 +266,12 @@ func TestPeakUsageSampledWithoutKernelMark(t *testing.T) {
 // reading has no rates; one whose tree never had memory of its own, no
 // RSS); a series of no collector of the job has no row at all.
 func TestRowsNotSampled(t *testing.T) {
-	expected := append(append([]*metrics.Desc{}, metrics.ContainerSeries...), metrics.ProcessSeries...)
+	expected := append(append([]*metrics.Desc{}, cgroup.Series...), process.Series...)
 	a := NewWith(Options{Expected: expected})
 	// One reading: the counters and the gauges of a quota'd cgroup, no rate.
 	a.Add(metrics.Sample{Points: []metrics.Point{
-		metrics.At(metrics.ContainerCPUUsageSecondsTotal, 1), metrics.At(metrics.ContainerCPUPeriodsTotal, 12),
-		metrics.At(metrics.ContainerCPULimit, 1),
+		metrics.At(cgroup.CPUUsageSecondsTotal, 1), metrics.At(cgroup.CPUPeriodsTotal, 12),
+		metrics.At(cgroup.CPULimit, 1),
 	}})
 	rows := a.Rows()
 	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
@@ -277,8 +285,8 @@ func TestRowsNotSampled(t *testing.T) {
 
 	// No quota (no CFS period ran): nothing throttles, so no row; no
 	// collector of the job for them: no rows.
-	b := NewWith(Options{Expected: metrics.NodeSeries})
-	b.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerCPUPeriodsTotal, 0)}})
+	b := NewWith(Options{Expected: node.Series})
+	b.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.CPUPeriodsTotal, 0)}})
 	rows = b.Rows()
 	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
 		if v := rowOf(rows, what); v != "" {
@@ -295,9 +303,9 @@ func TestPeakWorkingSetAncestorOOM(t *testing.T) {
 	a := NewWith(Options{PeakFile: "memory.peak"})
 	for i, kills := range []float64{0, 1} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-			metrics.At(metrics.ContainerMemoryWorkingSet, 20), metrics.At(metrics.ContainerMemoryLimit, 300),
-			metrics.At(metrics.ContainerMemoryPeak, 300), metrics.At(metrics.ContainerOOMKills, kills),
-			metrics.At(metrics.ContainerOOMEvents, 0),
+			metrics.At(cgroup.MemoryWorkingSet, 20), metrics.At(cgroup.MemoryLimit, 300),
+			metrics.At(cgroup.MemoryPeak, 300), metrics.At(cgroup.OOMKills, kills),
+			metrics.At(cgroup.OOMEvents, 0),
 		}})
 	}
 	if f := a.PeakWorkingSet(); f.Value != 20 || f.Source != SourceSampled {

@@ -21,6 +21,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
+	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
@@ -104,7 +105,7 @@ var badValues = map[string]string{
 // Every option, as a flag, a variable and a file key, with a wrong value:
 // exit 2 naming it, and the child never runs.
 func TestEveryOptionExit2BeforeChild(t *testing.T) {
-	for _, k := range config.Keys() {
+	for _, k := range config.Keys(pipeline.Choices()) {
 		if _, ok := badValues[k]; !ok {
 			t.Errorf("option %s has no bad value in this test", k)
 		}
@@ -116,7 +117,7 @@ func TestEveryOptionExit2BeforeChild(t *testing.T) {
 		want string
 	}
 	var cases []tc
-	for _, k := range config.Keys() {
+	for _, k := range config.Keys(pipeline.Choices()) {
 		v := badValues[k]
 		cases = append(cases,
 			tc{"flag " + k, []string{"--" + k + "=" + v}, nil, "--" + k},

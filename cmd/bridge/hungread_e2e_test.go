@@ -13,6 +13,8 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
+	"github.com/bridge-dev/bridge/metrics/node"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
@@ -86,14 +88,14 @@ func TestHungReadLeavesBridgeLive(t *testing.T) {
 			if tc.midRun {
 				waitfor.Cond(t, time.Minute, "a sample with the working set's share of the limit (the probe on)", func() bool {
 					ss := samples()
-					return len(ss) > 0 && has(ss[len(ss)-1], metrics.ContainerMemoryWorkingSetPercent.Name)
+					return len(ss) > 0 && has(ss[len(ss)-1], cgroup.MemoryWorkingSetPercent.Name)
 				})
 				fifo(t, file)
 			}
 			n := len(samples())
 			waitfor.Cond(t, time.Minute, "three more samples with node points while the read hangs", func() bool {
 				ss := samples()
-				return len(ss) >= n+3 && has(ss[len(ss)-1], metrics.NodeMemoryTotal.Name)
+				return len(ss) >= n+3 && has(ss[len(ss)-1], node.MemoryTotal.Name)
 			})
 
 			dir := cmd.Dir

@@ -28,6 +28,9 @@ import (
 	"github.com/bridge-dev/bridge/internal/testbin"
 	"github.com/bridge-dev/bridge/internal/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/amdgpu"
+	"github.com/bridge-dev/bridge/metrics/infiniband"
+	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/spool/spooltest"
 )
@@ -144,16 +147,16 @@ exec "$@"`
 // RAPL, InfiniBand and AMD GPU ones, then the child's GPU memory (only in
 // a job).
 func hwSeries() (node, proc []*metrics.Desc) {
-	node = []*metrics.Desc{metrics.NodeCPUPower, metrics.NodeCPUEnergy}
+	node = []*metrics.Desc{rapl.Power, rapl.Energy}
 	for _, pkg := range []string{"0", "1"} {
-		node = append(node, metrics.NodeCPUPackagePower.For(pkg), metrics.NodeCPUPackageEnergy.For(pkg))
+		node = append(node, rapl.PackagePower.For(pkg), rapl.PackageEnergy.For(pkg))
 	}
 	for _, dev := range []string{"mlx5_0", "mlx5_1"} {
-		for _, d := range metrics.InfiniBandSeries {
+		for _, d := range infiniband.Series {
 			node = append(node, d.For(dev, "1"))
 		}
 	}
-	for _, d := range metrics.AMDGPUSeries {
+	for _, d := range amdgpu.Series {
 		if d.PerGPU {
 			node = append(node, d.ForGPU(0))
 		} else {
@@ -264,18 +267,18 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 	}
 	// A sample after the baseline: the series are there (the rates 0).
 	waitfor.Cond(t, 2*time.Minute, "a spooled sample with the node's CPU energy", func() bool {
-		return slices.ContainsFunc(samples(), func(s metrics.Sample) bool { _, ok := s.Value(metrics.NodeCPUEnergy.Name); return ok })
+		return slices.ContainsFunc(samples(), func(s metrics.Sample) bool { _, ok := s.Value(rapl.Energy.Name); return ok })
 	})
 	hwAdvance(t, root)
 	// The sample by which every moved counter has been read: the advance's
 	// writes are not one atomic step, so a sample may fall among them and
 	// see some counters moved and others not yet.
 	exact := map[string]float64{
-		metrics.NodeCPUPackageEnergy.For("0").Name: 120, metrics.NodeCPUPackageEnergy.For("1").Name: 5, metrics.NodeCPUEnergy.Name: 125,
-		metrics.NodeIBSymbolErrors.For("mlx5_0", "1").Name: 3, metrics.NodeIBLinkDowned.For("mlx5_0", "1").Name: 1,
-		metrics.NodeIBReceiveErrors.For("mlx5_0", "1").Name: 2, metrics.NodeIBXmitDiscards.For("mlx5_0", "1").Name: 4,
-		metrics.NodeIBXmitWait.For("mlx5_0", "1").Name: 1000,
-		metrics.GPUUtilization.ForGPU(0).Name:          88, metrics.GPUPowerUsage.ForGPU(0).Name: 250, metrics.GPUPowerUsagePercent.ForGPU(0).Name: 250.0 / 3,
+		rapl.PackageEnergy.For("0").Name: 120, rapl.PackageEnergy.For("1").Name: 5, rapl.Energy.Name: 125,
+		infiniband.SymbolErrors.For("mlx5_0", "1").Name: 3, infiniband.LinkDowned.For("mlx5_0", "1").Name: 1,
+		infiniband.ReceiveErrors.For("mlx5_0", "1").Name: 2, infiniband.XmitDiscards.For("mlx5_0", "1").Name: 4,
+		infiniband.XmitWait.For("mlx5_0", "1").Name: 1000,
+		metrics.GPUUtilization.ForGPU(0).Name:       88, metrics.GPUPowerUsage.ForGPU(0).Name: 250, metrics.GPUPowerUsagePercent.ForGPU(0).Name: 250.0 / 3,
 		metrics.GPUSMClock.ForGPU(0).Name: 1700, metrics.GPUMemoryUsed.ForGPU(0).Name: 2157.969408, metrics.GPUTemperature.ForGPU(0).Name: 45,
 		metrics.ProcessGPUMemory.Name: 2147.483648, metrics.ProcessGPUProcesses.Name: 1, metrics.ProcessGPUUnmatchedProcesses.Name: 1,
 	}
@@ -298,9 +301,9 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 	// since the sample before adds up to what moved (each collector reads
 	// its own clock within the sample: a quarter's slack).
 	for name, moved := range map[string]float64{
-		metrics.NodeCPUPackagePower.For("0").Name: 120, metrics.NodeCPUPackagePower.For("1").Name: 5, metrics.NodeCPUPower.Name: 125,
-		metrics.NodeIBTransmitRate.For("mlx5_0", "1").Name: 1000, metrics.NodeIBReceiveRate.For("mlx5_0", "1").Name: 500,
-		metrics.NodeIBTransmitRate.For("mlx5_1", "1").Name: 100, metrics.NodeIBReceiveRate.For("mlx5_1", "1").Name: 0,
+		rapl.PackagePower.For("0").Name: 120, rapl.PackagePower.For("1").Name: 5, rapl.Power.Name: 125,
+		infiniband.TransmitRate.For("mlx5_0", "1").Name: 1000, infiniband.ReceiveRate.For("mlx5_0", "1").Name: 500,
+		infiniband.TransmitRate.For("mlx5_1", "1").Name: 100, infiniband.ReceiveRate.For("mlx5_1", "1").Name: 0,
 	} {
 		sum := 0.0
 		for i := 1; i < len(upTo); i++ {
@@ -345,8 +348,8 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 			t.Errorf("/metrics %s is a %v, its descriptor's kind %v", d.PromName(), fams[d.PromName()].GetType(), d.Kind)
 		}
 	}
-	if c := familyMetric(fams[metrics.NodeCPUEnergy.PromName()], nil); c == nil || c.GetCounter().GetValue() != 125 {
-		t.Errorf("/metrics %s = %v, want 125 J", metrics.NodeCPUEnergy.PromName(), c)
+	if c := familyMetric(fams[rapl.Energy.PromName()], nil); c == nil || c.GetCounter().GetValue() != 125 {
+		t.Errorf("/metrics %s = %v, want 125 J", rapl.Energy.PromName(), c)
 	}
 
 	stop()
@@ -377,8 +380,8 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 	// A rate, a total and the child's VRAM: MLflow holds the spool's value
 	// at every step.
 	final := samples()
-	for _, name := range []string{metrics.NodeCPUPackagePower.For("0").Name, metrics.NodeIBTransmitRate.For("mlx5_0", "1").Name,
-		metrics.NodeCPUEnergy.Name, metrics.ProcessGPUMemory.Name} {
+	for _, name := range []string{rapl.PackagePower.For("0").Name, infiniband.TransmitRate.For("mlx5_0", "1").Name,
+		rapl.Energy.Name, metrics.ProcessGPUMemory.Name} {
 		hist := srv.History(t, runID, "system/"+name)
 		for _, smp := range final {
 			want, ok := smp.Value(name)
@@ -424,8 +427,8 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 			t.Errorf("W&B has no system.%s/l:%s (keys: %d)", d.Name, host, len(seen))
 		}
 	}
-	if !slices.Contains(seen["system."+metrics.NodeCPUEnergy.Name+"/l:"+host], 125) {
-		t.Errorf("W&B %s: %v, want 125 among them", metrics.NodeCPUEnergy.Name, seen["system."+metrics.NodeCPUEnergy.Name+"/l:"+host])
+	if !slices.Contains(seen["system."+rapl.Energy.Name+"/l:"+host], 125) {
+		t.Errorf("W&B %s: %v, want 125 among them", rapl.Energy.Name, seen["system."+rapl.Energy.Name+"/l:"+host])
 	}
 }
 

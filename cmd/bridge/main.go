@@ -5,6 +5,7 @@
 //	bridge sample [--json]            print one sample of every collector
 //	bridge attach --run-id ID --pid PID  sample beside a running process (notebooks)
 //	bridge sync FILE                  upload a spool file to its runs
+//	bridge report RUN [--json]        a run's report: status, first failure, a row per node
 //	bridge version                    print the version
 package main
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/safeout"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/pipeline"
 )
 
@@ -110,7 +112,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cmd := ""
 	if len(args) > 0 {
 		switch args[0] {
-		case "version", "sample", "attach", "sync", "help":
+		case "version", "sample", "attach", "sync", "report", "help":
 			cmd, args = args[0], args[1:]
 		}
 	}
@@ -127,6 +129,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runAttach(args, stdout, stderr)
 	case "sync":
 		return runSync(args, stdout, stderr)
+	case "report":
+		return runReport(args, stdout, stderr)
 	default:
 		return runSupervise(args, stdout, stderr)
 	}
@@ -142,10 +146,17 @@ func printVersion(w io.Writer) { fmt.Fprintf(w, "bridge %s\n", version) }
 // stop a job (pipeline.BuildSinks turns off what depends on one that cannot
 // be used).
 func parse(name string, args []string, stdout, stderr io.Writer, extra func(*pflag.FlagSet)) (fs *pflag.FlagSet, cfg config.Config, code int) {
+	return parseOf(pipeline.Collectors(), name, args, stdout, stderr, extra)
+}
+
+// parseOf is parse with regs for bridge's collectors: their scopes and
+// options.
+func parseOf(regs []metrics.Registration, name string, args []string, stdout, stderr io.Writer, extra func(*pflag.FlagSet)) (fs *pflag.FlagSet, cfg config.Config, code int) {
+	choices := pipeline.ChoicesOf(regs)
 	fs = pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after the command belongs to it
-	config.RegisterFlags(fs, pipeline.Choices())
+	config.RegisterFlags(fs, choices)
 	showVersion := fs.Bool("version", false, "print bridge's version and exit")
 	if extra != nil {
 		extra(fs)
@@ -161,7 +172,7 @@ func parse(name string, args []string, stdout, stderr io.Writer, extra func(*pfl
 		printVersion(stdout)
 		return nil, cfg, 0
 	}
-	cfg, err := config.Load(fs, pipeline.Choices())
+	cfg, err := config.Load(fs, choices)
 	if err != nil {
 		return nil, cfg, usageError(stderr, err)
 	}
@@ -187,6 +198,7 @@ usage:
   bridge sample [--json] [flags]    print one sample of every collector
   bridge attach --run-id ID --pid PID   sample beside a running process (notebooks)
   bridge sync FILE [--run-id ID]    upload a spool file to its runs
+  bridge report RUN [--json]        a run's report: status, first failure, a row per node
   bridge version                    (or --version) print the version
   bridge --help                     (or -h) this text
 
@@ -198,13 +210,14 @@ child starts.
 Trackers are set up with their own variables, read as their Python clients
 read them:
 %s
---trackers auto (the default) turns on %s.
+--trackers auto (the default) turns on each tracker its variables set up:
+  %s
 These variables, and the launchers' (Slurm, torchrun, Kubernetes), are other
 tools': a value bridge cannot use turns off only what depends on it, with a
 warning; the job runs.
 
 flags:
-%s`, version, pipeline.TrackerVars(), pipeline.TrackerSetup(), fs.FlagUsages())
+%s`, version, pipeline.TrackerVars(), strings.Join(pipeline.TrackersOn(), "\n  "), fs.FlagUsages())
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

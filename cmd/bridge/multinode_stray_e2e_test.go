@@ -3,8 +3,10 @@ package main
 // A creator that dies in the middle of the election, through the real
 // binary (round 4, faults 3 and 4): its bridge is killed after its
 // candidate became eligible, or before. The other nodes and the restarted
-// node, with a key that has no generation (a JobSet's) and the default
-// --start-timeout, still give their children the job's run.
+// node, with a key that has no generation (a JobSet's), still give their
+// children the job's run. (--start-timeout is generous here, for a busy
+// machine; that the default covers clearing a stray is checked in config,
+// TestStartTimeoutCoversStray.)
 
 import (
 	"fmt"
@@ -30,12 +32,12 @@ func jobSet(uid string, n int) func(i int) []string {
 	}
 }
 
-// startDefault starts node i's bridge with the default --start-timeout,
-// its spool in dir (a restarted node keeps its spool, as on an emptyDir).
-func startDefault(t *testing.T, uri, exp, dir string, env []string) *mnNode {
+// startKeeping starts node i's bridge with its spool in dir (a restarted
+// node keeps its spool, as on an emptyDir).
+func startKeeping(t *testing.T, uri, exp, dir string, env []string) *mnNode {
 	t.Helper()
 	n := &mnNode{dir: dir}
-	n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--flush-timeout", "1m",
+	n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--start-timeout", "3m", "--flush-timeout", "1m",
 		"--spool", filepath.Join(dir, "spool.jsonl"), "--", "/bin/sh", "-c", mnChild)
 	n.cmd.Dir = dir
 	n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + uri, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + dir, "BRIDGE_SCOPES=node"}, env...)...)
@@ -73,7 +75,7 @@ func TestMultinodeKilledCreator(t *testing.T) {
 			t.Cleanup(func() { p.Close() })
 			p.Schedule(faultproxy.Fault{Path: "runs/log-parameter", Kind: tc.fault, Delay: 10 * time.Minute})
 			dir0 := t.TempDir()
-			n0 := startDefault(t, p.URL(), exp, dir0, env(0))
+			n0 := startKeeping(t, p.URL(), exp, dir0, env(0))
 			n0.id = "node-0"
 			expID := ""
 			var stray mlflowtest.Run
@@ -99,11 +101,11 @@ func TestMultinodeKilledCreator(t *testing.T) {
 			p.Close()
 			// The others, and node 0 again (its pod's container restarted:
 			// same spool), with the defaults.
-			again := startDefault(t, srv.URL, exp, dir0, env(0))
+			again := startKeeping(t, srv.URL, exp, dir0, env(0))
 			again.id = "node-0"
 			nodes := []*mnNode{again}
 			for i := 1; i < 3; i++ {
-				n := startDefault(t, srv.URL, exp, t.TempDir(), env(i))
+				n := startKeeping(t, srv.URL, exp, t.TempDir(), env(i))
 				n.id = fmt.Sprintf("node-%d", i)
 				nodes = append(nodes, n)
 			}

@@ -43,8 +43,13 @@ type jsonPoint struct {
 }
 
 func runSample(args []string, stdout, stderr io.Writer) int {
+	return sample(pipeline.Collectors(), args, stdout, stderr)
+}
+
+// sample is `bridge sample` with regs for bridge's collectors.
+func sample(regs []metrics.Registration, args []string, stdout, stderr io.Writer) int {
 	var asJSON bool
-	fs, cfg, code := parse("sample", args, stdout, stderr, func(fs *pflag.FlagSet) {
+	fs, cfg, code := parseOf(regs, "sample", args, stdout, stderr, func(fs *pflag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print one JSON object instead of a table")
 	})
 	if fs == nil {
@@ -59,7 +64,7 @@ func runSample(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(stderr, cfg.LogLevel)
 	job := pipeline.DetectJob(cfg, fs.Args(), os.Getenv)
 	job.Apply(&cfg)
-	src, err := pipeline.BuildSources(cfg, log)
+	src, err := pipeline.BuildSourcesOf(regs, cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/pipeline"
+	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
@@ -138,6 +139,13 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	verdict := forensics.Classify(ev)
 	for k, v := range verdict.Tags(ev) {
 		end.Tags[k] = v
+	}
+	end.Status = verdict.Status(ev)
+	if job.Multi() {
+		// For the job's report: when by which clock, and the node's figures
+		// (the report then never reads this node's series).
+		end.Tags[report.TagEndedClock] = forensics.ClockSource("/sys")
+		end.Tags[report.TagFigures] = report.FiguresTag(sess.Acc())
 	}
 	sess.Finish(end)
 	close(stopReaping)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -63,7 +64,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 
 	on, _ := pipeline.BuildSinks(cfg, pipeline.Overrides{}, nil, log) // a tracker off is said in the log
 	if len(on) == 0 {
-		fmt.Fprintf(stderr, "bridge: sync needs a tracker: --trackers auto turns on %s\n", pipeline.TrackerSetup())
+		fmt.Fprintf(stderr, "bridge: sync needs a tracker: --trackers auto turns on %s\n", strings.Join(pipeline.TrackersOn(), ", and "))
 		return exitUsage
 	}
 	var trackers []string

@@ -9,7 +9,7 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/mlflowtest"
 	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/node"
 )
 
 // MLflowEnv exposes srv on the cluster network and returns the variables
@@ -148,7 +148,7 @@ func JobRun(t testing.TB, srv *mlflowtest.Server, nodes int, tasks []Task, exper
 
 // NodeKey is a series only a node's lead bridge sends, under
 // system/<node-id>/.
-var NodeKey = metrics.NodeMemoryUsed.Name
+var NodeKey = node.MemoryUsed.Name
 
 // RequireOnce fails t when a step of key repeats in the run's history:
 // two bridges sent the same series (one attempt of a job numbers its steps

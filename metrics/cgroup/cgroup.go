@@ -212,7 +212,7 @@ func (c *Collector) Close() error {
 }
 
 // Name implements metrics.Collector.
-func (c *Collector) Name() string { return "cgroup" }
+func (c *Collector) Name() string { return Name }
 
 // Version is the cgroup layout read (Info's Version), without reading a
 // file.

@@ -218,8 +218,8 @@ func collect(t *testing.T, c *Collector) map[string]explained {
 		if _, dup := out[p.Name()]; dup {
 			t.Errorf("point %s twice", p.Name())
 		}
-		if !slices.Contains(metrics.ContainerSeries, p.Desc) {
-			t.Errorf("%s is not among metrics.ContainerSeries", p.Name())
+		if !slices.Contains(Series, p.Desc) {
+			t.Errorf("%s is not among Series", p.Name())
 		}
 		if b.Sources[i] == "" {
 			t.Errorf("%s: no source", p.Name())

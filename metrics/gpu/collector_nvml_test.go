@@ -132,8 +132,8 @@ func index(t *testing.T, b *metrics.Batch) map[string]explained {
 		if _, dup := m[p.Name()]; dup {
 			t.Errorf("point %s twice", p.Name())
 		}
-		if d := p.Desc; !slices.Contains(metrics.GPUSeries, d) && (d.Of == nil || !slices.Contains(metrics.GPUSeries, d.Of)) {
-			t.Errorf("%s is not among metrics.GPUSeries", p.Name())
+		if d := p.Desc; !slices.Contains(Series, d) && (d.Of == nil || !slices.Contains(Series, d.Of)) {
+			t.Errorf("%s is not among Series", p.Name())
 		}
 		e := explained{Point: p}
 		if b.Explain {

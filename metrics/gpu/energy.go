@@ -1,13 +1,12 @@
 package gpu
 
+import "github.com/bridge-dev/bridge/metrics/internal/counter"
+
 // energy turns a GPU's total energy counter (NVML: millijoules since the
 // driver was loaded) into the energy used since bridge started: the first
 // reading is the baseline. It is not safe for concurrent use (Collect's).
 type energy struct {
-	started bool    // the baseline is taken
-	start   uint64  // mJ: the baseline, or 0 after a reset
-	last    uint64  // mJ: the previous reading
-	before  float64 // mJ counted before the last reset
+	c counter.Counter // mJ; a reading below the previous one is a reset
 }
 
 // add takes a reading v (mJ) and returns the joules used since the
@@ -17,18 +16,8 @@ type energy struct {
 // reset (the driver reloaded, the GPU reset): the counter counts again from
 // 0, so all of the new reading is energy used since.
 func (e *energy) add(v uint64) (joules float64, ok bool) {
-	if !e.started {
-		e.started, e.start, e.last = true, v, v
+	if _, ok := e.c.Update(v); !ok || e.c.Total <= 0 {
 		return 0, false
 	}
-	if v < e.last {
-		e.before += float64(e.last - e.start)
-		e.start = 0
-	}
-	e.last = v
-	total := e.before + float64(v-e.start)
-	if total <= 0 {
-		return 0, false
-	}
-	return total / 1000, true
+	return e.c.Total / 1000, true
 }

@@ -45,9 +45,9 @@ func (c *Collector) readEnergy(r *reading, d *device) {
 	if !ok {
 		return
 	}
-	if d.energy.started && v < d.energy.last {
+	if last, had := d.energy.c.Last(); had && v < last {
 		c.log.Info("GPU energy counter went back (driver reloaded or GPU reset?); counting on from its new value",
-			"gpu", d.index, "previous_mj", d.energy.last, "now_mj", v)
+			"gpu", d.index, "previous_mj", last, "now_mj", v)
 	}
 	if j, ok := d.energy.add(v); ok {
 		r.add(t, metrics.GPUEnergy, j, energyCall)

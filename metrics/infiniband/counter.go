@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/counter"
 	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
-// counter follows one counter file of a port from its first reading.
-type counter struct {
+// portCounter follows one counter file of a port from its first reading.
+type portCounter struct {
 	path string
 	desc *metrics.Desc // the port's series it gives
 	// max is the value the counter stops at (it saturates: the IBA
@@ -21,12 +22,10 @@ type counter struct {
 	max  uint64
 	wide bool // a 64-bit extended counter (counters_ext)
 
-	prev  uint64
-	have  bool
-	last  time.Time
-	secs  float64 // between the last two readings
-	total float64 // growth since the first reading
-	gone  bool    // the device has no such counter (no PMA): not read again
+	c    counter.Counter // a counter that goes back was reset: it counts from zero again
+	last time.Time
+	secs float64 // between the last two readings
+	gone bool    // the device has no such counter (no PMA): not read again
 }
 
 // update takes reading cur at now and returns the growth since the
@@ -35,10 +34,8 @@ type counter struct {
 // once), so its growth in the interval is a lower bound, not a figure.
 // A counter that went back was reset (perfquery -R, a driver reload): it
 // counts from zero again, as a rate over a reset must not be negative.
-func (k *counter) update(cur uint64, now time.Time) (delta uint64, ok bool, why string) {
-	prev, had, last := k.prev, k.have, k.last
-	k.prev, k.have, k.last = cur, true, now
-	k.secs = now.Sub(last).Seconds()
+func (k *portCounter) update(cur uint64, now time.Time) (delta uint64, ok bool, why string) {
+	k.secs, k.last = now.Sub(k.last).Seconds(), now
 	if cur > k.max && k.max > 0 {
 		k.max = 0 // above the width assumed: a 64-bit counter (extended width)
 	}
@@ -46,19 +43,12 @@ func (k *counter) update(cur uint64, now time.Time) (delta uint64, ok bool, why 
 		why = fmt.Sprintf("InfiniBand counter at its maximum (%d): it stops there and counts nothing more until it is reset", k.max)
 		if k.desc.Unit == metrics.UnitMegabytesPerSecond {
 			// A data counter at all ones: a 32-bit one that stopped.
+			k.c.Set(cur)
 			return 0, false, why
 		}
 	}
-	switch {
-	case !had:
-		return 0, false, why
-	case cur >= prev:
-		delta = cur - prev
-	default:
-		delta = cur
-	}
-	k.total += float64(delta)
-	return delta, true, why
+	delta, ok = k.c.Update(cur)
+	return delta, ok, why
 }
 
 // errNoPMA is a counter file that says the device has no Performance

@@ -59,20 +59,20 @@ var errorCounters = []struct {
 	file string
 	bits int
 }{
-	{metrics.NodeIBSymbolErrors, "symbol_error", 16},
-	{metrics.NodeIBLinkDowned, "link_downed", 8},
-	{metrics.NodeIBReceiveErrors, "port_rcv_errors", 16},
-	{metrics.NodeIBXmitDiscards, "port_xmit_discards", 16},
-	{metrics.NodeIBXmitWait, "port_xmit_wait", 32},
+	{SymbolErrors, "symbol_error", 16},
+	{LinkDowned, "link_downed", 8},
+	{ReceiveErrors, "port_rcv_errors", 16},
+	{XmitDiscards, "port_xmit_discards", 16},
+	{XmitWait, "port_xmit_wait", 32},
 }
 
 // port is one port and what Collect keeps of it.
 type port struct {
 	device, num string
 	facts       facts
-	rx, tx      *counter   // nil: the port has no such counter
-	data        []*counter // rx and tx, those present
-	errs        []*counter
+	rx, tx      *portCounter   // nil: the port has no such counter
+	data        []*portCounter // rx and tx, those present
+	errs        []*portCounter
 }
 
 // facts are a port's state at start.
@@ -172,9 +172,9 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 			p.facts.Err = fmt.Sprintf("reading %s: %v", filepath.Join(classDir, name), err)
 		}
 		dir := filepath.Join(portsDir, num)
-		p.rx = c.dataCounter(dir, "port_rcv_data", metrics.NodeIBReceiveRate.For(name, num))
-		p.tx = c.dataCounter(dir, "port_xmit_data", metrics.NodeIBTransmitRate.For(name, num))
-		for _, k := range []*counter{p.rx, p.tx} {
+		p.rx = c.dataCounter(dir, "port_rcv_data", ReceiveRate.For(name, num))
+		p.tx = c.dataCounter(dir, "port_xmit_data", TransmitRate.For(name, num))
+		for _, k := range []*portCounter{p.rx, p.tx} {
 			if k != nil {
 				p.data = append(p.data, k)
 			}
@@ -182,7 +182,7 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 		for _, ec := range errorCounters {
 			path := filepath.Join(dir, "counters", ec.file)
 			if exists(path) {
-				p.errs = append(p.errs, &counter{path: path, desc: ec.desc.For(name, num), max: 1<<ec.bits - 1})
+				p.errs = append(p.errs, &portCounter{path: path, desc: ec.desc.For(name, num), max: 1<<ec.bits - 1})
 			}
 		}
 		out = append(out, p)
@@ -200,12 +200,12 @@ func portNumber(s string) uint64 {
 // counters_ext/<file>_64 where the device has it (older kernels' extended
 // counters), else counters/<file> (64-bit on HCAs with extended width,
 // else 32 bits that stop at all ones); nil when it has neither.
-func (c *Collector) dataCounter(dir, file string, d *metrics.Desc) *counter {
+func (c *Collector) dataCounter(dir, file string, d *metrics.Desc) *portCounter {
 	if p := filepath.Join(dir, "counters_ext", file+"_64"); exists(p) {
-		return &counter{path: p, desc: d, wide: true}
+		return &portCounter{path: p, desc: d, wide: true}
 	}
 	if p := filepath.Join(dir, "counters", file); exists(p) {
-		return &counter{path: p, desc: d, max: math.MaxUint32}
+		return &portCounter{path: p, desc: d, max: math.MaxUint32}
 	}
 	return nil
 }
@@ -244,7 +244,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 				errs = append(errs, err)
 			}
 			if ok {
-				b.Add(ec.desc, ec.total, ec.path)
+				b.Add(ec.desc, ec.c.Total, ec.path)
 			}
 		}
 	}
@@ -253,7 +253,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 
 // take reads counter k and updates it. ok is false on its first reading,
 // when it cannot be read, and when its growth is unknown (saturated).
-func (c *Collector) take(k *counter) (delta uint64, secs float64, ok bool, err error) {
+func (c *Collector) take(k *portCounter) (delta uint64, secs float64, ok bool, err error) {
 	if k.gone {
 		return 0, 0, false, nil
 	}

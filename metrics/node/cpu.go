@@ -1,8 +1,6 @@
 package node
 
 import (
-	"fmt"
-
 	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -11,21 +9,19 @@ import (
 // collectCPU reads /proc/stat: the online CPU count, and utilization over the
 // interval since the previous call (omitted on the first).
 func (c *Collector) collectCPU(out *metrics.Batch) error {
-	src := c.statFile
-	b, err := c.read(src)
-	var total procfs.CPUStat
-	var ncpu int
-	if err == nil {
-		total, ncpu, err = parseProcStat(b)
+	type stat struct {
+		total procfs.CPUStat
+		ncpu  int
 	}
-	if err != nil {
-		if isAbsent(err) {
-			c.noteAbsent(src, err)
-			return nil
-		}
-		return fmt.Errorf("reading node CPU times from %s: %w", src, err)
+	st, ok, err := readSource(c, c.statFile, "node CPU times", func(b []byte) (st stat, err error) {
+		st.total, st.ncpu, err = parseProcStat(b)
+		return st, err
+	})
+	if !ok {
+		return err
 	}
-	cpuPoints(out, c.prevCPU, total, ncpu, src)
+	total := st.total
+	cpuPoints(out, c.prevCPU, total, st.ncpu, c.statFile)
 	c.prevCPU = &total
 	return nil
 }
@@ -34,10 +30,10 @@ func (c *Collector) collectCPU(out *metrics.Batch) error {
 // first call) into points.
 func cpuPoints(out *metrics.Batch, prev *procfs.CPUStat, total procfs.CPUStat, ncpu int, src string) {
 	// /proc/stat lists one cpuN line per online CPU.
-	out.Add(metrics.NodeCPUCount, float64(ncpu), src)
+	out.Add(CPUCount, float64(ncpu), src)
 	if prev != nil {
 		if u, ok := cpuUtilization(*prev, total); ok {
-			out.Add(metrics.NodeCPUUtilization, u, src)
+			out.Add(CPUUtilization, u, src)
 		}
 	}
 }

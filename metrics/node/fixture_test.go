@@ -138,8 +138,8 @@ func byName(t *testing.T, b *metrics.Batch) map[string]explained {
 	t.Helper()
 	m := map[string]explained{}
 	for i, p := range b.Points {
-		if !slices.Contains(metrics.NodeSeries, p.Desc) {
-			t.Errorf("point %s is not among metrics.NodeSeries", p.Name())
+		if !slices.Contains(Series, p.Desc) {
+			t.Errorf("point %s is not among Series", p.Name())
 		}
 		if _, dup := m[p.Name()]; dup {
 			t.Errorf("point %s emitted twice", p.Name())

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"fmt"
-
 	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -10,25 +8,15 @@ import (
 
 // collectLoad reads /proc/loadavg.
 func (c *Collector) collectLoad(out *metrics.Batch) error {
-	src := c.loadavgFile
-	b, err := c.read(src)
-	var la procfs.LoadAvg
-	if err == nil {
-		la, err = parseLoadavg(b)
+	la, ok, err := readSource(c, c.loadavgFile, "node load average", parseLoadavg)
+	if ok {
+		loadPoints(out, la, c.loadavgFile)
 	}
-	if err != nil {
-		if isAbsent(err) {
-			c.noteAbsent(src, err)
-			return nil
-		}
-		return fmt.Errorf("reading node load average from %s: %w", src, err)
-	}
-	loadPoints(out, la, src)
-	return nil
+	return err
 }
 
 func loadPoints(out *metrics.Batch, la procfs.LoadAvg, src string) {
-	out.Add(metrics.NodeLoad1, la.Load1, src)
-	out.Add(metrics.NodeLoad5, la.Load5, src)
-	out.Add(metrics.NodeLoad15, la.Load15, src)
+	out.Add(Load1, la.Load1, src)
+	out.Add(Load5, la.Load5, src)
+	out.Add(Load15, la.Load15, src)
 }

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"fmt"
-
 	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -10,21 +8,11 @@ import (
 
 // collectMemory reads /proc/meminfo.
 func (c *Collector) collectMemory(out *metrics.Batch) error {
-	src := c.meminfoFile
-	b, err := c.read(src)
-	var mi procfs.Meminfo
-	if err == nil {
-		mi, err = parseMeminfo(b)
+	mi, ok, err := readSource(c, c.meminfoFile, "node memory", parseMeminfo)
+	if ok {
+		memoryPoints(out, mi, c.meminfoFile)
 	}
-	if err != nil {
-		if isAbsent(err) {
-			c.noteAbsent(src, err)
-			return nil
-		}
-		return fmt.Errorf("reading node memory from %s: %w", src, err)
-	}
-	memoryPoints(out, mi, src)
-	return nil
+	return err
 }
 
 // memoryPoints derives the node memory figures. used is MemTotal -
@@ -37,18 +25,18 @@ func memoryPoints(out *metrics.Batch, mi procfs.Meminfo, src string) {
 		return
 	}
 	total := float64(*mi.MemTotalBytes)
-	out.Add(metrics.NodeMemoryTotal, metrics.MB(total), src)
+	out.Add(MemoryTotal, metrics.MB(total), src)
 	if mi.MemAvailableBytes == nil {
 		return
 	}
 	avail := float64(*mi.MemAvailableBytes)
 	used := max(total-avail, 0)
-	out.Add(metrics.NodeMemoryAvailable, metrics.MB(avail), src)
-	out.Add(metrics.NodeMemoryUsed, metrics.MB(used), src)
+	out.Add(MemoryAvailable, metrics.MB(avail), src)
+	out.Add(MemoryUsed, metrics.MB(used), src)
 	// The same value under a name like MLflow's
 	// system_memory_usage_megabytes, so the two can be put side by side.
-	out.Add(metrics.NodeMemoryUsage, metrics.MB(used), src)
+	out.Add(MemoryUsage, metrics.MB(used), src)
 	if total > 0 {
-		out.Add(metrics.NodeMemoryUsagePercent, used/total*100, src)
+		out.Add(MemoryUsagePercent, used/total*100, src)
 	}
 }

@@ -1,12 +1,12 @@
 package node
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/counter"
 )
 
 // netTracker accumulates traffic of the network namespace since the first
@@ -33,10 +33,13 @@ func (t *netTracker) update(nd procfs.NetDev, now time.Time) (rxDelta, txDelta, 
 	if !t.started {
 		return 0, 0, 0, false
 	}
+	// An interface not seen before was created since the previous
+	// reading: all its traffic is new (its previous reading is the zero
+	// value). One whose counter went down was recreated: it counts from 0.
 	for name, l := range cur {
-		p, seen := t.prev[name]
-		rxDelta += counterDelta(p.RxBytes, l.RxBytes, seen)
-		txDelta += counterDelta(p.TxBytes, l.TxBytes, seen)
+		p := t.prev[name]
+		rxDelta += float64(counter.Growth(p.RxBytes, l.RxBytes))
+		txDelta += float64(counter.Growth(p.TxBytes, l.TxBytes))
 	}
 	t.rx += rxDelta
 	t.tx += txDelta
@@ -44,42 +47,23 @@ func (t *netTracker) update(nd procfs.NetDev, now time.Time) (rxDelta, txDelta, 
 	return rxDelta, txDelta, seconds, true
 }
 
-// counterDelta is the growth of a byte counter between two readings. An
-// interface not seen before was created since the previous reading, so all
-// its traffic is new; a counter that went down was reset (interface
-// recreated), so it counts from zero.
-func counterDelta(prev, cur uint64, seen bool) float64 {
-	if !seen || cur < prev {
-		return float64(cur)
-	}
-	return float64(cur - prev)
-}
-
 // collectNet reads <ProcRoot>/net/dev (a link to self/net/dev: the namespace
 // of the reading process, which the child shares).
 func (c *Collector) collectNet(out *metrics.Batch, now time.Time) error {
 	src := c.netDevFile
-	b, err := c.read(src)
-	var nd procfs.NetDev
-	if err == nil {
-		nd, err = parseNetDev(b)
-	}
-	if err != nil {
-		if isAbsent(err) {
-			c.noteAbsent(src, err)
-			return nil
-		}
-		return fmt.Errorf("reading network counters from %s: %w", src, err)
+	nd, ok, err := readSource(c, src, "network counters", parseNetDev)
+	if !ok {
+		return err
 	}
 	rx, tx, secs, ok := c.net.update(nd, now)
 	if !ok {
 		return nil
 	}
-	out.Add(metrics.NetnsReceive, metrics.MB(c.net.rx), src)
-	out.Add(metrics.NetnsTransmit, metrics.MB(c.net.tx), src)
+	out.Add(NetnsReceive, metrics.MB(c.net.rx), src)
+	out.Add(NetnsTransmit, metrics.MB(c.net.tx), src)
 	if secs > 0 {
-		out.Add(metrics.NetnsReceiveRate, metrics.MB(rx)/secs, src)
-		out.Add(metrics.NetnsTransmitRate, metrics.MB(tx)/secs, src)
+		out.Add(NetnsReceiveRate, metrics.MB(rx)/secs, src)
+		out.Add(NetnsTransmitRate, metrics.MB(tx)/secs, src)
 	}
 	return nil
 }

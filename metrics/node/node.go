@@ -66,7 +66,7 @@ type Collector struct {
 	// files: kept open on a real procfs, a missing one (no PSI) not looked
 	// for every sample. buf is Collect's, reused.
 	statFile, meminfoFile, loadavgFile, netDevFile string
-	pressureFiles                                  []string // as metrics.NodePressure
+	pressureFiles                                  []string // as Pressure
 	files                                          *kfileio.Reader[string]
 	buf                                            []byte
 	statfsSrc                                      string // "statfs(<RootfsPath>)"
@@ -93,7 +93,7 @@ func New(opts Options) (*Collector, error) {
 	}
 	file := func(rel string) string { return filepath.Join(opts.ProcRoot, rel) }
 	var psi []string
-	for _, p := range metrics.NodePressure {
+	for _, p := range Pressure {
 		psi = append(psi, file("pressure/"+p.Resource))
 	}
 	c := &Collector{
@@ -125,9 +125,9 @@ func New(opts Options) (*Collector, error) {
 		switch sc {
 		case metrics.ScopeNode:
 			c.steps = append(c.steps, c.collectCPU, c.collectMemory, c.collectLoad, c.collectPressure)
-		case metrics.ScopeRootfs:
+		case ScopeRootfs:
 			c.steps = append(c.steps, c.collectRootfs)
-		case metrics.ScopeNetns:
+		case ScopeNetns:
 			c.steps = append(c.steps, func(b *metrics.Batch) error { return c.collectNet(b, c.now()) })
 		}
 	}
@@ -136,7 +136,7 @@ func New(opts Options) (*Collector, error) {
 
 // ServedScopes are the scopes the node collector serves, in the order it
 // reads them.
-var ServedScopes = []metrics.Scope{metrics.ScopeNode, metrics.ScopeRootfs, metrics.ScopeNetns}
+var ServedScopes = []metrics.Scope{metrics.ScopeNode, ScopeRootfs, ScopeNetns}
 
 // Close releases the files kept open, without waiting for a read in flight
 // (see kfile.Reader.Close).
@@ -150,7 +150,7 @@ func (c *Collector) read(path string) ([]byte, error) {
 }
 
 // Name implements metrics.Collector.
-func (c *Collector) Name() string { return "node" }
+func (c *Collector) Name() string { return Name }
 
 // Collect implements metrics.Collector. Each source is read independently: one
 // that fails is reported in the joined error while the others' points are
@@ -188,7 +188,7 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 		out["memory_total_megabytes"] = metrics.MB(float64(*mi.MemTotalBytes))
 	}
 	var psi []string
-	for _, p := range metrics.NodePressure {
+	for _, p := range Pressure {
 		if _, err := c.fs.PSIStatsForResource(p.Resource); err == nil {
 			psi = append(psi, p.Resource)
 		}
@@ -200,9 +200,32 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 // path is the file under ProcRoot that a metric's Source names.
 func (c *Collector) path(rel string) string { return filepath.Join(c.procRoot, rel) }
 
-// isAbsent reports whether err means "this machine has no such source": a
-// missing file, or a kernel that refuses it (PSI built in but disabled).
-func isAbsent(err error) bool { return kfileio.IsAbsent(err) }
+// readSource reads the file src and parses it: the one way every /proc
+// source of the collector is read. ok is false when there is nothing to
+// add: see outcome.
+func readSource[T any](c *Collector, src, what string, parse func([]byte) (T, error)) (v T, ok bool, err error) {
+	b, err := c.read(src)
+	if err == nil {
+		v, err = parse(b)
+	}
+	ok, err = c.outcome(src, what, err)
+	return v, ok, err
+}
+
+// outcome sorts the error of reading source src: none is ok; a source this
+// machine does not have (a missing file, a kernel that refuses it: PSI
+// built in but disabled) is no data, logged once at debug, and no error;
+// any other is an error that says what was read, and from where.
+func (c *Collector) outcome(src, what string, err error) (ok bool, _ error) {
+	switch {
+	case err == nil:
+		return true, nil
+	case kfileio.IsAbsent(err):
+		c.noteAbsent(src, err)
+		return false, nil
+	}
+	return false, fmt.Errorf("reading %s from %s: %w", what, src, err)
+}
 
 // noteAbsent logs once, at debug, that a source is missing.
 func (c *Collector) noteAbsent(src string, err error) {

@@ -2,7 +2,6 @@ package node
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/prometheus/procfs"
 
@@ -13,22 +12,13 @@ import (
 // shares. A kernel without PSI (or booted with psi=0) has no data.
 func (c *Collector) collectPressure(out *metrics.Batch) error {
 	var errs []error
-	for i, p := range metrics.NodePressure {
-		src := c.pressureFiles[i]
-		b, err := c.read(src)
-		var ps procfs.PSIStats
-		if err == nil {
-			ps, err = parsePSI(b)
-		}
-		if err != nil {
-			if isAbsent(err) {
-				c.noteAbsent(src, err)
-				continue
-			}
-			errs = append(errs, fmt.Errorf("reading node pressure from %s: %w", src, err))
+	for i, p := range Pressure {
+		ps, ok, err := readSource(c, c.pressureFiles[i], "node pressure", parsePSI)
+		if !ok {
+			errs = append(errs, err) // nil for a file this kernel lacks
 			continue
 		}
-		pressurePoints(out, p, ps, src)
+		pressurePoints(out, p, ps, c.pressureFiles[i])
 	}
 	return errors.Join(errs...)
 }

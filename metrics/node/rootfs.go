@@ -1,8 +1,6 @@
 package node
 
 import (
-	"fmt"
-
 	"golang.org/x/sys/unix"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -35,15 +33,11 @@ func readFsUsage(path string) (fsUsage, error) {
 func (c *Collector) collectRootfs(out *metrics.Batch) error {
 	src := c.statfsSrc
 	u, err := c.statfs(c.rootfsPath)
-	if err != nil {
-		if isAbsent(err) {
-			c.noteAbsent(src, err)
-			return nil
-		}
-		return fmt.Errorf("reading root filesystem usage with %s: %w", src, err)
+	ok, err := c.outcome(src, "root filesystem usage", err)
+	if ok {
+		rootfsPoints(out, u, src)
 	}
-	rootfsPoints(out, u, src)
-	return nil
+	return err
 }
 
 // rootfsPoints computes the figures df shows: used = total - free; available
@@ -52,10 +46,10 @@ func (c *Collector) collectRootfs(out *metrics.Batch) error {
 // reserved blocks remain.
 func rootfsPoints(out *metrics.Batch, u fsUsage, src string) {
 	used := max(u.total-u.free, 0)
-	out.Add(metrics.RootfsDiskTotal, metrics.MB(u.total), src)
-	out.Add(metrics.RootfsDiskUsed, metrics.MB(used), src)
-	out.Add(metrics.RootfsDiskAvailable, metrics.MB(u.avail), src)
+	out.Add(RootfsDiskTotal, metrics.MB(u.total), src)
+	out.Add(RootfsDiskUsed, metrics.MB(used), src)
+	out.Add(RootfsDiskAvailable, metrics.MB(u.avail), src)
 	if used+u.avail > 0 {
-		out.Add(metrics.RootfsDiskUsagePercent, used/(used+u.avail)*100, src)
+		out.Add(RootfsDiskUsagePercent, used/(used+u.avail)*100, src)
 	}
 }

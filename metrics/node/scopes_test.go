@@ -67,7 +67,7 @@ func TestScopesNodeOnly(t *testing.T) {
 
 // --scopes rootfs: statfs only; /proc is not read (its net/dev is garbage).
 func TestScopesRootfsOnly(t *testing.T) {
-	c, statfs := scopedFixture(t, metrics.ScopeRootfs)
+	c, statfs := scopedFixture(t, ScopeRootfs)
 	pts, err := metrics.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)

@@ -97,7 +97,7 @@ func New(opts Options) (*Collector, error) {
 }
 
 // Name implements metrics.Collector.
-func (c *Collector) Name() string { return "process" }
+func (c *Collector) Name() string { return Name }
 
 // Collect implements metrics.Collector. Before the child starts, and after its
 // tree is gone, there is nothing to measure: no points.
@@ -140,14 +140,14 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	// not a measurement of the job (the end-of-run table would show a
 	// peak of 0), so it has none.
 	if rss > 0 {
-		b.Add(metrics.ProcessMemoryRSS, metrics.MB(rss), c.src)
+		b.Add(MemoryRSS, metrics.MB(rss), c.src)
 	}
-	b.Add(metrics.ProcessCount, float64(len(stats)), c.src)
-	b.Add(metrics.ProcessThreads, threads, c.src)
+	b.Add(Count, float64(len(stats)), c.src)
+	b.Add(Threads, threads, c.src)
 	if p := c.prev; p != nil && p.root == root {
 		if wall := now.Sub(p.at).Seconds(); wall > 0 {
 			cores := tickSeconds(cpuTicks(p.procs, cur.procs)) / wall
-			b.Add(metrics.ProcessCPUUsage, cores, c.src)
+			b.Add(CPUUsage, cores, c.src)
 		}
 	}
 	c.prev = cur

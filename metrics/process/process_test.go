@@ -153,7 +153,7 @@ func TestCollectFixture(t *testing.T) {
 	if _, ok := m["process_cpu_usage_cores"]; ok {
 		t.Error("first Collect has process_cpu_usage_cores; it needs two readings")
 	}
-	if p := m["process_count"]; p.Desc != metrics.ProcessCount {
+	if p := m["process_count"]; p.Desc != Count {
 		t.Errorf("process_count desc %+v", p.Desc)
 	}
 
@@ -207,8 +207,8 @@ func collect(t *testing.T, c *Collector) map[string]metrics.Point {
 	}
 	m := map[string]metrics.Point{}
 	for _, p := range pts {
-		if !slices.Contains(metrics.ProcessSeries, p.Desc) {
-			t.Errorf("point %s is not among metrics.ProcessSeries", p.Name())
+		if !slices.Contains(Series, p.Desc) {
+			t.Errorf("point %s is not among Series", p.Name())
 		}
 		m[p.Name()] = p
 	}

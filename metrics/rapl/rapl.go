@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/procfs/sysfs"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/counter"
 	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
@@ -60,8 +61,8 @@ type zone struct {
 	path   string // its energy_uj
 	power  *metrics.Desc
 	energy *metrics.Desc
-	c      counter
-	last   time.Time // when c took its last reading
+	c      counter.Counter // energy_uj in µJ, wrapping at max_energy_range_uj
+	last   time.Time       // when c took its last reading
 }
 
 // Collector reads the package zones New found.
@@ -131,8 +132,8 @@ func New(opts Options) (*Collector, error) {
 			continue
 		}
 		pkg := strconv.Itoa(z.Index)
-		c.zones = append(c.zones, &zone{pkg: z.Index, path: p, c: counter{max: z.MaxMicrojoules},
-			power: metrics.NodeCPUPackagePower.For(pkg), energy: metrics.NodeCPUPackageEnergy.For(pkg)})
+		c.zones = append(c.zones, &zone{pkg: z.Index, path: p, c: counter.Counter{Wraps: true, Max: z.MaxMicrojoules},
+			power: PackagePower.For(pkg), energy: PackageEnergy.For(pkg)})
 	}
 	sort.Slice(c.zones, func(i, j int) bool { return c.zones[i].pkg < c.zones[j].pkg })
 	switch {
@@ -144,7 +145,7 @@ func New(opts Options) (*Collector, error) {
 	}
 	zs := make([]map[string]any, 0, len(c.zones))
 	for _, z := range c.zones {
-		zs = append(zs, map[string]any{"package": z.pkg, "energy_uj": z.path, "max_energy_range_uj": z.c.max})
+		zs = append(zs, map[string]any{"package": z.pkg, "energy_uj": z.path, "max_energy_range_uj": z.c.Max})
 	}
 	c.detect = map[string]any{"sys_root": opts.SysRoot, "packages": zs}
 	return c, nil
@@ -191,11 +192,12 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 			errs = append(errs, fmt.Errorf("reading CPU package %d energy from %s: %w", z.pkg, z.path, err))
 			continue
 		}
-		delta, ok, why := z.c.update(v)
+		prev, had := z.c.Last()
+		delta, ok := z.c.Update(v)
 		secs := now.Sub(z.last).Seconds()
 		z.last = now
-		if why != "" {
-			c.noteOnce(z.path, "back", why)
+		if !ok && had {
+			c.noteOnce(z.path, "back", fmt.Sprintf("went from %d to %d µJ, max_energy_range_uj %d", prev, v, z.c.Max))
 		}
 		if !ok || secs <= 0 {
 			all = false
@@ -203,13 +205,13 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 		}
 		p := float64(delta) / 1e6 / secs
 		b.Add(z.power, p, z.path)
-		b.Add(z.energy, z.c.total/1e6, z.path)
+		b.Add(z.energy, z.c.Total/1e6, z.path)
 		power += p
-		energy += z.c.total / 1e6
+		energy += z.c.Total / 1e6
 	}
 	if all && len(c.zones) > 0 {
-		b.Add(metrics.NodeCPUPower, power, c.allSrc)
-		b.Add(metrics.NodeCPUEnergy, energy, c.allSrc)
+		b.Add(Power, power, c.allSrc)
+		b.Add(Energy, energy, c.allSrc)
 	}
 	return errors.Join(errs...)
 }

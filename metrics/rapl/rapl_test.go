@@ -279,40 +279,6 @@ func TestZoneGone(t *testing.T) {
 	}
 }
 
-func TestCounterUpdate(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		max       uint64
-		readings  []uint64
-		deltas    []uint64 // per reading after the first
-		oks       []bool
-		wantTotal float64
-	}{
-		{"rising", 100, []uint64{10, 20, 50}, []uint64{10, 30}, []bool{true, true}, 40},
-		{"flat", 100, []uint64{10, 10}, []uint64{0}, []bool{true}, 0},
-		{"wrap", 100, []uint64{90, 5}, []uint64{15}, []bool{true}, 15},
-		{"wrap to zero", 100, []uint64{100, 0}, []uint64{0}, []bool{true}, 0},
-		{"back without range", 0, []uint64{90, 5, 7}, []uint64{0, 2}, []bool{false, true}, 2},
-		{"back beyond range", 50, []uint64{90, 5}, []uint64{0}, []bool{false}, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := counter{max: tc.max}
-			if _, ok, _ := c.update(tc.readings[0]); ok {
-				t.Fatal("the first reading gave a delta")
-			}
-			for i, r := range tc.readings[1:] {
-				d, ok, why := c.update(r)
-				if d != tc.deltas[i] || ok != tc.oks[i] || (why == "") != ok {
-					t.Errorf("reading %d (%d): delta %d ok %v why %q; want %d %v", i+1, r, d, ok, why, tc.deltas[i], tc.oks[i])
-				}
-			}
-			if c.total != tc.wantTotal {
-				t.Errorf("total %v, want %v", c.total, tc.wantTotal)
-			}
-		})
-	}
-}
-
 // energy_uj readable by root only (Linux >= 5.10): a process without the
 // right, here the test binary run again as nobody, gets no collector and a
 // reason that says so.

@@ -139,7 +139,7 @@ func New(o Options) *Collector {
 }
 
 // Name implements metrics.Collector.
-func (c *Collector) Name() string { return "scrape" }
+func (c *Collector) Name() string { return Name }
 
 // Detect implements metrics.Detector: the URLs, as bridge shows them.
 func (c *Collector) Detect(context.Context) map[string]any {

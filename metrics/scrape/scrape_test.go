@@ -47,7 +47,7 @@ func points(t *testing.T, c *Collector) map[string]float64 {
 		// A per-GPU series of a declared template or of a profiling
 		// field, or a passed-through one.
 		switch d := p.Desc; {
-		case d.Of != nil && (slices.Contains(metrics.ScrapeSeries, d.Of) || strings.HasPrefix(d.Of.Name, "prof_")):
+		case d.Of != nil && (slices.Contains(Series, d.Of) || strings.HasPrefix(d.Of.Name, "prof_")):
 			if d.Name != metrics.GPUName(d.GPU, d.MIG, d.Of.Name) {
 				t.Errorf("%s is bound to gpu %d mig %d of %s", d.Name, d.GPU, d.MIG, d.Of.Name)
 			}

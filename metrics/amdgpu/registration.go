@@ -1,0 +1,45 @@
+package amdgpu
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// Registration is the collector's, for pipeline.Collectors. Its GPUs are
+// numbered after every GPU an earlier collector numbered (NVML's): one
+// gpu_N sequence for the node. Off, and costing nothing per sample, without
+// an AMD GPU for the job.
+var Registration = metrics.Registration{
+	Name:   Name,
+	Scopes: []metrics.Scope{metrics.ScopeGPU},
+	Series: Series,
+	Docs:   docs,
+	Build: func(env metrics.Env) (metrics.Collector, error) {
+		offset := 0
+		for _, c := range env.Built {
+			if g, ok := c.(metrics.GPUNumbering); ok {
+				offset = g.Count()
+			}
+		}
+		c, err := New(Options{
+			SysRoot:     env.Roots.Sys,
+			Offset:      offset,
+			LookupEnv:   env.LookupEnv, // what the child inherits
+			ProcessTree: env.Job.ProcessTree(),
+			Log:         env.Log,
+		})
+		if err != nil {
+			level := slog.LevelWarn
+			switch {
+			case errors.Is(err, ErrNoGPU):
+				level = slog.LevelDebug
+			case errors.Is(err, ErrNoneForJob):
+				level = slog.LevelInfo
+			}
+			return nil, &metrics.Off{Why: "off: " + err.Error(), Level: level}
+		}
+		return c, nil
+	},
+}

@@ -1,0 +1,72 @@
+package gpu
+
+import "github.com/bridge-dev/bridge/metrics"
+
+// docs are the collector's tables in docs/metrics.md (docgen writes them
+// between the markers of their IDs): a row per series, with where it is
+// read from and how it is computed.
+var docs = []metrics.DocTable{
+	{ID: "gpu", Columns: []string{"NVML call", "Formula, notes", "MLflow", "W&B"}, Rows: []metrics.DocRow{
+		{Series: []*metrics.Desc{metrics.GPUUtilization}, Cells: []string{"`nvmlDeviceGetUtilizationRates`", "`.gpu`: share of the last sample period (1/6 s to 1 s, by board) in which a kernel ran. Not on a MIG-enabled GPU (NVML has no per-slice figure).", "`gpu_{i}_utilization_percentage`", "`gpu.N.gpu`"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryControllerUtilization}, Cells: []string{"`nvmlDeviceGetUtilizationRates`", "`.memory`: share of the period the memory was read or written.", "—", "`gpu.N.memory`"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryUsed}, Cells: []string{"`nvmlDeviceGetMemoryInfo_v2`, else `nvmlDeviceGetMemoryInfo`", "`Used` / 10^6. With v2 (R510+) that is memory allocated by processes, as `nvidia-smi` shows it; v1 adds the driver's reserved memory.", "`gpu_{i}_memory_usage_megabytes` (v1 Used: includes reserved)", "`gpu.N.memoryAllocatedBytes` (bytes)"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryTotal}, Cells: []string{"same", "`Total` / 10^6", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryUsagePercent}, Cells: []string{"same", "Used / Total × 100", "`gpu_{i}_memory_usage_percentage`", "`gpu.N.memoryAllocated`"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryReserved}, Cells: []string{"`nvmlDeviceGetMemoryInfo_v2`", "`Reserved` / 10^6: memory the driver keeps for itself. Only with v2.", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUPowerUsage}, Cells: []string{"`nvmlDeviceGetPowerUsage`", "mW / 1000; on Ampere and later a 1 s average.", "`gpu_{i}_power_usage_watts`", "`gpu.N.powerWatts`"}},
+		{Series: []*metrics.Desc{metrics.GPUPowerLimit}, Cells: []string{"`nvmlDeviceGetEnforcedPowerLimit`", "the limit the board enforces now (the smaller of the board's and an administrator's).", "—", "`gpu.N.enforcedPowerLimitWatts`"}},
+		{Series: []*metrics.Desc{metrics.GPUPowerUsagePercent}, Cells: []string{"both above", "usage / enforced limit × 100", "`gpu_{i}_power_usage_percentage`", "`gpu.N.powerPercent`"}},
+		{Series: []*metrics.Desc{metrics.GPUTemperature}, Cells: []string{"`nvmlDeviceGetTemperatureV` (R555+), else `nvmlDeviceGetTemperature(GPU)`", "core temperature", "—", "`gpu.N.temp`"}},
+		{Series: []*metrics.Desc{metrics.GPUSMClock}, Cells: []string{"`nvmlDeviceGetClockInfo(SM)`", "current SM clock", "—", "`gpu.N.smClock`"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryClock}, Cells: []string{"`nvmlDeviceGetClockInfo(MEM)`", "current memory clock", "—", "`gpu.N.memoryClock`"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleReasons}, Cells: []string{"`nvmlDeviceGetCurrentClocksEventReasons` (R535+), else `…ClocksThrottleReasons`", "active slowdown reasons among the flags below, GPU idle not counted", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleGPUIdle}, UnitNote: "(0/1)", Cells: []string{"same", "clocks low because nothing runs", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleApplicationsClocks}, UnitNote: "(0/1)", Cells: []string{"same", "clocks capped by an applications-clocks setting", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleSWPowerCap}, UnitNote: "(0/1)", Cells: []string{"same", "power above the software power limit", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleHWSlowdown}, UnitNote: "(0/1)", Cells: []string{"same", "hardware slowdown (thermal, or power brake) by a factor of 2 or more", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleSyncBoost}, UnitNote: "(0/1)", Cells: []string{"same", "held to the clocks of other GPUs in a sync-boost group", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleSWThermal}, UnitNote: "(0/1)", Cells: []string{"same", "software thermal slowdown", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleHWThermal}, UnitNote: "(0/1)", Cells: []string{"same", "hardware thermal slowdown", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUThrottleHWPowerBrake}, UnitNote: "(0/1)", Cells: []string{"same", "power brake asserted by the power supply", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUECCCorrected}, Cells: []string{"`nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)`", "since the driver was loaded; absent when ECC is off or unsupported", "—", "`gpu.N.correctedMemoryErrors`"}},
+		{Series: []*metrics.Desc{metrics.GPUECCUncorrected}, Cells: []string{"`nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)`", "same", "—", "`gpu.N.uncorrectedMemoryErrors`"}},
+		{Series: []*metrics.Desc{metrics.GPURemappedRowsCorrected}, Cells: []string{"`nvmlDeviceGetRemappedRows`", "rows remapped for correctable errors (Ampere and later)", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPURemappedRowsUncorrected}, Cells: []string{"same", "rows remapped for uncorrectable errors", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPURemappedRowsPending}, UnitNote: "(0/1)", Cells: []string{"same", "a remap waits for a GPU reset", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPURemappedRowsFailed}, UnitNote: "(0/1)", Cells: []string{"same", "a remap failed: the board needs service", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.GPUXidErrors}, Cells: []string{"`nvmlEventSetWait` (Xid critical error events)", "Xid events seen since bridge started; only on GPUs whose events are watched (`nvmlDeviceGetSupportedEventTypes` includes them)", "—", "— (dcgm-exporter: `DCGM_FI_DEV_XID_ERRORS`, the last Xid)"}},
+		{Series: []*metrics.Desc{metrics.GPUEnergy}, Cells: []string{"`nvmlDeviceGetTotalEnergyConsumption`", "energy used since bridge started: (reading − the reading at start) / 1000 (mJ). Volta and later. Absent while the counter has not moved from the first reading, and where it is not supported. A reading below the previous one is a reset (driver reloaded, GPU reset): the counter counts again from 0, and its new value is added. /metrics: `bridge_gpu_energy_joules_total`, a counter.", "—", "— (W&B's dcgm-exporter path: `gpu.N.totalEnergyConsumption`, mJ since the driver loaded)"}},
+	}},
+	{ID: "gpu/activity", Columns: []string{"GPM metric (`NVML_GPM_METRIC_`)", "dcgm-exporter field (`DCGM_FI_PROF_`)", "Meaning"}, Rows: []metrics.DocRow{
+		{Series: []*metrics.Desc{metrics.GPUProfGREngineActive}, Cells: []string{"`GRAPHICS_UTIL` / 100", "`GR_ENGINE_ACTIVE`", "share of the interval in which any graphics or compute engine was active: the finer form of `utilization_percentage`"}},
+		{Series: []*metrics.Desc{metrics.GPUProfSMActive}, Cells: []string{"`SM_UTIL` / 100", "`SM_ACTIVE`", "share of the SMs busy (a warp resident), over the interval"}},
+		{Series: []*metrics.Desc{metrics.GPUProfSMOccupancy}, Cells: []string{"`SM_OCCUPANCY` / 100", "`SM_OCCUPANCY`", "resident warps as a share of the most the SMs hold"}},
+		{Series: []*metrics.Desc{metrics.GPUProfTensorActive}, Cells: []string{"`ANY_TENSOR_UTIL` / 100", "`PIPE_TENSOR_ACTIVE`", "tensor pipes busy, any precision"}},
+		{Series: []*metrics.Desc{metrics.GPUProfTensorHMMA}, Cells: []string{"`HMMA_TENSOR_UTIL` / 100", "`PIPE_TENSOR_HMMA_ACTIVE`", "tensor pipes running HMMA (half-precision matrix) instructions"}},
+		{Series: []*metrics.Desc{metrics.GPUProfTensorIMMA}, Cells: []string{"`IMMA_TENSOR_UTIL` / 100", "`PIPE_TENSOR_IMMA_ACTIVE`", "tensor pipes running IMMA (integer matrix) instructions"}},
+		{Series: []*metrics.Desc{metrics.GPUProfTensorDFMA}, Cells: []string{"`DFMA_TENSOR_UTIL` / 100", "`PIPE_TENSOR_DFMA_ACTIVE`", "tensor pipes running DFMA (double-precision) instructions"}},
+		{Series: []*metrics.Desc{metrics.GPUProfTensorDMMA}, Cells: []string{"`DMMA_TENSOR_UTIL` / 100", "`PIPE_TENSOR_DMMA_ACTIVE`", "tensor pipes running DMMA (double-precision matrix) instructions"}},
+		{Series: []*metrics.Desc{metrics.GPUProfDRAMActive}, Cells: []string{"`DRAM_BW_UTIL` / 100", "`DRAM_ACTIVE`", "DRAM bandwidth used, as a share of the theoretical maximum"}},
+		{Series: []*metrics.Desc{metrics.GPUProfFP64Active}, Cells: []string{"`FP64_UTIL` / 100", "`PIPE_FP64_ACTIVE`", "non-tensor FP64 pipe busy"}},
+		{Series: []*metrics.Desc{metrics.GPUProfFP32Active}, Cells: []string{"`FP32_UTIL` / 100", "`PIPE_FP32_ACTIVE`", "non-tensor FP32 pipe busy"}},
+		{Series: []*metrics.Desc{metrics.GPUProfFP16Active}, Cells: []string{"`FP16_UTIL` / 100", "`PIPE_FP16_ACTIVE`", "non-tensor FP16 pipe busy"}},
+		{Series: []*metrics.Desc{metrics.GPUProfIntActive}, Cells: []string{"`INTEGER_UTIL` / 100", "`PIPE_INT_ACTIVE`", "integer pipe busy"}},
+		{Series: []*metrics.Desc{metrics.GPUProfPCIeTx}, Cells: []string{"`PCIE_TX_PER_SEC` × 2^20 / 10^6", "`PCIE_TX_BYTES`", "PCIe traffic from the GPU"}},
+		{Series: []*metrics.Desc{metrics.GPUProfPCIeRx}, Cells: []string{"`PCIE_RX_PER_SEC` × 2^20 / 10^6", "`PCIE_RX_BYTES`", "PCIe traffic to the GPU"}},
+		{Series: []*metrics.Desc{metrics.GPUProfNVLinkTx}, Cells: []string{"`NVLINK_TOTAL_TX_PER_SEC` × 2^20 / 10^6", "`NVLINK_TX_BYTES`", "NVLink traffic sent, all links"}},
+		{Series: []*metrics.Desc{metrics.GPUProfNVLinkRx}, Cells: []string{"`NVLINK_TOTAL_RX_PER_SEC` × 2^20 / 10^6", "`NVLINK_RX_BYTES`", "NVLink traffic received, all links"}},
+	}},
+	{ID: "gpu/mig", Columns: []string{"NVML call", "Formula"}, Rows: []metrics.DocRow{
+		{Series: []*metrics.Desc{metrics.GPUMemoryUsed}, MIG: true, Cells: []string{"`nvmlDeviceGetMemoryInfo_v2` (else v1) on the MIG handle", "Used / 10^6"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryTotal}, MIG: true, Cells: []string{"same", "Total / 10^6: the instance's memory"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryUsagePercent}, MIG: true, Cells: []string{"same", "Used / Total × 100"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryReserved}, MIG: true, Cells: []string{"`nvmlDeviceGetMemoryInfo_v2`", "Reserved / 10^6"}},
+		{Family: "gpu_N_mig_M_prof_<x>_ratio", Unit: metrics.UnitRatio, Cells: []string{"`nvmlGpmMigSampleGet` on the parent, `nvmlGpmMetricsGet`", "every ratio of the activity table above, for the instance"}},
+		{Family: "gpu_N_mig_M_prof_<x>_megabytes_per_second", Unit: metrics.UnitMegabytesPerSecond, Cells: []string{"same", "PCIe and NVLink traffic of the instance, as above"}},
+	}},
+	{ID: "gpu/process", Columns: []string{"Formula", "MLflow", "W&B"}, Rows: []metrics.DocRow{
+		{Series: []*metrics.Desc{metrics.ProcessGPUMemory}, Cells: []string{"sum of `UsedGpuMemory` (AMD: `vram_<gpu_id>`) of the tree's GPU processes / 10^6. Absent while GPU processes exist but none matches the tree (the value is unknown, 0 would be a guess), when NVML has no figure for any of them, and when a tree process's `vram_` file cannot be parsed.", "—", "`gpu.process.N.memoryAllocatedBytes` (per GPU)"}},
+		{Series: []*metrics.Desc{metrics.ProcessGPUProcesses}, Cells: []string{"GPU processes (one per process per GPU) that belong to the tree", "—", "—"}},
+		{Series: []*metrics.Desc{metrics.ProcessGPUUnmatchedProcesses}, Cells: []string{"GPU processes that do not: other jobs', or PIDs bridge cannot map", "—", "—"}},
+	}},
+}

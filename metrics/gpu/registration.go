@@ -1,0 +1,58 @@
+package gpu
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/config/option"
+	"github.com/bridge-dev/bridge/metrics"
+)
+
+// The collector's options.
+var (
+	// GPUs is --gpus: the GPUs to collect (Options.Select).
+	GPUs = &option.Of[[]string]{Key: "gpus", Default: []string{}, Shown: "all visible",
+		Usage: "GPUs to collect, by index or UUID (comma-separated; default all visible)",
+		Doc:   "GPUs by index or UUID",
+		Valid: func(l []string) ([]string, error) { return option.List(l, nil) }}
+	// MatchCUDAVisible is --gpu-match-cuda-visible (Options.MatchCUDAVisible).
+	MatchCUDAVisible = &option.Of[bool]{Key: "gpu-match-cuda-visible",
+		Usage: "collect only the GPUs named in CUDA_VISIBLE_DEVICES, matched by UUID",
+		Doc:   "only the GPUs in `CUDA_VISIBLE_DEVICES`, matched by UUID"}
+)
+
+// Registration is the collector's, for pipeline.Collectors. It is off by
+// itself without NVML, and a stub in CGO_ENABLED=0 builds.
+var Registration = metrics.Registration{
+	Name:    Name,
+	Scopes:  []metrics.Scope{metrics.ScopeGPU},
+	Series:  Series,
+	Options: []option.Option{GPUs, MatchCUDAVisible},
+	Docs:    docs,
+	Build:   build,
+}
+
+// build makes the collector and the process lister it reads the child's
+// tree with. Each error names the flag at fault: the proc root the lister
+// reads (not a directory procfs can read), or a malformed --gpus.
+func build(env metrics.Env) (metrics.Collector, error) {
+	if _, err := procfs.NewFS(env.Roots.Proc); err != nil {
+		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", env.Roots.Proc, err)
+	}
+	cuda, _ := env.LookupEnv("CUDA_VISIBLE_DEVICES") // what the child inherits
+	g, err := New(Options{
+		Select:             GPUs.Get(env.Options),
+		MatchCUDAVisible:   MatchCUDAVisible.Get(env.Options),
+		CUDAVisibleDevices: cuda,
+		ProcessTree:        env.Job.ProcessTree(),
+		ProcRoot:           env.Roots.Proc,
+		CallTimeout:        min(2*time.Second, env.CollectTimeout/2),
+		Log:                env.Log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("--gpus / BRIDGE_GPUS: %w", err)
+	}
+	return g, nil
+}

@@ -1,0 +1,144 @@
+package metrics
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/bridge-dev/bridge/config/option"
+)
+
+// Registration is all bridge must know of a collector before it runs. The
+// collector's package declares it (its Registration variable), and
+// pipeline.Collectors lists it, once: --scopes takes its Scopes, the flags,
+// variables and file keys its Options, docs/metrics.md its Series and Docs
+// (docgen), and pipeline builds it with Build for every job, `bridge
+// sample` and `bridge attach`.
+type Registration struct {
+	// Name is its Collector's Name: `bridge sample` reports what it
+	// detected, or why it is off, under it.
+	Name string
+	// Scopes are the --scopes it serves: it is built when one of them is
+	// on, and only the points of scopes that are on are kept. None: an
+	// option of its own asks for it (Build decides), and nothing is
+	// dropped. A scope of its own is declared in its package; the ones
+	// several collectors serve are this package's (ScopeNode, ...).
+	Scopes []Scope
+	// Series are every series it may add (a per-GPU or per-instance one as
+	// its template).
+	Series []*Desc
+	// Options are its own settings (flags, BRIDGE_ variables, file keys).
+	Options []option.Option
+	// Docs are its tables in docs/metrics.md. A series of Series that no
+	// registration's table lists gets a row in a table of its own, from
+	// its descriptor's help.
+	Docs []DocTable
+	// Build makes the collector. It returns an *Off when the collector is
+	// off on this machine, nil and no error when it is not asked for, and
+	// any other error for the user to fix (a usage error naming its flag).
+	Build func(Env) (Collector, error)
+}
+
+// Env is what a Registration's Build gets.
+type Env struct {
+	Roots          Roots
+	CollectTimeout time.Duration // the longest one Collect may take
+	// Scopes are those of the registration's Scopes that are on.
+	Scopes []Scope
+	// Options are the values of every registration's options: a
+	// collector reads its own with option.Of.Get.
+	Options option.Values
+	// LookupEnv reads the environment the child inherits.
+	LookupEnv func(string) (string, bool)
+	// Job is the job's process tree, for the collectors that follow it.
+	Job Job
+	// Built are the collectors built before this one, in order (the GPU
+	// numbering of an earlier GPU collector, say), as their Build returned
+	// them.
+	Built []Collector
+	// Log is bridge's logger, scoped to the collector.
+	Log *slog.Logger
+}
+
+// Roots are where the collectors read the kernel's files from
+// (--proc-root, --cgroup-root, --sys-root, --rootfs).
+type Roots struct {
+	Proc, Cgroup, Sys, Rootfs string
+}
+
+// Job is the job's process tree as the collectors that follow it see it.
+// Safe for concurrent use: the child starts, and is set, while sampling
+// runs.
+type Job interface {
+	// PID is the child's pid; 0: none (yet).
+	PID() int
+	// Adopter is the pid that adopts the child's orphans (bridge as
+	// subreaper); 0: none.
+	Adopter() int
+	// ProcessTree returns a lister of the child's tree, the child first:
+	// nil and no error while there is no child. Each lister is one
+	// collector's (not safe for concurrent use).
+	ProcessTree() func() ([]int, error)
+}
+
+// Off is a Build's answer for a collector that is off on this machine: not
+// the user's error. The job runs without it; `bridge sample` shows Why, and
+// the log says it at Level.
+type Off struct {
+	Why   string
+	Level slog.Level
+}
+
+func (o *Off) Error() string { return o.Why }
+
+// DocTable is one table of docs/metrics.md, written by docgen between the
+// markers that name its ID: a row per series (or family of series), its
+// Metric and Unit cells made from the descriptors, the other cells given
+// here.
+type DocTable struct {
+	// ID names the table's place in docs/metrics.md: <!-- table ID ... -->.
+	// A table whose place the page lacks goes under "other collectors".
+	ID string
+	// Columns are the headers of the cells after Metric and Unit.
+	Columns []string
+	Rows    []DocRow
+}
+
+// DocRow is one row of a DocTable.
+type DocRow struct {
+	// Series are the series the row describes; several share one unit and
+	// are written as one name with {a,b} alternatives.
+	Series []*Desc
+	// MIG: the rows' per-GPU templates as bound to a MIG slice
+	// (gpu_N_mig_M_...).
+	MIG bool
+	// Family is a family of series made at run time (gpu_N_prof_<x>_ratio),
+	// written as it is, in Unit, instead of Series.
+	Family string
+	Unit   Unit
+	// UnitNote follows the unit in its cell: "(0/1)".
+	UnitNote string
+	// Cells are the row's other cells, one per DocTable column (Markdown).
+	Cells []string
+}
+
+// Absent is the Off of a collector whose hardware New did not find (err):
+// logged at debug where it is simply not there (most machines), at info
+// where it is but bridge may not read it.
+func Absent(err error) *Off {
+	level := slog.LevelDebug
+	if errors.Is(err, fs.ErrPermission) {
+		level = slog.LevelInfo
+	}
+	return &Off{Why: "off: " + err.Error(), Level: level}
+}
+
+// GPUNumbering is a collector that numbers the node's GPUs (NVML's): a GPU
+// collector built after it numbers its own from Count on, one gpu_N
+// sequence for the node, and --scrape maps dcgm-exporter's GPUs onto
+// Indexes (by UUID). Env.Built holds it when it was built.
+type GPUNumbering interface {
+	Count() int
+	Indexes() map[string]int
+}
