@@ -210,14 +210,13 @@ child starts.
 Trackers are set up with their own variables, read as their Python clients
 read them:
 %s
---trackers auto (the default) turns on each tracker its variables set up:
-  %s
+--trackers auto (the default) turns on %s.
 These variables, and the launchers' (Slurm, torchrun, Kubernetes), are other
 tools': a value bridge cannot use turns off only what depends on it, with a
 warning; the job runs.
 
 flags:
-%s`, version, pipeline.TrackerVars(), strings.Join(pipeline.TrackersOn(), "\n  "), fs.FlagUsages())
+%s`, version, pipeline.TrackerVars(), strings.Join(pipeline.TrackersOn(), ",\nand "), fs.FlagUsages())
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
