@@ -188,7 +188,7 @@ func TestSessionCountsDrops(t *testing.T) {
 	for i := range big.Points {
 		big.Points[i] = metrics.At(metrics.Passthrough(fmt.Sprintf("prom_%04d_%s", i, strings.Repeat("x", 240))), 0)
 	}
-	fit := int(maxQueueBytes / sampleBytes(&big))
+	fit := int(maxQueueBytes / big.MemBytes())
 	for _, tc := range []struct {
 		name    string
 		queue   int
