@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 type fixed struct {

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 	"github.com/bridge-dev/bridge/tracker/wandb"

@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker"
 )
 

@@ -13,8 +13,8 @@ import (
 
 	"github.com/prometheus/procfs/sysfs"
 
+	"github.com/bridge-dev/bridge/harness/closetest"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
 )
 
 // env is a LookupEnv over a fixed set of variables.

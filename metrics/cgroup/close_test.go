@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/waitfor"
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
+	"github.com/bridge-dev/bridge/harness/closetest"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // Close beside a Collect, a memory probe and (on v1, where it reads

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
 )
 
 // helperEnv switches the re-executed test binary into a helper process that

@@ -20,7 +20,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
-	"github.com/bridge-dev/bridge/internal/syncbuf"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/metrics"
 )
 

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
+	"github.com/bridge-dev/bridge/harness/closetest"
 )
 
 // Close beside a Collect stuck for real opening a process's stat file, a

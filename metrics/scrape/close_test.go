@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/syncbuf"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/closetest"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
 )
 
 // Sampler.Close beside a scrape whose exporter does not answer: Close

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // countOpens makes r count its opens by path.
