@@ -444,3 +444,22 @@ func Write(w io.Writer, title string, rows []Row) {
 	}
 	tw.Flush()
 }
+
+// Each calls f with the name and Stat of every series seen, in no
+// particular order. The end of a job's node reads its figures for the
+// job's report through it (package report).
+func (a *Accumulator) Each(f func(name string, st Stat)) {
+	for name, st := range a.stats {
+		f(name, st.Stat)
+	}
+}
+
+// CPU is the container CPU's peak and mean over windows of at least
+// MinRateWindow, as the table shows them; ok is false when no such window
+// was seen (a job too short, or sampled too fast).
+func (a *Accumulator) CPU() (peak, mean float64, ok bool) {
+	if !a.cpuPeakOK || a.cpuSecs <= 0 {
+		return 0, 0, false
+	}
+	return a.cpuPeak, a.cpuCoreSecs / a.cpuSecs, true
+}

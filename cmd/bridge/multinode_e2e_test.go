@@ -26,13 +26,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/syncbuf"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
+	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 	wbsink "github.com/bridge-dev/bridge/tracker/wandb"
 )
@@ -180,9 +180,9 @@ func checkJob(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mn
 	return run
 }
 
-// report appends each node's child-start delay to BRIDGE_TEST_MULTINODE_REPORT
+// reportDelays appends each node's child-start delay to BRIDGE_TEST_MULTINODE_REPORT
 // for bench/multinode.sh; tests assert nothing about time.
-func report(t *testing.T, kind string, nodes []*mnNode) {
+func reportDelays(t *testing.T, kind string, nodes []*mnNode) {
 	t.Helper()
 	path := os.Getenv("BRIDGE_TEST_MULTINODE_REPORT")
 	if path == "" {
@@ -246,7 +246,7 @@ func TestMultinodeRounds(t *testing.T) {
 					t.Errorf("round %d: status %s after %d runs/update (finished by %q), want FINISHED set once",
 						r, run.Info.Status, p.Count("runs/update"), run.Params[mlflow.ParamFinished])
 				}
-				report(t, "multinode", nodes)
+				reportDelays(t, "multinode", nodes)
 				p.Close()
 				if t.Failed() {
 					return
@@ -279,7 +279,7 @@ func TestSingleNodeUnchanged(t *testing.T) {
 			if keys := srv.MetricKeys(t, id, "system/"); len(keys) == 0 || strings.Count(keys[0], "/") != 1 {
 				t.Errorf("env %v: keys %v, want system/<name>", env, keys)
 			}
-			report(t, "single", []*mnNode{n})
+			reportDelays(t, "single", []*mnNode{n})
 		}
 	}
 }
@@ -359,7 +359,7 @@ func TestMultinodeRequeue(t *testing.T) {
 	first := startNodes(t, srv.URL, exp, 2, func(i int) []string {
 		env := slurmJob(id, 1000, 2, 0)(i)
 		if i == 1 {
-			env = append(env, "CHILD_EXIT=137")
+			env = append(env, "CHILD_EXIT=3") // a failed attempt
 		}
 		return env
 	})
@@ -525,6 +525,18 @@ func TestMultinodeWandbShared(t *testing.T) {
 		if !found {
 			t.Errorf("no line of %s's bridge (%s) in run %s", n.id, key, runID)
 		}
+	}
+	// The job's report in the run's summary: each bridge writes it after
+	// its child's last summary line, so the last write is a bridge's. Both
+	// nodes end at the same moment here, and W&B has no compare-and-set:
+	// one node's write may replace the other's (docs/multinode.md), and
+	// which child line a bridge read depends on when each wandb sent it.
+	// tracker/wandb's TestJobReportInSummary checks the merge in order.
+	sum := run.Summary()
+	b, _ := sum["bridge"].(map[string]any)
+	ends, _ := b["nodes"].(map[string]any)
+	if report, _ := b["report"].(string); len(ends) == 0 || !strings.HasPrefix(report, "No node failed.") {
+		t.Errorf("the run's summary: %v; want bridge's report", sum)
 	}
 }
 

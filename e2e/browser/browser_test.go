@@ -30,10 +30,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
-	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/testbin"
 )
 
 const (
@@ -49,7 +49,10 @@ var demoLimits = cgrouptest.Limits{MemoryBytes: 1 << 30, QuotaUs: 150000, Period
 
 func TestMain(m *testing.M) { os.Exit(mlflowtest.Main(m)) }
 
-func TestSystemMetricsTab(t *testing.T) {
+// nodeJS returns node's path, or skips the test saying what is missing
+// to drive Chromium.
+func nodeJS(t *testing.T) string {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not installed: the browser test drives Chromium with playwright-core; install Node.js, then run scripts/test.sh (the README's test command)")
@@ -60,6 +63,11 @@ func TestSystemMetricsTab(t *testing.T) {
 	if _, err := os.Stat("node_modules/playwright-core"); err != nil {
 		t.Skip("e2e/browser/node_modules is missing: run `npm ci` in e2e/browser, or scripts/test.sh which does, to run the browser test")
 	}
+	return node
+}
+
+func TestSystemMetricsTab(t *testing.T) {
+	node := nodeJS(t)
 	d := demo{node: node, python: mlflowtest.Python(t)}
 	d.srv = mlflowtest.Shared(t)
 	d.bridge = testbin.Bridge(t)
@@ -198,6 +206,139 @@ func (d demo) check(t *testing.T, g *cgrouptest.Group) {
 			t.Fatal("BRIDGE_UPDATE_SCREENSHOT=1: not updating docs/mlflow-system-metrics.png from a run without the cgroup limits (run as root on a cgroup v1 host)")
 		}
 		dst := filepath.Join("..", "..", "docs", "mlflow-system-metrics.png")
+		if err := os.WriteFile(dst, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("updated %s", dst)
+	}
+}
+
+// The job's report as the MLflow UI shows it: three nodes of one job, each
+// in cgroups of its own with a memory limit; node-1's child allocates past
+// its 200 MiB and the kernel kills it; the test, as the launcher, stops the
+// other two. The run's Artifacts tab shows bridge-report.md, whose first
+// line names node-1's OOM kill, with a row per node. Where no cgroup can be
+// made, node-1's child exits 1 instead, and the report says app_error.
+//
+// BRIDGE_UPDATE_SCREENSHOT=1 copies the screenshot to
+// docs/mlflow-job-report.png (only from a run inside the cgroups):
+//
+//	BRIDGE_TEST_PYTHON=$PWD/.venv/bin/python BRIDGE_UPDATE_SCREENSHOT=1 \
+//	  go test ./e2e/browser -run TestJobReportArtifact -v
+func TestJobReportArtifact(t *testing.T) {
+	node := nodeJS(t)
+	srv := mlflowtest.Shared(t)
+	bridge := testbin.Bridge(t)
+	// cgrouptest skips the test it is given when it cannot make a group;
+	// a subtest confines that skip, and the job then runs without limits.
+	inGroups := false
+	t.Run("cgroups", func(t *testing.T) {
+		var groups []*cgrouptest.Group
+		for _, l := range []cgrouptest.Limits{{MemoryBytes: 1 << 30}, {MemoryBytes: 200 << 20}, {MemoryBytes: 1 << 30}} {
+			groups = append(groups, cgrouptest.NewV1(t, l))
+		}
+		inGroups = true
+		jobReport(t, node, bridge, srv, groups)
+	})
+	if !inGroups {
+		t.Log("no cgroups of the test's own could be made (see the skipped subtest): the nodes run without limits and node-1's child exits 1")
+		jobReport(t, node, bridge, srv, nil)
+	}
+}
+
+// jobReport runs the job (each node in its group, when groups is not nil)
+// and checks its report in the browser.
+func jobReport(t *testing.T, node, bridge string, srv *mlflowtest.Server, groups []*cgrouptest.Group) {
+	exp := fmt.Sprintf("bridge-e2e-browser-job-%d", time.Now().UnixNano())
+	expID := srv.CreateExperimentAt(t, exp, "mlflow-artifacts:/"+exp)
+	key := "browser:" + exp
+	shared := t.TempDir()
+	const run = `touch "$SHARED/$NODE.ready"; while :; do sleep 0.05; done`
+	fail := `exit 1`
+	if groups != nil {
+		fail = `exec python3 -c 'import time
+b = []
+while True:
+    b.append(b"x" * 5_000_000)
+    time.sleep(0.01)'`
+	}
+	fail = `while [ ! -e "$SHARED/node-0.ready" ] || [ ! -e "$SHARED/node-2.ready" ]; do sleep 0.05; done
+` + fail
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a hang guard
+	defer cancel()
+	var cmds []*exec.Cmd
+	var stderrs []*bytes.Buffer
+	for i, child := range []string{run, fail, run} {
+		id := fmt.Sprintf("node-%d", i)
+		dir := t.TempDir()
+		args := []string{"--interval", "1s", "--run-name", "bridge-job-demo", "--start-timeout", "1m", "--flush-timeout", "1m",
+			"--", "/bin/sh", "-c", child}
+		var cmd *exec.Cmd
+		if groups != nil {
+			cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", groups[i].ShellEnter() + `exec "$0" "$@"`, bridge}, args...)...)
+		} else {
+			cmd = exec.CommandContext(ctx, bridge, args...)
+		}
+		cmd.Dir = dir
+		cmd.Env = append(testbin.CleanEnv(), "MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+exp, "TMPDIR="+dir,
+			"BRIDGE_JOB_KEY="+key, "BRIDGE_NODE_ID="+id, "BRIDGE_NODES=3", "SHARED="+shared, "NODE="+id)
+		cmd.WaitDelay = 10 * time.Second
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		cmds, stderrs = append(cmds, cmd), append(stderrs, &stderr)
+	}
+	logs := func() string {
+		var b strings.Builder
+		for i, e := range stderrs {
+			fmt.Fprintf(&b, "node-%d:\n%s\n", i, e)
+		}
+		return b.String()
+	}
+	wantFail := map[bool]int{true: 137, false: 1}[groups != nil]
+	if code := testbin.ExitCode(t, cmds[1].Wait()); code != wantFail {
+		t.Fatalf("node-1 exited %d, want %d\n%s", code, wantFail, logs())
+	}
+	for _, i := range []int{0, 2} {
+		_ = cmds[i].Process.Signal(syscall.SIGTERM)
+	}
+	for _, i := range []int{0, 2} {
+		if code := testbin.ExitCode(t, cmds[i].Wait()); code != 143 {
+			t.Errorf("node-%d exited %d after SIGTERM, want 143", i, code)
+		}
+	}
+	runs := srv.SearchRuns(t, expID, fmt.Sprintf("tags.`bridge.job_key` = '%s'", key), "ACTIVE_ONLY")
+	if len(runs) != 1 {
+		t.Fatalf("%d active runs of the job, want 1\n%s", len(runs), logs())
+	}
+	runID := runs[0].Info.RunID
+	reason := map[bool]string{true: "cgroup_oom_kill", false: "app_error"}[groups != nil]
+	if md, ok := srv.Artifact(t, runID, "bridge-report.md"); !ok || !strings.Contains(string(md), "**First failure:** node-1: "+reason+" at ") {
+		t.Fatalf("the run's bridge-report.md:\n%s\n%s", md, logs())
+	}
+
+	out := filepath.Join(t.ArtifactDir(), "job-report.png")
+	shot := exec.CommandContext(ctx, node, "shot.mjs", "--url", srv.URL, "--experiment", expID, "--run", runID,
+		"--artifact", "bridge-report.md", "--artifact-expect", "node-1: "+reason+" at ,node-0,node-2",
+		"--out", out, "--chromium", chromiumPath)
+	var output bytes.Buffer
+	shot.Stdout, shot.Stderr = &output, &output
+	if err := shot.Run(); err != nil {
+		t.Fatalf("node shot.mjs: %v\n%s", err, output.String())
+	}
+	t.Log(strings.TrimSpace(output.String()))
+	png, err := os.ReadFile(out)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("no PNG screenshot at %s: %v", out, err)
+	}
+	if os.Getenv("BRIDGE_UPDATE_SCREENSHOT") == "1" {
+		if groups == nil {
+			t.Fatal("BRIDGE_UPDATE_SCREENSHOT=1: not updating docs/mlflow-job-report.png from a run without cgroups (run as root on a cgroup v1 host)")
+		}
+		dst := filepath.Join("..", "..", "docs", "mlflow-job-report.png")
 		if err := os.WriteFile(dst, png, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -2,11 +2,16 @@
 // metrics tab, waits until the charts of the expected metrics are drawn,
 // checks their names are on the page and saves a screenshot; then checks
 // that the Model metrics tab shows the training script's own metrics.
+// With --artifact instead, it opens the run's Artifacts tab, selects that
+// file, waits until each --artifact-expect text is shown in its preview
+// and saves a screenshot of it.
 //
 //   node shot.mjs --url http://127.0.0.1:5000 --experiment 1 --run <run_id> \
 //     --expect container_memory_working_set_megabytes,node_memory_usage_megabytes \
 //     [--model-expect loss,accuracy] \
 //     --out shot.png [--chromium /usr/bin/chromium] [--timeout-ms 90000]
+//   node shot.mjs --url ... --experiment 1 --run <run_id> \
+//     --artifact bridge-report.md --artifact-expect 'first failure,node-1' --out shot.png
 //
 // Exit status: 0 when every expected name is shown, 1 otherwise (a screenshot
 // of what the page showed is still written, to <out> with .failed.png).
@@ -23,18 +28,21 @@ const { values: opt } = parseArgs({
     run: { type: 'string' },
     expect: { type: 'string' },
     'model-expect': { type: 'string', default: '' },
+    artifact: { type: 'string', default: '' },
+    'artifact-expect': { type: 'string', default: '' },
     out: { type: 'string' },
     chromium: { type: 'string', default: '/usr/bin/chromium' },
     'timeout-ms': { type: 'string', default: '90000' },
   },
 });
-for (const k of ['url', 'experiment', 'run', 'expect', 'out']) {
+for (const k of ['url', 'experiment', 'run', opt.artifact ? 'artifact' : 'expect', 'out']) {
   if (!opt[k]) {
     console.error(`shot.mjs: --${k} is required`);
     process.exit(2);
   }
 }
-const expected = opt.expect.split(',').filter(Boolean);
+const expected = (opt.expect ?? '').split(',').filter(Boolean);
+const artifactExpected = opt['artifact-expect'].split(',').filter(Boolean);
 const modelExpected = opt['model-expect'].split(',').filter(Boolean);
 const timeout = Number(opt['timeout-ms']);
 const runURL = `${opt.url.replace(/\/$/, '')}/#/experiments/${opt.experiment}/runs/${opt.run}`;
@@ -108,27 +116,43 @@ async function missingTitles(names) {
   return missing;
 }
 
+// showArtifact selects a file on the Artifacts tab and waits until its
+// preview shows every expected text.
+async function showArtifact(name, texts) {
+  await openTab('artifacts', /artifacts/);
+  await page.getByText(name, { exact: true }).first().click();
+  for (const text of texts) {
+    await page.getByText(text, { exact: false }).first().waitFor({ state: 'visible' });
+  }
+}
+
 try {
   await page.goto(runURL, { waitUntil: 'domcontentloaded' });
-  await openTab('system metrics', /system-metrics/);
-  // bridge logs some forty series and the UI only draws the charts scrolled
-  // into view; its chart search takes a regular expression, which keeps
-  // exactly the expected ones on the first screen.
-  const search = page.getByPlaceholder(/search metric charts/i);
-  await search.fill(expected.map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|'));
-  await waitForTitles(expected);
-  await page.waitForTimeout(1000); // let the last chart finish its transition
-  const missing = await missingTitles(expected);
-  if (missing.length > 0) {
-    failed = `no chart titled ${missing.join(', ')} on the System metrics tab`;
-  } else {
+  if (opt.artifact) {
+    await showArtifact(opt.artifact, artifactExpected);
+    await page.waitForTimeout(1000); // let the preview finish rendering
     await page.screenshot({ path: opt.out, fullPage: true });
-    if (modelExpected.length > 0) {
-      await openTab('model metrics', /model-metrics/);
-      await waitForTitles(modelExpected);
-      const missingModel = await missingTitles(modelExpected);
-      if (missingModel.length > 0) {
-        failed = `no chart titled ${missingModel.join(', ')} on the Model metrics tab`;
+  } else {
+    await openTab('system metrics', /system-metrics/);
+    // bridge logs some forty series and the UI only draws the charts scrolled
+    // into view; its chart search takes a regular expression, which keeps
+    // exactly the expected ones on the first screen.
+    const search = page.getByPlaceholder(/search metric charts/i);
+    await search.fill(expected.map((n) => n.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|'));
+    await waitForTitles(expected);
+    await page.waitForTimeout(1000); // let the last chart finish its transition
+    const missing = await missingTitles(expected);
+    if (missing.length > 0) {
+      failed = `no chart titled ${missing.join(', ')} on the System metrics tab`;
+    } else {
+      await page.screenshot({ path: opt.out, fullPage: true });
+      if (modelExpected.length > 0) {
+        await openTab('model metrics', /model-metrics/);
+        await waitForTitles(modelExpected);
+        const missingModel = await missingTitles(modelExpected);
+        if (missingModel.length > 0) {
+          failed = `no chart titled ${missingModel.join(', ')} on the Model metrics tab`;
+        }
       }
     }
   }
@@ -148,5 +172,9 @@ rmSync(profile, { recursive: true, force: true });
 if (failed) {
   console.error(`shot.mjs: ${runURL}: ${failed} (screenshot: ${out})`);
   process.exit(1);
+}
+if (opt.artifact) {
+  console.log(`shot.mjs: ${opt.artifact} shown with ${artifactExpected.join(', ')} at ${runURL}; screenshot ${opt.out}`);
+  process.exit(0);
 }
 console.log(`shot.mjs: ${expected.length} system metric charts (${expected.join(', ')}) and ${modelExpected.length} model metric charts (${modelExpected.join(', ')}) shown at ${runURL}; screenshot ${out}`);

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/testbin"
 )
 
 // deploySpec is deploy/sbatch.sh as a user submits it, `sbatch
@@ -106,8 +106,8 @@ if "SLURM_RESTART_COUNT" not in os.environ:
 		if got := run.Tags[scope+"attempt"]; got != "1" || run.Tags[scope+"status"] != "FINISHED" {
 			t.Errorf("run %s: %sattempt=%q, %sstatus=%q; want the requeued attempt 1, FINISHED", run.Info.RunID, scope, got, scope, run.Tags[scope+"status"])
 		}
-		// KILLED when the child died of the SIGTERM; FAILED when the
-		// child, here task.sh wrapping python, lived to exit 143.
+		// The child died of the SIGTERM, or (here task.sh wrapping
+		// python) lived to exit 143: a stop from outside either way.
 		if failed := run.Tags[fmt.Sprintf("bridge.failed.node-%d", n)]; !strings.HasSuffix(failed, ": exit 143, attempt 0") {
 			t.Errorf("run %s: bridge.failed.node-%d=%q, want the first attempt's end, exit 143", run.Info.RunID, n, failed)
 		}

@@ -184,7 +184,10 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.SetTags(ctx, tags); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	wrote, err := s.settleJobStatus(ctx, end)
+	run, wrote, err := s.settleJobStatus(ctx, end)
+	if err == nil {
+		err = s.recordJob(ctx, run, wrote)
+	}
 	if wrote || s.cfg.Job.tier(s.who) == 0 {
 		s.sweep(ctx)
 	}
@@ -248,16 +251,18 @@ func jobStatus(tags map[string]string, nodes int) string {
 }
 
 // settleJobStatus moves the run to the status the records call for, and
-// says whether this node wrote one. Nodes ending together may each read
+// says whether this node wrote one, with the run as it last read it (after
+// this node's records). Nodes ending together may each read
 // the others' records before they land: the one that writes reads again,
 // so the last writer saw every record. One node writes FINISHED: the
 // write-once param bridge.finished_by says which.
-func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) (wrote bool, err error) {
+func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) (last Run, wrote bool, err error) {
 	for range 3 {
 		run, err := s.getRun(ctx, s.runID)
 		if err != nil {
-			return wrote, err
+			return last, wrote, err
 		}
+		last = run
 		tags := run.Data.TagMap()
 		nodes := s.cfg.Job.Nodes
 		if nodes <= 0 {
@@ -265,23 +270,23 @@ func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) (wrote 
 		}
 		want := jobStatus(tags, nodes)
 		if want == "" || severity(want) <= severity(run.Info.Status) {
-			return wrote, nil
+			return last, wrote, nil
 		}
 		if want == StatusFinished {
 			by, err := s.setParam(ctx, s.runID, ParamFinished, s.who)
 			if err != nil {
-				return wrote, err
+				return last, wrote, err
 			}
 			if by != s.who {
-				return wrote, nil // another node ends the run
+				return last, wrote, nil // another node ends the run
 			}
 		}
 		req := updateRunRequest{RunID: s.runID, Status: want, EndTime: end.Time.UnixMilli()}
 		if err := s.call(ctx, http.MethodPost, "runs/update", nil, req, nil, fmt.Sprintf("setting the job's run %s to %s", s.runID, want)); err != nil {
-			return wrote, err
+			return last, wrote, err
 		}
 		wrote = true
 		s.log.Info("set the job's run status", "run_id", s.runID, "status", want, "node", s.who)
 	}
-	return wrote, nil
+	return last, wrote, nil
 }

@@ -22,6 +22,7 @@ type RunInfo struct {
 	ExperimentID   string `json:"experiment_id"`
 	Status         string `json:"status"`
 	LifecycleStage string `json:"lifecycle_stage"`
+	ArtifactURI    string `json:"artifact_uri"`
 	StartTime      Int64  `json:"start_time"`
 	EndTime        Int64  `json:"end_time"`
 }

@@ -262,6 +262,12 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
 	}
 	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID, "tags", verdictTags(end, who))
+	if s.cfg.Shared {
+		if err := s.recordJobSummary(ctx, end, who); err != nil {
+			return fmt.Errorf("recording the job's report in W&B run %s's summary: %w", s.runPath(), err)
+		}
+		s.log.Info("W&B: the job's report recorded in the run's summary", "run", s.runPath(), "key", summaryKey)
+	}
 	return nil
 }
 

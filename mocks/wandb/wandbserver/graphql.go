@@ -65,7 +65,9 @@ func (s *Server) serveGraphQL(w http.ResponseWriter, r *http.Request, body []byt
 			return op
 		}
 		data = s.upsertBucket(v, r.Header.Get("X-WANDB-CLIENT-ID"))
-	case "RunResumeStatus":
+	case "RunResumeStatus", "RunSummary":
+		// RunSummary (bridge's read of a job run's summary) selects fewer
+		// fields of the same bucket.
 		data = s.runResumeStatus(v)
 	case "RunStoppedStatus":
 		data = s.runStoppedStatus(v)
@@ -171,6 +173,13 @@ func (s *Server) upsertBucket(v vars, clientID string) any {
 	// updates the fields it is given).
 	if n, ok := v["notes"].(string); ok {
 		ru.notes = &n
+	}
+	if sm := v.str("summaryMetrics"); sm != "" {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(sm), &m); err == nil {
+			ru.summaryWrites++
+			ru.apiSummary, ru.apiSummaryAt = m, ru.summaryWrites
+		}
 	}
 	cfgJSON, _ := json.Marshal(ru.config)
 	return map[string]any{"upsertBucket": map[string]any{

@@ -36,6 +36,17 @@ type run struct {
 	notes     *string  // nil until an UpsertBucket sets notes
 	upserts   []string // X-WANDB-CLIENT-ID of each UpsertBucket ("" without)
 
+	// The summary is its last write: a summary line (file_stream; only a
+	// primary writer sends them, which in shared mode has a client id of
+	// its own) or an UpsertBucket's summaryMetrics (the public API's
+	// run.summary.update()), whichever came last. W&B does not say how it
+	// merges them; the mock takes the last one whole, the stricter reading.
+	summaryWrites int            // writes of either kind so far
+	fileSummary   string         // the last summary line
+	fileSummaryAt int            // summaryWrites at the last summary line
+	apiSummary    map[string]any // the last summaryMetrics set
+	apiSummaryAt  int            // summaryWrites when it was set
+
 	writers map[string]*writer
 	wOrder  []string
 
@@ -84,6 +95,10 @@ type Run struct {
 	Uploaded   []string `json:"uploaded"`     // names reported in file_stream "uploaded"
 	Uploads    []string `json:"uploads"`      // names PUT to the upload URL
 	RunFiles   []string `json:"create_files"` // names asked for by CreateRunFiles
+
+	fileSummary     string
+	apiSummary      map[string]any
+	apiSummaryNewer bool
 }
 
 // Writer is one file_stream writer's view of a run.
@@ -143,14 +158,17 @@ func (r Run) File(writerID, name string) File {
 	return w.Files[name]
 }
 
-// Summary returns the primary writer's last summary line, parsed.
+// Summary returns the run's summary: the last summary line a writer sent,
+// parsed, or the summaryMetrics an UpsertBucket set after it.
 func (r Run) Summary() map[string]any {
-	f := r.File(Primary, SummaryFile)
-	if len(f.Lines) == 0 {
+	if r.apiSummaryNewer {
+		return deepCopy(r.apiSummary)
+	}
+	if r.fileSummary == "" {
 		return nil
 	}
 	var m map[string]any
-	if err := json.Unmarshal([]byte(f.Lines[len(f.Lines)-1].Content), &m); err != nil {
+	if err := json.Unmarshal([]byte(r.fileSummary), &m); err != nil {
 		return nil
 	}
 	return m
@@ -228,6 +246,10 @@ func (r *run) snapshot() Run {
 		Complete:      r.complete,
 		Preempting:    r.preempting,
 		RunFiles:      slices.Clone(r.created2),
+		fileSummary:   r.fileSummary,
+		apiSummary:    deepCopy(r.apiSummary),
+		// A set summary is the run's until a summary line comes after it.
+		apiSummaryNewer: r.apiSummary != nil && r.apiSummaryAt > r.fileSummaryAt,
 	}
 	if r.notes != nil {
 		out.Notes = *r.notes
@@ -359,6 +381,10 @@ func (s *Server) serveFileStream(w http.ResponseWriter, r *http.Request, body []
 		}
 		if fc.Offset > ru.lineCount(writerID, name) {
 			f.gaps++
+		}
+		if name == SummaryFile && len(fc.Content) > 0 {
+			ru.summaryWrites++
+			ru.fileSummary, ru.fileSummaryAt = fc.Content[len(fc.Content)-1], ru.summaryWrites
 		}
 		for i, line := range fc.Content {
 			o := fc.Offset + i

@@ -368,3 +368,39 @@ func (s *Server) RunIDs(t testing.TB, experimentName string) []string {
 	slices.Sort(ids)
 	return ids
 }
+
+// CreateExperimentAt creates an experiment whose runs keep their artifacts
+// at location (mlflow-artifacts:/<dir> for the server's artifact proxy, a
+// path for files only the client writes) and returns its id.
+func (s *Server) CreateExperimentAt(t testing.TB, name, location string) string {
+	t.Helper()
+	var out struct {
+		ExperimentID string `json:"experiment_id"`
+	}
+	s.do(t, http.MethodPost, "experiments/create", nil, map[string]string{"name": name, "artifact_location": location}, &out)
+	return out.ExperimentID
+}
+
+// Artifact reads a run's artifact as the UI does (GET /get-artifact);
+// ok is false when the run has no such artifact.
+func (s *Server) Artifact(t testing.TB, runID, path string) (body []byte, ok bool) {
+	t.Helper()
+	c := http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(s.URL + "/get-artifact?" + url.Values{"run_uuid": {runID}, "path": {path}}.Encode())
+	if err != nil {
+		t.Fatalf("GET /get-artifact %s of run %s: %v", path, runID, err)
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return body, true
+	case resp.StatusCode == http.StatusNotFound, resp.StatusCode == http.StatusBadRequest && bytes.Contains(body, []byte("RESOURCE_DOES_NOT_EXIST")):
+		return nil, false
+	}
+	t.Fatalf("GET /get-artifact %s of run %s: %s: %s", path, runID, resp.Status, body)
+	return nil, false
+}

@@ -172,6 +172,9 @@ func (s *Server) launch() error {
 		"--host", "127.0.0.1", "--port", strconv.Itoa(s.port),
 		"--backend-store-uri", backend,
 		"--default-artifact-root", filepath.Join(s.Dir, "artifacts"),
+		// The artifact proxy (on by default) stores here what clients
+		// upload to an experiment whose location is mlflow-artifacts:/...
+		"--artifacts-destination", filepath.Join(s.Dir, "mlartifacts"),
 		"--workers", "1"}
 	cmd := exec.Command("/bin/sh", args...)
 	cmd.Dir = s.Dir

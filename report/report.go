@@ -1,0 +1,313 @@
+// Package report makes a run's report: the job's status, its first
+// failure, and one row per node (its end, memory, CPU, GPU, energy and
+// network figures, and whether it differs from the job's other nodes),
+// from what the tracker holds of the run: the tags each node's bridge
+// recorded, and its series where a node recorded no figures (it still
+// runs, or its bridge died). It reads through a History function and makes
+// no request itself; rendering is Markdown, text and JSON
+// (docs/multinode.md, "The job's report").
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Run statuses and forensics reasons the report reads (MLflow's names,
+// package forensics' reasons).
+const (
+	statusRunning   = "RUNNING"
+	statusFinished  = "FINISHED"
+	reasonCgroupOOM = "cgroup_oom_kill"
+	reasonNodeOOM   = "node_oom_kill"
+	tagJobKey       = "bridge.job_key"
+)
+
+// Report is a run's report.
+type Report struct {
+	Run          string   `json:"run"`
+	Status       string   `json:"status"`
+	FirstFailure *Failure `json:"first_failure"`
+	Nodes        []Node   `json:"nodes"`
+	// Notes say what could not be read (a node's series), if anything.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Node is one node's row.
+type Node struct {
+	Node     string `json:"node"`
+	Status   string `json:"status"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	// Consequence says that the node was stopped after the first failure
+	// (within ConsequenceWindow), and how long after; ConsequenceOf is the
+	// first failure's node.
+	Consequence   string `json:"consequence,omitempty"`
+	ConsequenceOf string `json:"consequence_of,omitempty"`
+	Ended         string `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
+	EndedClock    string `json:"ended_clock,omitempty"` // that clock's source
+	// PeakWorkingSetSource says where the peak comes from: the samples, or
+	// the kernel's high-water mark where the node was OOM-killed.
+	PeakWorkingSetSource string `json:"peak_working_set_source,omitempty"`
+	Figures
+	// Differs lists why the node differs from the job (DiffersRule).
+	Differs []string `json:"differs,omitempty"`
+}
+
+// Run is what the report reads of a run.
+type Run struct {
+	ID      string
+	Status  string
+	EndTime time.Time // zero while the run is active
+	Tags    map[string]string
+	Latest  map[string]float64 // every metric key's last value
+}
+
+// History reads every point of one metric key of the run, oldest first.
+type History func(ctx context.Context, key string) ([]Point, error)
+
+// sourceKernel is the peak's source where the report takes the kernel's
+// high-water mark.
+const sourceKernel = "kernel high-water mark at the OOM kill"
+
+// Build makes run's report. Each node that recorded its figures at its end
+// costs no request; the series of every other node (still running, or its
+// bridge died before recording its end) are read once each through
+// history, and only those the report uses. A series that cannot be read
+// leaves its figures out and a note.
+func Build(ctx context.Context, run Run, history History) (*Report, error) {
+	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}}
+	nodes := nodesOf(run)
+	ends := endsOf(run, nodes)
+	rep.FirstFailure = earliest(run.Tags[TagFirstFailure], firstFailure(ends))
+	for i, n := range nodes {
+		rec := ends[i].rec
+		row := Node{Node: n.id, Status: rec.status, ExitCode: rec.exitCode, Reason: rec.reason, Detail: rec.detail,
+			EndedClock: rec.clock, PeakWorkingSetSource: rec.peakSource}
+		if row.Status == "" {
+			row.Status = statusRunning
+		}
+		if !rec.ended.IsZero() {
+			row.Ended = rec.ended.Format(timeLayout)
+		}
+		if row.Consequence = consequence(rep.FirstFailure, n.id, rec); row.Consequence != "" {
+			row.ConsequenceOf = rep.FirstFailure.Node
+		}
+		if rec.figures != nil {
+			row.Figures = *rec.figures
+		} else {
+			f, err := n.readFigures(ctx, run, history)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil, err
+				}
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %v", n.id, err))
+			}
+			row.Figures = f
+		}
+		fromTags(&row, rec)
+		rep.Nodes = append(rep.Nodes, row)
+	}
+	byNode(rep.Nodes)
+	differs(rep.Nodes)
+	return rep, nil
+}
+
+// fromTags puts what the node's end tags say over what its series say: the
+// limits it started with, the throttled share and energy it measured, and
+// the peak working set, which is the kernel's high-water mark for a node
+// the OOM killer ended (the samples miss the last allocations).
+func fromTags(row *Node, rec record) {
+	if rec.peakMB != nil {
+		row.PeakWorkingSetMB = rec.peakMB
+	}
+	if row.PeakWorkingSetMB != nil && row.PeakWorkingSetSource == "" {
+		row.PeakWorkingSetSource = "sampled"
+	}
+	oom := rec.reason == reasonCgroupOOM || rec.reason == reasonNodeOOM
+	if oom && rec.kernelPeakMB != nil && !strings.HasPrefix(rec.peakSource, "kernel") &&
+		(row.PeakWorkingSetMB == nil || *rec.kernelPeakMB > *row.PeakWorkingSetMB) {
+		row.PeakWorkingSetMB, row.PeakWorkingSetSource = rec.kernelPeakMB, sourceKernel
+	}
+	for _, f := range []struct {
+		dst **float64
+		v   *float64
+	}{
+		{&row.MemoryLimitMB, rec.limitMB}, {&row.CPULimitCores, rec.cpuLimit},
+		{&row.ThrottledSharePercent, rec.throttled},
+		{&row.GPUEnergyJoules, rec.gpuJoules}, {&row.NodeCPUEnergyJoules, rec.cpuJoules},
+	} {
+		if f.v != nil {
+			*f.dst = f.v
+		}
+	}
+}
+
+// node is one node of a run: its id, the prefix of its tags and of its
+// metric keys.
+type node struct {
+	id, scope, keys string
+	single          bool
+}
+
+// nodeScopeTag finds a job's nodes: every node records when it started,
+// and when it ended, under bridge.node.<id>. (a node id has no '/', but
+// may have '.', as some of its other tags do: .gpu.status).
+var nodeScopeTag = regexp.MustCompile(`^bridge\.node\.(.+)\.(started|ended)$`)
+
+// nodesOf lists run's nodes: a job's run (tagged bridge.job_key) has the
+// nodes that recorded tags or series; any other run is one node.
+func nodesOf(run Run) []node {
+	if run.Tags[tagJobKey] == "" {
+		id := run.Tags["bridge.node_id"]
+		keys := "system/"
+		if id != "" {
+			keys += id + "/"
+		} else if id = run.Tags["bridge.hostname"]; id == "" {
+			id = "-"
+		}
+		return []node{{id: id, scope: "bridge.", keys: keys, single: true}}
+	}
+	ids := map[string]bool{}
+	for k := range run.Tags {
+		if m := nodeScopeTag.FindStringSubmatch(k); m != nil {
+			ids[m[1]] = true
+		}
+	}
+	for k := range run.Latest {
+		if rest, ok := strings.CutPrefix(k, "system/"); ok {
+			if id, _, ok := strings.Cut(rest, "/"); ok {
+				ids[id] = true
+			}
+		}
+	}
+	out := make([]node, 0, len(ids))
+	for _, id := range sortedKeys(ids) {
+		out = append(out, node{id: id, scope: "bridge.node." + id + ".", keys: "system/" + id + "/"})
+	}
+	return out
+}
+
+// record reads the node's end; a single run's status and end are the run's.
+func (n node) record(run Run) record {
+	rec := readRecord(run.Tags, n.scope)
+	if n.single {
+		rec.status = run.Status
+		if run.Status == statusRunning {
+			rec.status = ""
+		}
+		if !run.EndTime.IsZero() && rec.status != "" {
+			rec.ended = run.EndTime.UTC()
+		}
+	}
+	return rec
+}
+
+// readFigures reads the node's figures from its series: the last value of
+// each (runs/get gave them all), and every point of those that need it.
+func (n node) readFigures(ctx context.Context, run Run, history History) (Figures, error) {
+	stats := map[string]Stat{}
+	var errs []error
+	samples := 0
+	for _, key := range sortedKeys(run.Latest) {
+		name, ok := strings.CutPrefix(key, n.keys)
+		if !ok || strings.Contains(name, "/") || !read(name) {
+			continue // another node's, a task's (system/<node>/task-1/...), or unused
+		}
+		if !overTime(name) {
+			stats[name] = Stat{N: 1, Mean: run.Latest[key], Peak: run.Latest[key], Last: run.Latest[key]}
+			continue
+		}
+		if history == nil {
+			continue
+		}
+		pts, err := history(ctx, key)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Figures{}, err
+			}
+			errs = append(errs, fmt.Errorf("series %s: %w", key, err))
+			continue
+		}
+		st := Fold(name, pts)
+		stats[name] = st
+		if name == seriesWorkingSet || samples == 0 {
+			samples = max(samples, st.N)
+		}
+	}
+	if ws, ok := stats[seriesWorkingSet]; ok {
+		samples = ws.N
+	}
+	return figuresOf(stats, samples), errors.Join(errs...)
+}
+
+// FirstFailureOf is the first failure the run's tags record, nil for none.
+func FirstFailureOf(run Run) *Failure {
+	return firstFailure(endsOf(run, nodesOf(run)))
+}
+
+// taskScopeTag finds the further bridges of a job's nodes (a node's tasks:
+// bridge.task.<node>.<task>.), whose failure fails the job too.
+var taskScopeTag = regexp.MustCompile(`^bridge\.task\.(.+)\.(started|ended)$`)
+
+// endsOf is every end the run records: its nodes' (in nodes' order), then
+// its nodes' further tasks', named <node>.<task> as in their failure
+// records.
+func endsOf(run Run, nodes []node) []nodeEnd {
+	ends := make([]nodeEnd, 0, len(nodes))
+	for _, n := range nodes {
+		ends = append(ends, nodeEnd{who: n.id, rec: n.record(run)})
+	}
+	tasks := map[string]bool{}
+	for k := range run.Tags {
+		if m := taskScopeTag.FindStringSubmatch(k); m != nil {
+			tasks[m[1]] = true
+		}
+	}
+	for _, who := range sortedKeys(tasks) {
+		ends = append(ends, nodeEnd{who: who, rec: readRecord(run.Tags, "bridge.task."+who+".")})
+	}
+	return ends
+}
+
+// byNode orders rows by node id, numbers in order (node-2 before node-10).
+func byNode(rows []Node) {
+	sort.SliceStable(rows, func(i, j int) bool { return naturalLess(rows[i].Node, rows[j].Node) })
+}
+
+// naturalLess compares strings with runs of digits as numbers.
+func naturalLess(a, b string) bool {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if len(na) != len(nb) {
+				return len(na) < len(nb)
+			}
+			if na != nb {
+				return na < nb
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return a[0] < b[0]
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) < len(b)
+}
+
+func digits(s string) int {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
+}

@@ -1,0 +1,246 @@
+package mlflow
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bridge-dev/bridge/report"
+)
+
+// The job's report as run artifacts (docs/multinode.md).
+const (
+	ReportMarkdown = "bridge-report.md"
+	ReportJSON     = "bridge-report.json"
+)
+
+// artifactsAPI is the server's artifact proxy (`mlflow server
+// --serve-artifacts`, MLflow 3's default): a PUT uploads a file.
+const artifactsAPI = "/api/2.0/mlflow-artifacts/artifacts/"
+
+// historyPage is the page size of the series reads: metrics/get-history
+// pages with max_results and next_page_token. The bulk endpoints
+// (metrics/get-history-bulk, get-history-bulk-interval) batch one key
+// across runs, while a job's nodes are different keys of one run; the
+// interval one also samples the points down, losing the peaks.
+const historyPage = 25000
+
+// Report reads run id and makes its report (`bridge report`): the run's
+// tags and latest values in one runs/get, and the series of the nodes that
+// recorded no figures of their own, each once.
+func (s *Sink) Report(ctx context.Context, id string) (*report.Report, error) {
+	if err := validRunID(id); err != nil {
+		return nil, err
+	}
+	run, err := s.getRun(ctx, id)
+	if err == nil {
+		var rep *report.Report
+		if rep, err = report.Build(ctx, reportRun(run), s.historyOf(id)); err == nil {
+			return rep, nil
+		}
+	}
+	// The server's answer says it all; the forwarder's classification
+	// (permanent or not) means nothing here.
+	if ae := (*APIError)(nil); errors.As(err, &ae) {
+		return nil, ae
+	}
+	return nil, err
+}
+
+func validRunID(id string) error {
+	if id == "" || strings.ContainsAny(id, "/?#& \t\n") {
+		return fmt.Errorf("%q is no MLflow run id", id)
+	}
+	return nil
+}
+
+// reportRun is what the report reads of an MLflow run.
+func reportRun(run Run) report.Run {
+	r := report.Run{ID: run.Info.RunID, Status: run.Info.Status, Tags: run.Data.TagMap(), Latest: map[string]float64{}}
+	if run.Info.EndTime > 0 && run.Info.Status != StatusRunning {
+		r.EndTime = time.UnixMilli(int64(run.Info.EndTime))
+	}
+	for _, m := range run.Data.Metrics {
+		r.Latest[m.Key] = float64(m.Value)
+	}
+	return r
+}
+
+// historyOf reads every point of one of run's series, oldest first.
+func (s *Sink) historyOf(run string) report.History {
+	return func(ctx context.Context, key string) ([]report.Point, error) {
+		var ms []Metric
+		token := ""
+		for {
+			q := map[string]string{"run_id": run, "metric_key": key, "max_results": strconv.Itoa(historyPage)}
+			if token != "" {
+				q["page_token"] = token
+			}
+			var out struct {
+				Metrics []Metric `json:"metrics"`
+				Next    string   `json:"next_page_token"`
+			}
+			if err := s.call(ctx, http.MethodGet, "metrics/get-history", q, nil, &out, fmt.Sprintf("reading series %s of run %s", key, run)); err != nil {
+				return nil, err
+			}
+			ms = append(ms, out.Metrics...)
+			if out.Next == "" || out.Next == token {
+				break
+			}
+			token = out.Next
+		}
+		sort.SliceStable(ms, func(i, j int) bool {
+			if ms[i].Timestamp != ms[j].Timestamp {
+				return ms[i].Timestamp < ms[j].Timestamp
+			}
+			return ms[i].Step < ms[j].Step
+		})
+		pts := make([]report.Point, len(ms))
+		for i, m := range ms {
+			pts[i] = report.Point{Time: time.UnixMilli(int64(m.Timestamp)), Value: float64(m.Value)}
+		}
+		return pts, nil
+	}
+}
+
+// recordJob names the job's first failure on its run, and writes the
+// job's report: the node that set the job's status writes it, and every
+// node that ends after one was written writes it again (so the last node
+// to end leaves the report of every node's end).
+// run is the job's run as read after this node's records landed.
+func (s *Sink) recordJob(ctx context.Context, run Run, wroteStatus bool) error {
+	if err := s.recordFirstFailure(ctx, run); err != nil {
+		return err
+	}
+	if !wroteStatus && run.Data.TagMap()[report.TagReport] == "" {
+		return nil
+	}
+	return s.writeReport(ctx)
+}
+
+// recordFirstFailure sets report.TagFirstFailure to the earliest failure
+// the nodes' records show, unless it already names an earlier (or the
+// same) one: a later failure never takes its place. Nodes failing
+// together may each write theirs: the writer reads again, and writes
+// again while the tag names a later failure than the records show.
+func (s *Sink) recordFirstFailure(ctx context.Context, run Run) error {
+	for range 3 {
+		f := report.FirstFailureOf(reportRun(run))
+		if f == nil {
+			return nil
+		}
+		cur := run.Data.TagMap()[report.TagFirstFailure]
+		if at, ok := report.FailureTagTime(cur); cur == f.Tag() || (ok && !f.At().Before(at)) {
+			return nil
+		}
+		if err := s.SetTags(ctx, map[string]string{report.TagFirstFailure: f.Tag()}); err != nil {
+			return err
+		}
+		s.log.Info("named the job's first failure", "run_id", s.runID, "first_failure", f.Node, "reason", f.Reason, "node", s.who)
+		var err error
+		if run, err = s.getRun(ctx, s.runID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeReport writes the job's report on its run: bridge-report.md and
+// bridge-report.json as artifacts where the server takes them, else its
+// summary in a tag.
+func (s *Sink) writeReport(ctx context.Context) error {
+	now := time.Now().UTC().Format("2006-01-02T15:04:05Z")
+	// The claim comes before the read: a node whose end lands after this
+	// read finds the claim at its own end and writes the report again.
+	if err := s.SetTags(ctx, map[string]string{report.TagReport: fmt.Sprintf("being written by %s at %s", s.who, now)}); err != nil {
+		return err
+	}
+	run, err := s.getRun(ctx, s.runID)
+	if err != nil {
+		return err
+	}
+	rep, err := report.Build(ctx, reportRun(run), s.historyOf(s.runID))
+	if err != nil {
+		return err
+	}
+	var md bytes.Buffer
+	if err := rep.Markdown(&md); err != nil {
+		return err
+	}
+	tags := map[string]string{}
+	if err := s.putArtifacts(ctx, run.Info.ArtifactURI, md.Bytes(), rep.JSON()); err != nil {
+		s.log.Info("the job's report goes in a tag: the run's artifacts cannot be written through this MLflow server", "run_id", s.runID, "why", err)
+		tags[report.TagReport] = fmt.Sprintf("tag %s, written by %s at %s", report.TagReportSummary, s.who, now)
+		tags[report.TagReportSummary] = rep.Summary()
+	} else {
+		tags[report.TagReport] = fmt.Sprintf("artifacts %s and %s, written by %s at %s", ReportMarkdown, ReportJSON, s.who, now)
+		s.log.Info("wrote the job's report", "run_id", s.runID, "artifacts", ReportMarkdown+", "+ReportJSON, "node", s.who)
+	}
+	return s.SetTags(ctx, tags)
+}
+
+// errNotProxied: the run's artifact root is one only MLflow's client
+// writes (a path on the server, s3:, ...), not the server's proxy.
+var errNotProxied = errors.New("the run's artifact root is not served by the MLflow server (start it with --serve-artifacts and an mlflow-artifacts: root, MLflow 3's default)")
+
+// putArtifacts uploads the report to the run's artifact root through the
+// server's artifact proxy.
+func (s *Sink) putArtifacts(ctx context.Context, artifactURI string, md, js []byte) error {
+	base, ok := s.proxiedPath(artifactURI)
+	if !ok {
+		return fmt.Errorf("%w: artifact_uri %s", errNotProxied, artifactURI)
+	}
+	for _, f := range []struct {
+		name, ctype string
+		body        []byte
+	}{{ReportMarkdown, "text/markdown; charset=utf-8", md}, {ReportJSON, "application/json", js}} {
+		op := fmt.Sprintf("uploading %s to run %s", f.name, s.runID)
+		resp, err := s.client.R().SetContext(ctx).SetHeader("Content-Type", f.ctype).SetBody(f.body).
+			Put(artifactsAPI + base + "/" + url.PathEscape(f.name))
+		if err := s.classify(op, resp, err); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// proxiedPath is the path, under the server's artifact proxy, of a run's
+// artifact root: mlflow-artifacts:/<path> (on this server), or this
+// server's own artifacts URL.
+func (s *Sink) proxiedPath(artifactURI string) (string, bool) {
+	u, err := url.Parse(artifactURI)
+	if err != nil {
+		return "", false
+	}
+	var p string
+	switch u.Scheme {
+	case "mlflow-artifacts":
+		if t, err := url.Parse(s.cfg.TrackingURI); u.Host != "" && (err != nil || u.Host != t.Host) {
+			return "", false // another server's
+		}
+		p = u.Path
+	case "http", "https":
+		rest, ok := strings.CutPrefix(artifactURI, s.cfg.TrackingURI+artifactsAPI)
+		if !ok {
+			return "", false
+		}
+		p = rest
+	default:
+		return "", false
+	}
+	var segs []string
+	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return "", false
+		}
+		segs = append(segs, url.PathEscape(seg))
+	}
+	return strings.Join(segs, "/"), len(segs) > 0
+}

@@ -1,0 +1,149 @@
+package mlflow
+
+// The job's first failure and report on its run, against a real MLflow
+// server: the tag's rule (the earliest failure, never replaced by a later
+// one) and the report's two places (artifacts through the server's proxy,
+// else a tag), rewritten as later nodes end.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/report"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// endAs records a node's end at a given time with forensics' tags.
+func endAs(t *testing.T, n *node, at time.Time, code int, status, reason, signal string) {
+	t.Helper()
+	tags := map[string]string{"bridge.exit_code": fmt.Sprint(code), "bridge.exit_reason": reason,
+		"bridge.exit_reason_detail": reason + " on " + n.id}
+	if signal != "" {
+		tags["bridge.exit_signal"] = signal
+	}
+	end := tracker.EndInfo{ExitCode: code, Time: at, Status: status, Tags: tags}
+	if err := n.sink.Finish(context.Background(), end); err != nil {
+		t.Fatalf("%s: Finish: %v", n.id, err)
+	}
+}
+
+func TestJobReportOnTheRun(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	t0 := time.Now().Truncate(time.Millisecond)
+	t.Run("artifacts rewritten as nodes end", func(t *testing.T) {
+		exp, key := unique(t), "report:"+unique(t)
+		srv.CreateExperimentAt(t, exp, "mlflow-artifacts:/"+exp)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+
+		endAs(t, nodes[1], t0, 137, StatusFailed, "cgroup_oom_kill", "SIGKILL")
+		first := readReport(t, srv, win)
+		if first.Status != StatusFailed || first.FirstFailure == nil || first.FirstFailure.Node != "node-1" {
+			t.Fatalf("report after the OOM kill: %s", first.JSON())
+		}
+		r := srv.GetRun(t, win)
+		if !strings.HasPrefix(r.Tags[report.TagFirstFailure], "node-1: cgroup_oom_kill at ") || !strings.Contains(r.Tags[report.TagReport], "artifacts bridge-report.md") {
+			t.Errorf("tags %s=%q %s=%q", report.TagFirstFailure, r.Tags[report.TagFirstFailure], report.TagReport, r.Tags[report.TagReport])
+		}
+		// The launcher stops the others.
+		endAs(t, nodes[0], t0.Add(800*time.Millisecond), 143, StatusKilled, "killed_by_signal", "SIGTERM")
+		endAs(t, nodes[2], t0.Add(900*time.Millisecond), 143, StatusKilled, "killed_by_signal", "SIGTERM")
+		last := readReport(t, srv, win)
+		for _, n := range last.Nodes {
+			want := map[string]string{"node-0": StatusKilled, "node-1": StatusFailed, "node-2": StatusKilled}[n.Node]
+			if n.Status != want || (n.Node != "node-1") != (n.Consequence != "") {
+				t.Errorf("rewritten report: %s %s (%q), want %s, a consequence but for node-1", n.Node, n.Status, n.Consequence, want)
+			}
+		}
+		if md, ok := srv.Artifact(t, win, reportMD); !ok || !strings.Contains(string(md), "| node-2 | KILLED |") {
+			t.Errorf("bridge-report.md:\n%s", md)
+		}
+		if r := srv.GetRun(t, win); !strings.HasPrefix(r.Tags[report.TagFirstFailure], "node-1: ") || r.Tags[report.TagReportSummary] != "" {
+			t.Errorf("after the others ended: tags %v", r.Tags)
+		}
+	})
+	t.Run("the earliest failure and never a later one", func(t *testing.T) {
+		exp, key := unique(t), "first:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		tag := func() string { return srv.GetRun(t, win).Tags[report.TagFirstFailure] }
+		endAs(t, nodes[0], t0, 1, StatusFailed, "app_error", "")
+		if !strings.HasPrefix(tag(), "node-0: app_error") {
+			t.Fatalf("after node-0 failed: %q", tag())
+		}
+		// Node 2 failed earlier, by its clock, but its record lands later.
+		endAs(t, nodes[2], t0.Add(-2*time.Second), 1, StatusFailed, "app_error", "")
+		if !strings.HasPrefix(tag(), "node-2: app_error") {
+			t.Errorf("an earlier failure learned later: %q, want node-2", tag())
+		}
+		endAs(t, nodes[1], t0.Add(time.Second), 134, StatusFailed, "killed_by_signal", "SIGABRT")
+		if !strings.HasPrefix(tag(), "node-2: ") {
+			t.Errorf("a later failure took the place: %q", tag())
+		}
+		// This server's runs keep artifacts where only the client writes:
+		// the summary is a tag, a line a node.
+		r := srv.GetRun(t, win)
+		sum := r.Tags[report.TagReportSummary]
+		if !strings.Contains(r.Tags[report.TagReport], "tag "+report.TagReportSummary) || strings.Count(sum, "\nnode-") != 3 ||
+			!strings.Contains(sum, "first failure: node-2: app_error") {
+			t.Errorf("report tags: %s=%q\n%s", report.TagReport, r.Tags[report.TagReport], sum)
+		}
+		if _, ok := srv.Artifact(t, win, reportMD); ok {
+			t.Errorf("%s uploaded where the server cannot serve it", reportMD)
+		}
+	})
+	t.Run("bridge report while the job runs", func(t *testing.T) {
+		exp, key := unique(t), "live:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		for i, n := range nodes {
+			if _, err := n.sink.Send(context.Background(), systemSamples(4+i, t0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rep, err := nodes[0].sink.Report(context.Background(), win)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Status != StatusRunning || len(rep.Nodes) != 2 || rep.FirstFailure != nil {
+			t.Fatalf("report %s", rep.JSON())
+		}
+		for i, n := range rep.Nodes {
+			// systemSamples' working set is i in sample i.
+			if n.Status != StatusRunning || n.Samples != 4+i || n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != float64(3+i) {
+				t.Errorf("%s: %s", n.Node, mustJSON(n))
+			}
+		}
+	})
+}
+
+// reportMD is the report's Markdown artifact.
+const reportMD = ReportMarkdown
+
+// readReport reads the run's bridge-report.json, or its report rebuilt
+// from the run where the server keeps no artifacts of it.
+func readReport(t *testing.T, srv *mlflowtest.Server, run string) *report.Report {
+	t.Helper()
+	b, ok := srv.Artifact(t, run, ReportJSON)
+	if !ok {
+		t.Fatalf("run %s has no %s; tags %v", run, ReportJSON, srv.GetRun(t, run).Tags)
+	}
+	var rep report.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("%s: %v\n%s", ReportJSON, err, b)
+	}
+	return &rep
+}
+
+func mustJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}

@@ -1,0 +1,93 @@
+package wandb
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// childSummary streams a summary line as the child's wandb (the primary
+// writer) does.
+func childSummary(t *testing.T, srv *wandbserver.Server, project, run, line string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"files": map[string]any{wandbserver.SummaryFile: map[string]any{"offset": 0, "content": []string{line}}}})
+	req, _ := http.NewRequest("POST", fmt.Sprintf("%s/files/%s/%s/%s/file_stream", srv.URL(), srv.Entity(), project, run), bytes.NewReader(body))
+	req.SetBasicAuth("api", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("file_stream: %s", resp.Status)
+	}
+}
+
+// A job's shared run gets the job's report in its summary, under
+// "bridge": every node's end, the first failure (never replaced by a
+// later one), the report's lines; the child's own summary is kept.
+func TestJobReportInSummary(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	ctx := context.Background()
+	nodes := make([]*Sink, 3)
+	for i := range nodes {
+		nodes[i] = newSink(t, srv, func(c *Config) { c.RunID, c.Shared, c.Label = "job-1", true, fmt.Sprintf("node-%d", i) })
+		start(t, nodes[i])
+	}
+	createRun(t, srv, "demo", "job-1", true)
+	childSummary(t, srv, "demo", "job-1", `{"loss": 0.5}`)
+	t1 := time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)
+	end := func(at time.Duration, code, sig int, status, reason string) tracker.EndInfo {
+		return tracker.EndInfo{ExitCode: code, Signal: sig, Status: status, Time: t1.Add(at),
+			Tags: map[string]string{"bridge.exit_code": fmt.Sprint(code), "bridge.exit_reason": reason, "bridge.exit_reason_detail": reason + "!"}}
+	}
+	for _, f := range []struct {
+		node int
+		end  tracker.EndInfo
+	}{
+		{1, end(0, 137, 9, tracker.StatusFailed, "cgroup_oom_kill")},
+		{0, end(time.Second, 143, 15, tracker.StatusKilled, "killed_by_signal")},
+		{2, end(-time.Minute, 1, 0, tracker.StatusFailed, "app_error")}, // earlier, by its clock: it takes the place
+		{2, end(time.Minute, 1, 0, tracker.StatusFailed, "app_error")},  // a later end of node-2 does not
+	} {
+		if err := nodes[f.node].Finish(ctx, f.end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run, _ := srv.FindRun("job-1")
+	sum := run.Summary()
+	b, _ := sum[summaryKey].(map[string]any)
+	if sum["loss"] != 0.5 || b == nil {
+		t.Fatalf("summary %v: want the child's loss kept and bridge's report", sum)
+	}
+	if ff, _ := b["first_failure"].(string); !strings.HasPrefix(ff, "node-2: app_error at 2026-12-06T17:59:00.000Z") {
+		t.Errorf("first_failure %q, want node-2's earlier failure kept", ff)
+	}
+	nodesSeen, _ := b["nodes"].(map[string]any)
+	n1, _ := nodesSeen["node-1"].(map[string]any)
+	if len(nodesSeen) != 3 || n1["status"] != tracker.StatusFailed || n1["exit_reason"] != "cgroup_oom_kill" {
+		t.Errorf("nodes %v", nodesSeen)
+	}
+	rep, _ := b["report"].(string)
+	if lines := strings.Split(strings.TrimSpace(rep), "\n"); len(lines) != 4 || !strings.HasPrefix(lines[0], "Status FAILED; first failure: node-2") {
+		t.Errorf("report:\n%s", rep)
+	}
+	// The child's summary line that comes after is the summary (the
+	// child's own); bridge's next end writes its report into it again.
+	childSummary(t, srv, "demo", "job-1", `{"loss": 0.25}`)
+	if err := nodes[0].Finish(ctx, end(2*time.Second, 143, 15, tracker.StatusKilled, "killed_by_signal")); err != nil {
+		t.Fatal(err)
+	}
+	run, _ = srv.FindRun("job-1")
+	if sum := run.Summary(); sum["loss"] != 0.25 || sum[summaryKey] == nil {
+		t.Errorf("summary after the child's next line and a node's end: %v", sum)
+	}
+}
