@@ -26,9 +26,9 @@ const maxRetryAfter = 10 * time.Minute
 
 // DefaultGather is a job's Forwarder.Gather. MLflow's server spends about
 // 11 ms of CPU on a log-batch request and 0.14 ms on each point in it
-// (bench/logbatch_cost.sh): at a 1 s interval, three samples a request cost
-// it less than half of what one a request does. It stays below uvicorn's
-// 5 s keep-alive, so the connection is kept between requests.
+// (bench/logbatch_cost.sh): at a 1 s interval, three samples of 40 series a
+// request cost it about 9 ms a sample instead of 17. It stays below
+// uvicorn's 5 s keep-alive, so the connection is kept between requests.
 const DefaultGather = 3 * time.Second
 
 // Forwarder moves samples from the queue to one sink, in order, with retries:
