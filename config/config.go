@@ -539,17 +539,41 @@ func scalarToStringHook(f, t reflect.Type, data any) (any, error) {
 	return data, nil
 }
 
-// validate checks ranges and forms, in one place, naming each key's source.
+// validate checks ranges and forms, in one place, naming each key's source:
+// each group of settings in turn, the first error wins.
 func (c *Config) validate(src sources, ch Choices) error {
 	bad := func(key string, val any, why string) error {
 		return fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(key), fmt.Sprint(val), why)
 	}
-	durs := []struct {
+	for _, check := range []func(badFunc) error{
+		c.validateDurations,
+		c.validateBounds,
+		func(bad badFunc) error { return c.validateLists(ch, bad) },
+		c.validatePrometheus,
+		func(bad badFunc) error { return c.validateJob(src, bad) },
+		c.validatePaths,
+	} {
+		if err := check(bad); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// badFunc makes the error for a key's value: its source, the value, why
+// it is refused.
+type badFunc = func(key string, val any, why string) error
+
+// validateDurations checks each duration against its range; zero is
+// allowed only where zeroOK (it means "off" or "none" there). The
+// registrations' own are checked by their option.Within.
+func (c *Config) validateDurations(bad badFunc) error {
+	for _, d := range []struct {
 		key      string
 		d        time.Duration
 		min, max time.Duration
 		zeroOK   bool
-	}{ // the registrations' own are checked by their option.Within
+	}{
 		{"interval", c.Interval, 100 * time.Millisecond, maxDuration, false},
 		{"fast-interval", c.FastInterval, 10 * time.Millisecond, maxDuration, true},
 		{"collect-timeout", c.CollectTimeout, 10 * time.Millisecond, 10 * time.Minute, false},
@@ -559,21 +583,30 @@ func (c *Config) validate(src sources, ch Choices) error {
 		{"kill-after", c.KillAfter, 0, maxDuration, true},
 		{"spool-sync", c.SpoolSync, 0, maxSpoolSync, true},
 		{"job-settle", c.JobSettle, 100 * time.Millisecond, time.Minute, false},
-	}
-	for _, d := range durs {
+	} {
 		if _, err := option.Within(d.min, d.max, d.zeroOK)(d.d); err != nil {
 			return bad(d.key, d.d, err.Error())
 		}
 	}
-	if math.IsNaN(c.FastThreshold) || c.FastThreshold <= 0 || c.FastThreshold > 100 {
+	return nil
+}
+
+// validateBounds checks the numbers that are not durations.
+func (c *Config) validateBounds(bad badFunc) error {
+	switch {
+	case math.IsNaN(c.FastThreshold) || c.FastThreshold <= 0 || c.FastThreshold > 100:
 		return bad("fast-threshold", c.FastThreshold, "must be a percentage in (0, 100]")
-	}
-	if c.QueueSize < 1 || c.QueueSize > MaxQueueSize {
+	case c.QueueSize < 1 || c.QueueSize > MaxQueueSize:
 		return bad("queue-size", c.QueueSize, fmt.Sprintf("must be a whole number from 1 to %d", MaxQueueSize))
-	}
-	if c.SpoolMaxSize != 0 && c.SpoolMaxSize < MinSpoolMaxSize {
+	case c.SpoolMaxSize != 0 && c.SpoolMaxSize < MinSpoolMaxSize:
 		return bad("spool-max-size", c.SpoolMaxSize, fmt.Sprintf("must be 0 (no cap) or at least %s", ByteSize(MinSpoolMaxSize)))
 	}
+	return nil
+}
+
+// validateLists cleans and checks the list settings (and the log level):
+// --scopes and --trackers against what the registrations offer (ch).
+func (c *Config) validateLists(ch Choices, bad badFunc) error {
 	var err error
 	if c.Scopes, err = list(c.Scopes, ch.Scopes, "scopes", bad); err != nil {
 		return err
@@ -594,16 +627,18 @@ func (c *Config) validate(src sources, ch Choices) error {
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
 		return bad("log-level", c.LogLevel, "must be debug, info, warn or error")
 	}
-	if err := c.validatePrometheus(bad); err != nil {
-		return err
-	}
-	if c.NodeID != "" && !jobkey.ValidNodeID(c.NodeID) {
+	return nil
+}
+
+// validateJob checks the multi-node job's settings and records where each
+// one given came from (JobKeyFrom, NodeIDFrom, NodesFrom).
+func (c *Config) validateJob(src sources, bad badFunc) error {
+	switch {
+	case c.NodeID != "" && !jobkey.ValidNodeID(c.NodeID):
 		return bad("node-id", c.NodeID, jobkey.NodeIDRule)
-	}
-	if c.JobKey != "" && !strings.EqualFold(c.JobKey, jobkey.None) && !jobkey.ValidKey(c.JobKey) {
+	case c.JobKey != "" && !strings.EqualFold(c.JobKey, jobkey.None) && !jobkey.ValidKey(c.JobKey):
 		return bad("job-key", c.JobKey, jobkey.KeyRule+`, or "none"`)
-	}
-	if c.Nodes < 0 || c.Nodes > MaxNodes {
+	case c.Nodes < 0 || c.Nodes > MaxNodes:
 		return bad("nodes", c.Nodes, fmt.Sprintf("must be a whole number from 1 to %d (0: from the launcher)", MaxNodes))
 	}
 	for _, k := range []struct {
@@ -615,6 +650,11 @@ func (c *Config) validate(src sources, ch Choices) error {
 			*k.from = strings.TrimSuffix(src.name(k.key), " (default)")
 		}
 	}
+	return nil
+}
+
+// validatePaths checks the run name, the spool's path and the roots.
+func (c *Config) validatePaths(bad badFunc) error {
 	if len(c.RunName) > 250 || strings.ContainsFunc(c.RunName, isControl) {
 		return bad("run-name", c.RunName, "must be at most 250 characters without control characters")
 	}

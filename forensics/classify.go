@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
@@ -108,7 +106,7 @@ func (c *classifier) classify() Verdict {
 	e := c.e
 	sig, inferred := effectiveSignal(e)
 	if inferred {
-		c.facts["signal"] = signalName(sig)
+		c.facts["signal"] = supervisor.SignalName(sig)
 		c.facts["signal_inferred_from_exit_code"] = "true"
 	}
 	if e.ExitCode == 0 && e.Signal == 0 {
@@ -135,29 +133,29 @@ func (c *classifier) classify() Verdict {
 		c.facts["kill_after"] = e.KilledAfter.String()
 		s := fmt.Sprintf("killed by SIGKILL, which bridge sent because the command was still running %s (--kill-after) after bridge forwarded a terminating signal to it", e.KilledAfter)
 		if fwd, ok := lastTerminating(e.Forwarded); ok {
-			s = fmt.Sprintf("killed by SIGKILL, which bridge sent because the command was still running %s (--kill-after) after bridge forwarded %s to it", e.KilledAfter, signalName(fwd.Signal))
+			s = fmt.Sprintf("killed by SIGKILL, which bridge sent because the command was still running %s (--kill-after) after bridge forwarded %s to it", e.KilledAfter, supervisor.SignalName(fwd.Signal))
 		}
 		return c.verdict(ReasonKilledBySignal, "kill_after", s)
 	}
 	if fwd, ok := forwardedSignal(e, sig); ok {
 		c.facts["forwarded"] = "true"
-		c.facts["forwarded_signal"] = signalName(fwd.Signal)
+		c.facts["forwarded_signal"] = supervisor.SignalName(fwd.Signal)
 		s := fmt.Sprintf("killed by %s, which bridge forwarded to the command (%s before the exit)",
-			signalName(sig), duration(e.ExitTime.Sub(fwd.Time)))
+			supervisor.SignalName(sig), duration(e.ExitTime.Sub(fwd.Time)))
 		if inferred {
 			s = fmt.Sprintf("exited with code %d (128+%s) after bridge forwarded %s to it %s before the exit",
-				e.ExitCode, signalName(sig), signalName(fwd.Signal), duration(e.ExitTime.Sub(fwd.Time)))
+				e.ExitCode, supervisor.SignalName(sig), supervisor.SignalName(fwd.Signal), duration(e.ExitTime.Sub(fwd.Time)))
 		}
 		return c.verdict(ReasonKilledBySignal, "forwarded_signal", s+
 			": bridge itself was signalled (kubelet on eviction, preemption or pod deletion; docker stop; Ctrl-C)")
 	}
 	if fwd, ok := lastTerminating(e.Forwarded); ok && sig == 0 {
 		c.facts["forwarded"] = "true"
-		c.facts["forwarded_signal"] = signalName(fwd.Signal)
+		c.facts["forwarded_signal"] = supervisor.SignalName(fwd.Signal)
 		return c.verdict(ReasonKilledBySignal, "exit_after_forwarded_signal", fmt.Sprintf(
 			"exited with code %d, %s after bridge forwarded %s to it: bridge itself was signalled "+
 				"(kubelet on eviction, preemption or pod deletion; docker stop; Ctrl-C)",
-			e.ExitCode, duration(e.ExitTime.Sub(fwd.Time)), signalName(fwd.Signal)))
+			e.ExitCode, duration(e.ExitTime.Sub(fwd.Time)), supervisor.SignalName(fwd.Signal)))
 	}
 
 	if e.OOMKill.Rose() {
@@ -167,7 +165,7 @@ func (c *classifier) classify() Verdict {
 	if len(e.Xids) > 0 {
 		how := fmt.Sprintf("exited with code %d", e.ExitCode)
 		if sig != 0 {
-			how = "died of " + signalName(sig)
+			how = "died of " + supervisor.SignalName(sig)
 		}
 		return c.verdict(ReasonGPUError, "xid", fmt.Sprintf("the GPU driver reported %s during the job and the command %s",
 			xidText(e.Xids), how))
@@ -182,9 +180,9 @@ func (c *classifier) classify() Verdict {
 		if crash[sig] {
 			who = "raised by the process itself (a crash in native code, an abort, a failed assertion)"
 		}
-		s := fmt.Sprintf("killed by %s, %s", signalName(sig), who)
+		s := fmt.Sprintf("killed by %s, %s", supervisor.SignalName(sig), who)
 		if inferred {
-			s = fmt.Sprintf("exited with code %d: a process under the command died of %s, %s", e.ExitCode, signalName(sig), who)
+			s = fmt.Sprintf("exited with code %d: a process under the command died of %s, %s", e.ExitCode, supervisor.SignalName(sig), who)
 		}
 		return c.verdict(ReasonKilledBySignal, "signal", s)
 	}
@@ -284,7 +282,7 @@ func (c *classifier) sigkillVerdict(inferred bool) Verdict {
 			what, counterText(e.OOMKill))
 		if fwd, ok := lastTerminating(e.Forwarded); ok {
 			s = fmt.Sprintf("%s %s after bridge forwarded %s: the grace period ran out (oom_kill %s)",
-				what, duration(e.ExitTime.Sub(fwd.Time)), signalName(fwd.Signal), counterText(e.OOMKill))
+				what, duration(e.ExitTime.Sub(fwd.Time)), supervisor.SignalName(fwd.Signal), counterText(e.OOMKill))
 		}
 		if c.nearLimit() {
 			s += fmt.Sprintf("; the working set was near the limit, where reclaim can stall a health check: %s", c.memText())
@@ -332,7 +330,7 @@ func (c *classifier) nodeLow() bool {
 
 func (c *classifier) how() string {
 	if sig, _ := effectiveSignal(c.e); sig != 0 {
-		return "died of " + signalName(sig)
+		return "died of " + supervisor.SignalName(sig)
 	}
 	return fmt.Sprintf("exited with code %d", c.e.ExitCode)
 }
@@ -366,7 +364,7 @@ func (c *classifier) seen() string {
 	e := c.e
 	parts := []string{fmt.Sprintf("exit code %d", e.ExitCode)}
 	if e.Signal != 0 {
-		parts = append(parts, "signal "+signalName(e.Signal))
+		parts = append(parts, "signal "+supervisor.SignalName(e.Signal))
 	}
 	if e.OOMKill.Known {
 		parts = append(parts, "oom_kill "+counterText(e.OOMKill))
@@ -381,12 +379,12 @@ func (c *classifier) seen() string {
 func baseFacts(e Evidence) map[string]string {
 	f := map[string]string{"exit_code": strconv.Itoa(e.ExitCode)}
 	if e.Signal != 0 {
-		f["signal"] = signalName(e.Signal)
+		f["signal"] = supervisor.SignalName(e.Signal)
 	}
 	if len(e.Forwarded) > 0 {
 		var s []string
 		for _, r := range e.Forwarded {
-			s = append(s, signalName(r.Signal)+"@"+r.Time.UTC().Format(time.RFC3339Nano))
+			s = append(s, supervisor.SignalName(r.Signal)+"@"+r.Time.UTC().Format(time.RFC3339Nano))
 		}
 		f["forwarded_signals"] = strings.Join(s, " ")
 	}
@@ -465,13 +463,6 @@ func lastTerminating(recs []supervisor.SignalRecord) (supervisor.SignalRecord, b
 		}
 	}
 	return supervisor.SignalRecord{}, false
-}
-
-func signalName(s syscall.Signal) string {
-	if n := unix.SignalName(s); n != "" {
-		return n
-	}
-	return "signal " + strconv.Itoa(int(s))
 }
 
 func counterText(c Counter) string {

@@ -187,11 +187,12 @@ func TestV2MemoryEventsFixture(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fx := newV2Fixture(t)
 			fx.memory(tc.before, 100_000_000)
-			c, err := cgroup.New(cgroup.Options{ProcRoot: fx.proc, CgroupRoot: fx.cg, PID: fixturePID, Mode: cgroup.ModeV2,
-				Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			l, err := cgroup.FindLayout(cgroup.Options{ProcRoot: fx.proc, CgroupRoot: fx.cg, PID: fixturePID, Mode: cgroup.ModeV2, Log: log})
 			if err != nil {
 				t.Fatal(err)
 			}
+			c := cgroup.New(l, log)
 			acc := summary.New()
 			collect := func(seq int64) {
 				pts, err := metrics.Collect(context.Background(), c)

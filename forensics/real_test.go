@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 )
@@ -69,8 +69,9 @@ func helper(mode string) int {
 }
 
 type realRun struct {
-	exit supervisor.Exit
-	acc  *summary.Accumulator
+	exit    supervisor.Exit
+	acc     *summary.Accumulator
+	version cgroup.Mode // the cgroup layout's mode
 }
 
 // runInCgroup starts the helper inside g, samples the cgroup until the
@@ -98,10 +99,12 @@ func runInCgroup(t *testing.T, g *cgrouptest.Group, mode string, act func(pid in
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	waitInCgroup(t, pid, g.Memory)
 
-	c, err := cgroup.New(cgroup.Options{PID: pid, Mode: cgroup.DetectMode(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	l, err := cgroup.FindLayout(cgroup.Options{PID: pid, Log: log})
 	if err != nil {
-		t.Fatalf("cgroup collector for pid %d: %v", pid, err)
+		t.Fatalf("cgroup layout for pid %d: %v", pid, err)
 	}
+	c := cgroup.New(l, log)
 	acc := summary.New()
 	var seq int64
 	sampleNow := func() {
@@ -144,7 +147,7 @@ loop:
 	if ws.Signaled() {
 		exit.Signal, exit.Code = ws.Signal(), 128+int(ws.Signal())
 	}
-	return realRun{exit: exit, acc: acc}
+	return realRun{exit: exit, acc: acc, version: l.Mode()}
 }
 
 // waitInCgroup waits until the shell has moved itself into dir.
@@ -167,7 +170,7 @@ func waitInCgroup(t *testing.T, pid int, dir string) {
 func TestRealCgroupOOMKill(t *testing.T) {
 	g := cgrouptest.NewV1(t, cgrouptest.Limits{MemoryBytes: 200 << 20, QuotaUs: -1, PeriodUs: 100000})
 	r := runInCgroup(t, g, "alloc", nil)
-	e := forensics.FromRun(forensics.Run{Exit: r.exit, Acc: r.acc, CgroupVersion: string(cgroup.DetectMode())})
+	e := forensics.FromRun(forensics.Run{Exit: r.exit, Acc: r.acc, CgroupVersion: string(r.version)})
 	v := forensics.Classify(e)
 	t.Logf("%d samples; %s (%s): %s", e.Samples, v.Reason, v.Rule, v.Summary)
 	if r.exit.Signal != syscall.SIGKILL || r.exit.Code != 137 {
@@ -201,7 +204,7 @@ func TestRealSIGKILLFarFromLimit(t *testing.T) {
 			t.Errorf("kill -9 %d: %v", pid, err)
 		}
 	})
-	e := forensics.FromRun(forensics.Run{Exit: r.exit, Acc: r.acc, CgroupVersion: string(cgroup.DetectMode())})
+	e := forensics.FromRun(forensics.Run{Exit: r.exit, Acc: r.acc, CgroupVersion: string(r.version)})
 	v := forensics.Classify(e)
 	t.Logf("%d samples; %s (%s): %s", e.Samples, v.Reason, v.Rule, v.Summary)
 	if r.exit.Signal != syscall.SIGKILL {

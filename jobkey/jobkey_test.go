@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-dev/bridge/internal/launchertest"
+	"github.com/bridge-dev/bridge/harness/launchertest"
 )
 
 // env turns "K=V" pairs into a getenv.
@@ -310,7 +310,7 @@ func TestDeployExamples(t *testing.T) {
 }
 
 // What torchrun did with each command line, observed on torch 2.15
-// (internal/launchertest), is what bridge reads from it: the job's key only
+// (harness/launchertest), is what bridge reads from it: the job's key only
 // where every node's workers got the same TORCHELASTIC_RUN_ID from the
 // command line (not "none", not a uuid of torchrun's own, more than one
 // node), the node's index only where torchrun used --node-rank as its

@@ -294,7 +294,7 @@ func mpi(get getter, hostname string) part {
 // torchrun's variables exist only in its workers, after bridge has started.
 // An option not on the command line is read from torchrun's PET_<NAME>
 // variable, as torchrun does (torch/distributed/argparse_util.py). What
-// torchrun does with them was observed on torch 2.15 (internal/launchertest):
+// torchrun does with them was observed on torch 2.15 (harness/launchertest):
 // a run of at most one node gets a fresh rendezvous id whatever --rdzv-id
 // says, and --node-rank counts only under the static rendezvous; c10d ranks
 // the nodes at rendezvous, after bridge has had to start the child.

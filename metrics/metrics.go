@@ -137,7 +137,9 @@ func Collect(ctx context.Context, c Collector) ([]Point, error) {
 // none of them, never a value averaged since boot. A source that is absent on
 // this machine adds no points and returns a nil error; an error means the
 // source exists and could not be read (the points it could read still
-// count). Collect adds its points to b and keeps no reference to b.
+// count). Collect adds its points to b and keeps no reference to b. A
+// Sampler's ctx carries the sample's mark (SampleMark), by which
+// collectors share one reading a sample.
 type Collector interface {
 	Name() string
 	Collect(ctx context.Context, b *Batch) error

@@ -51,8 +51,12 @@ type Env struct {
 	Options option.Values
 	// LookupEnv reads the environment the child inherits.
 	LookupEnv func(string) (string, bool)
-	// Job is the job's process tree, for the collectors that follow it.
+	// Job is the job's child, for the collectors that follow its tree.
 	Job Job
+	// Shared holds what several collectors of the job share, each made
+	// once, by the first Build that asks for it (cgroup.LayoutOf,
+	// process.TreeOf); nil: each Build makes its own.
+	Shared *Shared
 	// Built are the collectors built before this one, in order (the GPU
 	// numbering of an earlier GPU collector, say), as their Build returned
 	// them.
@@ -67,7 +71,7 @@ type Roots struct {
 	Proc, Cgroup, Sys, Rootfs string
 }
 
-// Job is the job's process tree as the collectors that follow it see it.
+// Job is the job's child as the collectors that follow its tree see it.
 // Safe for concurrent use: the child starts, and is set, while sampling
 // runs.
 type Job interface {
@@ -76,10 +80,37 @@ type Job interface {
 	// Adopter is the pid that adopts the child's orphans (bridge as
 	// subreaper); 0: none.
 	Adopter() int
-	// ProcessTree returns a lister of the child's tree, the child first:
-	// nil and no error while there is no child. Each lister is one
-	// collector's (not safe for concurrent use).
-	ProcessTree() func() ([]int, error)
+}
+
+// Shared is what the collectors of one job share (the cgroup layout, the
+// child's process tree), each value made once. The package that owns a
+// value gives it a typed accessor over Once, with a key of its own type.
+// Builds run one at a time: not safe for concurrent use.
+type Shared struct {
+	made map[any]made
+}
+
+type made struct {
+	v   any
+	err error
+}
+
+// Once returns key's value, made by make the first time key is asked for,
+// and with it the error make returned. On a nil Shared it makes one each
+// time.
+func (s *Shared) Once(key any, make func() (any, error)) (any, error) {
+	if s == nil {
+		return make()
+	}
+	if m, ok := s.made[key]; ok {
+		return m.v, m.err
+	}
+	v, err := make()
+	if s.made == nil {
+		s.made = map[any]made{}
+	}
+	s.made[key] = made{v, err}
+	return v, err
 }
 
 // Off is a Build's answer for a collector that is off on this machine: not

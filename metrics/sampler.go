@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -190,6 +191,7 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	cctx = context.WithValue(cctx, sampleKey{}, sampleMarks.Add(1))
 	clear(s.answered)
 	clear(s.asked)
 	pending := 0
@@ -264,6 +266,22 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 	slices.SortStableFunc(smp.Points, func(a, b Point) int { return cmp.Compare(a.Name(), b.Name()) })
 	smp.Points = s.dedupe(smp.Points)
 	return smp, sources
+}
+
+// sampleKey is the context key of the mark of the sample a Collect is for.
+type sampleKey struct{}
+
+// sampleMarks numbers the samples of every Sampler, from 1.
+var sampleMarks atomic.Uint64
+
+// SampleMark is the mark of the sample whose Collect ctx was handed to: one
+// value for every collector's call in one Sample, another for the next
+// Sample (of any Sampler). ok is false for a ctx no Sampler handed out (a
+// Collect called directly, a Detect). Collectors that share a reading, such
+// as the child's process tree, take it once a sample by it.
+func SampleMark(ctx context.Context) (mark uint64, ok bool) {
+	mark, ok = ctx.Value(sampleKey{}).(uint64)
+	return mark, ok
 }
 
 // dedupe keeps one point per name, the earliest collector's (points are in

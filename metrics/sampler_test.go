@@ -8,11 +8,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 type fixed struct {
@@ -451,5 +452,64 @@ func TestSamplerHealthTimeout(t *testing.T) {
 	hl := s.Health()[0]
 	if hl.OK || hl.Runs != 1 || hl.Failures != 1 || !strings.Contains(hl.LastError, "no answer within the collect timeout, 20ms") || hl.Duration < 20*time.Millisecond {
 		t.Errorf("health %+v", hl)
+	}
+}
+
+// marker records the sample mark of each Collect's ctx.
+type marker struct {
+	name  string
+	mu    sync.Mutex
+	marks []uint64
+}
+
+func (m *marker) Name() string { return m.name }
+
+func (m *marker) Collect(ctx context.Context, _ *Batch) error {
+	mark, ok := SampleMark(ctx)
+	if !ok {
+		return errors.New("no sample mark in ctx")
+	}
+	m.mu.Lock()
+	m.marks = append(m.marks, mark)
+	m.mu.Unlock()
+	return nil
+}
+
+// Every collector's call in one sample has the same mark, and the next
+// sample (of this Sampler or another) another: what lets collectors share
+// one reading a sample (the process tree).
+func TestSampleMark(t *testing.T) {
+	a, b := &marker{name: "a"}, &marker{name: "b"}
+	s := NewSampler([]Collector{a, b}, time.Minute, nil)
+	defer s.Close()
+	c := &marker{name: "c"}
+	other := NewSampler([]Collector{c}, time.Minute, nil)
+	defer other.Close()
+	for range 3 {
+		s.Sample(context.Background())
+		other.Sample(context.Background())
+	}
+	seen := map[uint64]bool{}
+	for i := range 3 {
+		if a.marks[i] != b.marks[i] {
+			t.Errorf("sample %d: marks %d and %d, want one for both collectors", i, a.marks[i], b.marks[i])
+		}
+		if seen[a.marks[i]] {
+			t.Errorf("sample %d: mark %d seen in an earlier sample", i, a.marks[i])
+		}
+		seen[a.marks[i]] = true
+	}
+	for i, m := range c.marks {
+		if seen[m] {
+			t.Errorf("another Sampler's sample %d has mark %d, one of the first's", i, m)
+		}
+	}
+	for _, h := range s.Health() {
+		if !h.OK {
+			t.Errorf("%s: %s", h.Collector, h.LastError)
+		}
+	}
+	if _, ok := SampleMark(context.Background()); ok {
+		t.Error("a mark in a ctx no Sampler handed out")
 	}
 }

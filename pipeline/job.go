@@ -276,3 +276,18 @@ func (j *Job) CountAttempts(attempts []spool.Attempt) {
 	}
 	j.Attempt, j.AttemptFrom = n, "the spool (this node's earlier attempts)"
 }
+
+// Log says which job this bridge belongs to, and what it saw and did not
+// use.
+func (j *Job) Log(log *slog.Logger) {
+	if j.Multi() {
+		log.Info("multi-node job: one run for every node's bridge", "key", j.Key, "key_from", j.KeyFrom,
+			"node", j.NodeID, "node_from", j.NodeFrom, "nodes", j.Nodes, "attempt", j.Attempt, "task", j.Task)
+	}
+	for _, n := range j.Notes {
+		log.Info("job detection", "note", n)
+	}
+	for _, w := range j.Warnings {
+		log.Warn(w)
+	}
+}

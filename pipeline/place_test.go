@@ -5,16 +5,19 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
+	"github.com/bridge-dev/bridge/tracker/wandb"
 )
 
 // placedLateSink is a tracker that was down when the job started and whose
@@ -88,5 +91,41 @@ func TestBuildMLflowRecordedExperiment(t *testing.T) {
 				t.Errorf("warned %v, want %v:\n%s", warned, tc.warns, logs.String())
 			}
 		})
+	}
+}
+
+// W&B labels a node's series with its host name when there is no node id:
+// for a spool `bridge sync` uploads, the host its bridge recorded, not
+// sync's; a node id (the spool's, which sync passes on) wins.
+func TestBuildWandbRecordedHost(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: strings.Repeat("k", 40)})
+	t.Setenv("HOME", t.TempDir())
+	for k, v := range map[string]string{"WANDB_BASE_URL": srv.URL(), "WANDB_API_KEY": srv.APIKey(), "WANDB_PROJECT": "p",
+		"WANDB_ENTITY": "", "WANDB_MODE": "", "WANDB_RUN_ID": "", "NETRC": ""} {
+		t.Setenv(k, v)
+	}
+	host, _ := os.Hostname()
+	recorded := map[string]string{"bridge.version": "test", "bridge.hostname": "trainer-7"}
+	for _, tc := range []struct {
+		name     string
+		node     string
+		recorded map[string]string
+		want     string
+	}{
+		{"recorded host", "", recorded, "trainer-7"},
+		{"node id", "n3", recorded, "n3"},
+		{"not recorded by bridge", "", map[string]string{"bridge.hostname": "trainer-7"}, host},
+		{"nothing recorded", "", nil, host},
+	} {
+		sinks, off := BuildSinks(config.Config{Trackers: []string{"wandb"}, NodeID: tc.node}, Overrides{Recorded: tc.recorded}, nil, quiet())
+		if len(sinks) != 1 || off != nil {
+			t.Fatalf("%s: sinks %v, off %v", tc.name, sinks, off)
+		}
+		if _, err := sinks[0].Start(context.Background(), tracker.StartInfo{NodeID: tc.node}); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := sinks[0].(*wandb.Sink).Label(); got != tc.want {
+			t.Errorf("%s: label %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

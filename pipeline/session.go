@@ -13,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
@@ -26,7 +25,11 @@ import (
 
 // MemoryProbe is the memory-only read the sampling loop takes between
 // samples under a memory limit, to notice a climb toward the limit at once.
-// It is called from the sampling goroutine only, never beside Collect.
+// The loop runs it on a goroutine of its own, one probe at a time, and does
+// not wait for it to sample: a probe still in flight (or stuck in a read)
+// runs beside the next sample's Collect, so MemoryPoints must be safe beside
+// it and take no reading Collect's rates depend on (the cgroup collector's
+// shares only its kept-file reader; TestMemoryProbeBesideCollect).
 type MemoryProbe interface {
 	MemoryPoints(ctx context.Context) ([]metrics.Point, error)
 }
@@ -93,7 +96,7 @@ type Session struct {
 	acc     *summary.Accumulator
 
 	queue   chan metrics.Sample
-	queued  atomic.Int64  // what the samples in queue hold (sampleBytes)
+	queued  atomic.Int64  // what the samples in queue hold (Sample.MemBytes)
 	stopS   chan struct{} // closes the sampling loop
 	doneS   chan struct{} // the sampling loop has returned
 	doneW   chan struct{} // the spool writer has returned
@@ -387,19 +390,10 @@ func (s *Session) nearLimit(pts []metrics.Point) bool {
 // first, and those of a node with eight GPUs (300 series) about with it.
 const maxQueueBytes = 32 << 20
 
-// sampleBytes is about what smp holds in memory: its points and names.
-func sampleBytes(smp *metrics.Sample) int64 {
-	n := int64(unsafe.Sizeof(*smp)) + int64(len(smp.Points))*int64(unsafe.Sizeof(metrics.Point{}))
-	for _, p := range smp.Points {
-		n += int64(len(p.Name())) // a descriptor's name is shared: counted as if not, a bound
-	}
-	return n
-}
-
 func (s *Session) enqueue(smp metrics.Sample) {
 	// Only a stalled disk fills this queue; sampling must not block on it.
 	// One sample always fits.
-	size := sampleBytes(&smp)
+	size := smp.MemBytes()
 	if s.queued.Add(size) <= maxQueueBytes || len(s.queue) == 0 {
 		select {
 		case s.queue <- smp:
@@ -422,7 +416,7 @@ func (s *Session) writer() {
 	defer s.recoverGo("spool writer")
 	failed := false
 	for smp := range s.queue {
-		s.queued.Add(-sampleBytes(&smp))
+		s.queued.Add(-smp.MemBytes())
 		if err := s.spool.Append(smp); err != nil && !failed {
 			failed = true
 			s.log.Error("cannot write the spool; samples are sent without durability", "err", err)

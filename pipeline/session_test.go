@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -188,7 +188,7 @@ func TestSessionCountsDrops(t *testing.T) {
 	for i := range big.Points {
 		big.Points[i] = metrics.At(metrics.Passthrough(fmt.Sprintf("prom_%04d_%s", i, strings.Repeat("x", 240))), 0)
 	}
-	fit := int(maxQueueBytes / sampleBytes(&big))
+	fit := int(maxQueueBytes / big.MemBytes())
 	for _, tc := range []struct {
 		name    string
 		queue   int

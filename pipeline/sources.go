@@ -16,7 +16,6 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/gpu"
-	"github.com/bridge-dev/bridge/metrics/process"
 	"github.com/bridge-dev/bridge/metrics/scrape"
 	"github.com/bridge-dev/bridge/summary"
 )
@@ -56,6 +55,9 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Logger) (*Sources, error) {
 	s := &Sources{Notes: map[string]any{}, log: log,
 		roots: metrics.Roots{Proc: cfg.ProcRoot, Cgroup: cfg.CgroupRoot, Sys: cfg.SysRoot, Rootfs: cfg.Rootfs}}
+	// The cgroup layout and the child's process tree, made once for the
+	// collectors that share them.
+	shared := &metrics.Shared{}
 	// With every scope on, nothing is left to filter out.
 	all := len(cfg.Scopes) >= len(ScopesOf(regs))
 	var built []metrics.Collector
@@ -71,7 +73,7 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 		}
 		c, err := reg.Build(metrics.Env{
 			Roots: s.roots, CollectTimeout: cfg.CollectTimeout, Scopes: on, Options: cfg.Options,
-			LookupEnv: os.LookupEnv, Job: job{s}, Built: slices.Clone(built), Log: log.With("collector", reg.Name),
+			LookupEnv: os.LookupEnv, Job: job{s}, Shared: shared, Built: slices.Clone(built), Log: log.With("collector", reg.Name),
 		})
 		var off *metrics.Off
 		switch {
@@ -122,12 +124,8 @@ func (s *Sources) Summary() summary.Options {
 		}
 		o.Expected = append(o.Expected, d)
 	}
-	switch s.CgroupVersion() {
-	case "":
-	case string(cgroup.ModeV2):
-		o.PeakFile = "memory.peak"
-	default: // v1, and hybrid hosts, whose memory controller is v1
-		o.PeakFile = "memory.max_usage_in_bytes"
+	if s.cgroup != nil {
+		o.PeakFile = s.cgroup.PeakFile()
 	}
 	return o
 }
@@ -148,29 +146,11 @@ func (s *Sources) SetChild(pid, adopter int) {
 	s.adopter.Store(int64(adopter))
 }
 
-// job is the child's process tree as the collectors see it (metrics.Job).
+// job is the child as the collectors see it (metrics.Job).
 type job struct{ s *Sources }
 
 func (j job) PID() int     { return int(j.s.childPID.Load()) }
 func (j job) Adopter() int { return int(j.s.adopter.Load()) }
-
-// ProcessTree lists the child's tree for a GPU collector's per-process
-// memory, with a finder of its own.
-func (j job) ProcessTree() func() ([]int, error) {
-	return j.s.processTree(process.NewFinder(j.s.roots.Proc, j.s.roots.Cgroup))
-}
-
-// processTree lists the child's tree for the GPU collector's per-process
-// memory.
-func (s *Sources) processTree(f *process.Finder) func() ([]int, error) {
-	return func() ([]int, error) {
-		pid := s.childPID.Load()
-		if pid <= 0 {
-			return nil, nil
-		}
-		return f.Tree(int(pid), int(s.adopter.Load()))
-	}
-}
 
 // Memory is the between-samples memory probe: the cgroup's working set and
 // limit only. Nil without a cgroup collector.
@@ -224,12 +204,6 @@ func (s *Sources) XidEvents() []gpu.XidEvent {
 		return nil
 	}
 	return s.gpu.XidEvents()
-}
-
-// CgroupOptions points the cgroup collector at the configured roots, as a
-// job's is (cgroup.OptionsAt).
-func CgroupOptions(cfg config.Config, log *slog.Logger) cgroup.Options {
-	return cgroup.OptionsAt(cfg.ProcRoot, cfg.CgroupRoot, log.With("collector", cgroup.Name))
 }
 
 // Detected is what `bridge sample` reports about the machine: each

@@ -14,29 +14,6 @@ import (
 	"github.com/bridge-dev/bridge/tracker/wandb"
 )
 
-// Overrides are run ids a subcommand sets over the environment (a resumed
-// attempt's run, attach's and sync's --run-id), keyed by tracker name.
-type Overrides struct {
-	RunIDs map[string]string // tracker name -> run to write to
-	Owned  map[string]bool   // tracker name -> bridge created that run in an earlier attempt
-	// Recorded is the start record (its tags) of the attempt whose samples
-	// `bridge sync` uploads: each tracker takes from it where the attempt's
-	// run is (tracker.Placer), over its variables here.
-	Recorded map[string]string
-	// Follow (`bridge attach`): the trackers that can follow their run's
-	// status stop writing into it once its owner ends it.
-	Follow bool
-}
-
-// SameRun writes every tracker into run id (attach's and sync's --run-id).
-func SameRun(id string) Overrides {
-	ov := Overrides{RunIDs: map[string]string{}}
-	for _, t := range Trackers {
-		ov.RunIDs[t.Name] = id
-	}
-	return ov
-}
-
 // Tracker is one registration: all bridge must know of a tracker before it
 // runs. Adding a tracker is its package plus one entry in Trackers;
 // --trackers, "auto", the check of its variables, the spool's records,
@@ -44,7 +21,10 @@ func SameRun(id string) Overrides {
 type Tracker struct {
 	Name     string // as in --trackers and the spool's records
 	RunIDEnv string // the variable a job names its run with (attach's default)
-	Resume   bool   // a restarted attempt writes into the run of the lost one
+	// NodeIDEnv is the variable that names the node in the tracker's keys,
+	// when bridge's --node-id does not (attach's lock is taken for it).
+	NodeIDEnv string
+	Resume    bool // a restarted attempt writes into the run of the lost one
 	// AttachRunHint is set for trackers whose run `bridge attach` must be
 	// told (it never creates one): where a job finds its run id.
 	AttachRunHint string
@@ -57,6 +37,16 @@ type Tracker struct {
 	// what to do: the tracker's variables are not bridge's, so that turns
 	// off only that tracker (BuildSinks), never the job.
 	Build func(b Build) (tracker.Sink, error)
+	// Help is what `bridge --help` and the messages about setting a
+	// tracker up say of it.
+	Help TrackerHelp
+}
+
+// TrackerHelp describes a tracker to its user.
+type TrackerHelp struct {
+	Title string // its name in prose ("MLflow")
+	On    string // what turns it on under --trackers=auto ("MLFLOW_TRACKING_URI is set")
+	Vars  string // its variables as its own client reads them: lines of `bridge --help`
 }
 
 // TrackerOff is a tracker the job asked for (by its variables, or
@@ -85,9 +75,18 @@ type Build struct {
 
 // Trackers is the one list of bridge's trackers, in the order they start.
 var Trackers = []Tracker{
-	{Name: "mlflow", RunIDEnv: "MLFLOW_RUN_ID", Resume: true, AttachRunHint: "mlflow.active_run().info.run_id",
-		Configured: mlflow.Configured, Build: buildMLflow},
-	{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Configured: wandb.Configured, Build: buildWandb},
+	{Name: "mlflow", RunIDEnv: mlflow.EnvRunID, NodeIDEnv: mlflow.EnvNodeID, Resume: true, AttachRunHint: "mlflow.active_run().info.run_id",
+		Configured: mlflow.Configured, Build: buildMLflow, Help: TrackerHelp{Title: "MLflow", On: "MLFLOW_TRACKING_URI is set", Vars: `
+  MLFLOW_TRACKING_URI         the http(s) URL of an ` + "`mlflow server`" + ` (a sqlite:, file:
+                              or path store is not one: bridge says how to serve it)
+  MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN
+  MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID,
+  MLFLOW_SYSTEM_METRICS_NODE_ID, MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_TRACKING_*_TLS/_CERT_PATH`}},
+	{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Configured: wandb.Configured, Build: buildWandb,
+		Help: TrackerHelp{Title: "W&B", On: "WANDB_API_KEY or WANDB_PROJECT is set", Vars: `
+  WANDB_API_KEY               W&B's key (else the server's entry in ~/.netrc, $NETRC)
+  WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_RUN_ID
+  WANDB_MODE                  offline or disabled turn bridge's W&B sink off too`}},
 }
 
 // Registered is the registration of the tracker named name.
@@ -210,6 +209,11 @@ func buildWandb(b Build) (tracker.Sink, error) {
 		return nil, errors.New("no W&B API key (WANDB_API_KEY, or the server's entry in ~/.netrc): set WANDB_API_KEY, or run `wandb login`")
 	}
 	wc.Label = b.Config.NodeID
+	if wc.Label == "" && b.Recorded["bridge.version"] != "" {
+		// W&B labels series with the host name when there is no node id:
+		// for a spool `bridge sync` uploads, the host its bridge ran on.
+		wc.Label = b.Recorded["bridge.hostname"]
+	}
 	if b.RunID != "" {
 		wc.RunID = b.RunID
 	}
@@ -231,4 +235,35 @@ func TrackerNames() []string {
 		names[i] = t.Name
 	}
 	return names
+}
+
+// TrackersOn say what turns each tracker on under --trackers=auto, one
+// each: "MLflow when MLFLOW_TRACKING_URI is set".
+func TrackersOn() []string {
+	var on []string
+	for _, t := range Trackers {
+		if t.Help.On != "" {
+			on = append(on, t.Help.Title+" when "+t.Help.On)
+		}
+	}
+	return on
+}
+
+// TrackerVars are the trackers' variables, for `bridge --help`.
+func TrackerVars() string {
+	var b strings.Builder
+	for _, t := range Trackers {
+		b.WriteString(t.Help.Vars)
+	}
+	return strings.TrimPrefix(b.String(), "\n")
+}
+
+// RunIDVars names the variables jobs name their runs with, for a flag's
+// help.
+func RunIDVars() string {
+	vars := make([]string, len(Trackers))
+	for i, t := range Trackers {
+		vars[i] = t.RunIDEnv
+	}
+	return strings.Join(vars, " / ")
 }

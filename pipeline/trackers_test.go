@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 func TestTrackersRegistration(t *testing.T) {
@@ -96,5 +98,55 @@ func TestBuildSinksFromEnvironment(t *testing.T) {
 				t.Errorf("why %q shows the password", off[0].Why)
 			}
 		})
+	}
+}
+
+// What attach, a restarted attempt and the node's keys need of a tracker
+// comes from its registration alone: a toy tracker's run variable, node
+// variable, Resume and AttachRunHint are honoured with nothing else added.
+func TestRegistrationDrivesRuns(t *testing.T) {
+	register(t, &Trackers, Tracker{Name: "toy", RunIDEnv: "TOY_RUN_ID", NodeIDEnv: "TOY_NODE", Resume: true, AttachRunHint: "toy.run_id()",
+		Configured: func(func(string) string) bool { return false }, Build: func(Build) (tracker.Sink, error) { return &toySink{}, nil }})
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	lost := spool.Record{Attempt: 2, Runs: map[string]string{"toy": "r1"}, Info: map[string]string{CreatedTag("toy"): "true"}}
+	if ov := ResumeRuns(lost, false, env(), quiet()); ov.RunIDs["toy"] != "r1" || !ov.Owned["toy"] {
+		t.Errorf("resume: %+v, want the lost attempt's run r1, owned", ov)
+	}
+	if ov := ResumeRuns(lost, false, env("TOY_RUN_ID", "r9"), quiet()); ov.RunIDs["toy"] != "" {
+		t.Errorf("resume with TOY_RUN_ID set: %+v, want the variable's run (no override)", ov)
+	}
+	if ov := ResumeRuns(lost, true, env(), quiet()); ov.RunIDs["toy"] != "" {
+		t.Errorf("resume in a multi-node job: %+v, want none (the job's run is elected)", ov)
+	}
+	if ov := AttachRuns("", env("TOY_RUN_ID", "r2")); ov.RunIDs["toy"] != "r2" || !ov.Follow {
+		t.Errorf("attach: %+v, want TOY_RUN_ID's run, followed", ov)
+	}
+	if ov := AttachRuns("x", env("TOY_RUN_ID", "r2")); ov.RunIDs["toy"] != "x" || !ov.Follow {
+		t.Errorf("attach --run-id x: %+v, want x, followed", ov)
+	}
+	sinks := []tracker.Sink{&toySink{}}
+	if err := MissingRun(sinks, AttachRuns("", env())); err == nil || !strings.Contains(err.Error(), "TOY_RUN_ID") || !strings.Contains(err.Error(), "toy.run_id()") {
+		t.Errorf("attach without a run: %v, want an error naming TOY_RUN_ID and the hint", err)
+	}
+	if err := MissingRun(sinks, AttachRuns("", env("TOY_RUN_ID", "r2"))); err != nil {
+		t.Errorf("attach with TOY_RUN_ID: %v", err)
+	}
+	if got := NodeID("", env("TOY_NODE", "n4")); got != "n4" {
+		t.Errorf("node id from TOY_NODE: %q", got)
+	}
+	if got := NodeID("n1", env("TOY_NODE", "n4")); got != "n1" {
+		t.Errorf("--node-id n1 with TOY_NODE set: %q, want n1", got)
+	}
+	if !strings.Contains(RunIDVars(), "TOY_RUN_ID") {
+		t.Errorf("attach's --run-id help %q does not name TOY_RUN_ID", RunIDVars())
 	}
 }

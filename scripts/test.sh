@@ -42,7 +42,7 @@ if [ -d e2e/browser ]; then
   fi
 fi
 
-# PostgreSQL for the multi-node tests' MLflow server (internal/mlflowtest
+# PostgreSQL for the multi-node tests' MLflow server (harness/mlflowtest
 # starts a throwaway cluster from it, as the postgres user, per test process).
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -63,7 +63,7 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v prometheus-node-expor
   fi
 fi
 
-# FUSE for the stalled-disk tests (internal/stallfs mounts with mount(2) as
+# FUSE for the stalled-disk tests (harness/stallfs mounts with mount(2) as
 # root: no fusermount, only the fuse module and /dev/fuse).
 if [ ! -e /dev/fuse ] && [ "$(id -u)" = 0 ]; then
   modprobe fuse 2>/dev/null || true
@@ -109,7 +109,7 @@ fi
 # tests must write only into temporary directories, never the repository.
 untracked() { git status --porcelain --ignored=matching --untracked-files=all 2>/dev/null | grep -E '^(\?\?|!!) ' | sort || true; }
 before=$(untracked)
-go test -race -count=1 -timeout 15m -json ./... | go run ./internal/testbin/skipcheck -allow .ci/allowed-skips
+go test -race -count=1 -timeout 15m -json ./... | go run ./harness/testbin/skipcheck -allow .ci/allowed-skips
 after=$(untracked)
 added=$(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | sed '/^$/d')
 if [ -n "$added" ]; then

@@ -128,12 +128,12 @@ func BenchmarkOpen(b *testing.B) {
 	}
 }
 
-// The spool's bounds count what a sample holds in memory (held): it must
-// not be less than what the heap really holds for it, whether its names
-// are shared with the collector (appended) or its own (read back from the
-// file), for bridge's own samples, for passed-through series at the
-// scrape's bounds, and for short names (where line bytes alone would
-// undercount sevenfold). The ratios are logged for docs/reliability.md.
+// The spool's bounds count what a sample holds in memory
+// (metrics.Sample.MemBytes): it must not be less than what the heap really
+// holds for it, whether its names are shared with the collector (appended)
+// or its own (read back from the file), for bridge's own samples, for
+// passed-through series at the scrape's bounds, and for short names (where
+// line bytes alone would undercount sevenfold). The ratios are logged.
 func TestHeldBoundsTheHeap(t *testing.T) {
 	long := strings.Repeat("v", 220)
 	for _, tc := range []struct {

@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strings"
 )
 
 // compact rewrites the file within the size cap: every start, run and end
@@ -27,65 +25,12 @@ func (w *writer) compact() error {
 		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
 	src, size, acks := w.f, w.size, w.ackLines()
-
-	// Pass 1: what the records other than samples take, and each sample's
-	// size and attempt.
-	type sized struct {
-		seq  int64
-		n    int
-		att  int
-		done bool // delivered: dropped first
-	}
-	var meta int64
-	var samples []sized
-	err := w.unlocked("size-cap rewrite", func() error {
-		att := -1
-		_, err := scan(io.NewSectionReader(src, 0, size), w.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
-			switch rec.Type {
-			case TypeSample:
-				samples = append(samples, sized{seq: *rec.Seq, n: len(line), att: att})
-			case TypeAck:
-			case TypeStart:
-				att++
-				fallthrough
-			default:
-				meta += int64(len(line))
-			}
-		})
-		return err
-	})
+	samples, meta, err := w.measure(src, size)
 	if err != nil {
 		return fmt.Errorf("compacting spool %s: %w", w.path, err)
 	}
-	for i := range samples {
-		samples[i].done = w.ix.delivered(samples[i].att, samples[i].seq)
-	}
-	// The newest undelivered samples first, then the newest delivered ones.
-	order := make([]int, len(samples))
-	for i := range order {
-		order[i] = len(samples) - 1 - i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		switch {
-		case samples[a].done == samples[b].done:
-			return 0
-		case samples[a].done:
-			return 1
-		}
-		return -1
-	})
-	budget := w.opt.MaxSize/2 - meta - int64(len(acks))
-	keep := map[int64]bool{}
-	for used, k := int64(0), 0; k < len(order); k++ {
-		s := samples[order[k]]
-		if used+int64(s.n) > budget {
-			break
-		}
-		used += int64(s.n)
-		keep[s.seq] = true
-	}
+	keep := keepWithin(samples, w.opt.MaxSize/2-meta-int64(len(acks)))
 
-	// Pass 2: the new file.
 	var tmp *os.File
 	newOff := map[int64]int64{}
 	var newSize int64
@@ -104,8 +49,77 @@ func (w *writer) compact() error {
 	if err := w.unlocked("close", src.Close); err != nil {
 		w.log.Debug("closing the spool's file replaced by its rewrite", "err", err)
 	}
+	w.capped(samples, keep)
+	return nil
+}
 
-	// Samples that left the file leave memory too; count those not delivered.
+// sized is a sample of the file, as a size-cap rewrite weighs it.
+type sized struct {
+	seq  int64
+	n    int  // its line's length
+	att  int  // its attempt (start records before it, less one)
+	done bool // delivered: dropped first
+}
+
+// measure reads the file (out of the lock) for what its records other
+// than samples and acks take (meta), and each sample's size, attempt and
+// whether it was delivered.
+func (w *writer) measure(src file, size int64) (samples []sized, meta int64, err error) {
+	err = w.unlocked("size-cap rewrite", func() error {
+		att := -1
+		_, err := scan(io.NewSectionReader(src, 0, size), w.opt.MaxLine, func(rec *Record, line []byte, _ int64) {
+			switch rec.Type {
+			case TypeSample:
+				samples = append(samples, sized{seq: *rec.Seq, n: len(line), att: att})
+			case TypeAck:
+			case TypeStart:
+				att++
+				fallthrough
+			default:
+				meta += int64(len(line))
+			}
+		})
+		return err
+	})
+	for i := range samples {
+		samples[i].done = w.ix.delivered(samples[i].att, samples[i].seq)
+	}
+	return samples, meta, err
+}
+
+// keepWithin chooses the samples a rewrite keeps within budget bytes: the
+// newest undelivered ones first, then the newest delivered ones.
+func keepWithin(samples []sized, budget int64) map[int64]bool {
+	order := make([]int, len(samples))
+	for i := range order {
+		order[i] = len(samples) - 1 - i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		switch {
+		case samples[a].done == samples[b].done:
+			return 0
+		case samples[a].done:
+			return 1
+		}
+		return -1
+	})
+	keep := map[int64]bool{}
+	for used, k := int64(0), 0; k < len(order); k++ {
+		s := samples[order[k]]
+		if used+int64(s.n) > budget {
+			break
+		}
+		used += int64(s.n)
+		keep[s.seq] = true
+	}
+	return keep
+}
+
+// capped counts a rewrite and the undelivered samples it dropped, and says
+// so once per kind: a small cap rewrites at every sample, and the
+// end-of-run table counts them all. Losing unsent samples is worse news
+// than trimming sent ones, so it gets its own warning.
+func (w *writer) capped(samples []sized, keep map[int64]bool) {
 	var dropped, undelivered int64
 	for _, s := range samples {
 		if !keep[s.seq] {
@@ -117,9 +131,6 @@ func (w *writer) compact() error {
 	}
 	w.st.Compactions++
 	w.st.DroppedByCap += undelivered
-	// Said once per kind: a small cap rewrites at every sample, and the
-	// end-of-run table counts them all. Losing unsent samples is worse
-	// news than trimming sent ones, so it gets its own warning.
 	kind := capTrimmed
 	msg := "the spool reached its size cap (--spool-max-size); its oldest samples were removed"
 	if undelivered > 0 {
@@ -131,21 +142,13 @@ func (w *writer) compact() error {
 		w.capLog, log = w.capLog|kind, w.log.Warn
 	}
 	log(msg, "max_size", w.opt.MaxSize, "removed", dropped, "not_yet_delivered", undelivered)
-	return nil
 }
 
 // ackLines are the ack records of the rewrite: one per sink and run.
 func (w *writer) ackLines() []byte {
 	var acks []byte
-	keys := make([]string, 0, len(w.ix.acks))
-	for k := range w.ix.acks {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		seq := w.ix.acks[k]
-		sink, run := splitKey(k)
-		b, _ := json.Marshal(Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq})
+	for _, rec := range w.ix.lastAcks() {
+		b, _ := json.Marshal(rec)
 		acks = append(append(acks, b...), '\n')
 	}
 	return acks
@@ -206,11 +209,6 @@ const (
 	capTrimmed uint8 = 1 << iota // only delivered samples removed
 	capLost                      // undelivered samples removed
 )
-
-func splitKey(k string) (sink, run string) {
-	sink, run, _ = strings.Cut(k, "\x00")
-	return sink, run
-}
 
 // syncDir makes a rename durable; a failure only weakens that, so it is
 // not reported.

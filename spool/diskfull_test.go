@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/syncbuf"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -121,11 +121,11 @@ func TestDiskFullThenRecovers(t *testing.T) {
 }
 
 // heldBy is what the spool counts for smp in memory: its line's length and
-// held.
+// its MemBytes.
 func heldBy(smp metrics.Sample) (line int, mem int64) {
 	var e encoder
 	line = len(e.sample(&smp))
-	return line, held(line, len(smp.Points))
+	return line, smp.MemBytes()
 }
 
 // reopen closes s and opens its file again (closed at the test's end).

@@ -2,11 +2,14 @@
 // JSON Lines file before any tracker sees it, and each tracker's
 // acknowledgements are appended as they come. What a tracker has not
 // acknowledged survives an outage and a crash or kill of bridge; a
-// restarted bridge or `bridge sync` sends it later.
+// restarted bridge or `bridge sync` sends it later. This is the spool's
+// contract, written once; docs/reliability.md says what it means for a
+// user.
 //
 // # Records
 //
-// One JSON object a line, told apart by "type":
+// One JSON object a line, each ending with a newline, told apart by
+// "type":
 //
 //	{"type":"start","time":ms,"attempt":N,"pid":P,"version":"..","runs":{"mlflow":"<run id>"},"info":{..}}
 //	{"type":"sample","seq":N,"ts":ms,"metrics":{"container_...":1.5,...}}
@@ -16,9 +19,14 @@
 //	    start record; merged into that start record when read
 //	{"type":"end","time":ms,"exit_code":N,"info":{..}}       a clean shutdown
 //
-// Non-finite values are written as the strings "NaN", "Infinity",
-// "-Infinity". Each start record begins an attempt (a run of bridge on the
-// file); the samples after it are that attempt's.
+// Each start record begins an attempt (a run of bridge on the file); the
+// samples after it are that attempt's, and one without an end record
+// stopped without a clean shutdown. Seqs increase across attempts (NextSeq
+// is after the highest in the file); the highest ack of each sink and run
+// counts. Info is the caller's: bridge's tags (where each run is, whether
+// bridge created it, a multi-node job's key and node, "mode":"sync" for
+// `bridge sync`'s own attempt). Non-finite values are written as the
+// strings "NaN", "Infinity", "-Infinity".
 //
 // # One writer
 //
@@ -26,7 +34,9 @@
 // file (flock, which the kernel releases when the holder dies, kill -9
 // included) and fails with ErrLocked while another live process holds it.
 // NewMemory is the spool of a job that could not open its file: samples
-// wait in memory for the trackers, and nothing is kept.
+// wait in memory for the trackers, and nothing is kept. The file is
+// private: created 0600, and a directory OpenWith creates for it 0700 (an
+// existing file keeps its mode).
 //
 // # Which samples go to which run
 //
@@ -51,28 +61,61 @@
 // waiting stops the timer. So a machine crash loses at most D of what no
 // tracker had, there is no fsync for what every tracker acknowledged (with
 // a healthy tracker, none for samples), and with no tracker one fsync
-// every D. Also: 1 MiB written unsynced is fsynced at once (it is kept in
-// memory until then, and written again if the fsync fails); Close and the
-// size cap's rewrite fsync first; D = 0 fsyncs every write.
+// every D; while a sink has given up (Untrack), its samples count as held
+// by no tracker. What is written and not yet fsynced is kept in memory too,
+// at most 1 MiB (past it the fsync comes at once): when an fsync fails,
+// those bytes are written again before the next one. Close and the size
+// cap's rewrite fsync first; D = 0 fsyncs every write.
+//
+// # Reading and repair
+//
+// OpenWith reads every line that ends with a newline. A record is a JSON
+// object with a type and, for a sample or an ack, a seq; any other
+// complete line (garbage, a wrong type, longer than MaxLine) is skipped
+// and counted (Stats.BadLines, the first line numbers in BadLineNums),
+// blank lines and unknown types are ignored (newer files stay readable),
+// and a value that is not a number is left out of its sample alone and
+// counted (Stats.BadValues). An unterminated last line (a crash or a full
+// disk mid-write) is kept when it is a whole record that lacks only its
+// newline (the newline is added), and cut off otherwise (Stats.TornTail).
+// Repairing is idempotent: a repaired file reopens with no torn tail, the
+// same samples and the same count of skipped lines. A write that fails
+// part-way is cut back to the last whole record at once, so a spool in
+// use never leaves a torn line.
 //
 // # Failures and bounds
 //
-// The file survives a crash at any byte: OpenWith repairs an unterminated
-// last line (kept when it is a whole record, cut off otherwise), and skips
-// and counts lines that are not records and values that are not numbers
-// (a bad value costs only itself). A file that cannot be written (disk
-// full) costs durability, never samples: they wait in a buffer bounded in
-// samples and bytes (Options.MaxBuffered, MaxBufferedBytes; past them the
-// oldest are dropped and counted) that the next successful write flushes
-// in order. Only the newest unacknowledged samples are kept in memory,
-// within Options.MemSamples and MemBytes; older ones are read back from
-// the file, at most 8 MiB a Pending. Bytes count what a sample holds in
-// memory (its points, and its names by its line), so that no sample shape
-// multiplies a window past its bound. The size cap (Options.MaxSize; the
-// zero value is no cap) drops samples, delivered ones first. No record is
-// written that a reader would skip: a sample keeps at most MaxPoints
-// points, names of at most MaxKey bytes, and fits MaxLine (passed-through
-// scrape series are left out first); the excess is counted and said once.
+// A file that cannot be written (disk full, EIO, a failing fsync) costs
+// durability, never samples: records wait in order in a buffer bounded in
+// samples and bytes (Options.MaxBuffered, MaxBufferedBytes; past either,
+// the oldest samples are dropped and counted, Stats.LostUnwritten), and
+// only the newest ack of each sink and run waits. Every later record
+// retries at most once a second (30 s after a failed size-cap rewrite),
+// Close once more; a retry that succeeds writes the buffer in order, in
+// writes of at most 1 MiB. Only the newest unacknowledged samples are kept
+// in memory, within Options.MemSamples and MemBytes; older ones are read
+// back from the file, at most 8 MiB a Pending. Bytes are what a sample
+// holds in memory (metrics.Sample.MemBytes: its points and names, a little
+// over), so that no sample shape multiplies a window past its bound. No
+// record is written that a reader would skip: a sample keeps at most
+// MaxPoints points, names of at most MaxKey bytes, and fits MaxLine
+// (passed-through scrape series are left out first, then the sample's last
+// points); the excess is counted (Stats.PointsLeftOut) and said once. A
+// start, run or end record too long for MaxLine loses its longest Info
+// values until it fits.
+//
+// # Size cap
+//
+// Options.MaxSize caps the file (the zero value is no cap). When a write
+// would take the file past it, the file is rewritten within half of it (so
+// that it is not rewritten at every sample): every start, run and end
+// record, one ack per sink and run, and the samples that fit, first the
+// newest not yet delivered to every run of their attempt, then the newest
+// delivered ones. The new file is locked, then takes the old one's place
+// by rename, so a crash leaves one or the other. Rewrites and the
+// undelivered samples they dropped are counted (Stats.Compactions,
+// DroppedByCap); the first rewrite that dropped only delivered samples and
+// the first that dropped undelivered ones are each said at WARN.
 //
 // # Concurrency
 //

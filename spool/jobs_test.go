@@ -1,7 +1,7 @@
 package spool
 
 import (
-	"github.com/bridge-dev/bridge/internal/syncbuf"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"path/filepath"
 	"slices"
 	"testing"

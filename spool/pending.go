@@ -4,13 +4,14 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// index is the spool's view of what the file holds and who still needs it:
+// index is the spool's view of what the file holds and who still needs it
+// (the writer's ledger):
 // the attempts (start, run and end records), the acknowledgements, and the
 // samples that some tracked (sink, run) has not acknowledged, each in
 // memory, in the file, or both. It does no I/O: the Spool reads the file for
@@ -38,26 +39,12 @@ type entry struct {
 	smp *metrics.Sample // in memory; nil when only in the file
 }
 
-// What a sample and each of its points take in memory besides the names:
-// a point is its Point (32 bytes), and up to 24 more for the rounding of
-// the allocations of the points (1/8) and of its name (15 bytes).
-const (
-	sampleSize = int64(unsafe.Sizeof(metrics.Sample{}))
-	pointSize  = int64(unsafe.Sizeof(metrics.Point{})) + 24
-)
-
-// held is what a sample holds in memory, from the length n of its line and
-// its number of points, a little over (at most a fifth): its names are
-// counted by its line, which holds each of them and more. Lines alone
-// would undercount short names sixfold (TestHeldBoundsTheHeap).
-func held(n, points int) int64 { return sampleSize + int64(points)*pointSize + int64(n) }
-
 // held is what e's sample holds in memory (0 when it is only in the file).
 func (e *entry) held() int64 {
 	if e.smp == nil {
 		return 0
 	}
-	return held(e.n, len(e.smp.Points))
+	return e.smp.MemBytes()
 }
 
 func newIndex(memSamples int, memBytes int64) index {
@@ -65,6 +52,23 @@ func newIndex(memSamples int, memBytes int64) index {
 }
 
 func ackKey(sink, run string) string { return sink + "\x00" + run }
+
+func splitKey(k string) (sink, run string) {
+	sink, run, _ = strings.Cut(k, "\x00")
+	return sink, run
+}
+
+// lastAcks are the ack records of every sink and run, by key.
+func (ix *index) lastAcks() []Record {
+	keys := slices.Sorted(maps.Keys(ix.acks))
+	recs := make([]Record, len(keys))
+	for i, k := range keys {
+		seq := ix.acks[k]
+		sink, run := splitKey(k)
+		recs[i] = Record{Type: TypeAck, Sink: sink, Run: run, Seq: &seq}
+	}
+	return recs
+}
 
 func (ix *index) ackOf(key string) int64 {
 	if v, ok := ix.acks[key]; ok {

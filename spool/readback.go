@@ -56,7 +56,6 @@ const maxReadTries = 4
 // those to read from the file (f, of generation gen).
 type batch struct {
 	out   []metrics.Sample
-	lines []int // each sample's line length
 	reads []readAt
 	f     file
 	gen   uint64
@@ -96,7 +95,6 @@ func (s *Spool) planLocked(key string, max int) batch {
 		if len(b.out) > 0 && used > maxBatchBytes {
 			break
 		}
-		b.lines = append(b.lines, e.n)
 		if e.smp != nil {
 			b.out = append(b.out, *e.smp)
 			continue
@@ -140,7 +138,7 @@ func (b *batch) firstBad(bad map[int64]error) int {
 func (b *batch) fit() []metrics.Sample {
 	used := int64(0)
 	for i := range b.out {
-		if used += held(b.lines[i], len(b.out[i].Points)); i > 0 && used > maxBatchBytes {
+		if used += b.out[i].MemBytes(); i > 0 && used > maxBatchBytes {
 			return b.out[:i]
 		}
 	}

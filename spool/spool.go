@@ -415,7 +415,7 @@ func (s *Spool) Append(smp metrics.Sample) error {
 	s.ix.appended(c, len(line))
 	if s.w != nil {
 		// Waiting for the file, it holds its line and its sample.
-		s.w.enqueue(line, c.Seq, "", int64(len(line))+held(len(line), len(c.Points)))
+		s.w.enqueue(line, c.Seq, "", int64(len(line))+c.MemBytes())
 	} else {
 		s.boundMemoryLocked()
 	}

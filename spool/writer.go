@@ -34,11 +34,36 @@ type queued struct {
 	mem  int64  // a sample's memory while it waits (its line and its sample)
 }
 
+// ledger is what the writer tells the index of the samples it writes, and
+// asks it, and all it knows of it. Calls are made with the spool's lock
+// held.
+type ledger interface {
+	// placed: the line of sample seq is in the file at off, n bytes long.
+	placed(seq, off int64, n int)
+	// drop: sample seq will never be in the file (the buffer was full).
+	drop(seq int64)
+	// evict: the file is durable up to byte synced (fsynced, or held by
+	// the trackers); the samples before it may leave memory.
+	evict(synced int64)
+	// moved: a size-cap rewrite put the samples it kept at these offsets
+	// (by seq); the others left the file.
+	moved(newOff map[int64]int64)
+	// safeThrough is the highest seq of the current attempt every tracker
+	// holds: the fsync rule needs no fsync for it.
+	safeThrough() int64
+	// delivered reports whether sample seq of attempt att (its number of
+	// start records before it, less one) reached every run of its
+	// attempt: the size cap drops those first.
+	delivered(att int, seq int64) bool
+	// lastAcks are the acknowledgements a rewrite keeps: the highest of
+	// each sink and run, in order.
+	lastAcks() []Record
+}
+
 // writer owns the spool's file: it appends whole records, keeps those it
 // cannot write in a bounded memory buffer, cuts a failed write back to the
 // last whole record, applies the fsync rule (see the package doc) and the
-// size cap. It reads the index only to place samples, to drop the ones the
-// buffer cannot hold, and to know what the trackers already hold.
+// size cap. It knows the index only as its ledger.
 //
 // Every call on the file is made by one goroutine of its own (run), with
 // the spool's lock (mu) let go around it: mu guards memory only, so a disk
@@ -53,7 +78,7 @@ type writer struct {
 	log  *slog.Logger
 	opt  *Options
 	st   *Stats
-	ix   *index
+	ix   ledger
 	mu   *sync.Mutex
 
 	size     int64    // bytes of whole records in the file: where the next goes
@@ -120,7 +145,7 @@ const (
 	stallAfter = time.Second
 )
 
-func newWriter(path string, f file, log *slog.Logger, opt *Options, st *Stats, ix *index, mu *sync.Mutex, placed func()) *writer {
+func newWriter(path string, f file, log *slog.Logger, opt *Options, st *Stats, ix ledger, mu *sync.Mutex, placed func()) *writer {
 	return &writer{path: path, f: f, log: log, opt: opt, st: st, ix: ix, mu: mu, placed: placed, gap: retryGap, needSeq: -1,
 		stallAfter: stallAfter, wake: make(chan struct{}, 1), idle: sync.NewCond(mu), done: make(chan struct{})}
 }

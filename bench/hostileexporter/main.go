@@ -1,4 +1,4 @@
-// Command hostileexporter serves one of internal/hostile's exporters (answers
+// Command hostileexporter serves one of harness/hostile's exporters (answers
 // meant to harm a scraper) for bench/scrape-memory.sh: it prints its address
 // on stdout and serves until killed.
 //
@@ -15,7 +15,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/bridge-dev/bridge/internal/hostile"
+	"github.com/bridge-dev/bridge/harness/hostile"
 )
 
 func main() {

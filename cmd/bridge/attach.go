@@ -12,11 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/procfs"
 	"github.com/spf13/pflag"
-	"golang.org/x/sys/unix"
 
-	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/attachlock"
 	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/summary"
@@ -31,7 +28,7 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	var runID string
 	var pid int
 	fs, cfg, code := parse("attach", args, stdout, stderr, func(fs *pflag.FlagSet) {
-		fs.StringVar(&runID, "run-id", "", "run to write to (default MLFLOW_RUN_ID / WANDB_RUN_ID)")
+		fs.StringVar(&runID, "run-id", "", "run to write to (default "+pipeline.RunIDVars()+")")
 		fs.IntVar(&pid, "pid", 0, "sample until this process exits (required); its process tree is the process_ scope")
 	})
 	if fs == nil {
@@ -47,13 +44,13 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	// The pid is one of --proc-root's namespace, as the process_ scope's.
-	procs, err := procfs.NewFS(cfg.ProcRoot)
-	if err != nil {
-		fmt.Fprintf(stderr, "bridge: --proc-root=%s: %v\n", cfg.ProcRoot, err)
-		return exitUsage
-	}
-	if !alive(procs, pid) {
+	proc, err := supervisor.Watch(cfg.ProcRoot, pid)
+	switch {
+	case errors.Is(err, supervisor.ErrNoProcess):
 		fmt.Fprintf(stderr, "bridge: --pid=%d: no such process under %s\n", pid, cfg.ProcRoot)
+		return exitUsage
+	case err != nil:
+		fmt.Fprintf(stderr, "bridge: --proc-root=%s: %v\n", cfg.ProcRoot, err)
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
@@ -63,22 +60,11 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	defer cancelStart()
 	early := supervisor.WatchEarly(cancelStart)
 	defer early.Release()
-	ov := pipeline.SameRun(runID)
-	if runID == "" {
-		ov = pipeline.Overrides{RunIDs: map[string]string{}}
-		for _, t := range pipeline.Trackers {
-			ov.RunIDs[t.Name] = os.Getenv(t.RunIDEnv)
-		}
-	}
-	// The run is its owner's: once it ends it (mlflow.end_run()), attach
-	// writes nothing more into it and stops, as MLflow's own monitor does.
-	ov.Follow = true
+	ov := pipeline.AttachRuns(runID, os.Getenv)
 	sinks, off := pipeline.BuildSinks(cfg, ov, nil, log)
-	for _, s := range sinks {
-		if t, _ := pipeline.Registered(s.Name()); t.AttachRunHint != "" && ov.RunIDs[t.Name] == "" {
-			fmt.Fprintf(stderr, "bridge: attach needs the run to write to: --run-id ID or %s (e.g. %s)\n", t.RunIDEnv, t.AttachRunHint)
-			return exitUsage
-		}
+	if err := pipeline.MissingRun(sinks, ov); err != nil {
+		fmt.Fprintf(stderr, "bridge: %v\n", err)
+		return exitUsage
 	}
 	// One attach per process, run and node: a second one (a notebook cell
 	// run twice) would log every point twice.
@@ -86,8 +72,8 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	for _, s := range sinks {
 		runs[s.Name()] = ov.RunIDs[s.Name()]
 	}
-	me := attachlock.Holder{PID: os.Getpid(), Target: pid, Runs: runs, Node: attachNode(cfg), Since: time.Now().UTC()}
-	lock, holder, err := attachlock.Acquire(os.TempDir(), attachlock.Key{PID: pid, Start: startTime(procs, pid), Runs: runs, Node: me.Node}, me)
+	me := attachlock.Holder{PID: os.Getpid(), Target: pid, Runs: runs, Node: pipeline.NodeID(cfg.NodeID, os.Getenv), Since: time.Now().UTC()}
+	lock, holder, err := attachlock.Acquire(os.TempDir(), attachlock.Key{PID: pid, Start: proc.StartTime(), Runs: runs, Node: me.Node}, me)
 	switch {
 	case errors.Is(err, attachlock.ErrHeld):
 		fmt.Fprintf(stderr, "bridge attach: process %d%s is monitored already by %s; this attach does nothing\n", pid, runsText(runs, me.Node), holder)
@@ -107,7 +93,7 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	started := pipeline.StartSinksWith(startCtx, sinks, tracker.StartInfo{NodeID: cfg.NodeID, Tags: tags},
 		pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
 	if sig := early.Stop(); sig != 0 {
-		fmt.Fprintf(stderr, "bridge attach: %s before sampling started: nothing was sampled or written\n", unixSignalName(sig))
+		fmt.Fprintf(stderr, "bridge attach: %s before sampling started: nothing was sampled or written\n", supervisor.SignalName(sig))
 		return 0
 	}
 	sess := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
@@ -122,27 +108,23 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	}
 	sess.Run()
 
-	reason := waitForPID(procs, pid, filepath.Clean(cfg.ProcRoot) == "/proc", early.C, sess.RunEnded())
+	reason := waitForPID(proc, early.C, sess.RunEnded())
 	log.Info("attach: stopping", "reason", reason)
-	late := make(chan struct{})
+	// A second signal cuts the flush short.
+	late, stopLate := make(chan struct{}), make(chan struct{})
+	defer close(stopLate)
 	go func() {
-		<-early.C // a second signal cuts the flush short
-		close(late)
+		select {
+		case <-early.C:
+			close(late)
+		case <-stopLate:
+		}
 	}()
 	sess.EndBy(time.Now().Add(cfg.FlushTimeout))
 	sess.Stop(late)
 	sess.Finish(tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.attach_end": reason}})
 	sess.Report(stderr, "bridge attach: end", summary.Row{What: "ended", Value: reason})
 	return 0
-}
-
-// attachNode is the node id attach's series are keyed under: bridge's own,
-// else MLflow's variable, as the MLflow sink reads it.
-func attachNode(cfg config.Config) string {
-	if cfg.NodeID != "" {
-		return cfg.NodeID
-	}
-	return os.Getenv("MLFLOW_SYSTEM_METRICS_NODE_ID")
 }
 
 // runsText names runs (and the node) for a message.
@@ -162,76 +144,27 @@ func runsText(runs map[string]string, node string) string {
 	return s
 }
 
-// startTime is pid's start time in clock ticks since boot: with the pid,
-// it names one process (a pid is reused once its process is gone); 0 when
-// it cannot be read.
-func startTime(procs procfs.FS, pid int) uint64 {
-	p, err := procs.Proc(pid)
-	if err != nil {
-		return 0
-	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0
-	}
-	return st.Starttime
-}
-
-// waitForPID returns when pid is gone, a signal arrives, or the run was
-// ended by its owner.
-func waitForPID(procs procfs.FS, pid int, ownNS bool, sigs <-chan os.Signal, ended <-chan struct{}) string {
+// waitForPID returns when the process is gone, a signal arrives, or the
+// run was ended by its owner, and says which. The watch of the process has
+// ended when it returns: no goroutine is left waiting in poll.
+func waitForPID(proc *supervisor.Watched, sigs <-chan os.Signal, ended <-chan struct{}) string {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	exited := make(chan struct{})
 	go func() {
 		defer close(exited)
-		watchExit(procs, pid, ownNS)
+		proc.Wait(ctx)
 	}()
+	var reason string
 	select {
-	case s := <-sigs:
-		return "signal " + s.String()
 	case <-exited:
-		return fmt.Sprintf("process %d exited", pid)
+		return fmt.Sprintf("process %d exited", proc.PID())
+	case s := <-sigs:
+		reason = "signal " + s.String()
 	case <-ended:
-		return "the run was ended by its owner"
+		reason = "the run was ended by its owner"
 	}
-}
-
-// watchExit returns once pid has exited. A pidfd (Linux 5.3) becomes
-// readable at the exit, so one thread waits in poll without waking bridge
-// (each wake-up costs about as much as a sample) and a reused pid is never
-// mistaken for it; it names a process of bridge's own pid namespace, so only
-// when --proc-root is /proc. Else, or without pidfds, /proc is looked at
-// every 500 ms.
-func watchExit(procs procfs.FS, pid int, ownNS bool) {
-	if ownNS {
-		if fd, err := unix.PidfdOpen(pid, 0); err == nil {
-			defer unix.Close(fd)
-			for {
-				_, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, -1)
-				if err == nil {
-					return
-				}
-				if err != unix.EINTR {
-					break // fall back to looking
-				}
-			}
-		}
-	}
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	for range t.C {
-		if !alive(procs, pid) {
-			return
-		}
-	}
-}
-
-// alive treats a zombie as gone: it has exited, only its parent has not
-// reaped it yet.
-func alive(procs procfs.FS, pid int) bool {
-	p, err := procs.Proc(pid)
-	if err != nil {
-		return false
-	}
-	st, err := p.Stat()
-	return err == nil && st.State != "Z" && st.State != "X"
+	cancel()
+	<-exited
+	return reason
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/testbin"
 )
 
 // These tests run the real `bridge sample --json` inside real v1 cgroups (a

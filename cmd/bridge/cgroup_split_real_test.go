@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
 )
 
 // The cpu and cpuacct hierarchies mounted apart (as on this host), with

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/harness/testbin"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")

@@ -14,9 +14,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/bridge-dev/bridge/internal/promtest"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/promtest"
+	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/mocks/mlflowrec"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 )

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/node"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // hungChild writes its pid to CHILD, waits for the file GO, then leaves an orphan behind (a sleep

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/syncbuf"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
+	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 )

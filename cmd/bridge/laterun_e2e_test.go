@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/pipeline"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // The tracker is down at start, so bridge creates its run later in the

@@ -42,9 +42,7 @@ var version = strings.TrimSpace(versionFile)
 
 // Exit codes of bridge's own failures (a child's status passes through).
 const (
-	exitUsage    = 2   // bad flags, variables or config file
-	exitInternal = 70  // EX_SOFTWARE: bridge could not start the child
-	exitNoCmd    = 127 // the command was not found, as a shell says
+	exitUsage = 2 // bad flags, variables or config file
 )
 
 func main() {
@@ -212,21 +210,14 @@ child starts.
 
 Trackers are set up with their own variables, read as their Python clients
 read them:
-  MLFLOW_TRACKING_URI         the http(s) URL of an `+"`mlflow server`"+` (a sqlite:, file:
-                              or path store is not one: bridge says how to serve it)
-  MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN
-  MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID,
-  MLFLOW_SYSTEM_METRICS_NODE_ID, MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_TRACKING_*_TLS/_CERT_PATH
-  WANDB_API_KEY               W&B's key (else the server's entry in ~/.netrc, $NETRC)
-  WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_RUN_ID
-  WANDB_MODE                  offline or disabled turn bridge's W&B sink off too
---trackers auto (the default) turns on MLflow when MLFLOW_TRACKING_URI is set,
-and W&B when WANDB_API_KEY or WANDB_PROJECT is set. These variables, and the
-launchers' (Slurm, torchrun, Kubernetes), are other tools': a value bridge
-cannot use turns off only what depends on it, with a warning; the job runs.
+%s
+--trackers auto (the default) turns on %s.
+These variables, and the launchers' (Slurm, torchrun, Kubernetes), are other
+tools': a value bridge cannot use turns off only what depends on it, with a
+warning; the job runs.
 
 flags:
-%s`, version, fs.FlagUsages())
+%s`, version, pipeline.TrackerVars(), strings.Join(pipeline.TrackersOn(), ",\nand "), fs.FlagUsages())
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

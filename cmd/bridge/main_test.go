@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
 )
 
 // TestMain stops the MLflow server that mlflowtest.Shared may have started

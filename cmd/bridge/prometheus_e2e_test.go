@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/promtest"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
-	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/promtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
 )
 
 // A real Prometheus (Debian package prometheus) scrapes bridge's /metrics

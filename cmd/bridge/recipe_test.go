@@ -19,10 +19,10 @@ import (
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/config/option"
 	"github.com/bridge-dev/bridge/docgen"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/pipeline"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker"
 )
 

@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/hostile"
-	"github.com/bridge-dev/bridge/internal/promtest"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/internal/waitfor"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
-	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/hostile"
+	"github.com/bridge-dev/bridge/harness/promtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // A hostile exporter cannot harm the job: the real binary (built without

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/syncbuf"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/internal/waitfor"
-	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
+	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // defaultSpools lists the spools bridge left at its default path in dir.

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/stallfs"
-	"github.com/bridge-dev/bridge/internal/syncbuf"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/stallfs"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
+	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // stalledJob runs the real binary with its spool on a stallfs mount, the

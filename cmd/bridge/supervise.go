@@ -8,16 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/pipeline"
-	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
@@ -48,7 +44,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	// A command that cannot run is reported before any run is created.
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		fmt.Fprintf(stderr, "bridge: cannot run %q: %v\n", argv[0], err)
-		return startFailureCode(err)
+		return supervisor.StartFailureCode(err)
 	}
 	// A multi-node job: the key its bridges share, this node, and whether
 	// this bridge is the node's lead (docs/multinode.md).
@@ -72,57 +68,41 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 			job.CountAttempts(sp.Attempts())
 		}
 	}
-	logJob(job, log)
+	job.Log(log)
 	sinks, off := pipeline.BuildSinks(cfg, ov, job, log)
 	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	// Only the command line as redact shows it is recorded (tags, run name,
-	// spool).
-	shown := redact.New(os.Environ()).Argv(argv)
 	tags := src.StartTags(cfg, version)
-	tags["bridge.command"] = truncate(strings.Join(shown, " "), 500)
 	for k, v := range job.Tags() {
 		tags[k] = v
 	}
-	var lostRows []summary.Row
+	var rows []summary.Row // the end-of-run table's own rows, after the exit's
 	if lost != nil {
 		// Reported from the start: this attempt may not survive either.
 		for k, v := range lost.Tags() {
 			tags[k] = v
 		}
-		lostRows = lost.Rows()
+		rows = lost.Rows()
 	}
-	info := tracker.StartInfo{Command: shown, RunName: runName(cfg, shown), NodeID: cfg.NodeID, Tags: tags}
+	info := pipeline.JobStartInfo(cfg, argv, os.Environ(), tags)
 	started := pipeline.StartSinksWith(startCtx, sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
 	if sig := early.Stop(); sig != 0 {
 		return neverStarted(sig, started, cfg.FlushTimeout, early.C, stderr, log)
 	}
-	env := started.Env
-	if job.Multi() {
-		for _, r := range started.Runs {
-			if r.Late != nil && r.Sink.Name() == "mlflow" {
-				log.Warn("the job's run was not found within --start-timeout: the child starts without MLFLOW_RUN_ID; bridge keeps looking in the background and sends the spooled samples there. If it never finds it, `bridge sync SPOOL` joins them to the job's run later (the spool records the key)",
-					"key", job.Key)
-			}
-		}
-	}
-	for _, r := range started.Runs {
-		if r.Created {
-			tags[pipeline.CreatedTag(r.Sink.Name())] = "true" // for a restarted bridge: see previousAttempt
-		}
-	}
+	started.SayLate(job, log)
+	started.MarkCreated(tags) // for a restarted bridge: see previousAttempt
 
 	sess := pipeline.Open(pipeline.Options{Settings: set, Log: log, Version: version,
 		Sources: src, Spool: sp, Started: started, Off: off, StartTags: tags})
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.
 	grace := min(2*time.Second, max(cfg.FlushTimeout, time.Millisecond))
-	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: mergeEnv(os.Environ(), env), Log: log, KillAfter: cfg.KillAfter, Grace: grace,
+	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: started.ChildEnv(os.Environ()), Log: log, KillAfter: cfg.KillAfter, Grace: grace,
 		Signals: early.C})
 	if err != nil {
-		code := startFailureCode(err)
+		code := supervisor.StartFailureCode(err)
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		sess.Stop(nil)
 		sess.Finish(tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": err.Error()}})
@@ -132,19 +112,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	// of killing bridge (which would lose the child's exit status).
 	defer child.Release()
 	src.SetChild(child.PID(), os.Getpid()) // bridge adopts orphans: the child subreaper (or PID 1)
-	// Only bridge itself, after the child has forked: the value is inherited,
-	// and the training process must stay the OOM killer's choice.
-	if err := forensics.SetOOMScoreAdj("/proc", os.Getpid(), forensics.OOMScoreAdjMin); err != nil {
-		// Most containers lack CAP_SYS_RESOURCE: normal, so one short line
-		// at debug rather than the errno chain at every start.
-		why := "needs CAP_SYS_RESOURCE"
-		if !errors.Is(err, forensics.ErrOOMScorePermission) {
-			why = err.Error()
-		}
-		log.Debug("bridge's oom_score_adj is not lowered: a group OOM kill may take bridge too", "why", why)
-	} else {
-		log.Debug("bridge set its oom_score_adj to -1000")
-	}
+	lowerOOMScore(log)
 	sess.Run()
 
 	// Signals while the child runs were forwarded by the supervisor; one
@@ -166,7 +134,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 
 	go supervisor.ReapOrphans(stopReaping)
 	sess.Stop(abort)
-	end := endInfo(exit)
+	end := tracker.EndInfo{ExitCode: exit.Code, Signal: int(exit.Signal), Time: exit.Time, Tags: exit.Tags()}
 	ev := forensics.FromRun(forensics.Run{Exit: exit, Acc: sess.Acc(), Xids: src.XidEvents(), CgroupVersion: src.CgroupVersion()})
 	verdict := forensics.Classify(ev)
 	for k, v := range verdict.Tags(ev) {
@@ -182,9 +150,26 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	sess.Finish(end)
 	close(stopReaping)
 
-	rows := append([]summary.Row{{What: "exit status", Value: describeExit(exit)}}, verdict.Rows(ev)...)
-	sess.Report(stderr, "bridge: end of run", append(rows, lostRows...)...)
+	rows = append(append([]summary.Row{{What: "exit status", Value: exit.Describe()}}, verdict.Rows(ev)...), rows...)
+	sess.Report(stderr, "bridge: end of run", rows...)
 	return exit.Code
+}
+
+// lowerOOMScore takes bridge itself (after the child has forked: the value
+// is inherited, and the training process must stay the OOM killer's
+// choice) out of the OOM killer's choice.
+func lowerOOMScore(log *slog.Logger) {
+	if err := forensics.SetOOMScoreAdj("/proc", os.Getpid(), forensics.OOMScoreAdjMin); err != nil {
+		// Most containers lack CAP_SYS_RESOURCE: normal, so one short line
+		// at debug rather than the errno chain at every start.
+		why := "needs CAP_SYS_RESOURCE"
+		if !errors.Is(err, forensics.ErrOOMScorePermission) {
+			why = err.Error()
+		}
+		log.Debug("bridge's oom_score_adj is not lowered: a group OOM kill may take bridge too", "why", why)
+		return
+	}
+	log.Debug("bridge set its oom_score_adj to -1000")
 }
 
 // neverStarted ends a start cut short by a terminating signal: the command
@@ -193,7 +178,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 // within the flush timeout; a second signal cuts that short.
 func neverStarted(sig syscall.Signal, started pipeline.Started, flush time.Duration, again <-chan os.Signal, stderr io.Writer, log *slog.Logger) int {
 	code := 128 + int(sig)
-	why := fmt.Sprintf("%s arrived while bridge was starting its trackers, before the command started: the command never ran", unixSignalName(sig))
+	why := fmt.Sprintf("%s arrived while bridge was starting its trackers, before the command started: the command never ran", supervisor.SignalName(sig))
 	fmt.Fprintf(stderr, "bridge: %s; exit status %d\n", why, code)
 	ctx, cancel := context.WithTimeout(context.Background(), flush)
 	defer cancel()
@@ -204,149 +189,20 @@ func neverStarted(sig syscall.Signal, started pipeline.Started, flush time.Durat
 		case <-ctx.Done():
 		}
 	}()
-	end := tracker.EndInfo{ExitCode: code, Signal: int(sig), Time: time.Now(),
-		Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": why}}
-	for _, r := range started.Runs {
-		if r.RunID == "" {
-			continue
-		}
-		if err := r.Sink.Finish(ctx, end); err != nil {
-			log.Warn("cannot record on the tracker that the command never ran", "tracker", r.Sink.Name(), "run", r.RunID, "err", err)
-		}
-	}
+	started.End(ctx, tracker.EndInfo{ExitCode: code, Signal: int(sig), Time: time.Now(),
+		Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": why}}, log)
 	return code
-}
-
-func endInfo(exit supervisor.Exit) tracker.EndInfo {
-	tags := map[string]string{"bridge.exit_code": strconv.Itoa(exit.Code)}
-	if exit.Signal != 0 {
-		tags["bridge.exit_signal"] = unixSignalName(exit.Signal)
-	}
-	if exit.KilledAfter > 0 {
-		tags["bridge.killed_after"] = exit.KilledAfter.String()
-	}
-	return tracker.EndInfo{ExitCode: exit.Code, Signal: int(exit.Signal), Time: exit.Time, Tags: tags}
-}
-
-func describeExit(exit supervisor.Exit) string {
-	if exit.Signal == 0 {
-		return strconv.Itoa(exit.Code)
-	}
-	if exit.KilledAfter > 0 {
-		return fmt.Sprintf("%d (killed by SIGKILL, sent by bridge: still running %s (--kill-after) after a forwarded signal)", exit.Code, exit.KilledAfter)
-	}
-	how := ""
-	for _, f := range exit.Forwarded {
-		if f.Signal == exit.Signal {
-			how = ", forwarded by bridge"
-			break
-		}
-	}
-	return fmt.Sprintf("%d (killed by %s%s)", exit.Code, unixSignalName(exit.Signal), how)
-}
-
-func unixSignalName(s syscall.Signal) string {
-	names := map[syscall.Signal]string{
-		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
-		syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL",
-		syscall.SIGUSR1: "SIGUSR1", syscall.SIGSEGV: "SIGSEGV", syscall.SIGUSR2: "SIGUSR2", syscall.SIGPIPE: "SIGPIPE",
-		syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM", syscall.SIGXCPU: "SIGXCPU", syscall.SIGWINCH: "SIGWINCH",
-	}
-	if n, ok := names[s]; ok {
-		return n
-	}
-	return "signal " + strconv.Itoa(int(s))
-}
-
-// startFailureCode follows the shell: 127 when the command is not found,
-// 126 when it cannot be executed.
-func startFailureCode(err error) int {
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		return exitNoCmd
-	}
-	return 126
-}
-
-// runName is --run-name, or the base names of the program and its first
-// shown arguments (shown: the command line as redact shows it).
-func runName(cfg config.Config, shown []string) string {
-	if cfg.RunName != "" {
-		return cfg.RunName
-	}
-	parts := []string{filepath.Base(shown[0])}
-	for _, a := range shown[1:] {
-		if strings.HasPrefix(a, "-") || redact.Hidden(a) || strings.Contains(a, redact.Mask) {
-			continue
-		}
-		parts = append(parts, filepath.Base(a))
-		if len(parts) == 3 {
-			break
-		}
-	}
-	return truncate(strings.Join(parts, " "), 100)
-}
-
-// mergeEnv adds or replaces variables of add in base.
-func mergeEnv(base, add []string) []string {
-	out := append([]string(nil), base...)
-	for _, kv := range add {
-		k, _, _ := strings.Cut(kv, "=")
-		replaced := false
-		for i, o := range out {
-			if ok, _, _ := strings.Cut(o, "="); ok == k {
-				out[i], replaced = kv, true
-			}
-		}
-		if !replaced {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
 
 // previousAttempt finds an earlier attempt on sp that stopped without a
 // clean shutdown (a group OOM kill took bridge too, a node failure). Where
-// that attempt wrote to a run bridge can resume (MLflow's), this attempt
-// writes into that run again instead of creating a new one, unless the
-// tracker's run variable (MLFLOW_RUN_ID) says otherwise.
+// that attempt wrote to a run bridge can resume, this attempt writes into
+// that run again instead of creating a new one (pipeline.ResumeRuns).
 func previousAttempt(sp *spool.Spool, multi bool, log *slog.Logger) (*forensics.Lost, pipeline.Overrides) {
-	ov := pipeline.Overrides{RunIDs: map[string]string{}, Owned: map[string]bool{}}
 	lost, ok := forensics.LostBefore(sp.Attempts(), time.Now())
 	if !ok {
-		return nil, ov
+		return nil, pipeline.Overrides{RunIDs: map[string]string{}, Owned: map[string]bool{}}
 	}
 	log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
-	for _, t := range pipeline.Trackers {
-		id := lost.Record.Runs[t.Name]
-		// A multi-node job's run is found by its key again (the election
-		// joins the elected run), which also records this node's end.
-		if !t.Resume || id == "" || os.Getenv(t.RunIDEnv) != "" || multi {
-			continue
-		}
-		ov.RunIDs[t.Name], ov.Owned[t.Name] = id, lost.Record.Info[pipeline.CreatedTag(t.Name)] == "true"
-		log.Info("writing into the run of that attempt again", "tracker", t.Name, "run", id, "attempt", lost.Attempt)
-	}
-	return lost, ov
-}
-
-// logJob says which job this bridge belongs to, and what it saw and did not
-// use.
-func logJob(job *pipeline.Job, log *slog.Logger) {
-	if job.Multi() {
-		log.Info("multi-node job: one run for every node's bridge", "key", job.Key, "key_from", job.KeyFrom,
-			"node", job.NodeID, "node_from", job.NodeFrom, "nodes", job.Nodes, "attempt", job.Attempt, "task", job.Task)
-	}
-	for _, n := range job.Notes {
-		log.Info("job detection", "note", n)
-	}
-	for _, w := range job.Warnings {
-		log.Warn(w)
-	}
+	return lost, pipeline.ResumeRuns(lost.Record, multi, os.Getenv, log)
 }

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // bridgeCmd prepares the real binary with no tracker and the spool in a temp

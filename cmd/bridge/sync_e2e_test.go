@@ -15,13 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/syncbuf"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
+	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
+	"github.com/bridge-dev/bridge/upload"
 )
 
 // advisedSync is the upload command bridge's end-of-run table advises,
@@ -301,7 +302,7 @@ func TestSyncPatientWhileFindingRun(t *testing.T) {
 	}
 
 	p.Clear()
-	p.Schedule(faultproxy.Fault{Path: "runs/search", Kind: faultproxy.Slow, Delay: syncProgress + 2*time.Second, Times: 1})
+	p.Schedule(faultproxy.Fault{Path: "runs/search", Kind: faultproxy.Slow, Delay: upload.ProgressEvery + 2*time.Second, Times: 1})
 	code, out = syncVia(p.URL())
 	if code != 0 {
 		t.Fatalf("sync with a slow search: exit %d, want 0:\n%s", code, out)

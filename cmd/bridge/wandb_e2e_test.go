@@ -17,12 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/syncbuf"
-	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
+	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
-	"github.com/bridge-dev/bridge/spool/spooltest"
 )
 
 // The W&B end-to-end tests run `bridge --interval 1s --trackers wandb --

@@ -30,10 +30,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
-	"github.com/bridge-dev/bridge/spool/spooltest"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/testbin"
 )
 
 const (

@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"testing"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
 )
 
 // bridge under srun, one task per node, set up as a user would: the MLflow

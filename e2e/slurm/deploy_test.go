@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
-	"github.com/bridge-dev/bridge/internal/testbin"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/testbin"
 )
 
 // deploySpec is deploy/sbatch.sh as a user submits it, `sbatch

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/testbin"
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // Spec is a job to run.

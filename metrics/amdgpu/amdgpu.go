@@ -59,12 +59,22 @@ type Options struct {
 	// and CUDA_VISIBLE_DEVICES (os.LookupEnv when nil). The last counts
 	// only when Offset is 0: on a node with NVIDIA GPUs it is theirs.
 	LookupEnv func(string) (string, bool)
-	// ProcessTree returns the PIDs of the child's process tree, as seen in
-	// the PID namespace of bridge's proc root; nil: no process_gpu_ series
-	// (bridge sample).
-	ProcessTree func() ([]int, error)
+	// ProcessTree is the child's process tree (process.Tree, shared with
+	// the process collector); nil: no process_gpu_ series (bridge sample).
+	ProcessTree ProcessTree
 	// Log receives notes about GPUs left out; nil discards them.
 	Log *slog.Logger
+}
+
+// ProcessTree is the child's process tree as the collector matches KFD's
+// processes against it (process.Tree implements it).
+type ProcessTree interface {
+	// PIDs lists the tree's processes as seen in the PID namespace of
+	// bridge's proc root; none while there is no child.
+	PIDs(ctx context.Context) ([]int, error)
+	// Close releases what the tree keeps open. It may run beside PIDs,
+	// and more than once (the tree has other users).
+	Close() error
 }
 
 // reading is one file a sample reads, and what it gives.
@@ -89,14 +99,16 @@ type gpu struct {
 //
 // Contract: as metrics.Collector and metrics.Closer. Detect and Tags read
 // what New found, and the note of the last process match under mu; Close
-// drops the reader's records (sysfs files are opened on each read).
+// drops the readers' records (sysfs files are opened on each read) and
+// closes the shared tree.
 type Collector struct {
 	sysRoot string
 	gpus    []*gpu
-	notes   []string // GPUs left out and why; visibility entries naming none
-	kfd     bool     // the KFD topology is there: per-process VRAM can be read
-	files   *kfile.Reader[string]
-	tree    func() ([]int, error)
+	notes   []string              // GPUs left out and why; visibility entries naming none
+	kfd     bool                  // the KFD topology is there: per-process VRAM can be read
+	files   *kfile.Reader[string] // the GPUs' files
+	vram    *kfile.Reader[string] // KFD's per-process files: no absence kept
+	tree    ProcessTree
 	log     *slog.Logger
 	buf     []byte
 
@@ -137,7 +149,7 @@ func New(opts Options) (*Collector, error) {
 		return nil, err
 	}
 	c := &Collector{sysRoot: opts.SysRoot, kfd: haveKFD, tree: opts.ProcessTree, log: opts.Log.With("source", Name),
-		files: kfile.NewPathReader(kfile.Options{Size: 64, Absent: true})}
+		files: kfile.NewPathReader(kfile.Options{Size: 64, Absent: true}), vram: kfile.NewPathReader(kfile.Options{Size: 64})}
 	listed, dropped := rocmOrder(cards, nodes, haveKFD)
 	c.notes = append(c.notes, dropped...)
 	listed, dropped = openable(listed, opts.DevRoot)
@@ -226,7 +238,13 @@ func exists(path string) bool {
 func (c *Collector) Name() string { return Name }
 
 // Close implements metrics.Closer.
-func (c *Collector) Close() error { return c.files.Close() }
+func (c *Collector) Close() error {
+	if c.tree != nil {
+		_ = c.tree.Close() // shared: safe beside its other users' walks
+	}
+	c.vram.Close()
+	return c.files.Close()
+}
 
 // Collect reads every GPU's files, then the child's VRAM. Each file is read
 // on its own: one that fails is in the joined error, the rest still count.
@@ -265,7 +283,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 		}
 	}
 	if c.tree != nil && c.kfd {
-		if err := c.collectProcesses(b); err != nil {
+		if err := c.collectProcesses(ctx, b); err != nil {
 			errs = append(errs, err)
 		}
 	}

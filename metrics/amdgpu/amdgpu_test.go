@@ -13,8 +13,8 @@ import (
 
 	"github.com/prometheus/procfs/sysfs"
 
+	"github.com/bridge-dev/bridge/harness/closetest"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
 )
 
 // env is a LookupEnv over a fixed set of variables.
@@ -351,7 +351,7 @@ func TestProcessVRAM(t *testing.T) {
 			f := tc.procs(base())
 			f["sys/class/kfd/kfd/proc/"] = ""
 			write(t, root, f)
-			c, err := newIn(t, root, Options{LookupEnv: env(tc.env...), ProcessTree: func() ([]int, error) { return tc.tree, nil }})
+			c, err := newIn(t, root, Options{LookupEnv: env(tc.env...), ProcessTree: fakeTree(tc.tree)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -377,7 +377,7 @@ func TestProcessVRAM(t *testing.T) {
 func TestNoKFD(t *testing.T) {
 	root := t.TempDir()
 	write(t, root, amdCard(files{}, 0, 128, "0000:03:00.0", ""))
-	c, err := newIn(t, root, Options{ProcessTree: func() ([]int, error) { return []int{1}, nil }})
+	c, err := newIn(t, root, Options{ProcessTree: fakeTree{1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,11 @@ import (
 func BenchmarkCollect(b *testing.B) {
 	for _, bb := range []struct {
 		name string
-		tree func() ([]int, error)
+		tree ProcessTree
 		want int
 	}{
 		{"gpus", nil, 2 * 11},
-		{"gpus+child", func() ([]int, error) { return []int{100, 101}, nil }, 2*11 + 3},
+		{"gpus+child", fakeTree{100, 101}, 2*11 + 3},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			root := b.TempDir()

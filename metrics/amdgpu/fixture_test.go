@@ -1,6 +1,7 @@
 package amdgpu
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -128,3 +129,9 @@ func kfdProc(f files, pid int, vram map[int]uint64) files {
 	}
 	return f
 }
+
+// fakeTree is a ProcessTree of fixed pids.
+type fakeTree []int
+
+func (f fakeTree) PIDs(context.Context) ([]int, error) { return f, nil }
+func (f fakeTree) Close() error                        { return nil }

@@ -1,6 +1,7 @@
 package amdgpu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // KFD lists each process that holds /dev/kfd as <sys>/class/kfd/kfd/proc/
@@ -28,8 +30,8 @@ type kfdMatch struct {
 }
 
 // collectProcesses adds the process_gpu_ series of the child's tree.
-func (c *Collector) collectProcesses(b *metrics.Batch) error {
-	tree, err := c.tree()
+func (c *Collector) collectProcesses(ctx context.Context, b *metrics.Batch) error {
+	tree, err := c.tree.PIDs(ctx)
 	if err != nil {
 		return fmt.Errorf("listing the child's processes: %w", err)
 	}
@@ -89,7 +91,7 @@ func (c *Collector) matchKFD(dir string, tree []int) (kfdMatch, error) {
 			}
 			m.Matched++
 			path := filepath.Join(dir, e.Name(), file)
-			v, err := readBytes(path)
+			v, err := c.readBytes(path)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue
 			}
@@ -103,15 +105,16 @@ func (c *Collector) matchKFD(dir string, tree []int) (kfdMatch, error) {
 	return m, errors.Join(errs...)
 }
 
-func readBytes(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
+// readBytes reads the count of bytes in a KFD vram_<gpu_id> file.
+func (c *Collector) readBytes(path string) (uint64, error) {
+	var err error
+	c.buf, err = c.vram.Read(path, c.buf)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("reading %s: %w", path, err)
 	}
-	s := strings.TrimSpace(string(b))
-	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("parsing %s: want a count of bytes, got %q", path, s)
+	v, ok := kfile.Uint(c.buf)
+	if !ok {
+		return 0, fmt.Errorf("parsing %s: want a count of bytes, got %q", path, strings.TrimSpace(string(c.buf)))
 	}
 	return v, nil
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/process"
 )
 
 // Registration is the collector's, for pipeline.Collectors. Its GPUs are
@@ -23,13 +24,19 @@ var Registration = metrics.Registration{
 				offset = g.Count()
 			}
 		}
-		c, err := New(Options{
-			SysRoot:     env.Roots.Sys,
-			Offset:      offset,
-			LookupEnv:   env.LookupEnv, // what the child inherits
-			ProcessTree: env.Job.ProcessTree(),
-			Log:         env.Log,
-		})
+		o := Options{
+			SysRoot:   env.Roots.Sys,
+			Offset:    offset,
+			LookupEnv: env.LookupEnv, // what the child inherits
+			Log:       env.Log,
+		}
+		// The child's tree, shared with the process and NVIDIA collectors;
+		// a proc root it cannot be read under is the NVIDIA collector's
+		// usage error, built first.
+		if tree, err := process.TreeOf(env); err == nil {
+			o.ProcessTree = tree
+		}
+		c, err := New(o)
 		if err != nil {
 			level := slog.LevelWarn
 			switch {

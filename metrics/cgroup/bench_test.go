@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
 )
 
 // BenchmarkCollect measures one sample of the container scope on the real v1

@@ -1,12 +1,14 @@
 // Package cgroup reads the container scope: the cgroup that bridge (and so its
 // child, which inherits it) runs in, on cgroup v2, v1 and hybrid hosts.
 //
-// The leaf cgroup comes from <proc>/<pid>/cgroup and the mount points from
-// <proc>/<pid>/mountinfo, so cgroup namespaces ("0::/") and bind-mounted
-// subtrees resolve to the directories this process can actually see. The
-// per-sample files are read directly, only the keys the series use, through
-// descriptors kept open and re-read with pread (files.go); containerd's
-// github.com/containerd/cgroups/v3 detects the mode. Limits (memory.max, cpu.max,
+// The layout is found once (FindLayout, locate.go): the mode by containerd's
+// github.com/containerd/cgroups/v3, the leaf cgroup from <proc>/<pid>/cgroup
+// and the mount points from <proc>/<pid>/mountinfo (both through procfs),
+// so cgroup namespaces ("0::/") and bind-mounted subtrees resolve to the
+// directories this process can actually see; the process collector looks
+// for the child's tree in the same layout. The per-sample files are read
+// directly, only the keys the series use, through descriptors kept open and
+// re-read with pread (files.go). Limits (memory.max, cpu.max,
 // cpu.cfs_quota_us, cpusets) are read directly, from the leaf and every
 // visible ancestor, because the kernel enforces the tightest of them.
 // Formulas follow cAdvisor/kubelet (working set = usage - inactive file).
@@ -17,14 +19,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/containerd/cgroups/v3"
-	"github.com/prometheus/procfs"
 
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -40,55 +38,9 @@ const (
 	ModeUnavailable Mode = "unavailable" // no cgroupfs
 )
 
-// ErrUnavailable is returned by New when the process has no cgroup this
+// ErrUnavailable is returned by FindLayout when the process has no cgroup this
 // collector can read (no cgroupfs, no /proc/<pid>/cgroup).
 var ErrUnavailable = errors.New("no readable cgroup")
-
-// hostRoot is where the host's cgroup filesystems are mounted, the only
-// root containerd's mode detection looks at.
-const hostRoot = "/sys/fs/cgroup"
-
-// DetectMode returns the real host's mode, by containerd's cgroups.Mode: a
-// statfs of /sys/fs/cgroup (and of its unified/), which cannot be pointed
-// elsewhere.
-func DetectMode() Mode {
-	switch cgroups.Mode() {
-	case cgroups.Unified:
-		return ModeV2
-	case cgroups.Hybrid:
-		return ModeHybrid
-	case cgroups.Legacy:
-		return ModeV1
-	default:
-		return ModeUnavailable
-	}
-}
-
-// checkMode accepts a known layout; "" is not known yet.
-func checkMode(opts Options) error {
-	switch opts.Mode {
-	case "", ModeV1, ModeV2, ModeHybrid:
-		return nil
-	case ModeUnavailable:
-		return fmt.Errorf("%w: no cgroup filesystem at %s", ErrUnavailable, opts.CgroupRoot)
-	default:
-		return fmt.Errorf("cgroup mode %q: want v1, v2 or hybrid", opts.Mode)
-	}
-}
-
-// Options configures a Collector. Zero values take the defaults shown.
-type Options struct {
-	ProcRoot   string // "/proc"
-	CgroupRoot string // "/sys/fs/cgroup"; only cgroup mounts at or under it count
-	PID        int    // os.Getpid(): the child shares bridge's cgroup
-	// Mode is the layout under CgroupRoot. Zero: DetectMode() when
-	// CgroupRoot is the host's /sys/fs/cgroup; under another root (a
-	// sidecar's mount of the host's, a fixture tree) containerd cannot
-	// look, so the same rule is applied to the filesystems the process's
-	// mountinfo shows mounted there (modeOfMounts).
-	Mode Mode
-	Log  *slog.Logger // slog.Default()
-}
 
 // Info is what the collector found, typed for run tags.
 type Info struct {
@@ -118,15 +70,14 @@ type Info struct {
 const NoLimit = "no limit"
 
 // Collector reads the container scope. It follows metrics.Collector's
-// contract: one goroutine at a time calls Collect. Info and Detect only read
-// files and may be called from another goroutine.
+// contract: one goroutine at a time calls Collect. MemoryPoints may run
+// beside it (the sampling loop's probe between samples), and Info and
+// Detect on yet another goroutine: they share only the kept-file reader
+// and the "no data" log under mu, and take no CPU reading.
 type Collector struct {
-	opts   Options
-	log    *slog.Logger
-	lay    layout
-	procFS procfs.FS
-	now    func() time.Time
-
+	lay   *Layout
+	log   *slog.Logger
+	now   func() time.Time
 	prev  *cpuReading
 	files *files // descriptors kept open on cgroupfs and procfs
 
@@ -134,73 +85,14 @@ type Collector struct {
 	logged map[string]bool // "no data" debug lines already written
 }
 
-// New locates the process's cgroup. It fails with ErrUnavailable when there is
-// none to read; the caller then leaves the container scope out.
-func New(opts Options) (*Collector, error) {
-	if opts.ProcRoot == "" {
-		opts.ProcRoot = "/proc"
+// New returns a collector of the cgroups l found (FindLayout).
+func New(l *Layout, log *slog.Logger) *Collector {
+	if log == nil {
+		log = slog.Default()
 	}
-	if opts.CgroupRoot == "" {
-		opts.CgroupRoot = "/sys/fs/cgroup"
-	}
-	if opts.PID == 0 {
-		opts.PID = os.Getpid()
-	}
-	if opts.Mode == "" && filepath.Clean(opts.CgroupRoot) == hostRoot {
-		opts.Mode = DetectMode()
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
-	}
-	log := opts.Log.With("source", "cgroup")
-	if err := checkMode(opts); err != nil {
-		return nil, err
-	}
-
-	pfs, err := procfs.NewFS(opts.ProcRoot)
-	if err != nil {
-		return nil, fmt.Errorf("%w: proc root %s: %w", ErrUnavailable, opts.ProcRoot, err)
-	}
-	proc, err := pfs.Proc(opts.PID)
-	if err != nil {
-		return nil, fmt.Errorf("%w: process %d under %s: %w", ErrUnavailable, opts.PID, opts.ProcRoot, err)
-	}
-	cgs, err := proc.Cgroups()
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading %s: %w", ErrUnavailable,
-			filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "cgroup"), err)
-	}
-	mounts, err := pfs.GetProcMounts(opts.PID)
-	if err != nil {
-		// Without mountinfo the conventional layout under CgroupRoot is
-		// still a good guess; resolve notes what it assumed.
-		log.Debug("no mountinfo; assuming the usual mount points",
-			"path", filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "mountinfo"), "err", err)
-	}
-	if opts.Mode == "" {
-		opts.Mode = modeOfMounts(mounts, opts.CgroupRoot)
-		if err := checkMode(opts); err != nil {
-			return nil, fmt.Errorf("%w (in %s)", err, filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "mountinfo"))
-		}
-	}
-	lay := resolve(opts.Mode, cgs, mounts, opts.CgroupRoot)
-	for _, n := range lay.notes {
-		log.Debug(n)
-	}
-	if len(lay.places) == 0 {
-		return nil, fmt.Errorf("%w: %s lists no %s hierarchy", ErrUnavailable,
-			filepath.Join(opts.ProcRoot, fmt.Sprint(opts.PID), "cgroup"), opts.Mode)
-	}
-	c := &Collector{
-		opts:   opts,
-		log:    log,
-		lay:    lay,
-		procFS: pfs,
-		now:    time.Now,
-		logged: map[string]bool{},
-	}
+	c := &Collector{lay: l, log: log.With("source", "cgroup"), now: time.Now, logged: map[string]bool{}}
 	c.files = newFiles(func() time.Time { return c.now() })
-	return c, nil
+	return c
 }
 
 // Close implements metrics.Closer: it closes the descriptors kept open for
@@ -216,14 +108,11 @@ func (c *Collector) Name() string { return Name }
 
 // Version is the cgroup layout read (Info's Version), without reading a
 // file.
-func (c *Collector) Version() Mode { return c.opts.Mode }
+func (c *Collector) Version() Mode { return c.lay.mode }
 
 // Info returns what was found; limits are read afresh (they can be resized).
 func (c *Collector) Info() Info {
-	inf := Info{Version: c.opts.Mode, Paths: map[string]string{}}
-	for name, p := range c.lay.places {
-		inf.Paths[name] = p.dir
-	}
+	inf := Info{Version: c.lay.mode, Paths: c.lay.Paths()}
 	ml, err := c.memoryLimit(nil)
 	if err != nil {
 		c.log.Debug("reading memory limit", "err", err)
@@ -297,8 +186,9 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 
 // MemoryPoints reads only the memory files (working set, limit, share): no
 // CPU reading is taken, so the deltas of the next Collect are unchanged. The
-// sampling loop calls it between samples to notice early that the working
-// set nears the limit.
+// sampling loop calls it between samples, on a goroutine of its own that
+// may overlap a Collect, to notice early that the working set nears the
+// limit.
 func (c *Collector) MemoryPoints(ctx context.Context) ([]metrics.Point, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -185,11 +185,20 @@ func v1CPUAcct() map[string]string {
 
 func (f *fixture) collector() *Collector {
 	f.t.Helper()
-	c, err := New(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Mode: f.mode, Log: testLog(f.t)})
+	c, err := newCollector(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Mode: f.mode, Log: testLog(f.t)})
 	if err != nil {
-		f.t.Fatalf("New: %v", err)
+		f.t.Fatalf("FindLayout: %v", err)
 	}
 	return c
+}
+
+// newCollector finds the layout opts say and returns its collector.
+func newCollector(opts Options) (*Collector, error) {
+	l, err := FindLayout(opts)
+	if err != nil {
+		return nil, err
+	}
+	return New(l, opts.Log), nil
 }
 
 func testLog(t *testing.T) *slog.Logger {

@@ -186,7 +186,7 @@ func (c *Collector) readCPUSet(p place) (int, string, error) {
 
 // onlineCPUs counts the cpuN lines of <proc>/stat; 0 when unreadable.
 func (c *Collector) onlineCPUs() int {
-	path := filepath.Join(c.opts.ProcRoot, "stat")
+	path := filepath.Join(c.lay.procRoot, "stat")
 	s, found, err := c.files.read(path)
 	if err != nil || !found {
 		c.noData(path, "online CPUs")

@@ -53,7 +53,7 @@ func TestNewFindsModeOfFixtureRoot(t *testing.T) {
 	} {
 		t.Run(string(tc.want), func(t *testing.T) {
 			f := tc.build(t)
-			c, err := New(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Log: testLog(t)})
+			c, err := newCollector(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Log: testLog(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -69,8 +69,33 @@ func TestNewFindsModeOfFixtureRoot(t *testing.T) {
 	f := newFixture(t, "", 2)
 	f.procCgroup("0::/")
 	f.writeMountinfo()
-	_, err := New(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Log: testLog(t)})
+	_, err := newCollector(Options{ProcRoot: f.proc, CgroupRoot: f.cg, PID: fixturePID, Log: testLog(t)})
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "mountinfo") {
 		t.Errorf("New on a root with no cgroup mount: %v, want ErrUnavailable naming the mountinfo read", err)
+	}
+}
+
+// The end-of-run table names the high-water mark's file from the layout:
+// the memory controller's hierarchy decides (v1 on hybrid hosts).
+func TestPeakFile(t *testing.T) {
+	f2, _, _ := k8sV2(t, nil, nil)
+	hybrid := newV1(t, ModeHybrid, nil, nil, nil)
+	hybrid.f.mountV2("unified", "/")
+	for _, tc := range []struct {
+		name string
+		f    *fixture
+		want string
+	}{
+		{"v2", f2, "memory.peak"},
+		{"v1", newV1(t, ModeV1, nil, nil, nil).f, "memory.max_usage_in_bytes"},
+		{"hybrid", hybrid.f, "memory.max_usage_in_bytes"},
+	} {
+		c := tc.f.collector()
+		if got := c.PeakFile(); got != tc.want {
+			t.Errorf("%s: PeakFile = %q, want %q", tc.name, got, tc.want)
+		}
+		if p, ok := collect(t, c)["container_memory_peak_megabytes"]; !ok || !strings.HasSuffix(p.Source, "/"+tc.want) {
+			t.Errorf("%s: the peak read from %q (%v), want %s", tc.name, p.Source, ok, tc.want)
+		}
 	}
 }

@@ -82,6 +82,27 @@ func (r *round) flatKeyed(path, what string) (map[string]uint64, bool) {
 	return kv, true
 }
 
+// The files of the kernel's memory high-water mark (PeakFile).
+const (
+	v1PeakFile = "memory.max_usage_in_bytes"
+	v2PeakFile = "memory.peak"
+)
+
+// PeakFile is the file container_memory_peak_megabytes, the kernel's
+// memory high-water mark, is read from: memory.max_usage_in_bytes where
+// the memory controller is v1 (hybrid hosts too), memory.peak where it is
+// v2; "" without a memory controller. It reads no file.
+func (c *Collector) PeakFile() string {
+	p, ok := c.lay.places[ctlMemory]
+	switch {
+	case !ok:
+		return ""
+	case p.v1:
+		return v1PeakFile
+	}
+	return v2PeakFile
+}
+
 // memory adds the memory points. Working set is cAdvisor's: usage minus
 // inactive file pages, clamped at 0.
 func (r *round) memory() {
@@ -95,7 +116,7 @@ func (r *round) memory() {
 	var usageFile, statFile, peakFile, inactiveKey, rssKey, cacheKey string
 	var vals [4]uint64
 	if p.v1 {
-		usageFile, statFile, peakFile = "memory.usage_in_bytes", "memory.stat", "memory.max_usage_in_bytes"
+		usageFile, statFile, peakFile = "memory.usage_in_bytes", "memory.stat", v1PeakFile
 		inactiveKey, rssKey, cacheKey = "total_inactive_file", "total_rss", "total_cache"
 		path := filepath.Join(p.dir, usageFile)
 		s, ok := r.required(path, "memory usage")
@@ -126,7 +147,7 @@ func (r *round) memory() {
 		r.v1Limit = &vals[3]
 		r.v1OOMKill(p)
 	} else {
-		usageFile, statFile, peakFile = "memory.current", "memory.stat", "memory.peak"
+		usageFile, statFile, peakFile = "memory.current", "memory.stat", v2PeakFile
 		inactiveKey, rssKey, cacheKey = "inactive_file", "anon", "file"
 		// An absent memory.current means the memory controller is not
 		// enabled here (or this is the root).
@@ -219,7 +240,8 @@ func (r *round) memoryEvents(p place) {
 	}
 }
 
-// cpuReading is one reading of the cumulative CPU counters.
+// cpuReading is one reading of the cumulative CPU counters, and the files
+// they came from.
 type cpuReading struct {
 	at          time.Time
 	usageNs     uint64
@@ -228,82 +250,22 @@ type cpuReading struct {
 	throttled   uint64
 	throttledNs uint64
 	hasThrottle bool
+	usageSrc    string
+	throttleSrc string
 }
 
 // cpu adds the CPU points. Usage and throttling are deltas against the
 // previous Collect; the first Collect has only the limit.
 func (r *round) cpu() {
 	c := r.c
-	cur := cpuReading{at: c.now()}
-	var usageSrc, throttleSrc string
-
-	cpuP, hasCPU := c.lay.places[ctlCPU]
-	acctP, hasAcct := c.lay.places[ctlCPUAcct]
-	// v2's cpu.stat holds both the usage and the throttling: read once.
-	var v2 [4]uint64 // v2CPUStatKeys
-	var v2Found bool
-	var v2Err error
-	v2Path := filepath.Join(cpuP.dir, "cpu.stat")
-	if hasCPU && !cpuP.v1 {
-		v2Found, v2Err = c.readStat(v2Path, v2CPUStatKeys, v2[:])
-		r.fail(v2Err)
-	}
-	switch {
-	case hasAcct && acctP.v1:
-		usageSrc = r.source(acctP.dir, "cpuacct.usage")
-		path := filepath.Join(acctP.dir, "cpuacct.usage")
-		if s, ok := r.required(path, "cpu usage"); ok {
-			if v, err := parseV1Uint(s); err != nil {
-				r.fail(fmt.Errorf("%s: %w", path, err))
-			} else {
-				cur.usageNs, cur.hasUsage = v, true
-			}
-		}
-	case hasCPU && !cpuP.v1:
-		usageSrc = r.source(cpuP.dir, "cpu.stat usage_usec")
-		switch {
-		case v2Err != nil: // reported above
-		case !v2Found:
-			c.noData(v2Path, "cpu usage")
-		default:
-			cur.usageNs, cur.hasUsage = v2[0]*1000, true
-		}
-	}
-	if hasCPU {
-		if cpuP.v1 {
-			throttleSrc = r.source(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_time")
-			path := filepath.Join(cpuP.dir, "cpu.stat")
-			var v [3]uint64
-			found, err := c.readStat(path, v1CPUStatKeys, v[:])
-			switch {
-			case err != nil:
-				r.fail(err)
-			case !found:
-				c.noData(path, "cpu throttling")
-			default:
-				cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = v[0], v[1], v[2], true
-			}
-		} else {
-			// cpu.stat's nr_* keys exist only where the cpu controller is
-			// enabled, which cpu.max marks.
-			if _, ok := r.required(filepath.Join(cpuP.dir, "cpu.max"), "cpu controller (throttling)"); ok {
-				throttleSrc = r.source(cpuP.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
-				// An absent cpu.stat reads as zeros, as containerd read it.
-				if v2Err == nil {
-					cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = v2[1], v2[2], v2[3]*1000, true
-				}
-			}
-		}
-	}
-
+	cur := r.cpuCounters()
 	lim, err := c.cpuLimit()
 	r.fail(err)
 	if lim.ok {
 		r.add(CPULimit, lim.cores, lim.setBy)
 	}
 	splitBy := c.cpuSplit()
-	split := splitBy != ""
-	if split {
+	if splitBy != "" {
 		// Usage and limit belong to different cgroups: marked on every
 		// sample so that nothing downstream divides one by the other.
 		r.add(CPUUsageLimitSplit, 1, splitBy)
@@ -311,19 +273,121 @@ func (r *round) cpu() {
 	// Cumulative counters: their meaning does not depend on the interval
 	// (which switches between --interval and --fast-interval).
 	if cur.hasUsage {
-		r.add(CPUUsageSecondsTotal, float64(cur.usageNs)/1e9, usageSrc)
+		r.add(CPUUsageSecondsTotal, float64(cur.usageNs)/1e9, cur.usageSrc)
 	}
 	if cur.hasThrottle {
-		r.add(CPUPeriodsTotal, float64(cur.periods), throttleSrc)
-		r.add(CPUThrottledPeriodsTotal, float64(cur.throttled), throttleSrc)
-		r.add(CPUThrottledSecondsTotal, float64(cur.throttledNs)/1e9, throttleSrc)
+		r.add(CPUPeriodsTotal, float64(cur.periods), cur.throttleSrc)
+		r.add(CPUThrottledPeriodsTotal, float64(cur.throttled), cur.throttleSrc)
+		r.add(CPUThrottledSecondsTotal, float64(cur.throttledNs)/1e9, cur.throttleSrc)
 	}
-
 	prev := c.prev
 	c.prev = &cur
-	if prev == nil {
+	if prev != nil {
+		r.cpuRates(prev, &cur, lim, splitBy != "")
+	}
+}
+
+// cpuCounters reads the cumulative CPU counters: the usage from v1's
+// cpuacct.usage or v2's cpu.stat, the throttling from cpu.stat (v2's only
+// where the cpu controller is enabled).
+func (r *round) cpuCounters() cpuReading {
+	c := r.c
+	cur := cpuReading{at: c.now()}
+	cpuP, hasCPU := c.lay.places[ctlCPU]
+	acctP, hasAcct := c.lay.places[ctlCPUAcct]
+	v2 := hasCPU && !cpuP.v1
+	var st v2CPUStat
+	if v2 {
+		st = r.readV2CPUStat(cpuP)
+	}
+	switch {
+	case hasAcct && acctP.v1:
+		r.v1CPUUsage(acctP, &cur)
+	case v2:
+		r.v2CPUUsage(cpuP, st, &cur)
+	}
+	switch {
+	case hasCPU && cpuP.v1:
+		r.v1CPUThrottle(cpuP, &cur)
+	case v2:
+		r.v2CPUThrottle(cpuP, st, &cur)
+	}
+	return cur
+}
+
+// v2CPUStat is v2's cpu.stat, which holds both the usage and the
+// throttling: read once a round.
+type v2CPUStat struct {
+	path  string
+	v     [4]uint64 // v2CPUStatKeys
+	found bool
+	err   error // reported when read
+}
+
+func (r *round) readV2CPUStat(p place) v2CPUStat {
+	st := v2CPUStat{path: filepath.Join(p.dir, "cpu.stat")}
+	st.found, st.err = r.c.readStat(st.path, v2CPUStatKeys, st.v[:])
+	r.fail(st.err)
+	return st
+}
+
+func (r *round) v1CPUUsage(p place, cur *cpuReading) {
+	cur.usageSrc = r.source(p.dir, "cpuacct.usage")
+	path := filepath.Join(p.dir, "cpuacct.usage")
+	s, ok := r.required(path, "cpu usage")
+	if !ok {
 		return
 	}
+	if v, err := parseV1Uint(s); err != nil {
+		r.fail(fmt.Errorf("%s: %w", path, err))
+	} else {
+		cur.usageNs, cur.hasUsage = v, true
+	}
+}
+
+func (r *round) v2CPUUsage(p place, st v2CPUStat, cur *cpuReading) {
+	cur.usageSrc = r.source(p.dir, "cpu.stat usage_usec")
+	switch {
+	case st.err != nil: // reported when read
+	case !st.found:
+		r.c.noData(st.path, "cpu usage")
+	default:
+		cur.usageNs, cur.hasUsage = st.v[0]*1000, true
+	}
+}
+
+func (r *round) v1CPUThrottle(p place, cur *cpuReading) {
+	cur.throttleSrc = r.source(p.dir, "cpu.stat nr_periods, nr_throttled, throttled_time")
+	path := filepath.Join(p.dir, "cpu.stat")
+	var v [3]uint64
+	found, err := r.c.readStat(path, v1CPUStatKeys, v[:])
+	switch {
+	case err != nil:
+		r.fail(err)
+	case !found:
+		r.c.noData(path, "cpu throttling")
+	default:
+		cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = v[0], v[1], v[2], true
+	}
+}
+
+// v2CPUThrottle takes the throttling from cpu.stat: its nr_* keys exist
+// only where the cpu controller is enabled, which cpu.max marks.
+func (r *round) v2CPUThrottle(p place, st v2CPUStat, cur *cpuReading) {
+	if _, ok := r.required(filepath.Join(p.dir, "cpu.max"), "cpu controller (throttling)"); !ok {
+		return
+	}
+	cur.throttleSrc = r.source(p.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
+	// An absent cpu.stat reads as zeros, as containerd read it.
+	if st.err == nil {
+		cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = st.v[1], st.v[2], st.v[3]*1000, true
+	}
+}
+
+// cpuRates adds the rates over the interval since prev: the cores used
+// (and their share of the limit, or of the CPUs, unless split), and the
+// share of periods throttled.
+func (r *round) cpuRates(prev, cur *cpuReading, lim cpuLimit, split bool) {
 	wall := cur.at.Sub(prev.at).Seconds()
 	if wall <= 0 {
 		return
@@ -338,21 +402,21 @@ func (r *round) cpu() {
 		if lim.cpus > 0 {
 			cores = min(cores, float64(lim.cpus))
 		}
-		r.add(CPUUsage, cores, usageSrc)
+		r.add(CPUUsage, cores, cur.usageSrc)
 		switch {
 		case split:
 		case lim.ok && lim.cores > 0:
-			r.add(CPUUtilization, cores/lim.cores*100, r.join(usageSrc, ", ", lim.setBy))
+			r.add(CPUUtilization, cores/lim.cores*100, r.join(cur.usageSrc, ", ", lim.setBy))
 		case lim.cpus > 0:
 			r.add(CPUUtilization, cores/float64(lim.cpus)*100,
-				r.join(usageSrc, ", ", strconv.Itoa(lim.cpus), " CPUs (no limit)"))
+				r.join(cur.usageSrc, ", ", strconv.Itoa(lim.cpus), " CPUs (no limit)"))
 		}
 	}
 	if cur.hasThrottle && prev.hasThrottle && cur.periods >= prev.periods && cur.throttled >= prev.throttled && cur.throttledNs >= prev.throttledNs {
 		// Shares of the interval, so independent of its length. No period
 		// ran (no quota, or idle): the share is undefined.
 		if dp := cur.periods - prev.periods; dp > 0 {
-			r.add(CPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100, throttleSrc)
+			r.add(CPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100, cur.throttleSrc)
 		}
 	}
 }

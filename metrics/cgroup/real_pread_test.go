@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/cgroup/cgrouptest"
 )
 
 // helperEnv switches the re-executed test binary into a helper process that
@@ -117,11 +117,12 @@ func startIn(t testing.TB, g *cgrouptest.Group, mode string, env ...string) int 
 
 func collectorFor(t testing.TB, pid int) *cgroup.Collector {
 	t.Helper()
-	c, err := cgroup.New(cgroup.Options{PID: pid, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	l, err := cgroup.FindLayout(cgroup.Options{PID: pid, Log: log})
 	if err != nil {
-		t.Fatalf("New for pid %d: %v", pid, err)
+		t.Fatalf("FindLayout for pid %d: %v", pid, err)
 	}
-	return c
+	return cgroup.New(l, log)
 }
 
 // explained is a point and where it came from.

@@ -34,7 +34,7 @@ func build(env metrics.Env) (metrics.Collector, error) {
 	if NoContainer.Get(env.Options) {
 		return nil, &metrics.Off{Why: "container awareness turned off (--no-container / BRIDGE_NO_CONTAINER)", Level: slog.LevelDebug}
 	}
-	c, err := New(OptionsAt(env.Roots.Proc, env.Roots.Cgroup, env.Log))
+	l, err := LayoutOf(env)
 	if err != nil {
 		level := slog.LevelWarn
 		if errors.Is(err, ErrUnavailable) {
@@ -42,20 +42,28 @@ func build(env metrics.Env) (metrics.Collector, error) {
 		}
 		return nil, &metrics.Off{Why: "off: " + err.Error(), Level: level}
 	}
-	return c, nil
+	return New(l, env.Log), nil
 }
 
-// OptionsAt points the collector at these roots (it finds their layout
-// itself). Under another proc root than /proc, bridge's own pid is that
-// root's "self".
-func OptionsAt(procRoot, cgroupRoot string, log *slog.Logger) Options {
-	o := Options{ProcRoot: procRoot, CgroupRoot: cgroupRoot, Log: log}
-	if filepath.Clean(procRoot) != "/proc" {
-		if fs, err := procfs.NewFS(procRoot); err == nil {
-			if self, err := fs.Self(); err == nil {
-				o.PID = self.PID
+// layoutKey is the cgroup layout in metrics.Shared.
+type layoutKey struct{}
+
+// LayoutOf is the cgroup layout under env's roots (FindLayout), found once
+// a job: the cgroup collector reads it, and the child's process tree is
+// looked for in it. Under another proc root than /proc, bridge's own pid
+// is that root's "self".
+func LayoutOf(env metrics.Env) (*Layout, error) {
+	v, err := env.Shared.Once(layoutKey{}, func() (any, error) {
+		o := Options{ProcRoot: env.Roots.Proc, CgroupRoot: env.Roots.Cgroup, Log: env.Log}
+		if filepath.Clean(o.ProcRoot) != "/proc" {
+			if fs, err := procfs.NewFS(o.ProcRoot); err == nil {
+				if self, err := fs.Self(); err == nil {
+					o.PID = self.PID
+				}
 			}
 		}
-	}
-	return o
+		return FindLayout(o)
+	})
+	l, _ := v.(*Layout)
+	return l, err
 }

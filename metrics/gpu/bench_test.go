@@ -4,12 +4,18 @@ package gpu
 
 import (
 	"context"
+	"log/slog"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
+	"github.com/bridge-dev/bridge/metrics/process"
 )
 
 // BenchmarkCollect is one sample of eight H100s through go-nvml's mock
@@ -45,4 +51,75 @@ func BenchmarkCollect(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkSampleWithTree is one sample of the process collector and eight
+// mock H100s whose compute processes are a real tree (sh and two sleeps):
+// what the child's tree costs when both follow it. cpu-ns/op is the
+// process's CPU time (every thread, GC included) per sample.
+//
+//	go test -run '^$' -bench SampleWithTree -benchmem ./metrics/gpu/
+func BenchmarkSampleWithTree(b *testing.B) {
+	cmd := exec.Command("sh", "-c", "sleep 600 & sleep 600 & wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		b.Skipf("SKIP: cannot start sh: %v", err)
+	}
+	defer func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	}()
+	root := cmd.Process.Pid
+	var cgroups *cgroup.Layout
+	if l, err := cgroup.FindLayout(cgroup.Options{Log: slog.New(slog.DiscardHandler)}); err == nil {
+		cgroups = l
+	}
+	tree, err := process.NewTree(process.TreeOptions{RootPID: func() int { return root }, Cgroups: cgroups})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tree.Close()
+	var pids []int
+	for deadline := time.Now().Add(15 * time.Second); len(pids) < 3 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if pids, err = tree.PIDs(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if len(pids) < 3 {
+		b.Fatalf("tree of sh = %v, want sh and two sleeps", pids)
+	}
+	s := fakeServer(dgxh100.New(), 8)
+	var infos []nvml.ProcessInfo
+	for _, pid := range pids {
+		infos = append(infos, nvml.ProcessInfo{Pid: uint32(pid), UsedGpuMemory: 1 << 30})
+	}
+	for i := range s.Devices {
+		dev(s, i).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return infos, nvml.SUCCESS }
+	}
+	g, err := New(Options{Lib: s, ProcessTree: tree})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := process.New(tree, nil)
+	smp := metrics.NewSampler([]metrics.Collector{p, g}, 5*time.Second, slog.New(slog.DiscardHandler))
+	defer smp.Close()
+	ctx := context.Background()
+	smp.Sample(ctx)
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	for b.Loop() {
+		if smp := smp.Sample(ctx); len(smp.Points) == 0 {
+			b.Fatal("empty sample")
+		}
+	}
+	b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -595,18 +595,18 @@ func (c *Collector) readProcesses(r *reading) {
 	if !listed {
 		return
 	}
-	tree, err := c.opts.ProcessTree()
-	if err != nil {
+	tree, err := c.opts.ProcessTree.NSpids(r.ctx)
+	if tree == nil && err != nil {
 		r.errs = append(r.errs, fmt.Errorf("listing the child's processes: %w", err))
 		return
+	}
+	if err != nil {
+		r.errs = append(r.errs, err) // the set still holds every PID that could be read
 	}
 	if len(tree) == 0 {
 		return // no child yet, or it has exited: nothing to match
 	}
-	set, err := treePIDs(c.opts.ProcRoot, tree)
-	if err != nil {
-		r.errs = append(r.errs, err) // the set still holds every PID that could be read
-	}
+	set := treePIDs(tree)
 	m := matchProcs(set, procs)
 	c.noteProcs(m)
 	src := "nvmlDeviceGetComputeRunningProcesses"
@@ -747,6 +747,9 @@ func (c *Collector) Tags() map[string]string {
 func (c *Collector) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
+		if c.opts.ProcessTree != nil {
+			_ = c.opts.ProcessTree.Close() // shared: safe beside its other users' walks
+		}
 		ctx := context.Background()
 		if c.watch != nil && !c.watch.stop(c.opts.CallTimeout) {
 			c.g.closeDown()

@@ -20,7 +20,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
-	"github.com/bridge-dev/bridge/internal/syncbuf"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -308,7 +308,7 @@ func TestMIG(t *testing.T) {
 		}
 		return nil, nvml.ERROR_NOT_FOUND
 	}
-	c, _ := newCollector(t, Options{Lib: s, ProcessTree: func() ([]int, error) { return []int{4242}, nil }, ProcRoot: "testdata/proc"})
+	c, _ := newCollector(t, Options{Lib: s, ProcessTree: &fakeTree{nspids: [][]int{{4242}}}})
 	for range 2 {
 		pts := collect(t, c)
 		wantValue(t, pts, "gpu_0_mig_2_memory_used_megabytes", 10_000, metrics.UnitMegabytes)
@@ -441,7 +441,7 @@ func contains(list []string, s string) bool {
 func TestMissingLibrary(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
 	trapAll(t, lib)
-	c, log := newCollector(t, Options{Lib: lib, ProcessTree: func() ([]int, error) { return []int{1}, nil }})
+	c, log := newCollector(t, Options{Lib: lib, ProcessTree: &fakeTree{nspids: [][]int{{1}}}})
 	pts, err := metrics.Collect(context.Background(), c)
 	if len(pts) != 0 || err != nil {
 		t.Errorf("Collect = %v, %v; want nothing", pts, err)
@@ -515,8 +515,7 @@ func TestProcesses(t *testing.T) {
 			for i, ps := range tt.procs {
 				dev(s, i).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return ps, nvml.SUCCESS }
 			}
-			c, log := newCollector(t, Options{Lib: s, ProcRoot: "testdata/proc",
-				ProcessTree: func() ([]int, error) { return []int{4242, 4243}, nil }})
+			c, log := newCollector(t, Options{Lib: s, ProcessTree: &fakeTree{nspids: [][]int{{4242}, {4243, 7}}}})
 			if note := c.Detect(context.Background())["process_pids"].(string); !strings.Contains(note, tt.note) {
 				t.Errorf("Detect process_pids = %q, want %q", note, tt.note)
 			}
@@ -743,7 +742,7 @@ func TestNoCallAfterClose(t *testing.T) {
 // and nothing else be called (a call would kill the test binary); with a
 // driver, one sample must be read without error.
 func TestSystemLibrary(t *testing.T) {
-	c, log := newCollector(t, Options{ProcessTree: func() ([]int, error) { return []int{1}, nil }})
+	c, log := newCollector(t, Options{ProcessTree: &fakeTree{nspids: [][]int{{1}}}})
 	det := c.Detect(context.Background())
 	st, _ := det["status"].(string)
 	t.Logf("system NVML: %v", det)
@@ -772,7 +771,7 @@ func TestProcessesWithoutChild(t *testing.T) {
 	dev(s, 0).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
 		return []nvml.ProcessInfo{{Pid: 555, UsedGpuMemory: 1e9}}, nvml.SUCCESS
 	}
-	c, log := newCollector(t, Options{Lib: s, ProcessTree: func() ([]int, error) { return nil, nil }})
+	c, log := newCollector(t, Options{Lib: s, ProcessTree: &fakeTree{}})
 	pts := collect(t, c)
 	for name := range pts {
 		if strings.HasPrefix(name, "process_") {
@@ -781,5 +780,51 @@ func TestProcessesWithoutChild(t *testing.T) {
 	}
 	if strings.Contains(log.String(), "not matched") {
 		t.Errorf("log:\n%s", log)
+	}
+}
+
+// The tree is the process collector's, shared: one walk of it a Collect
+// (the Tree makes that one walk a sample for all its users), and Close
+// closes it too (the Tree takes any number of Closes).
+func TestProcessTreeOnceACollect(t *testing.T) {
+	s := fakeServer(dgxh100.New(), 2)
+	for i := range 2 {
+		dev(s, i).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			return []nvml.ProcessInfo{{Pid: 7, UsedGpuMemory: 1e9}}, nvml.SUCCESS
+		}
+	}
+	tree := &fakeTree{nspids: [][]int{{4243, 7}}, err: errors.New("parsing /proc/4244/status: NSpid \"x\" is not a PID")}
+	c, err := New(Options{Lib: s, ProcessTree: tree})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		var b metrics.Batch
+		err := c.Collect(context.Background(), &b)
+		// A process whose status could not be read is an error, and the
+		// others still match.
+		if err == nil || !strings.Contains(err.Error(), "4244/status") {
+			t.Errorf("Collect error %v, want the tree's", err)
+		}
+		if got := byName(t, b.Points)["process_gpu_memory_megabytes"].Value; got != 2000 {
+			t.Errorf("process_gpu_memory_megabytes = %v, want 2000 (PID 7 on two GPUs)", got)
+		}
+		if n := tree.walks.Load(); n != int32(i+1) {
+			t.Fatalf("%d Collects asked for the tree %d times, want once each", i+1, n)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if tree.closed.Load() == 0 {
+		t.Error("Close left the tree open")
+	}
+
+	// A tree that cannot be walked: the error says so, no process_ series.
+	tree = &fakeTree{err: errors.New("reading the process tree of pid 100 under /proc: EIO")}
+	c, _ = newCollector(t, Options{Lib: fakeServer(dgxh100.New(), 1), ProcessTree: tree})
+	var b metrics.Batch
+	if err := c.Collect(context.Background(), &b); err == nil || !strings.Contains(err.Error(), "listing the child's processes") {
+		t.Errorf("Collect with a tree that cannot be walked: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -28,13 +29,10 @@ type Options struct {
 	MatchCUDAVisible bool
 	// CUDAVisibleDevices is the child's CUDA_VISIBLE_DEVICES ("" = unset).
 	CUDAVisibleDevices string
-	// ProcessTree returns the PIDs of the child's process tree, as seen in
-	// the PID namespace of ProcRoot; none while there is no child. nil: no
-	// process_gpu_* metrics (bridge sample).
-	ProcessTree func() ([]int, error)
-	// ProcRoot is the procfs of the namespace ProcessTree's PIDs live in; its
-	// <pid>/status NSpid lines map them to the PIDs NVML may report. "" = /proc.
-	ProcRoot string
+	// ProcessTree is the child's process tree (process.Tree, shared with
+	// the process collector); nil: no process_gpu_* metrics (bridge
+	// sample).
+	ProcessTree ProcessTree
 	// CallTimeout bounds each NVML call; 0 means DefaultCallTimeout.
 	CallTimeout time.Duration
 	// Log receives one info line when NVML is absent and notes about skipped
@@ -42,10 +40,20 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// ProcessTree is the child's process tree as the GPU collector matches
+// NVML's processes against it (process.Tree implements it).
+type ProcessTree interface {
+	// NSpids lists, for each process of the tree, every PID it is known
+	// by: in the PID namespace of bridge's proc root first, then in those
+	// nested in it (NSpid). None while there is no child. An error with a
+	// list says which processes have their first PID only.
+	NSpids(ctx context.Context) ([][]int, error)
+	// Close releases what the tree keeps open. It may run beside NSpids,
+	// and more than once (the tree has other users).
+	Close() error
+}
+
 func (o *Options) defaults() {
-	if o.ProcRoot == "" {
-		o.ProcRoot = "/proc"
-	}
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = DefaultCallTimeout
 	}

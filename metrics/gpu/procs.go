@@ -1,23 +1,14 @@
 package gpu
 
 import (
-	"errors"
 	"fmt"
-	iofs "io/fs"
-	"math"
-	"path/filepath"
-	"strconv"
-	"syscall"
-
-	"github.com/prometheus/procfs"
 )
 
 // NVML reports a process's PID either in the caller's PID namespace (newer
-// drivers convert it) or as the driver saw it: the host's PID on older drivers,
-// the innermost namespace's on some setups. bridge knows the child's tree in
-// the namespace of its procfs; <procfs>/<pid>/status NSpid lists the same
-// process's PID in that namespace and in every namespace nested in it. A GPU
-// process matches the tree when its PID is any of those.
+// drivers convert it) or as the driver saw it: the host's PID on older
+// drivers, the innermost namespace's on some setups. A GPU process matches
+// the tree when its PID is any of those a tree process is known by
+// (ProcessTree.NSpids).
 
 // pidSet maps every PID a tree process is known by to how it was matched.
 type pidSet map[uint32]pidKind
@@ -25,62 +16,28 @@ type pidSet map[uint32]pidKind
 type pidKind int
 
 const (
-	pidLocal  pidKind = iota + 1 // the PID as ProcessTree gave it
+	pidLocal  pidKind = iota + 1 // the PID in bridge's proc root
 	pidNested                    // an inner-namespace PID from NSpid
 )
 
-// readNSpid reads the NSpid line of <procRoot>/<pid>/status (through
-// procfs), outermost namespace first. A kernel older than 4.1 has no NSpid
-// line: nil. A process that has exited has no status file (ENOENT, or ESRCH
-// while it is being reaped): nil, not an error.
-func readNSpid(fs procfs.FS, procRoot string, pid int) ([]uint32, error) {
-	path := filepath.Join(procRoot, strconv.Itoa(pid), "status")
-	var st procfs.ProcStatus
-	p, err := fs.Proc(pid)
-	if err == nil {
-		st, err = p.NewStatus()
-	}
-	if errors.Is(err, iofs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("parsing %s: %w", path, err)
-	}
-	out := make([]uint32, 0, len(st.NSpids))
-	for _, id := range st.NSpids {
-		if id > math.MaxUint32 {
-			return nil, fmt.Errorf("parsing %s: NSpid %d is out of range", path, id)
-		}
-		out = append(out, uint32(id))
-	}
-	return out, nil
-}
-
-// treePIDs builds the set of PIDs the tree's processes are known by.
-func treePIDs(procRoot string, tree []int) (pidSet, error) {
+// treePIDs builds the set of PIDs the tree's processes are known by, from
+// each one's NSpids (local PID first).
+func treePIDs(tree [][]int) pidSet {
 	set := pidSet{}
-	fs, err := procfs.NewFS(procRoot)
-	if err != nil {
-		return set, fmt.Errorf("reading PID namespaces under %s: %w", procRoot, err)
+	for _, ids := range tree {
+		if len(ids) == 0 || ids[0] <= 0 {
+			continue
+		}
+		set[uint32(ids[0])] = pidLocal
 	}
-	var errs []error
-	for _, pid := range tree {
-		if pid <= 0 {
-			continue
-		}
-		set[uint32(pid)] = pidLocal
-		ids, err := readNSpid(fs, procRoot, pid)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, id := range ids {
-			if _, seen := set[id]; !seen {
-				set[id] = pidNested
+	for _, ids := range tree {
+		for _, id := range ids[min(1, len(ids)):] {
+			if _, seen := set[uint32(id)]; !seen && id > 0 {
+				set[uint32(id)] = pidNested
 			}
 		}
 	}
-	return set, errors.Join(errs...)
+	return set
 }
 
 // gpuProc is one process NVML lists on a device or MIG slice.

@@ -1,30 +1,43 @@
 package gpu
 
 import (
+	"context"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
 func TestTreePIDs(t *testing.T) {
-	set, err := treePIDs("testdata/proc", []int{4242, 4243, 4244, 4999, 0})
-	if err != nil {
-		t.Fatalf("treePIDs: %v", err)
-	}
+	// 4243 is 7 in a nested PID namespace; 0 is no process.
+	set := treePIDs([][]int{{4242}, {4243, 7}, {4244}, {4999}, {0}})
 	want := pidSet{4242: pidLocal, 4243: pidLocal, 7: pidNested, 4244: pidLocal, 4999: pidLocal}
 	if !reflect.DeepEqual(set, want) {
 		t.Errorf("got %v, want %v", set, want)
 	}
+	// A PID of the tree is local even where another process's nested PID
+	// has the same number.
+	if set := treePIDs([][]int{{4243, 7}, {7}}); set[7] != pidLocal {
+		t.Errorf("7 = %v, want local", set[7])
+	}
 }
 
-func TestTreePIDsCorruptStatus(t *testing.T) {
-	set, err := treePIDs("testdata/proc", []int{4242, 4245})
-	if err == nil || !strings.Contains(err.Error(), "testdata/proc/4245/status") {
-		t.Fatalf("err = %v, want one naming testdata/proc/4245/status", err)
-	}
-	if set[4242] != pidLocal || set[4245] != pidLocal {
-		t.Errorf("set %v lost the PIDs it could read", set)
-	}
+// fakeTree is a ProcessTree of fixed NSpids that counts its walks.
+type fakeTree struct {
+	nspids [][]int
+	err    error
+	walks  atomic.Int32
+	closed atomic.Int32
+}
+
+func (f *fakeTree) NSpids(context.Context) ([][]int, error) {
+	f.walks.Add(1)
+	return f.nspids, f.err
+}
+
+func (f *fakeTree) Close() error {
+	f.closed.Add(1)
+	return nil
 }
 
 func TestMatchProcs(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bridge-dev/bridge/config/option"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/process"
 )
 
 // The collector's options.
@@ -34,11 +35,16 @@ var Registration = metrics.Registration{
 	Build:   build,
 }
 
-// build makes the collector and the process lister it reads the child's
-// tree with. Each error names the flag at fault: the proc root the lister
-// reads (not a directory procfs can read), or a malformed --gpus.
+// build makes the collector, on the child's process tree it shares with
+// the process collector (process.TreeOf). Each error names the flag at
+// fault: the proc root the tree is read under (not a directory procfs can
+// read), or a malformed --gpus.
 func build(env metrics.Env) (metrics.Collector, error) {
 	if _, err := procfs.NewFS(env.Roots.Proc); err != nil {
+		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", env.Roots.Proc, err)
+	}
+	tree, err := process.TreeOf(env)
+	if err != nil {
 		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", env.Roots.Proc, err)
 	}
 	cuda, _ := env.LookupEnv("CUDA_VISIBLE_DEVICES") // what the child inherits
@@ -46,8 +52,7 @@ func build(env metrics.Env) (metrics.Collector, error) {
 		Select:             GPUs.Get(env.Options),
 		MatchCUDAVisible:   MatchCUDAVisible.Get(env.Options),
 		CUDAVisibleDevices: cuda,
-		ProcessTree:        env.Job.ProcessTree(),
-		ProcRoot:           env.Roots.Proc,
+		ProcessTree:        tree,
 		CallTimeout:        min(2*time.Second, env.CollectTimeout/2),
 		Log:                env.Log,
 	})

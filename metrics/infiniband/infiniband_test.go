@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/closetest"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
 )
 
 // files is a fixture: path under <sys>/class/infiniband -> content.

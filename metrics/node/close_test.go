@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
+	"github.com/bridge-dev/bridge/harness/closetest"
 )
 
 // Close beside a Collect and a Detect both stuck for real opening

@@ -37,11 +37,8 @@ func BenchmarkCollect(b *testing.B) {
 	ctx := context.Background()
 	for _, method := range []string{viaChildren, viaCgroup, viaScan} {
 		b.Run(method, func(b *testing.B) {
-			c, err := New(Options{RootPID: func() int { return root }, Adopter: func() int { return os.Getpid() }})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
+			c := newCollector(b, TreeOptions{RootPID: func() int { return root }, Adopter: func() int { return os.Getpid() },
+				Cgroups: realCgroups(b)})
 			// Wait (at most 15 s) until the tree has its processes and has
 			// stopped growing for a second.
 			last, stable := 0, time.Now()
@@ -67,7 +64,7 @@ func BenchmarkCollect(b *testing.B) {
 					b.Fatalf("Collect = %v, %v", pts.Points, err)
 				}
 			}
-			b.ReportMetric(float64(len(c.all)), "stats/op")
+			b.ReportMetric(float64(len(c.tree.all)), "stats/op")
 		})
 	}
 }
@@ -84,7 +81,7 @@ func BenchmarkParseStat(b *testing.B) {
 
 func (c *Collector) mustTree(b *testing.B, root, adopter int) []procStat {
 	b.Helper()
-	s, err := c.treeStats(root, adopter)
+	s, err := c.tree.read(root, adopter)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,7 +90,7 @@ func (c *Collector) mustTree(b *testing.B, root, adopter int) []procStat {
 
 // force makes the finder use method; false when it cannot work here.
 func (c *Collector) force(method string) bool {
-	f := &c.find
+	f := &c.tree.find
 	f.choose(f.root, f.adopter)
 	f.both = false // no reconsidering: measure this method alone
 	switch method {

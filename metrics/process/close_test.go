@@ -1,12 +1,13 @@
 package process
 
 import (
+	"context"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
+	"github.com/bridge-dev/bridge/harness/closetest"
 )
 
 // Close beside a Collect stuck for real opening a process's stat file, a
@@ -16,10 +17,7 @@ func TestCloseWhileReadHangs(t *testing.T) {
 	root := t.TempDir()
 	procs := []fakeProc{{pid: 100, ppid: 1, comm: "python"}, {pid: 101, ppid: 100, comm: "worker"}}
 	writeProcs(t, root, procs...)
-	c, err := New(Options{ProcRoot: root, RootPID: func() int { return 100 }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCollector(t, TreeOptions{ProcRoot: root, RootPID: func() int { return 100 }})
 	release := closetest.Fifo(t, filepath.Join(root, "101", "stat"), procs[1].statLine())
 	closetest.CloseWhileReadHangs(t, c, root, release)
 }
@@ -37,23 +35,24 @@ func TestCloseRaceReal(t *testing.T) {
 		_ = cmd.Wait()
 	})
 	waitForTree(t, cmd.Process.Pid, 3)
-	c, err := New(Options{RootPID: func() int { return cmd.Process.Pid }})
+	c := newCollector(t, TreeOptions{RootPID: func() int { return cmd.Process.Pid }, Cgroups: realCgroups(t)})
+	closetest.Race(t, c)
+
+	// The GPU collectors' use of the tree too: Close does not wait for a
+	// walk.
+	tr, err := NewTree(TreeOptions{RootPID: func() int { return cmd.Process.Pid }, Cgroups: realCgroups(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	closetest.Race(t, c)
-
-	// The GPU collector's Finder too: Close does not take Tree's lock.
-	f := NewFinder("", "")
 	walked := make(chan struct{})
 	go func() {
 		defer close(walked)
 		for range 50 {
-			f.Tree(cmd.Process.Pid, 0)
+			tr.NSpids(context.Background())
 		}
 	}()
 	for open := true; open; {
-		f.Close()
+		tr.Close()
 		select {
 		case <-walked:
 			open = false

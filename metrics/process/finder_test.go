@@ -69,13 +69,10 @@ func TestFinderCgroup(t *testing.T) {
 	writeFile(t, cg, "memory/job/sub/cgroup.procs", "104\n")
 	writeFile(t, cg, "memory/cgroup.procs", "1\n200\n300\n400\n")
 
-	c, err := New(Options{ProcRoot: proc, CgroupRoot: cg, RootPID: func() int { return 100 }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCollector(t, TreeOptions{ProcRoot: proc, Cgroups: fixtureCgroups(t, proc, cg), RootPID: func() int { return 100 }})
 	m := collect(t, c)
-	if c.find.method != viaCgroup {
-		t.Fatalf("method = %q, want %q", c.find.method, viaCgroup)
+	if c.tree.find.method != viaCgroup {
+		t.Fatalf("method = %q, want %q", c.tree.find.method, viaCgroup)
 	}
 	if got := m["process_count"].Value; got != 5 {
 		t.Errorf("process_count = %v, want 5 (100-104)", got)
@@ -87,12 +84,9 @@ func TestFinderCgroupRootFallsBackToScan(t *testing.T) {
 	writeProcs(t, proc, family...)
 	writeFile(t, proc, "100/cgroup", "4:memory:/\n0::/\n")
 	writeFile(t, cg, "memory/cgroup.procs", "1\n100\n")
-	c, err := New(Options{ProcRoot: proc, CgroupRoot: cg, RootPID: func() int { return 100 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := collect(t, c)["process_count"].Value; got != 4 || c.find.method != viaScan {
-		t.Errorf("process_count = %v by %q, want 4 by %q", got, c.find.method, viaScan)
+	c := newCollector(t, TreeOptions{ProcRoot: proc, Cgroups: fixtureCgroups(t, proc, cg), RootPID: func() int { return 100 }})
+	if got := collect(t, c)["process_count"].Value; got != 4 || c.tree.find.method != viaScan {
+		t.Errorf("process_count = %v by %q, want 4 by %q", got, c.tree.find.method, viaScan)
 	}
 }
 
@@ -119,12 +113,9 @@ func TestFinderChildren(t *testing.T) {
 	for rel, v := range links {
 		writeFile(t, proc, rel, v)
 	}
-	c, err := New(Options{ProcRoot: proc, RootPID: func() int { return 100 }, Adopter: func() int { return 50 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := collect(t, c)["process_count"].Value; got != 5 || c.find.method != viaChildren {
-		t.Errorf("process_count = %v by %q, want 5 (100-103, orphan 60) by %q", got, c.find.method, viaChildren)
+	c := newCollector(t, TreeOptions{ProcRoot: proc, RootPID: func() int { return 100 }, Adopter: func() int { return 50 }})
+	if got := collect(t, c)["process_count"].Value; got != 5 || c.tree.find.method != viaChildren {
+		t.Errorf("process_count = %v by %q, want 5 (100-103, orphan 60) by %q", got, c.tree.find.method, viaChildren)
 	}
 }
 
@@ -133,20 +124,17 @@ func TestFinderChildren(t *testing.T) {
 func TestRealFinderAvoidsScan(t *testing.T) {
 	cmd := startBusyTree(t)
 	waitForTree(t, cmd.Process.Pid, 3)
-	c, err := New(Options{RootPID: func() int { return cmd.Process.Pid }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCollector(t, TreeOptions{RootPID: func() int { return cmd.Process.Pid }, Cgroups: realCgroups(t)})
 	if _, err := metrics.Collect(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	if c.find.method == viaScan {
+	if c.tree.find.method == viaScan {
 		t.Skipf("SKIP: no /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN) and this test runs in a root cgroup: only a full scan is possible here")
 	}
-	t.Logf("tree found by %s (%v)", c.find.method, c.find.cgroupDirs)
-	if n := c.stats.files.Kept(); n != 3 {
-		t.Errorf("%d stat files kept open, want 3 (the tree)", n)
+	t.Logf("tree found by %s (%v)", c.tree.find.method, c.tree.find.cgroupDirs)
+	// Only the tree's stat files are kept open.
+	if got := openUnder(t, "/proc/", "/stat"); len(got) != 3 {
+		t.Errorf("stat files kept open: %v, want the tree's 3", got)
 	}
 }
 
@@ -167,11 +155,7 @@ func TestRealKeptFilesSeeNewChildren(t *testing.T) {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
 	})
-	c, err := New(Options{RootPID: func() int { return cmd.Process.Pid }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newCollector(t, TreeOptions{RootPID: func() int { return cmd.Process.Pid }, Cgroups: realCgroups(t)})
 	waitCount := func(want float64) {
 		t.Helper()
 		deadline := time.Now().Add(15 * time.Second)
@@ -181,7 +165,7 @@ func TestRealKeptFilesSeeNewChildren(t *testing.T) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("process_count = %v by %s, want %v", got, c.find.method, want)
+				t.Fatalf("process_count = %v by %s, want %v", got, c.tree.find.method, want)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
@@ -191,25 +175,30 @@ func TestRealKeptFilesSeeNewChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCount(3)
-	t.Logf("found by %s", c.find.method)
+	t.Logf("found by %s", c.tree.find.method)
 }
 
-// Finder gives the same tree as the full scan of Tree.
-func TestFinderTreeMatchesScan(t *testing.T) {
+// The Tree, found without reading every process, is the tree a full scan
+// finds.
+func TestTreeMatchesScan(t *testing.T) {
 	cmd := startBusyTree(t)
 	waitForTree(t, cmd.Process.Pid, 3)
-	f := NewFinder("", "")
-	defer f.Close()
-	got, err := f.Tree(cmd.Process.Pid, 0)
+	root := cmd.Process.Pid
+	tr, err := NewTree(TreeOptions{RootPID: func() int { return root }, Cgroups: realCgroups(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := waitForTree(t, cmd.Process.Pid, 3)
-	if !slices.Equal(got, want) {
-		t.Errorf("Finder.Tree = %v, Tree = %v", got, want)
+	defer tr.Close()
+	got, err := tr.PIDs(context.Background())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got, err := f.Tree(999999999, 0); err != nil || len(got) != 0 {
-		t.Errorf("Finder.Tree of a missing pid = %v, %v; want nothing, no error", got, err)
+	if want := waitForTree(t, cmd.Process.Pid, 3); !slices.Equal(got, want) {
+		t.Errorf("PIDs = %v by %s, a scan finds %v", got, tr.find.method, want)
+	}
+	root = 999999999
+	if got, err := tr.PIDs(context.Background()); err != nil || len(got) != 0 {
+		t.Errorf("PIDs of a missing pid = %v, %v; want nothing, no error", got, err)
 	}
 }
 
@@ -243,13 +232,10 @@ func TestFinderChoosesTheCheaperWay(t *testing.T) {
 			writeFile(t, proc, "103/task/103/children", "")
 			writeFile(t, proc, "100/cgroup", "4:memory:/job\n0::/\n")
 			writeFile(t, cg, "memory/job/cgroup.procs", procsLine)
-			c, err := New(Options{ProcRoot: proc, CgroupRoot: cg, RootPID: func() int { return 100 }})
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := newCollector(t, TreeOptions{ProcRoot: proc, Cgroups: fixtureCgroups(t, proc, cg), RootPID: func() int { return 100 }})
 			for range 3 { // the choice holds between reconsiderations
-				if got := collect(t, c)["process_count"].Value; got != 4 || c.find.method != tt.want {
-					t.Fatalf("process_count = %v by %q, want 4 by %q", got, c.find.method, tt.want)
+				if got := collect(t, c)["process_count"].Value; got != 4 || c.tree.find.method != tt.want {
+					t.Fatalf("process_count = %v by %q, want 4 by %q", got, c.tree.find.method, tt.want)
 				}
 			}
 		})

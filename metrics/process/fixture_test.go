@@ -1,12 +1,18 @@
 package process
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 // fakeProc is one process in a fixture /proc tree.
@@ -81,9 +87,107 @@ func must(t *testing.T, err error) {
 
 func newFS(t *testing.T, root string) procfs.FS {
 	t.Helper()
-	fs, err := procfs.NewFS(root)
+	pfs, err := procfs.NewFS(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fs
+	return pfs
+}
+
+// newCollector returns a Collector of the Tree opts describe, closed when
+// the test ends.
+func newCollector(t testing.TB, opts TreeOptions) *Collector {
+	t.Helper()
+	tr, err := NewTree(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := New(tr, nil)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// realCgroups is this machine's cgroup layout, nil (logged) where there is
+// none to read.
+func realCgroups(t testing.TB) *cgroup.Layout {
+	t.Helper()
+	l, err := cgroup.FindLayout(cgroup.Options{})
+	if err != nil {
+		t.Logf("no cgroup layout here, the tree is found without one: %v", err)
+		return nil
+	}
+	return l
+}
+
+// bridgePID is the fixture process the cgroup layout is found for, as
+// bridge finds it for itself.
+const bridgePID = 1
+
+// fixtureCgroups mounts, in bridgePID's mountinfo under proc, a v1 memory
+// hierarchy at <cg>/memory, cpu and cpuacct at <cg>/cpu,cpuacct and an
+// empty cgroup2 at <cg>/unified (a hybrid host, as this machine), puts
+// bridgePID at the top of each, and returns the layout found there.
+func fixtureCgroups(t *testing.T, proc, cg string) *cgroup.Layout {
+	t.Helper()
+	writeFile(t, proc, fmt.Sprintf("%d/cgroup", bridgePID), "4:memory:/\n3:cpu,cpuacct:/\n0::/\n")
+	writeFile(t, proc, fmt.Sprintf("%d/mountinfo", bridgePID), fmt.Sprintf(
+		"22 1 0:21 / / rw,relatime - overlay overlay rw\n"+
+			"25 22 0:24 / %[1]s rw,nosuid - tmpfs tmpfs rw,mode=755\n"+
+			"26 25 0:25 / %[1]s/memory rw,nosuid - cgroup cgroup rw,memory\n"+
+			"27 25 0:26 / %[1]s/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n"+
+			"28 25 0:27 / %[1]s/unified rw,nosuid - cgroup2 cgroup2 rw\n", cg))
+	l, err := cgroup.FindLayout(cgroup.Options{ProcRoot: proc, CgroupRoot: cg, PID: bridgePID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// scanTree is root's tree (and the adopter's orphans) by a read of every
+// process's stat with procfs: an oracle for the Tree, which finds the tree
+// without reading every process.
+func scanTree(t testing.TB, procRoot string, root, adopter int) []int {
+	t.Helper()
+	pfs, err := procfs.NewFS(procRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs, err := pfs.AllProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := map[int]procStat{}
+	for _, p := range procs {
+		s, err := p.Stat()
+		if err != nil {
+			if _, serr := pfs.Proc(p.PID); errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) || serr != nil {
+				continue // exited while read
+			}
+			t.Fatalf("reading the stat of process %d: %v", p.PID, err)
+		}
+		all[p.PID] = procStat{PID: s.PID, PPID: s.PPID}
+	}
+	var pids []int
+	for _, s := range buildTree(all, root, adopter) {
+		pids = append(pids, s.PID)
+	}
+	return pids
+}
+
+// openUnder lists the files this process has open whose paths start with
+// prefix and end with suffix (from /proc/self/fd).
+func openUnder(t testing.TB, prefix, suffix string) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err == nil && strings.HasPrefix(target, prefix) && strings.HasSuffix(target, suffix) {
+			out = append(out, target)
+		}
+	}
+	return out
 }

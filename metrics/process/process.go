@@ -1,16 +1,13 @@
 // Package process measures the child's whole process tree (the training
 // command and everything it started: DataLoader workers, compilers, shells)
-// from /proc/<pid>/stat.
+// from /proc/<pid>/stat. The Tree, walked once a sample, is shared with the
+// GPU collectors, which match their processes against it.
 package process
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -18,37 +15,15 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 )
 
-// Options configure a Collector.
-type Options struct {
-	// ProcRoot is where procfs is mounted; "" means /proc. Its pids must be
-	// those of bridge's pid namespace.
-	ProcRoot string
-	// CgroupRoot is where cgroup filesystems are mounted; "" means
-	// /sys/fs/cgroup. Without the children links of /proc, the tree is
-	// looked for among the processes of the root's cgroup.
-	CgroupRoot string
-	// RootPID returns the child's pid, 0 until it has started. Required. It is
-	// called once per Collect, from the Sampler's goroutine.
-	RootPID func() int
-	// Adopter returns the child subreaper (bridge's own pid) whose other
-	// children are orphans of the job and count as part of the tree; nil or
-	// 0 for none (bridge attach, whose root is not its child).
-	Adopter func() int
-	// Log receives debug notes; nil discards them.
-	Log *slog.Logger
-}
-
-// Collector sums the process tree rooted at RootPID.
+// Collector sums the child's process tree (a Tree it may share with the
+// GPU collectors).
 //
 // Contract: as metrics.Collector. It keeps the previous reading to compute
 // process_cpu_usage_cores; a change of root pid starts over.
 type Collector struct {
-	src string
-	treeReader
-	rootPID func() int
-	adopter func() int
-	log     *slog.Logger
-	now     func() time.Time
+	tree *Tree
+	src  string
+	log  *slog.Logger
 
 	prev *reading
 }
@@ -68,32 +43,13 @@ type procTimes struct {
 	children uint64 // cutime + cstime: children it has waited for
 }
 
-// New returns a Collector reading under opts.ProcRoot.
-func New(opts Options) (*Collector, error) {
-	if opts.RootPID == nil {
-		return nil, errors.New("process metrics: Options.RootPID is required")
-	}
-	if opts.ProcRoot == "" {
-		opts.ProcRoot = procfs.DefaultMountPoint
-	}
-	log := opts.Log
+// New returns a Collector of tree; log (nil: discarded) receives debug
+// notes.
+func New(tree *Tree, log *slog.Logger) *Collector {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if opts.CgroupRoot == "" {
-		opts.CgroupRoot = "/sys/fs/cgroup"
-	}
-	if _, err := os.Stat(opts.ProcRoot); err != nil {
-		return nil, fmt.Errorf("process metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
-	}
-	return &Collector{
-		treeReader: newTreeReader(opts.ProcRoot, opts.CgroupRoot),
-		src:        filepath.Join(opts.ProcRoot, "*", "stat"),
-		rootPID:    opts.RootPID,
-		adopter:    opts.Adopter,
-		log:        log.With("source", "process"),
-		now:        time.Now,
-	}, nil
+	return &Collector{tree: tree, src: tree.src(), log: log.With("source", "process")}
 }
 
 // Name implements metrics.Collector.
@@ -102,19 +58,14 @@ func (c *Collector) Name() string { return Name }
 // Collect implements metrics.Collector. Before the child starts, and after its
 // tree is gone, there is nothing to measure: no points.
 func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
-	root := c.rootPID()
+	w, err := c.tree.get(ctx, false)
+	if err != nil {
+		return err
+	}
+	root, stats, now := w.root, w.procs, w.at
 	if root <= 0 {
 		c.prev = nil
 		return nil
-	}
-	now := c.now()
-	adopter := 0
-	if c.adopter != nil {
-		adopter = c.adopter()
-	}
-	stats, err := c.treeStats(root, adopter)
-	if err != nil {
-		return fmt.Errorf("reading the process tree of pid %d under %s: %w", root, c.src, err)
 	}
 	if len(stats) == 0 {
 		if c.prev != nil {
@@ -156,99 +107,9 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 
 var pageSize = float64(os.Getpagesize())
 
-// Close releases the files kept open, without waiting for a Collect in
-// flight (see kfile.Reader.Close).
-func (c *Collector) Close() error {
-	c.close()
-	return nil
-}
-
-// treeReader finds a tree and reads its processes' stat files, keeping them
-// open between calls.
-type treeReader struct {
-	find  finder
-	stats *statFiles
-	all   map[int]procStat // reused between calls
-}
-
-func newTreeReader(procRoot, cgroupRoot string) treeReader {
-	if procRoot == "" {
-		procRoot = procfs.DefaultMountPoint
-	}
-	if cgroupRoot == "" {
-		cgroupRoot = "/sys/fs/cgroup"
-	}
-	return treeReader{
-		find:  newFinder(procRoot, cgroupRoot),
-		stats: newStatFiles(procRoot),
-		all:   map[int]procStat{},
-	}
-}
-
-func (c *treeReader) close() {
-	c.stats.close()
-	c.find.close()
-}
-
-// Finder lists a process tree as the Collector finds it (children links,
-// else the cgroup, else a scan), for the GPU collector's per-process memory.
-// Safe for concurrent use.
-type Finder struct {
-	mu sync.Mutex
-	r  treeReader
-}
-
-// NewFinder returns a Finder reading under procRoot and cgroupRoot ("" for
-// /proc and /sys/fs/cgroup).
-func NewFinder(procRoot, cgroupRoot string) *Finder {
-	return &Finder{r: newTreeReader(procRoot, cgroupRoot)}
-}
-
-// Tree is as the package's Tree, without reading every process.
-func (f *Finder) Tree(root, adopter int) ([]int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	stats, err := f.r.treeStats(root, adopter)
-	if err != nil {
-		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", root, f.r.find.procRoot, err)
-	}
-	pids := make([]int, len(stats))
-	for i, s := range stats {
-		pids[i] = s.PID
-	}
-	return pids, nil
-}
-
-// Close releases the files kept open. It does not take the lock that Tree
-// holds across its reads: a Tree stuck in a read cannot hold Close up.
-func (f *Finder) Close() error {
-	f.r.close()
-	return nil
-}
-
-// treeStats reads the stat of each candidate the finder gives and returns
-// those of root's tree, in Tree's order.
-func (c *treeReader) treeStats(root, adopter int) ([]procStat, error) {
-	pids, err := c.find.candidates(root, adopter)
-	if err != nil {
-		return nil, err
-	}
-	clear(c.all)
-	for _, pid := range pids {
-		if _, dup := c.all[pid]; dup {
-			continue
-		}
-		s, gone, err := c.stats.read(pid)
-		if err != nil {
-			return nil, err
-		}
-		if !gone {
-			c.all[pid] = s
-		}
-	}
-	c.stats.sweep()
-	return buildTree(c.all, root, adopter), nil
-}
+// Close releases the tree's files kept open, without waiting for a
+// Collect in flight (see Tree.Close).
+func (c *Collector) Close() error { return c.tree.Close() }
 
 // cpuTicks is the CPU time the tree used between two readings.
 //

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -57,12 +57,17 @@ func TestTree(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
 			writeProcs(t, root, tt.procs...)
-			got, err := Tree(newFS(t, root), tt.root, tt.adopter)
+			tr, err := NewTree(TreeOptions{ProcRoot: root, RootPID: func() int { return tt.root }, Adopter: func() int { return tt.adopter }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
+			got, err := tr.PIDs(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("Tree(%d) = %v, want %v", tt.root, got, tt.want)
+				t.Errorf("PIDs of %d = %v, want %v", tt.root, got, tt.want)
 			}
 		})
 	}
@@ -71,8 +76,13 @@ func TestTree(t *testing.T) {
 func TestTreeGarbledStatIsAnError(t *testing.T) {
 	root := t.TempDir()
 	writeProcs(t, root, append(slices.Clone(family), fakeProc{pid: 104, ppid: 100, garbledStat: true})...)
-	if _, err := Tree(newFS(t, root), 100, 0); err == nil || !strings.Contains(err.Error(), "104") {
-		t.Errorf("Tree with a garbled stat of a live process: err = %v, want one naming pid 104", err)
+	tr, err := NewTree(TreeOptions{ProcRoot: root, RootPID: func() int { return 100 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	if _, err := tr.PIDs(context.Background()); err == nil || !strings.Contains(err.Error(), "104") {
+		t.Errorf("PIDs with a garbled stat of a live process: err = %v, want one naming pid 104", err)
 	}
 }
 
@@ -124,12 +134,9 @@ func TestCPUTicks(t *testing.T) {
 func TestCollectFixture(t *testing.T) {
 	root := t.TempDir()
 	pid := 0
-	c, err := New(Options{ProcRoot: root, RootPID: func() int { return pid }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCollector(t, TreeOptions{ProcRoot: root, RootPID: func() int { return pid }})
 	at := time.Unix(1764682500, 0)
-	c.now = func() time.Time { return at }
+	c.tree.now = func() time.Time { return at }
 
 	writeProcs(t, root,
 		fakeProc{pid: 1, comm: "init", utime: 9999, rssPages: 99999},
@@ -194,8 +201,8 @@ func TestCollectFixture(t *testing.T) {
 }
 
 func TestNewNeedsRootPID(t *testing.T) {
-	if _, err := New(Options{ProcRoot: t.TempDir()}); err == nil {
-		t.Error("New without RootPID succeeded")
+	if _, err := NewTree(TreeOptions{ProcRoot: t.TempDir()}); err == nil {
+		t.Error("NewTree without RootPID succeeded")
 	}
 }
 
@@ -237,13 +244,9 @@ func startBusyTree(t *testing.T) *exec.Cmd {
 // asynchronously); the deadline only guards against a hang.
 func waitForTree(t *testing.T, root, n int) []int {
 	t.Helper()
-	fs := newFS(t, "/proc")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pids, err := Tree(fs, root, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pids := scanTree(t, "/proc", root, 0)
 		if len(pids) >= n || time.Now().After(deadline) {
 			return pids
 		}
@@ -279,10 +282,7 @@ func TestRealTree(t *testing.T) {
 func TestRealBusyLoopReadsOneCore(t *testing.T) {
 	cmd := startBusyTree(t)
 	waitForTree(t, cmd.Process.Pid, 3)
-	c, err := New(Options{RootPID: func() int { return cmd.Process.Pid }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newCollector(t, TreeOptions{RootPID: func() int { return cmd.Process.Pid }, Cgroups: realCgroups(t)})
 	pids := waitForTree(t, cmd.Process.Pid, 3)
 	t0 := time.Now()
 	run0 := schedRun(t, pids)

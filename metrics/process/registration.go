@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 // Name is the collector's name in `bridge sample` and the registrations.
@@ -17,16 +18,27 @@ var Registration = metrics.Registration{
 	Series: Series,
 	Docs:   docs,
 	Build: func(env metrics.Env) (metrics.Collector, error) {
-		p, err := New(Options{
-			ProcRoot:   env.Roots.Proc,
-			CgroupRoot: env.Roots.Cgroup,
-			Log:        env.Log,
-			RootPID:    env.Job.PID,
-			Adopter:    env.Job.Adopter,
-		})
+		t, err := TreeOf(env)
 		if err != nil {
 			return nil, &metrics.Off{Why: "off: " + err.Error(), Level: slog.LevelWarn}
 		}
-		return p, nil
+		return New(t, env.Log), nil
 	},
+}
+
+// treeKey is the child's tree in metrics.Shared.
+type treeKey struct{}
+
+// TreeOf is the child of env's job's process tree, made once a job and
+// shared by every collector that follows it (process, NVIDIA and AMD
+// GPUs): walked once a sample for all of them. It is looked for in the
+// job's cgroup layout (cgroup.LayoutOf); without one, by the children
+// links, else a scan.
+func TreeOf(env metrics.Env) (*Tree, error) {
+	v, err := env.Shared.Once(treeKey{}, func() (any, error) {
+		l, _ := cgroup.LayoutOf(env)
+		return NewTree(TreeOptions{ProcRoot: env.Roots.Proc, Cgroups: l, RootPID: env.Job.PID, Adopter: env.Job.Adopter})
+	})
+	t, _ := v.(*Tree)
+	return t, err
 }

@@ -1,51 +1,201 @@
 package process
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
-	"syscall"
+	"time"
 
 	"github.com/prometheus/procfs"
 
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
-// Tree returns root and all its descendants (by the parent pid field of
-// /proc/<pid>/stat), root first, then breadth first in pid order. Processes
-// that exit while the tree is read are skipped. A root that does not exist
-// gives an empty list and no error.
+// TreeOptions configure a Tree.
+type TreeOptions struct {
+	// ProcRoot is where procfs is mounted; "" means /proc. Its pids must be
+	// those of bridge's pid namespace.
+	ProcRoot string
+	// Cgroups is the cgroup layout (cgroup.FindLayout) in which, without
+	// the children links of /proc, the tree is looked for among the
+	// processes of the root's cgroup; nil: the links, else a scan.
+	Cgroups *cgroup.Layout
+	// RootPID returns the child's pid, 0 until it has started. Required.
+	RootPID func() int
+	// Adopter returns the child subreaper (bridge's own pid) whose other
+	// children are orphans of the job and count as part of the tree; nil or
+	// 0 for none (bridge attach, whose root is not its child).
+	Adopter func() int
+}
+
+// Tree is the child's process tree: the root (RootPID) and all its
+// descendants by the parent pid field of /proc/<pid>/stat, with the
+// orphans the adopter took in. The process collector and the GPU
+// collectors (NVIDIA, AMD) share one Tree, and it is walked once a sample:
+// the first of them to ask in a sample (by metrics.SampleMark) walks it,
+// the others get that walk. A call outside a Sampler's sample (a Detect)
+// walks it afresh.
 //
-// Pids are those of the pid namespace fs was mounted for. A process orphaned
-// inside the tree is reparented to the nearest subreaper or init, outside the
-// tree: pass that subreaper (bridge itself) as adopter, and its other
-// children and their descendants count as part of the tree; 0 for none.
-//
-// Tree reads every process on the machine; the Collector finds the tree
-// without a full scan where the kernel allows it.
-func Tree(pfs procfs.FS, root, adopter int) ([]int, error) {
-	all, err := readAll(pfs)
+// Contract: safe for concurrent use. One walk runs at a time; a caller
+// waiting for another's walk gives up when its ctx is done. Close may run
+// beside a walk and never waits for it (see kfile.Reader.Close).
+type Tree struct {
+	procRoot string
+	rootPID  func() int
+	adopter  func() int
+	now      func() time.Time
+
+	// sem is held by the walk in progress, and guards what follows.
+	sem   chan struct{}
+	find  finder
+	stats *statFiles
+	ns    *nsFiles
+	all   map[int]procStat // reused between walks
+	last  *walk            // the last walk made for a sample
+	walks int              // walks made (tests)
+}
+
+// walk is one reading of the tree; read-only once made, but for nspids,
+// which is filled under the Tree's sem.
+type walk struct {
+	mark          uint64    // the sample it was made for
+	at            time.Time // when it was read
+	root, adopter int
+	procs         []procStat // root first, then breadth first in pid order
+	err           error
+	nspids        [][]int // per process of procs, NSpids; nil until asked
+	nsErr         error
+}
+
+// NewTree returns the tree opts describe.
+func NewTree(opts TreeOptions) (*Tree, error) {
+	if opts.RootPID == nil {
+		return nil, errors.New("process tree: TreeOptions.RootPID is required")
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = procfs.DefaultMountPoint
+	}
+	if _, err := os.Stat(opts.ProcRoot); err != nil {
+		return nil, fmt.Errorf("process tree: opening proc filesystem at %s: %w", opts.ProcRoot, err)
+	}
+	adopter := opts.Adopter
+	if adopter == nil {
+		adopter = func() int { return 0 }
+	}
+	return &Tree{
+		procRoot: opts.ProcRoot,
+		rootPID:  opts.RootPID,
+		adopter:  adopter,
+		now:      time.Now,
+		sem:      make(chan struct{}, 1),
+		find:     newFinder(opts.ProcRoot, opts.Cgroups),
+		stats:    newStatFiles(opts.ProcRoot),
+		ns:       newNSFiles(opts.ProcRoot),
+		all:      map[int]procStat{},
+	}, nil
+}
+
+// PIDs lists the tree's processes, root first; none while there is no
+// child, or once its tree is gone.
+func (t *Tree) PIDs(ctx context.Context) ([]int, error) {
+	w, err := t.get(ctx, false)
 	if err != nil {
 		return nil, err
 	}
-	stats := buildTree(all, root, adopter)
-	pids := make([]int, len(stats))
-	for i, s := range stats {
+	pids := make([]int, len(w.procs))
+	for i, s := range w.procs {
 		pids[i] = s.PID
 	}
 	return pids, nil
 }
 
-// buildTree returns the stats of root's tree out of all, in Tree's order;
-// nil when root is not in all.
+// NSpids lists, for each of the tree's processes, every PID it is known by:
+// its PID in ProcRoot's namespace first, then those in the PID namespaces
+// nested in it (the NSpid line of /proc/<pid>/status; the first alone on a
+// kernel before 4.1, or where its status could not be read, which the
+// error then says). None while there is no child. A process's status is
+// read once in its life: its PIDs never change.
+func (t *Tree) NSpids(ctx context.Context) ([][]int, error) {
+	w, err := t.get(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	return w.nspids, w.nsErr
+}
+
+// Close releases the files kept open, without waiting for a walk in
+// flight; a walk after it keeps nothing open. A second Close does nothing.
+func (t *Tree) Close() error {
+	t.stats.close()
+	t.find.close()
+	return nil
+}
+
+// get returns the walk of this sample, walking the tree if no one has yet
+// (and reading the NSpids of its processes when nspids asks for them). A
+// walk that failed is an error.
+func (t *Tree) get(ctx context.Context, nspids bool) (*walk, error) {
+	select {
+	case t.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another collector's walk of the process tree: %w", ctx.Err())
+	}
+	defer func() { <-t.sem }()
+	mark, marked := metrics.SampleMark(ctx)
+	root, adopter := t.rootPID(), t.adopter()
+	w := t.last
+	if !marked || w == nil || w.mark != mark || w.root != root || w.adopter != adopter {
+		w = &walk{mark: mark, at: t.now(), root: root, adopter: adopter}
+		if root > 0 {
+			t.walks++
+			w.procs, w.err = t.read(root, adopter)
+		}
+		if marked {
+			t.last = w
+		}
+	}
+	if w.err != nil {
+		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", w.root, t.procRoot, w.err)
+	}
+	if nspids && w.nspids == nil && len(w.procs) > 0 {
+		w.nspids, w.nsErr = t.ns.read(w.procs)
+	}
+	return w, nil
+}
+
+// read reads the stat of each candidate the finder gives and returns those
+// of root's tree. The caller holds sem.
+func (t *Tree) read(root, adopter int) ([]procStat, error) {
+	pids, err := t.find.candidates(root, adopter)
+	if err != nil {
+		return nil, err
+	}
+	clear(t.all)
+	for _, pid := range pids {
+		if _, dup := t.all[pid]; dup {
+			continue
+		}
+		s, gone, err := t.stats.read(pid)
+		if err != nil {
+			return nil, err
+		}
+		if !gone {
+			t.all[pid] = s
+		}
+	}
+	t.stats.sweep()
+	return buildTree(t.all, root, adopter), nil
+}
+
+// buildTree returns the stats of root's tree out of all: root first, then
+// breadth first in pid order; nil when root is not in all. A process
+// orphaned inside the tree is reparented to the nearest subreaper or init,
+// outside the tree: the adopter's other children and their descendants
+// count as part of it (adopter 0: none).
 func buildTree(all map[int]procStat, root, adopter int) []procStat {
 	rs, ok := all[root]
 	if !ok {
@@ -78,365 +228,5 @@ func buildTree(all map[int]procStat, root, adopter int) []procStat {
 	return out
 }
 
-// readAll reads /proc/<pid>/stat of every process with procfs, skipping those
-// that exit while being read.
-func readAll(pfs procfs.FS) (map[int]procStat, error) {
-	procs, err := pfs.AllProcs()
-	if err != nil {
-		return nil, fmt.Errorf("listing processes: %w", err)
-	}
-	all := make(map[int]procStat, len(procs))
-	for _, p := range procs {
-		s, err := p.Stat()
-		if err != nil {
-			if vanished(pfs, p.PID, err) {
-				continue
-			}
-			return nil, fmt.Errorf("reading the stat file of process %d: %w", p.PID, err)
-		}
-		all[p.PID] = procStat{
-			PID: s.PID, PPID: s.PPID, UTime: uint64(s.UTime), STime: uint64(s.STime),
-			CUTime: int64(s.CUTime), CSTime: int64(s.CSTime), NumThreads: s.NumThreads,
-			Starttime: s.Starttime, RSSPages: int64(s.RSS),
-		}
-	}
-	return all, nil
-}
-
-// vanished reports whether a failed read of a process's stat means the
-// process is gone: ENOENT or ESRCH, or a half-read file of a process whose
-// directory no longer exists.
-func vanished(pfs procfs.FS, pid int, err error) bool {
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	_, serr := pfs.Proc(pid)
-	return serr != nil
-}
-
-// How the Collector finds the candidates for the tree. Where both the
-// children links and a cgroup of its own are there, the cheaper wins, looked
-// at again every reconsiderEvery samples: the links cost a read per thread
-// (a PyTorch process has dozens), the cgroup a stat read per process in it.
-const (
-	viaChildren = "children" // /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)
-	viaCgroup   = "cgroup"   // cgroup.procs of the root's (and the adopter's) cgroup and below
-	viaScan     = "scan"     // every /proc/<pid>
-)
-
-// finder lists the pids that may belong to root's tree, so that only their
-// stat files are read. Its method is chosen once per root.
-type finder struct {
-	procRoot   string
-	cgroupRoot string
-
-	root, adopter int
-	method        string
-	both          bool // children links and a cgroup: choose by cost
-	calls         int
-	linkReads     int                   // children files the last walk read
-	cgroupDirs    []string              // viaCgroup: the cgroup directories walked
-	children      *kfile.Reader[[2]int] // viaChildren: {pid, tid} -> its children file
-	buf           []byte
-}
-
-func newFinder(procRoot, cgroupRoot string) finder {
-	f := finder{procRoot: procRoot, cgroupRoot: cgroupRoot}
-	f.children = kfile.NewReader(func(k [2]int) string {
-		return filepath.Join(procRoot, strconv.Itoa(k[0]), "task", strconv.Itoa(k[1]), "children")
-	}, kfile.Options{Size: 1024, MaxKept: maxOpenStats})
-	return f
-}
-
-// close releases the files kept open; safe beside a walk in flight.
-func (f *finder) close() { f.children.Close() }
-
-// candidates returns a superset of the tree of root (plus the adopter's
-// other children), never the whole machine unless nothing better exists.
-func (f *finder) candidates(root, adopter int) ([]int, error) {
-	if root != f.root || adopter != f.adopter || f.method == "" {
-		f.choose(root, adopter)
-	}
-	if f.both && f.calls%reconsiderEvery == 0 {
-		f.calls++
-		return f.cheaper(root, adopter)
-	}
-	f.calls++
-	switch f.method {
-	case viaChildren:
-		return f.byChildren(root, adopter), nil
-	case viaCgroup:
-		return f.byCgroup()
-	}
-	return f.byScan()
-}
-
-// reconsiderEvery is how often, in samples, the cheaper of the children
-// links and the cgroup is chosen again (the tree grows: DataLoader workers).
-const reconsiderEvery = 64
-
-// cheaper lists the candidates both ways and keeps the cheaper way.
-func (f *finder) cheaper(root, adopter int) ([]int, error) {
-	kids := f.byChildren(root, adopter)
-	cg, err := f.byCgroup()
-	if err != nil || len(cg) >= len(kids)+f.linkReads {
-		f.method = viaChildren
-		return kids, nil
-	}
-	f.method = viaCgroup
-	return cg, nil
-}
-
-func (f *finder) choose(root, adopter int) {
-	f.root, f.adopter, f.cgroupDirs, f.both, f.calls = root, adopter, nil, false, 0
-	links := false
-	if _, err := os.Stat(filepath.Join(f.procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err == nil {
-		links = true
-	}
-	defer func() {
-		if links {
-			f.both = f.method == viaCgroup
-			f.method = viaChildren
-		}
-	}()
-	f.method = viaScan
-	rootDir := f.cgroupDir(root)
-	if rootDir == "" {
-		return // the root cgroup holds every process: a scan costs no more
-	}
-	f.cgroupDirs = []string{rootDir}
-	if adopter > 0 && adopter != root {
-		d := f.cgroupDir(adopter)
-		if d == "" {
-			return // orphans may sit anywhere
-		}
-		if !slices.Contains(f.cgroupDirs, d) {
-			f.cgroupDirs = append(f.cgroupDirs, d)
-		}
-	}
-	f.method = viaCgroup
-}
-
-// byChildren walks the children links from root (and the adopter) down.
-// Each thread lists the children it forked, so every task is read.
-func (f *finder) byChildren(root, adopter int) []int {
-	out := []int{root}
-	if adopter > 0 && adopter != root {
-		out = append(out, adopter) // its children are the adopted orphans; buildTree drops it
-	}
-	seen := map[int]bool{root: true, adopter: true}
-	f.linkReads = 0
-	for i := 0; i < len(out); i++ {
-		pid := out[i]
-		taskDir := filepath.Join(f.procRoot, strconv.Itoa(pid), "task")
-		tids, err := readDirNames(taskDir)
-		if err != nil {
-			continue // gone
-		}
-		for _, name := range tids {
-			tid, err := strconv.Atoi(name)
-			if err != nil {
-				continue
-			}
-			f.linkReads++
-			f.buf, err = f.children.Read([2]int{pid, tid}, f.buf)
-			if err != nil {
-				continue // the thread exited
-			}
-			for _, w := range bytes.Fields(f.buf) {
-				if c, ok := atoi(w); ok && !seen[int(c)] {
-					seen[int(c)] = true
-					out = append(out, int(c))
-				}
-			}
-		}
-	}
-	f.children.Sweep()
-	return out
-}
-
-// byCgroup lists the processes of the chosen cgroups and their descendants.
-// A descendant of the tree that was moved to an unrelated cgroup is missed:
-// the price of not scanning the machine.
-func (f *finder) byCgroup() ([]int, error) {
-	out := []int{f.root} // even if it left its cgroup since
-	for _, top := range f.cgroupDirs {
-		var err error
-		if out, err = f.cgroupProcs(top, out, true); err != nil {
-			return nil, fmt.Errorf("listing the processes of cgroup %s: %w", top, err)
-		}
-	}
-	return out, nil
-}
-
-// cgroupProcs appends the pids of cgroup dir and of its sub-cgroups. A
-// sub-cgroup removed while it is read is skipped; the top one is an error.
-func (f *finder) cgroupProcs(dir string, out []int, top bool) ([]int, error) {
-	var err error
-	f.buf, err = readInto(f.buf, dir+"/cgroup.procs")
-	if err != nil {
-		if !top && isGone(err) {
-			return out, nil
-		}
-		return out, err
-	}
-	for _, w := range bytes.Fields(f.buf) {
-		if pid, ok := atoi(w); ok {
-			out = append(out, int(pid))
-		}
-	}
-	subs, err := readSubdirs(dir)
-	if err != nil {
-		if !top && isGone(err) {
-			return out, nil
-		}
-		return out, err
-	}
-	for _, sub := range subs {
-		if out, err = f.cgroupProcs(dir+"/"+sub, out, false); err != nil {
-			return out, err
-		}
-	}
-	return out, nil
-}
-
-// byScan lists every process.
-func (f *finder) byScan() ([]int, error) {
-	names, err := readDirNames(f.procRoot)
-	if err != nil {
-		return nil, fmt.Errorf("listing processes in %s: %w", f.procRoot, err)
-	}
-	out := make([]int, 0, len(names))
-	for _, n := range names {
-		if pid, err := strconv.Atoi(n); err == nil {
-			out = append(out, pid)
-		}
-	}
-	return out, nil
-}
-
-// cgroupDir is the directory of pid's cgroup that narrows the search most:
-// of every hierarchy in /proc/<pid>/cgroup, the deepest one mounted under
-// cgroupRoot with a cgroup.procs file. "" when pid sits in a root cgroup
-// everywhere (nothing gained over a scan) or nothing is found.
-func (f *finder) cgroupDir(pid int) string {
-	file, err := os.Open(filepath.Join(f.procRoot, strconv.Itoa(pid), "cgroup"))
-	if err != nil {
-		return ""
-	}
-	defer file.Close()
-	best, bestDepth := "", 0
-	sc := bufio.NewScanner(file)
-	for sc.Scan() {
-		// hierarchy-ID:controller-list:cgroup-path (cgroups(7))
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 || parts[2] == "/" {
-			continue
-		}
-		depth := strings.Count(parts[2], "/")
-		if depth <= bestDepth {
-			continue
-		}
-		var mounts []string
-		if parts[1] == "" {
-			mounts = []string{f.cgroupRoot, filepath.Join(f.cgroupRoot, "unified")}
-		} else {
-			ctrls := strings.TrimPrefix(parts[1], "name=")
-			mounts = []string{filepath.Join(f.cgroupRoot, ctrls)}
-			for _, c := range strings.Split(ctrls, ",") {
-				mounts = append(mounts, filepath.Join(f.cgroupRoot, c))
-			}
-		}
-		for _, m := range mounts {
-			dir := filepath.Join(m, parts[2])
-			if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err == nil {
-				best, bestDepth = dir, depth
-				break
-			}
-		}
-	}
-	return best
-}
-
-// readDirNames lists a directory's names with raw getdents: os.Open would
-// register the descriptor with the Go poller and stat nothing useful.
-func readDirNames(dir string) ([]string, error) {
-	var names []string
-	err := getdents(dir, func(name string, _ byte) { names = append(names, name) })
-	return names, err
-}
-
-// readSubdirs lists the subdirectories of dir by the entries' d_type, which
-// procfs and cgroupfs fill in.
-func readSubdirs(dir string) ([]string, error) {
-	var subs []string
-	err := getdents(dir, func(name string, typ byte) {
-		if typ == syscall.DT_DIR {
-			subs = append(subs, name)
-		}
-	})
-	return subs, err
-}
-
-// getdents calls each for every entry of dir but . and ..
-func getdents(dir string, each func(name string, typ byte)) error {
-	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer syscall.Close(fd)
-	buf := make([]byte, 8192)
-	for {
-		n, err := syscall.ReadDirent(fd, buf)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if n <= 0 {
-			return nil
-		}
-		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name NUL-terminated.
-		for b := buf[:n]; len(b) >= 19; {
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < 19 || reclen > len(b) {
-				break
-			}
-			name := b[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if s := string(name); s != "." && s != ".." {
-				each(s, b[18])
-			}
-			b = b[reclen:]
-		}
-	}
-}
-
-// readInto reads a whole file into buf's storage.
-func readInto(buf []byte, path string) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return buf[:0], err
-	}
-	defer syscall.Close(fd)
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return buf[:0], err
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-}
+// src names the files a walk reads, for `bridge sample`.
+func (t *Tree) src() string { return filepath.Join(t.procRoot, "*", "stat") }

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/closetest"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/closetest"
 )
 
 // The range of an Intel package counter as the kernel shows it.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bridge-dev/bridge/internal/promtest"
+	"github.com/bridge-dev/bridge/harness/promtest"
 )
 
 // memTotal is MemTotal from /proc/meminfo, in bytes.

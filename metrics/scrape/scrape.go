@@ -87,11 +87,15 @@ type Options struct {
 	Log        *slog.Logger
 }
 
-// Collector reads the endpoints. It implements metrics.Collector and
-// metrics.Detector.
+// Collector reads the endpoints. It implements metrics.Collector,
+// metrics.Detector and metrics.Closer.
 type Collector struct {
 	o      Options
 	client *http.Client
+	// life ends at Close: the requests in flight are cancelled then, and
+	// no other starts.
+	life context.Context
+	end  context.CancelFunc
 
 	mu      sync.Mutex
 	targets []*target
@@ -132,6 +136,7 @@ func New(o Options) *Collector {
 		o.Grace = 250 * time.Millisecond
 	}
 	c := &Collector{o: o, client: newHTTPClient()}
+	c.life, c.end = context.WithCancel(context.Background())
 	for _, u := range o.URLs {
 		c.targets = append(c.targets, &target{url: u, shown: redact.URI(u), warned: map[string]bool{}, keys: map[unique.Handle[string]]*metrics.Desc{}})
 	}
@@ -162,22 +167,34 @@ func (c *Collector) Failures() map[string]int {
 	return out
 }
 
+// Close implements metrics.Closer: it cancels the requests in flight
+// without waiting for them (one that ends so is not a failure of its
+// exporter), starts none after, and closes the idle connections. A second
+// Close does nothing.
+func (c *Collector) Close() error {
+	c.end()
+	c.client.CloseIdleConnections()
+	return nil
+}
+
 // Collect starts a request to every URL that has none in flight, waits for
 // them at most Grace, and returns what has arrived since the last sample: a
 // slow or hung exporter never holds a sample (fast sampling near the memory
 // limit included) longer than Grace; its answer, if any, goes into a later
 // sample. A failure adds nothing, is counted, and is logged once per failure
 // streak. Collect never returns an error: an exporter going away must not
-// look like a broken bridge.
+// look like a broken bridge. After Close it starts no request.
 func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	c.mu.Lock()
 	var waits []chan struct{}
 	for _, t := range c.targets {
-		if !t.busy {
+		if !t.busy && c.life.Err() == nil {
 			t.busy, t.done = true, make(chan struct{})
-			go c.scrape(t, t.done)
+			go c.scrape(ctx, t, t.done)
 		}
-		waits = append(waits, t.done)
+		if t.busy {
+			waits = append(waits, t.done)
+		}
 	}
 	c.mu.Unlock()
 
@@ -207,11 +224,16 @@ wait:
 	return nil
 }
 
-// scrape runs one request; its own timeout bounds it, not the sample's. It
-// runs on a goroutine of its own, outside the Sampler's recover: a panic
-// on hostile input is this scrape's failure, never bridge's end.
-func (c *Collector) scrape(t *target, done chan struct{}) {
+// scrape runs one request under the sample's ctx (its values), bounded by
+// its own timeout and by Close, not by the sample's end: an answer that
+// comes after the sample has gone goes into a later one. It runs on a
+// goroutine of its own, outside the Sampler's recover: a panic on hostile
+// input is this scrape's failure, never bridge's end.
+func (c *Collector) scrape(sample context.Context, t *target, done chan struct{}) {
 	defer close(done)
+	ctx, cancel := context.WithCancel(context.WithoutCancel(sample))
+	defer cancel()
+	defer context.AfterFunc(c.life, cancel)()
 	var (
 		a   *answer
 		err error
@@ -222,10 +244,14 @@ func (c *Collector) scrape(t *target, done chan struct{}) {
 				a, err = nil, fmt.Errorf("internal error reading the answer: %v", p)
 			}
 		}()
-		a, err = c.fetch(context.Background(), t)
+		a, err = c.fetch(ctx, t)
 	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	t.busy = false
+	if c.life.Err() != nil {
+		return // cancelled by Close: bridge is ending, the exporter did nothing wrong
+	}
 	c.record(t, a, err)
 	if err == nil {
 		for h, d := range a.seen {
@@ -233,7 +259,6 @@ func (c *Collector) scrape(t *target, done chan struct{}) {
 		}
 		t.points, t.have = a.points, true
 	}
-	t.busy = false
 }
 
 // record counts a failure and reports it: the first failure of a streak

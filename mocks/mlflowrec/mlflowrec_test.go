@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
 )
 
 // TestMain stops the MLflow server mlflowtest.Shared may start.

@@ -1,6 +1,6 @@
 package mlflow
 
-// Tests against a real `mlflow server` (internal/mlflowtest); they skip when
+// Tests against a real `mlflow server` (harness/mlflowtest); they skip when
 // BRIDGE_TEST_PYTHON is unset.
 
 import (
@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/authproxy"
-	"github.com/bridge-dev/bridge/internal/mlflowtest"
+	"github.com/bridge-dev/bridge/harness/authproxy"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // countOpens makes r count its opens by path.
@@ -35,6 +35,13 @@ func countOpens(r *Reader[string]) func(path string) int {
 }
 
 // openFDs lists this process's descriptors whose target is path.
+// kept is the number of descriptors r keeps open.
+func kept[K comparable](r *Reader[K]) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kept
+}
+
 func openFDs(t *testing.T, path string) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
@@ -69,8 +76,8 @@ func TestReadKeepsProcfs(t *testing.T) {
 			if err != nil || !bytes.Equal(again, want) {
 				t.Errorf("%s, size %d, second read: %q, %v; want %q", path, size, again, err, want)
 			}
-			if opens(path) != 1 || r.Kept() != 1 {
-				t.Errorf("%s: %d opens, %d kept; want 1 open, kept", path, opens(path), r.Kept())
+			if opens(path) != 1 || kept(r) != 1 {
+				t.Errorf("%s: %d opens, %d kept; want 1 open, kept", path, opens(path), kept(r))
 			}
 			r.Close()
 		}
@@ -104,8 +111,8 @@ func TestPlainFileNotKept(t *testing.T) {
 			t.Errorf("Read = %q, %v; want %q", got, err, body)
 		}
 	}
-	if r.Kept() != 0 || len(openFDs(t, path)) != 0 {
-		t.Errorf("a plain file kept open: %d kept, descriptors %v", r.Kept(), openFDs(t, path))
+	if kept(r) != 0 || len(openFDs(t, path)) != 0 {
+		t.Errorf("a plain file kept open: %d kept, descriptors %v", kept(r), openFDs(t, path))
 	}
 }
 
@@ -211,8 +218,8 @@ func TestFailedKeptReadReopensOnce(t *testing.T) {
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("Read after a failed kept read = %q, %v; want %q", got, err, want)
 	}
-	if opens(path) != 2 || r.Kept() != 1 {
-		t.Errorf("%d opens, %d kept; want 2 opens and the new descriptor kept", opens(path), r.Kept())
+	if opens(path) != 2 || kept(r) != 1 {
+		t.Errorf("%d opens, %d kept; want 2 opens and the new descriptor kept", opens(path), kept(r))
 	}
 	if fds := openFDs(t, "/proc/"+strconv.Itoa(os.Getpid())+"/cgroup"); len(fds) != 1 {
 		t.Errorf("descriptors open on the file: %v, want the new one only (the failed one closed)", fds)
@@ -240,8 +247,8 @@ func TestExitedProcessNotReopened(t *testing.T) {
 	if _, err := r.Read(pid, nil); !errors.Is(err, syscall.ESRCH) {
 		t.Fatalf("read of an exited process: err = %v, want ESRCH", err)
 	}
-	if opens != 1 || r.Kept() != 0 {
-		t.Errorf("%d opens, %d kept; want 1 open and the descriptor dropped", opens, r.Kept())
+	if opens != 1 || kept(r) != 0 {
+		t.Errorf("%d opens, %d kept; want 1 open and the descriptor dropped", opens, kept(r))
 	}
 }
 
@@ -257,21 +264,38 @@ func TestMaxKeptAndSweep(t *testing.T) {
 			t.Fatalf("%s: %q, %v", n, b, err)
 		}
 	}
-	if r.Kept() != 2 {
-		t.Fatalf("kept %d, want MaxKept = 2", r.Kept())
+	if kept(r) != 2 {
+		t.Fatalf("kept %d, want MaxKept = 2", kept(r))
 	}
 	r.Sweep() // all were read: nothing dropped
-	if r.Kept() != 2 {
-		t.Fatalf("kept %d after a Sweep with every key read, want 2", r.Kept())
+	if kept(r) != 2 {
+		t.Fatalf("kept %d after a Sweep with every key read, want 2", kept(r))
 	}
 	r.Read(names[0], nil)
 	r.Sweep()
-	if r.Kept() > 1 {
-		t.Errorf("kept %d after a Sweep with one key read, want at most 1", r.Kept())
+	if kept(r) > 1 {
+		t.Errorf("kept %d after a Sweep with one key read, want at most 1", kept(r))
 	}
 	for _, n := range names[1:] {
 		if fds := openFDs(t, "/proc/"+self+"/"+n); len(fds) != 0 {
 			t.Errorf("/proc/%s/%s still open (%v) after a Sweep that did not see it read", self, n, fds)
+		}
+	}
+}
+
+// A negative MaxKept keeps nothing: each read opens and closes its file.
+func TestMaxKeptNegativeKeepsNone(t *testing.T) {
+	self := strconv.Itoa(os.Getpid())
+	r := NewReader(func(name string) string { return "/proc/" + self + "/" + name }, Options{MaxKept: -1})
+	for _, n := range []string{"stat", "status"} {
+		if b, err := r.Read(n, nil); err != nil || len(b) == 0 {
+			t.Fatalf("%s: %q, %v", n, b, err)
+		}
+		if kept(r) != 0 {
+			t.Fatalf("kept %d after reading %s, want none", kept(r), n)
+		}
+		if fds := openFDs(t, "/proc/"+self+"/"+n); len(fds) != 0 {
+			t.Errorf("/proc/%s/%s still open (%v) after its read", self, n, fds)
 		}
 	}
 }
@@ -304,8 +328,8 @@ func TestCloseDuringHungRead(t *testing.T) {
 	go func() { r.Close(); close(closed) }()
 	waitfor.Cond(t, 30*time.Second, "Close beside a hung read", waitfor.Closed(closed))
 	// A read after Close still answers, and keeps nothing.
-	if b, err := r.Read("/proc/self/stat", nil); err != nil || len(b) == 0 || r.Kept() != 0 {
-		t.Errorf("read after Close: %q, %v, %d kept; want content and nothing kept", b, err, r.Kept())
+	if b, err := r.Read("/proc/self/stat", nil); err != nil || len(b) == 0 || kept(r) != 0 {
+		t.Errorf("read after Close: %q, %v, %d kept; want content and nothing kept", b, err, kept(r))
 	}
 	w, err := os.OpenFile(fifo, os.O_WRONLY, 0) // the hung open returns
 	if err != nil {
@@ -315,8 +339,8 @@ func TestCloseDuringHungRead(t *testing.T) {
 	if res := <-done; !errors.Is(res.err, syscall.ESPIPE) {
 		t.Errorf("the hung read answered %q, %v; want ESPIPE", res.b, res.err)
 	}
-	if fds := openFDs(t, fifo); len(fds) != 0 || r.Kept() != 0 {
-		t.Errorf("after the hung read ended: descriptors %v on the FIFO, %d kept; want none", fds, r.Kept())
+	if fds := openFDs(t, fifo); len(fds) != 0 || kept(r) != 0 {
+		t.Errorf("after the hung read ended: descriptors %v on the FIFO, %d kept; want none", fds, kept(r))
 	}
 }
 

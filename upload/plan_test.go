@@ -1,4 +1,4 @@
-package main
+package upload
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ func syncAtt(n int, run string) spool.Attempt {
 	return a
 }
 
-func plan(jobs []syncJob) string {
+func plan(jobs []Job) string {
 	var s []string
 	for _, j := range jobs {
 		s = append(s, fmt.Sprintf("%s:%q%v", j.tracker, j.run, j.claim))
@@ -35,7 +35,7 @@ func plan(jobs []syncJob) string {
 	return strings.Join(s, " ")
 }
 
-// sync uploads each attempt's samples to its own run: one job per run the
+// Sync uploads each attempt's samples to its own run: one job per run the
 // file names, one new run per chain of run-less attempts (an attempt after
 // a lost one resumes it), none for attempts without samples; --run-id
 // takes the run-less attempts and its own, and names the others.
@@ -62,7 +62,7 @@ func TestPlanSync(t *testing.T) {
 		{"--run-id", []spool.Attempt{att(1, "", 3, true), att(2, "X", 2, true), att(3, "A", 2, true)}, "X", `mlflow:"X"[1]`, 1},
 		{"--run-id, no start record", nil, "X", `mlflow:"X"[]`, 0},
 	} {
-		jobs, skipped := planSync(tc.attempts, []string{"mlflow"}, tc.runID)
+		jobs, skipped := Plan(tc.attempts, []string{"mlflow"}, tc.runID)
 		if got := plan(jobs); got != tc.want || len(skipped) != tc.skipped {
 			t.Errorf("%s: plan %s (skipped %q), want %s (%d skipped)", tc.name, got, skipped, tc.want, tc.skipped)
 		}

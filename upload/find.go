@@ -1,4 +1,4 @@
-package main
+package upload
 
 import (
 	"context"
@@ -12,27 +12,27 @@ import (
 	"github.com/bridge-dev/bridge/tracker"
 )
 
-// syncProgress is how often bridge sync says what it is waiting for while
+// ProgressEvery is how often bridge sync says what it is waiting for while
 // a tracker finds (or elects) the run to upload to.
-const syncProgress = 5 * time.Second
+const ProgressEvery = 5 * time.Second
 
-// syncFinder finds the run one tracker's samples go to, for bridge sync.
+// finder finds the run one tracker's samples go to.
 // There is no child to keep waiting: it is patient, within the sync's own
-// deadline (--timeout), not --start-timeout, says every syncProgress what
+// deadline (--timeout), not --start-timeout, says every ProgressEvery what
 // it waits for, and when it gives up says what really happened: the server
 // never answered, or it answered and no run was found or elected yet.
-type syncFinder struct {
+type finder struct {
 	sink  tracker.Sink
 	info  tracker.StartInfo
 	job   *pipeline.Job // a multi-node job's run is elected by its key; nil otherwise
 	spool string        // the file, for the messages
 	out   io.Writer     // progress and the final error
-	every time.Duration // syncProgress
+	every time.Duration // ProgressEvery
 }
 
 // find starts the sink until it has a run, gives up for good (a permanent
 // error), or ctx ends; its error is worded for the user.
-func (f syncFinder) find(ctx context.Context) error {
+func (f finder) find(ctx context.Context) error {
 	began := time.Now()
 	tick := time.NewTicker(f.every)
 	defer tick.Stop()
@@ -81,7 +81,7 @@ func (f syncFinder) find(ctx context.Context) error {
 }
 
 // start is one Start of the sink; a panic in it is an error.
-func (f syncFinder) start(ctx context.Context) (err error) {
+func (f finder) start(ctx context.Context) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = tracker.Permanent(fmt.Errorf("internal error starting the tracker: %v\n%s", p, debug.Stack()))
@@ -93,20 +93,20 @@ func (f syncFinder) start(ctx context.Context) (err error) {
 	return err
 }
 
-func (f syncFinder) reached() bool {
+func (f finder) reached() bool {
 	r, ok := f.sink.(tracker.Reacher)
 	return !ok || r.Reached()
 }
 
 // what is the run sync looks for, in words.
-func (f syncFinder) what() string {
+func (f finder) what() string {
 	if f.job != nil {
 		return fmt.Sprintf("the job's run (key %s)", f.job.Key)
 	}
 	return "the run"
 }
 
-func (f syncFinder) progress(began time.Time, last error) {
+func (f finder) progress(began time.Time, last error) {
 	waited := time.Since(began).Round(time.Second)
 	if f.reached() {
 		fmt.Fprintf(f.out, "bridge: sync: %s: still looking for %s after %s: the server answers, no run is found or elected yet\n", f.sink.Name(), f.what(), waited)
@@ -119,7 +119,7 @@ func (f syncFinder) progress(began time.Time, last error) {
 	fmt.Fprintf(f.out, "bridge: sync: %s: still waiting for the server after %s: %s\n", f.sink.Name(), waited, why)
 }
 
-func (f syncFinder) gaveUp(waited time.Duration, last error) error {
+func (f finder) gaveUp(waited time.Duration, last error) error {
 	waited = waited.Round(time.Second)
 	why := ""
 	if last != nil && !errors.Is(last, context.DeadlineExceeded) && !errors.Is(last, context.Canceled) {

@@ -3,7 +3,7 @@
 // skipped test with its reason, and exits 1 when a test failed or a test
 // skipped that is not on the allow-list: CI must not pass by skipping.
 //
-//	go test -json ./... | go run ./internal/testbin/skipcheck -allow .ci/allowed-skips
+//	go test -json ./... | go run ./harness/testbin/skipcheck -allow .ci/allowed-skips
 //
 // An allow-list line is "PACKAGE_REGEXP TEST_REGEXP" (both anchored), then
 // an optional "# why"; blank lines and lines starting with # are ignored.

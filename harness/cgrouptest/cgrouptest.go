@@ -41,15 +41,14 @@ type Limits struct {
 // still inside are moved to the parent first.
 func NewV1(t testing.TB, lim Limits) *Group {
 	t.Helper()
-	mode := cgroup.DetectMode()
-	if mode != cgroup.ModeV1 && mode != cgroup.ModeHybrid {
-		t.Skipf("real-cgroup test needs cgroup v1 memory and cpu hierarchies; this host is %s", mode)
-	}
-	c, err := cgroup.New(cgroup.Options{Mode: mode, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l, err := cgroup.FindLayout(cgroup.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Skipf("real-cgroup test: no cgroup of our own: %v", err)
 	}
-	own := c.Info().Paths
+	if mode := l.Mode(); mode != cgroup.ModeV1 && mode != cgroup.ModeHybrid {
+		t.Skipf("real-cgroup test needs cgroup v1 memory and cpu hierarchies; this host is %s", mode)
+	}
+	own := l.Paths()
 	parents := map[string]string{"memory": own["memory"], "cpu": own["cpu"], "cpuacct": own["cpuacct"]}
 	for ctl, marker := range map[string]string{"memory": "memory.limit_in_bytes", "cpu": "cpu.cfs_quota_us", "cpuacct": "cpuacct.usage"} {
 		if parents[ctl] == "" || !exists(filepath.Join(parents[ctl], marker)) {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/waitfor"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // A stalled fsync blocks until Release, a write to the same file waits

@@ -1,0 +1,308 @@
+package process
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"github.com/bridge-dev/bridge/metrics/cgroup"
+	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+)
+
+// How the Collector finds the candidates for the tree. Where both the
+// children links and a cgroup of its own are there, the cheaper wins, looked
+// at again every reconsiderEvery samples: the links cost a read per thread
+// (a PyTorch process has dozens), the cgroup a stat read per process in it.
+const (
+	viaChildren = "children" // /proc/<pid>/task/<tid>/children (CONFIG_PROC_CHILDREN)
+	viaCgroup   = "cgroup"   // cgroup.procs of the root's (and the adopter's) cgroup and below
+	viaScan     = "scan"     // every /proc/<pid>
+)
+
+// finder lists the pids that may belong to root's tree, so that only their
+// stat files are read. Its method is chosen once per root.
+type finder struct {
+	procRoot string
+	cgroups  *cgroup.Layout // nil: no cgroup to look in
+
+	root, adopter int
+	method        string
+	both          bool // children links and a cgroup: choose by cost
+	calls         int
+	linkReads     int                   // children files the last walk read
+	cgroupDirs    []string              // viaCgroup: the cgroup directories walked
+	children      *kfile.Reader[[2]int] // viaChildren: {pid, tid} -> its children file
+	buf           []byte
+}
+
+func newFinder(procRoot string, cgroups *cgroup.Layout) finder {
+	f := finder{procRoot: procRoot, cgroups: cgroups}
+	f.children = kfile.NewReader(func(k [2]int) string {
+		return filepath.Join(procRoot, strconv.Itoa(k[0]), "task", strconv.Itoa(k[1]), "children")
+	}, kfile.Options{Size: 1024, MaxKept: maxOpenStats})
+	return f
+}
+
+// close releases the files kept open; safe beside a walk in flight.
+func (f *finder) close() { f.children.Close() }
+
+// candidates returns a superset of the tree of root (plus the adopter's
+// other children), never the whole machine unless nothing better exists.
+func (f *finder) candidates(root, adopter int) ([]int, error) {
+	if root != f.root || adopter != f.adopter || f.method == "" {
+		f.choose(root, adopter)
+	}
+	if f.both && f.calls%reconsiderEvery == 0 {
+		f.calls++
+		return f.cheaper(root, adopter)
+	}
+	f.calls++
+	switch f.method {
+	case viaChildren:
+		return f.byChildren(root, adopter), nil
+	case viaCgroup:
+		return f.byCgroup()
+	}
+	return f.byScan()
+}
+
+// reconsiderEvery is how often, in samples, the cheaper of the children
+// links and the cgroup is chosen again (the tree grows: DataLoader workers).
+const reconsiderEvery = 64
+
+// cheaper lists the candidates both ways and keeps the cheaper way.
+func (f *finder) cheaper(root, adopter int) ([]int, error) {
+	kids := f.byChildren(root, adopter)
+	cg, err := f.byCgroup()
+	if err != nil || len(cg) >= len(kids)+f.linkReads {
+		f.method = viaChildren
+		return kids, nil
+	}
+	f.method = viaCgroup
+	return cg, nil
+}
+
+func (f *finder) choose(root, adopter int) {
+	f.root, f.adopter, f.cgroupDirs, f.both, f.calls = root, adopter, nil, false, 0
+	links := false
+	if _, err := os.Stat(filepath.Join(f.procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err == nil {
+		links = true
+	}
+	defer func() {
+		if links {
+			f.both = f.method == viaCgroup
+			f.method = viaChildren
+		}
+	}()
+	f.method = viaScan
+	rootDir := f.cgroupDir(root)
+	if rootDir == "" {
+		return // the root cgroup holds every process: a scan costs no more
+	}
+	f.cgroupDirs = []string{rootDir}
+	if adopter > 0 && adopter != root {
+		d := f.cgroupDir(adopter)
+		if d == "" {
+			return // orphans may sit anywhere
+		}
+		if !slices.Contains(f.cgroupDirs, d) {
+			f.cgroupDirs = append(f.cgroupDirs, d)
+		}
+	}
+	f.method = viaCgroup
+}
+
+// byChildren walks the children links from root (and the adopter) down.
+// Each thread lists the children it forked, so every task is read.
+func (f *finder) byChildren(root, adopter int) []int {
+	out := []int{root}
+	if adopter > 0 && adopter != root {
+		out = append(out, adopter) // its children are the adopted orphans; buildTree drops it
+	}
+	seen := map[int]bool{root: true, adopter: true}
+	f.linkReads = 0
+	for i := 0; i < len(out); i++ {
+		pid := out[i]
+		taskDir := filepath.Join(f.procRoot, strconv.Itoa(pid), "task")
+		tids, err := readDirNames(taskDir)
+		if err != nil {
+			continue // gone
+		}
+		for _, name := range tids {
+			tid, err := strconv.Atoi(name)
+			if err != nil {
+				continue
+			}
+			f.linkReads++
+			f.buf, err = f.children.Read([2]int{pid, tid}, f.buf)
+			if err != nil {
+				continue // the thread exited
+			}
+			for _, w := range bytes.Fields(f.buf) {
+				if c, ok := atoi(w); ok && !seen[int(c)] {
+					seen[int(c)] = true
+					out = append(out, int(c))
+				}
+			}
+		}
+	}
+	f.children.Sweep()
+	return out
+}
+
+// byCgroup lists the processes of the chosen cgroups and their descendants.
+// A descendant of the tree that was moved to an unrelated cgroup is missed:
+// the price of not scanning the machine.
+func (f *finder) byCgroup() ([]int, error) {
+	out := []int{f.root} // even if it left its cgroup since
+	for _, top := range f.cgroupDirs {
+		var err error
+		if out, err = f.cgroupProcs(top, out, true); err != nil {
+			return nil, fmt.Errorf("listing the processes of cgroup %s: %w", top, err)
+		}
+	}
+	return out, nil
+}
+
+// cgroupProcs appends the pids of cgroup dir and of its sub-cgroups. A
+// sub-cgroup removed while it is read is skipped; the top one is an error.
+func (f *finder) cgroupProcs(dir string, out []int, top bool) ([]int, error) {
+	var err error
+	f.buf, err = readInto(f.buf, dir+"/cgroup.procs")
+	if err != nil {
+		if !top && isGone(err) {
+			return out, nil
+		}
+		return out, err
+	}
+	for _, w := range bytes.Fields(f.buf) {
+		if pid, ok := atoi(w); ok {
+			out = append(out, int(pid))
+		}
+	}
+	subs, err := readSubdirs(dir)
+	if err != nil {
+		if !top && isGone(err) {
+			return out, nil
+		}
+		return out, err
+	}
+	for _, sub := range subs {
+		if out, err = f.cgroupProcs(dir+"/"+sub, out, false); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// byScan lists every process.
+func (f *finder) byScan() ([]int, error) {
+	names, err := readDirNames(f.procRoot)
+	if err != nil {
+		return nil, fmt.Errorf("listing processes in %s: %w", f.procRoot, err)
+	}
+	out := make([]int, 0, len(names))
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out, nil
+}
+
+// cgroupDir is the directory of pid's cgroup that narrows the search
+// most (cgroup.Layout.ProcsDir); "" without a layout.
+func (f *finder) cgroupDir(pid int) string {
+	if f.cgroups == nil {
+		return ""
+	}
+	return f.cgroups.ProcsDir(pid)
+}
+
+// readDirNames lists a directory's names with raw getdents: os.Open would
+// register the descriptor with the Go poller and stat nothing useful.
+func readDirNames(dir string) ([]string, error) {
+	var names []string
+	err := getdents(dir, func(name string, _ byte) { names = append(names, name) })
+	return names, err
+}
+
+// readSubdirs lists the subdirectories of dir by the entries' d_type, which
+// procfs and cgroupfs fill in.
+func readSubdirs(dir string) ([]string, error) {
+	var subs []string
+	err := getdents(dir, func(name string, typ byte) {
+		if typ == syscall.DT_DIR {
+			subs = append(subs, name)
+		}
+	})
+	return subs, err
+}
+
+// getdents calls each for every entry of dir but . and ..
+func getdents(dir string, each func(name string, typ byte)) error {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name NUL-terminated.
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				break
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); s != "." && s != ".." {
+				each(s, b[18])
+			}
+			b = b[reclen:]
+		}
+	}
+}
+
+// readInto reads a whole file into buf's storage.
+func readInto(buf []byte, path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return buf[:0], err
+	}
+	defer syscall.Close(fd)
+	buf = buf[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return buf[:0], err
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}

@@ -1,0 +1,109 @@
+package pipeline
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/redact"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// What a job's trackers are told at its start, and what the child gets
+// from them.
+
+// JobStartInfo is what the trackers are told of a job's command at its
+// start: the command line as redact shows it (the only form bridge
+// records: tags, run name, spool), the run's name and the node, with tags,
+// to which the command line is added.
+func JobStartInfo(cfg config.Config, argv, environ []string, tags map[string]string) tracker.StartInfo {
+	shown := redact.New(environ).Argv(argv)
+	tags["bridge.command"] = truncate(strings.Join(shown, " "), 500)
+	return tracker.StartInfo{Command: shown, RunName: runName(cfg.RunName, shown), NodeID: cfg.NodeID, Tags: tags}
+}
+
+// runName is --run-name (flag), or the base names of the program and its
+// first shown arguments (shown: the command line as redact shows it).
+func runName(flag string, shown []string) string {
+	if flag != "" {
+		return flag
+	}
+	parts := []string{filepath.Base(shown[0])}
+	for _, a := range shown[1:] {
+		if strings.HasPrefix(a, "-") || redact.Hidden(a) || strings.Contains(a, redact.Mask) {
+			continue
+		}
+		parts = append(parts, filepath.Base(a))
+		if len(parts) == 3 {
+			break
+		}
+	}
+	return truncate(strings.Join(parts, " "), 100)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// ChildEnv is base with the variables the trackers give the child (Env)
+// added, or in place of base's.
+func (st Started) ChildEnv(base []string) []string {
+	out := append([]string(nil), base...)
+	for _, kv := range st.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		replaced := false
+		for i, o := range out {
+			if ok, _, _ := strings.Cut(o, "="); ok == k {
+				out[i], replaced = kv, true
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// MarkCreated records in tags (the spool's start record) which runs bridge
+// created, so that a restarted bridge may resume them (ResumeRuns).
+func (st Started) MarkCreated(tags map[string]string) {
+	for _, r := range st.Runs {
+		if r.Created {
+			tags[CreatedTag(r.Sink.Name())] = "true"
+		}
+	}
+}
+
+// SayLate warns, for a multi-node job, of each tracker whose job's run was
+// not found before the child starts: the child goes without the tracker's
+// run variable.
+func (st Started) SayLate(job *Job, log *slog.Logger) {
+	if job == nil || !job.Multi() {
+		return
+	}
+	for _, r := range st.Runs {
+		if t, _ := Registered(r.Sink.Name()); r.Late != nil {
+			log.Warn("the job's run was not found within --start-timeout: the child starts without "+t.RunIDEnv+"; bridge keeps looking in the background and sends the spooled samples there. If it never finds it, `bridge sync SPOOL` joins them to the job's run later (the spool records the key)",
+				"key", job.Key)
+		}
+	}
+}
+
+// End records end on every run a tracker found or created, within ctx: a
+// start cut short (the command never ran) leaves no run bridge created
+// RUNNING.
+func (st Started) End(ctx context.Context, end tracker.EndInfo, log *slog.Logger) {
+	for _, r := range st.Runs {
+		if r.RunID == "" {
+			continue
+		}
+		if err := r.Sink.Finish(ctx, end); err != nil {
+			log.Warn("cannot record on the tracker that the command never ran", "tracker", r.Sink.Name(), "run", r.RunID, "err", err)
+		}
+	}
+}

@@ -1,0 +1,124 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sleeper starts a process to watch; it is killed and reaped at the end.
+func sleeper(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "3600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// watched is pid watched through the pidfd (ownNS) or by looking at /proc.
+func watched(t *testing.T, pid int, ownNS bool) *Watched {
+	t.Helper()
+	w, err := Watch("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.ownNS = ownNS
+	return w
+}
+
+// noWatchLeft fails unless every goroutine of Wait (and of its pidfd's
+// wake-up) is gone within a generous deadline.
+func noWatchLeft(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		if !strings.Contains(stacks, "supervisor.(*Watched)") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a goroutine of Wait is left:\n%s", stacks)
+		}
+	}
+}
+
+// Wait returns once the process exits, through the pidfd (own namespace)
+// and through /proc (another --proc-root), and not before.
+func TestWaitReturnsAtExit(t *testing.T) {
+	for _, ownNS := range []bool{true, false} {
+		cmd := sleeper(t)
+		w := watched(t, cmd.Process.Pid, ownNS)
+		done := make(chan error, 1)
+		go func() { done <- w.Wait(context.Background()) }()
+		select {
+		case err := <-done:
+			t.Fatalf("ownNS=%v: Wait returned %v while the process runs", ownNS, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		cmd.Process.Kill() // a zombie until reaped: exited all the same
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("ownNS=%v: Wait = %v after the exit, want nil", ownNS, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("ownNS=%v: Wait did not return 30 s after the process was killed", ownNS)
+		}
+		if w.Alive() {
+			t.Errorf("ownNS=%v: Alive after the exit", ownNS)
+		}
+		noWatchLeft(t)
+	}
+}
+
+// Wait returns when its context ends while the process still runs (a
+// signal ended `bridge attach`), and leaves no goroutine behind, in poll
+// or in a ticker's wait.
+func TestWaitEndsWithContext(t *testing.T) {
+	for _, ownNS := range []bool{true, false} {
+		cmd := sleeper(t)
+		w := watched(t, cmd.Process.Pid, ownNS)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Wait(ctx) }()
+		time.Sleep(50 * time.Millisecond) // most often in poll by now; either way it must return
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("ownNS=%v: Wait = %v, want context.Canceled", ownNS, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("ownNS=%v: Wait did not return 30 s after its context ended", ownNS)
+		}
+		noWatchLeft(t)
+		if !w.Alive() {
+			t.Fatalf("ownNS=%v: the watched process is gone", ownNS)
+		}
+	}
+}
+
+// Watch says when there is no process to watch: a pid that exited (a
+// zombie included) or a root that is not a proc filesystem.
+func TestWatchNoProcess(t *testing.T) {
+	cmd := sleeper(t)
+	cmd.Process.Kill()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, err := Watch("/proc", cmd.Process.Pid)
+		if errors.Is(err, ErrNoProcess) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Watch of a killed process = %v, want ErrNoProcess", err)
+		}
+	}
+	if _, err := Watch(t.TempDir()+"/none", 1); err == nil || errors.Is(err, ErrNoProcess) {
+		t.Errorf("Watch of a missing root = %v, want the root's error", err)
+	}
+}
