@@ -564,6 +564,7 @@ func TestSecretsNeverRecorded(t *testing.T) {
 // HTTP client's own errors (*url.Error) quote the request URL, for a
 // refused connection and for an error answer, at debug level.
 func TestTrackerURLSecretsNeverPrinted(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,7 @@ func spooledSeqs(t *testing.T, path string) []int64 {
 // on the same spool samples normally and keeps every complete sample, and
 // `bridge sync` then puts each of them in MLflow exactly once.
 func TestCrashAnywhereLosesNothing(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)

@@ -247,6 +247,7 @@ func shortened(s string) string {
 // mlflow.start_run() (the real client, which retries while the server is
 // down) creates a separate run: two runs, bridge's tagged bridge.start_id.
 func TestFaultTrackerDownAtStart(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	p := newProxy(t, srv)
 	exp := fmt.Sprintf("bridge-fault-down-%d", time.Now().UnixNano())

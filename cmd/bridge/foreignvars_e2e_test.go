@@ -132,6 +132,7 @@ func TestForeignVariablesTrackersNone(t *testing.T) {
 // mock): the child still runs, and one line says what was turned off; the
 // other tracker keeps working.
 func TestForeignVariablesWithTrackers(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	wb := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
 	exp := uniqueName(t)
@@ -230,6 +231,7 @@ func TestNonHTTPTrackingURISaysWhatToDo(t *testing.T) {
 // variables and what --trackers auto turns on; --version prints the
 // version. A usage error still goes to stderr with exit 2.
 func TestHelpAndVersion(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	raw, err := os.ReadFile("VERSION")
 	if err != nil {
 		t.Fatal(err)

@@ -141,6 +141,7 @@ func TestForensicsForeignSIGKILLIsNotOOM(t *testing.T) {
 // bridge restarted on the same spool writes into the same run and reports
 // the lost attempt with its last sample.
 func TestForensicsPreviousAttemptLost(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	first := newJob(t, srv.URL, "--interval=300ms", "--", "sh", "-c", "touch ready; sleep 30")
 	if err := first.cmd.Start(); err != nil {

@@ -24,6 +24,7 @@ import (
 // spool finds that run (no new one) and puts every sample into it exactly
 // once, ending it as KILLED (bridge created it).
 func TestFaultLateRunSurvivesKill(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	p := newProxy(t, srv)
 	exp := fmt.Sprintf("bridge-fault-laterun-%d", time.Now().UnixNano())

@@ -117,6 +117,7 @@ func requireHistory(t *testing.T, srv *mlflowtest.Server, j *job, runID, key str
 // (1) bridge creates the run; the Python child's mlflow.start_run() attaches
 // to it; the run holds the child's metric and bridge's system histories.
 func TestMLflowRunCreatedAndSharedWithChild(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	script := `import mlflow, time
 run = mlflow.start_run()
@@ -253,6 +254,7 @@ func TestMLflowTerminalStatus(t *testing.T) {
 // (5) The server goes away mid-run and comes back: every sample reaches it,
 // once, in order.
 func TestMLflowOutageLosesNothing(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Start(t)
 	j := newJob(t, srv.URL, "--interval=250ms", "--flush-timeout=90s", "--", "sh", "-c", "touch up; while [ ! -e back ]; do sleep 0.1; done; sleep 2")
 	if err := j.cmd.Start(); err != nil {
@@ -412,6 +414,7 @@ func steps(t *testing.T, srv *mlflowtest.Server, runID, key string) []int64 {
 // Each attempt's spool is removed at the end (every sample delivered): the
 // steps come from the run.
 func TestMLflowRunIDGivenStepsContinue(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	exp := srv.CreateExperiment(t, "bridge-e2e-steps-"+fmt.Sprint(time.Now().UnixNano()))
 	id := srv.CreateRun(t, exp, "restarted")

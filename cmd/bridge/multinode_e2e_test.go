@@ -286,6 +286,7 @@ func TestSingleNodeUnchanged(t *testing.T) {
 
 // TestMultinodeTwoJobs: two jobs at once stay apart.
 func TestMultinodeTwoJobs(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.SharedPostgres(t)
 	exp := fmt.Sprintf("two-jobs-%d", mnJobs.Add(1))
 	a, b := fmt.Sprint(mnJobs.Add(1)), fmt.Sprint(mnJobs.Add(1))
@@ -303,6 +304,7 @@ func TestMultinodeTwoJobs(t *testing.T) {
 // bench/multinode.sh) joins the run the others elected; the run is
 // FINISHED only once it too has ended.
 func TestMultinodeLateNode(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.SharedPostgres(t)
 	late := 10 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("BRIDGE_TEST_MULTINODE_LATE")); err == nil && d > 0 {
@@ -353,6 +355,7 @@ func TestMultinodeOneNodeFails(t *testing.T) {
 // restart with fresh spools: the steps come from the run), never again
 // from 0 under the same keys.
 func TestMultinodeRequeue(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.SharedPostgres(t)
 	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("requeue-%d", mnJobs.Add(1))
 	key := "slurm:e2e:" + id + ".0"
@@ -403,6 +406,7 @@ func TestMultinodeRequeue(t *testing.T) {
 // `bridge sync SPOOL` later joins them to the run node 0 elected, under
 // node 1's id, and records its end.
 func TestMultinodeElectionUnfinished(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.SharedPostgres(t)
 	p, err := faultproxy.Start(srv.URL)
 	if err != nil {
@@ -611,6 +615,7 @@ func TestMultinodeTasksOnOneNode(t *testing.T) {
 // system/node-0/task-1/ on the job's run, its end under the task's scope,
 // the run's status left to the nodes.
 func TestMultinodeTasksShareWorkdir(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.SharedPostgres(t)
 	p, err := faultproxy.Start(srv.URL)
 	if err != nil {

@@ -55,6 +55,7 @@ func startKeeping(t *testing.T, uri, exp, dir string, env []string) *mnNode {
 }
 
 func TestMultinodeKilledCreator(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.SharedPostgres(t)
 	for _, tc := range []struct {
 		name     string

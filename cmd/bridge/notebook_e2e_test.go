@@ -30,6 +30,7 @@ import (
 //   - the run resumed and attached again: the steps continue after the
 //     first monitor's.
 func TestNotebookAttach(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	py := mlflowtest.Python(t)
 	dir := t.TempDir()

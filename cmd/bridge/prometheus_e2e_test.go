@@ -19,6 +19,7 @@ import (
 // timestamp, to the millisecond) both hold the same working set, to the
 // byte once MLflow's megabytes are multiplied by 10^6.
 func TestPrometheusAndMLflowAgree(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	g := cgrouptest.NewV1(t, cgrouptest.Limits{MemoryBytes: 512 << 20})
 	srv := mlflowtest.Shared(t)
 	addr := promtest.FreeAddr(t)

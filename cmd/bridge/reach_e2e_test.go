@@ -43,6 +43,7 @@ func refusedURL(t *testing.T) string {
 // and ends it as the job ended. For a single-node job and for a node of a
 // multi-node one (whose run is elected by the sync).
 func TestTrackerNeverReachedEndsQuickly(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	const flush = 60 * time.Second
 	for _, tc := range []struct {

@@ -115,6 +115,7 @@ func TestSyncLargerThanCapSendsEverything(t *testing.T) {
 // there: the run ends FINISHED, and no run of the job appears anywhere
 // else (the Default experiment).
 func TestSyncMultinodeUsesRecordedRun(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.SharedPostgres(t)
 	p, err := faultproxy.Start(srv.URL)
 	if err != nil {
@@ -166,6 +167,7 @@ func TestSyncMultinodeUsesRecordedRun(t *testing.T) {
 // attempt as lost (a KILLED node of a FINISHED job's run). For a
 // single-node job and for a node of a multi-node one.
 func TestSyncKeepsEndAfterDiskFull(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	for _, tc := range []struct {
 		name string
@@ -256,6 +258,7 @@ func TestSyncKeepsEndAfterDiskFull(t *testing.T) {
 // uploads. When it does give up, it says what happened: the server
 // answered but the run was not found, or the server never answered.
 func TestSyncPatientWhileFindingRun(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.Shared(t)
 	exp := uniqueName(t)
 	key := "patient-" + fmt.Sprint(time.Now().UnixNano())

@@ -189,6 +189,7 @@ func bridgeLineCount(t *testing.T, srv *wandbserver.Server, runID string) int {
 // bridge's lines labelled with the node id, each spooled sample once; the
 // child finished the run with its exit code and bridge exits with it.
 func TestWandbEndToEnd(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	wbPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -235,6 +236,7 @@ func TestWandbEndToEnd(t *testing.T) {
 // port. Every sample bridge spooled is in the run exactly once after it
 // exits.
 func TestWandbOutage(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	wbPython(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -582,6 +584,7 @@ func childAttempts(t *testing.T, dir string) int {
 // Both trackers at once: the same samples reach the MLflow run bridge
 // creates and the W&B run the child creates, each exactly once.
 func TestBothTrackers(t *testing.T) {
+	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	wbPython(t)
 	mlf := mlflowtest.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

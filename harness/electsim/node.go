@@ -53,6 +53,7 @@ func (n *node) main() {
 	if o.Tiers {
 		cfg.Tier = election.TierOf(n.index, false)
 	}
+	cfg.Nodes = o.Nodes
 	el := election.New(cfg, n)
 	ctx := context.Background()
 	// The caller's retry of a failed Start (pipeline.startWithin).

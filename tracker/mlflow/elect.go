@@ -84,7 +84,7 @@ func (j *Job) tier(node string) int {
 func (s *Sink) elect(ctx context.Context, info tracker.StartInfo) (string, error) {
 	if s.el.run == nil {
 		job := s.cfg.Job
-		s.el.run = election.New(election.Config{Key: job.Key, Settle: job.Settle, Tier: job.tier(s.who), Restarted: job.Attempt > 0, Log: s.log}, jobStore{s})
+		s.el.run = election.New(election.Config{Key: job.Key, Settle: job.Settle, Tier: job.tier(s.who), Restarted: job.Attempt > 0, Nodes: job.Nodes, Log: s.log}, jobStore{s})
 	}
 	s.el.info = info
 	id, err := s.el.run.Run(ctx)

@@ -102,6 +102,7 @@ type Config struct {
 	// Restarted: the job ran before (a restart count above 0), so its run
 	// likely exists: look at once, whatever the tier.
 	Restarted  bool
+	Nodes      int // the job's nodes, 0 unknown: spaces a large job's searches
 	Log        *slog.Logger
 	Clock      Clock          // nil: the monotonic clock
 	Rand       func() float64 // jitter in [0, 1); nil: math/rand/v2
@@ -209,6 +210,14 @@ func (e *Election) pollGap() time.Duration {
 	return time.Duration(float64(base) * (0.75 + e.cfg.Rand()/2))
 }
 
+// emptyGapMax bounds the wait between searches that find no run: node 0
+// may start late (a pod scheduled last), and its run must be found soon
+// after; the job's searches together stay near 250 a second (4 ms a node),
+// which a server with a few workers answers.
+func (e *Election) emptyGapMax() time.Duration {
+	return max(2*time.Second, time.Duration(e.cfg.Nodes)*4*time.Millisecond)
+}
+
 // firstLook is when a node of a tier above 0 first searches: once node 0
 // has had its window and a few requests, so that on a large job the first
 // searches of every node do not queue in front of node 0's requests, and
@@ -303,7 +312,7 @@ func (e *Election) round(ctx context.Context) (string, error) {
 		if wait := time.Duration(e.cfg.Tier)*e.creatorGrace() - e.clock.Now().Sub(e.began); wait > 0 {
 			// A lower tier creates: look again, less often each time (a
 			// large job's nodes must not hold up node 0's requests).
-			gap := min(e.pollGap()<<min(e.empty, 4), e.creatorGrace())
+			gap := min(e.pollGap()<<min(e.empty, 4), e.emptyGapMax())
 			e.empty++
 			if err := e.clock.Sleep(ctx, min(wait, gap)); err != nil {
 				return "", fmt.Errorf("finding the job's run (key %s): %w", e.cfg.Key, err)
