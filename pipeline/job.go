@@ -11,8 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/flock"
+	"golang.org/x/sys/unix"
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/jobkey"
@@ -99,16 +101,16 @@ func (j *Job) TakeNode(dir string, log *slog.Logger) {
 			log.Debug("cannot open the node's lock file; this bridge sends the node's series", "path", path, "err", err)
 			return
 		}
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err = flock.Try(f)
 		switch {
 		case err == nil:
-			if !samePath(f, path) && try < 3 {
+			if same, _ := flock.StillAt(f, path); !same && try < 3 {
 				f.Close()
 				continue
 			}
 			j.lock, j.lockPath = f, path
 			return
-		case !errors.Is(err, syscall.EWOULDBLOCK):
+		case !errors.Is(err, unix.EWOULDBLOCK):
 			f.Close()
 			log.Debug("cannot lock the node's lock file; this bridge sends the node's series", "path", path, "err", err)
 			return
@@ -122,16 +124,6 @@ func (j *Job) TakeNode(dir string, log *slog.Logger) {
 	}
 	log.Info("another bridge of this job sends this node's series; this one sends only its own child's process series",
 		"node", j.NodeID, "task", j.Task)
-}
-
-// samePath reports whether f is still the file at path.
-func samePath(f *os.File, path string) bool {
-	fi, err := f.Stat()
-	if err != nil {
-		return false
-	}
-	pi, err := os.Stat(path)
-	return err == nil && os.SameFile(fi, pi)
 }
 
 // SpoolTask tells this bridge's default spool (SpoolPath) apart from those

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/flock"
+
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/spool"
@@ -119,13 +121,13 @@ func TestTakeNodeAfterLeadRemovedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stale.Close()
-	if !samePath(stale, lead.lockPath) {
+	if same, _ := flock.StillAt(stale, lead.lockPath); !same {
 		t.Fatal("the lead's open file is not at its path")
 	}
 	if err := os.Remove(lead.lockPath); err != nil {
 		t.Fatal(err)
 	}
-	if samePath(stale, lead.lockPath) {
+	if same, _ := flock.StillAt(stale, lead.lockPath); same {
 		t.Fatal("a removed file is still reported at its path")
 	}
 	// The lead's file is gone from the path (as when it left, though it

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"github.com/bridge-dev/bridge/internal/flock"
 )
 
 // compact rewrites the file within the size cap: every start, run and end
@@ -191,7 +193,7 @@ func rewrite(path string, src io.Reader, maxLine int, keep map[int64]bool, acks 
 	if err == nil {
 		// Locked before it is at path: no other bridge can take it there.
 		// (On a filesystem without locks it goes unlocked, as at open.)
-		_ = flock(tmp)
+		_ = flock.Try(tmp)
 	}
 	if err == nil {
 		err = os.Rename(tmpPath, path)

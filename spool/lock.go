@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/bridge-dev/bridge/internal/flock"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -40,7 +42,7 @@ func openLocked(path string, flags int, log *slog.Logger) (*os.File, error) {
 		if err != nil {
 			return nil, err
 		}
-		err = flock(f)
+		err = flock.Try(f)
 		switch {
 		case errors.Is(err, unix.EWOULDBLOCK):
 			f.Close()
@@ -51,34 +53,9 @@ func openLocked(path string, flags int, log *slog.Logger) (*os.File, error) {
 			log.Warn("cannot lock the spool; nothing stops a second bridge from writing it", "err", err)
 			return f, nil
 		}
-		if same, err := stillAt(f, path); err != nil || same || try >= maxLockTries {
+		if same, err := flock.StillAt(f, path); err != nil || same || try >= maxLockTries {
 			return f, nil
 		}
 		f.Close()
 	}
-}
-
-func flock(f *os.File) error {
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-// stillAt reports whether f is the file at path now.
-func stillAt(f *os.File, path string) (bool, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return false, err
-	}
-	pi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return os.SameFile(fi, pi), nil
 }

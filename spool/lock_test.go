@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/bridge-dev/bridge/internal/flock"
 )
 
 // One writer per spool: a second open fails with ErrLocked while the first
@@ -70,8 +72,8 @@ func TestLockFollowsTheFileAtPath(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	if same, err := stillAt(old, path); err != nil || same {
-		t.Fatalf("stillAt(replaced) = %v, %v; want false", same, err)
+	if same, err := flock.StillAt(old, path); err != nil || same {
+		t.Fatalf("StillAt(replaced) = %v, %v; want false", same, err)
 	}
 	s, err := Open(path)
 	if err != nil {

@@ -73,7 +73,14 @@ func slurmJob(id string, start int64, n, restarts int) func(i int) []string {
 // TMPDIR (its node lock) and working directory, as separate machines.
 func startMN(t *testing.T, uri, exp string, env []string) *mnNode {
 	t.Helper()
-	n := &mnNode{dir: t.TempDir()}
+	return startMNIn(t, uri, exp, t.TempDir(), env)
+}
+
+// startMNIn is startMN with the node's directory given: a restarted node
+// keeps its spool, as on an emptyDir.
+func startMNIn(t *testing.T, uri, exp, dir string, env []string) *mnNode {
+	t.Helper()
+	n := &mnNode{dir: dir}
 	n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--start-timeout", "3m",
 		"--flush-timeout", "1m", "--spool", filepath.Join(n.dir, "spool.jsonl"), "--", "/bin/sh", "-c", mnChild)
 	n.cmd.Dir = n.dir

@@ -10,15 +10,12 @@ package main
 
 import (
 	"fmt"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
-	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
@@ -30,28 +27,6 @@ func jobSet(uid string, n int) func(i int) []string {
 		return []string{"JOBSET_NAME=train", "JOBSET_UID=" + uid, "JOB_GLOBAL_INDEX=" + strconv.Itoa(i),
 			"JOBSET_GLOBAL_REPLICAS=" + strconv.Itoa(n)}
 	}
-}
-
-// startKeeping starts node i's bridge with its spool in dir (a restarted
-// node keeps its spool, as on an emptyDir).
-func startKeeping(t *testing.T, uri, exp, dir string, env []string) *mnNode {
-	t.Helper()
-	n := &mnNode{dir: dir}
-	n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--start-timeout", "3m", "--flush-timeout", "1m",
-		"--spool", filepath.Join(dir, "spool.jsonl"), "--", "/bin/sh", "-c", mnChild)
-	n.cmd.Dir = dir
-	n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + uri, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + dir, "BRIDGE_SCOPES=node"}, env...)...)
-	n.cmd.Stderr = &n.stderr
-	n.began = time.Now()
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("node %s (%s): bridge's stderr:\n%s", n.id, n.dir, n.stderr.String())
-		}
-	})
-	return n
 }
 
 func TestMultinodeKilledCreator(t *testing.T) {
@@ -76,7 +51,7 @@ func TestMultinodeKilledCreator(t *testing.T) {
 			t.Cleanup(func() { p.Close() })
 			p.Schedule(faultproxy.Fault{Path: "runs/log-parameter", Kind: tc.fault, Delay: 10 * time.Minute})
 			dir0 := t.TempDir()
-			n0 := startKeeping(t, p.URL(), exp, dir0, env(0))
+			n0 := startMNIn(t, p.URL(), exp, dir0, env(0))
 			n0.id = "node-0"
 			expID := ""
 			var stray mlflowtest.Run
@@ -102,11 +77,11 @@ func TestMultinodeKilledCreator(t *testing.T) {
 			p.Close()
 			// The others, and node 0 again (its pod's container restarted:
 			// same spool), with the defaults.
-			again := startKeeping(t, srv.URL, exp, dir0, env(0))
+			again := startMNIn(t, srv.URL, exp, dir0, env(0))
 			again.id = "node-0"
 			nodes := []*mnNode{again}
 			for i := 1; i < 3; i++ {
-				n := startKeeping(t, srv.URL, exp, t.TempDir(), env(i))
+				n := startMNIn(t, srv.URL, exp, t.TempDir(), env(i))
 				n.id = fmt.Sprintf("node-%d", i)
 				nodes = append(nodes, n)
 			}

@@ -24,6 +24,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/flock"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -95,7 +97,7 @@ func Acquire(dir string, k Key, me Holder) (*Lock, Holder, error) {
 		if err != nil {
 			return nil, Holder{}, fmt.Errorf("attach lock %s: %w", path, err)
 		}
-		err = flock(f)
+		err = flock.Try(f)
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			h := read(f)
 			f.Close()
@@ -107,7 +109,7 @@ func Acquire(dir string, k Key, me Holder) (*Lock, Holder, error) {
 		}
 		// The holder removes the file as it lets go: a lock on a file no
 		// longer at path holds nothing.
-		if same, err := stillAt(f, path); err == nil && !same && try < maxTries {
+		if same, err := flock.StillAt(f, path); err == nil && !same && try < maxTries {
 			f.Close()
 			continue
 		}
@@ -157,29 +159,4 @@ func read(f *os.File) Holder {
 		_ = json.Unmarshal(b, &h) // empty or torn: the holder is still writing it
 	}
 	return h
-}
-
-func flock(f *os.File) error {
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
-// stillAt reports whether f is the file at path now.
-func stillAt(f *os.File, path string) (bool, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return false, err
-	}
-	pi, err := os.Stat(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return os.SameFile(fi, pi), nil
 }
