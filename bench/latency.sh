@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/latency.sh: the child's start delay under bridge and bridge's exit
 # after the child, against a real MLflow server (sqlite, 127.0.0.1) that this
-# script starts and stops. Issue 12's goal: start delay under 50 ms with
+# script starts and stops. The goals: start delay under 50 ms with
 # MLFLOW_RUN_ID set, exit within 1 s of the child on a healthy tracker.
 #
 #   bench/latency.sh                 # 20 runs per mode

@@ -51,9 +51,11 @@ fi
 bpid=$!
 echo "== $(date -u +%FT%TZ) bridge $bin ${trackers[*]}, interval $INTERVAL, $DURATION s, RSS every $STEP s" >&2
 printf 'seconds\trss_mib\thwm_mib\tanon_mib\tfile_mib\n'
-for ((t = 0; t <= DURATION; t += STEP)); do
+# The first reading is one STEP in (warm-up): at once, bridge may not have
+# exec'd yet and its status reads zeros.
+for ((t = STEP; t <= DURATION; t += STEP)); do
+	sleep "$STEP"
 	awk -v t="$t" '/^VmRSS:/{r=$2} /^VmHWM:/{h=$2} /^RssAnon:/{a=$2} /^RssFile:/{f=$2} END{printf "%d\t%.1f\t%.1f\t%.1f\t%.1f\n", t, r/1024, h/1024, a/1024, f/1024}' "/proc/$bpid/status"
-	if ((t + STEP <= DURATION)); then sleep "$STEP"; fi
 done | tee "$tmp/rss.tsv"
-awk -F'\t' 'NR==2{first=$2} NR>2{last=$2; if($2>max)max=$2; a=$4; f=$5} END{printf "== RSS after warm-up %.1f MiB, at the end %.1f MiB (anonymous %.1f, file %.1f), max %.1f MiB, growth %.1f MiB\n", first, last, a, f, max, last-first}' "$tmp/rss.tsv" >&2
+awk -F'\t' 'NR==2{first=$2; fa=$4; max=$2} NR>=2{last=$2; if($2>max)max=$2; a=$4; f=$5} END{printf "== RSS after warm-up %.1f MiB (anonymous %.1f), at the end %.1f MiB (anonymous %.1f, file %.1f), max %.1f MiB, growth %.1f MiB\n", first, fa, last, a, f, max, last-first}' "$tmp/rss.tsv" >&2
 echo "== samples spooled: $(grep -c '"type":"sample"' "$tmp/soak.jsonl")" >&2

@@ -83,9 +83,9 @@ func keepSIGPIPE() {
 // would not help against what can still hold a P, a thread stuck outside
 // any system call (a page fault on a hung NFS image): the next garbage
 // collection waits for it whatever GOMAXPROCS is. Every other P only adds
-// threads to wake, spin and run GC workers on: 2 cost 6-20% more CPU a
-// sample than 1 (bench/builds.sh, 2026-12-04), and the runtime's default,
-// every CPU the cgroup allows, 23% more at 32 than at 2 (docs/performance.md).
+// threads to wake, spin and run GC workers on (the runtime's default is
+// every CPU the cgroup allows): on 2 CPUs, 2 cost 6-8% more CPU a sample
+// than 1, and 32 cost 49-97% more (bench/builds.sh, docs/performance.md).
 const maxProcs = 1
 
 // limitProcs lowers GOMAXPROCS to maxProcs unless the user set it.
@@ -97,8 +97,9 @@ func limitProcs(getenv func(string) string) {
 
 // gcPercent is bridge's GOGC. Its live heap is well under 1 MiB, so the
 // runtime's 4 MiB minimum heap goal (at GOGC=100), not the live data, sets
-// most of its anonymous memory; 50 halves that goal for a collection every
-// ~60 samples at most, a few microseconds a sample (docs/performance.md).
+// most of its anonymous memory; 50 halves that goal, about 0.7 MiB less
+// (bench/memory.sh, docs/performance.md), for a collection every ~60
+// samples at most.
 const gcPercent = 50
 
 // leanGC sets GOGC to gcPercent unless the user set it.

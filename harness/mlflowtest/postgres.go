@@ -108,7 +108,7 @@ func newPostgresServer(dir string) (s *Server, skip string, err error) {
 	s, err = startWith(&Server{python: py, Dir: dir, backend: backend,
 		// A log-batch holds two pooled connections: more than the worker's
 		// 40 threads keeps many bridges from deadlocking the pool
-		// (docs/performance.md).
+		// (docs/mlflow.md).
 		env: []string{"MLFLOW_SQLALCHEMYSTORE_POOL_SIZE=20", "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW=21"}})
 	return s, "", err
 }

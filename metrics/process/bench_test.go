@@ -18,8 +18,8 @@ import (
 //
 //	go test -run '^$' -bench Collect -benchmem ./metrics/process/
 func BenchmarkCollect(b *testing.B) {
-	// BRIDGE_BENCH_TREE replaces the tree, e.g. processes with many threads
-	// (docs/performance.md has the one measured).
+	// BRIDGE_BENCH_TREE replaces the tree, e.g. processes with many threads:
+	// BRIDGE_BENCH_TREE="exec python3 ../../bench/threads.py 8".
 	tree := "sleep 600 & sleep 600 & wait"
 	if t := os.Getenv("BRIDGE_BENCH_TREE"); t != "" {
 		tree = t
