@@ -11,6 +11,11 @@
   load_helper.py loss URL SPOOL...         samples in the spools vs distinct
                                            timestamps in MLflow's history
   load_helper.py pct FILE                  p50 p99 max of the numbers in FILE
+  load_helper.py window T0MS T1MS          sample records on stdin (spool
+                                           lines) whose time is in [T0, T1)
+  load_helper.py rows DBURI                rows of MLflow's metrics table
+  load_helper.py steps DBURI T0MS T1MS KEY (run, step) pairs of metric KEY
+                                           whose time is in [T0, T1)
 """
 import json, os, sys, time, urllib.error, urllib.request, urllib.parse
 
@@ -143,6 +148,30 @@ def pct(path):
     print(f"{q(0.5):.0f} {q(0.99):.0f} {v[-1]:.0f} {len(v)}")
 
 
+def window(lo, hi):
+    n = 0
+    for line in sys.stdin:
+        try:
+            r = json.loads(line)
+        except ValueError:
+            continue
+        if r.get("type") == "sample" and lo <= r.get("ts", 0) < hi:
+            n += 1
+    print(n)
+
+
+def query(uri, sql, **params):
+    # SQLAlchemy comes with mlflow (psycopg2 for PostgreSQL on PYTHONPATH).
+    import sqlalchemy
+
+    eng = sqlalchemy.create_engine(uri)
+    try:
+        with eng.connect() as c:
+            return c.execute(sqlalchemy.text(sql), params).scalar()
+    finally:
+        eng.dispose()
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "ticks":
@@ -159,3 +188,11 @@ if __name__ == "__main__":
         loss(args[0], args[1:])
     elif cmd == "pct":
         pct(args[0])
+    elif cmd == "window":
+        window(int(args[0]), int(args[1]))
+    elif cmd == "rows":
+        print(query(args[0], "select count(*) from metrics"))
+    elif cmd == "steps":
+        print(query(args[0], "select count(*) from (select distinct run_uuid, step from metrics"
+                    " where key = :k and timestamp >= :lo and timestamp < :hi) s",
+                    k=args[3], lo=int(args[1]), hi=int(args[2])))

@@ -197,12 +197,19 @@ func metricCell(r metrics.DocRow) (name, unit string, _ error) {
 		if d.Unit != r.Series[0].Unit {
 			return "", "", fmt.Errorf("one row for %s in %s and %s in %s", r.Series[0].Name, r.Series[0].Unit, d.Name, d.Unit)
 		}
+		if d.Steady != r.Series[0].Steady {
+			return "", "", fmt.Errorf("one row for %s and %s, of which only one is steady", r.Series[0].Name, d.Name)
+		}
 		if r.MIG && !d.PerGPU {
 			return "", "", fmt.Errorf("%s: a MIG row of a series that is not per GPU", d.Name)
 		}
 		names[i] = DocName(d, r.MIG)
 	}
-	return "`" + alternatives(names) + "`", string(r.Series[0].Unit), nil
+	unit = string(r.Series[0].Unit)
+	if r.Series[0].Steady {
+		unit += ", steady" // sent to MLflow when it changes (metrics.Desc.Steady)
+	}
+	return "`" + alternatives(names) + "`", unit, nil
 }
 
 // DocName is how the docs name series d: a per-GPU template for GPU N

@@ -57,17 +57,19 @@ var (
 	widgets = &metrics.Desc{Name: "toy_widgets_count", Unit: metrics.UnitCount, Scope: "toy", Help: "Widgets the toy counted."}
 	gadgets = &metrics.Desc{Name: "toy_gadgets_count", Unit: metrics.UnitCount, Scope: "toy", Help: "Gadgets the toy counted."}
 	temp    = &metrics.Desc{Name: "temp_celsius", Unit: metrics.UnitCelsius, Scope: metrics.ScopeGPU, PerGPU: true, Help: "A temperature."}
+	limit   = &metrics.Desc{Name: "toy_limit_count", Unit: metrics.UnitCount, Scope: "toy", Steady: true, Help: "The toy's limit."}
 )
 
 const page = "# Metrics\n\nProse.\n\n<!-- table toy/a (generated) -->\nstale\n<!-- end table -->\n\nMore prose.\n<!-- table other -->\n<!-- end table -->\n"
 
 // A registration's table goes between its markers, the prose around them
 // stays; a series no table lists gets a table of its own under "other
-// collectors", from its help.
+// collectors", from its help. A steady series' unit says so.
 func TestMetrics(t *testing.T) {
-	regs := []metrics.Registration{{Name: "toy", Series: []*metrics.Desc{widgets, gadgets, temp}, Docs: []metrics.DocTable{
+	regs := []metrics.Registration{{Name: "toy", Series: []*metrics.Desc{widgets, gadgets, temp, limit}, Docs: []metrics.DocTable{
 		{ID: "toy/a", Columns: []string{"Source"}, Rows: []metrics.DocRow{
 			{Series: []*metrics.Desc{widgets}, Cells: []string{"`/proc/toy`"}},
+			{Series: []*metrics.Desc{limit}, Cells: []string{"`/proc/toy_limit`"}},
 			{Series: []*metrics.Desc{temp}, MIG: true, UnitNote: "(hot)", Cells: []string{"NVML"}},
 			{Family: "toy_<x>_ratio", Unit: metrics.UnitRatio, Cells: []string{"made at run time"}},
 		}},
@@ -79,6 +81,7 @@ func TestMetrics(t *testing.T) {
 	want := "# Metrics\n\nProse.\n\n<!-- table toy/a (generated) -->\n" +
 		"| Metric | Unit | Source |\n|---|---|---|\n" +
 		"| `toy_widgets_count` | count | `/proc/toy` |\n" +
+		"| `toy_limit_count` | count, steady | `/proc/toy_limit` |\n" +
 		"| `gpu_N_mig_M_temp_celsius` | celsius (hot) | NVML |\n" +
 		"| `toy_<x>_ratio` | ratio | made at run time |\n" +
 		"<!-- end table -->\n\nMore prose.\n<!-- table other -->\n" +
@@ -110,6 +113,7 @@ func TestMetricsRefuses(t *testing.T) {
 		"a cell with a bar":       {page, reg(metrics.DocRow{Series: []*metrics.Desc{widgets}, Cells: []string{"a | b"}})},
 		"a row short of cells":    {page, reg(metrics.DocRow{Series: []*metrics.Desc{widgets}})},
 		"two units in a row":      {page, reg(metrics.DocRow{Series: []*metrics.Desc{widgets, temp}, Cells: []string{"x"}})},
+		"steady and not in a row": {page, reg(metrics.DocRow{Series: []*metrics.Desc{widgets, limit}, Cells: []string{"x"}})},
 		"a MIG row not per GPU":   {page, reg(metrics.DocRow{Series: []*metrics.Desc{widgets}, MIG: true, Cells: []string{"x"}})},
 		"a row without series":    {page, reg(metrics.DocRow{Cells: []string{"x"}})},
 	} {

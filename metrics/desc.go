@@ -88,6 +88,12 @@ type Desc struct {
 	Kind  Kind
 	// Help is the one-line description /metrics serves.
 	Help string
+	// Steady marks a series that keeps its value for long stretches by
+	// nature (a limit, a capacity, a count of rare events): a tracker that
+	// pays per point may send it only when it changes, at least once a
+	// minute, and at the run's start and end (tracker/mlflow, steady.go).
+	// The spool and /metrics get it every sample.
+	Steady bool
 	// Prom is the /metrics name: cAdvisor's or node-exporter's where they
 	// have the series, so that their dashboards read bridge unchanged;
 	// else "" for bridge_<Name>, which a series whose Unit is Scaled may

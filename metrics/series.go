@@ -77,7 +77,7 @@ var (
 		Help: "Share of the last sample period in which the GPU's memory was read or written."}
 	GPUPowerUsage = &Desc{Name: "power_usage_watts", Unit: UnitWatts, Scope: ScopeGPU, PerGPU: true,
 		Help: "Power the GPU draws."}
-	GPUPowerLimit = &Desc{Name: "power_limit_watts", Unit: UnitWatts, Scope: ScopeGPU, PerGPU: true,
+	GPUPowerLimit = &Desc{Name: "power_limit_watts", Unit: UnitWatts, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "Power limit the GPU enforces now."}
 	GPUPowerUsagePercent = &Desc{Name: "power_usage_percentage", Unit: UnitPercentage, Scope: ScopeGPU, PerGPU: true,
 		Help: "Power the GPU draws as a percentage of its enforced limit."}
@@ -87,32 +87,32 @@ var (
 		Help: "Current SM clock of the GPU."}
 	GPUMemoryClock = &Desc{Name: "memory_clock_mhz", Unit: UnitMHz, Scope: ScopeGPU, PerGPU: true,
 		Help: "Current memory clock of the GPU."}
-	GPUMemoryReserved = &Desc{Name: "memory_reserved_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, PerGPU: true,
+	GPUMemoryReserved = &Desc{Name: "memory_reserved_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Prom: "memory_reserved_bytes", Help: "GPU memory the driver keeps for itself, in bytes."}
 	GPUMemoryUsed = &Desc{Name: "memory_used_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, PerGPU: true,
 		Prom: "memory_used_bytes", Help: "GPU memory in use, in bytes."}
-	GPUMemoryTotal = &Desc{Name: "memory_total_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, PerGPU: true,
+	GPUMemoryTotal = &Desc{Name: "memory_total_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Prom: "memory_total_bytes", Help: "GPU memory in all, in bytes."}
 	GPUMemoryUsagePercent = &Desc{Name: "memory_usage_percentage", Unit: UnitPercentage, Scope: ScopeGPU, PerGPU: true,
 		Help: "GPU memory in use as a percentage of the total."}
 	GPUThrottleReasons = &Desc{Name: "throttle_reasons_count", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
 		Help: "Active clock slowdown reasons of the GPU (GPU idle not counted)."}
-	GPUECCCorrected = &Desc{Name: "ecc_corrected_errors_count", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
+	GPUECCCorrected = &Desc{Name: "ecc_corrected_errors_count", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "Corrected ECC errors of the GPU since the driver was loaded."}
-	GPUECCUncorrected = &Desc{Name: "ecc_uncorrected_errors_count", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
+	GPUECCUncorrected = &Desc{Name: "ecc_uncorrected_errors_count", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "Uncorrected ECC errors of the GPU since the driver was loaded."}
-	GPURemappedRowsCorrected = &Desc{Name: "remapped_rows_corrected_count", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
+	GPURemappedRowsCorrected = &Desc{Name: "remapped_rows_corrected_count", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "GPU memory rows remapped for correctable errors."}
-	GPURemappedRowsUncorrected = &Desc{Name: "remapped_rows_uncorrected_count", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
+	GPURemappedRowsUncorrected = &Desc{Name: "remapped_rows_uncorrected_count", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "GPU memory rows remapped for uncorrectable errors."}
-	GPURemappedRowsPending = &Desc{Name: "remapped_rows_pending", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
+	GPURemappedRowsPending = &Desc{Name: "remapped_rows_pending", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "1 when a row remap waits for a GPU reset."}
-	GPURemappedRowsFailed = &Desc{Name: "remapped_rows_failed", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
+	GPURemappedRowsFailed = &Desc{Name: "remapped_rows_failed", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "1 when a row remap failed: the board needs service."}
-	GPUXidErrors = &Desc{Name: "xid_errors_count", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
+	GPUXidErrors = &Desc{Name: "xid_errors_count", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "Xid error events of the GPU seen since bridge started."}
 	// dcgm-exporter's DCGM_FI_DEV_XID_ERRORS: the last Xid code, not a count.
-	GPULastXid = &Desc{Name: "last_xid_count", Unit: UnitCount, Scope: ScopeGPU, PerGPU: true,
+	GPULastXid = &Desc{Name: "last_xid_count", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "The last Xid error code of the GPU, as dcgm-exporter reports it (a code, not a count)."}
 )
 

@@ -139,6 +139,14 @@ func TestMetricsAfterLateStart(t *testing.T) {
 		}
 		return 0, nil, false
 	}
+	sent := func(fams map[string]*dto.MetricFamily, sink string) float64 {
+		for _, m := range fams["bridge_sink_samples_sent_total"].GetMetric() {
+			if labels(m)["sink"] == sink {
+				return m.GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
 	waitfor.Cond(t, deadline, "/metrics before the tracker answers", func() bool {
 		fams := scrape()
 		return fams != nil && fams["bridge_samples_taken_total"] != nil
@@ -156,11 +164,15 @@ func TestMetricsAfterLateStart(t *testing.T) {
 		}
 	}
 	sink.accept.Store(true)
+	// The late tracker then sends the backlog at once and gathers the new
+	// samples for tracker.DefaultGather between sends, so its count
+	// falls well below the other's, which holds every sample.
 	waitfor.Cond(t, deadline, "the late tracker's samples sent while the other holds them", func() bool {
 		fams := scrape()
 		late, _, ok1 := pending(fams, "late")
 		held, _, ok2 := pending(fams, "down")
-		return ok1 && ok2 && late == 0 && held > 0
+		n := sent(fams, "late")
+		return ok1 && ok2 && n > 0 && late < held-n/2
 	})
 	s.Stop(nil)
 	s.Finish(tracker.EndInfo{Time: time.Now()})

@@ -187,7 +187,7 @@ func Open(o Options) *Session {
 			s.log.Warn("cannot re-read the spool; earlier unsent samples will not be resent", "err", err)
 		}
 		r.fwd = &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Start: r.Late, Queue: sp, Wake: sp.Notify(), Log: s.log,
-			OnRunEnded: s.runEnded}
+			OnRunEnded: s.runEnded, Gather: tracker.DefaultGather}
 		if r.Late != nil {
 			r.fwd.OnLateStart = s.recordLateRun(r.Sink)
 		}

@@ -24,6 +24,13 @@ type Queue interface {
 // maxRetryAfter bounds how long a server's Retry-After can hold sending.
 const maxRetryAfter = 10 * time.Minute
 
+// DefaultGather is a job's Forwarder.Gather. MLflow's server spends about
+// 11 ms of CPU on a log-batch request and 0.14 ms on each point in it
+// (bench/logbatch_cost.sh): at a 1 s interval, three samples of 40 series a
+// request cost it about 9 ms a sample instead of 17. It stays below
+// uvicorn's 5 s keep-alive, so the connection is kept between requests.
+const DefaultGather = 3 * time.Second
+
 // Forwarder moves samples from the queue to one sink, in order, with retries:
 // exponential backoff with full jitter (at least MinGap/2) on connection
 // errors, 5xx and answers that are not the tracker's JSON; on 429/503 the
@@ -36,11 +43,17 @@ const maxRetryAfter = 10 * time.Minute
 // is logged once when it starts and once when it ends. Nothing it does
 // blocks sampling.
 //
+// Sends are gathered: the next send starts Gather after the last one
+// started at the earliest, so at sampling intervals shorter than Gather
+// several samples go in one request (a tracker pays mostly per request), and
+// at longer ones each sample goes as soon as it is written. A backlog (a
+// full Batch sent) is not held back.
+//
 // A slow answer paces the next request: after a send (or a failed one) that
 // took SlowAnswer or longer, the next waits as long again, so that a
 // saturated server gets fewer, larger batches instead of a queue of small
 // ones from every bridge (each client busy at most half the time). A Finish
-// ends such a wait at once; Drain never waits.
+// ends either wait at once; Drain never waits.
 //
 // With Start set, the sink's Start has not succeeded yet (the tracker was
 // down when the job started): the forwarder calls it again, with the same
@@ -58,7 +71,11 @@ type Forwarder struct {
 	// SlowAnswer: an attempt that took this long or longer delays the next
 	// by as long (at most MaxGap); default 250ms.
 	SlowAnswer time.Duration
-	Start      *StartInfo // non-nil: call Sink.Start first, until it succeeds
+	// Gather is the least time from the start of one send to the start of
+	// the next (DefaultGather in a job); 0 sends each sample as soon as it is
+	// written.
+	Gather time.Duration
+	Start  *StartInfo // non-nil: call Sink.Start first, until it succeeds
 	// OnLateStart, if set, is called once a late Start has found the run,
 	// before anything is sent or acknowledged for it: the caller records the
 	// run (the spool) so that a restart or `bridge sync` finds it.
@@ -71,7 +88,7 @@ type Forwarder struct {
 	notReady  bool      // the last failure was ErrNotReady (waiting, not an outage)
 	downSince time.Time // start of the current outage, zero when none
 	finalTry  bool      // a backoff was cut short by Finish (done once)
-	paceTill  time.Time // no send before this (a slow answer's pace), unless finishing
+	paceTill  time.Time // no send before this (a slow answer's pace, Gather), unless finishing
 	now       func() time.Time
 
 	stopOnce sync.Once
@@ -197,7 +214,8 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		}
 		var err error
 		var took time.Duration
-		short := false // a Send acknowledged less than its batch
+		var gatherTill time.Time // no send before this: samples gather for the next
+		short := false           // a Send acknowledged less than its batch
 		if f.Start != nil {
 			// Also while finishing: ctx (the flush timeout) bounds it.
 			began := f.now()
@@ -223,10 +241,15 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				continue
 			}
 			var acked int
-			began := f.now()
+			began, startedAt := f.now(), time.Now()
 			acked, err = f.send(ctx, batch)
 			took = f.now().Sub(began)
 			short = acked < len(batch)
+			if len(batch) < f.Batch {
+				// A full batch leaves more waiting (an outage's backlog):
+				// that goes at once.
+				gatherTill = startedAt.Add(f.Gather)
+			}
 			if acked > 0 {
 				if aerr := f.Queue.Ack(f.Sink.Name(), f.CurrentRun(), batch[acked-1].Seq); aerr != nil {
 					log.Error("cannot record acknowledgement in the spool; samples may be sent twice after a restart", "err", aerr)
@@ -255,6 +278,9 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		}
 		if err == nil {
 			f.paceTill = time.Now().Add(pace)
+			if gatherTill.After(f.paceTill) {
+				f.paceTill = gatherTill
+			}
 			if !f.downSince.IsZero() {
 				log.Info("tracker reachable again; sending the samples held in the spool",
 					"down_for", time.Since(f.downSince).Round(time.Second), "failed_attempts", f.failures)
@@ -314,8 +340,8 @@ func waitFor(ctx context.Context, d time.Duration, cut <-chan struct{}) (cutShor
 	}
 }
 
-// pace waits out a slow answer's pace; Finish ends it at once (the job's
-// end never waits for one). It is false when ctx ended first.
+// pace waits out a slow answer's pace and Gather; Finish ends it at once
+// (the job's end never waits for one). It is false when ctx ended first.
 func (f *Forwarder) pace(ctx context.Context) bool {
 	_, ok := waitFor(ctx, time.Until(f.paceTill), f.quit)
 	return ok

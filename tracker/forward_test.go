@@ -477,6 +477,64 @@ func TestForwarderPaceGathersAndFinishEndsIt(t *testing.T) {
 	}
 }
 
+// The next send starts Gather after the last one started at the earliest.
+func TestForwarderGathers(t *testing.T) {
+	q := queueOf(1)
+	sink := &slowSink{clock: &fakeClock{}}
+	sink.during = func(call int) {
+		if call == 0 {
+			q.add(1, 2, 3)
+		}
+	}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, Gather: 300 * time.Millisecond, now: sink.clock.now}
+	runForwarder(t, f)
+	waitCalls(t, sink, 2)
+	sizes, starts, _ := sink.snapshot()
+	if gap := starts[1].Sub(starts[0]); gap < 300*time.Millisecond {
+		t.Errorf("second request %v after the first, want at least Gather (300 ms)", gap)
+	}
+	if sizes[1] != 3 {
+		t.Errorf("second request held %d samples, want 3", sizes[1])
+	}
+}
+
+// Finish ends the gathering at once: what was taken goes in one request.
+func TestForwarderFinishEndsGather(t *testing.T) {
+	q := queueOf(1)
+	sink := &slowSink{clock: &fakeClock{}}
+	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, Gather: time.Hour, now: sink.clock.now}
+	wake, done := runForwarder(t, f)
+	waitCalls(t, sink, 1)
+	for seq := int64(1); seq < 10; seq++ {
+		q.add(seq)
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	f.Finish()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Finish did not end the hour-long gathering")
+	}
+	if sizes, _, _ := sink.snapshot(); fmt.Sprint(sizes) != "[1 9]" {
+		t.Errorf("batches %v, want [1 9]", sizes)
+	}
+}
+
+// A full batch (an outage's backlog) is sent on at once, whatever Gather.
+func TestForwarderGatherLetsBacklogGo(t *testing.T) {
+	q := queueOf(5)
+	sink := &slowSink{clock: &fakeClock{}}
+	f := &Forwarder{Sink: sink, Queue: q, Batch: 2, MinGap: time.Millisecond, Gather: time.Hour, now: sink.clock.now}
+	runForwarder(t, f)
+	waitCalls(t, sink, 3)
+	if sizes, _, _ := sink.snapshot(); fmt.Sprint(sizes) != "[2 2 1]" {
+		t.Errorf("batches %v, want [2 2 1]", sizes)
+	}
+}
+
 // Answers faster than SlowAnswer add no wait (here 30 min against 1 h).
 func TestForwarderFastAnswersNotPaced(t *testing.T) {
 	q := queueOf(1)

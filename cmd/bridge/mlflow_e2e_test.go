@@ -114,6 +114,45 @@ func requireHistory(t *testing.T, srv *mlflowtest.Server, j *job, runID, key str
 	return hist
 }
 
+// requireSteadyLine checks that a steady series (metrics.Desc.Steady) is
+// stored as the line the spooled samples draw: their first and last steps,
+// both ends of each change, and between two stored points only their
+// common value.
+func requireSteadyLine(t *testing.T, srv *mlflowtest.Server, j *job, runID, key string) {
+	t.Helper()
+	ss, _, _, err := spooltest.ReadFile(j.spool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimPrefix(key, "system/")
+	var steps []int64
+	want := map[int64]float64{}
+	for _, s := range ss {
+		if v, ok := s.Value(name); ok {
+			steps = append(steps, s.Seq)
+			want[s.Seq] = v
+		}
+	}
+	if len(steps) == 0 {
+		t.Fatalf("no spooled sample has %s", name)
+	}
+	stored := map[int64]bool{}
+	for _, m := range srv.History(t, runID, key) {
+		if v, ok := want[m.Step]; !ok || v != m.Value {
+			t.Errorf("%s: stored %v at step %d, the spool has %v (%v)", key, m.Value, m.Step, v, ok)
+		}
+		stored[m.Step] = true
+	}
+	if !stored[steps[0]] || !stored[steps[len(steps)-1]] {
+		t.Fatalf("%s: first (%d) or last (%d) spooled step not stored: %v", key, steps[0], steps[len(steps)-1], stored)
+	}
+	for i := 1; i < len(steps); i++ {
+		if p, s := steps[i-1], steps[i]; want[s] != want[p] && (!stored[p] || !stored[s]) {
+			t.Errorf("%s: the value changes from step %d to %d, and an end of the change is not stored", key, p, s)
+		}
+	}
+}
+
 // (1) bridge creates the run; the Python child's mlflow.start_run() attaches
 // to it; the run holds the child's metric and bridge's system histories.
 func TestMLflowRunCreatedAndSharedWithChild(t *testing.T) {
@@ -145,11 +184,12 @@ mlflow.end_run()
 	}
 	for _, k := range []string{
 		"system/container_memory_working_set_megabytes", "system/container_memory_usage_megabytes",
-		"system/node_memory_used_megabytes", "system/node_memory_usage_megabytes", "system/node_memory_total_megabytes",
+		"system/node_memory_used_megabytes", "system/node_memory_usage_megabytes",
 		"system/container_cpu_utilization_percentage", "system/node_cpu_utilization_percentage",
 	} {
 		requireHistory(t, srv, j, id, k)
 	}
+	requireSteadyLine(t, srv, j, id, "system/node_memory_total_megabytes")
 	for k, want := range map[string]string{"bridge.version": version, "bridge.exit_code": "0", "bridge.cgroup.version": "hybrid"} {
 		if k == "bridge.cgroup.version" && run.Tags[k] == "" {
 			t.Errorf("tag %s missing", k)

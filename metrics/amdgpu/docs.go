@@ -9,7 +9,8 @@ var docs = []metrics.DocTable{
 	{ID: "amdgpu", Columns: []string{"Source", "Formula, notes"}, Rows: []metrics.DocRow{
 		{Series: []*metrics.Desc{metrics.GPUUtilization}, Cells: []string{"`<dev>/gpu_busy_percent`", "the SMU's load figure from the activity of the GPU's engines (MLflow's `gpu_{i}_utilization_percentage` on ROCm reads the same through rocm-smi)"}},
 		{Series: []*metrics.Desc{metrics.GPUMemoryControllerUtilization}, Cells: []string{"`<dev>/mem_busy_percent`", "the SMU's VRAM activity (W&B: `memoryReadWriteActivity`)"}},
-		{Series: []*metrics.Desc{metrics.GPUMemoryUsed, metrics.GPUMemoryTotal}, Cells: []string{"`<dev>/mem_info_vram_used`, `mem_info_vram_total`", "bytes / 10^6"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryUsed}, Cells: []string{"`<dev>/mem_info_vram_used`", "bytes / 10^6"}},
+		{Series: []*metrics.Desc{metrics.GPUMemoryTotal}, Cells: []string{"`<dev>/mem_info_vram_total`", "bytes / 10^6"}},
 		{Series: []*metrics.Desc{metrics.GPUMemoryUsagePercent}, Cells: []string{"both", "used / total × 100"}},
 		{Series: []*metrics.Desc{metrics.GPUPowerUsage}, Cells: []string{"`<hwmon>/power1_average`, else `power1_input`", "µW / 10^6: the average where the GPU gives it, else the instant reading (not every product has both). Socket power: on an APU it includes the CPU."}},
 		{Series: []*metrics.Desc{metrics.GPUPowerLimit}, Cells: []string{"`<hwmon>/power1_cap`", "µW / 10^6; absent when the file is an empty line (the query failed)"}},

@@ -20,22 +20,22 @@ var (
 		Prom: "container_memory_cache", Help: "Number of bytes of page cache memory of the container."}
 	MemoryPeak = &metrics.Desc{Name: "container_memory_peak_megabytes", Unit: metrics.UnitMegabytes, Scope: Scope,
 		Prom: "container_memory_max_usage_bytes", Help: "Maximum memory usage of the container recorded in bytes."}
-	MemoryLimit = &metrics.Desc{Name: "container_memory_limit_megabytes", Unit: metrics.UnitMegabytes, Scope: Scope,
+	MemoryLimit = &metrics.Desc{Name: "container_memory_limit_megabytes", Unit: metrics.UnitMegabytes, Scope: Scope, Steady: true,
 		Prom: "container_spec_memory_limit_bytes", Help: "Memory limit of the container in bytes (the effective one: the smallest among its cgroup and ancestors)."}
 	// Working set / limit: named after its numerator.
 	MemoryWorkingSetPercent = &metrics.Desc{Name: "container_memory_working_set_percentage", Unit: metrics.UnitPercentage, Scope: Scope,
 		Help: "Working set of the container as a percentage of its memory limit."}
-	MemoryHighEvents = &metrics.Desc{Name: "container_memory_high_events_count", Unit: metrics.UnitCount, Scope: Scope,
+	MemoryHighEvents = &metrics.Desc{Name: "container_memory_high_events_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true,
 		Help: "Times the container's memory usage went over memory.high (memory.events high)."}
-	MemoryMaxEvents = &metrics.Desc{Name: "container_memory_max_events_count", Unit: metrics.UnitCount, Scope: Scope,
+	MemoryMaxEvents = &metrics.Desc{Name: "container_memory_max_events_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true,
 		Help: "Times the container's memory usage reached its limit (memory.events max)."}
-	OOMEvents = &metrics.Desc{Name: "container_memory_oom_events_count", Unit: metrics.UnitCount, Scope: Scope,
+	OOMEvents = &metrics.Desc{Name: "container_memory_oom_events_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true,
 		Help: "Times the container hit its memory limit and the OOM path ran (memory.events oom)."}
-	OOMKills = &metrics.Desc{Name: "container_memory_oom_kill_events_count", Unit: metrics.UnitCount, Scope: Scope, Kind: metrics.Counter,
+	OOMKills = &metrics.Desc{Name: "container_memory_oom_kill_events_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true, Kind: metrics.Counter,
 		Prom: "container_oom_events_total", Help: "Count of out of memory kills in the container (memory.events oom_kill)."}
-	OOMGroupKills = &metrics.Desc{Name: "container_memory_oom_group_kill_events_count", Unit: metrics.UnitCount, Scope: Scope,
+	OOMGroupKills = &metrics.Desc{Name: "container_memory_oom_group_kill_events_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true,
 		Help: "Group OOM kills in the container (memory.events oom_group_kill)."}
-	CPULimit = &metrics.Desc{Name: "container_cpu_limit_cores", Unit: metrics.UnitCores, Scope: Scope,
+	CPULimit = &metrics.Desc{Name: "container_cpu_limit_cores", Unit: metrics.UnitCores, Scope: Scope, Steady: true,
 		Help: "CPU limit of the container in cores: the smallest quota of its cgroup and ancestors, or its cpuset."}
 	CPUUsage = &metrics.Desc{Name: "container_cpu_usage_cores", Unit: metrics.UnitCores, Scope: Scope,
 		Help: "CPU the container used over the last interval, in cores."}
@@ -53,13 +53,13 @@ var (
 	CPUThrottledSecondsTotal = &metrics.Desc{Name: "container_cpu_throttled_seconds_total", Unit: metrics.UnitSeconds, Scope: Scope, Kind: metrics.Counter,
 		Prom: "container_cpu_cfs_throttled_seconds_total", Help: "Total time duration the container has been throttled."}
 	// v1: usage and limit of different cgroups.
-	CPUUsageLimitSplit = &metrics.Desc{Name: "container_cpu_usage_limit_split_count", Unit: metrics.UnitCount, Scope: Scope,
+	CPUUsageLimitSplit = &metrics.Desc{Name: "container_cpu_usage_limit_split_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true,
 		Help: "1 when the container's CPU usage and CPU limit come from different cgroups (cgroup v1)."}
 	PIDs = &metrics.Desc{Name: "container_pids_count", Unit: metrics.UnitCount, Scope: Scope,
 		Help: "Tasks (threads included) in the container's cgroup."}
-	PIDsLimit = &metrics.Desc{Name: "container_pids_limit_count", Unit: metrics.UnitCount, Scope: Scope,
+	PIDsLimit = &metrics.Desc{Name: "container_pids_limit_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true,
 		Help: "The container's pids.max."}
-	PIDsMaxEvents = &metrics.Desc{Name: "container_pids_max_events_count", Unit: metrics.UnitCount, Scope: Scope,
+	PIDsMaxEvents = &metrics.Desc{Name: "container_pids_max_events_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true,
 		Help: "Forks refused because the container reached pids.max (pids.events max)."}
 )
 

@@ -12,7 +12,7 @@ const (
 // The node's, the root filesystem's and the network namespace's series,
 // each described once.
 var (
-	MemoryTotal = &metrics.Desc{Name: "node_memory_total_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode,
+	MemoryTotal = &metrics.Desc{Name: "node_memory_total_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Steady: true,
 		Prom: "node_memory_MemTotal_bytes", Help: "Memory information field MemTotal_bytes."}
 	MemoryAvailable = &metrics.Desc{Name: "node_memory_available_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode,
 		Prom: "node_memory_MemAvailable_bytes", Help: "Memory information field MemAvailable_bytes."}
@@ -29,12 +29,12 @@ var (
 		Prom: "node_load5", Help: "5m load average."}
 	Load15 = &metrics.Desc{Name: "node_load_15m", Unit: metrics.UnitLoad, Scope: metrics.ScopeNode,
 		Prom: "node_load15", Help: "15m load average."}
-	CPUCount = &metrics.Desc{Name: "node_cpu_count", Unit: metrics.UnitCount, Scope: metrics.ScopeNode,
+	CPUCount = &metrics.Desc{Name: "node_cpu_count", Unit: metrics.UnitCount, Scope: metrics.ScopeNode, Steady: true,
 		Help: "Online CPUs of the node."}
 	CPUUtilization = &metrics.Desc{Name: "node_cpu_utilization_percentage", Unit: metrics.UnitPercentage, Scope: metrics.ScopeNode,
 		Help: "CPU the node used over the last interval, as a percentage of all its CPUs."}
 
-	RootfsDiskTotal = &metrics.Desc{Name: "rootfs_disk_total_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeRootfs,
+	RootfsDiskTotal = &metrics.Desc{Name: "rootfs_disk_total_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeRootfs, Steady: true,
 		Prom: "bridge_rootfs_disk_total_bytes", Help: "Size of the filesystem under / in bytes."}
 	RootfsDiskUsed = &metrics.Desc{Name: "rootfs_disk_used_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeRootfs,
 		Prom: "bridge_rootfs_disk_used_bytes", Help: "Bytes used on the filesystem under /."}

@@ -161,6 +161,9 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.flushStartTags(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if err := s.sendHeld(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if end.KeepStatus {
 		// The tags alone: this node's end (and so the run's status) stays
 		// what is recorded.

@@ -609,3 +609,52 @@ func TestServerNextStep(t *testing.T) {
 		}
 	}
 }
+
+// A steady series reaches a real MLflow server as the ends of its flat
+// stretches: the first sample, the last of the old value and the first of
+// the new one at a change, and the last sample (sent by Finish); the run's
+// latest value is the last one. Every other series has every sample.
+func TestServerSteadySeries(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	ctx := context.Background()
+	s := serverSink(t, srv.URL, Config{})
+	if _, err := s.Start(ctx, tracker.StartInfo{RunName: "steady"}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	in := make([]metrics.Sample, 30)
+	for i := range in {
+		limit := 512.0
+		if i >= 10 {
+			limit = 1024
+		}
+		in[i] = metrics.Sample{Seq: int64(i), Time: start.Add(time.Duration(i) * time.Second),
+			Points: []metrics.Point{metrics.At(steadyA, limit), metrics.At(plain, float64(i))}}
+	}
+	for i := 0; i < len(in); i += 3 {
+		if acked, err := s.Send(ctx, in[i:i+3]); err != nil || acked != 3 {
+			t.Fatalf("Send of samples %d-%d = %d, %v", i, i+2, acked, err)
+		}
+	}
+	if err := s.Finish(ctx, tracker.EndInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	h := srv.History(t, s.RunID(), "system/"+steadyA.Name)
+	slices.SortFunc(h, func(a, b mlflowtest.Metric) int { return int(a.Step - b.Step) })
+	var got []string
+	for _, m := range h {
+		got = append(got, fmt.Sprintf("%d:%g", m.Step, m.Value))
+		if m.Timestamp != in[m.Step].Time.UnixMilli() {
+			t.Errorf("step %d stored at %d, the sample's time is %d", m.Step, m.Timestamp, in[m.Step].Time.UnixMilli())
+		}
+	}
+	if want := "[0:512 9:512 10:1024 29:1024]"; fmt.Sprint(got) != want {
+		t.Errorf("%s: stored %v, want %s", steadyA.Name, got, want)
+	}
+	if n := len(srv.History(t, s.RunID(), "system/"+plain.Name)); n != len(in) {
+		t.Errorf("%s: %d points, want %d", plain.Name, n, len(in))
+	}
+	if l := srv.GetRun(t, s.RunID()).Latest["system/"+steadyA.Name]; l.Value != 1024 || l.Step != 29 {
+		t.Errorf("latest %s = %v at step %d, want 1024 at 29", steadyA.Name, l.Value, l.Step)
+	}
+}

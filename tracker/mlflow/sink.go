@@ -73,6 +73,7 @@ type Sink struct {
 	maxMetrics int
 	maxBody    int
 
+	steady  steady          // which points of steady series to send (steady.go)
 	keyOK   map[string]bool // keys checked so far; a bad one is reported once
 	dropped int             // points not sent because MLflow would refuse them
 	tsLog   bool            // a time MLflow refuses was reported
@@ -476,19 +477,24 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	b := newBatch(s.runID, s.maxMetrics, s.maxBody)
 	acked := 0
 	pending := 0 // samples complete once the open batch is posted
+	s.steady.begin()
 	flush := func() error {
 		if b.count == 0 {
 			acked = pending
+			s.steady.acked(acked)
 			return nil
 		}
 		op := fmt.Sprintf("posting %d metrics to run %s", b.count, s.runID)
 		if err := s.call(ctx, http.MethodPost, "runs/log-batch", nil, b.body(), nil, op); err != nil {
+			s.steady.failed()
 			return err
 		}
 		acked = pending
+		s.steady.acked(acked)
 		b.reset()
 		return nil
 	}
+	var pts []point
 	for i, sm := range samples {
 		ts := sm.Time.UnixMilli()
 		if s.ended && ts > s.endedAt {
@@ -512,13 +518,21 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 				s.dropped++
 				continue
 			}
-			m := encodeMetric(key, p.Value, ts, sm.Seq)
-			if !b.fits(m) {
-				if err := flush(); err != nil {
-					return acked, err
-				}
+			pts = pts[:0]
+			if (p.Desc != nil && p.Desc.Steady) || (p.Desc == nil && s.steady.known(key)) {
+				pts = s.steady.pick(key, i, p.Value, ts, sm.Seq, pts)
+			} else {
+				pts = append(pts, point{p.Value, ts, sm.Seq})
 			}
-			b.add(m)
+			for _, q := range pts {
+				m := encodeMetric(key, q.value, q.ts, q.step)
+				if !b.fits(m) {
+					if err := flush(); err != nil {
+						return acked, err
+					}
+				}
+				b.add(m)
+			}
 		}
 		pending = i + 1
 	}
@@ -550,6 +564,40 @@ func (s *Sink) follow(ctx context.Context) error {
 			s.endedAt = time.Now().UnixMilli()
 		}
 	}
+	return nil
+}
+
+// sendHeld sends, at the run's end, the points of steady series held back
+// at the ends of their flat stretches (steady.go), in the order of their
+// keys.
+func (s *Sink) sendHeld(ctx context.Context) error {
+	held := s.steady.held()
+	if len(held) == 0 {
+		return nil
+	}
+	b := newBatch(s.runID, s.maxMetrics, s.maxBody)
+	post := func() error {
+		op := fmt.Sprintf("posting the last %d points of steady series to run %s", b.count, s.runID)
+		if err := s.call(ctx, http.MethodPost, "runs/log-batch", nil, b.body(), nil, op); err != nil {
+			return err
+		}
+		b.reset()
+		return nil
+	}
+	for _, key := range slices.Sorted(maps.Keys(held)) {
+		p := held[key]
+		m := encodeMetric(key, p.value, p.ts, p.step)
+		if !b.fits(m) {
+			if err := post(); err != nil {
+				return err
+			}
+		}
+		b.add(m)
+	}
+	if err := post(); err != nil {
+		return err
+	}
+	s.steady.sent(held)
 	return nil
 }
 
@@ -612,12 +660,16 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		return err
 	}
 	if s.ended {
-		// Its owner ended it: nothing is written after its end.
+		// Its owner ended it: nothing is written after its end (the held
+		// points are of samples taken before it).
 		s.log.Debug("the run was ended by its owner; its end is left as recorded", "run_id", s.runID, "status", s.endState)
-		return nil
+		return s.sendHeld(ctx)
 	}
 	var errs []error
 	if err := s.flushStartTags(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.sendHeld(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if len(end.Tags) > 0 {
