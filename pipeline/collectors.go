@@ -56,13 +56,14 @@ func ScopesOf(regs []metrics.Registration) []string {
 // Choices are what --scopes and --trackers take, and the collectors' own
 // options, from the registrations (config.Load checks them without knowing
 // the collectors or trackers).
-func Choices() config.Choices { return ChoicesOf(Collectors()) }
+func Choices() config.Choices { return ChoicesOf(Collectors(), Trackers()) }
 
-// ChoicesOf are Choices with regs for the collectors.
-func ChoicesOf(regs []metrics.Registration) config.Choices {
+// ChoicesOf are Choices with regs for the collectors and ts for the
+// trackers.
+func ChoicesOf(regs []metrics.Registration, ts TrackerList) config.Choices {
 	var opts []option.Option
 	for _, r := range regs {
 		opts = append(opts, r.Options...)
 	}
-	return config.Choices{Scopes: ScopesOf(regs), Trackers: TrackerNames(), Options: opts}
+	return config.Choices{Scopes: ScopesOf(regs), Trackers: ts.TrackerNames(), Options: opts}
 }

@@ -51,7 +51,7 @@ func TestChoicesAreTheRegistrations(t *testing.T) {
 			t.Errorf("--scopes %s: %v, %v", sc, cfg.Scopes, err)
 		}
 	}
-	for _, tr := range TrackerNames() {
+	for _, tr := range Trackers().TrackerNames() {
 		if cfg, err := load("--trackers", tr); err != nil || !slices.Equal(cfg.Trackers, []string{tr}) {
 			t.Errorf("--trackers %s: %v, %v", tr, cfg.Trackers, err)
 		}

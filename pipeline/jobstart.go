@@ -82,12 +82,12 @@ func (st Started) MarkCreated(tags map[string]string) {
 // SayLate warns, for a multi-node job, of each tracker whose job's run was
 // not found before the child starts: the child goes without the tracker's
 // run variable.
-func (st Started) SayLate(job *Job, log *slog.Logger) {
+func (st Started) SayLate(ts TrackerList, job *Job, log *slog.Logger) {
 	if job == nil || !job.Multi() {
 		return
 	}
 	for _, r := range st.Runs {
-		if t, _ := Registered(r.Sink.Name()); r.Late != nil {
+		if t, _ := ts.Registered(r.Sink.Name()); r.Late != nil {
 			log.Warn("the job's run was not found within --start-timeout: the child starts without "+t.RunIDEnv+"; bridge keeps looking in the background and sends the spooled samples there. If it never finds it, `bridge sync SPOOL` joins them to the job's run later (the spool records the key)",
 				"key", job.Key)
 		}

@@ -23,9 +23,9 @@ type Overrides struct {
 }
 
 // SameRun writes every tracker into run id (attach's and sync's --run-id).
-func SameRun(id string) Overrides {
+func (ts TrackerList) SameRun(id string) Overrides {
 	ov := Overrides{RunIDs: map[string]string{}}
-	for _, t := range Trackers {
+	for _, t := range ts {
 		ov.RunIDs[t.Name] = id
 	}
 	return ov
@@ -36,9 +36,9 @@ func SameRun(id string) Overrides {
 // (Tracker.Resume), unless the tracker's run variable names a run. A
 // multi-node job's run is found by its key again instead (the election
 // joins the elected run, which also records this node's end).
-func ResumeRuns(lost spool.Record, multi bool, getenv func(string) string, log *slog.Logger) Overrides {
+func (ts TrackerList) ResumeRuns(lost spool.Record, multi bool, getenv func(string) string, log *slog.Logger) Overrides {
 	ov := Overrides{RunIDs: map[string]string{}, Owned: map[string]bool{}}
-	for _, t := range Trackers {
+	for _, t := range ts {
 		id := lost.Runs[t.Name]
 		if !t.Resume || id == "" || getenv(t.RunIDEnv) != "" || multi {
 			continue
@@ -53,10 +53,10 @@ func ResumeRuns(lost spool.Record, multi bool, getenv func(string) string, log *
 // tracker, else each tracker's run variable. The runs are their owners':
 // once one ends its run (mlflow.end_run()), attach writes nothing more
 // into it and stops, as MLflow's own monitor does.
-func AttachRuns(runID string, getenv func(string) string) Overrides {
-	ov := SameRun(runID)
+func (ts TrackerList) AttachRuns(runID string, getenv func(string) string) Overrides {
+	ov := ts.SameRun(runID)
 	if runID == "" {
-		for _, t := range Trackers {
+		for _, t := range ts {
 			ov.RunIDs[t.Name] = getenv(t.RunIDEnv)
 		}
 	}
@@ -67,9 +67,9 @@ func AttachRuns(runID string, getenv func(string) string) Overrides {
 // MissingRun is an error, worded for the user, when one of sinks must be
 // told its run (Tracker.AttachRunHint: `bridge attach` never creates one)
 // and ov does not name it.
-func MissingRun(sinks []tracker.Sink, ov Overrides) error {
+func (ts TrackerList) MissingRun(sinks []tracker.Sink, ov Overrides) error {
 	for _, s := range sinks {
-		if t, _ := Registered(s.Name()); t.AttachRunHint != "" && ov.RunIDs[t.Name] == "" {
+		if t, _ := ts.Registered(s.Name()); t.AttachRunHint != "" && ov.RunIDs[t.Name] == "" {
 			return fmt.Errorf("attach needs the run to write to: --run-id ID or %s (e.g. %s)", t.RunIDEnv, t.AttachRunHint)
 		}
 	}
@@ -79,11 +79,11 @@ func MissingRun(sinks []tracker.Sink, ov Overrides) error {
 // NodeID is the node id a job's series are keyed under: --node-id, else
 // the first tracker variable that names the node (Tracker.NodeIDEnv), as
 // that tracker reads it.
-func NodeID(flag string, getenv func(string) string) string {
+func (ts TrackerList) NodeID(flag string, getenv func(string) string) string {
 	if flag != "" {
 		return flag
 	}
-	for _, t := range Trackers {
+	for _, t := range ts {
 		if v := getenv(t.NodeIDEnv); t.NodeIDEnv != "" && v != "" {
 			return v
 		}

@@ -80,7 +80,7 @@ func TestBuildMLflowRecordedExperiment(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			sinks, err := BuildSinks(config.Config{Trackers: []string{"mlflow"}}, Overrides{Recorded: tc.recorded}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+			sinks, err := Trackers().BuildSinks(config.Config{Trackers: []string{"mlflow"}}, Overrides{Recorded: tc.recorded}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
 			if err != nil || len(sinks) != 1 {
 				t.Fatalf("sinks %v, %v", sinks, err)
 			}
@@ -117,7 +117,7 @@ func TestBuildWandbRecordedHost(t *testing.T) {
 		{"not recorded by bridge", "", map[string]string{"bridge.hostname": "trainer-7"}, host},
 		{"nothing recorded", "", nil, host},
 	} {
-		sinks, off := BuildSinks(config.Config{Trackers: []string{"wandb"}, NodeID: tc.node}, Overrides{Recorded: tc.recorded}, nil, quiet())
+		sinks, off := Trackers().BuildSinks(config.Config{Trackers: []string{"wandb"}, NodeID: tc.node}, Overrides{Recorded: tc.recorded}, nil, quiet())
 		if len(sinks) != 1 || off != nil {
 			t.Fatalf("%s: sinks %v, off %v", tc.name, sinks, off)
 		}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -70,14 +69,6 @@ func (s *toySink) Send(ctx context.Context, samples []metrics.Sample) (int, erro
 
 func (s *toySink) Finish(context.Context, tracker.EndInfo) error { return nil }
 
-// register adds registrations for the test's duration, as a new
-// tracker's one entry does.
-func register[T any](t *testing.T, list *[]T, entry T) {
-	old := *list
-	*list = append(slices.Clone(old), entry)
-	t.Cleanup(func() { *list = old })
-}
-
 // docs/architecture.md's recipes, followed: a toy collector and a toy
 // tracker, each in one registration, are asked for by --scopes and
 // --trackers; the collector's series is spooled, exposed on /metrics and
@@ -87,7 +78,7 @@ func register[T any](t *testing.T, list *[]T, entry T) {
 func TestRecipeAddACollectorAndATracker(t *testing.T) {
 	regs := append(Collectors(), metrics.Registration{Name: "toy", Scopes: []metrics.Scope{"toy"}, Series: []*metrics.Desc{toyWidgets},
 		Build: func(metrics.Env) (metrics.Collector, error) { return &toyCollector{}, nil }})
-	register(t, &Trackers, Tracker{Name: "toy", RunIDEnv: "TOY_RUN_ID",
+	ts := append(Trackers(), Tracker{Name: "toy", RunIDEnv: "TOY_RUN_ID",
 		Configured: func(getenv func(string) string) bool { return getenv("TOY_URL") != "" },
 		Build:      func(b Build) (tracker.Sink, error) { return &toySink{url: b.Getenv("TOY_URL")}, nil }})
 	bodies := make(chan string, 100)
@@ -103,13 +94,13 @@ func TestRecipeAddACollectorAndATracker(t *testing.T) {
 
 	spoolPath := filepath.Join(t.TempDir(), "spool.jsonl")
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	config.RegisterFlags(fs, ChoicesOf(regs))
+	config.RegisterFlags(fs, ChoicesOf(regs, ts))
 	args := []string{"--scopes", "toy", "--trackers", "toy", "--interval", "100ms", "--spool", spoolPath,
 		"--metrics-addr", "127.0.0.1:0"}
 	if err := config.Parse(fs, args); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(fs, ChoicesOf(regs))
+	cfg, err := config.Load(fs, ChoicesOf(regs, ts))
 	if err != nil {
 		t.Fatalf("--scopes toy --trackers toy: %v", err)
 	}
@@ -120,7 +111,7 @@ func TestRecipeAddACollectorAndATracker(t *testing.T) {
 	if len(src.Collectors) != 1 || src.Collectors[0].Name() != "toy" {
 		t.Fatalf("collectors %v, want the toy alone (--scopes toy)", src.Collectors)
 	}
-	sinks, off := BuildSinks(cfg, Overrides{}, nil, quiet())
+	sinks, off := ts.BuildSinks(cfg, Overrides{}, nil, quiet())
 	if off != nil || len(sinks) != 1 || sinks[0].Name() != "toy" {
 		t.Fatalf("sinks %v, off %v: want the toy alone (--trackers toy)", sinks, off)
 	}
@@ -130,7 +121,7 @@ func TestRecipeAddACollectorAndATracker(t *testing.T) {
 	}
 	auto := cfg
 	auto.Trackers = []string{"auto"}
-	if on, off := BuildSinks(auto, Overrides{}, nil, quiet()); off != nil || len(on) != 1 || on[0].Name() != "toy" {
+	if on, off := ts.BuildSinks(auto, Overrides{}, nil, quiet()); off != nil || len(on) != 1 || on[0].Name() != "toy" {
 		t.Errorf("--trackers auto with TOY_URL set: sinks %v, off %v; want the toy", on, off)
 	}
 	started := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: cfg.StartTimeout}, quiet())

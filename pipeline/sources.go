@@ -48,7 +48,7 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 }
 
 // BuildSourcesOf creates the collectors of regs the configuration asks for
-// (cfg loaded with ChoicesOf(regs)), in order. One that is off here is left
+// (cfg loaded with ChoicesOf(regs, ...)), in order. One that is off here is left
 // out with a note; an error is a usage error that names its flag (a
 // malformed --gpus entry, a --proc-root the GPU collector's process finder
 // cannot read).

@@ -73,25 +73,32 @@ type Build struct {
 	Log      *slog.Logger
 }
 
-// Trackers is the one list of bridge's trackers, in the order they start.
-var Trackers = []Tracker{
-	{Name: "mlflow", RunIDEnv: mlflow.EnvRunID, NodeIDEnv: mlflow.EnvNodeID, Resume: true, AttachRunHint: "mlflow.active_run().info.run_id",
-		Configured: mlflow.Configured, Build: buildMLflow, Help: TrackerHelp{Title: "MLflow", On: "MLFLOW_TRACKING_URI is set", Vars: `
-  MLFLOW_TRACKING_URI         the http(s) URL of an ` + "`mlflow server`" + ` (a sqlite:, file:
-                              or path store is not one: bridge says how to serve it)
-  MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN
-  MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID,
-  MLFLOW_SYSTEM_METRICS_NODE_ID, MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_TRACKING_*_TLS/_CERT_PATH`}},
-	{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Configured: wandb.Configured, Build: buildWandb,
-		Help: TrackerHelp{Title: "W&B", On: "WANDB_API_KEY or WANDB_PROJECT is set", Vars: `
-  WANDB_API_KEY               W&B's key (else the server's entry in ~/.netrc, $NETRC)
-  WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_RUN_ID
-  WANDB_MODE                  offline or disabled turn bridge's W&B sink off too`}},
+// TrackerList is a list of trackers: what the functions on it know of
+// trackers comes from it alone (a test adds a toy to its own list).
+type TrackerList []Tracker
+
+// Trackers is the one list of bridge's trackers, in the order they start:
+// a new list at each call, so that nothing can change bridge's.
+func Trackers() TrackerList {
+	return TrackerList{
+		{Name: "mlflow", RunIDEnv: mlflow.EnvRunID, NodeIDEnv: mlflow.EnvNodeID, Resume: true, AttachRunHint: "mlflow.active_run().info.run_id",
+			Configured: mlflow.Configured, Build: buildMLflow, Help: TrackerHelp{Title: "MLflow", On: "MLFLOW_TRACKING_URI is set", Vars: `
+	  MLFLOW_TRACKING_URI         the http(s) URL of an ` + "`mlflow server`" + ` (a sqlite:, file:
+	                              or path store is not one: bridge says how to serve it)
+	  MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN
+	  MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID,
+	  MLFLOW_SYSTEM_METRICS_NODE_ID, MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_TRACKING_*_TLS/_CERT_PATH`}},
+		{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Configured: wandb.Configured, Build: buildWandb,
+			Help: TrackerHelp{Title: "W&B", On: "WANDB_API_KEY or WANDB_PROJECT is set", Vars: `
+	  WANDB_API_KEY               W&B's key (else the server's entry in ~/.netrc, $NETRC)
+	  WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_RUN_ID
+	  WANDB_MODE                  offline or disabled turn bridge's W&B sink off too`}},
+	}
 }
 
 // Registered is the registration of the tracker named name.
-func Registered(name string) (Tracker, bool) {
-	for _, t := range Trackers {
+func (ts TrackerList) Registered(name string) (Tracker, bool) {
+	for _, t := range ts {
 		if t.Name == name {
 			return t, true
 		}
@@ -105,14 +112,14 @@ func Registered(name string) (Tracker, bool) {
 // tracker whose variables cannot be used is off, with one warning that
 // names the variable and says what to do, and is returned in off (for the
 // end-of-run table): the job runs without it.
-func BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) (sinks []tracker.Sink, off []TrackerOff) {
+func (ts TrackerList) BuildSinks(cfg config.Config, ov Overrides, job *Job, log *slog.Logger) (sinks []tracker.Sink, off []TrackerOff) {
 	if slices.Contains(cfg.Trackers, "none") {
 		return nil, nil
 	}
 	home, _ := os.UserHomeDir()
 	getenv := os.Getenv
 	auto := slices.Contains(cfg.Trackers, "auto")
-	for _, t := range Trackers {
+	for _, t := range ts {
 		explicit := slices.Contains(cfg.Trackers, t.Name)
 		if !explicit && (!auto || !t.Configured(getenv)) {
 			continue
@@ -229,9 +236,9 @@ func buildWandb(b Build) (tracker.Sink, error) {
 }
 
 // TrackerNames are the names --trackers accepts besides "auto" and "none".
-func TrackerNames() []string {
-	names := make([]string, len(Trackers))
-	for i, t := range Trackers {
+func (ts TrackerList) TrackerNames() []string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
 		names[i] = t.Name
 	}
 	return names
@@ -239,9 +246,9 @@ func TrackerNames() []string {
 
 // TrackersOn say what turns each tracker on under --trackers=auto, one
 // each: "MLflow when MLFLOW_TRACKING_URI is set".
-func TrackersOn() []string {
+func (ts TrackerList) TrackersOn() []string {
 	var on []string
-	for _, t := range Trackers {
+	for _, t := range ts {
 		if t.Help.On != "" {
 			on = append(on, t.Help.Title+" when "+t.Help.On)
 		}
@@ -250,9 +257,9 @@ func TrackersOn() []string {
 }
 
 // TrackerVars are the trackers' variables, for `bridge --help`.
-func TrackerVars() string {
+func (ts TrackerList) TrackerVars() string {
 	var b strings.Builder
-	for _, t := range Trackers {
+	for _, t := range ts {
 		b.WriteString(t.Help.Vars)
 	}
 	return strings.TrimPrefix(b.String(), "\n")
@@ -260,9 +267,9 @@ func TrackerVars() string {
 
 // RunIDVars names the variables jobs name their runs with, for a flag's
 // help.
-func RunIDVars() string {
-	vars := make([]string, len(Trackers))
-	for i, t := range Trackers {
+func (ts TrackerList) RunIDVars() string {
+	vars := make([]string, len(ts))
+	for i, t := range ts {
 		vars[i] = t.RunIDEnv
 	}
 	return strings.Join(vars, " / ")

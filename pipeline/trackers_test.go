@@ -11,13 +11,13 @@ import (
 
 func TestTrackersRegistration(t *testing.T) {
 	seen := map[string]bool{}
-	for _, tr := range Trackers {
+	for _, tr := range Trackers() {
 		if tr.Name == "" || tr.RunIDEnv == "" || tr.Build == nil || tr.Configured == nil || seen[tr.Name] || tr.Name == "auto" || tr.Name == "none" {
 			t.Errorf("registration %+v: want a unique name (not auto or none), a run variable, Configured and a Build", tr)
 		}
 		seen[tr.Name] = true
-		if got, ok := Registered(tr.Name); !ok || got.Name != tr.Name {
-			t.Errorf("Registered(%q) = %+v, %v", tr.Name, got, ok)
+		if got, ok := Trackers().Registered(tr.Name); !ok || got.Name != tr.Name {
+			t.Errorf("Trackers().Registered(%q) = %+v, %v", tr.Name, got, ok)
 		}
 	}
 }
@@ -72,7 +72,7 @@ func TestBuildSinksFromEnvironment(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			sinks, off := BuildSinks(config.Config{Trackers: tt.trackers}, Overrides{}, nil, quiet())
+			sinks, off := Trackers().BuildSinks(config.Config{Trackers: tt.trackers}, Overrides{}, nil, quiet())
 			var got []string
 			for _, s := range sinks {
 				got = append(got, s.Name())
@@ -105,7 +105,7 @@ func TestBuildSinksFromEnvironment(t *testing.T) {
 // comes from its registration alone: a toy tracker's run variable, node
 // variable, Resume and AttachRunHint are honoured with nothing else added.
 func TestRegistrationDrivesRuns(t *testing.T) {
-	register(t, &Trackers, Tracker{Name: "toy", RunIDEnv: "TOY_RUN_ID", NodeIDEnv: "TOY_NODE", Resume: true, AttachRunHint: "toy.run_id()",
+	ts := append(Trackers(), Tracker{Name: "toy", RunIDEnv: "TOY_RUN_ID", NodeIDEnv: "TOY_NODE", Resume: true, AttachRunHint: "toy.run_id()",
 		Configured: func(func(string) string) bool { return false }, Build: func(Build) (tracker.Sink, error) { return &toySink{}, nil }})
 	env := func(kv ...string) func(string) string {
 		return func(k string) string {
@@ -118,35 +118,35 @@ func TestRegistrationDrivesRuns(t *testing.T) {
 		}
 	}
 	lost := spool.Record{Attempt: 2, Runs: map[string]string{"toy": "r1"}, Info: map[string]string{CreatedTag("toy"): "true"}}
-	if ov := ResumeRuns(lost, false, env(), quiet()); ov.RunIDs["toy"] != "r1" || !ov.Owned["toy"] {
+	if ov := ts.ResumeRuns(lost, false, env(), quiet()); ov.RunIDs["toy"] != "r1" || !ov.Owned["toy"] {
 		t.Errorf("resume: %+v, want the lost attempt's run r1, owned", ov)
 	}
-	if ov := ResumeRuns(lost, false, env("TOY_RUN_ID", "r9"), quiet()); ov.RunIDs["toy"] != "" {
+	if ov := ts.ResumeRuns(lost, false, env("TOY_RUN_ID", "r9"), quiet()); ov.RunIDs["toy"] != "" {
 		t.Errorf("resume with TOY_RUN_ID set: %+v, want the variable's run (no override)", ov)
 	}
-	if ov := ResumeRuns(lost, true, env(), quiet()); ov.RunIDs["toy"] != "" {
+	if ov := ts.ResumeRuns(lost, true, env(), quiet()); ov.RunIDs["toy"] != "" {
 		t.Errorf("resume in a multi-node job: %+v, want none (the job's run is elected)", ov)
 	}
-	if ov := AttachRuns("", env("TOY_RUN_ID", "r2")); ov.RunIDs["toy"] != "r2" || !ov.Follow {
+	if ov := ts.AttachRuns("", env("TOY_RUN_ID", "r2")); ov.RunIDs["toy"] != "r2" || !ov.Follow {
 		t.Errorf("attach: %+v, want TOY_RUN_ID's run, followed", ov)
 	}
-	if ov := AttachRuns("x", env("TOY_RUN_ID", "r2")); ov.RunIDs["toy"] != "x" || !ov.Follow {
+	if ov := ts.AttachRuns("x", env("TOY_RUN_ID", "r2")); ov.RunIDs["toy"] != "x" || !ov.Follow {
 		t.Errorf("attach --run-id x: %+v, want x, followed", ov)
 	}
 	sinks := []tracker.Sink{&toySink{}}
-	if err := MissingRun(sinks, AttachRuns("", env())); err == nil || !strings.Contains(err.Error(), "TOY_RUN_ID") || !strings.Contains(err.Error(), "toy.run_id()") {
+	if err := ts.MissingRun(sinks, ts.AttachRuns("", env())); err == nil || !strings.Contains(err.Error(), "TOY_RUN_ID") || !strings.Contains(err.Error(), "toy.run_id()") {
 		t.Errorf("attach without a run: %v, want an error naming TOY_RUN_ID and the hint", err)
 	}
-	if err := MissingRun(sinks, AttachRuns("", env("TOY_RUN_ID", "r2"))); err != nil {
+	if err := ts.MissingRun(sinks, ts.AttachRuns("", env("TOY_RUN_ID", "r2"))); err != nil {
 		t.Errorf("attach with TOY_RUN_ID: %v", err)
 	}
-	if got := NodeID("", env("TOY_NODE", "n4")); got != "n4" {
+	if got := ts.NodeID("", env("TOY_NODE", "n4")); got != "n4" {
 		t.Errorf("node id from TOY_NODE: %q", got)
 	}
-	if got := NodeID("n1", env("TOY_NODE", "n4")); got != "n1" {
+	if got := ts.NodeID("n1", env("TOY_NODE", "n4")); got != "n1" {
 		t.Errorf("--node-id n1 with TOY_NODE set: %q, want n1", got)
 	}
-	if !strings.Contains(RunIDVars(), "TOY_RUN_ID") {
-		t.Errorf("attach's --run-id help %q does not name TOY_RUN_ID", RunIDVars())
+	if !strings.Contains(ts.RunIDVars(), "TOY_RUN_ID") {
+		t.Errorf("attach's --run-id help %q does not name TOY_RUN_ID", ts.RunIDVars())
 	}
 }

@@ -140,7 +140,7 @@ func (j Job) find(ctx context.Context, o Options) (r pipeline.SinkRun, owned boo
 	if j.last != nil {
 		ov.Recorded = j.last.Start.Info // where the job's run is: the tracker's variables here may name another place
 	}
-	sinks, _ := pipeline.BuildSinks(cfg, ov, job, o.Log)
+	sinks, _ := pipeline.Trackers().BuildSinks(cfg, ov, job, o.Log)
 	sinks = slices.DeleteFunc(sinks, func(s tracker.Sink) bool { return s.Name() != j.tracker })
 	if len(sinks) != 1 {
 		return r, false, fmt.Errorf("%s: not configured where sync runs (see the messages above)", j.tracker)

@@ -28,7 +28,7 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	var runID string
 	var pid int
 	fs, cfg, code := parse("attach", args, stdout, stderr, func(fs *pflag.FlagSet) {
-		fs.StringVar(&runID, "run-id", "", "run to write to (default "+pipeline.RunIDVars()+")")
+		fs.StringVar(&runID, "run-id", "", "run to write to (default "+pipeline.Trackers().RunIDVars()+")")
 		fs.IntVar(&pid, "pid", 0, "sample until this process exits (required); its process tree is the process_ scope")
 	})
 	if fs == nil {
@@ -60,9 +60,9 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	defer cancelStart()
 	early := supervisor.WatchEarly(cancelStart)
 	defer early.Release()
-	ov := pipeline.AttachRuns(runID, os.Getenv)
-	sinks, off := pipeline.BuildSinks(cfg, ov, nil, log)
-	if err := pipeline.MissingRun(sinks, ov); err != nil {
+	ov := pipeline.Trackers().AttachRuns(runID, os.Getenv)
+	sinks, off := pipeline.Trackers().BuildSinks(cfg, ov, nil, log)
+	if err := pipeline.Trackers().MissingRun(sinks, ov); err != nil {
 		fmt.Fprintf(stderr, "bridge: %v\n", err)
 		return exitUsage
 	}
@@ -72,7 +72,7 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	for _, s := range sinks {
 		runs[s.Name()] = ov.RunIDs[s.Name()]
 	}
-	me := attachlock.Holder{PID: os.Getpid(), Target: pid, Runs: runs, Node: pipeline.NodeID(cfg.NodeID, os.Getenv), Since: time.Now().UTC()}
+	me := attachlock.Holder{PID: os.Getpid(), Target: pid, Runs: runs, Node: pipeline.Trackers().NodeID(cfg.NodeID, os.Getenv), Since: time.Now().UTC()}
 	lock, holder, err := attachlock.Acquire(os.TempDir(), attachlock.Key{PID: pid, Start: proc.StartTime(), Runs: runs, Node: me.Node}, me)
 	switch {
 	case errors.Is(err, attachlock.ErrHeld):

@@ -153,7 +153,7 @@ func parse(name string, args []string, stdout, stderr io.Writer, extra func(*pfl
 // parseOf is parse with regs for bridge's collectors: their scopes and
 // options.
 func parseOf(regs []metrics.Registration, name string, args []string, stdout, stderr io.Writer, extra func(*pflag.FlagSet)) (fs *pflag.FlagSet, cfg config.Config, code int) {
-	choices := pipeline.ChoicesOf(regs)
+	choices := pipeline.ChoicesOf(regs, pipeline.Trackers())
 	fs = pflag.NewFlagSet(name, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after the command belongs to it
@@ -217,7 +217,7 @@ tools': a value bridge cannot use turns off only what depends on it, with a
 warning; the job runs.
 
 flags:
-%s`, version, pipeline.TrackerVars(), strings.Join(pipeline.TrackersOn(), ",\nand "), fs.FlagUsages())
+%s`, version, pipeline.Trackers().TrackerVars(), strings.Join(pipeline.Trackers().TrackersOn(), ",\nand "), fs.FlagUsages())
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

@@ -93,12 +93,12 @@ func TestRecipeAddACollector(t *testing.T) {
 	// A job's session: the spool and /metrics.
 	spoolPath := filepath.Join(t.TempDir(), "spool.jsonl")
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	config.RegisterFlags(fs, pipeline.ChoicesOf(regs))
+	config.RegisterFlags(fs, pipeline.ChoicesOf(regs, pipeline.Trackers()))
 	if err := config.Parse(fs, []string{"--scopes", "toy", "--trackers", "none", "--interval", "100ms", "--spool", spoolPath,
 		"--metrics-addr", "127.0.0.1:0"}); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(fs, pipeline.ChoicesOf(regs))
+	cfg, err := config.Load(fs, pipeline.ChoicesOf(regs, pipeline.Trackers()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestRecipeAddACollector(t *testing.T) {
 	// The docs: a table of its own in docs/metrics.md, from its descriptor
 	// (it has no Docs of its own, nor a place in the page), and its option
 	// in the README's flag table.
-	files, err := docgen.Files("../..", regs, pipeline.ChoicesOf(regs))
+	files, err := docgen.Files("../..", regs, pipeline.ChoicesOf(regs, pipeline.Trackers()))
 	if err != nil {
 		t.Fatal(err)
 	}

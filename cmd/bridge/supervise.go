@@ -69,7 +69,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	job.Log(log)
-	sinks, off := pipeline.BuildSinks(cfg, ov, job, log)
+	sinks, off := pipeline.Trackers().BuildSinks(cfg, ov, job, log)
 	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {
 		return usageError(stderr, err)
@@ -91,7 +91,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	if sig := early.Stop(); sig != 0 {
 		return neverStarted(sig, started, cfg.FlushTimeout, early.C, stderr, log)
 	}
-	started.SayLate(job, log)
+	started.SayLate(pipeline.Trackers(), job, log)
 	started.MarkCreated(tags) // for a restarted bridge: see previousAttempt
 
 	sess := pipeline.Open(pipeline.Options{Settings: set, Log: log, Version: version,
@@ -204,5 +204,5 @@ func previousAttempt(sp *spool.Spool, multi bool, log *slog.Logger) (*forensics.
 		return nil, pipeline.Overrides{RunIDs: map[string]string{}, Owned: map[string]bool{}}
 	}
 	log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
-	return lost, pipeline.ResumeRuns(lost.Record, multi, os.Getenv, log)
+	return lost, pipeline.Trackers().ResumeRuns(lost.Record, multi, os.Getenv, log)
 }

@@ -62,9 +62,9 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	}
 	defer sp.Close()
 
-	on, _ := pipeline.BuildSinks(cfg, pipeline.Overrides{}, nil, log) // a tracker off is said in the log
+	on, _ := pipeline.Trackers().BuildSinks(cfg, pipeline.Overrides{}, nil, log) // a tracker off is said in the log
 	if len(on) == 0 {
-		fmt.Fprintf(stderr, "bridge: sync needs a tracker: --trackers auto turns on %s\n", strings.Join(pipeline.TrackersOn(), ", and "))
+		fmt.Fprintf(stderr, "bridge: sync needs a tracker: --trackers auto turns on %s\n", strings.Join(pipeline.Trackers().TrackersOn(), ", and "))
 		return exitUsage
 	}
 	var trackers []string
