@@ -661,7 +661,7 @@ func (c *Config) validatePaths(bad badFunc) error {
 	if strings.ContainsFunc(c.Spool, isControl) || strings.ContainsRune(c.Spool, 0) {
 		return bad("spool", c.Spool, "must be a file path without control characters")
 	}
-	if st, e := os.Stat(c.Spool); c.Spool != "" && e == nil && st.IsDir() {
+	if st, e := statWithin(c.Spool, 2*time.Second); c.Spool != "" && e == nil && st.IsDir() {
 		return bad("spool", c.Spool, "is a directory; name a file")
 	}
 	for _, p := range []struct {
@@ -673,6 +673,27 @@ func (c *Config) validatePaths(bad badFunc) error {
 		}
 	}
 	return nil
+}
+
+// statWithin is os.Stat that gives up after d: a spool on a hung network
+// mount must not hold the job back here (its open is bounded too, and
+// says what happened).
+func statWithin(path string, d time.Duration) (os.FileInfo, error) {
+	type stat struct {
+		fi  os.FileInfo
+		err error
+	}
+	done := make(chan stat, 1)
+	go func() {
+		fi, err := os.Stat(path)
+		done <- stat{fi, err}
+	}()
+	select {
+	case s := <-done:
+		return s.fi, s.err
+	case <-time.After(d):
+		return nil, fmt.Errorf("stat %s: no answer in %v", path, d)
+	}
 }
 
 // list cleans a list setting (option.List), naming key when it is refused.

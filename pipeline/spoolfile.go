@@ -79,26 +79,39 @@ func spoolOptions(use SpoolUse, set Settings, log *slog.Logger) spool.Options {
 	return o
 }
 
+// spoolOpenStall is how long one step of opening a job's spool may go
+// unanswered before the job starts without it: a live disk answers each
+// read in far less, even on a loaded machine.
+const spoolOpenStall = 5 * time.Second
+
 // OpenSpool opens the spool at path for use. A job's spool (ForJob) never
 // fails: when the file cannot be opened (a read-only working directory, a
-// spool another live bridge writes, any other failure), the job still gets
+// spool another live bridge writes, a disk that does not answer within
+// spoolOpenStall, any other failure), the job still gets
 // its samples: they go to the trackers from memory (spool.NewMemory), and
 // one ERROR says why and where to point --spool. For ForSync the error is
 // returned (spool.ErrLocked while a live bridge writes the file).
 func OpenSpool(path string, use SpoolUse, set Settings, log *slog.Logger) (*spool.Spool, error) {
 	opt := spoolOptions(use, set, log)
-	sp, err := spool.OpenWith(path, opt)
-	if err == nil || use != ForJob {
-		return sp, err
+	if use != ForJob {
+		return spool.OpenWith(path, opt)
+	}
+	sp, err := spool.OpenWithin(path, opt, spoolOpenStall)
+	if err == nil {
+		return sp, nil
 	}
 	abs, aerr := filepath.Abs(path)
 	if aerr != nil {
 		abs = path
 	}
-	if errors.Is(err, spool.ErrLocked) {
+	switch {
+	case errors.Is(err, spool.ErrStalled):
+		log.Error("the disk under the spool does not answer (a hung network mount?); the job runs without waiting for it, and its samples go to the trackers from memory only (lost if they cannot take them): point --spool (BRIDGE_SPOOL) at a local disk",
+			"path", abs, "waited", spoolOpenStall)
+	case errors.Is(err, spool.ErrLocked):
 		log.Error("another bridge is writing this spool (one writer per spool); this job's samples go to the trackers from memory only, and are lost if they cannot take them: give each job its own --spool (BRIDGE_SPOOL)",
 			"path", abs)
-	} else {
+	default:
 		log.Error("cannot open the spool; the job runs, and its samples go to the trackers from memory only (lost if they cannot take them): point --spool (BRIDGE_SPOOL) at a writable file, e.g. on an emptyDir volume",
 			"path", abs, "err", err)
 	}

@@ -166,6 +166,10 @@ func Open(path string) (*Spool, error) { return OpenWith(path, Options{}) }
 // counted and logged once. Otherwise it fails only when the file cannot be
 // opened or read.
 func OpenWith(path string, opt Options) (*Spool, error) {
+	return openWith(path, opt, nil)
+}
+
+func openWith(path string, opt Options, p *progress) (*Spool, error) {
 	opt.defaults()
 	flags := os.O_RDWR | os.O_APPEND
 	if !opt.MustExist {
@@ -177,6 +181,7 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 		}
 	}
 	log := opt.Logger.With("spool", path)
+	p.mark()
 	f, err := openLocked(path, flags, log)
 	if errors.Is(err, ErrLocked) {
 		return nil, err
@@ -186,13 +191,15 @@ func OpenWith(path string, opt Options) (*Spool, error) {
 	}
 	s := newSpool(path, opt, log)
 	s.w = newWriter(path, f, log, &s.opt, &s.stats, &s.ix, &s.mu, s.wakeLocked)
-	res, err := scan(f, opt.MaxLine, s.load)
+	p.mark()
+	res, err := scan(p.reader(f), opt.MaxLine, s.load)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("reading spool %s: %w", path, err)
 	}
 	s.w.size = res.end
 	s.stats.BadLines, s.stats.BadLineNums = res.badLines, res.badAt
+	p.mark()
 	if res.tailOff >= 0 {
 		s.stats.TornTail = true
 		s.repairTail(res, f)

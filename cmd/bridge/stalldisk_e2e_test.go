@@ -152,3 +152,54 @@ wait:
 	}
 	checkStallReported(t, out.String(), spool)
 }
+
+// A spool whose disk answers nothing from the start (a hung NFS mount: not
+// even the open returns) does not hold the child back: bridge gives up on
+// it after the documented bound, starts the child, sends the samples to
+// MLflow from memory, passes the child's status through, and says why.
+func TestStalledSpoolDiskAtStart(t *testing.T) {
+	t.Parallel()
+	srv := mlflowtest.Shared(t)
+	exp := srv.CreateExperiment(t, "bridge-e2e-stallstart-"+fmt.Sprint(time.Now().UnixNano()))
+	id := srv.CreateRun(t, exp, "stalled-at-start")
+	const key = "system/node_memory_used_megabytes"
+	fs := stallfs.Mount(t)
+	fs.StallAll()
+	spool := filepath.Join(fs.Dir, "spool.jsonl")
+	dir := t.TempDir()
+	goFile, started := filepath.Join(dir, "go"), filepath.Join(dir, "started")
+	cmd := exec.Command(testbin.Bridge(t), "--interval=200ms", "--spool="+spool, "--",
+		"sh", "-c", `: > "$1"; while [ ! -e "$0" ]; do sleep 0.1; done; exit 7`, goFile, started)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_RUN_ID="+id)
+	out := &syncbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	begin := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() }) // before the mount's cleanup releases the stall
+	at := pollFile(t, started, 60*time.Second)
+	t.Logf("the child started %v after bridge (the spool's open gives up after 5s without an answer)", at.Sub(begin))
+	waitfor.Cond(t, 60*time.Second, "samples reaching MLflow from memory", func() bool {
+		return len(srv.History(t, id, key)) >= 3
+	})
+	if fs.Waiting() < 1 {
+		t.Errorf("no call is blocked on the stalled disk: the test did not stall the spool's open")
+	}
+	os.WriteFile(goFile, nil, 0o600)
+	exitAt := time.Now()
+	err := waitExit(t, cmd, out, 60*time.Second)
+	t.Logf("bridge exited %v after the child was let go", time.Since(exitAt))
+	if code := exitCode(t, err); code != 7 {
+		t.Errorf("exit %d, want the child's 7; output:\n%s", code, out)
+	}
+	var logged, row bool
+	for _, l := range strings.Split(out.String(), "\n") {
+		logged = logged || strings.Contains(l, "the disk under the spool does not answer") && strings.Contains(l, spool)
+		row = row || strings.Contains(l, "spool") && strings.Contains(l, "none (it could not be opened)")
+	}
+	if !logged || !row {
+		t.Errorf("the log (%v) or the end-of-run table's spool row (%v) does not say the spool's disk did not answer:\n%s", logged, row, out)
+	}
+}

@@ -1,6 +1,7 @@
 // Package stallfs mounts, for tests, a FUSE file system that passes every
-// call through to a directory (a loopback) except that its fsync, and on
-// demand its write, can be made to block until released: the stalled disk
+// call through to a directory (a loopback) except that its fsync, on
+// demand its write, and on demand every call (lookup, open, create, read,
+// stat, mkdir too) can be made to block until released: the stalled disk
 // of a hard NFS mount whose server went away, on a machine where only
 // /dev/fuse and root are needed.
 //
@@ -30,6 +31,7 @@ type FS struct {
 	mu      sync.Mutex
 	sync    bool          // fsyncs block
 	write   bool          // writes block
+	all     bool          // every call blocks
 	release chan struct{} // closed by Release: blocked calls go on
 	waiting atomic.Int32  // calls blocked now
 	syncs   atomic.Int64  // fsyncs served (blocked ones once they return)
@@ -86,11 +88,20 @@ func (f *FS) Stall(writes bool) {
 	f.sync, f.write = true, writes
 }
 
+// StallAll makes every call from now on block until Release: a disk whose
+// server is gone, which cannot even be opened.
+func (f *FS) StallAll() {
+	f.Stall(true)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.all = true
+}
+
 // Release lets every blocked call go on, and the later ones pass.
 func (f *FS) Release() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync, f.write = false, false
+	f.sync, f.write, f.all = false, false, false
 	select {
 	case <-f.release:
 	default:
@@ -106,9 +117,9 @@ func (f *FS) Syncs() int64 { return f.syncs.Load() }
 
 // gate blocks a call of the kind asked to stall until Release; a call the
 // kernel interrupts (a signal) ends with EINTR, which the caller retries.
-func (f *FS) gate(ctx context.Context, isSync bool) syscall.Errno {
+func (f *FS) gate(ctx context.Context, k kind) syscall.Errno {
 	f.mu.Lock()
-	stall := (isSync && f.sync) || (!isSync && f.write)
+	stall := f.all || (k == fsync && f.sync) || (k == write && f.write)
 	release := f.release
 	f.mu.Unlock()
 	if !stall {
@@ -124,7 +135,16 @@ func (f *FS) gate(ctx context.Context, isSync bool) syscall.Errno {
 	}
 }
 
-// node is a loopback node whose fsync and write pass the gate first.
+// kind is the kind of a call, for gate.
+type kind int
+
+const (
+	fsync kind = iota
+	write
+	other // stalled only by StallAll
+)
+
+// node is a loopback node whose calls pass the gate first.
 type node struct {
 	*fs.LoopbackNode
 	fs *FS
@@ -135,6 +155,12 @@ var (
 	_ fs.NodeFsyncer     = (*node)(nil)
 	_ fs.NodeWriter      = (*node)(nil)
 	_ fs.NodeWritever    = (*node)(nil)
+	_ fs.NodeLookuper    = (*node)(nil)
+	_ fs.NodeOpener      = (*node)(nil)
+	_ fs.NodeCreater     = (*node)(nil)
+	_ fs.NodeReader      = (*node)(nil)
+	_ fs.NodeGetattrer   = (*node)(nil)
+	_ fs.NodeMkdirer     = (*node)(nil)
 )
 
 func (n *node) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedder {
@@ -142,7 +168,7 @@ func (n *node) WrapChild(_ context.Context, ops fs.InodeEmbedder) fs.InodeEmbedd
 }
 
 func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
-	if errno := n.fs.gate(ctx, true); errno != 0 {
+	if errno := n.fs.gate(ctx, fsync); errno != 0 {
 		return errno
 	}
 	defer n.fs.syncs.Add(1)
@@ -153,7 +179,7 @@ func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall
 }
 
 func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	if errno := n.fs.gate(ctx, false); errno != 0 {
+	if errno := n.fs.gate(ctx, write); errno != 0 {
 		return 0, errno
 	}
 	if w, ok := f.(fs.FileWriter); ok {
@@ -168,4 +194,49 @@ func (n *node) Writev(ctx context.Context, f fs.FileHandle, iov [][]byte, off in
 		data = append(data, b...)
 	}
 	return n.Write(ctx, f, data, off)
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fs.gate(ctx, other); errno != 0 {
+		return nil, errno
+	}
+	return n.LoopbackNode.Lookup(ctx, name, out)
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.fs.gate(ctx, other); errno != 0 {
+		return nil, 0, errno
+	}
+	return n.LoopbackNode.Open(ctx, flags)
+}
+
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if errno := n.fs.gate(ctx, other); errno != 0 {
+		return nil, nil, 0, errno
+	}
+	return n.LoopbackNode.Create(ctx, name, flags, mode, out)
+}
+
+func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if errno := n.fs.gate(ctx, other); errno != 0 {
+		return nil, errno
+	}
+	if r, ok := f.(fs.FileReader); ok {
+		return r.Read(ctx, dest, off)
+	}
+	return nil, syscall.ENOTSUP
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if errno := n.fs.gate(ctx, other); errno != 0 {
+		return errno
+	}
+	return n.LoopbackNode.Getattr(ctx, f, out)
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fs.gate(ctx, other); errno != 0 {
+		return nil, errno
+	}
+	return n.LoopbackNode.Mkdir(ctx, name, mode, out)
 }

@@ -56,3 +56,41 @@ func TestStallAndRelease(t *testing.T) {
 		t.Fatalf("%d fsyncs served, want 2", s.Syncs())
 	}
 }
+
+// StallAll blocks even opening a file (new or old) until Release, after
+// which the open succeeds.
+func TestStallAllBlocksOpen(t *testing.T) {
+	s := Mount(t)
+	old := filepath.Join(s.Dir, "old")
+	if err := os.WriteFile(old, []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.StallAll()
+	for _, path := range []string{old, filepath.Join(s.Dir, "new")} {
+		opened := make(chan error, 1)
+		go func() {
+			f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+			if err == nil {
+				f.Close()
+			}
+			opened <- err
+		}()
+		waitfor.Cond(t, 30*time.Second, "the open of "+path+" to block", func() bool { return s.Waiting() >= 1 })
+		select {
+		case err := <-opened:
+			t.Fatalf("open of %s returned during the stall: %v", path, err)
+		default:
+		}
+		s.Release()
+		select {
+		case err := <-opened:
+			if err != nil {
+				t.Fatalf("open of %s after the release: %v", path, err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("open of %s still blocked 30s after the release", path)
+		}
+		s.StallAll()
+	}
+	s.Release()
+}
