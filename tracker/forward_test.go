@@ -454,9 +454,17 @@ func TestForwarderPaceGathersAndFinishEndsIt(t *testing.T) {
 		}
 	}
 	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, MaxGap: time.Hour, now: sink.clock.now}
+	checkFinishEndsWait(t, f, q, sink, 3, "pace")
+}
+
+// checkFinishEndsWait runs f, whose first request is due at once and whose
+// next one an hour later (its what), adds samples from..9 after the first
+// and checks that Finish sends them at once, in one request.
+func checkFinishEndsWait(t *testing.T, f *Forwarder, q *memQueue, sink *slowSink, from int64, what string) {
+	t.Helper()
 	wake, done := runForwarder(t, f)
 	waitCalls(t, sink, 1)
-	for seq := int64(3); seq < 10; seq++ {
+	for seq := from; seq < 10; seq++ {
 		q.add(seq)
 		select {
 		case wake <- struct{}{}:
@@ -467,10 +475,10 @@ func TestForwarderPaceGathersAndFinishEndsIt(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("Finish did not end the hour-long pace")
+		t.Fatalf("Finish did not end the hour-long %s", what)
 	}
 	if sizes, _, _ := sink.snapshot(); fmt.Sprint(sizes) != "[1 9]" {
-		t.Errorf("batches %v, want [1 9]: what arrived during the pace goes in one request", sizes)
+		t.Errorf("batches %v, want [1 9]: what arrived during the %s goes in one request", sizes, what)
 	}
 	if got := len(q.Pending("", "", 100)); got != 0 {
 		t.Errorf("%d samples left unsent", got)
@@ -503,24 +511,7 @@ func TestForwarderFinishEndsGather(t *testing.T) {
 	q := queueOf(1)
 	sink := &slowSink{clock: &fakeClock{}}
 	f := &Forwarder{Sink: sink, Queue: q, MinGap: time.Millisecond, Gather: time.Hour, now: sink.clock.now}
-	wake, done := runForwarder(t, f)
-	waitCalls(t, sink, 1)
-	for seq := int64(1); seq < 10; seq++ {
-		q.add(seq)
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	}
-	f.Finish()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Finish did not end the hour-long gathering")
-	}
-	if sizes, _, _ := sink.snapshot(); fmt.Sprint(sizes) != "[1 9]" {
-		t.Errorf("batches %v, want [1 9]", sizes)
-	}
+	checkFinishEndsWait(t, f, q, sink, 1, "gathering")
 }
 
 // A full batch (an outage's backlog) is sent on at once, whatever Gather.

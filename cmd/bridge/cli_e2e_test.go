@@ -20,6 +20,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/spooltest"
 	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/pipeline"
@@ -87,6 +88,46 @@ func pollFile(t *testing.T, path string, d time.Duration) time.Time {
 	}
 	t.Fatalf("%s did not appear within %v", path, d)
 	return time.Time{}
+}
+
+// waitGone waits (generously) until the process whose pid pidFile holds
+// is gone: bridge reaped its child.
+func waitGone(t *testing.T, pidFile string) {
+	t.Helper()
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := "/proc/" + strings.TrimSpace(string(b))
+	waitfor.Cond(t, 60*time.Second, "bridge to reap the child "+proc, func() bool {
+		_, err := os.Stat(proc)
+		return err != nil
+	})
+}
+
+// termUntilExit sends cmd SIGTERM every half second until it exits, so
+// that one landing between the child's reap and the flush's own
+// subscription cannot make a test flaky, and returns how long it took from
+// the first signal and Wait's error. It fails t after 60 s.
+func termUntilExit(t *testing.T, cmd *exec.Cmd, out fmt.Stringer) (time.Duration, error) {
+	t.Helper()
+	first := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	giveUp := time.After(60 * time.Second)
+	for {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			return time.Since(first), err
+		case <-tick.C:
+		case <-giveUp:
+			cmd.Process.Kill()
+			t.Fatalf("bridge still running 60s after the signal that followed the child's exit; output:\n%s", out)
+		}
+	}
 }
 
 // badValues has one wrong value per option: every option must be covered.
@@ -270,44 +311,12 @@ func TestSecondSignalEndsFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	pollFile(t, pidFile, 60*time.Second)
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	childProc := "/proc/" + strings.TrimSpace(string(b))
 	cmd.Process.Signal(syscall.SIGTERM) // forwarded: the child dies of it
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(childProc); err != nil {
-			break // reaped by bridge: it is flushing now
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the child did not die of the forwarded SIGTERM")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	first := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	// Repeated, so that a signal landing between the reap and the flush's
-	// own subscription cannot make the test flaky.
-	var werr error
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-wait:
-	for {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case werr = <-done:
-			break wait
-		case <-tick.C:
-		case <-time.After(time.Until(first.Add(60 * time.Second))):
-			t.Fatalf("bridge still flushing 60s after the second signal; stderr:\n%s", errb)
-		}
-	}
-	t.Logf("bridge exited %v after the first signal that followed the child's exit (--flush-timeout=120s)", time.Since(first))
-	if d := time.Since(first); d > 10*time.Second {
-		t.Errorf("bridge took %v to exit after the second signal (flush timeout 120s)", d)
+	waitGone(t, pidFile)                // reaped by bridge: it is flushing now
+	took, werr := termUntilExit(t, cmd, errb)
+	t.Logf("bridge exited %v after the first signal that followed the child's exit (--flush-timeout=120s)", took)
+	if took > 10*time.Second {
+		t.Errorf("bridge took %v to exit after the second signal (flush timeout 120s)", took)
 	}
 	if code := exitCode(t, werr); code != 143 {
 		t.Errorf("exit %d, want the child's 143; stderr:\n%s", code, errb)

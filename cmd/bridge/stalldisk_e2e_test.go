@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -114,38 +113,11 @@ func TestStalledSpoolDiskSecondSignal(t *testing.T) {
 	cmd, out, spool, goFile, exited := stalledJob(t, nil, "--trackers=none", "--spool-sync=100ms", "--flush-timeout=10m")
 	os.WriteFile(goFile, nil, 0o600)
 	pollFile(t, exited, 60*time.Second)
-	b, err := os.ReadFile(exited)
-	if err != nil {
-		t.Fatal(err)
-	}
-	childProc := "/proc/" + strings.TrimSpace(string(b))
-	waitfor.Cond(t, 60*time.Second, "bridge to reap the child", func() bool {
-		_, err := os.Stat(childProc)
-		return err != nil
-	})
-	first := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	// Repeated, so that one landing between the reap and the flush's own
-	// subscription cannot make the test flaky.
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	var werr error
-wait:
-	for {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case werr = <-done:
-			break wait
-		case <-tick.C:
-		case <-time.After(time.Until(first.Add(60 * time.Second))):
-			cmd.Process.Kill()
-			t.Fatalf("bridge still waiting for the stalled spool 60s after the second signal; output:\n%s", out)
-		}
-	}
-	t.Logf("bridge exited %v after the first signal that followed the child's exit (--flush-timeout=10m)", time.Since(first))
-	if d := time.Since(first); d > 10*time.Second {
-		t.Errorf("bridge took %v to exit after the second signal (flush timeout 10m)", d)
+	waitGone(t, exited)
+	took, werr := termUntilExit(t, cmd, out)
+	t.Logf("bridge exited %v after the first signal that followed the child's exit (--flush-timeout=10m)", took)
+	if took > 10*time.Second {
+		t.Errorf("bridge took %v to exit after the second signal (flush timeout 10m)", took)
 	}
 	if code := exitCode(t, werr); code != 7 {
 		t.Errorf("exit %d, want the child's 7; output:\n%s", code, out)
