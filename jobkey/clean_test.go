@@ -1,6 +1,7 @@
 package jobkey
 
 import (
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -158,7 +159,7 @@ func TestKeysOfDistinctValuesDiffer(t *testing.T) {
 			}
 			for _, f := range l.fields {
 				for _, x := range vals {
-					v := maps(base)
+					v := maps.Clone(base)
 					v[f] = x
 					try(v)
 				}
@@ -198,14 +199,6 @@ func TestKeysOfDistinctValuesDiffer(t *testing.T) {
 			t.Logf("%d distinct keys", len(seen))
 		})
 	}
-}
-
-func maps(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 // A key is its launcher's values as they are when they fit, readable; a

@@ -17,7 +17,9 @@ import (
 func TestOpenWithinStalledDisk(t *testing.T) {
 	fs := stallfs.Mount(t)
 	path := filepath.Join(fs.Dir, "sub", "spool.jsonl")
-	s, err := OpenWithin(path, Options{}, time.Second)
+	// A live disk gets a bound no loaded machine reaches; only the dead
+	// one below gets the short one.
+	s, err := OpenWithin(path, Options{}, 30*time.Second)
 	if err != nil {
 		t.Fatalf("a live disk: %v", err)
 	}
@@ -44,7 +46,7 @@ func TestOpenWithinStalledDisk(t *testing.T) {
 	// gets the spool and its sample.
 	var again *Spool
 	waitfor.Cond(t, 60*time.Second, "the abandoned open to release the spool", func() bool {
-		again, err = OpenWithin(path, Options{}, time.Second)
+		again, err = OpenWithin(path, Options{}, 30*time.Second)
 		return err == nil
 	})
 	defer again.Close()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/stallfs"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -111,19 +112,21 @@ func returns(t *testing.T, what string, call func()) {
 // record, in order.
 func TestStalledDiskHoldsOnlyTheWriter(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		opt   Options
-		stall string
-		start func(s *Spool) // makes the writer reach the stalled call
+		name    string
+		opt     Options
+		stall   string
+		stalled string         // the call Stats names as stalled
+		start   func(s *Spool) // makes the writer reach the stalled call
 	}{
-		{"deferred fsync", Options{SyncEvery: time.Hour}, "sync", func(s *Spool) { s.w.fire() }},
-		{"fsync of every write", Options{}, "sync", func(s *Spool) { s.Append(sample(5, 5)) }},
-		{"size cap rewrite", Options{SyncEvery: time.Hour, MaxSize: 2 << 10}, "sync", func(s *Spool) {
+		{"deferred fsync", Options{SyncEvery: time.Hour}, "sync", "fsync", func(s *Spool) { s.w.fire() }},
+		{"fsync of every write", Options{}, "sync", "fsync", func(s *Spool) { s.Append(sample(5, 5)) }},
+		// The rewrite's own read-back stalls, after its first fsync.
+		{"size cap rewrite", Options{SyncEvery: time.Hour, MaxSize: 2 << 10}, "read", "size-cap rewrite", func(s *Spool) {
 			for i := int64(5); i < 40; i++ {
 				s.Append(sample(i, float64(i)))
 			}
 		}},
-		{"write", Options{SyncEvery: time.Hour}, "write", func(s *Spool) { s.Append(sample(5, 5)) }},
+		{"write", Options{SyncEvery: time.Hour}, "write", "write", func(s *Spool) { s.Append(sample(5, 5)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, sf := openStall(t, tc.opt)
@@ -167,8 +170,8 @@ func TestStalledDiskHoldsOnlyTheWriter(t *testing.T) {
 				t.Fatalf("CloseContext = %v, want ErrStalled", err)
 			}
 			st := s.Stats()
-			if st.Stalled == "" || st.Buffered == 0 {
-				t.Fatalf("stats after giving up: %+v, want the stalled call and the records not written", st)
+			if st.Stalled != tc.stalled || st.Buffered == 0 {
+				t.Fatalf("stats after giving up: %+v, want the stalled call %q and the records not written", st, tc.stalled)
 			}
 			if !strings.Contains(err.Error(), s.Path()) {
 				t.Errorf("the error does not name the file: %v", err)
@@ -241,9 +244,8 @@ func TestStalledReadBackHoldsOnlyItsReader(t *testing.T) {
 // every sample is in the file.
 func TestStalledFUSEFsync(t *testing.T) {
 	fs := stallfs.Mount(t)
-	var logs strings.Builder
-	var mu sync.Mutex
-	s, err := OpenWith(filepath.Join(fs.Dir, "s.jsonl"), Options{SyncEvery: time.Millisecond, Logger: logTo(lockedWriter{&mu, &logs})})
+	logs := &syncbuf.Buffer{}
+	s, err := OpenWith(filepath.Join(fs.Dir, "s.jsonl"), Options{SyncEvery: time.Millisecond, Logger: logTo(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,9 +270,7 @@ func TestStalledFUSEFsync(t *testing.T) {
 	if !errors.Is(cerr, ErrStalled) || s.Stats().Stalled != "fsync" {
 		t.Fatalf("CloseContext = %v, stalled in %q; want ErrStalled in the fsync", cerr, s.Stats().Stalled)
 	}
-	mu.Lock()
 	msg := logs.String()
-	mu.Unlock()
 	if !strings.Contains(msg, "does not answer") || !strings.Contains(msg, s.Path()) {
 		t.Errorf("no message naming the file and the stall:\n%s", msg)
 	}
@@ -288,15 +288,4 @@ func TestStalledFUSEFsync(t *testing.T) {
 	if got := pendingSeqs(t, s2); !slices.Equal(got, want) {
 		t.Fatalf("samples in the file %v, want 0..199", got)
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *strings.Builder
-}
-
-func (l lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }

@@ -11,9 +11,10 @@ import (
 	"time"
 )
 
-// ErrStalled is returned by CloseContext and RemoveContext when the disk
-// under the spool did not answer (a write or fsync that did not return)
-// before their context ended: bridge stops waiting for it.
+// ErrStalled is returned when the disk under the spool did not answer in
+// time: by CloseContext and RemoveContext (a write or fsync that did not
+// return before their context ended), and by OpenWithin (a step of the
+// open that did not return within its bound). Bridge stops waiting for it.
 var ErrStalled = errors.New("the disk under the spool did not answer in time")
 
 // file is what the writer needs of its *os.File (a seam for tests that
@@ -282,8 +283,6 @@ func (w *writer) enqueue(line []byte, seq int64, ack string, mem int64) {
 	if seq >= 0 {
 		w.queuedN++
 		w.queuedB += mem
-	}
-	if seq >= 0 {
 		w.bound(1, mem)
 	}
 	w.kick()
