@@ -91,7 +91,10 @@ func Metrics(doc []byte, regs []metrics.Registration) ([]byte, error) {
 		b.Reset()
 		if id != OtherTables {
 			i := slices.IndexFunc(tables, func(t metrics.DocTable) bool { return t.ID == id })
-			return render(&b, tables[i])
+			if err := render(&b, tables[i]); err != nil {
+				return "", err
+			}
+			return b.String(), nil
 		}
 		for _, t := range tables {
 			if placed[t.ID] {
@@ -101,7 +104,7 @@ func Metrics(doc []byte, regs []metrics.Registration) ([]byte, error) {
 				b.WriteString("\n## Other collectors\n\nTheir series, from their descriptors.\n")
 			}
 			b.WriteString("\n### `" + t.ID + "`\n\n")
-			if _, err := render(&b, t); err != nil {
+			if err := render(&b, t); err != nil {
 				return "", err
 			}
 		}
@@ -146,8 +149,8 @@ func collect(regs []metrics.Registration) ([]metrics.DocTable, error) {
 	return tables, nil
 }
 
-// render writes table t.
-func render(b *strings.Builder, t metrics.DocTable) (string, error) {
+// render writes table t into b.
+func render(b *strings.Builder, t metrics.DocTable) error {
 	row := func(cells []string) error {
 		for _, c := range cells {
 			if strings.ContainsAny(c, "|\n") || c == "" {
@@ -159,25 +162,25 @@ func render(b *strings.Builder, t metrics.DocTable) (string, error) {
 	}
 	head := append([]string{"Metric", "Unit"}, t.Columns...)
 	if err := row(head); err != nil {
-		return "", err
+		return err
 	}
 	b.WriteString(strings.Repeat("|---", len(head)) + "|\n")
 	for _, r := range t.Rows {
 		if len(r.Cells) != len(t.Columns) {
-			return "", fmt.Errorf("table %s: a row of %d cells under %d columns", t.ID, len(r.Cells), len(t.Columns))
+			return fmt.Errorf("table %s: a row of %d cells under %d columns", t.ID, len(r.Cells), len(t.Columns))
 		}
 		name, unit, err := metricCell(r)
 		if err != nil {
-			return "", fmt.Errorf("table %s: %w", t.ID, err)
+			return fmt.Errorf("table %s: %w", t.ID, err)
 		}
 		if r.UnitNote != "" {
 			unit += " " + r.UnitNote
 		}
 		if err := row(append([]string{name, unit}, r.Cells...)); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return b.String(), nil
+	return nil
 }
 
 // metricCell is a row's Metric cell and unit: its series' names (one name
@@ -203,7 +206,7 @@ func metricCell(r metrics.DocRow) (name, unit string, _ error) {
 		if r.MIG && !d.PerGPU {
 			return "", "", fmt.Errorf("%s: a MIG row of a series that is not per GPU", d.Name)
 		}
-		names[i] = DocName(d, r.MIG)
+		names[i] = docName(d, r.MIG)
 	}
 	unit = string(r.Series[0].Unit)
 	if r.Series[0].Steady {
@@ -212,10 +215,10 @@ func metricCell(r metrics.DocRow) (name, unit string, _ error) {
 	return "`" + alternatives(names) + "`", unit, nil
 }
 
-// DocName is how the docs name series d: a per-GPU template for GPU N
+// docName is how the docs name series d: a per-GPU template for GPU N
 // (gpu_N_...), or for MIG slice M of it (gpu_N_mig_M_...); any other as
 // its descriptor is named (a per-instance template with its <label>s).
-func DocName(d *metrics.Desc, mig bool) string {
+func docName(d *metrics.Desc, mig bool) string {
 	switch {
 	case d.PerGPU && mig:
 		return "gpu_N_mig_M_" + d.Name

@@ -66,11 +66,11 @@ const gpmMinGap = 100 * time.Millisecond
 // Collect's sample: no second sample is taken for it.
 //
 // Its fields are guarded by Collector.gpmMu, which is never held across an
-// NVML call: Close frees the samples while a Collect may be in flight.
+// NVML call: Close frees the samples while a Collect may be in flight. GPM is
+// on for the target while it holds its samples.
 type gpmState struct {
-	on      bool
 	note    string            // what `bridge sample` says of it
-	samples [2]nvml.GpmSample // nil once freed
+	samples [2]nvml.GpmSample // nil once freed, or never allocated
 	last    int               // the sample the previous Collect filled
 	have    bool              // samples[last] holds a reading
 	at      time.Time         // when it was taken
@@ -78,6 +78,10 @@ type gpmState struct {
 	// its parent GPU; -1: the target's own handle, with nvmlGpmSampleGet.
 	gi     int
 	parent nvml.Device
+	// req is the nvmlGpmMetricsGet request, its metric IDs filled once:
+	// ~19 KB, so not allocated per Collect. Only Collect's goroutine uses
+	// it, outside gpmMu (one Collect at a time).
+	req *nvml.GpmMetricsGetType
 }
 
 // gpmNote is what Detect shows of a target's GPM.
@@ -151,7 +155,11 @@ func (c *Collector) newGPM(ctx context.Context, t *target, gi int, parent nvml.D
 		}
 		g.samples[i] = s
 	}
-	g.on, g.note = true, "on"
+	g.req = &nvml.GpmMetricsGetType{Version: nvml.GPM_METRICS_GET_VERSION, NumMetrics: uint32(len(gpmMetrics))}
+	for i, gm := range gpmMetrics {
+		g.req.Metrics[i].MetricId = uint32(gm.id)
+	}
+	g.note = "on"
 	return g
 }
 
@@ -177,7 +185,7 @@ func (c *Collector) readGPM(r *reading, t *target, g *gpmState) {
 	}
 	now := c.now()
 	c.gpmMu.Lock()
-	if !g.on || (g.have && now.Sub(g.at) < gpmMinGap) {
+	if g.samples[0] == nil || (g.have && now.Sub(g.at) < gpmMinGap) {
 		c.gpmMu.Unlock()
 		return
 	}
@@ -206,10 +214,11 @@ func (c *Collector) readGPM(r *reading, t *target, g *gpmState) {
 	if !had {
 		return // the first sample: the next Collect has the interval
 	}
-	m := &nvml.GpmMetricsGetType{Version: nvml.GPM_METRICS_GET_VERSION, NumMetrics: uint32(len(gpmMetrics)),
-		Sample1: prev, Sample2: next}
-	for i, gm := range gpmMetrics {
-		m.Metrics[i].MetricId = uint32(gm.id)
+	m := g.req
+	m.Sample1, m.Sample2 = prev, next
+	for i := range gpmMetrics {
+		// No result of the previous Collect may pass for one of this.
+		m.Metrics[i].NvmlReturn, m.Metrics[i].Value = uint32(nvml.ERROR_UNKNOWN), 0
 	}
 	if _, err := get(r.ctx, c.g, "nvmlGpmMetricsGet", func() (struct{}, nvml.Return) {
 		return struct{}{}, c.lib.GpmMetricsGet(m)
@@ -242,7 +251,7 @@ func (c *Collector) gpmFailed(r *reading, t *target, g *gpmState, err error) {
 	}
 	c.gpmMu.Lock()
 	samples := g.samples
-	g.on, g.samples, g.note = false, [2]nvml.GpmSample{}, fmt.Sprintf("off: %v", err)
+	g.samples, g.note = [2]nvml.GpmSample{}, fmt.Sprintf("off: %v", err)
 	c.gpmMu.Unlock()
 	c.log.Info("GPU activity (GPM) off", "target", t.label, "err", err)
 	c.freeGPMSamples(r.ctx, t, samples[:])
@@ -276,7 +285,7 @@ func (c *Collector) releaseGPM() {
 				samples = append(samples, s)
 			}
 		}
-		g.on, g.samples, g.note = false, [2]nvml.GpmSample{}, "off: closed"
+		g.samples, g.note = [2]nvml.GpmSample{}, "off: closed"
 	}
 	c.gpmMu.Unlock()
 	for _, s := range samples {

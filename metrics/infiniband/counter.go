@@ -19,8 +19,7 @@ type portCounter struct {
 	// PortCounters attribute does not wrap); 0 for a 64-bit counter. A data
 	// counter under counters/ is 64-bit on HCAs with extended width and 32
 	// otherwise: it is taken as 32-bit until it reads more.
-	max  uint64
-	wide bool // a 64-bit extended counter (counters_ext)
+	max uint64
 
 	c    counter.Counter // a counter that goes back was reset: it counts from zero again
 	last time.Time

@@ -70,8 +70,7 @@ var errorCounters = []struct {
 type port struct {
 	device, num string
 	facts       facts
-	rx, tx      *portCounter   // nil: the port has no such counter
-	data        []*portCounter // rx and tx, those present
+	data        []*portCounter // rx and tx, those the port has
 	errs        []*portCounter
 }
 
@@ -172,9 +171,10 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 			p.facts.Err = fmt.Sprintf("reading %s: %v", filepath.Join(classDir, name), err)
 		}
 		dir := filepath.Join(portsDir, num)
-		p.rx = c.dataCounter(dir, "port_rcv_data", ReceiveRate.For(name, num))
-		p.tx = c.dataCounter(dir, "port_xmit_data", TransmitRate.For(name, num))
-		for _, k := range []*portCounter{p.rx, p.tx} {
+		for _, k := range []*portCounter{
+			c.dataCounter(dir, "port_rcv_data", ReceiveRate.For(name, num)),
+			c.dataCounter(dir, "port_xmit_data", TransmitRate.For(name, num)),
+		} {
 			if k != nil {
 				p.data = append(p.data, k)
 			}
@@ -202,7 +202,7 @@ func portNumber(s string) uint64 {
 // else 32 bits that stop at all ones); nil when it has neither.
 func (c *Collector) dataCounter(dir, file string, d *metrics.Desc) *portCounter {
 	if p := filepath.Join(dir, "counters_ext", file+"_64"); exists(p) {
-		return &portCounter{path: p, desc: d, wide: true}
+		return &portCounter{path: p, desc: d}
 	}
 	if p := filepath.Join(dir, "counters", file); exists(p) {
 		return &portCounter{path: p, desc: d, max: math.MaxUint32}

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // NVML reports a process's PID either in the caller's PID namespace (newer
@@ -17,11 +15,10 @@ import (
 // them.
 
 // nsFiles reads the NSpid lines of the tree's processes, each once in its
-// life (a process never changes PID namespaces): a status file is not
-// kept open, as it is not read again.
+// life (a process never changes PID namespaces): a status file is opened,
+// read and closed, as it is not read again.
 type nsFiles struct {
 	procRoot string
-	files    *kfile.Reader[int]
 	buf      []byte
 	known    map[int]nsEntry // by pid, of the last walk's processes
 }
@@ -33,9 +30,7 @@ type nsEntry struct {
 }
 
 func newNSFiles(procRoot string) *nsFiles {
-	f := &nsFiles{procRoot: procRoot, known: map[int]nsEntry{}}
-	f.files = kfile.NewReader(f.path, kfile.Options{MaxKept: -1})
-	return f
+	return &nsFiles{procRoot: procRoot, known: map[int]nsEntry{}}
 }
 
 func (f *nsFiles) path(pid int) string { return f.procRoot + "/" + strconv.Itoa(pid) + "/status" }
@@ -68,7 +63,7 @@ func (f *nsFiles) read(procs []procStat) ([][]int, error) {
 // (ENOENT, or ESRCH while it is being reaped): its PID alone, no error.
 func (f *nsFiles) readOne(pid int) ([]int, error) {
 	var err error
-	f.buf, err = f.files.Read(pid, f.buf)
+	f.buf, err = readInto(f.buf, f.path(pid))
 	if isGone(err) {
 		return []int{pid}, nil
 	}

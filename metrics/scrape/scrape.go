@@ -190,7 +190,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	for _, t := range c.targets {
 		if !t.busy && c.life.Err() == nil {
 			t.busy, t.done = true, make(chan struct{})
-			go c.scrape(ctx, t, t.done)
+			go c.scrape(t, t.done)
 		}
 		if t.busy {
 			waits = append(waits, t.done)
@@ -224,16 +224,13 @@ wait:
 	return nil
 }
 
-// scrape runs one request under the sample's ctx (its values), bounded by
-// its own timeout and by Close, not by the sample's end: an answer that
-// comes after the sample has gone goes into a later one. It runs on a
-// goroutine of its own, outside the Sampler's recover: a panic on hostile
-// input is this scrape's failure, never bridge's end.
-func (c *Collector) scrape(sample context.Context, t *target, done chan struct{}) {
+// scrape runs one request bounded by its own timeout and by Close, not by
+// the sample's end: an answer that comes after the sample has gone goes
+// into a later one. It runs on a goroutine of its own, outside the
+// Sampler's recover: a panic on hostile input is this scrape's failure,
+// never bridge's end.
+func (c *Collector) scrape(t *target, done chan struct{}) {
 	defer close(done)
-	ctx, cancel := context.WithCancel(context.WithoutCancel(sample))
-	defer cancel()
-	defer context.AfterFunc(c.life, cancel)()
 	var (
 		a   *answer
 		err error
@@ -244,7 +241,7 @@ func (c *Collector) scrape(sample context.Context, t *target, done chan struct{}
 				a, err = nil, fmt.Errorf("internal error reading the answer: %v", p)
 			}
 		}()
-		a, err = c.fetch(ctx, t)
+		a, err = c.fetch(c.life, t)
 	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()

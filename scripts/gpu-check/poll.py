@@ -3,8 +3,8 @@
 usage: poll.py ADDR PID OUT.jsonl
 Every 0.25 s until process PID is gone: GET http://ADDR/metrics and write
 one JSON line with the time, bridge_samples_taken_total, the gpu
-collector's bridge_collector_duration_seconds and bridge_collector_success,
-and PID's CPU time (utime + stime from /proc/PID/stat, seconds).
+collector's bridge_collector_duration_seconds, and PID's CPU time (utime +
+stime from /proc/PID/stat, seconds).
 """
 import json, os, re, sys, time, urllib.request
 
@@ -32,8 +32,6 @@ with open(out, "w") as w:
                     row["samples"] = int(value)
                 elif name == "bridge_collector_duration_seconds" and 'collector="gpu"' in labels:
                     row["gpu_duration"] = value
-                elif name == "bridge_collector_success" and 'collector="gpu"' in labels:
-                    row["gpu_success"] = value
         except OSError:
             pass
         w.write(json.dumps(row) + "\n")

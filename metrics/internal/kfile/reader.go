@@ -24,9 +24,9 @@ type Options struct {
 	// Size is the first buffer size for a read into an empty buffer
 	// (default 4096); a file that fills it is read again, twice as large.
 	Size int
-	// MaxKept bounds the descriptors kept open (0: no bound; negative: none
-	// kept, for files read once). Past it, files are read with open, pread
-	// and close: a huge process tree must not spend bridge's descriptors.
+	// MaxKept bounds the descriptors kept open (0: no bound). Past it,
+	// files are read with open, pread and close: a huge process tree must
+	// not spend bridge's descriptors.
 	MaxKept int
 	// Absent makes a file found absent (see IsAbsent) answer that error
 	// without a system call until Absent says to look again: a kernel
@@ -203,7 +203,7 @@ func (r *Reader[K]) room() bool {
 }
 
 func (r *Reader[K]) roomLocked() bool {
-	return !r.closed && (r.o.MaxKept == 0 || r.kept < r.o.MaxKept)
+	return !r.closed && (r.o.MaxKept <= 0 || r.kept < r.o.MaxKept)
 }
 
 func (r *Reader[K]) entryLocked(key K) *entry {

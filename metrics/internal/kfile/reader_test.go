@@ -283,23 +283,6 @@ func TestMaxKeptAndSweep(t *testing.T) {
 	}
 }
 
-// A negative MaxKept keeps nothing: each read opens and closes its file.
-func TestMaxKeptNegativeKeepsNone(t *testing.T) {
-	self := strconv.Itoa(os.Getpid())
-	r := NewReader(func(name string) string { return "/proc/" + self + "/" + name }, Options{MaxKept: -1})
-	for _, n := range []string{"stat", "status"} {
-		if b, err := r.Read(n, nil); err != nil || len(b) == 0 {
-			t.Fatalf("%s: %q, %v", n, b, err)
-		}
-		if kept(r) != 0 {
-			t.Fatalf("kept %d after reading %s, want none", kept(r), n)
-		}
-		if fds := openFDs(t, "/proc/"+self+"/"+n); len(fds) != 0 {
-			t.Errorf("/proc/%s/%s still open (%v) after its read", self, n, fds)
-		}
-	}
-}
-
 // Close while a read hangs for real (the open of a FIFO nobody writes):
 // Close returns at once, the read returns once a writer comes (with ESPIPE:
 // a FIFO has no offset 0 to pread), and its descriptor is closed.
