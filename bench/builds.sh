@@ -21,19 +21,16 @@ read -r -a args <<<"${ARGS:-}"
 read -r -a bins <<<"${BRIDGE_BINS:?BRIDGE_BINS: the bridge binaries to compare, space-separated}"
 tmp=$(mktemp -d /tmp/bridge-builds.XXXXXX)
 pids=()
-server=
+. bench/mlflow_server.sh
 cleanup() {
 	for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
-	[[ -n $server ]] && kill -TERM -- "-$server" 2>/dev/null
-	sleep 1
-	[[ -n $server ]] && kill -KILL -- "-$server" 2>/dev/null
+	stop_mlflow "$tmp"
+	sleep 1 # a grace for the builds to exit before their spools are removed
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 if [[ $TRACKERS == mlflow ]]; then
-	. bench/mlflow_server.sh
-	start_mlflow "$tmp" "$PYTHON" || { server=${mlflow_pid:-}; exit 1; }
-	server=$mlflow_pid
+	start_mlflow "$tmp" "$PYTHON" || exit 1
 	export MLFLOW_TRACKING_URI=http://127.0.0.1:$mlflow_port MLFLOW_EXPERIMENT_NAME=builds
 fi
 scopes=()

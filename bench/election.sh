@@ -21,7 +21,7 @@ MODEL_WORKERS=${MODEL_WORKERS:-2 4 8}
 SEEDS=${SEEDS:-3}
 SPREAD=${SPREAD:-0s}
 dir=$(mktemp -d /tmp/bridge-election.XXXXXX)
-trap 'kill -TERM -- "-$mlflow_pid" 2>/dev/null || true; rm -rf "$dir"' EXIT
+trap 'stop_mlflow "$dir"; rm -rf "$dir"' EXIT
 MLFLOW_WORKERS=$WORKERS start_mlflow "$dir" "$PY"
 echo "== MLflow $("$PY" -c 'import mlflow; print(mlflow.__version__)') (sqlite, $WORKERS workers) on 127.0.0.1:$mlflow_port; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 go run ./bench/election measure -url "http://127.0.0.1:$mlflow_port" -pgid "$mlflow_pid" | tee "$dir/measure.txt"

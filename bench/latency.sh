@@ -18,11 +18,9 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-20}
 PYTHON=${PYTHON:-.venv/bin/python}
 tmp=$(mktemp -d /tmp/bridge-latency.XXXXXX)
-server=
+. bench/mlflow_server.sh
 cleanup() {
-	[[ -n $server ]] && kill -TERM -- "-$server" 2>/dev/null || true
-	sleep 1
-	[[ -n $server ]] && kill -KILL -- "-$server" 2>/dev/null || true
+	stop_mlflow "$tmp"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -32,8 +30,7 @@ if [[ -z $bin ]]; then
 	bin=$tmp/bridge
 	go build -o "$bin" ./cmd/bridge
 fi
-. bench/mlflow_server.sh
-start_mlflow "$tmp" "$PYTHON" || { server=${mlflow_pid:-}; exit 1; }
-server=$mlflow_pid port=$mlflow_port
+start_mlflow "$tmp" "$PYTHON" || exit 1
+port=$mlflow_port
 echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $RUNS runs per mode; bridge $bin" >&2
 "$PYTHON" bench/latency.py "$bin" "http://127.0.0.1:$port" "$RUNS"

@@ -37,10 +37,8 @@
 # up to POLL_RUNS runs every 0.5 s with one /ajax-api runs/search: the
 # server's CPU includes it (not its requests, which are not under /api/).
 #
-# With MLflow's default pool (5 + 10) a PostgreSQL server deadlocks once 15
-# log-batches are inside one worker (each holds a connection and waits for a
-# second, until the 30 s pool timeout): more than 40 connections a worker
-# (its thread count) is the fix; see docs/mlflow.md.
+# Past a few dozen bridges, size MLflow's pool (MLFLOW_SQLALCHEMYSTORE_*):
+# docs/mlflow.md, "Sizing an MLflow server for many bridges".
 #
 # Needs root (apt-get install postgresql if missing; each cluster runs as the
 # postgres user), go (unless BRIDGE_BIN), PYTHON (default .venv/bin/python)

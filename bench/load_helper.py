@@ -1,4 +1,5 @@
-"""Helpers for bench/load.sh (stdlib only).
+"""Helpers for bench/load.sh (stdlib only); ticks() is also
+bench/logbatch_cost.py's.
 
   load_helper.py ticks PGID...            utime+stime (+ reaped children of
                                            the group leaders) of all processes
@@ -36,7 +37,7 @@ def ticks(pgids):
             total += int(f[11]) + int(f[12])
             if int(d) == int(f[2]):
                 total += int(f[13]) + int(f[14])
-    print(total)
+    return total
 
 
 def records(path):
@@ -175,7 +176,7 @@ def query(uri, sql, **params):
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "ticks":
-        ticks(args)
+        print(ticks(args))
     elif cmd == "runs":
         for a in args:
             try:

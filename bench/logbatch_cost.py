@@ -1,7 +1,8 @@
 """What one request costs an MLflow server, per request and per row: the
-server's CPU (utime+stime of its process groups, /proc) over REQUESTS
-requests made one after another, for runs/log-batch bodies of K distinct
-keys x S samples (steps), and for runs/get (what MLflow's own monitor asks
+server's CPU (utime+stime of its process groups and of the children their
+leaders reaped, /proc, bench/load_helper.py's ticks) over REQUESTS requests
+made one after another, for runs/log-batch bodies of K distinct keys x S
+samples (steps), and for runs/get (what MLflow's own monitor asks
 every sample). Every point is new (a new step, a random value), as a
 monitor's are. Then a least-squares fit of the log-batch figures to
 
@@ -21,23 +22,10 @@ import sys
 import time
 import urllib.request
 
+from load_helper import ticks  # bench/ is sys.path[0]: the script's own directory
+
 url, requests, pgids = sys.argv[1], int(sys.argv[2]), {int(p) for p in sys.argv[3:]}
 hz = os.sysconf("SC_CLK_TCK")
-
-
-def ticks():
-    total = 0
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            st = open(f"/proc/{d}/stat").read()
-        except OSError:
-            continue
-        f = st[st.rindex(")") + 2:].split()
-        if int(f[2]) in pgids:
-            total += int(f[11]) + int(f[12])
-    return total
 
 
 def call(path, body=None):
@@ -73,10 +61,10 @@ def measure(make):
     warm, bodies = bodies[:10], bodies[10:]
     for path, body in warm:
         call(path, body)
-    t0 = ticks()
+    t0 = ticks(pgids)
     for path, body in bodies:
         call(path, body)
-    return (ticks() - t0) * 1000 / hz / len(bodies)
+    return (ticks(pgids) - t0) * 1000 / hz / len(bodies)
 
 
 print(f"| request | keys | samples | rows | server CPU ms/request | ms/row |")

@@ -15,13 +15,12 @@ WORKERS=${WORKERS:-2}
 BACKEND=${BACKEND:-sqlite}
 PYTHON=${PYTHON:-.venv/bin/python}
 tmp=$(mktemp -d /tmp/bridge-logbatch.XXXXXX)
+. bench/mlflow_server.sh
 cleanup() {
-	[[ -n ${mlflow_pid:-} ]] && { kill -TERM -- "-$mlflow_pid" 2>/dev/null || true; sleep 1; kill -KILL -- "-$mlflow_pid" 2>/dev/null || true; }
-	stop_mlflow_pg "$tmp"
+	stop_mlflow "$tmp"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
-. bench/mlflow_server.sh
 MLFLOW_BACKEND=$BACKEND MLFLOW_WORKERS=$WORKERS start_mlflow "$tmp" "$PYTHON"
 echo "== $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); MLflow $("$PYTHON" -c 'import mlflow; print(mlflow.__version__)') on $BACKEND, $WORKERS workers; $REQUESTS requests a shape" >&2
 # shellcheck disable=SC2086 # process groups, one word each

@@ -42,7 +42,8 @@ if [[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]]; then
 else
 	v=1 parent=/sys/fs/cgroup/memory$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
 fi
-cg= child= bpid= server=
+cg= child= bpid=
+. bench/mlflow_server.sh
 rmcg() {
 	local d
 	for d in "$@"; do
@@ -53,14 +54,12 @@ rmcg() {
 cleanup() {
 	[[ -n $bpid ]] && kill -TERM "$bpid" 2>/dev/null && wait "$bpid" 2>/dev/null
 	rmcg "$cg" "$child"
-	[[ -n $server ]] && kill -TERM -- "-$server" 2>/dev/null
+	stop_mlflow "$tmp"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 if [[ $TRACKER == mlflow ]]; then
-	. bench/mlflow_server.sh
-	start_mlflow "$tmp" "$PYTHON" || { server=${mlflow_pid:-}; exit 1; }
-	server=$mlflow_pid
+	start_mlflow "$tmp" "$PYTHON" || exit 1
 	export MLFLOW_TRACKING_URI=http://127.0.0.1:$mlflow_port MLFLOW_EXPERIMENT_NAME=bench-memory
 fi
 kib() { awk -v k="$1" '$1 == k":" {print $2}' "/proc/$bpid/status"; }

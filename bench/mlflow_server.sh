@@ -8,8 +8,11 @@
 # The store is sqlite in DIR, or with MLFLOW_BACKEND=postgres a private
 # PostgreSQL cluster in DIR/pg (the Debian package, installed if missing,
 # run as the postgres user; needs root and psycopg2 on PYTHONPATH), whose
-# process group is mlflow_pg_pgid (empty with sqlite): stop_mlflow_pg DIR
-# stops it.
+# process group is mlflow_pg_pgid (empty with sqlite).
+#
+# stop_mlflow DIR ends all that start_mlflow DIR started, whether or not it
+# got as far as the server: every script's cleanup calls it, so that a run
+# with MLFLOW_BACKEND=postgres exported leaves no cluster behind.
 start_mlflow() {
 	local dir=$1 py=$2 store
 	mlflow_port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -39,6 +42,7 @@ start_mlflow() {
 		--backend-store-uri "$store" --default-artifact-root "$dir/artifacts" --workers "${MLFLOW_WORKERS:-1}" >"$dir/mlflow.log" 2>&1 &
 	mlflow_pid=$!
 	disown "$mlflow_pid" # no "Killed" line from bash when it is ended
+	echo "$mlflow_pid" >"$dir/mlflow.pgid" # for stop_mlflow, which may run after another start
 	for _ in $(seq 240); do
 		curl -fsS "http://127.0.0.1:$mlflow_port/health" >/dev/null 2>&1 && return 0
 		kill -0 "$mlflow_pid" 2>/dev/null || break
@@ -48,8 +52,25 @@ start_mlflow() {
 	return 1
 }
 
+# stop_mlflow DIR: TERM to the server's process group, KILL after a grace
+# of up to 5 s (a worker stuck in a request), then the PostgreSQL cluster,
+# which the server must no longer be using.
+stop_mlflow() {
+	local pgid
+	if [[ -f $1/mlflow.pgid ]]; then
+		pgid=$(cat "$1/mlflow.pgid")
+		kill -TERM -- "-$pgid" 2>/dev/null || true
+		for _ in $(seq 50); do
+			kill -0 -- "-$pgid" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL -- "-$pgid" 2>/dev/null || true
+	fi
+	stop_mlflow_pg "$1"
+}
+
 # stop_mlflow_pg DIR stops the PostgreSQL cluster start_mlflow made in DIR,
-# if any.
+# if any (bench/load.sh ends its servers with its other processes, at once).
 stop_mlflow_pg() {
 	[[ -f $1/pg/postmaster.pid ]] || return 0
 	local pgbin

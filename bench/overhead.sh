@@ -34,10 +34,12 @@ TRACKER=${TRACKER:-none}
 case $TRACKER in none | mlflow) ;; *) echo "TRACKER must be none or mlflow, not \"$TRACKER\"" >&2; exit 2 ;; esac
 tmp=$(mktemp -d /tmp/bridge-overhead.XXXXXX)
 pids=()
+. bench/mlflow_server.sh
 cleanup() {
 	for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null || kill -TERM "$p" 2>/dev/null || true; done
 	sleep 1
 	for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null || true; done
+	stop_mlflow "$tmp"
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -66,9 +68,7 @@ start() {
 }
 srv=()
 if [[ $TRACKER == mlflow ]]; then
-	. bench/mlflow_server.sh
-	start_mlflow "$tmp" "$PYTHON" || { [[ -n ${mlflow_pid:-} ]] && pids+=("$mlflow_pid"); exit 1; }
-	pids+=("$mlflow_pid")
+	start_mlflow "$tmp" "$PYTHON" || exit 1
 	srv=("mlflow-server=$mlflow_pid")
 	export MLFLOW_TRACKING_URI=http://127.0.0.1:$mlflow_port MLFLOW_EXPERIMENT_NAME=bench-overhead
 fi

@@ -20,21 +20,19 @@ STEP=${STEP:-60}
 INTERVAL=${INTERVAL:-1s}
 tmp=$(mktemp -d /tmp/bridge-soak.XXXXXX)
 bpid=
-server=
+. bench/mlflow_server.sh
 cleanup() {
 	[[ -n $bpid ]] && kill -TERM "$bpid" 2>/dev/null
-	[[ -n $server ]] && kill -TERM -- "-$server" 2>/dev/null
-	sleep 1
-	[[ -n $server ]] && kill -KILL -- "-$server" 2>/dev/null
+	stop_mlflow "$tmp"
+	sleep 1 # a grace for bridge to exit before its spool is removed
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 trackers=(--trackers none)
 if [[ ${MLFLOW:-0} == 1 ]]; then
 	py=${PYTHON:-.venv/bin/python}
-	. bench/mlflow_server.sh
-	start_mlflow "$tmp" "$py" || { server=${mlflow_pid:-}; exit 1; }
-	server=$mlflow_pid port=$mlflow_port
+	start_mlflow "$tmp" "$py" || exit 1
+	port=$mlflow_port
 	export MLFLOW_TRACKING_URI=http://127.0.0.1:$port MLFLOW_EXPERIMENT_NAME=bridge-soak
 	trackers=(--trackers mlflow)
 fi
