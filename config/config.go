@@ -357,7 +357,7 @@ func Load(fs *pflag.FlagSet, ch Choices) (Config, error) {
 	if err != nil {
 		var de *mapstructure.DecodeError
 		if errors.As(err, &de) && slices.Contains(Keys(ch), de.Name()) {
-			return c, fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(de.Name()), fmt.Sprint(v.Get(de.Name())), decodeReason(ownDefault(de.Name()), de.Unwrap()))
+			return c, src.bad(de.Name(), v.Get(de.Name()), decodeReason(ownDefault(de.Name()), de.Unwrap()))
 		}
 		return c, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
@@ -408,7 +408,7 @@ func loadOptions(v *viper.Viper, src sources, opts []option.Option) (option.Valu
 			if errors.As(err, &de) {
 				err = de.Unwrap()
 			}
-			return nil, fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(sp.Key), fmt.Sprint(raw), decodeReason(sp.Default, err))
+			return nil, src.bad(sp.Key, raw, decodeReason(sp.Default, err))
 		}
 		val, err := o.Check(typed.Elem().Interface())
 		if err != nil {
@@ -420,7 +420,7 @@ func loadOptions(v *viper.Viper, src sources, opts []option.Option) (option.Valu
 			if errors.As(err, &b) {
 				shown = b.Value
 			}
-			return nil, fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(sp.Key), fmt.Sprint(shown), err.Error())
+			return nil, src.bad(sp.Key, shown, err.Error())
 		}
 		out[sp.Key] = val
 	}
@@ -542,32 +542,25 @@ func scalarToStringHook(f, t reflect.Type, data any) (any, error) {
 // validate checks ranges and forms, in one place, naming each key's source:
 // each group of settings in turn, the first error wins.
 func (c *Config) validate(src sources, ch Choices) error {
-	bad := func(key string, val any, why string) error {
-		return fmt.Errorf("%w: %s=%q: %s", ErrUsage, src.name(key), fmt.Sprint(val), why)
-	}
-	for _, check := range []func(badFunc) error{
+	for _, check := range []func(sources) error{
 		c.validateDurations,
 		c.validateBounds,
-		func(bad badFunc) error { return c.validateLists(ch, bad) },
+		func(src sources) error { return c.validateLists(src, ch) },
 		c.validatePrometheus,
-		func(bad badFunc) error { return c.validateJob(src, bad) },
+		c.validateJob,
 		c.validatePaths,
 	} {
-		if err := check(bad); err != nil {
+		if err := check(src); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// badFunc makes the error for a key's value: its source, the value, why
-// it is refused.
-type badFunc = func(key string, val any, why string) error
-
 // validateDurations checks each duration against its range; zero is
 // allowed only where zeroOK (it means "off" or "none" there). The
 // registrations' own are checked by their option.Within.
-func (c *Config) validateDurations(bad badFunc) error {
+func (c *Config) validateDurations(src sources) error {
 	for _, d := range []struct {
 		key      string
 		d        time.Duration
@@ -585,61 +578,61 @@ func (c *Config) validateDurations(bad badFunc) error {
 		{"job-settle", c.JobSettle, 100 * time.Millisecond, time.Minute, false},
 	} {
 		if _, err := option.Within(d.min, d.max, d.zeroOK)(d.d); err != nil {
-			return bad(d.key, d.d, err.Error())
+			return src.bad(d.key, d.d, err.Error())
 		}
 	}
 	return nil
 }
 
 // validateBounds checks the numbers that are not durations.
-func (c *Config) validateBounds(bad badFunc) error {
+func (c *Config) validateBounds(src sources) error {
 	switch {
 	case math.IsNaN(c.FastThreshold) || c.FastThreshold <= 0 || c.FastThreshold > 100:
-		return bad("fast-threshold", c.FastThreshold, "must be a percentage in (0, 100]")
+		return src.bad("fast-threshold", c.FastThreshold, "must be a percentage in (0, 100]")
 	case c.QueueSize < 1 || c.QueueSize > MaxQueueSize:
-		return bad("queue-size", c.QueueSize, fmt.Sprintf("must be a whole number from 1 to %d", MaxQueueSize))
+		return src.bad("queue-size", c.QueueSize, fmt.Sprintf("must be a whole number from 1 to %d", MaxQueueSize))
 	case c.SpoolMaxSize != 0 && c.SpoolMaxSize < MinSpoolMaxSize:
-		return bad("spool-max-size", c.SpoolMaxSize, fmt.Sprintf("must be 0 (no cap) or at least %s", ByteSize(MinSpoolMaxSize)))
+		return src.bad("spool-max-size", c.SpoolMaxSize, fmt.Sprintf("must be 0 (no cap) or at least %s", ByteSize(MinSpoolMaxSize)))
 	}
 	return nil
 }
 
 // validateLists cleans and checks the list settings (and the log level):
 // --scopes and --trackers against what the registrations offer (ch).
-func (c *Config) validateLists(ch Choices, bad badFunc) error {
+func (c *Config) validateLists(src sources, ch Choices) error {
 	var err error
-	if c.Scopes, err = list(c.Scopes, ch.Scopes, "scopes", bad); err != nil {
+	if c.Scopes, err = list(c.Scopes, ch.Scopes, "scopes", src); err != nil {
 		return err
 	}
 	if len(c.Scopes) == 0 {
-		return bad("scopes", "", "name at least one scope")
+		return src.bad("scopes", "", "name at least one scope")
 	}
-	if c.Trackers, err = list(c.Trackers, ch.trackers(), "trackers", bad); err != nil {
+	if c.Trackers, err = list(c.Trackers, ch.trackers(), "trackers", src); err != nil {
 		return err
 	}
 	if len(c.Trackers) == 0 {
 		c.Trackers = []string{"auto"}
 	}
 	if len(c.Trackers) > 1 && (slices.Contains(c.Trackers, "none") || slices.Contains(c.Trackers, "auto")) {
-		return bad("trackers", strings.Join(c.Trackers, ","), `"auto" and "none" cannot be combined with other trackers`)
+		return src.bad("trackers", strings.Join(c.Trackers, ","), `"auto" and "none" cannot be combined with other trackers`)
 	}
 	c.LogLevel = strings.ToLower(strings.TrimSpace(c.LogLevel))
 	if !slices.Contains([]string{"debug", "info", "warn", "error"}, c.LogLevel) {
-		return bad("log-level", c.LogLevel, "must be debug, info, warn or error")
+		return src.bad("log-level", c.LogLevel, "must be debug, info, warn or error")
 	}
 	return nil
 }
 
 // validateJob checks the multi-node job's settings and records where each
 // one given came from (JobKeyFrom, NodeIDFrom, NodesFrom).
-func (c *Config) validateJob(src sources, bad badFunc) error {
+func (c *Config) validateJob(src sources) error {
 	switch {
 	case c.NodeID != "" && !jobkey.ValidNodeID(c.NodeID):
-		return bad("node-id", c.NodeID, jobkey.NodeIDRule)
+		return src.bad("node-id", c.NodeID, jobkey.NodeIDRule)
 	case c.JobKey != "" && !strings.EqualFold(c.JobKey, jobkey.None) && !jobkey.ValidKey(c.JobKey):
-		return bad("job-key", c.JobKey, jobkey.KeyRule+`, or "none"`)
+		return src.bad("job-key", c.JobKey, jobkey.KeyRule+`, or "none"`)
 	case c.Nodes < 0 || c.Nodes > MaxNodes:
-		return bad("nodes", c.Nodes, fmt.Sprintf("must be a whole number from 1 to %d (0: from the launcher)", MaxNodes))
+		return src.bad("nodes", c.Nodes, fmt.Sprintf("must be a whole number from 1 to %d (0: from the launcher)", MaxNodes))
 	}
 	for _, k := range []struct {
 		key  string
@@ -654,22 +647,24 @@ func (c *Config) validateJob(src sources, bad badFunc) error {
 }
 
 // validatePaths checks the run name, the spool's path and the roots.
-func (c *Config) validatePaths(bad badFunc) error {
+func (c *Config) validatePaths(src sources) error {
 	if len(c.RunName) > 250 || strings.ContainsFunc(c.RunName, isControl) {
-		return bad("run-name", c.RunName, "must be at most 250 characters without control characters")
+		return src.bad("run-name", c.RunName, "must be at most 250 characters without control characters")
 	}
 	if strings.ContainsFunc(c.Spool, isControl) || strings.ContainsRune(c.Spool, 0) {
-		return bad("spool", c.Spool, "must be a file path without control characters")
+		return src.bad("spool", c.Spool, "must be a file path without control characters")
 	}
-	if st, e := statWithin(c.Spool, 2*time.Second); c.Spool != "" && e == nil && st.IsDir() {
-		return bad("spool", c.Spool, "is a directory; name a file")
+	if c.Spool != "" {
+		if st, e := statWithin(c.Spool, 2*time.Second); e == nil && st.IsDir() {
+			return src.bad("spool", c.Spool, "is a directory; name a file")
+		}
 	}
 	for _, p := range []struct {
 		key string
 		dir string
 	}{{"proc-root", c.ProcRoot}, {"cgroup-root", c.CgroupRoot}, {"rootfs", c.Rootfs}, {"sys-root", c.SysRoot}} {
 		if st, e := os.Stat(p.dir); p.dir == "" || e != nil || !st.IsDir() {
-			return bad(p.key, p.dir, "not a directory")
+			return src.bad(p.key, p.dir, "not a directory")
 		}
 	}
 	return nil
@@ -697,10 +692,10 @@ func statWithin(path string, d time.Duration) (os.FileInfo, error) {
 }
 
 // list cleans a list setting (option.List), naming key when it is refused.
-func list(in, allowed []string, key string, bad func(string, any, string) error) ([]string, error) {
+func list(in, allowed []string, key string, src sources) ([]string, error) {
 	out, err := option.List(in, allowed)
 	if err != nil {
-		return nil, bad(key, strings.Join(in, ","), err.Error())
+		return nil, src.bad(key, strings.Join(in, ","), err.Error())
 	}
 	return out, nil
 }
@@ -716,6 +711,12 @@ type sources struct {
 	v       *viper.Viper
 	file    string
 	fileVia string
+}
+
+// bad is the usage error for key's value: where it came from, the value,
+// why it is refused.
+func (s sources) bad(key string, val any, why string) error {
+	return fmt.Errorf("%w: %s=%q: %s", ErrUsage, s.name(key), fmt.Sprint(val), why)
 }
 
 func (s sources) name(key string) string {

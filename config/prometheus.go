@@ -7,11 +7,11 @@ import (
 
 // validatePrometheus checks --metrics-addr (the --scrape options are
 // metrics/scrape's).
-func (c *Config) validatePrometheus(bad func(key string, val any, why string) error) error {
+func (c *Config) validatePrometheus(src sources) error {
 	if a := c.MetricsAddr; a != "" {
 		addr, why := listenAddr(a)
 		if why != "" {
-			return bad("metrics-addr", a, why)
+			return src.bad("metrics-addr", a, why)
 		}
 		c.MetricsAddr = addr
 	}

@@ -92,31 +92,21 @@ func (j *Job) TakeNode(dir string, log *slog.Logger) {
 	}
 	sum := sha256.Sum256([]byte(j.Key + "\x00" + j.NodeID))
 	path := filepath.Join(dir, "bridge-node-"+hex.EncodeToString(sum[:8])+".lock")
-	// A lead that leaves removes the file while it holds the lock: a lock
-	// won on a file no longer at path is tried again on the new one, so
-	// that two bridges never both lead.
-	for try := 0; ; try++ {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-		if err != nil {
-			log.Debug("cannot open the node's lock file; this bridge sends the node's series", "path", path, "err", err)
-			return
-		}
-		err = flock.Try(f)
-		switch {
-		case err == nil:
-			if same, _ := flock.StillAt(f, path); !same && try < 3 {
-				f.Close()
-				continue
-			}
-			j.lock, j.lockPath = f, path
-			return
-		case !errors.Is(err, unix.EWOULDBLOCK):
-			f.Close()
-			log.Debug("cannot lock the node's lock file; this bridge sends the node's series", "path", path, "err", err)
-			return
-		}
+	// A lead that leaves removes the file while it holds the lock:
+	// flock.Open tries a lock won on a file no longer at path again on the
+	// new one, so that two bridges never both lead.
+	f, err := flock.Open(path, os.O_CREATE|os.O_RDWR, 0o600)
+	switch {
+	case err == nil:
+		j.lock, j.lockPath = f, path
+		return
+	case f != nil: // a filesystem without locks: nothing to hold
 		f.Close()
-		break
+		log.Debug("cannot lock the node's lock file; this bridge sends the node's series", "path", path, "err", err)
+		return
+	case !errors.Is(err, unix.EWOULDBLOCK):
+		log.Debug("cannot open the node's lock file; this bridge sends the node's series", "path", path, "err", err)
+		return
 	}
 	j.Task = "task-" + strconv.Itoa(os.Getpid())
 	if j.Local >= 0 {
@@ -149,8 +139,7 @@ func (j *Job) SpoolTask() string {
 // Release lets another bridge of the job on this node take the lead.
 func (j *Job) Release() {
 	if j != nil && j.lock != nil {
-		os.Remove(j.lockPath) // still locked: no bridge takes the old file
-		j.lock.Close()
+		_ = flock.Release(j.lock, j.lockPath) // nothing to do about a file left behind
 		j.lock = nil
 	}
 }

@@ -15,11 +15,6 @@ import (
 // spool: a spool has one writer at a time.
 var ErrLocked = errors.New("another bridge is writing this spool")
 
-// maxLockTries bounds how often OpenWith opens the path again because the
-// file it locked had been replaced (a size-cap rewrite) or removed (a
-// delivered spool) by the writer it waited for.
-const maxLockTries = 10
-
 // openLocked opens path and takes the spool's writer lock on it: an
 // exclusive flock(2), never waited for. The kernel releases it when the
 // last descriptor of that open file is closed, however the holder ends
@@ -35,27 +30,18 @@ const maxLockTries = 10
 //
 // The lock is on the file, and a size-cap rewrite replaces the file by
 // rename (with the new file locked first): a lock taken on a file that is
-// no longer at path is let go, and path opened again.
+// no longer at path is let go, and path opened again (flock.Open).
 func openLocked(path string, flags int, log *slog.Logger) (*os.File, error) {
-	for try := 0; ; try++ {
-		f, err := os.OpenFile(path, flags, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		err = flock.Try(f)
-		switch {
-		case errors.Is(err, unix.EWOULDBLOCK):
-			f.Close()
-			return nil, fmt.Errorf("spool %s: %w", path, ErrLocked)
-		case err != nil:
-			// A filesystem without locks: write anyway (samples matter
-			// more), but say that one writer is not enforced there.
-			log.Warn("cannot lock the spool; nothing stops a second bridge from writing it", "err", err)
-			return f, nil
-		}
-		if same, err := flock.StillAt(f, path); err != nil || same || try >= maxLockTries {
-			return f, nil
-		}
-		f.Close()
+	f, err := flock.Open(path, flags, 0o600)
+	var nolock *flock.NoLockError
+	switch {
+	case errors.Is(err, unix.EWOULDBLOCK):
+		return nil, fmt.Errorf("spool %s: %w", path, ErrLocked)
+	case errors.As(err, &nolock):
+		// A filesystem without locks: write anyway (samples matter
+		// more), but say that one writer is not enforced there.
+		log.Warn("cannot lock the spool; nothing stops a second bridge from writing it", "err", nolock.Err)
+		return f, nil
 	}
+	return f, err
 }

@@ -45,9 +45,9 @@ type Options struct {
 	Signals chan os.Signal
 }
 
-// IsTerminating reports whether sig asks bridge to end: SIGTERM, SIGINT,
+// isTerminating reports whether sig asks bridge to end: SIGTERM, SIGINT,
 // SIGHUP, SIGQUIT.
-func IsTerminating(sig os.Signal) bool {
+func isTerminating(sig os.Signal) bool {
 	s, ok := sig.(syscall.Signal)
 	return ok && slices.Contains(terminating, s)
 }
@@ -312,7 +312,7 @@ func (c *Child) relayLate(ending syscall.Signal) {
 					"signal", s)
 				continue
 			}
-			if !slices.Contains(terminating, s.(syscall.Signal)) {
+			if !isTerminating(s) {
 				// A terminal resized or a USR signal is not a request
 				// to hurry: the final flush goes on.
 				c.log.Debug("signal after the child's exit, not a request to stop: the final flush goes on", "signal", s)
@@ -332,7 +332,7 @@ func (c *Child) relayLate(ending syscall.Signal) {
 // armKill starts the --kill-after timer at the first terminating signal;
 // later signals do not restart it.
 func (c *Child) armKill(sig syscall.Signal) {
-	if c.opts.KillAfter <= 0 || c.killTimer != nil || !slices.Contains(terminating, sig) {
+	if c.opts.KillAfter <= 0 || c.killTimer != nil || !isTerminating(sig) {
 		return
 	}
 	c.killTimer = time.NewTimer(c.opts.KillAfter)
@@ -425,7 +425,7 @@ func WatchEarly(cancel func()) *Early {
 		for {
 			select {
 			case s := <-e.C:
-				if IsTerminating(s) {
+				if isTerminating(s) {
 					e.got = s.(syscall.Signal)
 					cancel()
 					return

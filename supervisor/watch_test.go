@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // sleeper starts a process to watch; it is killed and reaped at the end.
@@ -46,6 +48,25 @@ func noWatchLeft(t *testing.T) {
 			t.Fatalf("a goroutine of Wait is left:\n%s", stacks)
 		}
 	}
+}
+
+// waiting waits until a goroutine of Wait is blocked where a context's end
+// must reach it: in poll on the pidfd (ownNS), else in the ticker's select.
+func waiting(t *testing.T, ownNS bool) {
+	t.Helper()
+	where, in := "supervisor.(*Watched).Wait(", " [select"
+	if ownNS {
+		where, in = "supervisor.(*Watched).waitPidfd(", "unix.Poll("
+	}
+	buf := make([]byte, 1<<20)
+	waitfor.Cond(t, 30*time.Second, "Wait blocking", func() bool {
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, where) && strings.Contains(g, in) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // Wait returns once the process exits, through the pidfd (own namespace)
@@ -87,7 +108,7 @@ func TestWaitEndsWithContext(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- w.Wait(ctx) }()
-		time.Sleep(50 * time.Millisecond) // most often in poll by now; either way it must return
+		waiting(t, ownNS)
 		cancel()
 		select {
 		case err := <-done:

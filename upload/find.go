@@ -27,14 +27,13 @@ type finder struct {
 	job   *pipeline.Job // a multi-node job's run is elected by its key; nil otherwise
 	spool string        // the file, for the messages
 	out   io.Writer     // progress and the final error
-	every time.Duration // ProgressEvery
 }
 
 // find starts the sink until it has a run, gives up for good (a permanent
 // error), or ctx ends; its error is worded for the user.
 func (f finder) find(ctx context.Context) error {
 	began := time.Now()
-	tick := time.NewTicker(f.every)
+	tick := time.NewTicker(ProgressEvery)
 	defer tick.Stop()
 	var last error
 	for gap := 250 * time.Millisecond; ; gap = min(2*gap, 5*time.Second) {

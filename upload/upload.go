@@ -141,14 +141,13 @@ func (j Job) find(ctx context.Context, o Options) (r pipeline.SinkRun, owned boo
 		ov.Recorded = j.last.Start.Info // where the job's run is: the tracker's variables here may name another place
 	}
 	sinks, _ := pipeline.Trackers().BuildSinks(cfg, ov, job, o.Log)
-	sinks = slices.DeleteFunc(sinks, func(s tracker.Sink) bool { return s.Name() != j.tracker })
 	if len(sinks) != 1 {
 		return r, false, fmt.Errorf("%s: not configured where sync runs (see the messages above)", j.tracker)
 	}
 	info := tracker.StartInfo{RunName: "bridge sync " + o.Path, NodeID: cfg.NodeID,
 		Tags: map[string]string{"bridge.version": o.Version, "bridge.synced_from": o.Path}}
 	// Patient, within sync's --timeout: there is no child to keep waiting.
-	fd := finder{sink: sinks[0], info: info, job: job, spool: o.Path, out: o.Stderr, every: ProgressEvery}
+	fd := finder{sink: sinks[0], info: info, job: job, spool: o.Path, out: o.Stderr}
 	if err := fd.find(ctx); err != nil {
 		return r, false, err
 	}

@@ -158,7 +158,7 @@ func parseOf(regs []metrics.Registration, name string, args []string, stdout, st
 	fs.SetOutput(io.Discard)
 	fs.SetInterspersed(false) // everything after the command belongs to it
 	config.RegisterFlags(fs, choices)
-	showVersion := fs.Bool("version", false, "print bridge's version and exit")
+	showVersion := versionFlag(fs)
 	if extra != nil {
 		extra(fs)
 	}
@@ -187,10 +187,16 @@ func usageError(stderr io.Writer, err error) int {
 	return exitUsage
 }
 
+// versionFlag registers --version, in parseOf's flag set and in the one
+// usage makes when it is given none, so that the help names it the same.
+func versionFlag(fs *pflag.FlagSet) *bool {
+	return fs.Bool("version", false, "print bridge's version and exit")
+}
+
 func usage(w io.Writer, fs *pflag.FlagSet) {
 	if fs.Lookup("interval") == nil {
 		config.RegisterFlags(fs, pipeline.Choices())
-		fs.Bool("version", false, "print bridge's version and exit")
+		versionFlag(fs)
 	}
 	fmt.Fprintf(w, `bridge %s: scope-correct system metrics for training jobs in containers
 

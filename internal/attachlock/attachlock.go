@@ -83,43 +83,27 @@ type Lock struct {
 	path string
 }
 
-// maxTries bounds how often Acquire opens the path again because the file
-// it locked was removed by the holder it raced with.
-const maxTries = 10
-
 // Acquire takes the lock of k in dir and writes me into it. When another
 // live attach holds it, it returns ErrHeld and that attach's Holder (its
 // zero value while that one is still writing it).
 func Acquire(dir string, k Key, me Holder) (*Lock, Holder, error) {
 	path := filepath.Join(dir, k.name())
-	for try := 0; ; try++ {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-		if err != nil {
-			return nil, Holder{}, fmt.Errorf("attach lock %s: %w", path, err)
-		}
-		err = flock.Try(f)
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			h := read(f)
-			f.Close()
-			return nil, h, fmt.Errorf("%s: %w", path, ErrHeld)
-		}
-		if err != nil {
-			f.Close()
-			return nil, Holder{}, fmt.Errorf("attach lock %s: %w", path, err)
-		}
-		// The holder removes the file as it lets go: a lock on a file no
-		// longer at path holds nothing.
-		if same, err := flock.StillAt(f, path); err == nil && !same && try < maxTries {
-			f.Close()
-			continue
-		}
-		l := &Lock{f: f, path: path}
-		if err := l.Update(me); err != nil {
-			l.Release()
-			return nil, Holder{}, err
-		}
-		return l, Holder{}, nil
+	f, err := flock.Open(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return nil, read(path), fmt.Errorf("%s: %w", path, ErrHeld)
 	}
+	if err != nil {
+		if f != nil { // a filesystem without locks: no lock to hold
+			f.Close()
+		}
+		return nil, Holder{}, fmt.Errorf("attach lock %s: %w", path, err)
+	}
+	l := &Lock{f: f, path: path}
+	if err := l.Update(me); err != nil {
+		l.Release()
+		return nil, Holder{}, err
+	}
+	return l, Holder{}, nil
 }
 
 // Update rewrites the holder's description (the spool, known once the
@@ -141,19 +125,22 @@ func (l *Lock) Update(me Holder) error {
 // Path is the lock file's path.
 func (l *Lock) Path() string { return l.path }
 
-// Release removes the file and lets the lock go. Removed first, while
-// held, so that no other attach locks a file about to go.
+// Release removes the file and lets the lock go (flock.Release).
 func (l *Lock) Release() error {
-	rerr := os.Remove(l.path)
-	cerr := l.f.Close()
-	if rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-		return fmt.Errorf("removing attach lock %s: %w", l.path, rerr)
+	if err := flock.Release(l.f, l.path); err != nil {
+		return fmt.Errorf("releasing attach lock %s: %w", l.path, err)
 	}
-	return cerr
+	return nil
 }
 
-func read(f *os.File) Holder {
+// read reads the holder's description from the file at path.
+func read(path string) Holder {
 	var h Holder
+	f, err := os.Open(path)
+	if err != nil {
+		return h // its holder is just leaving
+	}
+	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
 	if err == nil {
 		_ = json.Unmarshal(b, &h) // empty or torn: the holder is still writing it

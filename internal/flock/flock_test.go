@@ -56,3 +56,30 @@ func TestStillAt(t *testing.T) {
 		t.Fatalf("another file at the path: %v %v, want false", same, err)
 	}
 }
+
+// Open locks the file at the path, refuses while another holds it, and
+// after Release (the file removed while held) locks a new file there.
+func TestOpenRelease(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lock")
+	a, err := Open(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path, os.O_CREATE|os.O_RDWR, 0o600); !errors.Is(err, unix.EWOULDBLOCK) {
+		t.Fatalf("second Open: %v, want EWOULDBLOCK", err)
+	}
+	if err := Release(a, path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lock file after Release: %v", err)
+	}
+	b, err := Open(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("Open after Release: %v", err)
+	}
+	if same, err := StillAt(b, path); !same || err != nil {
+		t.Fatalf("the file Open locked is not at its path: %v %v", same, err)
+	}
+	Release(b, path)
+}
