@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,38 +24,6 @@ import (
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/pipeline"
 )
-
-// hungTracker is a 127.0.0.1 listener that accepts connections and never
-// answers: the worst a tracker can do (a black-holed load balancer).
-func hungTracker(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return "http://" + ln.Addr().String()
-}
 
 // hungAfterStart is a real MLflow run behind mocks/faultproxy that answers
 // bridge's start (runs/get of MLFLOW_RUN_ID) and then never answers a
@@ -245,7 +212,7 @@ func TestAttachNeedsPID(t *testing.T) {
 // A tracker that accepts connections and never answers does not hold the
 // child back past --start-timeout (plus bridge's own start-up).
 func TestStartTimeoutHungTracker(t *testing.T) {
-	uri := hungTracker(t)
+	uri, _ := acceptingTracker(t)
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
 	cmd, _, errb := bridgeCmd(t, "--start-timeout=2s", "--flush-timeout=2s", "--trackers=mlflow", "--", "touch", started)
@@ -646,16 +613,9 @@ func TestCtrlCInTerminalEndsFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	pollFile(t, pidFile, 60*time.Second)
-	b, _ := os.ReadFile(pidFile)
-	childProc := "/proc/" + strings.TrimSpace(string(b))
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(childProc); err != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the child did not exit")
-		}
-	}
+	waitGone(t, pidFile)
+	// Not termUntilExit: the signal under test is the terminal's ^C, not
+	// a SIGTERM sent to bridge.
 	first := time.Now()
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()

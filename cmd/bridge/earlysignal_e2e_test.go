@@ -76,15 +76,7 @@ func TestSignalBeforeChildStarted(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Far less than --start-timeout: the start is called off, not waited out.
-			waited := make(chan error, 1)
-			go func() { waited <- cmd.Wait() }()
-			var err error
-			select {
-			case err = <-waited:
-			case <-time.After(2 * time.Minute):
-				cmd.Process.Kill()
-				t.Fatalf("bridge still runs 2 minutes after SIGTERM; stderr:\n%s", errb)
-			}
+			err := waitExit(t, cmd, errb, 2*time.Minute)
 			if code := exitCode(t, err); code != 143 {
 				t.Errorf("exit %d, want 143; stderr:\n%s", code, errb)
 			}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,6 +130,30 @@ func TestForeignVariablesTrackersNone(t *testing.T) {
 	}
 }
 
+// wbEventsPosts is how many file_stream requests the W&B mock accepted
+// with system-metrics lines: bridge's (the child here is no wandb client).
+func wbEventsPosts(t *testing.T, wb *wandbserver.Server) int {
+	t.Helper()
+	n := 0
+	for _, r := range wb.Requests() {
+		if r.Operation != "file_stream" || r.Status/100 != 2 {
+			continue
+		}
+		var body struct {
+			Files map[string]struct {
+				Content []string `json:"content"`
+			} `json:"files"`
+		}
+		if err := json.Unmarshal([]byte(r.Body), &body); err != nil {
+			t.Fatalf("file_stream body: %v: %s", err, r.Body)
+		}
+		if len(body.Files[wandbserver.EventsFile].Content) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // The same values with both trackers set up (a real MLflow server, the W&B
 // mock): the child still runs, and one line says what was turned off; the
 // other tracker keeps working.
@@ -142,7 +168,19 @@ func TestForeignVariablesWithTrackers(t *testing.T) {
 		"WANDB_BASE_URL=" + wb.URL(), "WANDB_API_KEY=" + wbKey, "WANDB_PROJECT=" + wbProject, "WANDB_RUN_ID=" + wbRun, "HOME=" + t.TempDir()}
 	for _, c := range foreignCases(t) {
 		t.Run(c.name, func(t *testing.T) {
+			runsBefore, postsBefore := len(srv.RunIDs(t, exp)), wbEventsPosts(t, wb)
 			runForeign(t, c, []string{"--trackers=mlflow,wandb", "--interval=1s", "--start-timeout=20s", "--flush-timeout=3s", "--job-settle=100ms"}, base, 1)
+			// The tracker whose variables are fine delivers this case's
+			// samples: MLflow where W&B's variable is bad (each such case
+			// is a new run), W&B otherwise (a launcher's cases of one job
+			// share its MLflow run, so only W&B's count tells them apart).
+			wandbVar := slices.ContainsFunc(c.env, func(kv string) bool { return strings.HasPrefix(kv, "WANDB_") })
+			if runs := len(srv.RunIDs(t, exp)); wandbVar && runs <= runsBefore {
+				t.Errorf("MLflow got no new run (%d before, %d after) with only W&B's %s bad", runsBefore, runs, c.says)
+			}
+			if posts := wbEventsPosts(t, wb); !wandbVar && posts <= postsBefore {
+				t.Errorf("W&B got no system-metrics lines from bridge (%d posts before, %d after) with %s bad", postsBefore, posts, c.says)
+			}
 		})
 	}
 	if ids := srv.RunIDs(t, exp); len(ids) == 0 {

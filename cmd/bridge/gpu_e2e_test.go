@@ -14,10 +14,10 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/promtest"
 	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/harness/waitfor"
-	"github.com/bridge-dev/bridge/mocks/mlflowrec"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 )
 
@@ -49,15 +49,23 @@ var fakeGPU = map[string]struct {
 
 func closeTo(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
 
-// fakeNVMLEnv builds the stand-in NVML for bin and returns the variables
-// that load it, and the file its nvmlShutdown reports GPM counts to.
-func fakeNVMLEnv(t *testing.T, bin string) ([]string, string) {
+// fakeNVMLLib builds the stand-in NVML for bin and returns the variable
+// that loads it.
+func fakeNVMLLib(t *testing.T, bin string) string {
 	t.Helper()
 	if _, err := exec.LookPath("cc"); err != nil {
 		t.Skip("needs a C compiler (cc) to build the stand-in libnvidia-ml.so.1: " + err.Error())
 	}
+	return "LD_LIBRARY_PATH=" + testbin.FakeNVML(t, bin, []string{"cc"})
+}
+
+// fakeNVMLEnv returns the variables that load lib (fakeNVMLLib's) and
+// the file, t's own, its nvmlShutdown reports GPM counts to: a test that
+// shared another's would pass on the other's report.
+func fakeNVMLEnv(t *testing.T, lib string) ([]string, string) {
+	t.Helper()
 	report := filepath.Join(t.TempDir(), "nvml-report")
-	return []string{"LD_LIBRARY_PATH=" + testbin.FakeNVML(t, bin, []string{"cc"}), testbin.FakeNVMLReport + "=" + report}, report
+	return []string{lib, testbin.FakeNVMLReport + "=" + report}, report
 }
 
 // wantGPMReport checks the fake NVML's counts: every sample buffer bridge
@@ -84,9 +92,10 @@ func wantGPMReport(t *testing.T, report string) {
 // before nvmlShutdown.
 func TestGPUActivityEndToEnd(t *testing.T) {
 	bin := testbin.Bridge(t)
-	env, report := fakeNVMLEnv(t, bin)
+	lib := fakeNVMLLib(t, bin)
 
 	t.Run("sample", func(t *testing.T) {
+		env, report := fakeNVMLEnv(t, lib)
 		cmd := exec.Command(bin, "sample", "--json", "--scopes=gpu", "--window=300ms")
 		cmd.Env = testbin.CleanEnv(env...)
 		var out, errb bytes.Buffer
@@ -126,7 +135,9 @@ func TestGPUActivityEndToEnd(t *testing.T) {
 	})
 
 	t.Run("job", func(t *testing.T) {
-		mlf := mlflowrec.Start(t)
+		env, report := fakeNVMLEnv(t, lib)
+		srv := mlflowtest.Shared(t)
+		exp := uniqueName(t)
 		wb := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
 		wb.CreateStartedRun("", "gpu", "gpurun01")
 		addr := promtest.FreeAddr(t)
@@ -134,22 +145,18 @@ func TestGPUActivityEndToEnd(t *testing.T) {
 			"--trackers=mlflow,wandb", "--keep-spool", "--scopes=gpu", "--metrics-addr="+addr,
 			"--", "sh", "-c", "while [ ! -e stop ]; do sleep 0.05; done")
 		cmd.Env = append(cmd.Env, env...)
-		cmd.Env = append(cmd.Env, "HOME="+cmd.Dir, "MLFLOW_TRACKING_URI="+mlf.URL, "MLFLOW_EXPERIMENT_NAME=gpu",
+		cmd.Env = append(cmd.Env, "HOME="+cmd.Dir, "MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+exp,
 			"WANDB_BASE_URL="+wb.URL(), "WANDB_API_KEY="+wbKey, "WANDB_PROJECT=gpu", "WANDB_RUN_ID=gpurun01")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		var waitErr error
-		done := make(chan struct{})
-		go func() { waitErr = cmd.Wait(); close(done) }()
 		stop := func() { _ = os.WriteFile(filepath.Join(cmd.Dir, "stop"), nil, 0o600) }
+		waited := false
 		t.Cleanup(func() {
-			stop()
-			select {
-			case <-done:
-			case <-time.After(time.Minute):
+			if !waited { // failed before its wait: end the child, then bridge
+				stop()
 				_ = cmd.Process.Kill()
-				<-done
+				_ = cmd.Wait()
 			}
 		})
 
@@ -168,7 +175,7 @@ func TestGPUActivityEndToEnd(t *testing.T) {
 			"bridge_gpu_prof_pipe_tensor_hmma_active_ratio": 0.25,
 		} {
 			f := fams[name]
-			if f == nil || len(f.Metric) != 1 || f.GetType() != dto.MetricType_GAUGE || !closeTo(f.Metric[0].GetGauge().GetValue(), want) || !hasLabel(f.Metric[0], "gpu", "0") {
+			if f == nil || len(f.Metric) != 1 || f.GetType() != dto.MetricType_GAUGE || !closeTo(f.Metric[0].GetGauge().GetValue(), want) || familyMetric(f, map[string]string{"gpu": "0"}) == nil {
 				t.Errorf("/metrics %s = %v, want one gauge %v with gpu=\"0\"", name, f, want)
 			}
 		}
@@ -176,20 +183,30 @@ func TestGPUActivityEndToEnd(t *testing.T) {
 			t.Errorf("/metrics bridge_gpu_energy_joules_total = %v, want a counter above 0", f)
 		}
 
+		// inMLflow reports whether bridge's run in exp holds key, with
+		// value want unless want < 0.
+		inMLflow := func(key string, want float64) bool {
+			ids := srv.RunIDs(t, exp)
+			if len(ids) != 1 {
+				return false
+			}
+			for _, m := range srv.History(t, ids[0], key) {
+				if want < 0 || closeTo(m.Value, want) {
+					return true
+				}
+			}
+			return false
+		}
 		waitfor.Cond(t, 2*time.Minute, "MLflow and W&B receiving GPU activity", func() bool {
-			return mlflowHas(mlf, "system/gpu_0_prof_sm_active_ratio", 0.375) && wandbHas(wb, "system.gpu_0_prof_sm_active_ratio", 0.375)
+			return inMLflow("system/gpu_0_prof_sm_active_ratio", 0.375) && wandbHas(wb, "system.gpu_0_prof_sm_active_ratio", 0.375)
 		})
-		if !mlflowHas(mlf, "system/gpu_0_energy_joules", -1) || !wandbHas(wb, "system.gpu_0_energy_joules", -1) {
+		if !inMLflow("system/gpu_0_energy_joules", -1) || !wandbHas(wb, "system.gpu_0_energy_joules", -1) {
 			t.Error("gpu_0_energy_joules not sent to MLflow and W&B")
 		}
 		stop()
-		select {
-		case <-done:
-			if code := exitCode(t, waitErr); code != 0 {
-				t.Fatalf("bridge exited %d\n%s", code, errb)
-			}
-		case <-time.After(2 * time.Minute):
-			t.Fatalf("bridge did not exit\n%s", errb)
+		waited = true
+		if code := exitCode(t, waitExit(t, cmd, errb, 2*time.Minute)); code != 0 {
+			t.Fatalf("bridge exited %d\n%s", code, errb)
 		}
 		var spooledGPM int
 		for _, s := range spooled(t, cmd) {
@@ -205,40 +222,6 @@ func TestGPUActivityEndToEnd(t *testing.T) {
 		}
 		wantGPMReport(t, report)
 	})
-}
-
-func hasLabel(m *dto.Metric, name, value string) bool {
-	for _, l := range m.Label {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
-		}
-	}
-	return false
-}
-
-// mlflowHas reports whether a runs/log-batch request carried key (with
-// value want, unless want < 0).
-func mlflowHas(s *mlflowrec.Server, key string, want float64) bool {
-	for _, r := range s.Requests() {
-		if r.Path != "runs/log-batch" {
-			continue
-		}
-		var body struct {
-			Metrics []struct {
-				Key   string  `json:"key"`
-				Value float64 `json:"value"`
-			} `json:"metrics"`
-		}
-		if json.Unmarshal(r.Body, &body) != nil {
-			continue
-		}
-		for _, m := range body.Metrics {
-			if m.Key == key && (want < 0 || closeTo(m.Value, want)) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // wandbHas reports whether bridge's events file in the W&B run (bridge

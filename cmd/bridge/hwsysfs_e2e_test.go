@@ -284,7 +284,7 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 	}
 	matches := func(s metrics.Sample) bool {
 		for name, want := range exact {
-			if v, ok := s.Value(name); !ok || math.Abs(v-want) > 1e-9*math.Max(1, want) {
+			if v, ok := s.Value(name); !ok || !closeTo(v, want) {
 				return false
 			}
 		}
@@ -341,7 +341,7 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 			continue
 		}
 		got := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		if math.Abs(got-d.Unit.Base(want)) > 1e-9*math.Max(1, math.Abs(got)) {
+		if !closeTo(got, d.Unit.Base(want)) {
 			t.Errorf("/metrics %s%v = %v, want %v (%v %s in the spool)", d.PromName(), labels, got, d.Unit.Base(want), want, d.Unit)
 		}
 		if (d.Kind == metrics.Counter) != (fams[d.PromName()].GetType() == dto.MetricType_COUNTER) {

@@ -524,8 +524,6 @@ func TestAttachTwiceAndRunEnd(t *testing.T) {
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- first.Wait() }()
 	waitfor.Cond(t, 90*time.Second, "two points of the first attach in the run", func() bool { return len(srv.History(t, id, key)) >= 2 })
 
 	second, secondErr, _ := attach()
@@ -538,14 +536,8 @@ func TestAttachTwiceAndRunEnd(t *testing.T) {
 
 	srv.EndRun(t, id, "FINISHED", time.Now())
 	ended := srv.GetRun(t, id).Info
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(2 * time.Minute):
-		first.Process.Kill()
-		t.Fatalf("attach still runs 2 minutes after its run ended; stderr:\n%s", firstErr)
-	}
-	if code := exitCode(t, err); code != 0 {
+	// Bounded: attach must stop on its own once its run has ended.
+	if code := exitCode(t, waitExit(t, first, firstErr, 2*time.Minute)); code != 0 {
 		t.Errorf("first attach: exit %d; stderr:\n%s", code, firstErr)
 	}
 	log := firstErr.String()

@@ -77,12 +77,14 @@ func startMN(t *testing.T, uri, exp string, env []string) *mnNode {
 }
 
 // startMNIn is startMN with the node's directory given: a restarted node
-// keeps its spool, as on an emptyDir.
-func startMNIn(t *testing.T, uri, exp, dir string, env []string) *mnNode {
+// keeps its spool, as on an emptyDir. flags come after the defaults, so
+// that theirs win (bridge keeps an option's last value).
+func startMNIn(t *testing.T, uri, exp, dir string, env []string, flags ...string) *mnNode {
 	t.Helper()
 	n := &mnNode{dir: dir}
-	n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--start-timeout", "3m",
-		"--flush-timeout", "1m", "--spool", filepath.Join(n.dir, "spool.jsonl"), "--", "/bin/sh", "-c", mnChild)
+	args := append([]string{"--interval", "1s", "--start-timeout", "3m", "--flush-timeout", "1m",
+		"--spool", filepath.Join(n.dir, "spool.jsonl")}, flags...)
+	n.cmd = exec.Command(testbin.Bridge(t), append(args, "--", "/bin/sh", "-c", mnChild)...)
 	n.cmd.Dir = n.dir
 	// env comes last: its TMPDIR or BRIDGE_SCOPES wins (exec keeps a
 	// variable's last value).
@@ -425,16 +427,9 @@ func TestMultinodeElectionUnfinished(t *testing.T) {
 	env := slurmJob(id, time.Now().Unix(), 2, 0)
 	n0 := startMN(t, srv.URL, exp, env(0))
 	n0.id = "node-0"
-	n1 := &mnNode{id: "node-1", dir: t.TempDir()}
+	n1 := startMNIn(t, p.URL(), exp, t.TempDir(), env(1), "--start-timeout", "1s", "--flush-timeout", "3s")
+	n1.id = "node-1"
 	spoolPath := filepath.Join(n1.dir, "spool.jsonl")
-	n1.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--scopes", "node", "--start-timeout", "1s",
-		"--flush-timeout", "3s", "--spool", spoolPath, "--", "/bin/sh", "-c", mnChild)
-	n1.cmd.Dir = n1.dir
-	n1.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + p.URL(), "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n1.dir}, env(1)...)...)
-	n1.cmd.Stderr = &n1.stderr
-	if err := n1.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	wait(t, n0, n1)
 	if n1.code != 0 {
 		t.Fatalf("node 1's bridge exited %d, want its child's 0", n1.code)

@@ -45,7 +45,8 @@ func stalledJob(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, out 
 	return cmd, out, spool, goFile, exited
 }
 
-// waitExit waits for cmd, failing t if it is still running after d.
+// waitExit waits for cmd, killing it and failing t if it is still
+// running after d.
 func waitExit(t *testing.T, cmd *exec.Cmd, out fmt.Stringer, d time.Duration) error {
 	t.Helper()
 	done := make(chan error, 1)
@@ -56,7 +57,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, out fmt.Stringer, d time.Duration) er
 	case <-time.After(d):
 		cmd.Process.Kill()
 		<-done
-		t.Fatalf("bridge still running %v after the child's exit; output:\n%s", d, out)
+		t.Fatalf("bridge still running after %v; output:\n%s", d, out)
 		return nil
 	}
 }

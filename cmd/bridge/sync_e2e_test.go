@@ -127,15 +127,8 @@ func TestSyncMultinodeUsesRecordedRun(t *testing.T) {
 	env := slurmJob(id, time.Now().Unix(), 2, 0)
 	n0 := startMN(t, srv.URL, exp, env(0))
 	n0.id = "node-0"
-	n1 := &mnNode{id: "node-1", dir: t.TempDir()}
-	n1.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--scopes", "node", "--start-timeout", "3m",
-		"--flush-timeout", "3s", "--spool", filepath.Join(n1.dir, "spool.jsonl"), "--", "/bin/sh", "-c", mnChild)
-	n1.cmd.Dir = n1.dir
-	n1.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + p.URL(), "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n1.dir}, env(1)...)...)
-	n1.cmd.Stderr = &n1.stderr
-	if err := n1.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	n1 := startMNIn(t, p.URL(), exp, t.TempDir(), env(1), "--flush-timeout", "3s")
+	n1.id = "node-1"
 	wait(t, n0, n1)
 	if n0.code != 0 || n1.code != 0 {
 		t.Fatalf("exit codes %d %d, want the children's 0", n0.code, n1.code)
