@@ -398,7 +398,10 @@ func baseFacts(e Evidence) map[string]string {
 	}
 	if m := e.Memory; m.Known {
 		f["recent_working_set_megabytes"] = mb(m.RecentWorkingSetMB)
-		f["peak_working_set_megabytes"] = mb(m.PeakWorkingSetMB)
+		// The samples' peak, named so: bridge.peak_working_set_megabytes
+		// is the kernel's mark at an OOM kill (PeakWorkingSet), and the
+		// gap between them is what the samples missed.
+		f["sampled_peak_working_set_megabytes"] = mb(m.PeakWorkingSetMB)
 		if m.LimitMB > 0 {
 			f["memory_limit_megabytes"] = mb(m.LimitMB)
 			f["recent_working_set_share_of_limit_percentage"] = mb(m.RecentSharePercent)

@@ -20,7 +20,7 @@ func counter(first, last float64) Counter {
 
 func limited(wsMB, limMB float64) Memory {
 	return Memory{Known: true, LimitMB: limMB, RecentWorkingSetMB: wsMB, RecentSharePercent: 100 * wsMB / limMB,
-		PeakWorkingSetMB: wsMB, PeakSharePercent: 100 * wsMB / limMB}
+		PeakWorkingSetMB: wsMB}
 }
 
 func unlimited(wsMB float64) Memory {

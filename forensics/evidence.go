@@ -73,7 +73,6 @@ type Memory struct {
 	RecentAt           time.Time
 	PeakWorkingSetMB   float64 // over the whole job
 	PeakAt             time.Time
-	PeakSharePercent   float64 // 0 without a limit
 	// PeakUsage is the kernel's own high-water mark of usage (v1
 	// memory.max_usage_in_bytes, v2 memory.peak), page cache included.
 	PeakUsageMB Reading
@@ -180,12 +179,6 @@ func FromRun(r Run) Evidence {
 			PeakWorkingSet: e.Memory.PeakWorkingSet, PeakUsage: e.Memory.PeakUsage}
 		if lim, ok := acc.Get(cgroup.MemoryLimit); ok && lim.Last > 0 {
 			m.LimitMB = lim.Last
-			m.PeakSharePercent = 100 * ws.Peak / lim.Last
-			// The per-sample share was computed against the limit of its
-			// time; prefer it when the limit was resized during the job.
-			if pct, ok := acc.Get(cgroup.MemoryWorkingSetPercent); ok {
-				m.PeakSharePercent = pct.Peak
-			}
 		}
 		for _, s := range recent {
 			v, ok := s.Value(cgroup.MemoryWorkingSet.Name)

@@ -72,7 +72,7 @@ func TestFromRun(t *testing.T) {
 	}
 	m := e.Memory
 	if !m.Known || m.LimitMB != 200 || m.RecentWorkingSetMB != 190 || m.RecentSharePercent != 95 || !m.RecentAt.Equal(t0.Add(11*time.Second)) ||
-		m.PeakWorkingSetMB != 190 || m.PeakSharePercent != 95 || m.PeakUsageMB != (Reading{Value: 210, Known: true, Expected: true}) {
+		m.PeakWorkingSetMB != 190 || m.PeakWorkingSet.SharePercent != 100 || m.PeakUsageMB != (Reading{Value: 210, Known: true, Expected: true}) {
 		t.Errorf("Memory = %+v", m)
 	}
 	if n := e.Node; !n.Known || n.MinAvailableMB != 900 || n.TotalMB != 25000 || n.MinAvailablePercent != 3.6 {
@@ -121,7 +121,7 @@ func TestFromRunEdgeCases(t *testing.T) {
 	t.Run("no limit", func(t *testing.T) {
 		acc := accumulate(sample(0, 0, ws, 10.0), sample(1, time.Second, ws, 30.0))
 		e := FromRun(Run{Acc: acc})
-		if m := e.Memory; !m.Known || m.LimitMB != 0 || m.RecentSharePercent != 0 || m.PeakSharePercent != 0 || m.RecentWorkingSetMB != 30 {
+		if m := e.Memory; !m.Known || m.LimitMB != 0 || m.RecentSharePercent != 0 || m.PeakWorkingSet.ShareKnown || m.RecentWorkingSetMB != 30 {
 			t.Errorf("Memory = %+v", m)
 		}
 		if _, ok := (Verdict{}).Tags(e)[TagPeakWorkingShare]; ok {
@@ -131,7 +131,7 @@ func TestFromRunEdgeCases(t *testing.T) {
 	t.Run("share computed without the percentage metric", func(t *testing.T) {
 		acc := accumulate(sample(0, 0, ws, 150.0, "container_memory_limit_megabytes", 200.0))
 		e := FromRun(Run{Acc: acc})
-		if e.Memory.RecentSharePercent != 75 || e.Memory.PeakSharePercent != 75 {
+		if e.Memory.RecentSharePercent != 75 || e.Memory.PeakWorkingSet.SharePercent != 75 {
 			t.Errorf("Memory = %+v", e.Memory)
 		}
 	})

@@ -1,6 +1,7 @@
 package forensics
 
 import (
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,7 +63,15 @@ func TestClockText(t *testing.T) {
 			t.Errorf("clockText(%q, %d, %d, %d) = %q, want %q", tc.source, tc.state, tc.status, tc.maxErr, got, tc.want)
 		}
 	}
-	if got := ClockSource("/sys"); !strings.Contains(got, "synchron") {
-		t.Errorf("ClockSource on this machine: %q", got)
+	// This machine's clocksource, where the kernel says it, leads the text.
+	want := "clocksource unknown, "
+	if src, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil && strings.TrimSpace(string(src)) != "" {
+		want = strings.TrimSpace(string(src)) + ", "
+	}
+	if got := ClockSource("/sys"); !strings.HasPrefix(got, want) {
+		t.Errorf("ClockSource on this machine: %q, want it to start with %q", got, want)
+	}
+	if got := ClockSource(t.TempDir()); !strings.HasPrefix(got, "clocksource unknown, ") {
+		t.Errorf("ClockSource without a clocksource file: %q", got)
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	textclip "github.com/bridge-dev/bridge/internal/clip"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -108,14 +108,5 @@ func EvidenceText(facts map[string]string) string {
 	return strings.Join(parts, "; ")
 }
 
-// clip shortens s to maxTagValue bytes at a rune boundary.
-func clip(s string) string {
-	if len(s) <= maxTagValue {
-		return s
-	}
-	n := maxTagValue - 3
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
-}
+// clip keeps a tag value within maxTagValue bytes, at a rune boundary.
+func clip(s string) string { return textclip.Bytes(s, maxTagValue) }

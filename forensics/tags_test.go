@@ -13,7 +13,7 @@ func TestTags(t *testing.T) {
 	e := Evidence{ExitCode: 137, Signal: syscall.SIGKILL, CgroupVersion: "v2",
 		OOMKill: counter(1, 3), OOM: counter(0, 2),
 		Memory: Memory{Known: true, LimitMB: 209.7, RecentWorkingSetMB: 199.8, RecentSharePercent: 95.3,
-			PeakWorkingSetMB: 205.25, PeakSharePercent: 97.87, PeakUsageMB: Reading{Value: 209.7, Known: true, Expected: true},
+			PeakWorkingSetMB: 205.25, PeakUsageMB: Reading{Value: 209.7, Known: true, Expected: true},
 			PeakWorkingSet: summary.Figure{Value: 205.25, Known: true, Expected: true, Source: summary.SourceSampled, SharePercent: 97.87, ShareKnown: true},
 			PeakUsage: summary.Figure{Value: 209.7, Known: true, Expected: true, Source: "kernel high-water mark memory.peak",
 				SharePercent: 100, ShareKnown: true}},

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/clip"
 	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -20,7 +21,7 @@ import (
 // to which the command line is added.
 func JobStartInfo(cfg config.Config, argv, environ []string, tags map[string]string) tracker.StartInfo {
 	shown := redact.New(environ).Argv(argv)
-	tags["bridge.command"] = truncate(strings.Join(shown, " "), 500)
+	tags["bridge.command"] = clip.Bytes(strings.Join(shown, " "), 500)
 	return tracker.StartInfo{Command: shown, RunName: runName(cfg.RunName, shown), NodeID: cfg.NodeID, Tags: tags}
 }
 
@@ -40,14 +41,7 @@ func runName(flag string, shown []string) string {
 			break
 		}
 	}
-	return truncate(strings.Join(parts, " "), 100)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
+	return clip.Bytes(strings.Join(parts, " "), 100)
 }
 
 // ChildEnv is base with the variables the trackers give the child (Env)

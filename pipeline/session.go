@@ -114,9 +114,12 @@ type Session struct {
 	endedOnce sync.Once
 
 	// The end of the run (Stop and Finish together) is over by deadline, or
-	// at once when abort is closed (both set by Stop).
-	deadline time.Time
-	abort    <-chan struct{}
+	// at once when abort is closed: aborted is cancelled then, and every
+	// context of the end derives from it (both set by Stop; Finish ends
+	// the watch with unwatchAbort).
+	deadline     time.Time
+	aborted      context.Context
+	unwatchAbort context.CancelFunc
 
 	failedStarts []summary.Row // sinks that could not start, for the table
 	off          []TrackerOff  // trackers off for the job, for the table
@@ -456,7 +459,7 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	if s.deadline.IsZero() {
 		s.deadline = time.Now().Add(s.set.FlushTimeout)
 	}
-	s.abort = abort
+	s.aborted, s.unwatchAbort = abortContext(abort)
 	if s.running {
 		close(s.stopS)
 		<-s.doneS
@@ -471,28 +474,14 @@ func (s *Session) Stop(abort <-chan struct{}) {
 	drainUntil := s.deadline.Add(-finishReserve(time.Until(s.deadline)))
 	// They take the last samples once the file has them (a tracker is not
 	// offered a sample before), or from memory if the disk stalls.
-	wctx, wcancel := context.WithDeadline(context.Background(), drainUntil)
-	go func() {
-		select {
-		case <-abort: // nil: never
-			wcancel()
-		case <-wctx.Done():
-		}
-	}()
+	wctx, wcancel := context.WithDeadline(s.aborted, drainUntil)
 	if err := s.spool.Written(wctx); err != nil {
 		s.log.Warn("the spool's disk does not answer; the trackers get the last samples from memory", "err", err)
 	}
 	wcancel()
 	timer := time.AfterFunc(time.Until(drainUntil), s.fwdCancel)
 	defer timer.Stop()
-	flushed := make(chan struct{})
-	go func() {
-		select {
-		case <-abort: // nil: never
-			s.fwdCancel()
-		case <-flushed:
-		}
-	}()
+	unwatch := context.AfterFunc(s.aborted, s.fwdCancel)
 	for _, r := range s.sinks {
 		r.fwd.Finish()
 		// Looked at when the grace is over: a tracker that answers during
@@ -504,8 +493,8 @@ func (s *Session) Stop(abort <-chan struct{}) {
 		})
 		defer t.Stop()
 	}
-	s.waitForwarders(abort)
-	close(flushed)
+	s.waitForwarders(s.aborted.Done())
+	unwatch()
 	s.fwdCancel()
 	for _, r := range s.sinks {
 		if n := s.spool.PendingCount(r.Sink.Name(), r.run()); n > 0 {
@@ -571,16 +560,10 @@ func (s *Session) Dropped() int { return int(s.dropped.Load()) }
 // never runs beside its Send.
 func (s *Session) Finish(end tracker.EndInfo) {
 	s.Stop(nil)
+	defer s.unwatchAbort()
 	// Within the same deadline as Stop, and cut short by the same abort.
-	ctx, cancel := context.WithDeadline(context.Background(), s.deadline)
+	ctx, cancel := context.WithDeadline(s.aborted, s.deadline)
 	defer cancel()
-	go func() {
-		select {
-		case <-s.abort:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	// The job's energy, from every sample taken (Stop took the last one).
 	end.Tags = maps.Clone(end.Tags)
 	if end.Tags == nil {
@@ -641,21 +624,28 @@ const (
 // spoolContext bounds closing the spool: the deadline (at least
 // spoolCloseMin from now), or spoolCloseAbort after abort.
 func (s *Session) spoolContext() (context.Context, context.CancelFunc) {
+	// Not derived from aborted: an abort leaves the spool its short while.
 	ctx, cancel := context.WithDeadline(context.Background(), later(s.deadline, time.Now().Add(spoolCloseMin)))
-	go func() {
-		select {
-		case <-s.abort:
-		case <-ctx.Done():
-			return
-		}
-		t := time.NewTimer(spoolCloseAbort)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	unwatch := context.AfterFunc(s.aborted, func() {
+		t := time.AfterFunc(spoolCloseAbort, cancel)
+		context.AfterFunc(ctx, func() { t.Stop() })
+	})
+	return ctx, func() { unwatch(); cancel() }
+}
+
+// abortContext is cancelled when abort closes (a nil abort: never), or by
+// its cancel, which also ends the watch.
+func abortContext(abort <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	if abort != nil {
+		go func() {
+			select {
+			case <-abort:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	return ctx, cancel
 }
 

@@ -118,8 +118,12 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 func (s *Sources) Summary() summary.Options {
 	o := summary.Options{}
 	v2 := s.CgroupVersion() == string(cgroup.ModeV2)
+	pressure := map[string]bool{}
+	for _, d := range cgroup.Pressure.Descs() {
+		pressure[d.Name] = true
+	}
 	for _, d := range s.series {
-		if d.Scope == cgroup.Scope && strings.HasPrefix(d.Name, "container_pressure_") && !v2 {
+		if pressure[d.Name] && !v2 {
 			continue
 		}
 		o.Expected = append(o.Expected, d)

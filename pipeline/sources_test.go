@@ -113,3 +113,21 @@ func TestSourcesErrorNamesItsFlag(t *testing.T) {
 		})
 	}
 }
+
+// Off cgroup v2 the cgroup has no pressure files: its pressure series are
+// not expected (never "not sampled"), the node's and the others still are.
+func TestSummaryExpectsNoCgroupPressureOffV2(t *testing.T) {
+	series := append([]*metrics.Desc{cgroup.MemoryWorkingSet}, cgroup.Pressure.Descs()...)
+	series = append(series, node.Pressure.Descs()...)
+	got := (&Sources{series: series}).Summary().Expected
+	want := append([]*metrics.Desc{cgroup.MemoryWorkingSet}, node.Pressure.Descs()...)
+	if !slices.Equal(got, want) {
+		names := func(ds []*metrics.Desc) (out []string) {
+			for _, d := range ds {
+				out = append(out, d.Name)
+			}
+			return out
+		}
+		t.Errorf("expected %v, want %v", names(got), names(want))
+	}
+}

@@ -91,7 +91,7 @@ func failed(r record) bool {
 // SIGKILL, or the exit codes a wrapper gives for them, that the OOM killer
 // did not send.
 func stopped(r record) bool {
-	if r.reason == reasonCgroupOOM || r.reason == reasonNodeOOM {
+	if oomKilled(r.reason) {
 		return false
 	}
 	if r.signal == "SIGTERM" || r.signal == "SIGKILL" {

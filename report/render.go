@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/bridge-dev/bridge/summary"
 )
 
 // column is one column of the table: its header and each row's cell.
@@ -34,7 +36,7 @@ var columns = []column{
 		if s == "" {
 			return ""
 		}
-		if strings.HasPrefix(n.PeakWorkingSetSource, "kernel") {
+		if strings.HasPrefix(n.PeakWorkingSetSource, summary.SourceKernelPeak) {
 			return "peak " + s + " (the kernel's)"
 		}
 		return "peak " + s

@@ -16,17 +16,28 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/summary"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
-// Run statuses and forensics reasons the report reads (MLflow's names,
-// package forensics' reasons).
+// Run statuses the report reads (MLflow's names; package tracker has no
+// running status of its own).
 const (
-	statusRunning   = "RUNNING"
-	statusFinished  = "FINISHED"
-	reasonCgroupOOM = "cgroup_oom_kill"
-	reasonNodeOOM   = "node_oom_kill"
-	tagJobKey       = "bridge.job_key"
+	statusRunning  = "RUNNING"
+	statusFinished = tracker.StatusFinished
 )
+
+// TagJobKey marks a job's run: its value is the job's key. It is declared
+// here because the packages that write it (pipeline, tracker/mlflow)
+// import this one; pipeline's test pins its TagJobKey to it.
+const TagJobKey = "bridge.job_key"
+
+// oomKilled reports a forensics reason of an OOM kill.
+func oomKilled(reason string) bool {
+	return reason == forensics.ReasonCgroupOOMKill || reason == forensics.ReasonNodeOOMKill
+}
 
 // Report is a run's report.
 type Report struct {
@@ -74,7 +85,7 @@ type History func(ctx context.Context, key string) ([]Point, error)
 
 // sourceKernel is the peak's source where the report takes the kernel's
 // high-water mark.
-const sourceKernel = "kernel high-water mark at the OOM kill"
+const sourceKernel = summary.SourceKernelPeak + " at the OOM kill"
 
 // Build makes run's report. Each node that recorded its figures at its end
 // costs no request; the series of every other node (still running, or its
@@ -121,17 +132,18 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 
 // fromTags puts what the node's end tags say over what its series say: the
 // limits it started with, the throttled share and energy it measured, and
-// the peak working set, which is the kernel's high-water mark for a node
-// the OOM killer ended (the samples miss the last allocations).
+// the peak working set. The node's bridge decides whether that peak is the
+// kernel's high-water mark (summary.PeakWorkingSet) and says so in its
+// source tag; only a node whose bridge predates that tag gets the kernel's
+// mark here, at an OOM kill (the samples miss the last allocations).
 func fromTags(row *Node, rec record) {
 	if rec.peakMB != nil {
 		row.PeakWorkingSetMB = rec.peakMB
 	}
 	if row.PeakWorkingSetMB != nil && row.PeakWorkingSetSource == "" {
-		row.PeakWorkingSetSource = "sampled"
+		row.PeakWorkingSetSource = summary.SourceSampled
 	}
-	oom := rec.reason == reasonCgroupOOM || rec.reason == reasonNodeOOM
-	if oom && rec.kernelPeakMB != nil && !strings.HasPrefix(rec.peakSource, "kernel") &&
+	if oomKilled(rec.reason) && rec.peakSource == "" && rec.kernelPeakMB != nil &&
 		(row.PeakWorkingSetMB == nil || *rec.kernelPeakMB > *row.PeakWorkingSetMB) {
 		row.PeakWorkingSetMB, row.PeakWorkingSetSource = rec.kernelPeakMB, sourceKernel
 	}
@@ -164,7 +176,7 @@ var nodeScopeTag = regexp.MustCompile(`^bridge\.node\.(.+)\.(started|ended)$`)
 // nodesOf lists run's nodes: a job's run (tagged bridge.job_key) has the
 // nodes that recorded tags or series; any other run is one node.
 func nodesOf(run Run) []node {
-	if run.Tags[tagJobKey] == "" {
+	if run.Tags[TagJobKey] == "" {
 		id := run.Tags["bridge.node_id"]
 		keys := "system/"
 		if id != "" {

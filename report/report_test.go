@@ -24,7 +24,7 @@ var t0 = time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)
 // jobTags are the tags a job's nodes record at their end: who ended how,
 // when (ms after t0).
 func jobTags(ends ...nodeEndSpec) map[string]string {
-	tags := map[string]string{tagJobKey: "slurm:c:1.0"}
+	tags := map[string]string{TagJobKey: "slurm:c:1.0"}
 	for _, e := range ends {
 		s := "bridge.node." + e.id + "."
 		tags[s+"started"] = strconv.FormatInt(t0.UnixMilli(), 10)

@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/summary"
 )
 
 // Tag keys of the job's run that the report writes, and a node's record
@@ -41,39 +44,51 @@ type record struct {
 
 // readRecord reads a node's end from the run's tags under scope
 // ("bridge.node.<id>." for a job's node, "bridge." for a single run). Every
-// tag name the report reads from a node is here.
+// tag name the report reads from a node is here, named by the bridge.* tag
+// a single run records (the constants of the packages that write them,
+// where they have one).
 func readRecord(tags map[string]string, scope string) record {
-	get := func(k string) string { return strings.TrimSpace(tags[scope+k]) }
-	r := record{
-		status: get("status"), reason: get("exit_reason"), detail: get("exit_reason_detail"),
-		signal: get("exit_signal"), clock: get("ended_clock"),
-		peakSource: get("peak_working_set_source"),
+	get := func(tag string) string {
+		return strings.TrimSpace(tags[scope+strings.TrimPrefix(tag, "bridge.")])
 	}
-	if c, err := strconv.Atoi(get("exit_code")); err == nil {
+	r := record{
+		status: get("bridge.status"), reason: get(forensics.TagExitReason), detail: get(forensics.TagExitReasonDetail),
+		signal: get("bridge.exit_signal"), clock: get(TagEndedClock),
+		peakSource: get(forensics.TagPeakWorkingSource),
+	}
+	if c, err := strconv.Atoi(get(forensics.TagExitCode)); err == nil {
 		r.exitCode = &c
 	}
-	if ms, err := strconv.ParseInt(get("ended"), 10, 64); err == nil && ms > 0 {
+	if ms, err := strconv.ParseInt(get("bridge.ended"), 10, 64); err == nil && ms > 0 {
 		r.ended = time.UnixMilli(ms).UTC()
 	}
-	if v := get("figures"); v != "" {
+	if v := get(TagFigures); v != "" {
 		var f Figures
 		if json.Unmarshal([]byte(v), &f) == nil {
 			r.figures = &f
 		}
 	}
-	r.peakMB = parseNum(get("peak_working_set_megabytes"))
-	r.limitMB = parseNum(get("memory_limit_megabytes")) // "no limit": nil
-	r.cpuLimit = parseNum(get("cpu_limit_cores"))
-	r.throttled = parseNum(get("throttled_share_percentage"))
-	r.gpuJoules = parseNum(get("energy_gpus_joules"))
-	r.cpuJoules = parseNum(get("energy_node_cpu_joules"))
-	// The kernel's high-water mark of usage: its own tag where the node
-	// writes one, else the forensics evidence, else its share of the limit.
-	r.kernelPeakMB = parseNum(get("peak_usage_megabytes"))
-	if r.kernelPeakMB == nil {
-		r.kernelPeakMB = parseNum(evidence(get("exit_evidence"), "peak_usage_megabytes"))
+	r.peakMB = parseNum(get(forensics.TagPeakWorkingSet))
+	r.limitMB = parseNum(get("bridge.memory_limit_megabytes")) // "no limit": nil
+	r.cpuLimit = parseNum(get("bridge.cpu_limit_cores"))
+	r.throttled = parseNum(get(forensics.TagThrottledShare))
+	r.gpuJoules = parseNum(get(summary.TagEnergyGPUs))
+	r.cpuJoules = parseNum(get(summary.TagEnergyNodeCPU))
+	// The kernel's high-water mark of usage, for a bridge that predates
+	// the peak's source tag (fromTags): the peak-usage tag only where its
+	// source says it is the kernel's (it falls back to the samples), else
+	// the forensics evidence (always the kernel's), else the share of the
+	// limit, which was the kernel's before it had a source tag.
+	usageSource := get(forensics.TagPeakUsageSource)
+	kernelUsage := strings.HasPrefix(usageSource, summary.SourceKernelPeak)
+	if kernelUsage {
+		r.kernelPeakMB = parseNum(get(forensics.TagPeakUsage))
 	}
-	if share := parseNum(get("peak_usage_share_of_limit_percentage")); r.kernelPeakMB == nil && share != nil && r.limitMB != nil {
+	if r.kernelPeakMB == nil {
+		r.kernelPeakMB = parseNum(evidence(get(forensics.TagExitEvidence), "peak_usage_megabytes"))
+	}
+	if share := parseNum(get(forensics.TagPeakUsageShare)); r.kernelPeakMB == nil && share != nil && r.limitMB != nil &&
+		(usageSource == "" || kernelUsage) {
 		r.kernelPeakMB = num(*share * *r.limitMB / 100)
 	}
 	return r

@@ -309,11 +309,11 @@ func (a *Accumulator) Rows() []Row {
 		rows = append(rows, Row{"peak usage", a.memoryRow(f, extra)})
 	}
 	if cpu, ok := a.Get(cgroup.CPUUsage); ok {
-		// A job too short, or sampled too fast, for a steady window: every
-		// sample's rate.
-		peak, mean := cpu.Peak, cpu.Mean()
-		if a.cpuPeakOK {
-			peak, mean = a.cpuPeak, a.cpuCoreSecs/a.cpuSecs
+		peak, mean, ok := a.CPU()
+		if !ok {
+			// A job too short, or sampled too fast, for a steady window:
+			// every sample's rate.
+			peak, mean = cpu.Peak, cpu.Mean()
 		}
 		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, mean)
 		_, split := a.Get(cgroup.CPUUsageLimitSplit)
