@@ -260,8 +260,7 @@ func (e *engine) sweep() {
 	if !alive {
 		return
 	}
-	el := election.New(election.Config{Settle: e.o.Settle}, directStore{e.model})
-	left, _ := el.Sweep(context.Background(), win)
+	left, _ := election.Sweep(context.Background(), directStore{e.model}, win)
 	e.res.Left = append(e.res.Left, left...)
 	for _, id := range e.model.active() {
 		if id != win && !slices.Contains(e.res.Left, id) {

@@ -199,10 +199,7 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 // none is left beside the job's run. The node that writes the job's
 // status does it, and node 0 (every node, when the launcher numbers none).
 func (s *Sink) sweep(ctx context.Context) {
-	if s.el.run == nil {
-		s.el.run = election.New(election.Config{Key: s.cfg.Job.Key, Settle: s.cfg.Job.Settle, Log: s.log}, jobStore{s})
-	}
-	left, err := s.el.run.Sweep(ctx, s.runID)
+	left, err := election.Sweep(ctx, jobStore{s}, s.runID)
 	if err != nil {
 		s.log.Debug("cannot look for the job's stray candidate runs", "err", err)
 		return
