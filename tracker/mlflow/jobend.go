@@ -136,21 +136,6 @@ func (s *Sink) scoped(tags map[string]string) map[string]string {
 	return out
 }
 
-// The status a run has, worst last: bridge never moves a job's run to a
-// better one (a failed attempt stays failed when a restarted one ends
-// cleanly).
-func severity(status string) int {
-	switch status {
-	case StatusFinished:
-		return 1
-	case StatusKilled:
-		return 2
-	case StatusFailed:
-		return 3
-	}
-	return 0 // RUNNING, SCHEDULED, unknown
-}
-
 // finishJob records this node's end on the job's run and, from every
 // node's record, the run's status: FAILED (or KILLED) as soon as one node's
 // child failed (a record that stays), FINISHED once every node the launcher
@@ -169,7 +154,7 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 		// what is recorded.
 		return errors.Join(append(errs, s.SetTags(ctx, s.scoped(end.Tags)))...)
 	}
-	status := TerminalStatus(end)
+	status := tracker.TerminalStatus(end)
 	tags := s.scoped(end.Tags)
 	tags[s.scope+".status"] = status
 	tags[s.scope+".ended"] = strconv.FormatInt(end.Time.UnixMilli(), 10)
@@ -227,7 +212,7 @@ func jobStatus(tags map[string]string, nodes int) string {
 	for k, v := range tags {
 		if strings.HasPrefix(k, "bridge.failed.") {
 			st, _, _ := strings.Cut(v, ":")
-			if severity(st) > severity(worst) {
+			if tracker.Severity(st) > tracker.Severity(worst) {
 				worst = st
 			}
 		}
@@ -266,7 +251,7 @@ func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) (last R
 			nodes, _ = strconv.Atoi(tags[TagNodes])
 		}
 		want := jobStatus(tags, nodes)
-		if want == "" || severity(want) <= severity(run.Info.Status) {
+		if want == "" || tracker.Severity(want) <= tracker.Severity(run.Info.Status) {
 			return last, wrote, nil
 		}
 		if want == StatusFinished {

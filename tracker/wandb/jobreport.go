@@ -104,17 +104,7 @@ func nodeEnd(end tracker.EndInfo) map[string]any {
 			rec[rest] = v
 		}
 	}
-	status := end.Status
-	if status == "" {
-		status = tracker.StatusFinished
-		switch {
-		case end.Signal != 0:
-			status = tracker.StatusKilled
-		case end.ExitCode != 0:
-			status = tracker.StatusFailed
-		}
-	}
-	rec["status"] = status
+	rec["status"] = tracker.TerminalStatus(end)
 	if !end.Time.IsZero() {
 		rec["ended"] = strconv.FormatInt(end.Time.UnixMilli(), 10)
 	}
@@ -135,7 +125,7 @@ func jobReport(run string, nodes map[string]any, firstFailure string) *report.Re
 				tags["bridge.node."+id+"."+k] = sv
 			}
 		}
-		if st, _ := m["status"].(string); worse(st, status) {
+		if st, _ := m["status"].(string); tracker.Severity(st) > tracker.Severity(status) {
 			status = st
 		}
 	}
@@ -144,9 +134,4 @@ func jobReport(run string, nodes map[string]any, firstFailure string) *report.Re
 	}
 	rep, _ := report.Build(context.Background(), report.Run{ID: run, Status: status, Tags: tags}, nil) // no series: no error
 	return rep
-}
-
-func worse(a, b string) bool {
-	rank := map[string]int{tracker.StatusFinished: 1, tracker.StatusKilled: 2, tracker.StatusFailed: 3}
-	return rank[a] > rank[b]
 }
