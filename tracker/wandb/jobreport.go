@@ -77,8 +77,7 @@ func (s *Sink) recordJobSummary(ctx context.Context, end tracker.EndInfo, who st
 	recorded, _ := b["first_failure"].(string)
 	rep := jobReport(s.cfg.RunID, nodes, recorded)
 	if f := rep.FirstFailure; f != nil {
-		cur, _ := b["first_failure"].(string)
-		if at, ok := report.FailureTagTime(cur); !ok || f.At().Before(at) {
+		if at, ok := report.FailureTagTime(recorded); !ok || f.At().Before(at) {
 			b["first_failure"] = f.Tag()
 		}
 	}
