@@ -35,7 +35,7 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 		s.scope = "bridge.task." + node + "." + job.Task
 		s.prefix = "system/" + node + "/" + job.Task + "/"
 	}
-	id, err := s.knownJobRun(ctx)
+	id, known, err := s.knownJobRun(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -62,13 +62,17 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 	// restart, a requeue): its steps continue after them. One request,
 	// before the run is taken: a failure retries the whole start. A first
 	// attempt skips it: on a large job it is the heaviest request a node
-	// makes (the run's latest value of every node's every series).
+	// makes (the run's latest value of every node's every series); the
+	// read of a run the spool recorded serves, read just before.
 	if job.Attempt != 0 {
-		run, err := s.getRun(ctx, id)
-		if err != nil {
-			return nil, err
+		if known == nil {
+			run, err := s.getRun(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			known = &run
 		}
-		s.nextStep = nextStepOf(run.Data.Metrics, s.prefix)
+		s.nextStep = nextStepOf(known.Data.Metrics, s.prefix)
 	}
 	s.log.Info("joined the job's run", "run_id", id, "key", job.Key, "node", s.who, "next_step", s.nextStep)
 	// The job's run is bridge's: it records the job's end (finishJob).
@@ -95,26 +99,27 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 }
 
 // knownJobRun is Config.JobRun when it is still the job's run (it exists,
-// is not deleted and carries the job's key), "" when the job's run must be
-// elected.
-func (s *Sink) knownJobRun(ctx context.Context) (string, error) {
+// is not deleted and carries the job's key), with the run as read; "" and
+// nil when the job's run must be elected. The caller reuses the run: on a
+// large job it is the heaviest request a node makes.
+func (s *Sink) knownJobRun(ctx context.Context) (string, *Run, error) {
 	job, known := s.cfg.Job, s.cfg.JobRun
 	if known == "" {
-		return "", nil
+		return "", nil, nil
 	}
 	run, err := s.getRun(ctx, known)
 	switch {
 	case isCode(err, "RESOURCE_DOES_NOT_EXIST"):
 	case err != nil:
-		return "", err
+		return "", nil, err
 	case run.Info.LifecycleStage == "deleted" || run.Data.TagMap()[TagJobKey] != job.Key:
 	default:
 		s.el.expID = run.Info.ExperimentID
-		return known, nil
+		return known, &run, nil
 	}
 	s.log.Warn("the job's run the spool recorded is gone (deleted, or not the job's); finding the job's run by its key", "run_id", known, "key", job.Key)
 	s.cfg.JobRun = ""
-	return "", nil
+	return "", nil, nil
 }
 
 // tagPreviousAttemptLost is forensics.TagPreviousAttemptLost, set by the
