@@ -83,9 +83,14 @@ func scrub(s string, n int, ok func(rune) bool) string {
 	return out
 }
 
-func segmentRune(r rune) bool {
+// SegmentRune reports whether r may stand in a key segment as it is:
+// letters, digits, '_', '-' and '.' (ASCII only). Other packages that
+// derive ids from keys (the W&B run id) use the same set.
+func SegmentRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.'
 }
+
+func segmentRune(r rune) bool { return SegmentRune(r) }
 
 // NodeIDFrom maps another tool's node name (MLFLOW_SYSTEM_METRICS_NODE_ID,
 // the host name) to a node id, one key segment: a valid id is used as it

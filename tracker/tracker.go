@@ -50,6 +50,37 @@ const (
 	StatusKilled   = "KILLED"
 )
 
+// TerminalStatus is the status bridge gives a run it owns: end.Status when
+// it is a terminal one, else KILLED when the child died of a signal,
+// FAILED on a non-zero exit, FINISHED otherwise. Every sink records the
+// same status for the same end.
+func TerminalStatus(end EndInfo) string {
+	switch {
+	case end.Status == StatusFinished || end.Status == StatusFailed || end.Status == StatusKilled:
+		return end.Status
+	case end.Signal != 0:
+		return StatusKilled
+	case end.ExitCode != 0:
+		return StatusFailed
+	}
+	return StatusFinished
+}
+
+// Severity orders run statuses, worst highest: a job's status only gets
+// worse (a failed attempt stays failed when a restarted one ends cleanly).
+// RUNNING, SCHEDULED and unknown ones are 0.
+func Severity(status string) int {
+	switch status {
+	case StatusFinished:
+		return 1
+	case StatusKilled:
+		return 2
+	case StatusFailed:
+		return 3
+	}
+	return 0
+}
+
 // Sink sends samples to one tracker.
 //
 // Contract: calls never overlap and come in the order Start, RunID, Send...,

@@ -85,12 +85,12 @@ func sim(args []string) error {
 		if err != nil {
 			return err
 		}
-		delays = append(delays, res.JoinedBy...)
+		delays = append(delays, res.JoinedBy()...)
 		for _, n := range res.Requests {
 			reqs += n
 		}
 		busy += res.Busy
-		last += res.Last
+		last += res.Last()
 	}
 	slices.Sort(delays)
 	q := func(p float64) time.Duration { return delays[min(len(delays)-1, int(p*float64(len(delays))))] }

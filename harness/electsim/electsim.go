@@ -59,23 +59,38 @@ type Options struct {
 // Result is what a schedule did.
 type Result struct {
 	Seed     uint64
-	Elected  []string        // every run ever marked elected
-	Joined   []Join          // one per node that joined
-	Dead     int             // nodes dead at the end
-	Unjoined []int           // live nodes that never joined
-	Left     []string        // active runs after the sweep, other than the elected one
-	Requests map[string]int  // by kind
-	Failed   []string        // permanent errors
-	Bound    time.Duration   // the liveness bound checked
-	Last     time.Duration   // the last join
-	Busy     time.Duration   // server busy time (with a Server)
-	JoinedBy []time.Duration // per joined node: the time from its start to its join
+	Elected  []string       // every run ever marked elected
+	Joined   []Join         // one per node that joined
+	Unjoined []int          // live nodes that never joined
+	Left     []string       // active runs after the sweep, other than the elected one
+	Requests map[string]int // by kind
+	Failed   []string       // permanent errors
+	Bound    time.Duration  // the liveness bound checked
+	Busy     time.Duration  // server busy time (with a Server)
+}
+
+// JoinedBy is, per joined node (in Joined's order), the time from its
+// start to its join.
+func (r Result) JoinedBy() []time.Duration {
+	out := make([]time.Duration, len(r.Joined))
+	for i, j := range r.Joined {
+		out[i] = j.At - j.Started
+	}
+	return out
+}
+
+// Last is when the last node joined (0 when none did).
+func (r Result) Last() time.Duration {
+	var last time.Duration
+	for _, j := range r.Joined {
+		last = max(last, j.At)
+	}
+	return last
 }
 
 // Join is one node's join.
 type Join struct {
 	Node    int
-	Life    int // 0 the first bridge of the node, 1 after a restart...
 	Run     string
 	At      time.Duration
 	Started time.Duration
@@ -135,7 +150,6 @@ type request struct {
 	kind     string
 	run      string // SetParam, MarkElected, Delete
 	value    string // SetParam; Create: the start id
-	sent     time.Duration
 	answer   answer
 	resolved bool // the node was woken (answer or timeout)
 }
@@ -207,11 +221,6 @@ func (e *engine) play() {
 	}
 	e.drain()
 	e.sweep()
-	for _, n := range e.nodes {
-		if n.dead {
-			e.res.Dead++
-		}
-	}
 	e.stop()
 }
 
@@ -260,8 +269,7 @@ func (e *engine) sweep() {
 	if !alive {
 		return
 	}
-	el := election.New(election.Config{Settle: e.o.Settle}, directStore{e.model})
-	left, _ := el.Sweep(context.Background(), win)
+	left, _ := election.Sweep(context.Background(), directStore{e.model}, win)
 	e.res.Left = append(e.res.Left, left...)
 	for _, id := range e.model.active() {
 		if id != win && !slices.Contains(e.res.Left, id) {
@@ -356,7 +364,6 @@ func (e *engine) trace(format string, a ...any) {
 func (e *engine) request(n *node, r *request) {
 	e.res.Requests[r.kind]++
 	e.trace("node %d.%d sends %s %s %s", n.index, n.life, r.kind, r.run, r.value)
-	r.sent = e.now
 	if e.chance(e.o.Kill) {
 		// Dies as it sends: the request may still be on its way.
 		e.kill(n)

@@ -63,9 +63,7 @@ func (n *node) main() {
 		n.e.trace("node %d.%d Run: %q %v", n.index, n.life, id, err)
 		if err == nil {
 			n.joined = true
-			n.e.res.Joined = append(n.e.res.Joined, Join{Node: n.index, Life: n.life, Run: id, At: n.e.now, Started: n.started})
-			n.e.res.JoinedBy = append(n.e.res.JoinedBy, n.e.now-n.started)
-			n.e.res.Last = max(n.e.res.Last, n.e.now)
+			n.e.res.Joined = append(n.e.res.Joined, Join{Node: n.index, Run: id, At: n.e.now, Started: n.started})
 			break
 		}
 		if errors.Is(err, errKilled) {

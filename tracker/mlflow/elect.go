@@ -53,7 +53,7 @@ const (
 // DefaultSettle is the election's settle time T when Job.Settle is unset.
 const DefaultSettle = election.DefaultSettle
 
-// election is the sink's part in a job's election, kept between calls of
+// jobElection is the sink's part in a job's election, kept between calls of
 // Start: a Start cut short by its deadline resumes where it stopped (the
 // forwarder starts the sink again in the background).
 type jobElection struct {

@@ -35,7 +35,7 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 		s.scope = "bridge.task." + node + "." + job.Task
 		s.prefix = "system/" + node + "/" + job.Task + "/"
 	}
-	id, err := s.knownJobRun(ctx)
+	id, known, err := s.knownJobRun(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -62,13 +62,17 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 	// restart, a requeue): its steps continue after them. One request,
 	// before the run is taken: a failure retries the whole start. A first
 	// attempt skips it: on a large job it is the heaviest request a node
-	// makes (the run's latest value of every node's every series).
+	// makes (the run's latest value of every node's every series); the
+	// read of a run the spool recorded serves, read just before.
 	if job.Attempt != 0 {
-		run, err := s.getRun(ctx, id)
-		if err != nil {
-			return nil, err
+		if known == nil {
+			run, err := s.getRun(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			known = &run
 		}
-		s.nextStep = nextStepOf(run.Data.Metrics, s.prefix)
+		s.nextStep = nextStepOf(known.Data.Metrics, s.prefix)
 	}
 	s.log.Info("joined the job's run", "run_id", id, "key", job.Key, "node", s.who, "next_step", s.nextStep)
 	// The job's run is bridge's: it records the job's end (finishJob).
@@ -95,26 +99,27 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 }
 
 // knownJobRun is Config.JobRun when it is still the job's run (it exists,
-// is not deleted and carries the job's key), "" when the job's run must be
-// elected.
-func (s *Sink) knownJobRun(ctx context.Context) (string, error) {
+// is not deleted and carries the job's key), with the run as read; "" and
+// nil when the job's run must be elected. The caller reuses the run: on a
+// large job it is the heaviest request a node makes.
+func (s *Sink) knownJobRun(ctx context.Context) (string, *Run, error) {
 	job, known := s.cfg.Job, s.cfg.JobRun
 	if known == "" {
-		return "", nil
+		return "", nil, nil
 	}
 	run, err := s.getRun(ctx, known)
 	switch {
 	case isCode(err, "RESOURCE_DOES_NOT_EXIST"):
 	case err != nil:
-		return "", err
+		return "", nil, err
 	case run.Info.LifecycleStage == "deleted" || run.Data.TagMap()[TagJobKey] != job.Key:
 	default:
 		s.el.expID = run.Info.ExperimentID
-		return known, nil
+		return known, &run, nil
 	}
 	s.log.Warn("the job's run the spool recorded is gone (deleted, or not the job's); finding the job's run by its key", "run_id", known, "key", job.Key)
 	s.cfg.JobRun = ""
-	return "", nil
+	return "", nil, nil
 }
 
 // tagPreviousAttemptLost is forensics.TagPreviousAttemptLost, set by the
@@ -136,21 +141,6 @@ func (s *Sink) scoped(tags map[string]string) map[string]string {
 	return out
 }
 
-// The status a run has, worst last: bridge never moves a job's run to a
-// better one (a failed attempt stays failed when a restarted one ends
-// cleanly).
-func severity(status string) int {
-	switch status {
-	case StatusFinished:
-		return 1
-	case StatusKilled:
-		return 2
-	case StatusFailed:
-		return 3
-	}
-	return 0 // RUNNING, SCHEDULED, unknown
-}
-
 // finishJob records this node's end on the job's run and, from every
 // node's record, the run's status: FAILED (or KILLED) as soon as one node's
 // child failed (a record that stays), FINISHED once every node the launcher
@@ -169,7 +159,7 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 		// what is recorded.
 		return errors.Join(append(errs, s.SetTags(ctx, s.scoped(end.Tags)))...)
 	}
-	status := TerminalStatus(end)
+	status := tracker.TerminalStatus(end)
 	tags := s.scoped(end.Tags)
 	tags[s.scope+".status"] = status
 	tags[s.scope+".ended"] = strconv.FormatInt(end.Time.UnixMilli(), 10)
@@ -199,10 +189,7 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 // none is left beside the job's run. The node that writes the job's
 // status does it, and node 0 (every node, when the launcher numbers none).
 func (s *Sink) sweep(ctx context.Context) {
-	if s.el.run == nil {
-		s.el.run = election.New(election.Config{Key: s.cfg.Job.Key, Settle: s.cfg.Job.Settle, Log: s.log}, jobStore{s})
-	}
-	left, err := s.el.run.Sweep(ctx, s.runID)
+	left, err := election.Sweep(ctx, jobStore{s}, s.runID)
 	if err != nil {
 		s.log.Debug("cannot look for the job's stray candidate runs", "err", err)
 		return
@@ -230,7 +217,7 @@ func jobStatus(tags map[string]string, nodes int) string {
 	for k, v := range tags {
 		if strings.HasPrefix(k, "bridge.failed.") {
 			st, _, _ := strings.Cut(v, ":")
-			if severity(st) > severity(worst) {
+			if tracker.Severity(st) > tracker.Severity(worst) {
 				worst = st
 			}
 		}
@@ -269,7 +256,7 @@ func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) (last R
 			nodes, _ = strconv.Atoi(tags[TagNodes])
 		}
 		want := jobStatus(tags, nodes)
-		if want == "" || severity(want) <= severity(run.Info.Status) {
+		if want == "" || tracker.Severity(want) <= tracker.Severity(run.Info.Status) {
 			return last, wrote, nil
 		}
 		if want == StatusFinished {

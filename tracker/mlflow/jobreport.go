@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/report"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // The job's report as run artifacts (docs/multinode.md).
@@ -36,7 +37,7 @@ const historyPage = 25000
 // tags and latest values in one runs/get, and the series of the nodes that
 // recorded no figures of their own, each once.
 func (s *Sink) Report(ctx context.Context, id string) (*report.Report, error) {
-	if err := validRunID(id); err != nil {
+	if err := tracker.ValidID("run id", id); err != nil {
 		return nil, err
 	}
 	run, err := s.getRun(ctx, id)
@@ -52,13 +53,6 @@ func (s *Sink) Report(ctx context.Context, id string) (*report.Report, error) {
 		return nil, ae
 	}
 	return nil, err
-}
-
-func validRunID(id string) error {
-	if id == "" || strings.ContainsAny(id, "/?#& \t\n") {
-		return fmt.Errorf("%q is no MLflow run id", id)
-	}
-	return nil
 }
 
 // reportRun is what the report reads of an MLflow run.

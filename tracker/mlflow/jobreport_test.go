@@ -61,7 +61,7 @@ func TestJobReportOnTheRun(t *testing.T) {
 				t.Errorf("rewritten report: %s %s (%q), want %s, a consequence but for node-1", n.Node, n.Status, n.Consequence, want)
 			}
 		}
-		if md, ok := srv.Artifact(t, win, reportMD); !ok || !strings.Contains(string(md), "| node-2 | KILLED |") {
+		if md, ok := srv.Artifact(t, win, ReportMarkdown); !ok || !strings.Contains(string(md), "| node-2 | KILLED |") {
 			t.Errorf("bridge-report.md:\n%s", md)
 		}
 		if r := srv.GetRun(t, win); !strings.HasPrefix(r.Tags[report.TagFirstFailure], "node-1: ") || r.Tags[report.TagReportSummary] != "" {
@@ -95,8 +95,8 @@ func TestJobReportOnTheRun(t *testing.T) {
 			!strings.Contains(sum, "first failure: node-2: app_error") {
 			t.Errorf("report tags: %s=%q\n%s", report.TagReport, r.Tags[report.TagReport], sum)
 		}
-		if _, ok := srv.Artifact(t, win, reportMD); ok {
-			t.Errorf("%s uploaded where the server cannot serve it", reportMD)
+		if _, ok := srv.Artifact(t, win, ReportMarkdown); ok {
+			t.Errorf("%s uploaded where the server cannot serve it", ReportMarkdown)
 		}
 	})
 	t.Run("bridge report while the job runs", func(t *testing.T) {
@@ -125,11 +125,8 @@ func TestJobReportOnTheRun(t *testing.T) {
 	})
 }
 
-// reportMD is the report's Markdown artifact.
-const reportMD = ReportMarkdown
-
-// readReport reads the run's bridge-report.json, or its report rebuilt
-// from the run where the server keeps no artifacts of it.
+// readReport reads the run's bridge-report.json artifact; a run without
+// one fails the test.
 func readReport(t *testing.T, srv *mlflowtest.Server, run string) *report.Report {
 	t.Helper()
 	b, ok := srv.Artifact(t, run, ReportJSON)
@@ -146,4 +143,20 @@ func readReport(t *testing.T, srv *mlflowtest.Server, run string) *report.Report
 func mustJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// `bridge report` with an id that is no run id (a path, a query) stops
+// before it reaches a URL, and says which argument was wrong.
+func TestReportRefusesBadRunID(t *testing.T) {
+	rc := &recorder{}
+	s := testSink(t, rc, Config{})
+	for _, id := range []string{"", "../runs/x", "a?b=c", "a b"} {
+		_, err := s.Report(context.Background(), id)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("run id %q", id)) || !strings.Contains(err.Error(), "is not a valid id") {
+			t.Errorf("Report(%q): %v", id, err)
+		}
+	}
+	if len(rc.bodies) != 0 {
+		t.Errorf("%d requests sent for invalid run ids", len(rc.bodies))
+	}
 }

@@ -401,27 +401,6 @@ func TestSendBeforeStart(t *testing.T) {
 	}
 }
 
-func TestTerminalStatus(t *testing.T) {
-	tests := []struct {
-		end  tracker.EndInfo
-		want string
-	}{
-		{tracker.EndInfo{ExitCode: 0}, StatusFinished},
-		{tracker.EndInfo{ExitCode: 3}, StatusFailed},
-		{tracker.EndInfo{ExitCode: 137, Signal: 9}, StatusKilled},
-		{tracker.EndInfo{ExitCode: 143, Signal: 15}, StatusKilled},
-		// bridge sync: a lost attempt, whatever the exit fields say.
-		{tracker.EndInfo{ExitCode: 0, Status: tracker.StatusKilled}, StatusKilled},
-		{tracker.EndInfo{ExitCode: 3, Status: tracker.StatusFinished}, StatusFinished},
-		{tracker.EndInfo{ExitCode: 3, Status: "RUNNING"}, StatusFailed}, // not terminal: ignored
-	}
-	for _, tc := range tests {
-		if got := TerminalStatus(tc.end); got != tc.want {
-			t.Errorf("%+v: %s, want %s", tc.end, got, tc.want)
-		}
-	}
-}
-
 func TestTagValuesTruncated(t *testing.T) {
 	long := strings.Repeat("é", maxTagValue+5)
 	got := tagList(map[string]string{"b": long, "a": "short"})

@@ -686,7 +686,7 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		s.log.Debug("run already ended by the child, status left as is", "run_id", s.runID, "status", run.Info.Status)
 		return errors.Join(errs...)
 	}
-	status := TerminalStatus(end)
+	status := tracker.TerminalStatus(end)
 	endTime := end.Time
 	if endTime.IsZero() {
 		endTime = time.Now()
@@ -725,19 +725,4 @@ func (s *Sink) RecordedEnd(ctx context.Context, since time.Time) (tracker.EndInf
 		end.Time = time.UnixMilli(ended)
 	}
 	return end, true, nil
-}
-
-// TerminalStatus is the status bridge gives a run it owns: end.Status when
-// set, else KILLED when the child died of a signal, FAILED on a non-zero
-// exit, FINISHED otherwise.
-func TerminalStatus(end tracker.EndInfo) string {
-	switch {
-	case end.Status == tracker.StatusFinished || end.Status == tracker.StatusFailed || end.Status == tracker.StatusKilled:
-		return end.Status
-	case end.Signal != 0:
-		return StatusKilled
-	case end.ExitCode != 0:
-		return StatusFailed
-	}
-	return StatusFinished
 }

@@ -77,8 +77,7 @@ func (s *Sink) recordJobSummary(ctx context.Context, end tracker.EndInfo, who st
 	recorded, _ := b["first_failure"].(string)
 	rep := jobReport(s.cfg.RunID, nodes, recorded)
 	if f := rep.FirstFailure; f != nil {
-		cur, _ := b["first_failure"].(string)
-		if at, ok := report.FailureTagTime(cur); !ok || f.At().Before(at) {
+		if at, ok := report.FailureTagTime(recorded); !ok || f.At().Before(at) {
 			b["first_failure"] = f.Tag()
 		}
 	}
@@ -104,17 +103,7 @@ func nodeEnd(end tracker.EndInfo) map[string]any {
 			rec[rest] = v
 		}
 	}
-	status := end.Status
-	if status == "" {
-		status = tracker.StatusFinished
-		switch {
-		case end.Signal != 0:
-			status = tracker.StatusKilled
-		case end.ExitCode != 0:
-			status = tracker.StatusFailed
-		}
-	}
-	rec["status"] = status
+	rec["status"] = tracker.TerminalStatus(end)
 	if !end.Time.IsZero() {
 		rec["ended"] = strconv.FormatInt(end.Time.UnixMilli(), 10)
 	}
@@ -135,7 +124,7 @@ func jobReport(run string, nodes map[string]any, firstFailure string) *report.Re
 				tags["bridge.node."+id+"."+k] = sv
 			}
 		}
-		if st, _ := m["status"].(string); worse(st, status) {
+		if st, _ := m["status"].(string); tracker.Severity(st) > tracker.Severity(status) {
 			status = st
 		}
 	}
@@ -144,9 +133,4 @@ func jobReport(run string, nodes map[string]any, firstFailure string) *report.Re
 	}
 	rep, _ := report.Build(context.Background(), report.Run{ID: run, Status: status, Tags: tags}, nil) // no series: no error
 	return rep
-}
-
-func worse(a, b string) bool {
-	rank := map[string]int{tracker.StatusFinished: 1, tracker.StatusKilled: 2, tracker.StatusFailed: 3}
-	return rank[a] > rank[b]
 }

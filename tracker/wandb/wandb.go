@@ -38,6 +38,7 @@ import (
 
 	"github.com/go-resty/resty/v2"
 
+	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
@@ -745,7 +746,7 @@ func SharedEnv(label string, primary, known bool) []string {
 
 // RunIDFor is the W&B run id of a job, the same on every node: its key
 // with every character other than letters, digits, '_', '-' and '.' made
-// '-' (wandb's validate_run_id refuses : ; , # ? / '), cut to 48, for
+// '-' (jobkey.SegmentRune; wandb's validate_run_id refuses : ; , # ? / '), cut to 48, for
 // reading, then 10 hex digits of the SHA-256 of the key and its generation
 // ("" when the launcher gives none). The key is already distinct for
 // distinct launcher values (package jobkey hashes what it cleans), so two
@@ -753,7 +754,9 @@ func SharedEnv(label string, primary, known bool) []string {
 func RunIDFor(key, generation string) string {
 	id := []byte(key)
 	for i, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+		// Byte by byte: each byte of a multi-byte rune is refused, so the
+		// id keeps the length it always had.
+		if !jobkey.SegmentRune(rune(c)) {
 			id[i] = '-'
 		}
 	}

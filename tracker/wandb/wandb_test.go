@@ -583,6 +583,18 @@ func TestRunIDFor(t *testing.T) {
 	if got := RunIDFor("slurm:alps:4242.0", ""); got != "slurm-alps-4242.0-584def97b3" {
 		t.Errorf("RunIDFor without a generation = %q, want slurm-alps-4242.0-584def97b3", got)
 	}
+	// Ids as bridge has always made them: byte by byte, so a non-ASCII
+	// rune gives one '-' a byte, and cut to 48 before the hash.
+	for _, tc := range []struct{ key, gen, want string }{
+		{"slurm:alps:4242.0", "1764900000", "slurm-alps-4242.0-94c961518c"},
+		{"torchrun:héllo wörld/x?y#z", "7", "torchrun-h--llo-w--rld-x-y-z-b63f3b62ce"},
+		{"k8s:ns/job-name_with.dots:abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", "", "k8s-ns-job-name_with.dots-abcdefghijklmnopqrstuv-0527580f5b"},
+		{"a\x00b\xffc日本", "g", "a-b-c-------c8638eaffe"},
+	} {
+		if got := RunIDFor(tc.key, tc.gen); got != tc.want {
+			t.Errorf("RunIDFor(%q, %q) = %q, want %q", tc.key, tc.gen, got, tc.want)
+		}
+	}
 }
 
 // A shared run: Start hands the child wandb's shared-mode settings, the

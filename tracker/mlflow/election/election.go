@@ -514,9 +514,10 @@ func (e *Election) decide(ctx context.Context, anchor string) (string, error) {
 // Sweep deletes the job's candidates other than its run (winner), which
 // lost or never became eligible: those whose creator died, and a create
 // applied after the election. A node that knows the winner may: nothing
-// else can win. It returns the ones it could not delete.
-func (e *Election) Sweep(ctx context.Context, winner string) ([]string, error) {
-	cands, _, err := e.store.Search(ctx)
+// else can win. It returns the ones it could not delete. It needs no
+// election state, only the store: a node that never elected may sweep.
+func Sweep(ctx context.Context, store Store, winner string) ([]string, error) {
+	cands, _, err := store.Search(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -526,14 +527,14 @@ func (e *Election) Sweep(ctx context.Context, winner string) ([]string, error) {
 			continue
 		}
 		if c.Param == "" {
-			if held, err := e.store.SetParam(ctx, c.ID, Void); err != nil || held != Void {
+			if held, err := store.SetParam(ctx, c.ID, Void); err != nil || held != Void {
 				if err != nil || held != "" {
 					left = append(left, c.ID)
 				}
 				continue
 			}
 		}
-		if err := e.store.Delete(ctx, c.ID); err != nil {
+		if err := store.Delete(ctx, c.ID); err != nil {
 			left = append(left, c.ID)
 		}
 	}
