@@ -90,8 +90,6 @@ func SegmentRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.'
 }
 
-func segmentRune(r rune) bool { return SegmentRune(r) }
-
 // NodeIDFrom maps another tool's node name (MLFLOW_SYSTEM_METRICS_NODE_ID,
 // the host name) to a node id, one key segment: a valid id is used as it
 // is; any other value has each character other than letters, digits,
@@ -102,7 +100,7 @@ func NodeIDFrom(raw string) (id string, changed bool) {
 	if raw == "" || ValidNodeID(raw) && !looksHashed(raw) {
 		return raw, false
 	}
-	return scrub(raw, MaxNodeID-hashLen, segmentRune) + HashSep + digest(raw), true
+	return scrub(raw, MaxNodeID-hashLen, SegmentRune) + HashSep + digest(raw), true
 }
 
 // field is one launcher value that goes into a key.

@@ -208,7 +208,7 @@ const NodeIDRule = "may hold only letters, digits, '_', '-', '.' and at most 100
 // ValidNodeID reports whether s can be a node id: one MLflow key segment
 // (MLflow refuses a key whose path is not normal: system/../cpu).
 func ValidNodeID(s string) bool {
-	return s != "." && s != ".." && fits(s, MaxNodeID, segmentRune)
+	return s != "." && s != ".." && fits(s, MaxNodeID, SegmentRune)
 }
 
 // KeyRule says what a key may hold; ValidKey checks it.

@@ -198,7 +198,7 @@ func (j *Job) Describe() map[string]any {
 // Spool start-record tags that let `bridge sync` find the job's run again
 // from the spool alone (Job.Tags writes them, JobFromTags reads them).
 const (
-	TagJobKey        = "bridge.job_key"
+	TagJobKey        = mlflow.TagJobKey
 	TagJobNodes      = "bridge.job_nodes"
 	TagJobTask       = "bridge.job_task"
 	TagJobGeneration = "bridge.job_generation"

@@ -6,16 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/bridge-dev/bridge/config"
-	bridgereport "github.com/bridge-dev/bridge/report"
 )
-
-// The job's run is found by the tag the report reads (report cannot import
-// this package, which imports it).
-func TestJobKeyTagIsTheReports(t *testing.T) {
-	if TagJobKey != bridgereport.TagJobKey {
-		t.Errorf("TagJobKey %q, the report reads %q", TagJobKey, bridgereport.TagJobKey)
-	}
-}
 
 // A long command line of multi-byte characters is cut between characters,
 // wherever the limit falls: the tag and the run name stay valid UTF-8.

@@ -30,8 +30,8 @@ const (
 )
 
 // TagJobKey marks a job's run: its value is the job's key. It is declared
-// here because the packages that write it (pipeline, tracker/mlflow)
-// import this one; pipeline's test pins its TagJobKey to it.
+// here because the packages that write it (pipeline, tracker/mlflow,
+// tracker/wandb) import this one, and take it from here.
 const TagJobKey = "bridge.job_key"
 
 // oomKilled reports a forensics reason of an OOM kill.

@@ -7,7 +7,7 @@
 // runs at a time. Every request and every sleep is a step the engine
 // schedules: requests travel with random delays, answers are lost, requests
 // are applied twice or never, nodes die at any step and come back, and
-// node clocks run at rates up to 0.5% apart with arbitrary offsets. A
+// each node's clock runs within 0.5% of true time, with any offset. A
 // server model (Server) adds a queue in front of the store, with workers
 // and service times, for the figures of bench/election.
 package electsim

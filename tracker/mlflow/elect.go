@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow/election"
 )
@@ -40,7 +41,7 @@ type Job struct {
 // store (a second value is refused): the election uses it as the one
 // compare-and-set a tracker offers.
 const (
-	TagJobKey      = "bridge.job_key"
+	TagJobKey      = report.TagJobKey
 	TagJobKeyFrom  = "bridge.job_key_from"
 	TagGeneration  = "bridge.job_generation"
 	TagNodes       = "bridge.nodes"

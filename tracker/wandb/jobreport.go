@@ -115,7 +115,7 @@ func nodeEnd(end tracker.EndInfo) map[string]any {
 // worst of the nodes' ends, else none: W&B's run state is the child's, and
 // how many nodes are still to end is not known here.
 func jobReport(run string, nodes map[string]any, firstFailure string) *report.Report {
-	tags := map[string]string{"bridge.job_key": run, report.TagFirstFailure: firstFailure}
+	tags := map[string]string{report.TagJobKey: run, report.TagFirstFailure: firstFailure}
 	status := ""
 	for id, n := range nodes {
 		m, _ := n.(map[string]any)
