@@ -47,6 +47,9 @@ const (
 	// ResetMidBody forwards, then sends the status line, headers and half
 	// the server's body, and resets the connection.
 	ResetMidBody Kind = "reset-mid-body"
+	// Reset resets the connection without forwarding: the server never
+	// sees the request.
+	Reset Kind = "reset"
 	// AppliedThenReset forwards (the server applies the request), then
 	// resets the connection without answering.
 	AppliedThenReset Kind = "applied-then-reset"
@@ -321,6 +324,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if fl, ok := w.(http.Flusher); ok {
 			fl.Flush()
 		}
+		reset(w)
+	case Reset:
 		reset(w)
 	case AppliedThenReset:
 		p.forward(r, body) //nolint:errcheck // applied or not, the client sees a reset

@@ -136,11 +136,13 @@ func TestSlowAnswer(t *testing.T) {
 	}
 }
 
-// BodyContains picks requests by their body; Share applies a fault to
+// BodyContains picks requests by their body; Reset never forwards; Share applies a fault to
 // about its share of the requests it matches, the same ones for the same
 // seed, and leaves the others to the next fault or the server.
 func TestProxyBodyAndShare(t *testing.T) {
+	var applied atomic.Int32
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		applied.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{}`) //nolint:errcheck
 	}))
@@ -161,7 +163,14 @@ func TestProxyBodyAndShare(t *testing.T) {
 		return resp.StatusCode
 	}
 
-	p.Schedule(Fault{Path: "runs/log-batch", BodyContains: "report_summary", Kind: Status, Code: 503, Times: 1})
+	p.Schedule(Fault{Path: "runs/log-batch", BodyContains: "report_summary", Kind: Status, Code: 503, Times: 1},
+		Fault{Path: "runs/log-batch", BodyContains: "reset-me", Kind: Reset, Times: 1})
+	if _, err := c.Post(p.URL()+"/api/2.0/mlflow/runs/log-batch", "application/json", strings.NewReader("reset-me")); err == nil {
+		t.Error("Reset: the request got an answer")
+	}
+	if n := applied.Load(); n != 0 {
+		t.Errorf("Reset: the server saw %d requests, want none", n)
+	}
 	if code := post(`{"tags":[{"key":"a"}]}`); code != 200 {
 		t.Errorf("a body without the string: %d, want it forwarded", code)
 	}
