@@ -119,12 +119,17 @@ type flakySink struct {
 var errUnavailable = errors.New("HTTP status 503")
 
 func (f *flakySink) Finish(ctx context.Context, _ tracker.EndInfo) error {
-	return tracker.Request(ctx, func(context.Context) error {
+	err := tracker.Request(ctx, func(context.Context) error {
 		if n := f.tries.Add(1); f.fails < 0 || n <= int64(f.fails) {
 			return errUnavailable
 		}
 		return nil
 	})
+	if err != nil && f.fails < 0 {
+		// As MLflow's Finish, which joins the errors of its writes.
+		err = errors.Join(err, errors.New("setting tags: HTTP status 503"))
+	}
+	return err
 }
 
 // The end of the job is retried within the flush timeout, and the table
@@ -145,7 +150,7 @@ func TestEndRowSaysWhatHappened(t *testing.T) {
 	r := report(s)
 	for _, want := range []string{
 		`(?m)^  once end +recorded$`,
-		`(?m)^  never end +not recorded \(after \d+ tries over [0-9.]+m?s: HTTP status 503\); left for bridge sync /`,
+		`(?m)^  never end +not recorded \(after \d+ tries over [0-9.]+m?s: HTTP status 503; setting tags: HTTP status 503\); left for bridge sync /`,
 	} {
 		if !regexp.MustCompile(want).MatchString(r) {
 			t.Errorf("report:\n%s\nwant %q", r, want)

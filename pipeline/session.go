@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -612,7 +613,8 @@ func (s *Session) Finish(end tracker.EndInfo) {
 				// The sink retried each request within the deadline
 				// (tracker.Writes): err says how often, for how long, and
 				// the last answer.
-				s.ends[i] = "not recorded (" + err.Error() + "); " + s.endLeft()
+				// One line in the table: a sink may join several errors.
+				s.ends[i] = "not recorded (" + strings.ReplaceAll(err.Error(), "\n", "; ") + "); " + s.endLeft()
 				s.log.Warn("cannot record the end of the job on the tracker; it is left for `bridge sync`", "tracker", r.Sink.Name(), "err", err)
 				return
 			}
