@@ -107,3 +107,56 @@ func TestReachedTrackerKeepsFlushTimeout(t *testing.T) {
 		}
 	}
 }
+
+// flakySink's Finish makes one request through tracker.Request, whose
+// first fails attempts fail as an outage would (fails < 0: all of them).
+type flakySink struct {
+	fakeSink
+	fails int
+	tries atomic.Int64
+}
+
+var errUnavailable = errors.New("HTTP status 503")
+
+func (f *flakySink) Finish(ctx context.Context, _ tracker.EndInfo) error {
+	err := tracker.Request(ctx, func(context.Context) error {
+		if n := f.tries.Add(1); f.fails < 0 || n <= int64(f.fails) {
+			return errUnavailable
+		}
+		return nil
+	})
+	if err != nil && f.fails < 0 {
+		// As MLflow's Finish, which joins the errors of its writes.
+		err = errors.Join(err, errors.New("setting tags: HTTP status 503"))
+	}
+	return err
+}
+
+// The end of the job is retried within the flush timeout, and the table
+// says what became of it: recorded, or left for `bridge sync` after how
+// many tries over how long, with the last error.
+func TestEndRowSaysWhatHappened(t *testing.T) {
+	once := &flakySink{fakeSink: fakeSink{t: t, name: "once", runID: "r1"}, fails: 1}
+	never := &flakySink{fakeSink: fakeSink{t: t, name: "never", runID: "r2"}, fails: -1}
+	set := settings(t)
+	set.FlushTimeout = 3 * time.Second
+	s := open(t, set, []metrics.Collector{&counter{}}, nil, once, never)
+	s.Run()
+	waitfor.Cond(t, deadline, "samples sent", func() bool { return len(once.received()) > 1 })
+	stopTimed(s)
+	if once.tries.Load() != 2 || never.tries.Load() < 2 {
+		t.Errorf("Finish's request tried %d and %d times, want 2 and more than 1", once.tries.Load(), never.tries.Load())
+	}
+	r := report(s)
+	for _, want := range []string{
+		`(?m)^  once end +recorded$`,
+		`(?m)^  never end +not recorded \(after \d+ tries over [0-9.]+m?s: HTTP status 503; setting tags: HTTP status 503\); left for bridge sync /`,
+	} {
+		if !regexp.MustCompile(want).MatchString(r) {
+			t.Errorf("report:\n%s\nwant %q", r, want)
+		}
+	}
+	if strings.Contains(r, "records it later") {
+		t.Errorf("report:\n%s\nspeaks of a later record", r)
+	}
+}

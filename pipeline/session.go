@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,11 @@ type Session struct {
 	stopped bool          // Stop was called
 
 	spoolRemoved bool // closeSpool removed the delivered file
+
+	// ends says, per sink, what became of the end of the job on its
+	// tracker, for the table: "recorded", or why not and what records it
+	// ("" when there is no run to record it on, or Finish did not run).
+	ends []string
 
 	// seqFloor, when above the sampler's next seq, is where the sampling
 	// loop moves it: the step after this node's last on a run a late start
@@ -575,26 +581,44 @@ func (s *Session) Finish(end tracker.EndInfo) {
 		}
 	}
 	info := maps.Clone(end.Tags)
-	for _, r := range s.sinks {
+	s.ends = make([]string, len(s.sinks))
+	for i, r := range s.sinks {
 		func() {
+			s.ends[i] = "not recorded: bridge failed while recording it; " + s.endLeft()
 			defer s.recoverGo("finish " + r.Sink.Name())
-			if st, _, _ := r.fwd.Status(); st == tracker.StateStopped || r.run() == "" || !forwarded(r) {
+			switch st, _, _ := r.fwd.Status(); {
+			case r.run() == "":
+				s.ends[i] = "" // no run to record it on
+				return
+			case st == tracker.StateStopped:
+				s.ends[i] = "not recorded: the tracker refused bridge's requests (above); " + s.endLeft()
+				return
+			case !forwarded(r):
+				s.ends[i] = "not recorded: its forwarder was stuck reading the spool (a stalled disk); " + s.endLeft()
 				return
 			}
 			if !r.reached() {
-				s.log.Warn("the tracker was never reached during the job; `bridge sync` records the end later: "+SyncCommand(s.spool.Path()),
+				s.ends[i] = "not recorded: the tracker was never reached; " + s.endLeft()
+				s.log.Warn("the tracker was never reached during the job; the end of the job is left for `bridge sync`: "+SyncCommand(s.spool.Path()),
 					"tracker", r.Sink.Name(), "run", r.run())
 				return
 			}
 			if ctx.Err() != nil {
-				s.log.Warn("no time left to record the end of the job on the tracker; `bridge sync` records it later",
+				s.ends[i] = "not recorded: no time was left of --flush-timeout; " + s.endLeft()
+				s.log.Warn("no time left of --flush-timeout to record the end of the job on the tracker; it is left for `bridge sync`",
 					"tracker", r.Sink.Name(), "spool", s.spool.Path())
 				return
 			}
 			if err := r.Sink.Finish(ctx, end); err != nil {
-				s.log.Warn("cannot record the end of the job on the tracker; `bridge sync` records it later", "tracker", r.Sink.Name(), "err", err)
+				// The sink retried each request within the deadline
+				// (tracker.Writes): err says how often, for how long, and
+				// the last answer.
+				// One line in the table: a sink may join several errors.
+				s.ends[i] = "not recorded (" + strings.ReplaceAll(err.Error(), "\n", "; ") + "); " + s.endLeft()
+				s.log.Warn("cannot record the end of the job on the tracker; it is left for `bridge sync`", "tracker", r.Sink.Name(), "err", err)
 				return
 			}
+			s.ends[i] = "recorded"
 			// So that `bridge sync` leaves a delivered run it ended alone.
 			info[EndRecordedTag(r.Sink.Name())] = r.run()
 		}()
@@ -704,10 +728,22 @@ func (s *Session) trackerRows() []summary.Row {
 		}
 		rows = append(rows, summary.Row{What: "tracker", Value: "none configured: " + where})
 	}
-	for _, r := range s.sinks {
+	for i, r := range s.sinks {
 		rows = append(rows, summary.Row{What: r.Sink.Name(), Value: s.trackerRow(r)})
+		if i < len(s.ends) && s.ends[i] != "" {
+			rows = append(rows, summary.Row{What: r.Sink.Name() + " end", Value: s.ends[i]})
+		}
 	}
 	return rows
+}
+
+// endLeft says what records an end of the job that a tracker did not
+// take: `bridge sync` of the spool, which has it.
+func (s *Session) endLeft() string {
+	if s.spool.InMemory() {
+		return "there is no spool file for `bridge sync` to record it from"
+	}
+	return "left for " + SyncCommand(s.spool.Path())
 }
 
 // trackerRow says what happened with one tracker, from what happened: its

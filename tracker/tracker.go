@@ -90,11 +90,14 @@ func Severity(status string) int {
 // forwarder has returned (pipeline.Session.Finish), and is skipped after a
 // permanent error. Send may be called again with the same samples after an
 // error, so it must be safe to repeat (MLflow drops exact duplicate points;
-// W&B offsets make a resend overwrite the same lines). Every call makes at
-// most one attempt per request and honours ctx: retries, backoff and the
-// outage behaviour live in the forwarder, shared by every sink. The samples
-// passed in are read-only and owned by the caller. Tags go with Start
-// (StartInfo.Tags) and Finish (EndInfo.Tags).
+// W&B offsets make a resend overwrite the same lines). Every call honours
+// ctx and sends its requests through Request. Start and Send mark their
+// context OneAttempt: their callers retry them (the retries, backoff and
+// outage behaviour of a Send live in the forwarder, shared by every sink).
+// Finish's requests are retried by the write policy (Writes) within ctx,
+// so each must be safe to repeat. The samples passed in are read-only and
+// owned by the caller. Tags go with Start (StartInfo.Tags) and Finish
+// (EndInfo.Tags).
 type Sink interface {
 	// Name is a short lowercase name ("mlflow", "wandb") used in logs and in
 	// the spool's acknowledgement records.
@@ -117,7 +120,9 @@ type Sink interface {
 	RunID() string
 
 	// Finish records the end of the job (terminal status where the sink owns
-	// it). It is called once, after the last Send.
+	// it). It is called once, after the last Send. An error that a request's
+	// outage outlasted ctx is (wraps) a *WriteError: how many tries, over how
+	// long, and the last error.
 	Finish(ctx context.Context, end EndInfo) error
 }
 

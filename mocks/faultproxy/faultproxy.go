@@ -5,6 +5,8 @@
 // or after the server applied the request, endless bodies, 200 answers that
 // are not the tracker's JSON, and rewritten run ids.
 //
+// A fault picks requests by path, by a test's function, by what the body
+// holds, and a share of them (seeded draws: 20% of every call).
 // Requests that match no scheduled fault are forwarded unchanged. The proxy
 // counts every request per path, so a test can wait until a fault was hit.
 package faultproxy
@@ -14,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"strings"
@@ -44,6 +47,9 @@ const (
 	// ResetMidBody forwards, then sends the status line, headers and half
 	// the server's body, and resets the connection.
 	ResetMidBody Kind = "reset-mid-body"
+	// Reset resets the connection without forwarding: the server never
+	// sees the request.
+	Reset Kind = "reset"
 	// AppliedThenReset forwards (the server applies the request), then
 	// resets the connection without answering.
 	AppliedThenReset Kind = "applied-then-reset"
@@ -71,6 +77,13 @@ type Fault struct {
 	// Match, when set, must also hold for the request (e.g. only bridge's
 	// requests, by User-Agent, when the child talks to the same server).
 	Match func(*http.Request) bool
+	// BodyContains, when set, must occur in the request's body (the
+	// log-batch that carries a given tag, one GraphQL operation).
+	BodyContains string
+	// Share, when above 0, applies the fault to about that share of the
+	// requests it matches, drawn from the proxy's seeded source (Seed);
+	// a request not drawn goes on to the next fault, or is forwarded.
+	Share float64
 }
 
 // FromUserAgent matches requests whose User-Agent starts with prefix.
@@ -92,6 +105,7 @@ type Proxy struct {
 	hits   map[Kind]int   // faults applied
 	closed bool
 	hung   chan struct{} // closed by Close: releases hung requests
+	draws  *rand.Rand    // Fault.Share's draws
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards to target
@@ -108,6 +122,7 @@ func Start(target string) (*Proxy, error) {
 		counts: map[string]int{},
 		hits:   map[Kind]int{},
 		hung:   make(chan struct{}),
+		draws:  rand.New(rand.NewPCG(1, 1)),
 	}
 	p.serve(ln)
 	return p, nil
@@ -130,6 +145,14 @@ func (p *Proxy) Schedule(fs ...Fault) {
 		f := fs[i]
 		p.faults = append(p.faults, &f)
 	}
+}
+
+// Seed restarts the draws of Fault.Share from seed: the same requests in
+// the same order get the same faults.
+func (p *Proxy) Seed(seed uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.draws = rand.New(rand.NewPCG(seed, seed))
 }
 
 // Clear removes every scheduled fault: requests are forwarded unchanged.
@@ -212,13 +235,17 @@ func (p *Proxy) Close() error {
 }
 
 // take returns the fault for r, if any, and uses one of its times.
-func (p *Proxy) take(r *http.Request) *Fault {
+func (p *Proxy) take(r *http.Request, body []byte) *Fault {
 	path := r.URL.Path
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.counts[path]++
 	for i, f := range p.faults {
-		if f.Path != "" && !strings.HasSuffix(path, f.Path) || f.Match != nil && !f.Match(r) {
+		if f.Path != "" && !strings.HasSuffix(path, f.Path) || f.Match != nil && !f.Match(r) ||
+			f.BodyContains != "" && !bytes.Contains(body, []byte(f.BodyContains)) {
+			continue
+		}
+		if f.Share > 0 && p.draws.Float64() >= f.Share {
 			continue
 		}
 		if f.Times > 0 {
@@ -241,7 +268,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "faultproxy: reading the request: "+err.Error(), http.StatusBadGateway)
 		return
 	}
-	f := p.take(r)
+	f := p.take(r, body)
 	if f == nil {
 		p.forwardAndCopy(w, r, body)
 		return
@@ -297,6 +324,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if fl, ok := w.(http.Flusher); ok {
 			fl.Flush()
 		}
+		reset(w)
+	case Reset:
 		reset(w)
 	case AppliedThenReset:
 		p.forward(r, body) //nolint:errcheck // applied or not, the client sees a reset

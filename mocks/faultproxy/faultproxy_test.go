@@ -135,3 +135,73 @@ func TestSlowAnswer(t *testing.T) {
 		t.Errorf("answered %v after the server applied it, want at least %v", answered.Sub(at), delay)
 	}
 }
+
+// BodyContains picks requests by their body; Reset never forwards; Share applies a fault to
+// about its share of the requests it matches, the same ones for the same
+// seed, and leaves the others to the next fault or the server.
+func TestProxyBodyAndShare(t *testing.T) {
+	var applied atomic.Int32
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		applied.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`) //nolint:errcheck
+	}))
+	defer backend.Close()
+	p, err := Start(backend.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c := &http.Client{Timeout: 5 * time.Second}
+	post := func(body string) int {
+		resp, err := c.Post(p.URL()+"/api/2.0/mlflow/runs/log-batch", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body) //nolint:errcheck
+		return resp.StatusCode
+	}
+
+	p.Schedule(Fault{Path: "runs/log-batch", BodyContains: "report_summary", Kind: Status, Code: 503, Times: 1},
+		Fault{Path: "runs/log-batch", BodyContains: "reset-me", Kind: Reset, Times: 1})
+	if _, err := c.Post(p.URL()+"/api/2.0/mlflow/runs/log-batch", "application/json", strings.NewReader("reset-me")); err == nil {
+		t.Error("Reset: the request got an answer")
+	}
+	if n := applied.Load(); n != 0 {
+		t.Errorf("Reset: the server saw %d requests, want none", n)
+	}
+	if code := post(`{"tags":[{"key":"a"}]}`); code != 200 {
+		t.Errorf("a body without the string: %d, want it forwarded", code)
+	}
+	if code := post(`{"tags":[{"key":"bridge.job.report_summary"}]}`); code != 503 {
+		t.Errorf("the body with it: %d, want the fault", code)
+	}
+	if code := post(`{"tags":[{"key":"bridge.job.report_summary"}]}`); code != 200 {
+		t.Errorf("after the fault's one time: %d, want it forwarded", code)
+	}
+
+	draw := func(seed uint64) []int {
+		p.Clear()
+		p.Seed(seed)
+		p.Schedule(Fault{Kind: Status, Code: 503, Share: 0.2}, Fault{Kind: Status, Code: 502, Share: 0.5})
+		codes := make([]int, 400)
+		for i := range codes {
+			codes[i] = post("{}")
+		}
+		return codes
+	}
+	a, b := draw(7), draw(7)
+	n := map[int]int{}
+	for i := range a {
+		n[a[i]]++
+		if a[i] != b[i] {
+			t.Fatalf("request %d: %d, then %d with the same seed", i, a[i], b[i])
+		}
+	}
+	// 20% get 503; half of the rest (40%) 502; 40% go through. Loose
+	// bounds: 400 draws of a fixed seed, not a statistical test.
+	if n[503] < 40 || n[503] > 120 || n[502] < 110 || n[502] > 210 || n[200] < 110 || n[200] > 210 {
+		t.Errorf("answers %v of 400, want about 80 503s, 160 502s, 160 200s", n)
+	}
+}

@@ -64,7 +64,7 @@ type mlflowError struct {
 }
 
 // newClient builds the resty client: one attempt per request (retries belong
-// to the forwarder), auth and TLS as the Python client sets them up.
+// to the forwarder and to tracker.Request), auth and TLS as the Python client sets them up.
 func newClient(cfg Config, log *slog.Logger) (*resty.Client, error) {
 	c := resty.New().
 		SetBaseURL(cfg.TrackingURI).
@@ -132,45 +132,68 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 	return tc, nil
 }
 
-// call makes one request to endpoint (e.g. "runs/log-batch"). body, when not
-// nil, is sent as JSON (a []byte is sent as is); out, when not nil, receives
-// the decoded answer. Errors are classified for the forwarder: see classify.
+// call makes a request to endpoint (e.g. "runs/log-batch") through
+// exchange. body, when not nil, is sent as JSON (a []byte is sent as is);
+// out, when not nil, receives the decoded answer. Errors are classified
+// for the forwarder: see classify.
 func (s *Sink) call(ctx context.Context, method, endpoint string, query map[string]string, body, out any, op string) error {
-	req := s.client.R().SetContext(ctx)
-	if query != nil {
-		req.SetQueryParams(query)
-	}
+	var raw []byte
 	if body != nil {
-		raw, ok := body.([]byte)
-		if !ok {
+		var ok bool
+		if raw, ok = body.([]byte); !ok {
 			var err error
 			if raw, err = json.Marshal(body); err != nil {
 				return fmt.Errorf("%s: encoding request: %w", op, err)
 			}
 		}
-		// MLflow answers 400 to a POST without this content type.
-		req.SetHeader("Content-Type", "application/json").SetBody(raw)
 	}
-	resp, err := req.Execute(method, apiPrefix+endpoint)
-	if resp != nil && resp.RawResponse != nil {
-		s.Answered() // whatever it said: the server is there
-	}
-	if err := s.classify(op, resp, err); err != nil {
+	resp, err := s.exchange(ctx, op, method, apiPrefix+endpoint, true, func(req *resty.Request) {
+		if query != nil {
+			req.SetQueryParams(query)
+		}
+		if raw != nil {
+			// MLflow answers 400 to a POST without this content type.
+			req.SetHeader("Content-Type", "application/json").SetBody(raw)
+		}
+	})
+	if err != nil || out == nil {
 		return err
-	}
-	// Every MLflow endpoint answers a JSON object ({} for log-batch): a 200
-	// HTML page from a login proxy is not a delivery.
-	if err := tracker.CheckJSONObject(resp.Body(), fmt.Sprintf("%s: MLflow at %s", op, s.url)); err != nil {
-		return err
-	}
-	if out == nil {
-		return nil
 	}
 	if err := decode(resp.Body(), out); err != nil {
 		return tracker.Permanent(fmt.Errorf("%s: MLflow at %s sent an answer bridge cannot read (is %s an `mlflow server`?): %w",
 			op, s.url, EnvTrackingURI, err))
 	}
 	return nil
+}
+
+// exchange is the one way a request reaches MLflow: through
+// tracker.Request, which tries it once under a caller that retries (the
+// forwarder's Send, the start) and retries it by the write policy
+// otherwise (the end of the run). prepare sets the request's query, headers
+// and body, again for each try. With wantJSON a 2xx must be one JSON
+// object, as every REST endpoint answers ({} for log-batch): a 200 HTML
+// page from a login proxy is not a delivery.
+func (s *Sink) exchange(ctx context.Context, op, method, path string, wantJSON bool, prepare func(*resty.Request)) (*resty.Response, error) {
+	var resp *resty.Response
+	err := tracker.Request(ctx, func(ctx context.Context) error {
+		req := s.client.R().SetContext(ctx)
+		prepare(req)
+		r, err := req.Execute(method, path)
+		if r != nil && r.RawResponse != nil {
+			s.Answered() // whatever it said: the server is there
+		}
+		if err := s.classify(op, r, err); err != nil {
+			return err
+		}
+		if wantJSON {
+			if err := tracker.CheckJSONObject(r.Body(), fmt.Sprintf("%s: MLflow at %s", op, s.url)); err != nil {
+				return err
+			}
+		}
+		resp = r
+		return nil
+	})
+	return resp, err
 }
 
 // decode reads an MLflow answer into out; a fuzz target calls it with any

@@ -3,7 +3,6 @@ package mlflow
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/http"
@@ -200,7 +199,8 @@ func compareGen(a, b string) int {
 
 // setParamOnce writes a write-once param and returns the value the run
 // holds afterwards: value, or the one another writer set first ("" when
-// the run is gone).
+// the run is gone). MLflow takes the same value again (a retry whose first
+// answer was lost), so it is safe to repeat.
 func (s *Sink) setParamOnce(ctx context.Context, run, key, value string) (string, error) {
 	req := map[string]string{"run_id": run, "key": key, "value": value}
 	err := s.call(ctx, http.MethodPost, "runs/log-parameter", nil, req, nil, fmt.Sprintf("setting %s=%s on run %s", key, value, run))
@@ -227,22 +227,4 @@ func (s *Sink) setParamOnce(ctx context.Context, run, key, value string) (string
 		}
 	}
 	return "", err
-}
-
-// setParam is setParamOnce, again after a transient error within ctx
-// (writing the same value twice is allowed).
-func (s *Sink) setParam(ctx context.Context, run, key, value string) (string, error) {
-	for gap := 100 * time.Millisecond; ; gap = min(2*gap, 2*time.Second) {
-		v, err := s.setParamOnce(ctx, run, key, value)
-		if err == nil || errors.Is(err, tracker.ErrPermanent) {
-			return v, err
-		}
-		t := time.NewTimer(gap)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return "", err
-		case <-t.C:
-		}
-	}
 }

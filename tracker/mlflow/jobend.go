@@ -260,7 +260,7 @@ func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) (last R
 			return last, wrote, nil
 		}
 		if want == StatusFinished {
-			by, err := s.setParam(ctx, s.runID, ParamFinished, s.who)
+			by, err := s.setParamOnce(ctx, s.runID, ParamFinished, s.who)
 			if err != nil {
 				return last, wrote, err
 			}

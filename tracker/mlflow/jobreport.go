@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-resty/resty/v2"
+
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -150,10 +152,11 @@ func (s *Sink) recordFirstFailure(ctx context.Context, run Run) error {
 // bridge-report.json as artifacts where the server takes them, else its
 // summary in a tag.
 func (s *Sink) writeReport(ctx context.Context) error {
-	now := time.Now().UTC().Format("2006-01-02T15:04:05Z")
+	began := time.Now()
+	now := began.UTC().Format(time.RFC3339)
 	// The claim comes before the read: a node whose end lands after this
 	// read finds the claim at its own end and writes the report again.
-	if err := s.SetTags(ctx, map[string]string{report.TagReport: fmt.Sprintf("being written by %s at %s", s.who, now)}); err != nil {
+	if err := s.SetTags(ctx, map[string]string{report.TagReport: reportClaim(ctx, s.who, began)}); err != nil {
 		return err
 	}
 	run, err := s.getRun(ctx, s.runID)
@@ -169,7 +172,10 @@ func (s *Sink) writeReport(ctx context.Context) error {
 		return err
 	}
 	tags := map[string]string{}
-	if err := s.putArtifacts(ctx, run.Info.ArtifactURI, md.Bytes(), rep.JSON()); err != nil {
+	uctx, cancel := uploadBudget(ctx)
+	err = s.putArtifacts(uctx, run.Info.ArtifactURI, md.Bytes(), rep.JSON())
+	cancel()
+	if err != nil {
 		s.log.Info("the job's report goes in a tag: the run's artifacts cannot be written through this MLflow server", "run_id", s.runID, "why", err)
 		tags[report.TagReport] = fmt.Sprintf("tag %s, written by %s at %s", report.TagReportSummary, s.who, now)
 		tags[report.TagReportSummary] = rep.Summary()
@@ -178,6 +184,32 @@ func (s *Sink) writeReport(ctx context.Context) error {
 		s.log.Info("wrote the job's report", "run_id", s.runID, "artifacts", ReportMarkdown+", "+ReportJSON, "node", s.who)
 	}
 	return s.SetTags(ctx, tags)
+}
+
+// reportClaim is report.TagReport while who writes the report, begun at
+// began, within ctx's deadline (the end's budget). A claim still there
+// after that deadline is one whose writer stopped first (its bridge killed
+// or its budget spent): it says so, and what settles it.
+func reportClaim(ctx context.Context, who string, began time.Time) string {
+	until, ok := ctx.Deadline()
+	if !ok {
+		until = began.Add(tracker.Writes.MaxElapsed)
+	}
+	return fmt.Sprintf("being written by %s since %s, until %s at the latest; still this later, its bridge stopped first: "+
+		"the next node to end writes it again, and `bridge report RUN` makes it from the run",
+		who, began.UTC().Format(time.RFC3339), until.UTC().Format(time.RFC3339))
+}
+
+// uploadBudget bounds the report's upload to a quarter of what is left of
+// ctx's budget, at most 10 s: an artifact store that keeps refusing it (a
+// 500, a reset, retried like every write at the end) leaves the summary
+// tag, its fallback, the time for its own retries.
+func uploadBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithTimeout(ctx, 10*time.Second)
+	}
+	return context.WithTimeout(ctx, min(time.Until(dl)/4, 10*time.Second))
 }
 
 // errNotProxied: the run's artifact root is one only MLflow's client
@@ -196,9 +228,11 @@ func (s *Sink) putArtifacts(ctx context.Context, artifactURI string, md, js []by
 		body        []byte
 	}{{ReportMarkdown, "text/markdown; charset=utf-8", md}, {ReportJSON, "application/json", js}} {
 		op := fmt.Sprintf("uploading %s to run %s", f.name, s.runID)
-		resp, err := s.client.R().SetContext(ctx).SetHeader("Content-Type", f.ctype).SetBody(f.body).
-			Put(artifactsAPI + base + "/" + url.PathEscape(f.name))
-		if err := s.classify(op, resp, err); err != nil {
+		// A PUT of the same file to the same path replaces it: safe to
+		// repeat.
+		if _, err := s.exchange(ctx, op, http.MethodPut, artifactsAPI+base+"/"+url.PathEscape(f.name), false, func(req *resty.Request) {
+			req.SetHeader("Content-Type", f.ctype).SetBody(f.body)
+		}); err != nil {
 			return err
 		}
 	}

@@ -169,6 +169,9 @@ func (s *Sink) Key(name string) string { return s.prefix + name }
 // the run id is known (MLFLOW_RUN_ID), the sink keeps it, so Send works once
 // the server is back, and Start returns the environment with the error.
 func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, error) {
+	// The caller retries Start (pipeline.StartSinksWith, the Forwarder's
+	// late start); the election inside keeps its own pace.
+	ctx = tracker.OneAttempt(ctx)
 	// bridge's own node id (StartInfo) wins over MLFLOW_SYSTEM_METRICS_NODE_ID.
 	if info.NodeID != "" {
 		if !nodeIDRe.MatchString(info.NodeID) {
@@ -463,6 +466,7 @@ var errNoRun = fmt.Errorf("mlflow sink has no run yet (Start has not succeeded):
 // MLflow refuses a whole batch for one bad point, and one must cost only
 // itself.
 func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) {
+	ctx = tracker.OneAttempt(ctx) // the Forwarder retries Send
 	if s.runID == "" {
 		return 0, errNoRun
 	}
@@ -627,7 +631,8 @@ func validKey(key string) bool {
 }
 
 // SetTags records tags on the run (at Start and Finish), through runs/log-batch (100 tags per
-// request). MLflow truncates values over 8000 characters itself.
+// request). MLflow truncates values over 8000 characters itself. Setting a
+// tag again to the same value changes nothing: safe to repeat.
 func (s *Sink) SetTags(ctx context.Context, tags map[string]string) error {
 	if s.runID == "" {
 		return errNoRun
@@ -649,6 +654,10 @@ func (s *Sink) SetTags(ctx context.Context, tags map[string]string) error {
 // killed before it could), sets KILLED when the child died of a signal,
 // FAILED on a non-zero exit and FINISHED on 0. A status the child set is
 // left alone. After an error it is safe to call again.
+//
+// Each of its requests is retried by the write policy (tracker.Request)
+// within ctx: an error that one outlasted it is a *tracker.WriteError.
+// runs/update sets the same status and end time again when repeated.
 func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if s.runID == "" {
 		return errNoRun

@@ -53,8 +53,9 @@ const userAgent = "bridge"
 // Sink implements tracker.Sink for W&B.
 //
 // Contract: as tracker.Sink, its methods are called from one goroutine;
-// they are also safe to call concurrently (one mutex). Each call makes at
-// most one HTTP attempt per request and honours ctx.
+// they are also safe to call concurrently (one mutex). Every call honours
+// ctx; Start and Send make one HTTP attempt per request (their callers
+// retry), Finish retries each by the write policy (tracker.Request).
 type Sink struct {
 	tracker.Reach // whether W&B ever answered
 
@@ -147,6 +148,7 @@ func (s *Sink) Label() string {
 // tracker.ErrPermanent; an unreachable server gives a retryable error. The
 // env is returned in every case.
 func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, error) {
+	ctx = tracker.OneAttempt(ctx) // the caller retries Start
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cfg.RunID == "" {
@@ -187,6 +189,7 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 // at or below the last one) are skipped, so a resend never duplicates or
 // moves a line.
 func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) {
+	ctx = tracker.OneAttempt(ctx) // the Forwarder retries Send
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.start.IsZero() {
@@ -227,6 +230,11 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 // reason, evidence), through UpsertBucket with only name, project, entity,
 // tags and notes, so the child's config and summary are not touched. A
 // repeated Finish replaces bridge's section instead of adding another.
+//
+// Each request is retried by the write policy (tracker.Request) within
+// ctx. Repeating one is safe: UpsertBucket sets the whole of the tags and
+// notes (or the summary) computed from the run as read, so a second one
+// after a lost answer writes the same values again.
 func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -483,24 +491,8 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 	}
 	path := "/files/" + url.PathEscape(s.entity) + "/" + url.PathEscape(s.project) + "/" +
 		url.PathEscape(s.cfg.RunID) + "/file_stream"
-	endpoint := s.url + path
-	resp, err := s.client.R().SetContext(ctx).
-		SetHeader("X-WANDB-ASYNC-CLIENT-ID", s.clientID).
-		SetBody(body).
-		Post(path)
-	if resp != nil && resp.RawResponse != nil {
-		s.Answered()
-	}
+	raw, err := s.exchange(ctx, "file_stream "+s.url+path, path, "X-WANDB-ASYNC-CLIENT-ID", body)
 	if err != nil {
-		return transportError("W&B file_stream "+endpoint, err)
-	}
-	raw := resp.Body()
-	if err := statusError(resp, raw, "file_stream "+endpoint); err != nil {
-		return err
-	}
-	// The server answers a JSON object: a 200 HTML page (a login proxy) is
-	// not a delivery.
-	if err := tracker.CheckJSONObject(raw, "W&B file_stream "+endpoint); err != nil {
 		return err
 	}
 	fb, err := decodeFileStream(raw)
@@ -512,7 +504,7 @@ func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error
 }
 
 // newClient builds the resty client: one attempt per request (retries belong
-// to the forwarder), W&B's Basic auth `api:<key>` and the shared-mode header
+// to the forwarder and to tracker.Request), W&B's Basic auth `api:<key>` and the shared-mode header
 // wandb-core sets for every writer of a shared run.
 func newClient(cfg Config, log *slog.Logger) *resty.Client {
 	return resty.New().
@@ -574,25 +566,46 @@ func (s *Sink) graphql(ctx context.Context, op, query string, vars map[string]an
 	if err != nil {
 		return tracker.Permanent(fmt.Errorf("encoding GraphQL %s: %w", op, err))
 	}
-	endpoint := s.url + "/graphql"
-	resp, err := s.client.R().SetContext(ctx).
-		SetHeader("X-WANDB-CLIENT-ID", s.clientID).
-		SetBody(body).
-		Post("/graphql")
-	if resp != nil && resp.RawResponse != nil {
-		s.Answered()
-	}
+	what := "GraphQL " + op + " at " + s.url + "/graphql"
+	raw, err := s.exchange(ctx, what, "/graphql", "X-WANDB-CLIENT-ID", body)
 	if err != nil {
-		return transportError("GraphQL "+op+" at "+endpoint, err)
-	}
-	raw := resp.Body()
-	if err := statusError(resp, raw, "GraphQL "+op+" at "+endpoint); err != nil {
 		return err
 	}
-	if err := tracker.CheckJSONObject(raw, "W&B GraphQL "+op+" at "+endpoint); err != nil {
-		return err
-	}
-	return decodeGraphQL(raw, out, "GraphQL "+op+" at "+endpoint)
+	return decodeGraphQL(raw, out, what)
+}
+
+// exchange is the one way a request reaches W&B: one POST of body to path
+// with this writer's id in idHeader, through tracker.Request, which tries
+// it once under a caller that retries (the forwarder's Send, the start)
+// and retries it by the write policy otherwise (Finish). It returns the
+// answer's body once it is a 2xx holding one JSON object (a 200 HTML page
+// from a login proxy is not a delivery); what names the request in errors.
+// What it does not retry: a GraphQL error inside a 200 (decodeGraphQL),
+// which is the server's verdict on the request, not an outage.
+func (s *Sink) exchange(ctx context.Context, what, path, idHeader string, body []byte) ([]byte, error) {
+	var raw []byte
+	err := tracker.Request(ctx, func(ctx context.Context) error {
+		resp, err := s.client.R().SetContext(ctx).
+			SetHeader(idHeader, s.clientID).
+			SetBody(body).
+			Post(path)
+		if resp != nil && resp.RawResponse != nil {
+			s.Answered()
+		}
+		if err != nil {
+			return transportError("W&B "+what, err)
+		}
+		b := resp.Body()
+		if err := statusError(resp, b, what); err != nil {
+			return err
+		}
+		if err := tracker.CheckJSONObject(b, "W&B "+what); err != nil {
+			return err
+		}
+		raw = b
+		return nil
+	})
+	return raw, err
 }
 
 // decodeGraphQL reads a GraphQL answer's data into out; its errors become
