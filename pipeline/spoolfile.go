@@ -196,7 +196,8 @@ func (s *Session) spoolRows() []summary.Row {
 		notes = append(notes, fmt.Sprintf("writing failed %d times (%d outages)", st.WriteFailures, st.Outages))
 	}
 	if st.Buffered > 0 && st.Stalled == "" {
-		notes = append(notes, fmt.Sprintf("%d records never written", st.Buffered))
+		// Closed with records still in memory: the file failed to the end.
+		notes = append(notes, fmt.Sprintf("%d records never written (the file could not be written)", st.Buffered))
 	}
 	if st.LostUnwritten > 0 {
 		notes = append(notes, fmt.Sprintf("%d samples dropped from the full memory buffer", st.LostUnwritten))
