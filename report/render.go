@@ -293,7 +293,7 @@ func (r *Report) Summary() string {
 		}
 		lines = append(lines, printable.Line(row[0])+": "+strings.Join(parts, "; "))
 	}
-	return within(lines, SummaryMax, r.Run)
+	return within(lines, SummaryMax, printable.Line(r.Run))
 }
 
 // within is lines, each ended by a newline, in at most max characters:
@@ -313,7 +313,7 @@ func within(lines []string, max int, run string) string {
 	var b strings.Builder
 	used := 0
 	for i, l := range lines {
-		room := max - used - len(more(len(lines)-i-1)) // more is ASCII but for the run id, which is too
+		room := max - used - len(more(len(lines)-i-1)) // bytes: at least its characters
 		if n := utf8.RuneCountInString(l) + 1; n > room {
 			if i > 0 || room < 4 {
 				b.WriteString(more(len(lines) - i))
