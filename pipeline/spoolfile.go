@@ -196,7 +196,8 @@ func (s *Session) spoolRows() []summary.Row {
 		notes = append(notes, fmt.Sprintf("writing failed %d times (%d outages)", st.WriteFailures, st.Outages))
 	}
 	if st.Buffered > 0 && st.Stalled == "" {
-		notes = append(notes, fmt.Sprintf("%d records never written", st.Buffered))
+		// Closed with records still in memory: the file failed to the end.
+		notes = append(notes, fmt.Sprintf("%d records never written (the file could not be written)", st.Buffered))
 	}
 	if st.LostUnwritten > 0 {
 		notes = append(notes, fmt.Sprintf("%d samples dropped from the full memory buffer", st.LostUnwritten))
@@ -205,7 +206,7 @@ func (s *Session) spoolRows() []summary.Row {
 		notes = append(notes, fmt.Sprintf("size cap: %d undelivered samples dropped in %d rewrites", st.DroppedByCap, st.Compactions))
 	}
 	if st.PointsLeftOut > 0 {
-		notes = append(notes, fmt.Sprintf("%d points left out (over the bounds of a sample)", st.PointsLeftOut))
+		notes = append(notes, leftOutNote(st))
 	}
 	if st.BadValues > 0 {
 		notes = append(notes, fmt.Sprintf("%d values that are not numbers skipped", st.BadValues))
@@ -225,4 +226,19 @@ func (s *Session) spoolRows() []summary.Row {
 		v += "; " + strings.Join(notes, "; ")
 	}
 	return []summary.Row{{What: "spool", Value: v}}
+}
+
+// leftOutNote names the points a sample's bounds left out, by what they
+// were (the spool's tiers, first left out first) with one series of each.
+func leftOutNote(st spool.Stats) string {
+	var parts []string
+	for t := spool.TierPassedThrough; t <= spool.TierOwn; t++ {
+		if n := st.LeftOutByTier[t]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s, e.g. %s", n, t, st.LeftOutExample[t]))
+		}
+	}
+	if st.LongNames > 0 {
+		parts = append(parts, fmt.Sprintf("%d named in more than %d bytes", st.LongNames, spool.MaxKey))
+	}
+	return fmt.Sprintf("%d points left out over the bounds of a sample (%s)", st.PointsLeftOut, strings.Join(parts, "; "))
 }

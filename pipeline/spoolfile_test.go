@@ -167,7 +167,19 @@ func TestLateStartDefaultSpoolRemoved(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("the delivered default spool of a late run was kept (%v):\n%s", err, report(s))
 	}
-	if r := report(s); !strings.Contains(r, "removed (every sample delivered)") {
-		t.Errorf("report:\n%s\nwant the spool row to say it was removed", r)
+	if r := report(s); !strings.Contains(r, "removed (every sample delivered)") || strings.Contains(r, "never written") {
+		t.Errorf("report:\n%s\nwant the spool row to say it was removed, and nothing of records never written", r)
+	}
+}
+
+// The spool row names what a sample's bounds left out, by kind, with a
+// series of each, once for the whole run.
+func TestLeftOutNoteNamesWhat(t *testing.T) {
+	st := spool.Stats{PointsLeftOut: 30013, LongNames: 1}
+	st.LeftOutByTier[spool.TierInstance] = 30012
+	st.LeftOutExample[spool.TierInstance] = "node_infiniband_<device>_port_<port>_receive_megabytes_per_second"
+	want := "30013 points left out over the bounds of a sample (30012 per port or device, e.g. node_infiniband_<device>_port_<port>_receive_megabytes_per_second; 1 named in more than 250 bytes)"
+	if got := leftOutNote(st); got != want {
+		t.Errorf("note\n%s\nwant\n%s", got, want)
 	}
 }

@@ -67,14 +67,64 @@ func parseFailureTag(v string) (*Failure, bool) {
 	return &Failure{Node: node, Reason: reason, Time: at.UTC().Format(timeLayout), Detail: strings.TrimSuffix(detail, ")"), at: at}, true
 }
 
-// earliest is the recorded first failure (the run's TagFirstFailure, which
-// keeps a failure whose node's records a later attempt replaced) when it
-// is earlier than the one the records show.
-func earliest(recorded string, f *Failure) *Failure {
-	if r, ok := parseFailureTag(recorded); ok && (f == nil || r.at.Before(f.at)) {
-		return r
+// tagFailed prefixes a node's (or task's) record of a failed attempt,
+// bridge.failed.<who>, which a later attempt never clears.
+const tagFailed = "bridge.failed."
+
+// setFirstFailure sets the report's first failure: the earliest failed end
+// the nodes' records show, or the run's TagFirstFailure where it is
+// earlier and agrees with them (recordedFailure). A tag that does not
+// agree is not shown as the first failure: FailureTagDisagrees says why.
+func (r *Report) setFirstFailure(run Run, ends []nodeEnd) {
+	r.FirstFailure = firstFailure(ends)
+	tag := run.Tags[TagFirstFailure]
+	if tag == "" {
+		return
+	}
+	rec, why := recordedFailure(run, ends, tag)
+	if why != "" {
+		r.FailureTagDisagrees = why
+		return
+	}
+	if r.FirstFailure == nil || rec.at.Before(r.FirstFailure.at) {
+		r.FirstFailure = rec
+	}
+}
+
+// RecordedFailureOf is the failure the run's TagFirstFailure names, where
+// it agrees with the nodes' records (recordedFailure); nil otherwise.
+func RecordedFailureOf(run Run) *Failure {
+	f, why := recordedFailure(run, endsOf(run, nodesOf(run)), run.Tags[TagFirstFailure])
+	if why != "" {
+		return nil
 	}
 	return f
+}
+
+// recordedFailure reads tag (a TagFirstFailure value) and checks it
+// against the records: it must name a node or a node's task whose end
+// failed, or that recorded a failed attempt (bridge.failed.<who>: a failure
+// whose records a later attempt replaced). why says how it disagrees; ""
+// when it agrees.
+func recordedFailure(run Run, ends []nodeEnd, tag string) (f *Failure, why string) {
+	f, ok := parseFailureTag(tag)
+	if !ok {
+		return nil, fmt.Sprintf("%s is not a failure as bridge records it (<node>: <reason> at <time> (<why>))", TagFirstFailure)
+	}
+	for _, e := range ends {
+		if e.who != f.Node {
+			continue
+		}
+		if failedStatus(e.rec.status) || run.Tags[tagFailed+e.who] != "" {
+			return f, ""
+		}
+		status := e.rec.status
+		if status == "" {
+			status = statusRunning
+		}
+		return nil, fmt.Sprintf("%s names %s, which recorded no failure (its status is %s)", TagFirstFailure, f.Node, status)
+	}
+	return nil, fmt.Sprintf("%s names %s, and no node of the run is %s", TagFirstFailure, f.Node, f.Node)
 }
 
 // nodeEnd is one node's recorded end.
@@ -83,8 +133,13 @@ type nodeEnd struct {
 	rec record
 }
 
-func failed(r record) bool {
-	return !r.ended.IsZero() && r.status != "" && r.status != statusFinished && r.status != statusRunning
+// failed reports an end that failed, at a known time.
+func failed(r record) bool { return !r.ended.IsZero() && failedStatus(r.status) }
+
+// failedStatus reports a row's status that is a failure: not running,
+// finished, or missing.
+func failedStatus(s string) bool {
+	return s != "" && s != statusFinished && s != statusRunning && s != StatusMissing
 }
 
 // stopped reports an end that came from outside the job: a SIGTERM or

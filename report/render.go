@@ -6,7 +6,10 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"unicode/utf8"
 
+	"github.com/bridge-dev/bridge/internal/clip"
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -130,27 +133,81 @@ func (r *Report) table() (heads []string, cells [][]string) {
 	return heads, cells
 }
 
-// headline is the status and the first failure, in one sentence.
+// headline is the status and the first failure in one sentence, then
+// what the records leave open: expected nodes that recorded nothing, a
+// first-failure tag that disagrees with the nodes.
 func (r *Report) headline() string {
-	ff := "no node failed"
-	if r.FirstFailure != nil {
-		ff = "first failure: " + r.FirstFailure.Tag()
+	var b strings.Builder
+	if r.Status != "" {
+		b.WriteString("Status " + r.Status + "; ")
 	}
-	if r.Status == "" {
-		return strings.ToUpper(ff[:1]) + ff[1:] + "."
+	switch ff := r.firstFailureText(); {
+	case r.FirstFailure != nil:
+		b.WriteString("first failure: " + ff + ".")
+	case ff != "none":
+		b.WriteString("first failure " + ff + ".")
+	default:
+		b.WriteString("no node failed.")
 	}
-	return "Status " + r.Status + "; " + ff + "."
+	if s := r.missingText(); s != "" {
+		b.WriteString(" " + s + ".")
+	}
+	if r.FailureTagDisagrees != "" {
+		b.WriteString(" The run's first failure tag disagrees with the nodes: " + r.FailureTagDisagrees + ".")
+	}
+	h := b.String()
+	return strings.ToUpper(h[:1]) + h[1:]
 }
 
-// Markdown writes the report as the run's bridge-report.md.
+// firstFailureText is the first failure, "none" when no node failed, or
+// "not known: ..." when rows failed with no end time to order them by: a
+// FAILED row never stands under "no node failed".
+func (r *Report) firstFailureText() string {
+	if r.FirstFailure != nil {
+		return r.FirstFailure.Tag()
+	}
+	var untimed []string
+	for _, n := range r.Nodes {
+		if failedStatus(n.Status) {
+			untimed = append(untimed, n.Node+" "+n.Status)
+		}
+	}
+	if len(untimed) == 0 {
+		return "none"
+	}
+	return "not known: " + strings.Join(untimed, ", ") + " with no end time recorded"
+}
+
+// missingText says how many of the nodes the job expected recorded
+// nothing; "" when none is missing.
+func (r *Report) missingText() string {
+	if r.MissingNodes == 0 {
+		return ""
+	}
+	var ids []string
+	for _, n := range r.Nodes {
+		if n.Status == StatusMissing {
+			ids = append(ids, n.Node)
+		}
+	}
+	s := fmt.Sprintf("%d of the %d nodes the job expected (%s) recorded nothing", r.MissingNodes, r.ExpectedNodes, TagNodes)
+	if len(ids) > 0 {
+		s += ": " + strings.Join(ids, ", ")
+	}
+	return s
+}
+
+// Markdown writes the report as the run's bridge-report.md. Every value
+// read from the run is a cell's text (printable.Markdown).
 func (r *Report) Markdown(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# bridge report: run %s\n\n", r.Run)
-	fmt.Fprintf(&b, "**Status:** %s  \n**First failure:** ", r.Status)
-	if r.FirstFailure != nil {
-		b.WriteString(mdEscape(r.FirstFailure.Tag()) + "\n\n")
-	} else {
-		b.WriteString("none\n\n")
+	fmt.Fprintf(&b, "# bridge report: run %s\n\n", printable.Markdown(r.Run))
+	fmt.Fprintf(&b, "**Status:** %s  \n**First failure:** %s\n\n", printable.Markdown(r.Status), printable.Markdown(r.firstFailureText()))
+	if s := r.missingText(); s != "" {
+		b.WriteString("**Missing:** " + printable.Markdown(s) + "\n\n")
+	}
+	if r.FailureTagDisagrees != "" {
+		b.WriteString("**The first failure tag disagrees with the nodes:** " + printable.Markdown(r.FailureTagDisagrees) + "\n\n")
 	}
 	heads, cells := r.table()
 	b.WriteString("| " + strings.Join(heads, " | ") + " |\n|")
@@ -160,13 +217,13 @@ func (r *Report) Markdown(w io.Writer) error {
 	b.WriteString("\n")
 	for _, row := range cells {
 		for i := range row {
-			row[i] = mdEscape(row[i])
+			row[i] = printable.Markdown(row[i])
 		}
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
 	b.WriteString("\n" + r.footnote() + "\n")
 	for _, n := range r.Notes {
-		b.WriteString("\n- " + mdEscape(n))
+		b.WriteString("\n- " + printable.Markdown(n))
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
@@ -180,25 +237,25 @@ func (r *Report) footnote() string {
 		ConsequenceWindow.Minutes(), DiffersRule)
 }
 
-// mdEscape keeps a cell's text from breaking the table.
-func mdEscape(s string) string {
-	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
-}
-
-// Text writes the report as `bridge report` prints it.
+// Text writes the report as `bridge report` prints it, for a terminal:
+// every value read from the run on one line, its control characters
+// escaped (printable.Line).
 func (r *Report) Text(w io.Writer) error {
-	fmt.Fprintf(w, "run %s\n%s\n\n", r.Run, r.headline())
+	fmt.Fprintf(w, "run %s\n%s\n\n", printable.Line(r.Run), printable.Line(r.headline()))
 	heads, cells := r.table()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(heads, "\t"))
 	for _, row := range cells {
+		for i := range row {
+			row[i] = printable.Line(row[i])
+		}
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, n := range r.Notes {
-		fmt.Fprintf(w, "note: %s\n", n)
+		fmt.Fprintf(w, "note: %s\n", printable.Line(n))
 	}
 	_, err := fmt.Fprintf(w, "\n%s\n", r.footnote())
 	return err
@@ -215,11 +272,16 @@ func (r *Report) JSON() []byte {
 	return append(b, '\n')
 }
 
+// SummaryMax is the longest Summary, in characters (code points): the
+// longest tag value MLflow takes.
+const SummaryMax = 8000
+
 // Summary is the report in a tag's few lines (TagReportSummary), where the
-// tracker takes no artifacts: the headline, then one line a node.
+// tracker takes no artifacts: the headline, then one line a node, each
+// value on its line (printable.Line). Over SummaryMax it keeps the lines
+// that fit, whole, and says how many it left out.
 func (r *Report) Summary() string {
-	var b strings.Builder
-	b.WriteString(r.headline() + "\n")
+	lines := []string{printable.Line(r.headline())}
 	heads, cells := r.table()
 	for _, row := range cells {
 		var parts []string
@@ -227,9 +289,40 @@ func (r *Report) Summary() string {
 			if i == 0 || c == "" {
 				continue
 			}
-			parts = append(parts, heads[i]+" "+c)
+			parts = append(parts, heads[i]+" "+printable.Line(c))
 		}
-		fmt.Fprintf(&b, "%s: %s\n", row[0], strings.Join(parts, "; "))
+		lines = append(lines, printable.Line(row[0])+": "+strings.Join(parts, "; "))
+	}
+	return within(lines, SummaryMax, printable.Line(r.Run))
+}
+
+// within is lines, each ended by a newline, in at most max characters:
+// the lines that fit, whole (a first line too long alone is cut), then
+// "... N more lines" and where to read them.
+func within(lines []string, max int, run string) string {
+	total := 0
+	for _, l := range lines {
+		total += utf8.RuneCountInString(l) + 1
+	}
+	if total <= max {
+		return strings.Join(lines, "\n") + "\n"
+	}
+	more := func(n int) string {
+		return fmt.Sprintf("... %d more lines (bridge report %s shows them all)\n", n, run)
+	}
+	var b strings.Builder
+	used := 0
+	for i, l := range lines {
+		room := max - used - len(more(len(lines)-i-1)) // bytes: at least its characters
+		if n := utf8.RuneCountInString(l) + 1; n > room {
+			if i > 0 || room < 4 {
+				b.WriteString(more(len(lines) - i))
+				break
+			}
+			l = clip.Bytes(l, room-1) // as many bytes are at least as many characters
+		}
+		b.WriteString(l + "\n")
+		used += utf8.RuneCountInString(l) + 1
 	}
 	return b.String()
 }

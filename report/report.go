@@ -14,10 +14,12 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -44,9 +46,70 @@ type Report struct {
 	Run          string   `json:"run"`
 	Status       string   `json:"status"`
 	FirstFailure *Failure `json:"first_failure"`
-	Nodes        []Node   `json:"nodes"`
+	// FailureTagDisagrees says how the run's TagFirstFailure disagrees
+	// with the nodes' records, when it does: then it is not the first
+	// failure.
+	FailureTagDisagrees string `json:"first_failure_tag_disagrees,omitempty"`
+	// ExpectedNodes is the job's node count its nodes recorded (TagNodes),
+	// 0 when none did; MissingNodes how many of them recorded nothing.
+	// Those are rows of status StatusMissing where the nodes are named by
+	// their index (node-<i>), else only counted.
+	ExpectedNodes int    `json:"expected_nodes,omitempty"`
+	MissingNodes  int    `json:"missing_nodes,omitempty"`
+	Nodes         []Node `json:"nodes"`
 	// Notes say what could not be read (a node's series), if anything.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// StatusMissing is the status of a node the job expected (TagNodes) that
+// recorded nothing on the run: it never started bridge, or never reached
+// the tracker.
+const StatusMissing = "MISSING"
+
+// ReasonNeverRecorded is a missing node's reason.
+const ReasonNeverRecorded = "never_recorded"
+
+// TagNodes is the job's node count, as its launcher gave it (declared
+// here for the same reason as TagJobKey).
+const TagNodes = "bridge.nodes"
+
+// maxMissingRows bounds the rows of missing nodes: a count the launcher
+// got wrong (or a forged tag) costs one line, not a row per node.
+const maxMissingRows = 64
+
+// missing finds the nodes the job expected that recorded nothing: a row
+// for each, named node-<i> (jobkey.NodeName) where every node recorded is
+// named by its index, else a count.
+func (r *Report) missing(run Run, nodes []node) {
+	if run.Tags[TagJobKey] == "" {
+		return
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(run.Tags[TagNodes]))
+	if err != nil || n <= 0 {
+		return
+	}
+	r.ExpectedNodes = n
+	if n <= len(nodes) {
+		return
+	}
+	r.MissingNodes = n - len(nodes)
+	have := map[string]bool{}
+	for _, nd := range nodes {
+		i, err := strconv.Atoi(strings.TrimPrefix(nd.id, "node-"))
+		if err != nil || i < 0 || i >= n || jobkey.NodeName(i) != nd.id {
+			return // not named by index: the missing ones cannot be named
+		}
+		have[nd.id] = true
+	}
+	if r.MissingNodes > maxMissingRows {
+		return
+	}
+	for i := range n {
+		if id := jobkey.NodeName(i); !have[id] {
+			r.Nodes = append(r.Nodes, Node{Node: id, Status: StatusMissing, Reason: ReasonNeverRecorded,
+				Detail: fmt.Sprintf("expected (%s=%d), recorded nothing", TagNodes, n)})
+		}
+	}
 }
 
 // Node is one node's row.
@@ -91,12 +154,17 @@ const sourceKernel = summary.SourceKernelPeak + " at the OOM kill"
 // costs no request; the series of every other node (still running, or its
 // bridge died before recording its end) are read once each through
 // history, and only those the report uses. A series that cannot be read
-// leaves its figures out and a note.
+// leaves its figures out and a note. When ctx ends while series are read,
+// Build returns the report so far (every row, from the tags; the figures
+// of the nodes not read yet left out, and a note naming them and
+// context.Cause) with an error that wraps ctx's.
 func Build(ctx context.Context, run Run, history History) (*Report, error) {
 	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}}
 	nodes := nodesOf(run)
 	ends := endsOf(run, nodes)
-	rep.FirstFailure = earliest(run.Tags[TagFirstFailure], firstFailure(ends))
+	rep.setFirstFailure(run, ends)
+	var stopped error
+	var unread []string
 	for i, n := range nodes {
 		rec := ends[i].rec
 		row := Node{Node: n.id, Status: rec.status, ExitCode: rec.exitCode, Reason: rec.reason, Detail: rec.detail,
@@ -110,23 +178,34 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 		if row.Consequence = consequence(rep.FirstFailure, n.id, rec); row.Consequence != "" {
 			row.ConsequenceOf = rep.FirstFailure.Node
 		}
-		if rec.figures != nil {
+		switch {
+		case rec.figures != nil:
 			row.Figures = *rec.figures
-		} else {
+		case stopped != nil:
+			unread = append(unread, n.id)
+		default:
 			f, err := n.readFigures(ctx, run, history)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, err
-				}
+			switch {
+			case err != nil && ctx.Err() != nil:
+				stopped = ctx.Err()
+				unread = append(unread, n.id)
+			case err != nil:
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %v", n.id, err))
+				row.Figures = f
+			default:
+				row.Figures = f
 			}
-			row.Figures = f
 		}
 		fromTags(&row, rec)
 		rep.Nodes = append(rep.Nodes, row)
 	}
+	rep.missing(run, nodes)
 	byNode(rep.Nodes)
 	differs(rep.Nodes)
+	if stopped != nil {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the series of %s were not read: %v", strings.Join(unread, ", "), context.Cause(ctx)))
+		return rep, fmt.Errorf("reading the nodes' series: %w", stopped)
+	}
 	return rep, nil
 }
 

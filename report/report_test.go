@@ -417,11 +417,13 @@ func TestFiguresOfEverySource(t *testing.T) {
 func p(v float64) *float64 { return &v }
 
 // A node restarted after a failure and ended cleanly: its records show
-// the clean attempt, the run's first-failure tag the failed one, which
-// the report keeps.
+// the clean attempt, the run's first-failure tag and the node's record of
+// its failed attempt (bridge.failed.<node>, never cleared) the failed one,
+// which the report keeps.
 func TestRecordedFirstFailureKept(t *testing.T) {
 	tags := jobTags(nodeEndSpec{"node-0", "FINISHED", "success", "", 0, time.Minute}, term("node-1", 2*time.Minute))
 	tags[TagFirstFailure] = "node-0: app_error at 2026-12-06T18:00:10.000Z (exited 1)"
+	tags["bridge.failed.node-0"] = "FAILED: exit 1, attempt 0"
 	rep, _ := Build(context.Background(), Run{Status: "FAILED", Tags: tags}, nil)
 	f := rep.FirstFailure
 	if f == nil || f.Node != "node-0" || f.Reason != "app_error" || f.Detail != "exited 1" || f.Time != "2026-12-06T18:00:10.000Z" {

@@ -2,6 +2,7 @@ package spool
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -209,4 +210,31 @@ func heapGrowth(f func()) int64 {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	return int64(after.HeapAlloc) - int64(before.HeapAlloc)
+}
+
+// BenchmarkWriteStartManyTags writes a start record whose tags describe
+// many InfiniBand ports (four tags a port, as the collector's Tags):
+// 10,000 ports are past the record's bound, so most are left out. The
+// time is what it adds before the child starts.
+func BenchmarkWriteStartManyTags(b *testing.B) {
+	for _, ports := range []int{1000, 5000, 10000} {
+		b.Run(fmt.Sprintf("ports=%d", ports), func(b *testing.B) {
+			info := map[string]string{"bridge.version": "dev", "bridge.hostname": "node-a"}
+			for i := range ports {
+				k := fmt.Sprintf("bridge.infiniband.mlx5_%d.%d.", i/100, i%100+1)
+				info[k+"state"], info[k+"phys_state"], info[k+"link_layer"], info[k+"rate"] = "4: ACTIVE", "5: LinkUp", "InfiniBand", "400 Gb/s"
+			}
+			for b.Loop() {
+				s, err := OpenWith(filepath.Join(b.TempDir(), "s.jsonl"), Options{Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.WriteStart(Record{Time: 1, PID: 1, Info: info}); err != nil {
+					b.Fatal(err)
+				}
+				settle(s)
+				s.Close()
+			}
+		})
+	}
 }

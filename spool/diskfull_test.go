@@ -2,6 +2,7 @@ package spool
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -425,11 +426,24 @@ func TestDelivered(t *testing.T) {
 		t.Fatal("not delivered after the ack")
 	}
 	path := s.Path()
-	if err := s.Remove(); err != nil {
+	// The end record, queued as the file is removed (the writer sees
+	// both at once): it goes with the file, and no record is said to wait
+	// for a file that is gone.
+	s.mu.Lock()
+	if err := s.enqueueLocked(Record{Type: TypeEnd, Time: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s.closed = true
+	err := s.w.close(context.Background(), true)
+	s.mu.Unlock()
+	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("file still there: %v", err)
+	}
+	if st := s.Stats(); st.Buffered != 0 {
+		t.Errorf("%d records waiting for a removed file", st.Buffered)
 	}
 
 	s, _ = Open(filepath.Join(t.TempDir(), "s.jsonl"))

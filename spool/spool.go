@@ -105,10 +105,15 @@ type Stats struct {
 	DroppedByCap  int64 // samples not yet delivered that the size cap removed
 	Compactions   int   // rewrites of the file by the size cap
 	PointsLeftOut int64 // points not spooled: past MaxPoints or MaxLine, or a name over MaxKey
-	BadLines      int   // lines skipped when the file was read
-	BadLineNums   []int // the first few of them, 1-based
-	BadValues     int   // sample values read that are not numbers (each skipped alone)
-	TornTail      bool  // Open found an unterminated last line (and repaired it)
+	LongNames     int64 // of them, names over MaxKey
+	// LeftOutByTier counts the rest of them by Tier, and LeftOutExample
+	// names a series of each (the first left out).
+	LeftOutByTier  [TierOwn + 1]int64
+	LeftOutExample [TierOwn + 1]string
+	BadLines       int   // lines skipped when the file was read
+	BadLineNums    []int // the first few of them, 1-based
+	BadValues      int   // sample values read that are not numbers (each skipped alone)
+	TornTail       bool  // Open found an unterminated last line (and repaired it)
 	// Stalled is the call on the file (a write, an fsync) that had not
 	// returned when Close stopped waiting for the disk; "" if none. Then
 	// Buffered records are not known to be in the file (queued, or in the
@@ -356,8 +361,8 @@ func (s *Spool) writeRecord(rec Record, index func(*Record)) error {
 }
 
 // enqueueLocked writes a start, run or end record. One that would not fit
-// the reader's line limit (tags of any length go into Info) loses its
-// longest Info values until it does.
+// the reader's line limit (tags of any length go into Info) loses Info
+// values until it does (fitInfo), said in one WARN.
 func (s *Spool) enqueueLocked(rec Record) error {
 	if s.w == nil {
 		return nil
@@ -366,31 +371,23 @@ func (s *Spool) enqueueLocked(rec Record) error {
 	if err != nil {
 		return fmt.Errorf("encoding spool record: %w", err)
 	}
-	for len(b) >= s.lineLimit() && len(rec.Info) > 0 {
-		longest := ""
-		for k, v := range rec.Info {
-			if longest == "" || len(k)+len(v) > len(longest)+len(rec.Info[longest]) {
-				longest = k
-			}
+	// Each pass leaves out at least what its excess needs; a second is a
+	// safety net, and the last leaves out every value.
+	for pass := 0; len(b) >= s.lineLimit() && len(rec.Info) > 0; pass++ {
+		all := len(rec.Info)
+		info, left, family := fitInfo(rec.Info, len(b)-(s.lineLimit()-1))
+		if pass > 0 {
+			info, left = nil, all
 		}
-		info := cloneInfo(rec.Info)
-		delete(info, longest)
 		rec.Info = info
-		s.log.Warn("a spool record was too long; a value of it is left out", "type", rec.Type, "key", truncateKey(longest))
+		s.log.Warn("a spool record was too long; values of it are left out, the largest family's first",
+			"type", rec.Type, "left_out", left, "of", all, "family", truncateKey(family), "max_record_bytes", s.lineLimit()-1)
 		if b, err = json.Marshal(rec); err != nil {
 			return fmt.Errorf("encoding spool record: %w", err)
 		}
 	}
 	s.w.enqueue(append(b, '\n'), -1, "", 0)
 	return nil
-}
-
-func cloneInfo(m map[string]string) map[string]string {
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 func truncateKey(k string) string {
@@ -466,11 +463,20 @@ func (s *Spool) boundLocked(smp *metrics.Sample) (*metrics.Sample, []byte) {
 	c.Points = b.pts
 	if left := int64(b.longName + b.over); left > 0 {
 		s.stats.PointsLeftOut += left
+		s.stats.LongNames += int64(b.longName)
+		for t, n := range b.byTier {
+			s.stats.LeftOutByTier[t] += int64(n)
+			if n > 0 && s.stats.LeftOutExample[t] == "" {
+				s.stats.LeftOutExample[t] = b.first[t]
+			}
+		}
 		if !s.leftLog {
+			// Once a spool: the same sample's excess comes every interval.
 			s.leftLog = true
-			s.log.Warn("a sample holds more than the spool keeps; the excess points are left out (not spooled, not sent), counted in the end-of-run table",
+			s.log.Warn("a sample holds more than the spool keeps; the excess points are left out (not spooled, not sent), passed-through series first, then per-port or per-device ones, bridge's own last; counted in the end-of-run table",
 				"seq", c.Seq, "names_over_250_chars", b.longName, "points_over_the_bounds", b.over,
-				"max_points", s.opt.MaxPoints, "max_record_bytes", s.lineLimit()-1)
+				"passed_through", b.byTier[TierPassedThrough], "per_port_or_device", b.byTier[TierInstance], "bridge_own", b.byTier[TierOwn],
+				"e_g", firstOf(b.first), "max_points", s.opt.MaxPoints, "max_record_bytes", s.lineLimit()-1)
 		}
 	}
 	return c, s.enc.sample(c)

@@ -477,6 +477,9 @@ func (w *writer) finish() error {
 	var rerr error
 	if w.remove {
 		if rerr = w.unlocked("remove", func() error { return os.Remove(w.path) }); rerr == nil {
+			// What waited for the file (the end record) goes with it: it
+			// held nothing a user needs, and nothing waits for it now.
+			w.dequeue(len(w.queue))
 			f := w.f
 			w.f = nil
 			return w.unlocked("close", f.Close)

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/metrics"
 
 	"github.com/bridge-dev/bridge/metrics/cgroup"
@@ -435,12 +436,15 @@ func joules(v float64, ok bool) string {
 	return fmt.Sprintf("%.1f J (%.3f Wh)", v, v/3600)
 }
 
-// Write renders rows as an aligned two-column table under a title.
+// Write renders rows as an aligned two-column table under a title. A
+// row holds text bridge did not write (a server's error, a collector's,
+// a path): each cell is one line, its control characters escaped
+// (printable.Line).
 func Write(w io.Writer, title string, rows []Row) {
 	fmt.Fprintf(w, "\n%s\n", title)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "  %s\t%s\n", r.What, r.Value)
+		fmt.Fprintf(tw, "  %s\t%s\n", printable.Line(r.What), printable.Line(r.Value))
 	}
 	tw.Flush()
 }

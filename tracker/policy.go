@@ -11,6 +11,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/clip"
+	"github.com/bridge-dev/bridge/internal/printable"
 )
 
 // MaxResponseBytes caps every response body bridge reads from a tracker
@@ -86,14 +89,12 @@ func CheckJSONObject(body []byte, what string) error {
 	return fmt.Errorf("%s: %w%s: %s", what, ErrNotJSON, hint, Shorten(string(b)))
 }
 
-// Shorten keeps an error body readable in one line of a log.
+// Shorten keeps an error body readable in one line of a log: its spaces
+// and line breaks one space, its control characters escaped
+// (printable.Line), at most about 300 bytes.
 func Shorten(s string) string {
-	s = strings.Join(strings.Fields(s), " ")
 	const limit = 300
-	if len(s) > limit {
-		s = s[:limit] + "..."
-	}
-	return strings.ToValidUTF8(s, "?")
+	return clip.Bytes(printable.Line(strings.Join(strings.Fields(s), " ")), limit+3)
 }
 
 // idRe is MLflow's run id rule (mlflow/utils/validation.py _RUN_ID_REGEX),

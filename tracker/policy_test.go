@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // A certificate the client does not trust, or one for another name, is a
@@ -43,5 +44,25 @@ func TestTLSUntrusted(t *testing.T) {
 		if got := TLSUntrusted(tc.err); got != tc.want {
 			t.Errorf("%s: TLSUntrusted(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
+	}
+}
+
+// A server's error body is one line of text in a message: its line
+// breaks a space, its terminal escapes shown as text, at most ~300 bytes
+// of valid UTF-8 whatever it holds.
+func TestShortenErrorBody(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"<html>\n  <body>Bad Gateway</body>\r\n</html>", "<html> <body>Bad Gateway</body> </html>"},
+		{"denied\x1b]0;pwned\x07\x1b[2J", `denied\x1b]0;pwned\x07\x1b[2J`},
+		{"abc\u202edcba\u009b31m", `abc\u202edcba\u009b31m`},
+	}
+	for _, tc := range cases {
+		if got := Shorten(tc.in); got != tc.want {
+			t.Errorf("Shorten(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	long := Shorten(strings.Repeat("日\x1b", 400))
+	if len(long) > 303 || !utf8.ValidString(long) || !strings.HasSuffix(long, "...") || strings.ContainsRune(long, 0x1b) {
+		t.Errorf("Shorten of a long body: %d bytes %q", len(long), long)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bridge-dev/bridge/internal/attachlock"
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
@@ -76,7 +77,7 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	lock, holder, err := attachlock.Acquire(os.TempDir(), attachlock.Key{PID: pid, Start: proc.StartTime(), Runs: runs, Node: me.Node}, me)
 	switch {
 	case errors.Is(err, attachlock.ErrHeld):
-		fmt.Fprintf(stderr, "bridge attach: process %d%s is monitored already by %s; this attach does nothing\n", pid, runsText(runs, me.Node), holder)
+		fmt.Fprintf(stderr, "bridge attach: process %d%s is monitored already by %s; this attach does nothing\n", pid, printable.Line(runsText(runs, me.Node)), printable.Line(holder.String()))
 		return 0
 	case err != nil:
 		log.Warn("cannot take the attach lock; a second attach for the same process and run would not be noticed", "err", err)

@@ -9,17 +9,21 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
@@ -243,4 +247,68 @@ func deref(p *float64) any {
 		return nil
 	}
 	return *p
+}
+
+// A job of 300 nodes on a server whose runs keep their artifacts where
+// only the client writes: the report goes in the summary tag, cut at a
+// line within MLflow's 8,000 characters, saying how many lines it left
+// out. One real bridge is node-0; the other nodes' ends are on the run
+// already, as their bridges recorded them.
+func TestJobReportSummaryCut(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	exp := fmt.Sprintf("bridge-e2e-summary-cut-%d", time.Now().UnixNano())
+	srv.CreateExperiment(t, exp)
+	key := "e2e:" + exp
+	shared := t.TempDir()
+	cmd := exec.Command(testbin.Bridge(t), "--interval", "500ms", "--start-timeout", "1m", "--flush-timeout", "1m",
+		"--", "/bin/sh", "-c", `while [ ! -e "$SHARED/go" ]; do sleep 0.05; done; exit 3`)
+	cmd.Dir = t.TempDir()
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+exp, "BRIDGE_JOB_KEY="+key,
+		"BRIDGE_NODE_ID=node-0", "BRIDGE_NODES=300", "SHARED="+shared)
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var run string
+	waitfor.Cond(t, 2*time.Minute, "the job's run", func() bool {
+		id := srv.ExperimentID(t, exp)
+		if id == "" {
+			return false
+		}
+		runs := srv.SearchRuns(t, id, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ACTIVE_ONLY")
+		if len(runs) == 1 {
+			run = runs[0].Info.RunID
+		}
+		return run != ""
+	})
+	tags := map[string]string{}
+	ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	for i := 1; i < 300; i++ {
+		s := fmt.Sprintf("bridge.node.node-%d.", i)
+		tags[s+"started"], tags[s+"ended"], tags[s+"status"], tags[s+"exit_code"] = ms, ms, mlflow.StatusFinished, "0"
+	}
+	srv.LogBatch(t, run, tags, nil)
+	if err := os.WriteFile(filepath.Join(shared, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(t, cmd.Wait()); code != 3 {
+		t.Fatalf("bridge exited %d, want the child's 3:\n%s", code, &stderr)
+	}
+	r := srv.GetRun(t, run)
+	sum := r.Tags[report.TagReportSummary]
+	lines := strings.Split(strings.TrimSuffix(sum, "\n"), "\n")
+	var left int
+	_, err := fmt.Sscanf(lines[len(lines)-1], "... %d more lines (bridge report "+run+" shows them all)", &left)
+	if n := utf8.RuneCountInString(sum); n > report.SummaryMax || err != nil || len(lines)-2+left != 300 ||
+		!strings.HasPrefix(lines[0], "Status FAILED; first failure: node-0: ") {
+		t.Fatalf("%s: %d characters, %d lines, the last %q (%v):\n%s\n%s", report.TagReportSummary, n, len(lines), lines[len(lines)-1], err, sum, &stderr)
+	}
+	for _, l := range lines[1 : len(lines)-1] {
+		if !strings.HasPrefix(l, "node-") || !strings.Contains(l, ": status ") || !strings.Contains(l, "; ended (UTC) ") {
+			t.Errorf("a line cut: %q", l)
+		}
+	}
+	t.Logf("%d lines kept, %d left out, %d characters", len(lines)-2, left, utf8.RuneCountInString(sum))
 }

@@ -129,3 +129,66 @@ func m2(m []string) string {
 	}
 	return m[1]
 }
+
+// TestNotebookAttachReload reloads bridge_system_metrics in a notebook's
+// session (testdata/notebook_reload.py): attach() after
+// importlib.reload() returns the monitor already running; after a fresh
+// import (a table of its own) the new `bridge attach` is refused, and
+// mlflow.end_run() then stops both without warning that samples did not
+// reach the run, since every one did: the running monitor's spool, held
+// by its bridge when the refused one stopped, was removed as delivered.
+func TestNotebookAttachReload(t *testing.T) {
+	t.Parallel()
+	srv := mlflowtest.Shared(t)
+	py := mlflowtest.Python(t)
+	dir := t.TempDir()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, filepath.Join(wd, "testdata", "notebook_reload.py"), testbin.Bridge(t), srv.URL,
+		"bridge-e2e-notebook-reload-"+fmt.Sprint(time.Now().UnixNano()))
+	cmd.Dir = dir
+	cmd.Env = cleanEnv("PYTHONPATH="+filepath.Join(wd, "..", "..", "python"), "MLFLOW_DISABLE_TELEMETRY=true")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("notebook: %v\nstderr:\n%s", err, &stderr)
+	}
+	var got struct {
+		SameAfterReload bool     `json:"same_after_reload"`
+		RefusedExit     int      `json:"refused_exit"`
+		FirstRunning    bool     `json:"first_running"`
+		FirstExit       int      `json:"first_exit"`
+		Status          string   `json:"status"`
+		Steps           []int64  `json:"steps"`
+		SpoolsLeft      []string `json:"spools_left"`
+		Warnings        []string `json:"warnings"`
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &got); err != nil {
+		t.Fatalf("notebook printed %q: %v\nstderr:\n%s", &stdout, err, &stderr)
+	}
+	if !got.SameAfterReload {
+		t.Error("attach() after importlib.reload() started a second monitor")
+	}
+	if got.RefusedExit != 0 || !got.FirstRunning || !strings.Contains(stderr.String(), "is monitored already by bridge attach pid") {
+		t.Errorf("attach() after a fresh import: exit %d, the first running %v; want it refused, the first running:\n%s",
+			got.RefusedExit, got.FirstRunning, &stderr)
+	}
+	if got.FirstExit != 0 || got.Status != "FINISHED" || len(got.Steps) < 4 {
+		t.Errorf("the run: %s, %d points, bridge exit %d", got.Status, len(got.Steps), got.FirstExit)
+	}
+	for i, s := range got.Steps {
+		if s != int64(i) {
+			t.Errorf("steps %v, want each once from 0 (one monitor)", got.Steps)
+			break
+		}
+	}
+	if len(got.SpoolsLeft) != 0 {
+		t.Errorf("delivered spools left in the notebook's folder: %v", got.SpoolsLeft)
+	}
+	if len(got.Warnings) != 0 {
+		t.Errorf("warnings when every sample reached the run: %q", got.Warnings)
+	}
+}

@@ -8,27 +8,49 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/bridge-dev/bridge/internal/printable"
+	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
 
-// runReport is `bridge report RUN [--json]`: the report of an MLflow run
-// (a job's: one row a node), made by package report, while the job runs or
-// after it ended.
+// defaultReportTimeout bounds `bridge report` as a whole: one runs/get,
+// and the series of the nodes that recorded no figures (a job's running
+// nodes), a few requests each.
+const defaultReportTimeout = 2 * time.Minute
+
+// runReport is `bridge report RUN [--json|--markdown] [--timeout D]`: the
+// report of an MLflow run (a job's: one row a node), made by package
+// report, while the job runs or after it ended. It ends within --timeout:
+// when that passes while the nodes' series are read, the report so far is
+// printed (every row, from the run's tags; the figures of the nodes not
+// read left out, named in a note) and bridge exits 1; before the run
+// itself is read, nothing is printed.
 func runReport(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("bridge report", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	asMarkdown := fs.Bool("markdown", false, "print the report as Markdown (as the run's bridge-report.md)")
+	timeout := fs.Duration("timeout", defaultReportTimeout, "give up after this long; the report read so far is printed")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn, error")
-	const use = "usage: bridge report RUN [--json]   (RUN: an MLflow run id; MLFLOW_RUN_ID when left out)"
+	const use = "usage: bridge report RUN [--json|--markdown] [--timeout D]   (RUN: an MLflow run id; MLFLOW_RUN_ID when left out)"
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			fmt.Fprintf(stdout, "%s\n\nThe job's status, its first failure and one row per node, read from the MLflow\nserver MLFLOW_TRACKING_URI names (and its credentials' variables).\n\nflags:\n%s", use, fs.FlagUsages())
 			return 0
 		}
 		fmt.Fprintf(stderr, "bridge: report: %v\n%s\n", err, use)
+		return exitUsage
+	}
+	if *asJSON && *asMarkdown {
+		fmt.Fprintf(stderr, "bridge: report: --json and --markdown: give one\n%s\n", use)
+		return exitUsage
+	}
+	if *timeout <= 0 {
+		fmt.Fprintf(stderr, "bridge: report: --timeout=%s: must be positive\n", *timeout)
 		return exitUsage
 	}
 	run := os.Getenv(mlflow.EnvRunID)
@@ -55,30 +77,49 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		log.Warn(line)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: report: %v\n", err)
+		fmt.Fprintf(stderr, "bridge: report: %s\n", printable.Line(err.Error()))
 		return exitUsage
 	}
 	cfg.RunID = "" // the run to read is RUN; the sink itself writes nothing
 	sink, err := mlflow.New(cfg, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: report: %v\n", err)
+		fmt.Fprintf(stderr, "bridge: report: %s\n", printable.Line(err.Error()))
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	passed := fmt.Errorf("--timeout %s passed", *timeout)
+	ctx, cancel := context.WithTimeoutCause(sig, *timeout, passed)
+	defer cancel()
 	rep, err := sink.Report(ctx, run)
-	if err != nil {
-		fmt.Fprintf(stderr, "bridge: report: %v\n", err)
+	if err != nil && errors.Is(context.Cause(ctx), passed) {
+		err = fmt.Errorf("%w (a longer one reads more): %w", passed, err)
+	}
+	if rep == nil {
+		fmt.Fprintf(stderr, "bridge: report: %s\n", printable.Line(err.Error()))
 		return 1
 	}
-	if *asJSON {
-		_, err = stdout.Write(rep.JSON())
-	} else {
-		err = rep.Text(stdout)
+	if werr := write(stdout, rep, *asJSON, *asMarkdown); werr != nil {
+		fmt.Fprintf(stderr, "bridge: report: %v\n", werr)
+		return 1
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "bridge: report: %v\n", err)
+		// The report above is the part read in time.
+		fmt.Fprintf(stderr, "bridge: report: the report above is partial: %s\n", printable.Line(err.Error()))
 		return 1
 	}
 	return 0
+}
+
+// write prints rep as asked: text for a terminal, Markdown, or JSON
+// (escaped for a terminal as well: printable.JSON).
+func write(w io.Writer, rep *report.Report, asJSON, asMarkdown bool) error {
+	switch {
+	case asJSON:
+		_, err := w.Write(printable.JSON(rep.JSON()))
+		return err
+	case asMarkdown:
+		return rep.Markdown(w)
+	}
+	return rep.Text(w)
 }

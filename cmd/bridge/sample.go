@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/pipeline"
 )
@@ -121,7 +122,7 @@ func writeHealth(w io.Writer, health []metrics.Health) {
 		if h.OK {
 			fmt.Fprintf(w, "  %s: ok in %s\n", h.Collector, d)
 		} else {
-			fmt.Fprintf(w, "  %s: failed after %s: %s\n", h.Collector, d, h.LastError)
+			fmt.Fprintf(w, "  %s: failed after %s: %s\n", h.Collector, d, printable.Line(h.LastError))
 		}
 	}
 }
@@ -168,10 +169,10 @@ func writeDetected(w io.Writer, d map[string]any) {
 			}
 			sort.Strings(sub)
 			for _, sk := range sub {
-				fmt.Fprintf(w, "    %-22s %s\n", sk+":", flat(v[sk]))
+				fmt.Fprintf(w, "    %-22s %s\n", sk+":", printable.Line(flat(v[sk])))
 			}
 		default:
-			fmt.Fprintf(w, "  %s: %s\n", k, flat(v))
+			fmt.Fprintf(w, "  %s: %s\n", k, printable.Line(flat(v)))
 		}
 	}
 }

@@ -321,6 +321,34 @@ func (s *Server) CreateRun(t testing.TB, experimentID, name string) string {
 	return out.Run.Info.RunID
 }
 
+// LogBatch records tags and points (key -> values, logged at steps 0, 1,
+// ... one second apart) on a run, as a user's own code could, in as many
+// runs/log-batch requests as MLflow's limits (100 tags, 1000 metrics)
+// call for.
+func (s *Server) LogBatch(t testing.TB, runID string, tags map[string]string, points map[string][]float64) {
+	t.Helper()
+	var tl, ml []map[string]any
+	for k, v := range tags {
+		tl = append(tl, map[string]any{"key": k, "value": v})
+	}
+	now := time.Now().UnixMilli()
+	for k, vs := range points {
+		for i, v := range vs {
+			ml = append(ml, map[string]any{"key": k, "value": v, "timestamp": now + int64(i)*1000, "step": i})
+		}
+	}
+	for len(tl) > 0 || len(ml) > 0 {
+		body := map[string]any{"run_id": runID}
+		if n := min(len(tl), 100); n > 0 {
+			body["tags"], tl = tl[:n], tl[n:]
+		}
+		if n := min(len(ml), 1000); n > 0 {
+			body["metrics"], ml = ml[:n], ml[n:]
+		}
+		s.do(t, http.MethodPost, "runs/log-batch", nil, body, nil)
+	}
+}
+
 // DeleteRun marks a run deleted.
 func (s *Server) DeleteRun(t testing.TB, runID string) {
 	t.Helper()

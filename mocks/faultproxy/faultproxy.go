@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -61,6 +62,11 @@ const (
 	// RewriteRunID forwards, then replaces run.info.run_id (and run_uuid)
 	// in the server's JSON answer with RunID (runs/create).
 	RewriteRunID Kind = "rewrite-run-id"
+	// EndlessPages forwards without the request's page_token (so the
+	// server answers its first page again), then sets next_page_token in
+	// the server's JSON answer to a token never given before: paging that
+	// never ends (metrics/get-history).
+	EndlessPages Kind = "endless-pages"
 )
 
 // Fault is one scheduled fault.
@@ -106,6 +112,7 @@ type Proxy struct {
 	closed bool
 	hung   chan struct{} // closed by Close: releases hung requests
 	draws  *rand.Rand    // Fault.Share's draws
+	pages  atomic.Int64  // EndlessPages' tokens given
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards to target
@@ -370,6 +377,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", fmt.Sprint(len(out)))
 		w.WriteHeader(resp.code)
 		w.Write(out) //nolint:errcheck
+	case EndlessPages:
+		q := r.URL.Query()
+		q.Del("page_token")
+		r.URL.RawQuery = q.Encode()
+		resp, err := p.forward(r, body)
+		if err != nil {
+			reset(w)
+			return
+		}
+		out := nextPage(resp.body, fmt.Sprintf("faultproxy-page-%d", p.pages.Add(1)))
+		copyHeader(w.Header(), resp.header)
+		w.Header().Set("Content-Length", fmt.Sprint(len(out)))
+		w.WriteHeader(resp.code)
+		w.Write(out) //nolint:errcheck
 	default:
 		http.Error(w, "faultproxy: unknown fault "+string(f.Kind), http.StatusInternalServerError)
 	}
@@ -441,6 +462,20 @@ func reset(w http.ResponseWriter) {
 
 // rewriteRunID replaces the run id in an MLflow runs/create or runs/get
 // answer, keeping everything else.
+// nextPage sets next_page_token in a JSON object answer.
+func nextPage(body []byte, token string) []byte {
+	var m map[string]any
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return body
+	}
+	m["next_page_token"] = token
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
 func rewriteRunID(body []byte, id string) []byte {
 	var m map[string]any
 	if json.Unmarshal(body, &m) != nil {

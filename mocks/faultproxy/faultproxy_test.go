@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -43,6 +44,7 @@ func TestProxy(t *testing.T) {
 		Fault{Path: "runs/create", Kind: RewriteRunID, RunID: "x\x00y", Times: 1},
 		Fault{Path: "page", Kind: Answer, Body: "<html>login</html>", Times: 1},
 		Fault{Path: "reset", Kind: AppliedThenReset, Times: 1},
+		Fault{Path: "get-history", Kind: EndlessPages, Times: 2},
 	)
 	for i := range 2 {
 		if code, _, h, err := get("/api/2.0/mlflow/runs/log-batch"); err != nil || code != 429 || h.Get("Retry-After") != "0" {
@@ -57,6 +59,22 @@ func TestProxy(t *testing.T) {
 	}
 	if code, body, h, err := get("/page"); err != nil || code != 200 || body != "<html>login</html>" || !strings.HasPrefix(h.Get("Content-Type"), "text/html") {
 		t.Errorf("answer: %d %q %v", code, body, err)
+	}
+	// Each answer the server gave gets a token never given before.
+	var tokens []string
+	for range 2 {
+		_, body, _, err := get("/api/2.0/mlflow/metrics/get-history")
+		var page struct {
+			Run  map[string]any `json:"run"`
+			Next string         `json:"next_page_token"`
+		}
+		if err != nil || json.Unmarshal([]byte(body), &page) != nil || page.Run == nil || page.Next == "" {
+			t.Fatalf("endless pages: %q %v", body, err)
+		}
+		tokens = append(tokens, page.Next)
+	}
+	if tokens[0] == tokens[1] {
+		t.Errorf("endless pages gave the token %q twice", tokens[0])
 	}
 	before := applied.Load()
 	if _, _, _, err := get("/reset"); err == nil {

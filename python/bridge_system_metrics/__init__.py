@@ -18,6 +18,7 @@ has imported them.
 """
 
 import atexit
+import fcntl
 import glob
 import importlib.metadata
 import os
@@ -97,8 +98,10 @@ def _wandb_run(env):
 
 
 # The monitors this process started, by what they monitor: attach() again
-# for the same runs, process and node returns the one running.
-_attached = {}
+# for the same runs, process and node returns the one running. A reload of
+# this module (importlib.reload) keeps the table: the monitors it holds
+# still run.
+_attached = globals().get("_attached", {})
 
 
 def _flag(args, name):
@@ -143,6 +146,32 @@ class _EndRunHook:
         finally:
             if self.previous is not None:
                 self.previous.finish()
+
+
+def _written_now(path):
+    """Whether a live bridge writes the spool at path (it holds the file's
+    lock, which the kernel drops when its holder ends), or the file is gone:
+    either way its samples are not left behind. A filesystem that cannot
+    lock says nothing: then the spool counts as left."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return True  # removed meanwhile: delivered
+    except OSError:
+        return False
+    try:
+        # A shared lock, let go at once: it fails only while a writer holds
+        # the exclusive one.
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _safe_name(s):
@@ -214,13 +243,18 @@ class Attached:
 
     def _warn_unsent(self):
         """bridge removes a spool whose every sample reached the run; one left
-        at its default path holds samples not sent: say where."""
+        at its default path holds samples not sent: say where. A spool that a
+        live bridge still writes (its lock is held: another monitor of the
+        run, which this one deferred to) is not left: that bridge sends or
+        names it when it ends."""
         if self._spool is not None:
             return
         left = []
         for run_id in sorted(set(self.runs.values())):
             left += glob.glob(os.path.join(glob.escape(self._cwd), "bridge-spool-*-%s.jsonl" % glob.escape(_safe_name(run_id))))
         for path in sorted(set(left)):
+            if _written_now(path):
+                continue
             warnings.warn("bridge_system_metrics: not every sample reached the run; they are in %s: "
                           "upload them with `bridge sync %s`" % (path, path), stacklevel=3)
 

@@ -221,7 +221,7 @@ func (s *Sink) classify(op string, resp *resty.Response, err error) error {
 	apiErr := &APIError{URL: s.url, Op: op, Status: code}
 	var me mlflowError
 	if decode(resp.Body(), &me) == nil && (me.ErrorCode != "" || me.Message != "") {
-		apiErr.Code, apiErr.Message = me.ErrorCode, tracker.Shorten(me.Message)
+		apiErr.Code, apiErr.Message = tracker.Shorten(me.ErrorCode), tracker.Shorten(me.Message)
 	} else {
 		apiErr.Message = tracker.Shorten(string(resp.Body()))
 	}

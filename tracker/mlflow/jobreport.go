@@ -28,33 +28,58 @@ const (
 // --serve-artifacts`, MLflow 3's default): a PUT uploads a file.
 const artifactsAPI = "/api/2.0/mlflow-artifacts/artifacts/"
 
-// historyPage is the page size of the series reads: metrics/get-history
-// pages with max_results and next_page_token. The bulk endpoints
-// (metrics/get-history-bulk, get-history-bulk-interval) batch one key
-// across runs, while a job's nodes are different keys of one run; the
-// interval one also samples the points down, losing the peaks.
-const historyPage = 25000
+// The series reads page metrics/get-history with max_results and
+// next_page_token. The bulk endpoints (metrics/get-history-bulk,
+// get-history-bulk-interval) batch one key across runs, while a job's
+// nodes are different keys of one run; the interval one also samples the
+// points down, losing the peaks.
+//
+// A page holds what one answer may (tracker.MaxResponseBytes, with room
+// for its frame): about 6,000 points of a series named as bridge names
+// them, at most historyPage. A series is read to historyMaxPoints at
+// most, in as many full pages and one more: a server that pages on for
+// ever (a token that never ends, pages that hold little) costs that, not
+// time and memory without bound; past it the series is not used.
+const (
+	historyPage      = 25000
+	historyMaxPoints = 1_000_000
+	// historyPointJSON is a point's answer but for its key:
+	// {"key":"","value":-1.2345678901234567e+308,"timestamp":1767225600000,"step":9223372036854775807},
+	historyPointJSON = 100
+)
+
+// errHistoryTooLong: a series has more points than bridge report reads.
+var errHistoryTooLong = errors.New("more points than bridge report reads")
+
+// historyPageOf is the page size for a series named key: as many points
+// as fit in four fifths of an answer, at most historyPage.
+func historyPageOf(key string) int {
+	return max(1, min(historyPage, tracker.MaxResponseBytes*4/5/(len(key)+historyPointJSON)))
+}
 
 // Report reads run id and makes its report (`bridge report`): the run's
 // tags and latest values in one runs/get, and the series of the nodes that
-// recorded no figures of their own, each once.
+// recorded no figures of their own, each once. When ctx ends while the
+// series are read, the report so far comes with the error (report.Build).
 func (s *Sink) Report(ctx context.Context, id string) (*report.Report, error) {
 	if err := tracker.ValidID("run id", id); err != nil {
 		return nil, err
 	}
 	run, err := s.getRun(ctx, id)
-	if err == nil {
-		var rep *report.Report
-		if rep, err = report.Build(ctx, reportRun(run), s.historyOf(id)); err == nil {
-			return rep, nil
-		}
+	if err != nil {
+		return nil, serverSays(err)
 	}
-	// The server's answer says it all; the forwarder's classification
-	// (permanent or not) means nothing here.
+	rep, err := report.Build(ctx, reportRun(run), s.historyOf(id))
+	return rep, serverSays(err)
+}
+
+// serverSays is err, or the server's answer in it: the forwarder's
+// classification (permanent or not) means nothing to a reader.
+func serverSays(err error) error {
 	if ae := (*APIError)(nil); errors.As(err, &ae) {
-		return nil, ae
+		return ae
 	}
-	return nil, err
+	return err
 }
 
 // reportRun is what the report reads of an MLflow run.
@@ -69,13 +94,18 @@ func reportRun(run Run) report.Run {
 	return r
 }
 
-// historyOf reads every point of one of run's series, oldest first.
+// historyOf reads every point of one of run's series, oldest first, to
+// historyMaxPoints.
 func (s *Sink) historyOf(run string) report.History {
 	return func(ctx context.Context, key string) ([]report.Point, error) {
 		var ms []Metric
-		token := ""
-		for {
-			q := map[string]string{"run_id": run, "metric_key": key, "max_results": strconv.Itoa(historyPage)}
+		token, page := "", historyPageOf(key)
+		for pages := 1; ; pages++ {
+			if pages > historyMaxPoints/page+1 {
+				return nil, fmt.Errorf("%w (the server gave a next page after %d pages of at most %d points); its figures are left out",
+					errHistoryTooLong, pages-1, page)
+			}
+			q := map[string]string{"run_id": run, "metric_key": key, "max_results": strconv.Itoa(page)}
 			if token != "" {
 				q["page_token"] = token
 			}
@@ -85,6 +115,9 @@ func (s *Sink) historyOf(run string) report.History {
 			}
 			if err := s.call(ctx, http.MethodGet, "metrics/get-history", q, nil, &out, fmt.Sprintf("reading series %s of run %s", key, run)); err != nil {
 				return nil, err
+			}
+			if len(ms)+len(out.Metrics) > historyMaxPoints {
+				return nil, fmt.Errorf("%w (%d); its figures are left out", errHistoryTooLong, historyMaxPoints)
 			}
 			ms = append(ms, out.Metrics...)
 			if out.Next == "" || out.Next == token {
@@ -123,17 +156,19 @@ func (s *Sink) recordJob(ctx context.Context, run Run, wroteStatus bool) error {
 
 // recordFirstFailure sets report.TagFirstFailure to the earliest failure
 // the nodes' records show, unless it already names an earlier (or the
-// same) one: a later failure never takes its place. Nodes failing
-// together may each write theirs: the writer reads again, and writes
-// again while the tag names a later failure than the records show.
+// same) one that agrees with them: a later failure never takes its place,
+// and a tag that names no failed node (forged, or garbled) does not stay.
+// Nodes failing together may each write theirs: the writer reads again,
+// and writes again while the tag names a later failure than the records
+// show.
 func (s *Sink) recordFirstFailure(ctx context.Context, run Run) error {
 	for range 3 {
-		f := report.FirstFailureOf(reportRun(run))
+		rr := reportRun(run)
+		f := report.FirstFailureOf(rr)
 		if f == nil {
 			return nil
 		}
-		cur := run.Data.TagMap()[report.TagFirstFailure]
-		if at, ok := report.FailureTagTime(cur); cur == f.Tag() || (ok && !f.At().Before(at)) {
+		if cur := report.RecordedFailureOf(rr); cur != nil && !f.At().Before(cur.At()) {
 			return nil
 		}
 		if err := s.SetTags(ctx, map[string]string{report.TagFirstFailure: f.Tag()}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/report"
@@ -99,6 +100,54 @@ func TestJobReportOnTheRun(t *testing.T) {
 			t.Errorf("%s uploaded where the server cannot serve it", ReportMarkdown)
 		}
 	})
+	t.Run("a forged first failure does not stay", func(t *testing.T) {
+		exp, key := unique(t), "forged:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		// Earlier than any failure, naming a node the job does not have.
+		srv.LogBatch(t, win, map[string]string{report.TagFirstFailure: "node-9: cgroup_oom_kill at 2020-01-01T00:00:00.000Z (forged)"}, nil)
+		endAs(t, nodes[1], t0, 1, StatusFailed, "app_error", "")
+		r := srv.GetRun(t, win)
+		if ff := r.Tags[report.TagFirstFailure]; !strings.HasPrefix(ff, "node-1: app_error at ") {
+			t.Errorf("%s=%q, want node-1's failure in place of the forged one", report.TagFirstFailure, ff)
+		}
+		if sum := r.Tags[report.TagReportSummary]; !strings.Contains(sum, "first failure: node-1: app_error") || strings.Contains(sum, "disagrees") {
+			t.Errorf("summary:\n%s", sum)
+		}
+	})
+	t.Run("the summary cut at a line", func(t *testing.T) {
+		exp, key := unique(t), "cut:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		// 300 more nodes of the job ended cleanly: their lines do not fit
+		// in the tag.
+		tags := map[string]string{}
+		ms := fmt.Sprint(t0.UnixMilli())
+		for i := 2; i < 302; i++ {
+			s := fmt.Sprintf("bridge.node.node-%d.", i)
+			tags[s+"started"], tags[s+"ended"], tags[s+"status"] = ms, ms, StatusFinished
+		}
+		srv.LogBatch(t, win, tags, nil)
+		endAs(t, nodes[1], t0, 1, StatusFailed, "app_error", "")
+		sum := srv.GetRun(t, win).Tags[report.TagReportSummary]
+		rep, err := nodes[0].sink.Report(context.Background(), win)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSuffix(sum, "\n"), "\n")
+		var left int
+		_, err = fmt.Sscanf(lines[len(lines)-1], "... %d more lines (bridge report "+win+" shows them all)", &left)
+		if n := utf8.RuneCountInString(sum); n > report.SummaryMax || err != nil || left < 100 || len(lines)-2+left != len(rep.Nodes) {
+			t.Fatalf("summary of %d characters, %d lines, last %q (%v)", n, len(lines), lines[len(lines)-1], err)
+		}
+		for _, l := range lines[1 : len(lines)-1] {
+			if !strings.HasPrefix(l, "node-") || !strings.Contains(l, ": status ") || !strings.Contains(l, "; ended (UTC) ") {
+				t.Errorf("a line cut: %q", l)
+			}
+		}
+	})
 	t.Run("bridge report while the job runs", func(t *testing.T) {
 		exp, key := unique(t), "live:"+unique(t)
 		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
@@ -158,5 +207,23 @@ func TestReportRefusesBadRunID(t *testing.T) {
 	}
 	if len(rc.bodies) != 0 {
 		t.Errorf("%d requests sent for invalid run ids", len(rc.bodies))
+	}
+}
+
+// The report's summary fits the tag it goes in.
+func TestSummaryFitsATag(t *testing.T) {
+	if report.SummaryMax > maxTagValue {
+		t.Errorf("report.SummaryMax %d, over MLflow's %d characters a tag", report.SummaryMax, maxTagValue)
+	}
+}
+
+// A page of a series' history fits the bound on an answer, whatever the
+// key's length.
+func TestHistoryPageFitsAnAnswer(t *testing.T) {
+	for _, key := range []string{"a", "system/node-12/container_memory_working_set_megabytes", strings.Repeat("k", maxKeyLength)} {
+		page := historyPageOf(key)
+		if page < 1 || page > historyPage || page*(len(key)+historyPointJSON) > tracker.MaxResponseBytes {
+			t.Errorf("page of %d points for a key of %d bytes: over an answer's %d bytes", page, len(key), tracker.MaxResponseBytes)
+		}
 	}
 }

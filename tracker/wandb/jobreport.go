@@ -73,13 +73,23 @@ func (s *Sink) recordJobSummary(ctx context.Context, end tracker.EndInfo, who st
 	if nodes == nil {
 		nodes = map[string]any{}
 	}
-	nodes[who] = nodeEnd(end)
+	rec := nodeEnd(end)
+	// A failed attempt is kept past a later clean one, as MLflow's
+	// bridge.failed.<node>: the first failure it was stays one.
+	if prev, _ := nodes[who].(map[string]any); prev != nil {
+		if f, _ := prev["failed"].(string); f != "" {
+			rec["failed"] = f
+		} else if st, _ := prev["status"].(string); st != "" && st != tracker.StatusFinished {
+			rec["failed"] = st
+		}
+	}
+	nodes[who] = rec
 	recorded, _ := b["first_failure"].(string)
 	rep := jobReport(s.cfg.RunID, nodes, recorded)
+	// The report's first failure is the recorded one where that agrees
+	// with the nodes and is earlier, else the records'.
 	if f := rep.FirstFailure; f != nil {
-		if at, ok := report.FailureTagTime(recorded); !ok || f.At().Before(at) {
-			b["first_failure"] = f.Tag()
-		}
+		b["first_failure"] = f.Tag()
 	}
 	b["nodes"], b["report"] = nodes, rep.Summary()
 	sum[summaryKey] = b
@@ -123,6 +133,9 @@ func jobReport(run string, nodes map[string]any, firstFailure string) *report.Re
 			if sv, ok := v.(string); ok {
 				tags["bridge.node."+id+"."+k] = sv
 			}
+		}
+		if f, _ := m["failed"].(string); f != "" {
+			tags["bridge.failed."+id] = f
 		}
 		if st, _ := m["status"].(string); tracker.Severity(st) > tracker.Severity(status) {
 			status = st

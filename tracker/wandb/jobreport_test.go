@@ -55,8 +55,9 @@ func TestJobReportInSummary(t *testing.T) {
 	}{
 		{1, end(0, 137, 9, tracker.StatusFailed, "cgroup_oom_kill")},
 		{0, end(time.Second, 143, 15, tracker.StatusKilled, "killed_by_signal")},
-		{2, end(-time.Minute, 1, 0, tracker.StatusFailed, "app_error")}, // earlier, by its clock: it takes the place
-		{2, end(time.Minute, 1, 0, tracker.StatusFailed, "app_error")},  // a later end of node-2 does not
+		{2, end(-time.Minute, 1, 0, tracker.StatusFailed, "app_error")},  // earlier, by its clock: it takes the place
+		{2, end(time.Minute, 1, 0, tracker.StatusFailed, "app_error")},   // a later end of node-2 does not
+		{2, end(2*time.Minute, 0, 0, tracker.StatusFinished, "success")}, // nor its clean restart
 	} {
 		if err := nodes[f.node].Finish(ctx, f.end); err != nil {
 			t.Fatal(err)
