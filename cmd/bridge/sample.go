@@ -31,6 +31,10 @@ type jsonHealth struct {
 	Success  bool    `json:"success"`
 	Duration float64 `json:"duration_seconds"`
 	Error    string  `json:"error,omitempty"`
+	// Refused counts the values it gave that were left out of the sample
+	// (out of their series' range), RefusedLast names the last.
+	Refused     int    `json:"values_refused,omitempty"`
+	RefusedLast string `json:"last_value_refused,omitempty"`
 }
 
 // jsonPoint keeps non-finite values representable (encoding/json rejects NaN).
@@ -88,6 +92,7 @@ func sample(regs []metrics.Registration, args []string, stdout, stderr io.Writer
 			if !h.OK {
 				jh.Error = h.LastError
 			}
+			jh.Refused, jh.RefusedLast = h.Refused, h.LastRefused
 			out.Collectors = append(out.Collectors, jh)
 		}
 		for _, p := range sample.Points {
@@ -118,12 +123,23 @@ func writeHealth(w io.Writer, health []metrics.Health) {
 	fmt.Fprintln(w, "collectors:")
 	for _, h := range health {
 		d := h.Duration.Round(time.Microsecond)
+		line := fmt.Sprintf("  %s: failed after %s: %s", h.Collector, d, h.LastError)
 		if h.OK {
-			fmt.Fprintf(w, "  %s: ok in %s\n", h.Collector, d)
-		} else {
-			fmt.Fprintf(w, "  %s: failed after %s: %s\n", h.Collector, d, h.LastError)
+			line = fmt.Sprintf("  %s: ok in %s", h.Collector, d)
 		}
+		if h.Refused > 0 {
+			line += fmt.Sprintf("; %s out of range left out (last: %s)", values(h.Refused), h.LastRefused)
+		}
+		fmt.Fprintln(w, line)
 	}
+}
+
+// values is "1 value", "N values".
+func values(n int) string {
+	if n == 1 {
+		return "1 value"
+	}
+	return fmt.Sprintf("%d values", n)
 }
 
 func jsonValue(v float64) any {

@@ -372,7 +372,8 @@ func TestGPMTooSoon(t *testing.T) {
 }
 
 // A metric the GPU does not count (NVLink on a PCIe board) comes back with
-// its own error: that series is absent, the rest present; NaN too.
+// its own error: that series is absent, the rest present. A NaN leaves the
+// collector, for the Sampler's range check to refuse and count.
 func TestGPMMetricNotSupported(t *testing.T) {
 	s := fakeServer(dgxh100.New(), 1)
 	drv := newGPMDriver(t, s)
@@ -392,10 +393,13 @@ func TestGPMMetricNotSupported(t *testing.T) {
 	collect(t, c)
 	drv.run(src, time.Second, busy)
 	pts := collect(t, c)
-	for _, gone := range []string{"prof_nvlink_tx_megabytes_per_second", "prof_nvlink_rx_megabytes_per_second", "prof_pipe_fp64_active_ratio"} {
+	for _, gone := range []string{"prof_nvlink_tx_megabytes_per_second", "prof_nvlink_rx_megabytes_per_second"} {
 		if p, ok := pts["gpu_0_"+gone]; ok {
 			t.Errorf("gpu_0_%s = %v, want absent", gone, p.Value)
 		}
+	}
+	if p, ok := pts["gpu_0_prof_pipe_fp64_active_ratio"]; !ok || !math.IsNaN(p.Value) {
+		t.Errorf("gpu_0_prof_pipe_fp64_active_ratio = %v (%v), want the NaN the GPU gave", p.Value, ok)
 	}
 	wantNear(t, pts, "gpu_0_prof_pcie_rx_megabytes_per_second", 2097.152)
 }
