@@ -5,6 +5,7 @@ import (
 	"math"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,22 +19,57 @@ import (
 
 // Figures are what a node's series say about it over the job. A figure
 // whose series the node never had is nil (left out of the JSON), never 0.
+// Each is a metrics.Float: finite by construction, whatever the arithmetic
+// or the tag it came from.
 type Figures struct {
-	Samples               int      `json:"samples"`
-	PeakWorkingSetMB      *float64 `json:"peak_working_set_megabytes,omitempty"`
-	MemoryLimitMB         *float64 `json:"memory_limit_megabytes,omitempty"`
-	CPUMeanCores          *float64 `json:"cpu_mean_cores,omitempty"`
-	CPUPeakCores          *float64 `json:"cpu_peak_cores,omitempty"`
-	CPULimitCores         *float64 `json:"cpu_limit_cores,omitempty"`
-	ThrottledSharePercent *float64 `json:"throttled_share_percentage,omitempty"`
-	GPUUtilizationPercent *float64 `json:"gpu_utilization_percentage,omitempty"`
-	GPUSMActiveRatio      *float64 `json:"gpu_sm_active_ratio,omitempty"`
-	GPUEnergyJoules       *float64 `json:"gpu_energy_joules,omitempty"`
-	NodeCPUEnergyJoules   *float64 `json:"node_cpu_energy_joules,omitempty"`
-	NetworkMBps           *float64 `json:"network_megabytes_per_second,omitempty"`
-	InfinibandMBps        *float64 `json:"infiniband_megabytes_per_second,omitempty"`
-	GPUXidErrors          *float64 `json:"gpu_xid_errors,omitempty"`
-	GPUECCUncorrected     *float64 `json:"gpu_ecc_uncorrected_errors,omitempty"`
+	Samples               int            `json:"samples"`
+	PeakWorkingSetMB      *metrics.Float `json:"peak_working_set_megabytes,omitempty"`
+	MemoryLimitMB         *metrics.Float `json:"memory_limit_megabytes,omitempty"`
+	CPUMeanCores          *metrics.Float `json:"cpu_mean_cores,omitempty"`
+	CPUPeakCores          *metrics.Float `json:"cpu_peak_cores,omitempty"`
+	CPULimitCores         *metrics.Float `json:"cpu_limit_cores,omitempty"`
+	ThrottledSharePercent *metrics.Float `json:"throttled_share_percentage,omitempty"`
+	GPUUtilizationPercent *metrics.Float `json:"gpu_utilization_percentage,omitempty"`
+	GPUSMActiveRatio      *metrics.Float `json:"gpu_sm_active_ratio,omitempty"`
+	GPUEnergyJoules       *metrics.Float `json:"gpu_energy_joules,omitempty"`
+	NodeCPUEnergyJoules   *metrics.Float `json:"node_cpu_energy_joules,omitempty"`
+	NetworkMBps           *metrics.Float `json:"network_megabytes_per_second,omitempty"`
+	InfinibandMBps        *metrics.Float `json:"infiniband_megabytes_per_second,omitempty"`
+	GPUXidErrors          *metrics.Float `json:"gpu_xid_errors,omitempty"`
+	GPUECCUncorrected     *metrics.Float `json:"gpu_ecc_uncorrected_errors,omitempty"`
+}
+
+// keepValid leaves out (nil) each figure outside the range of the series
+// it is made from, as the Sampler leaves out such a value: a node's
+// figures tag or series that says 1e306 MB or 9.2e18 % holds no figure.
+// It returns each figure left out, "name=value".
+func (f *Figures) keepValid() (refused []string) {
+	for _, x := range []struct {
+		name string
+		v    **metrics.Float
+		d    *metrics.Desc
+	}{
+		{"peak_working_set_megabytes", &f.PeakWorkingSetMB, cgroup.MemoryWorkingSet},
+		{"memory_limit_megabytes", &f.MemoryLimitMB, cgroup.MemoryLimit},
+		{"cpu_mean_cores", &f.CPUMeanCores, cgroup.CPUUsage},
+		{"cpu_peak_cores", &f.CPUPeakCores, cgroup.CPUUsage},
+		{"cpu_limit_cores", &f.CPULimitCores, cgroup.CPULimit},
+		{"throttled_share_percentage", &f.ThrottledSharePercent, cgroup.CPUThrottledPeriods},
+		{"gpu_utilization_percentage", &f.GPUUtilizationPercent, metrics.GPUUtilization},
+		{"gpu_sm_active_ratio", &f.GPUSMActiveRatio, metrics.GPUProfSMActive},
+		{"gpu_energy_joules", &f.GPUEnergyJoules, metrics.GPUEnergy},
+		{"node_cpu_energy_joules", &f.NodeCPUEnergyJoules, rapl.Energy},
+		{"network_megabytes_per_second", &f.NetworkMBps, nodemetrics.NetnsReceiveRate},
+		{"infiniband_megabytes_per_second", &f.InfinibandMBps, ibmetrics.ReceiveRate},
+		{"gpu_xid_errors", &f.GPUXidErrors, metrics.GPUXidErrors},
+		{"gpu_ecc_uncorrected_errors", &f.GPUECCUncorrected, metrics.GPUECCUncorrected},
+	} {
+		if *x.v != nil && !x.d.Range().Holds((*x.v).Float64()) {
+			refused = append(refused, x.name+"="+strconv.FormatFloat((*x.v).Float64(), 'g', -1, 64))
+			*x.v = nil
+		}
+	}
+	return refused
 }
 
 // The series the report reads, by name (the part after system/<node>/):
@@ -222,16 +258,17 @@ func figuresOf(stats map[string]Stat, samples int) Figures {
 	return f
 }
 
-// num rounds v for a report: enough digits for every unit bridge uses.
-func num(v float64) *float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil
+// num rounds v for a report: enough digits for every unit bridge uses. It
+// is nil for a value that is not finite, and never overflows: a magnitude
+// of 1e15 or more has no thousandths to round.
+func num(v float64) *metrics.Float {
+	if math.Abs(v) < 1e15 {
+		v = math.Round(v*1000) / 1000
 	}
-	r := math.Round(v*1000) / 1000
-	return &r
+	return metrics.FloatOf(v)
 }
 
-func mean(vs []float64) *float64 {
+func mean(vs []float64) *metrics.Float {
 	if len(vs) == 0 {
 		return nil
 	}
@@ -242,7 +279,7 @@ func mean(vs []float64) *float64 {
 	return num(s / float64(len(vs)))
 }
 
-func total(vs []float64) *float64 {
+func total(vs []float64) *metrics.Float {
 	if len(vs) == 0 {
 		return nil
 	}
@@ -263,11 +300,13 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // FiguresTag is the value of TagFigures for a node whose bridge
-// accumulated a: its figures, as JSON.
+// accumulated a: its figures, as JSON (figures out of range left out).
 func FiguresTag(a *summary.Accumulator) string {
-	b, err := json.Marshal(figuresOf(FromAccumulator(a), a.Samples()))
+	f := figuresOf(FromAccumulator(a), a.Samples())
+	f.keepValid()
+	b, err := json.Marshal(f)
 	if err != nil {
-		panic("report: " + err.Error()) // numbers only
+		return "" // cannot happen (a Float is finite); no tag then, not a panic
 	}
 	return string(b)
 }

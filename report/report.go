@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -47,6 +48,10 @@ type Report struct {
 	Nodes        []Node   `json:"nodes"`
 	// Notes say what could not be read (a node's series), if anything.
 	Notes []string `json:"notes,omitempty"`
+	// ValuesRefused counts the numbers of the nodes' tags and series left
+	// out, out of their series' range (a tag that says 1e306 MB); Notes
+	// name them.
+	ValuesRefused int `json:"values_refused,omitempty"`
 }
 
 // Node is one node's row.
@@ -110,6 +115,7 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 		if row.Consequence = consequence(rep.FirstFailure, n.id, rec); row.Consequence != "" {
 			row.ConsequenceOf = rep.FirstFailure.Node
 		}
+		refused := rec.refused
 		if rec.figures != nil {
 			row.Figures = *rec.figures
 		} else {
@@ -120,7 +126,14 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 				}
 				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %v", n.id, err))
 			}
+			for _, x := range f.keepValid() {
+				refused = append(refused, "series "+x)
+			}
 			row.Figures = f
+		}
+		if len(refused) > 0 {
+			rep.ValuesRefused += len(refused)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d out of range, left out: %s", n.id, len(refused), strings.Join(refused, "; ")))
 		}
 		fromTags(&row, rec)
 		rep.Nodes = append(rep.Nodes, row)
@@ -144,12 +157,12 @@ func fromTags(row *Node, rec record) {
 		row.PeakWorkingSetSource = summary.SourceSampled
 	}
 	if oomKilled(rec.reason) && rec.peakSource == "" && rec.kernelPeakMB != nil &&
-		(row.PeakWorkingSetMB == nil || *rec.kernelPeakMB > *row.PeakWorkingSetMB) {
+		(row.PeakWorkingSetMB == nil || rec.kernelPeakMB.Float64() > row.PeakWorkingSetMB.Float64()) {
 		row.PeakWorkingSetMB, row.PeakWorkingSetSource = rec.kernelPeakMB, sourceKernel
 	}
 	for _, f := range []struct {
-		dst **float64
-		v   *float64
+		dst **metrics.Float
+		v   *metrics.Float
 	}{
 		{&row.MemoryLimitMB, rec.limitMB}, {&row.CPULimitCores, rec.cpuLimit},
 		{&row.ThrottledSharePercent, rec.throttled},
