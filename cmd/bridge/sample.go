@@ -81,9 +81,17 @@ func sample(regs []metrics.Registration, args []string, stdout, stderr io.Writer
 	// Rates (CPU cores, throttling) need two readings: take one, wait, take
 	// the one that is printed, with where each value came from.
 	smp.Sample(ctx)
+	first := smp.Health()
 	time.Sleep(cfg.Window)
 	sample, sources := smp.SampleExplained(ctx)
 	health := smp.Health()
+	for i := range health {
+		// The printed sample's own values refused, not the first's too.
+		health[i].Refused -= first[i].Refused
+		if health[i].Refused == 0 {
+			health[i].LastRefused = ""
+		}
+	}
 
 	if asJSON {
 		out := sampleOutput{Detected: detected, Metrics: make([]jsonPoint, 0, len(sample.Points))}
