@@ -3,6 +3,7 @@ package report
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -45,31 +46,35 @@ type Figures struct {
 // It returns each figure left out, "name=value".
 func (f *Figures) keepValid() (refused []string) {
 	for _, x := range []struct {
-		name string
-		v    **metrics.Float
-		d    *metrics.Desc
+		v **metrics.Float
+		d *metrics.Desc
 	}{
-		{"peak_working_set_megabytes", &f.PeakWorkingSetMB, cgroup.MemoryWorkingSet},
-		{"memory_limit_megabytes", &f.MemoryLimitMB, cgroup.MemoryLimit},
-		{"cpu_mean_cores", &f.CPUMeanCores, cgroup.CPUUsage},
-		{"cpu_peak_cores", &f.CPUPeakCores, cgroup.CPUUsage},
-		{"cpu_limit_cores", &f.CPULimitCores, cgroup.CPULimit},
-		{"throttled_share_percentage", &f.ThrottledSharePercent, cgroup.CPUThrottledPeriods},
-		{"gpu_utilization_percentage", &f.GPUUtilizationPercent, metrics.GPUUtilization},
-		{"gpu_sm_active_ratio", &f.GPUSMActiveRatio, metrics.GPUProfSMActive},
-		{"gpu_energy_joules", &f.GPUEnergyJoules, metrics.GPUEnergy},
-		{"node_cpu_energy_joules", &f.NodeCPUEnergyJoules, rapl.Energy},
-		{"network_megabytes_per_second", &f.NetworkMBps, nodemetrics.NetnsReceiveRate},
-		{"infiniband_megabytes_per_second", &f.InfinibandMBps, ibmetrics.ReceiveRate},
-		{"gpu_xid_errors", &f.GPUXidErrors, metrics.GPUXidErrors},
-		{"gpu_ecc_uncorrected_errors", &f.GPUECCUncorrected, metrics.GPUECCUncorrected},
+		{&f.PeakWorkingSetMB, cgroup.MemoryWorkingSet}, {&f.MemoryLimitMB, cgroup.MemoryLimit},
+		{&f.CPUMeanCores, cgroup.CPUUsage}, {&f.CPUPeakCores, cgroup.CPUUsage}, {&f.CPULimitCores, cgroup.CPULimit},
+		{&f.ThrottledSharePercent, cgroup.CPUThrottledPeriods}, {&f.GPUUtilizationPercent, metrics.GPUUtilization},
+		{&f.GPUSMActiveRatio, metrics.GPUProfSMActive}, {&f.GPUEnergyJoules, metrics.GPUEnergy},
+		{&f.NodeCPUEnergyJoules, rapl.Energy}, {&f.NetworkMBps, nodemetrics.NetnsReceiveRate},
+		{&f.InfinibandMBps, ibmetrics.ReceiveRate}, {&f.GPUXidErrors, metrics.GPUXidErrors},
+		{&f.GPUECCUncorrected, metrics.GPUECCUncorrected},
 	} {
 		if *x.v != nil && !x.d.Range().Holds((*x.v).Float64()) {
-			refused = append(refused, x.name+"="+strconv.FormatFloat((*x.v).Float64(), 'g', -1, 64))
+			refused = append(refused, f.jsonName(x.v)+"="+strconv.FormatFloat((*x.v).Float64(), 'g', -1, 64))
 			*x.v = nil
 		}
 	}
 	return refused
+}
+
+// jsonName is the JSON name of f's field at p.
+func (f *Figures) jsonName(p **metrics.Float) string {
+	v := reflect.ValueOf(f).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).Addr().Interface() == any(p) {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
+	}
+	return "?"
 }
 
 // The series the report reads, by name (the part after system/<node>/):

@@ -27,10 +27,10 @@ type sampleOutput struct {
 
 // jsonHealth is how a collector's run for the printed sample went.
 type jsonHealth struct {
-	Name     string  `json:"name"`
-	Success  bool    `json:"success"`
-	Duration float64 `json:"duration_seconds"`
-	Error    string  `json:"error,omitempty"`
+	Name     string        `json:"name"`
+	Success  bool          `json:"success"`
+	Duration metrics.Float `json:"duration_seconds"`
+	Error    string        `json:"error,omitempty"`
 	// Refused counts the values it gave that were left out of the sample
 	// (out of their series' range), RefusedLast names the last.
 	Refused     int    `json:"values_refused,omitempty"`
@@ -96,7 +96,8 @@ func sample(regs []metrics.Registration, args []string, stdout, stderr io.Writer
 	if asJSON {
 		out := sampleOutput{Detected: detected, Metrics: make([]jsonPoint, 0, len(sample.Points))}
 		for _, h := range health {
-			jh := jsonHealth{Name: h.Collector, Success: h.OK, Duration: h.Duration.Seconds()}
+			jh := jsonHealth{Name: h.Collector, Success: h.OK}
+			jh.Duration, _ = metrics.Finite(h.Duration.Seconds())
 			if !h.OK {
 				jh.Error = h.LastError
 			}
@@ -159,7 +160,8 @@ func jsonValue(v float64) any {
 	case math.IsInf(v, -1):
 		return "-Infinity"
 	}
-	return v
+	f, _ := metrics.Finite(v)
+	return f
 }
 
 func formatValue(v float64) string {
@@ -215,6 +217,11 @@ func flat(v any) string {
 		return strings.Join(parts, " ")
 	case float64:
 		return formatValue(t)
+	case *metrics.Float:
+		if t == nil {
+			return ""
+		}
+		return formatValue(t.Float64())
 	case string:
 		return t
 	default:

@@ -331,7 +331,7 @@ func (c *Collector) Detect(context.Context) map[string]any {
 		if p.facts.Err != "" {
 			m["facts"] = "unknown: " + p.facts.Err
 		} else {
-			m["state"], m["phys_state"], m["link_layer"], m["rate_gbps"] = p.facts.State, p.facts.PhysState, p.facts.LinkLayer, p.facts.RateGbps
+			m["state"], m["phys_state"], m["link_layer"], m["rate_gbps"] = p.facts.State, p.facts.PhysState, p.facts.LinkLayer, metrics.FloatOf(p.facts.RateGbps)
 		}
 		var files []string
 		for _, k := range append(slices.Clone(p.data), p.errs...) {
