@@ -134,19 +134,21 @@ func (l *Lost) Tags() map[string]string {
 	if !l.HasSample {
 		return t
 	}
-	vals := map[string]float64{}
+	vals := map[string]metrics.Float{}
 	for _, d := range lastSampleSeries {
-		if v, ok := l.Last.Value(d.Name); ok && !math.IsNaN(v) && !math.IsInf(v, 0) {
-			vals[d.Name] = math.Round(v*10) / 10
+		if v, ok := l.Last.Value(d.Name); ok && math.Abs(v) < 1e15 {
+			if f, ok := metrics.Finite(math.Round(v*10) / 10); ok {
+				vals[d.Name] = f
+			}
 		}
 	}
 	// encoding/json writes map keys sorted, so the tag is stable.
 	b, err := json.Marshal(struct {
-		Attempt int                `json:"attempt"`
-		Seq     int64              `json:"seq"`
-		Time    string             `json:"time"`
-		Before  string             `json:"before_next_attempt"`
-		Metrics map[string]float64 `json:"metrics"`
+		Attempt int                      `json:"attempt"`
+		Seq     int64                    `json:"seq"`
+		Time    string                   `json:"time"`
+		Before  string                   `json:"before_next_attempt"`
+		Metrics map[string]metrics.Float `json:"metrics"`
 	}{l.Attempt, l.Last.Seq, l.Last.Time.UTC().Format(time.RFC3339Nano), duration(l.Next.Sub(l.Last.Time)), vals})
 	if err == nil {
 		t[TagPreviousAttemptLastSample] = clip(string(b))

@@ -53,6 +53,68 @@ func (u Unit) Base(v float64) float64 {
 // exposition name of its own (Desc.Prom) that names the base unit.
 func (u Unit) Scaled() bool { return u == UnitMegabytes || u == UnitMegabytesPerSecond }
 
+// Range is the values a series can take, Min <= v <= Max: what the
+// quantity allows physically (a share from 0 to 100, a size or an energy
+// not negative, a temperature above absolute zero). Each bound is finite
+// and wide enough never to refuse a real reading; finite, so that sums and
+// products of valid values (a mean, a total over GPUs, a rounding) stay
+// finite too. The zero Range stands for the unit's (Unit.Range).
+type Range struct{ Min, Max float64 }
+
+// Holds reports whether v is within r. NaN and the infinities never are.
+func (r Range) Holds(v float64) bool { return v >= r.Min && v <= r.Max }
+
+// Bounds of the units' ranges: past any one node, so that only a broken
+// reading (a driver's all-ones, an exporter's 1e306) is refused.
+const (
+	maxMegabytes        = 1e15 // a zettabyte: more than any node holds, or moves in years
+	maxMegabytesPerSec  = 1e8  // 100 TB/s: past any link or memory bus of a node
+	maxCores            = 1e6  // CPUs of a node, with room
+	maxSeconds          = 1e13 // CPU seconds: a million cores for 300 years
+	maxCount            = math.MaxUint64
+	maxWatts            = 1e6 // a megawatt: no node, let alone one device
+	maxJoules           = 1e15
+	absoluteZero        = -273.15
+	maxCelsius          = 200 // every chip has shut down well below; solder melts near 220 °C
+	maxMHz              = 1e5 // 100 GHz
+	maxLoad             = 1e7 // runnable tasks: more than pid_max allows
+	unboundedMagnitudes = math.MaxFloat64
+)
+
+// Range is the unit's range, for the series that declare none: a
+// percentage 0 to 100, a ratio 0 to 1, a temperature from absolute zero to
+// 200 °C, every other unit not negative and below a bound past any node; a
+// series without a unit (passed through from --scrape) any finite value.
+func (u Unit) Range() Range {
+	switch u {
+	case UnitPercentage:
+		return Range{0, 100}
+	case UnitRatio:
+		return Range{0, 1}
+	case UnitCelsius:
+		return Range{absoluteZero, maxCelsius}
+	case UnitMegabytes:
+		return Range{0, maxMegabytes}
+	case UnitMegabytesPerSecond:
+		return Range{0, maxMegabytesPerSec}
+	case UnitCores:
+		return Range{0, maxCores}
+	case UnitSeconds:
+		return Range{0, maxSeconds}
+	case UnitCount:
+		return Range{0, maxCount}
+	case UnitWatts:
+		return Range{0, maxWatts}
+	case UnitJoules:
+		return Range{0, maxJoules}
+	case UnitMHz:
+		return Range{0, maxMHz}
+	case UnitLoad:
+		return Range{0, maxLoad}
+	}
+	return Range{-unboundedMagnitudes, unboundedMagnitudes}
+}
+
 // Kind is how /metrics types a series.
 type Kind uint8
 
@@ -100,6 +162,14 @@ type Desc struct {
 	// not use (its name must say the base unit). For a PerGPU template it
 	// is the part after bridge_gpu_ (bridge_gpu_mig_), "" for Name.
 	Prom string
+	// Valid is the range of the series' values when it is not its unit's
+	// (Range): declared where the series is, with why. A value outside is
+	// never sent (the Sampler's check).
+	Valid Range
+	// Total is the series this one is a part of (memory used names memory
+	// total): a value above the total's in the same collector's points of
+	// the same sample is never sent. Bound with the series (ForGPU, For).
+	Total *Desc
 
 	// PerGPU marks a template: it is sent only bound to a GPU or a MIG
 	// slice (ForGPU, ForMIG), never as it is.
@@ -119,6 +189,14 @@ type Desc struct {
 	// Labels are a series bound by For: its Instance labels and their
 	// values, name then value, in Instance's order. Nil otherwise.
 	Labels []string
+}
+
+// Range is the range of d's values: Valid, else its unit's.
+func (d *Desc) Range() Range {
+	if d.Valid != (Range{}) {
+		return d.Valid
+	}
+	return d.Unit.Range()
 }
 
 // PromName is the name /metrics exposes d under.
@@ -150,6 +228,9 @@ func (d *Desc) bind(gpu, mig int, promPrefix string) *Desc {
 	b := *d
 	b.Name, b.Prom = GPUName(gpu, mig, d.Name), promPrefix+tail
 	b.PerGPU, b.Of, b.GPU, b.MIG = false, d, gpu, mig
+	if d.Total != nil {
+		b.Total = d.Total.bind(gpu, mig, promPrefix)
+	}
 	return &b
 }
 
@@ -168,6 +249,9 @@ func (d *Desc) For(values ...string) *Desc {
 	for i, l := range d.Instance {
 		b.Name = strings.ReplaceAll(b.Name, "<"+l+">", KeyPart(values[i]))
 		b.Labels = append(b.Labels, l, values[i])
+	}
+	if d.Total != nil {
+		b.Total = d.Total.For(values...)
 	}
 	return &b
 }

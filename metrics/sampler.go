@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +46,9 @@ type Sampler struct {
 	answered []bool       // per collector, its batch holds this sample's points; reused
 	asked    []bool       // per collector, this sample handed it a job; reused
 	warned   map[int]bool // collector index -> an error was logged at warn once
+	// refusedSeries are the series a value of which was left out (check),
+	// each logged at warn once.
+	refusedSeries map[string]bool
 }
 
 // worker is one collector's goroutine and the sampling side's view of it.
@@ -86,6 +90,11 @@ type Health struct {
 	Duration  time.Duration // of its last run; for one that did not answer, how long it had run by then
 	OK        bool          // its last run succeeded
 	LastError string        // the first line of its last failure's error; "" before any
+	// Refused counts the values it added that were left out of their
+	// samples (check): none reached a tracker, the spool or /metrics.
+	Refused int
+	// LastRefused says which was the last of them, and why; "" before any.
+	LastRefused string
 }
 
 // errBusy is the failure of a run skipped because the collector's call of
@@ -112,6 +121,8 @@ func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sample
 		answered:   make([]bool, len(cs)),
 		asked:      make([]bool, len(cs)),
 		warned:     map[int]bool{},
+
+		refusedSeries: map[string]bool{},
 	}
 }
 
@@ -330,6 +341,7 @@ func (s *Sampler) call(ctx context.Context, c Collector, b *Batch) (err error) {
 
 func (s *Sampler) take(r result) {
 	s.record(r.idx, r.took, r.err)
+	s.check(r.idx, &s.workers[r.idx].batch)
 	c := s.collectors[r.idx]
 	if r.err != nil {
 		first := !s.warned[r.idx]
@@ -341,6 +353,85 @@ func (s *Sampler) take(r result) {
 		s.log.Log(context.Background(), lvl, "collector failed", "collector", c.Name(), "err", r.err)
 	}
 }
+
+// check leaves out of collector i's batch b every value that may not leave
+// a collector: a point without a descriptor, a value outside its series'
+// range (Desc.Range: NaN and the infinities are outside every range), a
+// part above its total (Desc.Total) in the same batch. This is the one
+// place values are checked: `bridge sample`, the spool, the trackers and
+// /metrics get only what passes. Each value left out is counted in the
+// collector's Health; the first of each series is logged at warn, the
+// others not at all (a broken sensor would repeat it every sample).
+func (s *Sampler) check(i int, b *Batch) {
+	// Most batches hold no value to leave out: find the first one before
+	// moving anything.
+	first := -1
+	for k := range b.Points {
+		p := &b.Points[k]
+		if d := p.Desc; d == nil || d.Total != nil || !d.Range().Holds(p.Value) {
+			first = k
+			break
+		}
+	}
+	if first < 0 {
+		return
+	}
+	n, refused, last := first, 0, ""
+	for k := first; k < len(b.Points); k++ {
+		p := b.Points[k]
+		if why := refusal(p, b.Points[:n], b.Points[k+1:]); why != "" {
+			refused++
+			last = p.Name() + ": " + why
+			if !s.refusedSeries[p.Name()] {
+				s.refusedSeries[p.Name()] = true
+				s.log.Warn("a collector's value is out of its series' range; it is left out of the samples (said once a series)",
+					"collector", s.collectors[i].Name(), "series", p.Name(), "why", why)
+			}
+			continue
+		}
+		b.Points[n] = p
+		if b.Explain && k < len(b.Sources) {
+			b.Sources[n] = b.Sources[k]
+		}
+		n++
+	}
+	b.Points = b.Points[:n]
+	if b.Explain && n < len(b.Sources) {
+		b.Sources = b.Sources[:n]
+	}
+	if refused == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.health[i].Refused += refused
+	s.health[i].LastRefused = last
+}
+
+// refusal says why point p may not leave its collector, "" when it may.
+// kept and rest are the batch's other points that may still be its total.
+func refusal(p Point, kept, rest []Point) string {
+	d := p.Desc
+	if d == nil {
+		return "no descriptor: a collector adds its values against their series' Desc"
+	}
+	if r := d.Range(); !r.Holds(p.Value) {
+		return fmt.Sprintf("%s outside its range, %s to %s %s", formatValue(p.Value), formatValue(r.Min), formatValue(r.Max), d.Unit)
+	}
+	if d.Total == nil {
+		return ""
+	}
+	for _, pts := range [2][]Point{kept, rest} {
+		for _, q := range pts {
+			if q.Name() == d.Total.Name && q.Value < p.Value && d.Total.Range().Holds(q.Value) {
+				return fmt.Sprintf("%s above its total %s, %s", formatValue(p.Value), d.Total.Name, formatValue(q.Value))
+			}
+		}
+	}
+	return ""
+}
+
+func formatValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // Detect asks every Detector for what it found, keyed by collector name.
 func (s *Sampler) Detect(ctx context.Context) map[string]any {

@@ -36,3 +36,20 @@ func BenchmarkSampler(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheck measures the range check alone, on a batch of 40 points
+// that all pass (the common case).
+//
+//	go test -run '^$' -bench Check ./metrics/
+func BenchmarkCheck(b *testing.B) {
+	pts := benchPoints(40)
+	s := NewSampler([]Collector{fixed{name: "c"}}, time.Second, quiet())
+	var bt Batch
+	for b.Loop() {
+		bt.Points = append(bt.Points[:0], pts...)
+		s.check(0, &bt)
+		if len(bt.Points) != 40 {
+			b.Fatalf("%d points", len(bt.Points))
+		}
+	}
+}

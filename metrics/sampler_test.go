@@ -45,7 +45,7 @@ func (h *hung) Collect(_ context.Context, b *Batch) error {
 	}
 	<-h.release // ignores ctx on purpose, as a stuck syscall would
 	h.active.Add(-1)
-	b.Points = append(b.Points, Named("late", 0))
+	b.Points = append(b.Points, pt("late", 0))
 	return nil
 }
 
@@ -66,8 +66,8 @@ func names(s Sample) []string {
 
 func TestSamplerMergesSortsAndNumbers(t *testing.T) {
 	s := NewSampler([]Collector{
-		fixed{name: "b", pts: []Point{Named("node_b", 0), Named("container_a", 0)}},
-		fixed{name: "a", pts: []Point{Named("gpu_0_x", 0)}, err: errors.New("partly failed")},
+		fixed{name: "b", pts: []Point{pt("node_b", 0), pt("container_a", 0)}},
+		fixed{name: "a", pts: []Point{pt("gpu_0_x", 0)}, err: errors.New("partly failed")},
 	}, time.Second, quiet())
 	defer s.Close()
 	s.SetNextSeq(7)
@@ -85,10 +85,10 @@ func TestSamplerMergesSortsAndNumbers(t *testing.T) {
 
 // One value per name: the earlier collector's, whichever answers first.
 func TestSamplerKeepsFirstCollectorsValue(t *testing.T) {
-	slow := &gated{release: make(chan struct{}), pts: []Point{Named("gpu_0_utilization_percentage", 1)}}
+	slow := &gated{release: make(chan struct{}), pts: []Point{pt("gpu_0_utilization_percentage", 1)}}
 	s := NewSampler([]Collector{
 		slow,
-		&signaller{fixed: fixed{name: "scrape", pts: []Point{Named("gpu_0_utilization_percentage", 2), Named("gpu_0_prof_x_ratio", 0.5)}}, then: slow.release},
+		&signaller{fixed: fixed{name: "scrape", pts: []Point{pt("gpu_0_utilization_percentage", 2), pt("gpu_0_prof_x_ratio", 0.5)}}, then: slow.release},
 	}, time.Minute, quiet())
 	defer s.Close()
 	smp := s.Sample(context.Background())
@@ -129,7 +129,7 @@ func (s *signaller) Collect(ctx context.Context, b *Batch) error {
 func TestSamplerSurvivesHungCollector(t *testing.T) {
 	t.Parallel()
 	h := &hung{release: make(chan struct{})}
-	s := NewSampler([]Collector{h, fixed{name: "ok", pts: []Point{Named("node_x", 0)}}}, answerTimeout, quiet())
+	s := NewSampler([]Collector{h, fixed{name: "ok", pts: []Point{pt("node_x", 0)}}}, answerTimeout, quiet())
 	defer s.Close()
 	for i := 0; i < 3; i++ {
 		smp := s.Sample(context.Background())
@@ -163,7 +163,7 @@ func TestSamplerSurvivesHungCollector(t *testing.T) {
 }
 
 func TestSamplerRecoversPanics(t *testing.T) {
-	s := NewSampler([]Collector{panicky{}, fixed{name: "ok", pts: []Point{Named("node_x", 0)}}}, time.Second, quiet())
+	s := NewSampler([]Collector{panicky{}, fixed{name: "ok", pts: []Point{pt("node_x", 0)}}}, time.Second, quiet())
 	defer s.Close()
 	if got := names(s.Sample(context.Background())); len(got) != 1 || got[0] != "node_x" {
 		t.Fatalf("points %v, want node_x only", got)
@@ -179,8 +179,8 @@ func TestSamplerRecoversPanics(t *testing.T) {
 // could skip it as still busy.
 func TestSamplerBackToBackSamplesAreWhole(t *testing.T) {
 	s := NewSampler([]Collector{
-		fixed{name: "a", pts: []Point{Named("a", 0)}},
-		fixed{name: "b", pts: []Point{Named("b", 0)}},
+		fixed{name: "a", pts: []Point{pt("a", 0)}},
+		fixed{name: "b", pts: []Point{pt("b", 0)}},
 	}, 5*time.Second, quiet())
 	defer s.Close()
 	for i := range 500 {
@@ -201,7 +201,7 @@ const answerTimeout = 5 * time.Second
 func TestSamplerWorkersEndOnClose(t *testing.T) {
 	base := runtime.NumGoroutine()
 	h := &hung{release: make(chan struct{})}
-	cs := []Collector{h, fixed{name: "a", pts: []Point{Named("a", 0)}}, fixed{name: "b", pts: []Point{Named("b", 0)}}}
+	cs := []Collector{h, fixed{name: "a", pts: []Point{pt("a", 0)}}, fixed{name: "b", pts: []Point{pt("b", 0)}}}
 	s := NewSampler(cs, answerTimeout, quiet())
 	if n := runtime.NumGoroutine(); n > base {
 		t.Errorf("%d goroutines after NewSampler, want at most %d (workers start with the first Sample)", n, base)
@@ -248,10 +248,10 @@ func (o *slowOnce) Collect(_ context.Context, b *Batch) error {
 	defer o.done.Add(1)
 	if o.calls.Add(1) == 1 {
 		<-o.release
-		b.Points = append(b.Points, Named("first", 0))
+		b.Points = append(b.Points, pt("first", 0))
 		return nil
 	}
-	b.Points = append(b.Points, Named("second", 0))
+	b.Points = append(b.Points, pt("second", 0))
 	return nil
 }
 
@@ -287,7 +287,7 @@ func (r *releaser) Collect(_ context.Context, b *Batch) error {
 			runtime.Gosched()
 		}
 	}
-	b.Points = append(b.Points, Named("r", 0))
+	b.Points = append(b.Points, pt("r", 0))
 	return nil
 }
 
@@ -398,7 +398,7 @@ func TestSamplerHealth(t *testing.T) {
 	h := &hung{release: make(chan struct{})}
 	defer close(h.release)
 	s := NewSampler([]Collector{
-		fixed{name: "ok", pts: []Point{Named("a", 1)}},
+		fixed{name: "ok", pts: []Point{pt("a", 1)}},
 		fixed{name: "failing", err: errors.New("reading /x: disk on fire\nand a second line")},
 		panicky{},
 		h,
@@ -513,3 +513,6 @@ func TestSampleMark(t *testing.T) {
 		t.Error("a mark in a ctx no Sampler handed out")
 	}
 }
+
+// pt is a point of a series without a unit (any finite value is in range).
+func pt(name string, v float64) Point { return At(&Desc{Name: name}, v) }

@@ -79,7 +79,9 @@ var (
 		Help: "Power the GPU draws."}
 	GPUPowerLimit = &Desc{Name: "power_limit_watts", Unit: UnitWatts, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "Power limit the GPU enforces now."}
-	GPUPowerUsagePercent = &Desc{Name: "power_usage_percentage", Unit: UnitPercentage, Scope: ScopeGPU, PerGPU: true,
+	// A GPU's draw passes its enforced limit for a moment (a transient,
+	// the limit lowered): above 100, but never ten times it.
+	GPUPowerUsagePercent = &Desc{Name: "power_usage_percentage", Unit: UnitPercentage, Scope: ScopeGPU, PerGPU: true, Valid: Range{0, 1000},
 		Help: "Power the GPU draws as a percentage of its enforced limit."}
 	GPUTemperature = &Desc{Name: "temperature_celsius", Unit: UnitCelsius, Scope: ScopeGPU, PerGPU: true,
 		Help: "Core temperature of the GPU."}
@@ -87,9 +89,9 @@ var (
 		Help: "Current SM clock of the GPU."}
 	GPUMemoryClock = &Desc{Name: "memory_clock_mhz", Unit: UnitMHz, Scope: ScopeGPU, PerGPU: true,
 		Help: "Current memory clock of the GPU."}
-	GPUMemoryReserved = &Desc{Name: "memory_reserved_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, Steady: true, PerGPU: true,
+	GPUMemoryReserved = &Desc{Name: "memory_reserved_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, Steady: true, PerGPU: true, Total: GPUMemoryTotal,
 		Prom: "memory_reserved_bytes", Help: "GPU memory the driver keeps for itself, in bytes."}
-	GPUMemoryUsed = &Desc{Name: "memory_used_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, PerGPU: true,
+	GPUMemoryUsed = &Desc{Name: "memory_used_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, PerGPU: true, Total: GPUMemoryTotal,
 		Prom: "memory_used_bytes", Help: "GPU memory in use, in bytes."}
 	GPUMemoryTotal = &Desc{Name: "memory_total_megabytes", Unit: UnitMegabytes, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Prom: "memory_total_bytes", Help: "GPU memory in all, in bytes."}
@@ -105,9 +107,9 @@ var (
 		Help: "GPU memory rows remapped for correctable errors."}
 	GPURemappedRowsUncorrected = &Desc{Name: "remapped_rows_uncorrected_count", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "GPU memory rows remapped for uncorrectable errors."}
-	GPURemappedRowsPending = &Desc{Name: "remapped_rows_pending", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
+	GPURemappedRowsPending = &Desc{Name: "remapped_rows_pending", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true, Valid: flag,
 		Help: "1 when a row remap waits for a GPU reset."}
-	GPURemappedRowsFailed = &Desc{Name: "remapped_rows_failed", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
+	GPURemappedRowsFailed = &Desc{Name: "remapped_rows_failed", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true, Valid: flag,
 		Help: "1 when a row remap failed: the board needs service."}
 	GPUXidErrors = &Desc{Name: "xid_errors_count", Unit: UnitCount, Scope: ScopeGPU, Steady: true, PerGPU: true,
 		Help: "Xid error events of the GPU seen since bridge started."}
@@ -130,8 +132,11 @@ var (
 )
 
 func throttle(reason, help string) *Desc {
-	return &Desc{Name: "throttle_" + reason, Unit: UnitCount, Scope: ScopeGPU, PerGPU: true, Help: "1 while " + help + "."}
+	return &Desc{Name: "throttle_" + reason, Unit: UnitCount, Scope: ScopeGPU, PerGPU: true, Valid: flag, Help: "1 while " + help + "."}
 }
+
+// flag is the range of a series that is 1 while something holds, else 0.
+var flag = Range{0, 1}
 
 // GPUEnergy is a running total since bridge started: a counter, whose
 // /metrics name says so.

@@ -689,18 +689,26 @@ func (s *Session) Report(w io.Writer, title string, extra ...summary.Row) {
 }
 
 // collectorRows say, per collector that failed during the job, how often
-// and its last error; none when every run succeeded.
+// and its last error, and per collector whose values were left out (out of
+// their series' range), how many and the last; none when every run
+// succeeded with every value in range.
 func (s *Session) collectorRows() []summary.Row {
 	var rows []summary.Row
 	for _, h := range s.sampler.Health() {
-		if h.Failures == 0 {
-			continue
+		var parts []string
+		if h.Failures > 0 {
+			v := fmt.Sprintf("failed %d of %d runs", h.Failures, h.Runs)
+			if h.OK {
+				v += " (the last one succeeded)"
+			}
+			parts = append(parts, v+"; last error: "+h.LastError)
 		}
-		v := fmt.Sprintf("failed %d of %d runs", h.Failures, h.Runs)
-		if h.OK {
-			v += " (the last one succeeded)"
+		if h.Refused > 0 {
+			parts = append(parts, fmt.Sprintf("%d values out of range left out; the last: %s", h.Refused, h.LastRefused))
 		}
-		rows = append(rows, summary.Row{What: "collector " + h.Collector, Value: v + "; last error: " + h.LastError})
+		if len(parts) > 0 {
+			rows = append(rows, summary.Row{What: "collector " + h.Collector, Value: strings.Join(parts, "; ")})
+		}
 	}
 	return rows
 }

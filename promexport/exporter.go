@@ -106,6 +106,7 @@ var (
 	collectorDurDesc = prometheus.NewDesc("bridge_collector_duration_seconds", "Duration of a collector's last run in the sampling loop (for one that did not answer in time, how long it had run by then).", collectorLabels, nil)
 	collectorOKDesc  = prometheus.NewDesc("bridge_collector_success", "Whether a collector's last run succeeded (1) or failed (0): an error, a panic, no answer within --collect-timeout.", collectorLabels, nil)
 	collectorErrDesc = prometheus.NewDesc("bridge_collector_failures_total", "Failed runs of a collector.", collectorLabels, nil)
+	collectorRefDesc = prometheus.NewDesc("bridge_collector_values_refused_total", "Values a collector gave that were left out of the samples: not finite, out of their series' range, or above their total.", collectorLabels, nil)
 )
 
 // Collect exposes the latest sample's points, stamped with the sample's
@@ -137,6 +138,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(collectorDurDesc, prometheus.GaugeValue, c.Duration.Seconds(), cv...)
 			ch <- prometheus.MustNewConstMetric(collectorOKDesc, prometheus.GaugeValue, ok, cv...)
 			ch <- prometheus.MustNewConstMetric(collectorErrDesc, prometheus.CounterValue, float64(c.Failures), cv...)
+			ch <- prometheus.MustNewConstMetric(collectorRefDesc, prometheus.CounterValue, float64(c.Refused), cv...)
 		}
 		for u, n := range h.Scrapes {
 			ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.CounterValue, float64(n), append(append([]string(nil), lv...), u)...)

@@ -74,7 +74,7 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	e := New(Options{RunID: func() string { return "run1" }, NodeID: "n0", Health: func() Health {
 		return Health{QueueDepth: 2, Dropped: 1, Scrapes: map[string]int{"http://x/metrics": 3}, Sinks: []SinkHealth{{Name: "mlflow", Sent: 5, Pending: 4, Errors: 7, LastSend: time.UnixMilli(1700000000123)}},
 			Collectors: []metrics.Health{
-				{Collector: "cgroup", Runs: 3, OK: true, Duration: 1500 * time.Microsecond},
+				{Collector: "cgroup", Runs: 3, OK: true, Duration: 1500 * time.Microsecond, Refused: 4, LastRefused: "x"},
 				{Collector: "gpu", Runs: 3, Failures: 2, Duration: 5 * time.Second, LastError: "GPU 0: timeout"},
 				{Collector: "scrape"}, // not run yet
 			}}
@@ -173,9 +173,9 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 		t.Errorf("bridge_scrape_failures_total = %v, want 3", v)
 	}
 	for _, c := range []struct {
-		collector         string
-		dur, ok, failures float64
-	}{{"cgroup", 0.0015, 1, 0}, {"gpu", 5, 0, 2}} {
+		collector                  string
+		dur, ok, failures, refused float64
+	}{{"cgroup", 0.0015, 1, 0, 4}, {"gpu", 5, 0, 2, 0}} {
 		l := map[string]string{"collector": c.collector, "run_id": "run1"}
 		if v := one(t, fams, "bridge_collector_duration_seconds", l).GetGauge().GetValue(); v != c.dur {
 			t.Errorf("%s duration %v, want %v", c.collector, v, c.dur)
@@ -185,6 +185,9 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 		}
 		if v := one(t, fams, "bridge_collector_failures_total", l).GetCounter().GetValue(); v != c.failures {
 			t.Errorf("%s failures %v, want %v", c.collector, v, c.failures)
+		}
+		if v := one(t, fams, "bridge_collector_values_refused_total", l).GetCounter().GetValue(); v != c.refused {
+			t.Errorf("%s values refused %v, want %v", c.collector, v, c.refused)
 		}
 	}
 	if n := len(fams["bridge_collector_success"].GetMetric()); n != 2 {

@@ -3,8 +3,10 @@ package report
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,22 +20,61 @@ import (
 
 // Figures are what a node's series say about it over the job. A figure
 // whose series the node never had is nil (left out of the JSON), never 0.
+// Each is a metrics.Float: finite by construction, whatever the arithmetic
+// or the tag it came from.
 type Figures struct {
-	Samples               int      `json:"samples"`
-	PeakWorkingSetMB      *float64 `json:"peak_working_set_megabytes,omitempty"`
-	MemoryLimitMB         *float64 `json:"memory_limit_megabytes,omitempty"`
-	CPUMeanCores          *float64 `json:"cpu_mean_cores,omitempty"`
-	CPUPeakCores          *float64 `json:"cpu_peak_cores,omitempty"`
-	CPULimitCores         *float64 `json:"cpu_limit_cores,omitempty"`
-	ThrottledSharePercent *float64 `json:"throttled_share_percentage,omitempty"`
-	GPUUtilizationPercent *float64 `json:"gpu_utilization_percentage,omitempty"`
-	GPUSMActiveRatio      *float64 `json:"gpu_sm_active_ratio,omitempty"`
-	GPUEnergyJoules       *float64 `json:"gpu_energy_joules,omitempty"`
-	NodeCPUEnergyJoules   *float64 `json:"node_cpu_energy_joules,omitempty"`
-	NetworkMBps           *float64 `json:"network_megabytes_per_second,omitempty"`
-	InfinibandMBps        *float64 `json:"infiniband_megabytes_per_second,omitempty"`
-	GPUXidErrors          *float64 `json:"gpu_xid_errors,omitempty"`
-	GPUECCUncorrected     *float64 `json:"gpu_ecc_uncorrected_errors,omitempty"`
+	Samples               int            `json:"samples"`
+	PeakWorkingSetMB      *metrics.Float `json:"peak_working_set_megabytes,omitempty"`
+	MemoryLimitMB         *metrics.Float `json:"memory_limit_megabytes,omitempty"`
+	CPUMeanCores          *metrics.Float `json:"cpu_mean_cores,omitempty"`
+	CPUPeakCores          *metrics.Float `json:"cpu_peak_cores,omitempty"`
+	CPULimitCores         *metrics.Float `json:"cpu_limit_cores,omitempty"`
+	ThrottledSharePercent *metrics.Float `json:"throttled_share_percentage,omitempty"`
+	GPUUtilizationPercent *metrics.Float `json:"gpu_utilization_percentage,omitempty"`
+	GPUSMActiveRatio      *metrics.Float `json:"gpu_sm_active_ratio,omitempty"`
+	GPUEnergyJoules       *metrics.Float `json:"gpu_energy_joules,omitempty"`
+	NodeCPUEnergyJoules   *metrics.Float `json:"node_cpu_energy_joules,omitempty"`
+	NetworkMBps           *metrics.Float `json:"network_megabytes_per_second,omitempty"`
+	InfinibandMBps        *metrics.Float `json:"infiniband_megabytes_per_second,omitempty"`
+	GPUXidErrors          *metrics.Float `json:"gpu_xid_errors,omitempty"`
+	GPUECCUncorrected     *metrics.Float `json:"gpu_ecc_uncorrected_errors,omitempty"`
+}
+
+// keepValid leaves out (nil) each figure outside the range of the series
+// it is made from, as the Sampler leaves out such a value: a node's
+// figures tag or series that says 1e306 MB or 9.2e18 % holds no figure.
+// It returns each figure left out, "name=value".
+func (f *Figures) keepValid() (refused []string) {
+	for _, x := range []struct {
+		v **metrics.Float
+		d *metrics.Desc
+	}{
+		{&f.PeakWorkingSetMB, cgroup.MemoryWorkingSet}, {&f.MemoryLimitMB, cgroup.MemoryLimit},
+		{&f.CPUMeanCores, cgroup.CPUUsage}, {&f.CPUPeakCores, cgroup.CPUUsage}, {&f.CPULimitCores, cgroup.CPULimit},
+		{&f.ThrottledSharePercent, cgroup.CPUThrottledPeriods}, {&f.GPUUtilizationPercent, metrics.GPUUtilization},
+		{&f.GPUSMActiveRatio, metrics.GPUProfSMActive}, {&f.GPUEnergyJoules, metrics.GPUEnergy},
+		{&f.NodeCPUEnergyJoules, rapl.Energy}, {&f.NetworkMBps, nodemetrics.NetnsReceiveRate},
+		{&f.InfinibandMBps, ibmetrics.ReceiveRate}, {&f.GPUXidErrors, metrics.GPUXidErrors},
+		{&f.GPUECCUncorrected, metrics.GPUECCUncorrected},
+	} {
+		if *x.v != nil && !x.d.Range().Holds((*x.v).Float64()) {
+			refused = append(refused, f.jsonName(x.v)+"="+strconv.FormatFloat((*x.v).Float64(), 'g', -1, 64))
+			*x.v = nil
+		}
+	}
+	return refused
+}
+
+// jsonName is the JSON name of f's field at p.
+func (f *Figures) jsonName(p **metrics.Float) string {
+	v := reflect.ValueOf(f).Elem()
+	for i := range v.NumField() {
+		if v.Field(i).Addr().Interface() == any(p) {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
+	}
+	return "?"
 }
 
 // The series the report reads, by name (the part after system/<node>/):
@@ -222,16 +263,17 @@ func figuresOf(stats map[string]Stat, samples int) Figures {
 	return f
 }
 
-// num rounds v for a report: enough digits for every unit bridge uses.
-func num(v float64) *float64 {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return nil
+// num rounds v for a report: enough digits for every unit bridge uses. It
+// is nil for a value that is not finite, and never overflows: a magnitude
+// of 1e15 or more has no thousandths to round.
+func num(v float64) *metrics.Float {
+	if math.Abs(v) < 1e15 {
+		v = math.Round(v*1000) / 1000
 	}
-	r := math.Round(v*1000) / 1000
-	return &r
+	return metrics.FloatOf(v)
 }
 
-func mean(vs []float64) *float64 {
+func mean(vs []float64) *metrics.Float {
 	if len(vs) == 0 {
 		return nil
 	}
@@ -242,7 +284,7 @@ func mean(vs []float64) *float64 {
 	return num(s / float64(len(vs)))
 }
 
-func total(vs []float64) *float64 {
+func total(vs []float64) *metrics.Float {
 	if len(vs) == 0 {
 		return nil
 	}
@@ -263,11 +305,13 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // FiguresTag is the value of TagFigures for a node whose bridge
-// accumulated a: its figures, as JSON.
+// accumulated a: its figures, as JSON (figures out of range left out).
 func FiguresTag(a *summary.Accumulator) string {
-	b, err := json.Marshal(figuresOf(FromAccumulator(a), a.Samples()))
+	f := figuresOf(FromAccumulator(a), a.Samples())
+	f.keepValid()
+	b, err := json.Marshal(f)
 	if err != nil {
-		panic("report: " + err.Error()) // numbers only
+		return "" // cannot happen (a Float is finite); no tag then, not a panic
 	}
 	return string(b)
 }

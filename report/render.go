@@ -10,6 +10,7 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/clip"
 	"github.com/bridge-dev/bridge/internal/printable"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -48,7 +49,7 @@ var columns = []column{
 		if n.CPUMeanCores == nil {
 			return ""
 		}
-		return fmt.Sprintf("mean %.2f, peak %s", *n.CPUMeanCores, of(n.CPUPeakCores, n.CPULimitCores, "%.2f", "cores"))
+		return fmt.Sprintf("mean %.2f, peak %s", n.CPUMeanCores.Float64(), of(n.CPUPeakCores, n.CPULimitCores, "%.2f", "cores"))
 	}},
 	{"throttled", func(n *Node) string { return f(n.ThrottledSharePercent, "%.1f%%") }},
 	{"GPU util", func(n *Node) string { return f(n.GPUUtilizationPercent, "%.0f%%") }},
@@ -56,15 +57,15 @@ var columns = []column{
 		if n.GPUSMActiveRatio == nil {
 			return ""
 		}
-		return fmt.Sprintf("%.0f%%", 100**n.GPUSMActiveRatio)
+		return fmt.Sprintf("%.0f%%", 100*n.GPUSMActiveRatio.Float64())
 	}},
 	{"energy", func(n *Node) string {
 		var parts []string
 		if v := n.GPUEnergyJoules; v != nil {
-			parts = append(parts, "GPUs "+joules(*v))
+			parts = append(parts, "GPUs "+joules(v.Float64()))
 		}
 		if v := n.NodeCPUEnergyJoules; v != nil {
-			parts = append(parts, "CPUs "+joules(*v))
+			parts = append(parts, "CPUs "+joules(v.Float64()))
 		}
 		return strings.Join(parts, ", ")
 	}},
@@ -79,21 +80,21 @@ var columns = []column{
 	{"differs from the job", func(n *Node) string { return strings.Join(n.Differs, "; ") }},
 }
 
-func f(v *float64, format string) string {
+func f(v *metrics.Float, format string) string {
 	if v == nil {
 		return ""
 	}
-	return fmt.Sprintf(format, *v)
+	return fmt.Sprintf(format, v.Float64())
 }
 
 // of is "v of limit unit", or "v unit" without a limit.
-func of(v, limit *float64, format, unit string) string {
+func of(v, limit *metrics.Float, format, unit string) string {
 	if v == nil {
 		return ""
 	}
-	s := fmt.Sprintf(format, *v)
+	s := fmt.Sprintf(format, v.Float64())
 	if limit != nil {
-		return s + " of " + fmt.Sprintf(format, *limit) + " " + unit
+		return s + " of " + fmt.Sprintf(format, limit.Float64()) + " " + unit
 	}
 	return s + " " + unit
 }
@@ -266,8 +267,9 @@ func (r *Report) Text(w io.Writer) error {
 func (r *Report) JSON() []byte {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		// Every field is a string, a number or a list of them.
-		panic("report: " + err.Error())
+		// Cannot happen: every field is a string, an int, a finite
+		// metrics.Float or a list of them. Said, never a panic.
+		b, _ = json.Marshal(map[string]string{"run": r.Run, "error": "the report could not be encoded: " + err.Error()})
 	}
 	return append(b, '\n')
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/jobkey"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -59,6 +60,10 @@ type Report struct {
 	Nodes         []Node `json:"nodes"`
 	// Notes say what could not be read (a node's series), if anything.
 	Notes []string `json:"notes,omitempty"`
+	// ValuesRefused counts the numbers of the nodes' tags and series left
+	// out, out of their series' range (a tag that says 1e306 MB); Notes
+	// name them.
+	ValuesRefused int `json:"values_refused,omitempty"`
 }
 
 // StatusMissing is the status of a node the job expected (TagNodes) that
@@ -178,6 +183,7 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 		if row.Consequence = consequence(rep.FirstFailure, n.id, rec); row.Consequence != "" {
 			row.ConsequenceOf = rep.FirstFailure.Node
 		}
+		refused := rec.refused
 		switch {
 		case rec.figures != nil:
 			row.Figures = *rec.figures
@@ -185,16 +191,22 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 			unread = append(unread, n.id)
 		default:
 			f, err := n.readFigures(ctx, run, history)
-			switch {
-			case err != nil && ctx.Err() != nil:
+			if err != nil && ctx.Err() != nil {
 				stopped = ctx.Err()
 				unread = append(unread, n.id)
-			case err != nil:
-				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %v", n.id, err))
-				row.Figures = f
-			default:
-				row.Figures = f
+				break
 			}
+			if err != nil {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %v", n.id, err))
+			}
+			for _, x := range f.keepValid() {
+				refused = append(refused, "series "+x)
+			}
+			row.Figures = f
+		}
+		if len(refused) > 0 {
+			rep.ValuesRefused += len(refused)
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d out of range, left out: %s", n.id, len(refused), strings.Join(refused, "; ")))
 		}
 		fromTags(&row, rec)
 		rep.Nodes = append(rep.Nodes, row)
@@ -223,12 +235,12 @@ func fromTags(row *Node, rec record) {
 		row.PeakWorkingSetSource = summary.SourceSampled
 	}
 	if oomKilled(rec.reason) && rec.peakSource == "" && rec.kernelPeakMB != nil &&
-		(row.PeakWorkingSetMB == nil || *rec.kernelPeakMB > *row.PeakWorkingSetMB) {
+		(row.PeakWorkingSetMB == nil || rec.kernelPeakMB.Float64() > row.PeakWorkingSetMB.Float64()) {
 		row.PeakWorkingSetMB, row.PeakWorkingSetSource = rec.kernelPeakMB, sourceKernel
 	}
 	for _, f := range []struct {
-		dst **float64
-		v   *float64
+		dst **metrics.Float
+		v   *metrics.Float
 	}{
 		{&row.MemoryLimitMB, rec.limitMB}, {&row.CPULimitCores, rec.cpuLimit},
 		{&row.ThrottledSharePercent, rec.throttled},

@@ -141,10 +141,10 @@ func TestPeakOfAnOOMKilledNodeIsTheKernels(t *testing.T) {
 	for _, n := range rep.Nodes {
 		got[n.Node] = n
 	}
-	if n := got["node-1"]; n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != 209.7 || n.PeakWorkingSetSource != sourceKernel {
+	if n := got["node-1"]; n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != 209.7 || n.PeakWorkingSetSource != sourceKernel {
 		t.Errorf("OOM node's peak %v (%s), want the kernel's 209.7", deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource)
 	}
-	if n := got["node-0"]; n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != 40 || n.PeakWorkingSetSource != "sampled" {
+	if n := got["node-0"]; n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != 40 || n.PeakWorkingSetSource != "sampled" {
 		t.Errorf("stopped node's peak %v (%s), want its sampled 40", deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource)
 	}
 	// A node whose tags already name the kernel's peak keeps it.
@@ -152,17 +152,17 @@ func TestPeakOfAnOOMKilledNodeIsTheKernels(t *testing.T) {
 	tags["bridge.node.node-1.peak_working_set_source"] = "kernel high-water mark memory.max_usage_in_bytes at the OOM kill"
 	rep, _ = Build(context.Background(), Run{Status: "FAILED", Tags: tags}, nil)
 	for _, n := range rep.Nodes {
-		if n.Node == "node-1" && (*n.PeakWorkingSetMB != 209.5 || !strings.HasPrefix(n.PeakWorkingSetSource, "kernel high-water mark memory")) {
-			t.Errorf("peak %v (%s), want the tag's", *n.PeakWorkingSetMB, n.PeakWorkingSetSource)
+		if n.Node == "node-1" && (n.PeakWorkingSetMB.Float64() != 209.5 || !strings.HasPrefix(n.PeakWorkingSetSource, "kernel high-water mark memory")) {
+			t.Errorf("peak %v (%s), want the tag's", n.PeakWorkingSetMB.Float64(), n.PeakWorkingSetSource)
 		}
 	}
 }
 
-func deref(p *float64) any {
+func deref(p *metrics.Float) any {
 	if p == nil {
 		return nil
 	}
-	return *p
+	return p.Float64()
 }
 
 // history serves a run's series from memory and counts the reads.
@@ -222,11 +222,11 @@ func TestBuildReadsOnlyWhatItNeeds(t *testing.T) {
 		t.Errorf("reads %v, want %v", h.reads, wantReads)
 	}
 	n0, n1 := rep.Nodes[0], rep.Nodes[1]
-	if n0.Samples != 4 || *n0.PeakWorkingSetMB != 103 || n0.Status != "FINISHED" {
+	if n0.Samples != 4 || n0.PeakWorkingSetMB.Float64() != 103 || n0.Status != "FINISHED" {
 		t.Errorf("node-0 from its figures: %+v", n0)
 	}
-	if n1.Status != "RUNNING" || n1.Samples != 3 || *n1.PeakWorkingSetMB != 30 || *n1.GPUUtilizationPercent != 65 ||
-		*n1.GPUEnergyJoules != 300 || *n1.CPUPeakCores != 1.5 || *n1.CPUMeanCores != 1.25 {
+	if n1.Status != "RUNNING" || n1.Samples != 3 || n1.PeakWorkingSetMB.Float64() != 30 || n1.GPUUtilizationPercent.Float64() != 65 ||
+		n1.GPUEnergyJoules.Float64() != 300 || n1.CPUPeakCores.Float64() != 1.5 || n1.CPUMeanCores.Float64() != 1.25 {
 		t.Errorf("node-1 from its series: %s", mustJSON(n1))
 	}
 
@@ -313,7 +313,7 @@ func TestSingleRun(t *testing.T) {
 		t.Fatalf("%d rows, want 1", len(rep.Nodes))
 	}
 	n := rep.Nodes[0]
-	if n.Node != "box" || n.Status != "FAILED" || n.Ended != "2026-12-06T18:00:03.000Z" || n.MemoryLimitMB != nil || *n.PeakWorkingSetMB != 6 || n.Samples != 3 {
+	if n.Node != "box" || n.Status != "FAILED" || n.Ended != "2026-12-06T18:00:03.000Z" || n.MemoryLimitMB != nil || n.PeakWorkingSetMB.Float64() != 6 || n.Samples != 3 {
 		t.Errorf("row %s", mustJSON(n))
 	}
 	if rep.FirstFailure == nil || rep.FirstFailure.Node != "box" || rep.FirstFailure.Reason != "app_error" {
@@ -414,7 +414,7 @@ func TestFiguresOfEverySource(t *testing.T) {
 	}
 }
 
-func p(v float64) *float64 { return &v }
+func p(v float64) *metrics.Float { return metrics.FloatOf(v) }
 
 // A node restarted after a failure and ended cleanly: its records show
 // the clean attempt, the run's first-failure tag and the node's record of

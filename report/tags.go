@@ -2,11 +2,15 @@ package report
 
 import (
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
+	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -36,10 +40,13 @@ type record struct {
 	exitCode                              *int
 	ended                                 time.Time // zero: not recorded
 	figures                               *Figures  // nil: the node recorded none
-	peakMB, kernelPeakMB                  *float64
+	peakMB, kernelPeakMB                  *metrics.Float
 	peakSource                            string
-	limitMB, cpuLimit, throttled          *float64
-	gpuJoules, cpuJoules                  *float64
+	limitMB, cpuLimit, throttled          *metrics.Float
+	gpuJoules, cpuJoules                  *metrics.Float
+	// refused are the numbers left out, out of their series' range:
+	// "tag=value", "tag name=value" for a figure of TagFigures.
+	refused []string
 }
 
 // readRecord reads a node's end from the run's tags under scope
@@ -48,13 +55,21 @@ type record struct {
 // a single run records (the constants of the packages that write them,
 // where they have one).
 func readRecord(tags map[string]string, scope string) record {
-	get := func(tag string) string {
-		return strings.TrimSpace(tags[scope+strings.TrimPrefix(tag, "bridge.")])
-	}
+	key := func(tag string) string { return scope + strings.TrimPrefix(tag, "bridge.") }
+	get := func(tag string) string { return strings.TrimSpace(tags[key(tag)]) }
 	r := record{
 		status: get("bridge.status"), reason: get(forensics.TagExitReason), detail: get(forensics.TagExitReasonDetail),
 		signal: get("bridge.exit_signal"), clock: get(TagEndedClock),
 		peakSource: get(forensics.TagPeakWorkingSource),
+	}
+	// figure reads tag as a figure of series d: nil for no number ("no
+	// limit", "not sampled"), and for one out of d's range, refused.
+	figure := func(tag string, d *metrics.Desc) *metrics.Float {
+		v, ok := number(get(tag))
+		if !ok {
+			return nil
+		}
+		return r.within(key(tag), v, d)
 	}
 	if c, err := strconv.Atoi(get(forensics.TagExitCode)); err == nil {
 		r.exitCode = &c
@@ -65,15 +80,18 @@ func readRecord(tags map[string]string, scope string) record {
 	if v := get(TagFigures); v != "" {
 		var f Figures
 		if json.Unmarshal([]byte(v), &f) == nil {
+			for _, x := range f.keepValid() {
+				r.refused = append(r.refused, key(TagFigures)+" "+x)
+			}
 			r.figures = &f
 		}
 	}
-	r.peakMB = parseNum(get(forensics.TagPeakWorkingSet))
-	r.limitMB = parseNum(get("bridge.memory_limit_megabytes")) // "no limit": nil
-	r.cpuLimit = parseNum(get("bridge.cpu_limit_cores"))
-	r.throttled = parseNum(get(forensics.TagThrottledShare))
-	r.gpuJoules = parseNum(get(summary.TagEnergyGPUs))
-	r.cpuJoules = parseNum(get(summary.TagEnergyNodeCPU))
+	r.peakMB = figure(forensics.TagPeakWorkingSet, cgroup.MemoryWorkingSet)
+	r.limitMB = figure("bridge.memory_limit_megabytes", cgroup.MemoryLimit) // "no limit": nil
+	r.cpuLimit = figure("bridge.cpu_limit_cores", cgroup.CPULimit)
+	r.throttled = figure(forensics.TagThrottledShare, cgroup.CPUThrottledPeriods)
+	r.gpuJoules = figure(summary.TagEnergyGPUs, metrics.GPUEnergy)
+	r.cpuJoules = figure(summary.TagEnergyNodeCPU, rapl.Energy)
 	// The kernel's high-water mark of usage, for a bridge that predates
 	// the peak's source tag (fromTags): the peak-usage tag only where its
 	// source says it is the kernel's (it falls back to the samples), else
@@ -82,16 +100,28 @@ func readRecord(tags map[string]string, scope string) record {
 	usageSource := get(forensics.TagPeakUsageSource)
 	kernelUsage := strings.HasPrefix(usageSource, summary.SourceKernelPeak)
 	if kernelUsage {
-		r.kernelPeakMB = parseNum(get(forensics.TagPeakUsage))
+		r.kernelPeakMB = figure(forensics.TagPeakUsage, cgroup.MemoryPeak)
 	}
-	if r.kernelPeakMB == nil {
-		r.kernelPeakMB = parseNum(evidence(get(forensics.TagExitEvidence), "peak_usage_megabytes"))
+	if v, ok := number(evidence(get(forensics.TagExitEvidence), "peak_usage_megabytes")); r.kernelPeakMB == nil && ok {
+		r.kernelPeakMB = r.within(key(forensics.TagExitEvidence)+" peak_usage_megabytes", v, cgroup.MemoryPeak)
 	}
-	if share := parseNum(get(forensics.TagPeakUsageShare)); r.kernelPeakMB == nil && share != nil && r.limitMB != nil &&
+	if share := figure(forensics.TagPeakUsageShare, cgroup.MemoryWorkingSetPercent); r.kernelPeakMB == nil && share != nil && r.limitMB != nil &&
 		(usageSource == "" || kernelUsage) {
-		r.kernelPeakMB = num(*share * *r.limitMB / 100)
+		r.kernelPeakMB = r.within(key(forensics.TagPeakUsageShare)+" × "+key("bridge.memory_limit_megabytes"),
+			share.Float64()*r.limitMB.Float64()/100, cgroup.MemoryPeak)
 	}
 	return r
+}
+
+// within is v, a figure of series d read from what, rounded, when it is
+// within d's range (so finite); nil, and what noted as refused, when it is
+// not.
+func (r *record) within(what string, v float64, d *metrics.Desc) *metrics.Float {
+	if d.Range().Holds(v) {
+		return num(v)
+	}
+	r.refused = append(r.refused, what+"="+strconv.FormatFloat(v, 'g', -1, 64))
+	return nil
 }
 
 // evidence is one fact of a bridge.exit_evidence tag ("k=v; k=v").
@@ -104,12 +134,13 @@ func evidence(text, key string) string {
 	return ""
 }
 
-// parseNum reads a figure from a tag; anything else ("no limit", "not
-// sampled") is no figure.
-func parseNum(s string) *float64 {
+// number reads a number from a tag: ok is false for anything else ("no
+// limit", "not sampled"); one past a float64's range ("1e999") is an
+// infinity, which no range holds.
+func number(s string) (float64, bool) {
 	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
-		return nil
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
 	}
-	return num(v)
+	return v, true
 }

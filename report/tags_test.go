@@ -39,7 +39,7 @@ func TestPeakSourceTagDecides(t *testing.T) {
 	tags[s+"peak_working_set_source"] = summary.SourceSampled
 	tags[s+"peak_usage_megabytes"] = "300.0"
 	tags[s+"peak_usage_source"] = summary.SourceKernelPeak + " memory.peak"
-	if n := nodeRow(t, tags); n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != 20 || n.PeakWorkingSetSource != summary.SourceSampled {
+	if n := nodeRow(t, tags); n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != 20 || n.PeakWorkingSetSource != summary.SourceSampled {
 		t.Errorf("peak %v (%s), want the sampled 20", deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource)
 	}
 
@@ -56,7 +56,7 @@ func TestPeakSourceTagDecides(t *testing.T) {
 			tags[s+"peak_working_set_source"] = source
 		}
 		n := nodeRow(t, tags)
-		if n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != 100 || strings.HasPrefix(n.PeakWorkingSetSource, summary.SourceKernelPeak) {
+		if n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != 100 || strings.HasPrefix(n.PeakWorkingSetSource, summary.SourceKernelPeak) {
 			t.Errorf("source tag %q: peak %v (%s), want the sampled 100", source, deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource)
 		}
 	}
@@ -89,7 +89,7 @@ func TestReportReadsWhatTheBridgeWrites(t *testing.T) {
 	if n.Reason != forensics.ReasonCgroupOOMKill || n.Detail != "killed" || n.ExitCode == nil || *n.ExitCode != 137 {
 		t.Errorf("end %q %q %v, want the verdict's", n.Reason, n.Detail, n.ExitCode)
 	}
-	if n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != 250 || n.PeakWorkingSetSource != e.Memory.PeakWorkingSet.Source {
+	if n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != 250 || n.PeakWorkingSetSource != e.Memory.PeakWorkingSet.Source {
 		t.Errorf("peak %v (%s), want the bridge's 250 (%s)", deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource, e.Memory.PeakWorkingSet.Source)
 	}
 	if deref(n.ThrottledSharePercent) != 12.5 || deref(n.GPUEnergyJoules) != 1000.0 || deref(n.NodeCPUEnergyJoules) != 500.0 {

@@ -24,6 +24,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/harness/waitfor"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
@@ -169,7 +170,7 @@ while True:
 	}
 	limit := 200 * mib / 1e6
 	if n := rows["node-1"]; n.Status != mlflow.StatusFailed || n.Reason != "cgroup_oom_kill" || n.PeakWorkingSetMB == nil ||
-		*n.PeakWorkingSetMB < 0.95*limit || !strings.HasPrefix(n.PeakWorkingSetSource, "kernel") || n.MemoryLimitMB == nil {
+		n.PeakWorkingSetMB.Float64() < 0.95*limit || !strings.HasPrefix(n.PeakWorkingSetSource, "kernel") || n.MemoryLimitMB == nil {
 		t.Errorf("node-1's row: want FAILED, cgroup_oom_kill, the kernel's peak near the %.1f MB limit:\n%s", limit, rep.JSON())
 	}
 	t.Logf("node-1: peak working set %v MB (%s) of %v MB", deref(rows["node-1"].PeakWorkingSetMB), rows["node-1"].PeakWorkingSetSource, deref(rows["node-1"].MemoryLimitMB))
@@ -227,7 +228,7 @@ while time.monotonic() < end:
 		t.Fatalf("run %s; bridge report --json:\n%s", r.Info.Status, rep.JSON())
 	}
 	slow := rows["node-2"]
-	if !strings.Contains(strings.Join(slow.Differs, "; "), "CPU throttled") || slow.CPULimitCores == nil || *slow.CPULimitCores != 0.1 {
+	if !strings.Contains(strings.Join(slow.Differs, "; "), "CPU throttled") || slow.CPULimitCores == nil || slow.CPULimitCores.Float64() != 0.1 {
 		t.Errorf("node-2 under its quota: differs %q, CPU limit %v; want it flagged as throttled:\n%s", slow.Differs, slow.CPULimitCores, rep.JSON())
 	}
 	for _, id := range []string{"node-0", "node-1"} {
@@ -242,11 +243,11 @@ while time.monotonic() < end:
 	}
 }
 
-func deref(p *float64) any {
+func deref(p *metrics.Float) any {
 	if p == nil {
 		return nil
 	}
-	return *p
+	return p.Float64()
 }
 
 // A job of 300 nodes on a server whose runs keep their artifacts where

@@ -28,10 +28,14 @@ type sampleOutput struct {
 
 // jsonHealth is how a collector's run for the printed sample went.
 type jsonHealth struct {
-	Name     string  `json:"name"`
-	Success  bool    `json:"success"`
-	Duration float64 `json:"duration_seconds"`
-	Error    string  `json:"error,omitempty"`
+	Name     string        `json:"name"`
+	Success  bool          `json:"success"`
+	Duration metrics.Float `json:"duration_seconds"`
+	Error    string        `json:"error,omitempty"`
+	// Refused counts the values it gave that were left out of the sample
+	// (out of their series' range), RefusedLast names the last.
+	Refused     int    `json:"values_refused,omitempty"`
+	RefusedLast string `json:"last_value_refused,omitempty"`
 }
 
 // jsonPoint keeps non-finite values representable (encoding/json rejects NaN).
@@ -78,17 +82,27 @@ func sample(regs []metrics.Registration, args []string, stdout, stderr io.Writer
 	// Rates (CPU cores, throttling) need two readings: take one, wait, take
 	// the one that is printed, with where each value came from.
 	smp.Sample(ctx)
+	first := smp.Health()
 	time.Sleep(cfg.Window)
 	sample, sources := smp.SampleExplained(ctx)
 	health := smp.Health()
+	for i := range health {
+		// The printed sample's own values refused, not the first's too.
+		health[i].Refused -= first[i].Refused
+		if health[i].Refused == 0 {
+			health[i].LastRefused = ""
+		}
+	}
 
 	if asJSON {
 		out := sampleOutput{Detected: detected, Metrics: make([]jsonPoint, 0, len(sample.Points))}
 		for _, h := range health {
-			jh := jsonHealth{Name: h.Collector, Success: h.OK, Duration: h.Duration.Seconds()}
+			jh := jsonHealth{Name: h.Collector, Success: h.OK}
+			jh.Duration, _ = metrics.Finite(h.Duration.Seconds())
 			if !h.OK {
 				jh.Error = h.LastError
 			}
+			jh.Refused, jh.RefusedLast = h.Refused, h.LastRefused
 			out.Collectors = append(out.Collectors, jh)
 		}
 		for _, p := range sample.Points {
@@ -119,12 +133,23 @@ func writeHealth(w io.Writer, health []metrics.Health) {
 	fmt.Fprintln(w, "collectors:")
 	for _, h := range health {
 		d := h.Duration.Round(time.Microsecond)
+		line := fmt.Sprintf("  %s: failed after %s: %s", h.Collector, d, printable.Line(h.LastError))
 		if h.OK {
-			fmt.Fprintf(w, "  %s: ok in %s\n", h.Collector, d)
-		} else {
-			fmt.Fprintf(w, "  %s: failed after %s: %s\n", h.Collector, d, printable.Line(h.LastError))
+			line = fmt.Sprintf("  %s: ok in %s", h.Collector, d)
 		}
+		if h.Refused > 0 {
+			line += fmt.Sprintf("; %s out of range left out (last: %s)", values(h.Refused), printable.Line(h.LastRefused))
+		}
+		fmt.Fprintln(w, line)
 	}
+}
+
+// values is "1 value", "N values".
+func values(n int) string {
+	if n == 1 {
+		return "1 value"
+	}
+	return fmt.Sprintf("%d values", n)
 }
 
 func jsonValue(v float64) any {
@@ -136,7 +161,8 @@ func jsonValue(v float64) any {
 	case math.IsInf(v, -1):
 		return "-Infinity"
 	}
-	return v
+	f, _ := metrics.Finite(v)
+	return f
 }
 
 func formatValue(v float64) string {
@@ -192,6 +218,11 @@ func flat(v any) string {
 		return strings.Join(parts, " ")
 	case float64:
 		return formatValue(t)
+	case *metrics.Float:
+		if t == nil {
+			return ""
+		}
+		return formatValue(t.Float64())
 	case string:
 		return t
 	default:

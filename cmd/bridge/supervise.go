@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -22,7 +24,7 @@ import (
 )
 
 // runSupervise is `bridge [flags] -- CMD [ARGS...]`.
-func runSupervise(args []string, stdout, stderr io.Writer) int {
+func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 	fs, cfg, code := parse("bridge", args, stdout, stderr, nil)
 	if fs == nil {
 		return code
@@ -118,11 +120,18 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	// Signals while the child runs were forwarded by the supervisor; one
 	// after it has exited cuts the final flush short.
 	exit := child.Wait()
+	// From here the child's exit status is bridge's whatever the end does:
+	// a panic in one step of the end is logged and the next step runs, and
+	// one anywhere else on this goroutine still returns the child's status
+	// (unrecovered, Go's runtime would exit 2).
+	defer keepStatus(&status, exit.Code, log)
 	// The whole end of the run, counted from the child's exit, fits in
 	// --flush-timeout.
 	sess.EndBy(exit.Time.Add(cfg.FlushTimeout))
 	abort := make(chan struct{})
 	stopReaping := make(chan struct{})
+	stopReap := sync.OnceFunc(func() { close(stopReaping) })
+	defer stopReap()
 	go func() {
 		select {
 		case sig := <-child.Late():
@@ -133,26 +142,57 @@ func runSupervise(args []string, stdout, stderr io.Writer) int {
 	}()
 
 	go supervisor.ReapOrphans(stopReaping)
-	sess.Stop(abort)
+	endStep(log, "stopping the sampling", func() { sess.Stop(abort) })
 	end := tracker.EndInfo{ExitCode: exit.Code, Signal: int(exit.Signal), Time: exit.Time, Tags: exit.Tags()}
-	ev := forensics.FromRun(forensics.Run{Exit: exit, Acc: sess.Acc(), Xids: src.XidEvents(), CgroupVersion: src.CgroupVersion()})
-	verdict := forensics.Classify(ev)
-	for k, v := range verdict.Tags(ev) {
-		end.Tags[k] = v
-	}
-	end.Status = verdict.Status(ev)
+	var verdictRows []summary.Row
+	endStep(log, "the exit's verdict", func() {
+		ev := forensics.FromRun(forensics.Run{Exit: exit, Acc: sess.Acc(), Xids: src.XidEvents(), CgroupVersion: src.CgroupVersion()})
+		verdict := forensics.Classify(ev)
+		for k, v := range verdict.Tags(ev) {
+			end.Tags[k] = v
+		}
+		end.Status = verdict.Status(ev)
+		verdictRows = verdict.Rows(ev)
+	})
 	if job.Multi() {
 		// For the job's report: when by which clock, and the node's figures
 		// (the report then never reads this node's series).
-		end.Tags[report.TagEndedClock] = forensics.ClockSource("/sys")
-		end.Tags[report.TagFigures] = report.FiguresTag(sess.Acc())
+		endStep(log, "the node's figures", func() {
+			end.Tags[report.TagEndedClock] = forensics.ClockSource("/sys")
+			end.Tags[report.TagFigures] = report.FiguresTag(sess.Acc())
+		})
 	}
-	sess.Finish(end)
-	close(stopReaping)
+	endStep(log, "recording the end", func() { sess.Finish(end) })
+	stopReap()
 
-	rows = append(append([]summary.Row{{What: "exit status", Value: exit.Describe()}}, verdict.Rows(ev)...), rows...)
-	sess.Report(stderr, "bridge: end of run", rows...)
+	rows = append(append([]summary.Row{{What: "exit status", Value: exit.Describe()}}, verdictRows...), rows...)
+	endStep(log, "the end-of-run table", func() { sess.Report(stderr, "bridge: end of run", rows...) })
 	return exit.Code
+}
+
+// endStep runs one step of the end of a run, after the child has exited:
+// a panic in it is logged, and the end goes on to its next step, so that
+// the end record, the table and the child's exit status never depend on
+// one step's bug.
+func endStep(log *slog.Logger, what string, step func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("internal error at the end of the run; the end goes on, and the command's exit status is still bridge's",
+				"in", what, "panic", p, "stack", string(debug.Stack()))
+		}
+	}()
+	step()
+}
+
+// keepStatus, deferred once the child has exited, makes its exit status
+// code bridge's even when a panic ends the rest of the run: the panic is
+// logged, not Go's exit 2.
+func keepStatus(status *int, code int, log *slog.Logger) {
+	if p := recover(); p != nil {
+		log.Error("internal error after the command exited; bridge exits with the command's status",
+			"panic", p, "stack", string(debug.Stack()))
+		*status = code
+	}
 }
 
 // lowerOOMScore takes bridge itself (after the child has forked: the value

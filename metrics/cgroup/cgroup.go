@@ -161,7 +161,7 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 		out["memory_limit_bytes"] = inf.MemoryLimitBytes
 	}
 	if inf.CPULimitCores > 0 {
-		out["cpu_limit_cores"] = inf.CPULimitCores
+		out["cpu_limit_cores"] = metrics.FloatOf(inf.CPULimitCores)
 	}
 	if inf.CPUSplit != "" {
 		out["cpu_usage_limit_split"] = inf.CPUSplit

@@ -6,6 +6,13 @@ import "github.com/bridge-dev/bridge/metrics"
 // kubelet and cAdvisor see.
 const Scope metrics.Scope = "container"
 
+// overLimit is the range of a percentage of the container's limit: usage
+// passes its limit for a while (a CPU burst, the reads' timing, memory the
+// kernel has yet to reclaim, a limit lowered under the usage), so above
+// 100, but never beyond the node's CPUs over the smallest quota (1 ms a
+// second) or its memory over a page.
+var overLimit = metrics.Range{Min: 0, Max: 1e8}
+
 // The container's series, each described once: the collector adds values
 // against them, and the end-of-run table, forensics and fast sampling near
 // the limit read them.
@@ -23,7 +30,7 @@ var (
 	MemoryLimit = &metrics.Desc{Name: "container_memory_limit_megabytes", Unit: metrics.UnitMegabytes, Scope: Scope, Steady: true,
 		Prom: "container_spec_memory_limit_bytes", Help: "Memory limit of the container in bytes (the effective one: the smallest among its cgroup and ancestors)."}
 	// Working set / limit: named after its numerator.
-	MemoryWorkingSetPercent = &metrics.Desc{Name: "container_memory_working_set_percentage", Unit: metrics.UnitPercentage, Scope: Scope,
+	MemoryWorkingSetPercent = &metrics.Desc{Name: "container_memory_working_set_percentage", Unit: metrics.UnitPercentage, Scope: Scope, Valid: overLimit,
 		Help: "Working set of the container as a percentage of its memory limit."}
 	MemoryHighEvents = &metrics.Desc{Name: "container_memory_high_events_count", Unit: metrics.UnitCount, Scope: Scope, Steady: true,
 		Help: "Times the container's memory usage went over memory.high (memory.events high)."}
@@ -39,7 +46,7 @@ var (
 		Help: "CPU limit of the container in cores: the smallest quota of its cgroup and ancestors, or its cpuset."}
 	CPUUsage = &metrics.Desc{Name: "container_cpu_usage_cores", Unit: metrics.UnitCores, Scope: Scope,
 		Help: "CPU the container used over the last interval, in cores."}
-	CPUUtilization = &metrics.Desc{Name: "container_cpu_utilization_percentage", Unit: metrics.UnitPercentage, Scope: Scope,
+	CPUUtilization = &metrics.Desc{Name: "container_cpu_utilization_percentage", Unit: metrics.UnitPercentage, Scope: Scope, Valid: overLimit,
 		Help: "CPU the container used over the last interval as a percentage of its limit (else of its CPUs)."}
 	CPUThrottledPeriods = &metrics.Desc{Name: "container_cpu_throttled_periods_percentage", Unit: metrics.UnitPercentage, Scope: Scope,
 		Help: "Share of the last interval's CFS periods in which the container was throttled."}

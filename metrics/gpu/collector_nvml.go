@@ -43,6 +43,9 @@ type device struct {
 	gpm    *gpmState // nil: no GPM on the whole GPU (gpmWhy says why)
 	gpmWhy string    // set by New, read-only after
 	energy energy
+	// energyNoted: an interval of the energy counter not counted was
+	// logged (once a GPU).
+	energyNoted bool
 	// energyWhy says why the energy counter is not read ("" when it is);
 	// set by New, read-only after.
 	energyWhy string

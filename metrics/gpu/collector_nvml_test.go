@@ -101,6 +101,20 @@ func newCollector(t *testing.T, opts Options) (*Collector, *syncbuf.Buffer) {
 	return c, buf
 }
 
+// secondApart makes c's clock read one second later at each call, from a
+// second after now: the fake counters move at a GPU's pace between reads
+// that are microseconds apart in the test.
+func secondApart(c *Collector) {
+	var mu sync.Mutex
+	at := time.Now()
+	c.now = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		at = at.Add(time.Second)
+		return at
+	}
+}
+
 // explained is a point and where it came from.
 type explained struct {
 	metrics.Point
@@ -159,6 +173,7 @@ func wantValue(t *testing.T, pts map[string]explained, name string, want float64
 func TestSeveralDevices(t *testing.T) {
 	s := fakeServer(dgxh100.New(), 3)
 	c, _ := newCollector(t, Options{Lib: s})
+	secondApart(c)
 	pts := collect(t, c)
 	for i := 0; i < 3; i++ {
 		p := func(n string) string { return fmt.Sprintf("gpu_%d_%s", i, n) }

@@ -26,7 +26,7 @@ func (c *Collector) setupEnergy(ctx context.Context) {
 		v, err := get(ctx, c.g, energyCall, d.h.GetTotalEnergyConsumption)
 		switch {
 		case err == nil:
-			d.energy.add(v)
+			d.energy.add(v, c.now())
 		case unsupported(err):
 			d.energyWhy = fmt.Sprintf("not supported: %v (the energy counter needs Volta or later)", err)
 			c.log.Debug("GPU energy counter not supported", "gpu", d.index, "err", err)
@@ -45,11 +45,13 @@ func (c *Collector) readEnergy(r *reading, d *device) {
 	if !ok {
 		return
 	}
-	if last, had := d.energy.c.Last(); had && v < last {
-		c.log.Info("GPU energy counter went back (driver reloaded or GPU reset?); counting on from its new value",
-			"gpu", d.index, "previous_mj", last, "now_mj", v)
+	j, st, ok := d.energy.add(v, c.now())
+	if why := st.Why(v, &d.energy.c); why != "" && !d.energyNoted {
+		d.energyNoted = true
+		c.log.Info("GPU energy counter: an interval not counted (driver reloaded or GPU reset?); counting on from its new value (said once a GPU)",
+			"gpu", d.index, "why", why)
 	}
-	if j, ok := d.energy.add(v); ok {
+	if ok {
 		r.add(t, metrics.GPUEnergy, j, energyCall)
 	}
 }

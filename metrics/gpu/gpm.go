@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -228,8 +227,9 @@ func (c *Collector) readGPM(r *reading, t *target, g *gpmState) {
 	}
 	for i, gm := range gpmMetrics {
 		v, ret := m.Metrics[i].Value, nvml.Return(m.Metrics[i].NvmlReturn)
-		// A metric this GPU does not count comes back with its own error.
-		if ret != nvml.SUCCESS || math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+		// A metric this GPU does not count comes back with its own error;
+		// a value out of range is the Sampler's to leave out.
+		if ret != nvml.SUCCESS {
 			continue
 		}
 		if gm.mib {

@@ -372,7 +372,8 @@ func TestGPMTooSoon(t *testing.T) {
 }
 
 // A metric the GPU does not count (NVLink on a PCIe board) comes back with
-// its own error: that series is absent, the rest present; NaN too.
+// its own error: that series is absent, the rest present. A NaN leaves the
+// collector, for the Sampler's range check to refuse and count.
 func TestGPMMetricNotSupported(t *testing.T) {
 	s := fakeServer(dgxh100.New(), 1)
 	drv := newGPMDriver(t, s)
@@ -392,10 +393,13 @@ func TestGPMMetricNotSupported(t *testing.T) {
 	collect(t, c)
 	drv.run(src, time.Second, busy)
 	pts := collect(t, c)
-	for _, gone := range []string{"prof_nvlink_tx_megabytes_per_second", "prof_nvlink_rx_megabytes_per_second", "prof_pipe_fp64_active_ratio"} {
+	for _, gone := range []string{"prof_nvlink_tx_megabytes_per_second", "prof_nvlink_rx_megabytes_per_second"} {
 		if p, ok := pts["gpu_0_"+gone]; ok {
 			t.Errorf("gpu_0_%s = %v, want absent", gone, p.Value)
 		}
+	}
+	if p, ok := pts["gpu_0_prof_pipe_fp64_active_ratio"]; !ok || !math.IsNaN(p.Value) {
+		t.Errorf("gpu_0_prof_pipe_fp64_active_ratio = %v (%v), want the NaN the GPU gave", p.Value, ok)
 	}
 	wantNear(t, pts, "gpu_0_prof_pcie_rx_megabytes_per_second", 2097.152)
 }
@@ -673,7 +677,8 @@ func TestMIGActivity(t *testing.T) {
 
 // gpu_N_energy_joules: the energy since start, from the first reading (at
 // New) on; absent while the counter has not moved and where it is not
-// supported; a counter that goes back counts on from its new value.
+// supported; a counter that goes back is an interval not counted, and
+// counts on from its new value.
 func TestEnergy(t *testing.T) {
 	t.Run("counter", func(t *testing.T) {
 		s := fakeServer(dgxh100.New(), 1)
@@ -685,16 +690,17 @@ func TestEnergy(t *testing.T) {
 			return v, nvml.SUCCESS
 		}
 		c, log := newCollector(t, Options{Lib: s})
+		secondApart(c)
 		if _, ok := collect(t, c)["gpu_0_energy_joules"]; ok {
 			t.Error("energy reported while the counter has not moved from the baseline")
 		}
-		for _, want := range []float64{2.5, 4, 5.5, 6} {
+		for _, want := range []float64{2.5, 4, 4, 4.5} {
 			p := collect(t, c)["gpu_0_energy_joules"]
 			if p.Desc == nil || !near(p.Value, want) || p.Desc.Of != metrics.GPUEnergy || p.Source != energyCall {
 				t.Errorf("gpu_0_energy_joules = %+v, want %v J", p, want)
 			}
 		}
-		if !strings.Contains(log.String(), "GPU energy counter went back") {
+		if !strings.Contains(log.String(), "went back from 9004000 to 1500") {
 			t.Errorf("reset not logged:\n%s", log)
 		}
 	})
@@ -726,6 +732,7 @@ func TestEnergy(t *testing.T) {
 			return uint64(1000 * n), nvml.SUCCESS
 		}
 		c, _ := newCollector(t, Options{Lib: s})
+		secondApart(c)
 		if _, ok := collect(t, c)["gpu_0_energy_joules"]; ok {
 			t.Error("energy from the first reading, taken as the baseline")
 		}

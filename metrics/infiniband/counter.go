@@ -11,7 +11,11 @@ import (
 	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
-// portCounter follows one counter file of a port from its first reading.
+// portCounter follows one counter file of a port from its first reading,
+// by the one counter rule (metrics/internal/counter): these counters stop
+// at their maximum rather than wrap, so any step back is a reset or a
+// glitch, and a data counter growing faster than the port's link is a
+// glitch too.
 type portCounter struct {
 	path string
 	desc *metrics.Desc // the port's series it gives
@@ -21,20 +25,15 @@ type portCounter struct {
 	// otherwise: it is taken as 32-bit until it reads more.
 	max uint64
 
-	c    counter.Counter // a counter that goes back was reset: it counts from zero again
-	last time.Time
-	secs float64 // between the last two readings
-	gone bool    // the device has no such counter (no PMA): not read again
+	c    counter.Counter // MaxRate: a data counter's link rate in 4-byte words a second
+	gone bool            // the device has no such counter (no PMA): not read again
 }
 
-// update takes reading cur at now and returns the growth since the
-// previous reading. ok is false on the first reading, and when the growth
-// is unknown: a counter at its maximum has stopped there (why then says so
-// once), so its growth in the interval is a lower bound, not a figure.
-// A counter that went back was reset (perfquery -R, a driver reload): it
-// counts from zero again, as a rate over a reset must not be negative.
-func (k *portCounter) update(cur uint64, now time.Time) (delta uint64, ok bool, why string) {
-	k.secs, k.last = now.Sub(k.last).Seconds(), now
+// update takes reading cur at now and says what the interval since the
+// previous reading gave (counter.Update). A counter at its maximum has
+// stopped there (why then says so once), so a data counter's growth in the
+// interval is a lower bound, not a figure: not counted.
+func (k *portCounter) update(cur uint64, now time.Time) (st counter.Step, why string) {
 	if cur > k.max && k.max > 0 {
 		k.max = 0 // above the width assumed: a 64-bit counter (extended width)
 	}
@@ -42,12 +41,15 @@ func (k *portCounter) update(cur uint64, now time.Time) (delta uint64, ok bool, 
 		why = fmt.Sprintf("InfiniBand counter at its maximum (%d): it stops there and counts nothing more until it is reset", k.max)
 		if k.desc.Unit == metrics.UnitMegabytesPerSecond {
 			// A data counter at all ones: a 32-bit one that stopped.
-			k.c.Set(cur)
-			return 0, false, why
+			k.c.Set(cur, now)
+			return counter.Step{Skip: counter.Baseline}, why
 		}
 	}
-	delta, ok = k.c.Update(cur)
-	return delta, ok, why
+	st = k.c.Update(cur, now)
+	if w := st.Why(cur, &k.c); w != "" {
+		why = "InfiniBand counter: an interval not counted: " + w
+	}
+	return st, why
 }
 
 // errNoPMA is a counter file that says the device has no Performance

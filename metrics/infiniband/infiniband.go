@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/procfs/sysfs"
 
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/metrics/internal/counter"
 	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
@@ -176,6 +177,7 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 			c.dataCounter(dir, "port_xmit_data", TransmitRate.For(name, num)),
 		} {
 			if k != nil {
+				k.c.MaxRate = maxWords(p.facts.RateGbps)
 				p.data = append(p.data, k)
 			}
 		}
@@ -194,6 +196,19 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 func portNumber(s string) uint64 {
 	n, _ := strconv.ParseUint(s, 10, 64)
 	return n
+}
+
+// MaxLinkGbps is the stated physical bound of a port whose rate is
+// unknown: twice the fastest link today (12x XDR, 2.4 Tb/s).
+const MaxLinkGbps = 4800
+
+// maxWords is the most a data counter (4-byte words) can grow a second on
+// a link of rateGbps (0: unknown, MaxLinkGbps).
+func maxWords(rateGbps float64) float64 {
+	if rateGbps <= 0 {
+		rateGbps = MaxLinkGbps
+	}
+	return rateGbps * 1e9 / 8 / 4
 }
 
 // dataCounter is the port's data counter of base name file: the 64-bit
@@ -230,20 +245,22 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 			return errors.Join(append(errs, err)...)
 		}
 		for _, dc := range p.data {
-			delta, secs, ok, err := c.take(dc)
+			st, err := c.take(dc)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			if ok && secs > 0 {
-				b.Add(dc.desc, metrics.MB(4*float64(delta))/secs, dc.path) // the counters count 4-byte words
+			if st.Counted() {
+				b.Add(dc.desc, metrics.MB(4*st.Rate()), dc.path) // the counters count 4-byte words
 			}
 		}
 		for _, ec := range p.errs {
-			_, _, ok, err := c.take(ec)
+			st, err := c.take(ec)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			if ok {
+			// A count since bridge started holds even over an interval
+			// that was not counted (a reset): it stays as it was.
+			if st.Skip != counter.Baseline {
 				b.Add(ec.desc, ec.c.Total, ec.path)
 			}
 		}
@@ -251,14 +268,14 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	return errors.Join(errs...)
 }
 
-// take reads counter k and updates it. ok is false on its first reading,
-// when it cannot be read, and when its growth is unknown (saturated).
-func (c *Collector) take(k *portCounter) (delta uint64, secs float64, ok bool, err error) {
+// take reads counter k and updates it. The step is not Counted on its
+// first reading, when it cannot be read, and when the counter rule or its
+// saturation leaves the interval out.
+func (c *Collector) take(k *portCounter) (counter.Step, error) {
 	if k.gone {
-		return 0, 0, false, nil
+		return counter.Step{Skip: counter.Baseline}, nil
 	}
-	var raw []byte
-	raw, err = c.read(k.path)
+	raw, err := c.read(k.path)
 	now := c.now()
 	var v uint64
 	if err == nil {
@@ -269,19 +286,18 @@ func (c *Collector) take(k *portCounter) (delta uint64, secs float64, ok bool, e
 	case errors.Is(err, errNoPMA):
 		k.gone = true // the device answers no counters: never asked again
 		c.note("nopma", k.path, "InfiniBand counter not available (no PMA on this device); left out", err)
-		return 0, 0, false, nil
+		return counter.Step{Skip: counter.Baseline}, nil
 	case kfile.IsAbsent(err):
 		c.note("absent", k.path, "InfiniBand counter gone since start (device removed?); left out while so", err)
-		return 0, 0, false, nil
+		return counter.Step{Skip: counter.Baseline}, nil
 	default:
-		return 0, 0, false, fmt.Errorf("reading %s: %w", k.path, err)
+		return counter.Step{Skip: counter.Baseline}, fmt.Errorf("reading %s: %w", k.path, err)
 	}
-	delta, ok, why := k.update(v, now)
+	st, why := k.update(v, now)
 	if why != "" {
-		c.note("saturated", k.path, why, nil)
+		c.note("skipped", k.path, why, nil)
 	}
-	secs = k.secs
-	return delta, secs, ok, nil
+	return st, nil
 }
 
 func (c *Collector) read(path string) ([]byte, error) {
@@ -299,7 +315,7 @@ func (c *Collector) note(kind, path, msg string, err error) {
 	if !first {
 		return
 	}
-	if kind == "saturated" {
+	if kind == "skipped" {
 		c.log.Info(msg, "path", path)
 		return
 	}
@@ -315,7 +331,7 @@ func (c *Collector) Detect(context.Context) map[string]any {
 		if p.facts.Err != "" {
 			m["facts"] = "unknown: " + p.facts.Err
 		} else {
-			m["state"], m["phys_state"], m["link_layer"], m["rate_gbps"] = p.facts.State, p.facts.PhysState, p.facts.LinkLayer, p.facts.RateGbps
+			m["state"], m["phys_state"], m["link_layer"], m["rate_gbps"] = p.facts.State, p.facts.PhysState, p.facts.LinkLayer, metrics.FloatOf(p.facts.RateGbps)
 		}
 		var files []string
 		for _, k := range append(slices.Clone(p.data), p.errs...) {

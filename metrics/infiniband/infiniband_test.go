@@ -124,9 +124,20 @@ func TestFixtures(t *testing.T) {
 		{name: "32-bit counter stopped at all ones", start: hdr(map[string]string{"counters/port_xmit_data": "4294967000\n"}),
 			next: files{"counters/port_xmit_data": "4294967295\n", "counters/port_rcv_data": "500000\n"},
 			want: with(map[string]float64{port1 + "receive_megabytes_per_second": 1}), log: "at its maximum (4294967295)"},
+		// A reset (perfquery -R) is an interval not counted: no rate, and the
+		// error count since bridge started stays as it was.
 		{name: "reset", start: hdr(map[string]string{"counters/port_rcv_data": "900000000\n", "counters/symbol_error": "50\n"}),
 			next: files{"counters/port_rcv_data": "1000000\n", "counters/symbol_error": "2\n"},
-			want: with(map[string]float64{port1 + "receive_megabytes_per_second": 2, port1 + "transmit_megabytes_per_second": 0, port1 + "symbol_errors_count": 2})},
+			want: with(map[string]float64{port1 + "transmit_megabytes_per_second": 0, port1 + "symbol_errors_count": 0}),
+			log:  "went back from 900000000 to 1000000"},
+		// Back by 1 is a glitch, not a 16 GB/s spike.
+		{name: "back by 1", start: hdr(map[string]string{"counters/port_rcv_data": "4000000000\n"}),
+			next: files{"counters/port_rcv_data": "3999999999\n"},
+			want: with(map[string]float64{port1 + "transmit_megabytes_per_second": 0}), log: "a reset or a glitch"},
+		// 200 Gb/s moves 25 GB/s: 100 GB in 2 s is no reading.
+		{name: "faster than the link", start: hdr(nil),
+			next: files{"counters/port_rcv_data": "25000000000\n", "counters/port_xmit_data": "12500000000\n"},
+			want: with(map[string]float64{port1 + "transmit_megabytes_per_second": 25000}), log: "above the device's limit"},
 		{name: "error counter saturated", start: hdr(map[string]string{"counters/symbol_error": "65530\n"}),
 			next: files{"counters/symbol_error": "65535\n"},
 			want: with(map[string]float64{port1 + "receive_megabytes_per_second": 0, port1 + "transmit_megabytes_per_second": 0, port1 + "symbol_errors_count": 5}),

@@ -185,7 +185,7 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 		out["cpu_count_error"] = fmt.Sprintf("reading %s: %v", c.path("stat"), err)
 	}
 	if mi, err := c.fs.Meminfo(); err == nil && mi.MemTotalBytes != nil {
-		out["memory_total_megabytes"] = metrics.MB(float64(*mi.MemTotalBytes))
+		out["memory_total_megabytes"] = metrics.FloatOf(metrics.MB(float64(*mi.MemTotalBytes)))
 	}
 	var psi []string
 	for _, p := range Pressure {

@@ -169,10 +169,19 @@ func TestNetTotals(t *testing.T) {
 			{ifs: []ifCounters{{"eth0", 150, 20}, {"net1", 500, 50}}, wantRx: 150, wantTx: 20},
 			{ifs: []ifCounters{{"eth0", 160, 30}}, wantRx: 160, wantTx: 30},
 		}},
-		{"counter reset counts from zero", []step{
+		{"counter reset: that interval not counted, then on from the new reading", []step{
 			{ifs: []ifCounters{{"eth0", 1000, 1000}}},
 			{ifs: []ifCounters{{"eth0", 1200, 1100}}, wantRx: 200, wantTx: 100},
-			{ifs: []ifCounters{{"eth0", 50, 5}}, wantRx: 250, wantTx: 105},
+			{ifs: []ifCounters{{"eth0", 50, 5}}, wantRx: 200, wantTx: 100},
+			{ifs: []ifCounters{{"eth0", 80, 25}}, wantRx: 230, wantTx: 120},
+		}},
+		{"back by 1: a glitch, no jump", []step{
+			{ifs: []ifCounters{{"eth0", 1 << 40, 1000}}},
+			{ifs: []ifCounters{{"eth0", 1<<40 - 1, 1000}}, wantRx: 0, wantTx: 0},
+		}},
+		{"faster than any interface", []step{
+			{ifs: []ifCounters{{"eth0", 0, 0}}},
+			{ifs: []ifCounters{{"eth0", 1 << 60, 10}}, wantRx: 0, wantTx: 10},
 		}},
 	}
 	for _, tt := range tests {

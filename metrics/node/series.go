@@ -14,12 +14,12 @@ const (
 var (
 	MemoryTotal = &metrics.Desc{Name: "node_memory_total_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Steady: true,
 		Prom: "node_memory_MemTotal_bytes", Help: "Memory information field MemTotal_bytes."}
-	MemoryAvailable = &metrics.Desc{Name: "node_memory_available_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode,
+	MemoryAvailable = &metrics.Desc{Name: "node_memory_available_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Total: MemoryTotal,
 		Prom: "node_memory_MemAvailable_bytes", Help: "Memory information field MemAvailable_bytes."}
-	MemoryUsed = &metrics.Desc{Name: "node_memory_used_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode,
+	MemoryUsed = &metrics.Desc{Name: "node_memory_used_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Total: MemoryTotal,
 		Prom: "bridge_node_memory_used_bytes", Help: "Memory of the node in use: MemTotal - MemAvailable, in bytes."}
 	// MLflow's name for used.
-	MemoryUsage = &metrics.Desc{Name: "node_memory_usage_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode,
+	MemoryUsage = &metrics.Desc{Name: "node_memory_usage_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Total: MemoryTotal,
 		Prom: "bridge_node_memory_usage_bytes", Help: "The same as bridge_node_memory_used_bytes, under MLflow's name (system_memory_usage_megabytes)."}
 	MemoryUsagePercent = &metrics.Desc{Name: "node_memory_usage_percentage", Unit: metrics.UnitPercentage, Scope: metrics.ScopeNode,
 		Help: "Memory of the node in use as a percentage of MemTotal."}
@@ -36,9 +36,9 @@ var (
 
 	RootfsDiskTotal = &metrics.Desc{Name: "rootfs_disk_total_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeRootfs, Steady: true,
 		Prom: "bridge_rootfs_disk_total_bytes", Help: "Size of the filesystem under / in bytes."}
-	RootfsDiskUsed = &metrics.Desc{Name: "rootfs_disk_used_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeRootfs,
+	RootfsDiskUsed = &metrics.Desc{Name: "rootfs_disk_used_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeRootfs, Total: RootfsDiskTotal,
 		Prom: "bridge_rootfs_disk_used_bytes", Help: "Bytes used on the filesystem under /."}
-	RootfsDiskAvailable = &metrics.Desc{Name: "rootfs_disk_available_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeRootfs,
+	RootfsDiskAvailable = &metrics.Desc{Name: "rootfs_disk_available_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeRootfs, Total: RootfsDiskTotal,
 		Prom: "bridge_rootfs_disk_available_bytes", Help: "Bytes a non-root user can still write on the filesystem under /."}
 	RootfsDiskUsagePercent = &metrics.Desc{Name: "rootfs_disk_usage_percentage", Unit: metrics.UnitPercentage, Scope: ScopeRootfs,
 		Help: "Use of the filesystem under / as df shows it: used / (used + available)."}

@@ -11,7 +11,9 @@
 // The zones are found once, by New, through prometheus/procfs; a node
 // without them gets no collector at all, so it pays nothing per sample.
 // Each sample reads one file per package, energy_uj, a counter in µJ that
-// wraps at max_energy_range_uj.
+// wraps at max_energy_range_uj, followed by the one counter rule
+// (metrics/internal/counter): a step back is a wrap only near that
+// maximum, and no package draws more than MaxPackageWatts.
 package rapl
 
 import (
@@ -44,6 +46,12 @@ const Name = "rapl"
 // no powercap class, no RAPL driver, or energy_uj readable by root only.
 var ErrUnavailable = errors.New("no readable RAPL package zone")
 
+// MaxPackageWatts is the stated physical bound of one CPU package's power:
+// twice the largest package's TDP today (500 W). A growth of its energy
+// counter faster than this is a glitch, and no step back further than one
+// interval at this power from the counter's maximum is a wrap.
+const MaxPackageWatts = 1000
+
 // Options configure a Collector.
 type Options struct {
 	// SysRoot is where sysfs is mounted; "" means /sys.
@@ -62,7 +70,6 @@ type zone struct {
 	power  *metrics.Desc
 	energy *metrics.Desc
 	c      counter.Counter // energy_uj in µJ, wrapping at max_energy_range_uj
-	last   time.Time       // when c took its last reading
 }
 
 // Collector reads the package zones New found.
@@ -132,7 +139,7 @@ func New(opts Options) (*Collector, error) {
 			continue
 		}
 		pkg := strconv.Itoa(z.Index)
-		c.zones = append(c.zones, &zone{pkg: z.Index, path: p, c: counter.Counter{Wraps: true, Max: z.MaxMicrojoules},
+		c.zones = append(c.zones, &zone{pkg: z.Index, path: p, c: counter.Counter{Max: z.MaxMicrojoules, MaxRate: MaxPackageWatts * 1e6},
 			power: PackagePower.For(pkg), energy: PackageEnergy.For(pkg)})
 	}
 	sort.Slice(c.zones, func(i, j int) bool { return c.zones[i].pkg < c.zones[j].pkg })
@@ -192,18 +199,15 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 			errs = append(errs, fmt.Errorf("reading CPU package %d energy from %s: %w", z.pkg, z.path, err))
 			continue
 		}
-		prev, had := z.c.Last()
-		delta, ok := z.c.Update(v)
-		secs := now.Sub(z.last).Seconds()
-		z.last = now
-		if !ok && had {
-			c.noteOnce(z.path, "back", fmt.Sprintf("went from %d to %d µJ, max_energy_range_uj %d", prev, v, z.c.Max))
+		st := z.c.Update(v, now)
+		if why := st.Why(v, &z.c); why != "" {
+			c.noteOnce(z.path, "skip", why)
 		}
-		if !ok || secs <= 0 {
+		if !st.Counted() {
 			all = false
 			continue
 		}
-		p := float64(delta) / 1e6 / secs
+		p := st.Rate() / 1e6
 		b.Add(z.power, p, z.path)
 		b.Add(z.energy, z.c.Total/1e6, z.path)
 		power += p
@@ -216,8 +220,9 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	return errors.Join(errs...)
 }
 
-// noteOnce logs, once per zone and kind, a counter that went back with no
-// range to tell the wrap ("back") or a zone gone since start ("absent").
+// noteOnce logs, once per zone and kind, an interval the counter rule did
+// not count ("skip": a step back that is no wrap, a growth too fast) or a
+// zone gone since start ("absent").
 func (c *Collector) noteOnce(path, kind, why string) {
 	c.mu.Lock()
 	first := !c.noted[kind+" "+path]
@@ -228,7 +233,7 @@ func (c *Collector) noteOnce(path, kind, why string) {
 	case kind == "absent":
 		c.log.Debug("RAPL zone gone since start; its package is left out", "path", path, "err", why)
 	default:
-		c.log.Warn("RAPL energy counter went back with no known range: that interval is not counted", "path", path, "why", why)
+		c.log.Warn("RAPL energy counter: an interval not counted (said once a package)", "path", path, "why", why)
 	}
 }
 

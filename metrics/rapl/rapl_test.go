@@ -184,6 +184,10 @@ func TestFixtures(t *testing.T) {
 			want: map[string]float64{"node_cpu_package_0_power_watts": 1, "node_cpu_package_0_energy_joules": 2, "node_cpu_power_watts": 1, "node_cpu_energy_joules": 2}},
 		{name: "wrap", files: onePackage(itoa(maxRange-1_000_000)+"\n", nil), next: "3000000\n",
 			want: map[string]float64{"node_cpu_package_0_power_watts": 2, "node_cpu_package_0_energy_joules": 4, "node_cpu_power_watts": 2, "node_cpu_energy_joules": 4}},
+		// A step back far from the maximum is a glitch, not a wrap: that
+		// interval gives neither power nor energy (a wrap would give 262 kJ).
+		{name: "back by 1 µJ mid-range", files: onePackage("5000000\n", nil), next: "4999999\n", want: map[string]float64{}},
+		{name: "wrap faster than a package can draw", files: onePackage(itoa(maxRange-1_500_000_000)+"\n", nil), next: "1000000000\n", want: map[string]float64{}},
 		{name: "back beyond range", files: func() map[string]string {
 			f := onePackage("5000000\n", nil)
 			f["intel-rapl:0/max_energy_range_uj"] = "0\n"

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sort"
 	"strings"
 	"unique"
@@ -193,8 +192,7 @@ func value(t dto.MetricType, m *dto.Metric) (float64, bool) {
 	default:
 		return 0, false // histograms and summaries: no single value
 	}
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, false // trackers reject them
-	}
+	// NaN and the infinities are left out, and counted, by the Sampler's
+	// range check, as every collector's values.
 	return v, true
 }

@@ -167,7 +167,7 @@ func TestJobReportOnTheRun(t *testing.T) {
 		}
 		for i, n := range rep.Nodes {
 			// systemSamples' working set is i in sample i.
-			if n.Status != StatusRunning || n.Samples != 4+i || n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != float64(3+i) {
+			if n.Status != StatusRunning || n.Samples != 4+i || n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != float64(3+i) {
 				t.Errorf("%s: %s", n.Node, mustJSON(n))
 			}
 		}

@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"net/http"
 	"net/url"
 	"os"
@@ -385,19 +384,22 @@ func (s *Sink) lines(ss []metrics.Sample) ([]string, int, error) {
 	for _, smp := range ss {
 		row := make(map[string]any, len(smp.Points)+3)
 		for _, p := range smp.Points {
-			if math.IsNaN(p.Value) || math.IsInf(p.Value, 0) {
+			v, ok := metrics.Finite(p.Value)
+			if !ok {
 				s.skipped++
 				continue
 			}
-			row[Key(p.Name(), s.label)] = p.Value
+			row[Key(p.Name(), s.label)] = v
 		}
 		if len(row) == 0 {
 			taken++
 			continue
 		}
 		row["_wandb"] = true
-		row["_timestamp"] = float64(smp.Time.UnixNano()) / 1e9
-		row["_runtime"] = smp.Time.Sub(s.start).Seconds()
+		// Times are finite by construction; Finite only says so to the
+		// encoder's type.
+		row["_timestamp"], _ = metrics.Finite(float64(smp.Time.UnixNano()) / 1e9)
+		row["_runtime"], _ = metrics.Finite(smp.Time.Sub(s.start).Seconds())
 		b, err := json.Marshal(row)
 		if err != nil {
 			return nil, 0, tracker.Permanent(fmt.Errorf("encoding sample %d as a W&B events line: %w", smp.Seq, err))

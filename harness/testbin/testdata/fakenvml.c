@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 enum { SUCCESS = 0, ERROR_INVALID_ARGUMENT = 2, ERROR_NOT_SUPPORTED = 3, ERROR_INSUFFICIENT_SIZE = 7,
@@ -72,14 +73,20 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *h, nvmlMemory_v2_t *m) {
 	return SUCCESS;
 }
 nvmlReturn_t nvmlDeviceGetUtilizationRates(void *h, nvmlUtilization_t *u) { (void)h; u->gpu = 42; u->memory = 17; return SUCCESS; }
-nvmlReturn_t nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) { (void)h; *mw = 123456; return SUCCESS; }
+nvmlReturn_t nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) { (void)h; *mw = 123456; return SUCCESS; } /* POWER_MW */
 
-/* Energy: 1 J more at every reading, from 5 MJ. */
-static unsigned long long energy_mj = 5000000000ULL;
+/*
+ * Energy: from 5 MJ, growing at the power nvmlDeviceGetPowerUsage says
+ * (123.456 W = 123.456 mJ a millisecond) over the monotonic clock, as a
+ * real board's counter does: bridge drops a growth no GPU can make.
+ */
+#define POWER_MW 123456ULL
 nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(void *h, unsigned long long *mj) {
 	(void)h;
-	energy_mj += 1000;
-	*mj = energy_mj;
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	unsigned long long ms = (unsigned long long)ts.tv_sec * 1000ULL + (unsigned long long)ts.tv_nsec / 1000000ULL;
+	*mj = 5000000000ULL + ms * POWER_MW / 1000ULL;
 	return SUCCESS;
 }
 
