@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -112,7 +111,7 @@ func (r *round) memory() {
 		return
 	}
 	var usage, inactive, rss, cache, peak uint64
-	var hasPeak bool
+	var hasPeak, peakFailed bool
 	var usageFile, statFile, peakFile, inactiveKey, rssKey, cacheKey string
 	var vals [4]uint64
 	if p.v1 {
@@ -151,21 +150,32 @@ func (r *round) memory() {
 		inactiveKey, rssKey, cacheKey = "inactive_file", "anon", "file"
 		// An absent memory.current means the memory controller is not
 		// enabled here (or this is the root).
-		s, ok := r.required(filepath.Join(p.dir, usageFile), "memory usage")
+		path := filepath.Join(p.dir, usageFile)
+		s, ok := r.required(path, "memory usage")
 		if !ok {
 			return
 		}
-		usage = parseV2Uint(s)
+		var err error
+		if usage, err = parseV2Uint(s); err != nil {
+			r.fail(fmt.Errorf("%s: %w", path, err))
+			return
+		}
 		// An absent memory.stat reads as zeros, as containerd read it.
 		if _, err := c.readStat(filepath.Join(p.dir, statFile), v2MemoryStatKeys, vals[:3]); err != nil {
 			r.fail(err)
 			return
 		}
 		inactive, rss, cache = vals[0], vals[1], vals[2]
-		var err error
-		s, hasPeak, err = c.files.read(filepath.Join(p.dir, peakFile))
-		r.fail(err) // no peak point then, the others still count
-		peak = parseV2Uint(s)
+		// An unreadable peak is no peak point; the others still count.
+		path = filepath.Join(p.dir, peakFile)
+		s, hasPeak, err = c.files.read(path)
+		r.fail(err)
+		if hasPeak {
+			if peak, err = parseV2Uint(s); err != nil {
+				r.fail(fmt.Errorf("%s: %w", path, err))
+				hasPeak, peakFailed = false, true
+			}
+		}
 		r.memoryEvents(p)
 	}
 
@@ -180,7 +190,7 @@ func (r *round) memory() {
 	r.add(MemoryCache, metrics.MB(float64(cache)), r.source(p.dir, statFile, " ", cacheKey))
 	if hasPeak {
 		r.add(MemoryPeak, metrics.MB(float64(peak)), r.source(p.dir, peakFile))
-	} else {
+	} else if !peakFailed {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
 
@@ -492,11 +502,19 @@ func (r *round) pids() {
 		}
 		limited = limit > 0
 	} else {
-		cur = parseV2Uint(s)
-		s, found, err := c.files.read(filepath.Join(p.dir, "pids.max"))
-		r.fail(err) // no limit point then
-		limit = parseV2Uint(s)
-		limited = found && limit != math.MaxUint64
+		if cur, err = parseV2Uint(s); err != nil {
+			r.fail(fmt.Errorf("%s: %w", path, err))
+			return
+		}
+		// An unreadable limit is no limit point; the count still counts.
+		maxPath := filepath.Join(p.dir, "pids.max")
+		s, found, err := c.files.read(maxPath)
+		r.fail(err)
+		if found {
+			if limit, limited, err = parseMemoryMax(s); err != nil {
+				r.fail(fmt.Errorf("%s: %w", maxPath, err))
+			}
+		}
 	}
 	r.add(PIDs, float64(cur), r.source(p.dir, "pids.current"))
 	if limited {
