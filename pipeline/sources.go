@@ -113,23 +113,29 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 
 // Summary is what the end-of-run table must know of the collectors: the
 // series they produce, so that a peak no sample had reads "not sampled"
-// (pressure only where the kernel keeps it per cgroup: v2), and the file of
-// the kernel's memory high-water mark. It reads no file.
+// (pressure only where the kernel keeps it per cgroup: v2; none of a root
+// cgroup's, which the table names instead), and the file of the kernel's
+// memory high-water mark. It reads no file.
 func (s *Sources) Summary() summary.Options {
 	o := summary.Options{}
 	v2 := s.CgroupVersion() == string(cgroup.ModeV2)
-	pressure := map[string]bool{}
-	for _, d := range cgroup.Pressure.Descs() {
-		pressure[d.Name] = true
-	}
-	for _, d := range s.series {
-		if pressure[d.Name] && !v2 {
-			continue
+	skip := map[string]bool{}
+	if !v2 {
+		for _, d := range cgroup.Pressure.Descs() {
+			skip[d.Name] = true
 		}
-		o.Expected = append(o.Expected, d)
 	}
 	if s.cgroup != nil {
+		for _, d := range s.cgroup.RootSeries() {
+			skip[d.Name] = true
+		}
 		o.PeakFile = s.cgroup.PeakFile()
+		o.AtRoot = s.cgroup.AtRoot()
+	}
+	for _, d := range s.series {
+		if !skip[d.Name] {
+			o.Expected = append(o.Expected, d)
+		}
 	}
 	return o
 }
@@ -262,6 +268,9 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 		if info.CPUSplit != "" {
 			t["bridge.cgroup.cpu_usage_limit_split"] = info.CPUSplit
 		}
+		if len(info.AtRoot) > 0 {
+			t[TagCgroupAtRoot] = cgroup.RootNote(info.AtRoot)
+		}
 	}
 	for _, tg := range s.taggers {
 		for k, v := range tg.Tags() {
@@ -270,6 +279,10 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 	}
 	return t
 }
+
+// TagCgroupAtRoot says which controllers' cgroups are the host's root
+// cgroups, whose container_ series are not sent (cgroup.RootNote).
+const TagCgroupAtRoot = "bridge.cgroup.at_root"
 
 // tagger is a collector that describes what it found as run tags (the
 // GPUs, the InfiniBand ports' state and rate). Tags reads only what the

@@ -69,6 +69,10 @@ type Options struct {
 	// (memory.max_usage_in_bytes on cgroup v1, memory.peak on v2), for the
 	// figures' sources.
 	PeakFile string
+	// AtRoot are the controllers whose cgroup is the host's root cgroup
+	// (cgroup.Layout.AtRoot): the table says that their container_
+	// figures are not a container's, and so not measured.
+	AtRoot []string
 }
 
 // Figure is one peak of the table and its tag: the value, whether it was
@@ -294,6 +298,9 @@ func (a *Accumulator) memoryRow(f Figure, extra string) string {
 func (a *Accumulator) Rows() []Row {
 	var rows []Row
 	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
+	if len(a.opt.AtRoot) > 0 {
+		rows = append(rows, Row{"container scope", cgroup.RootNote(a.opt.AtRoot)})
+	}
 	if f := a.PeakWorkingSet(); f.Known || f.Expected {
 		extra := ""
 		if ws, ok := a.Get(cgroup.MemoryWorkingSet); ok && f.Source != SourceSampled {

@@ -312,3 +312,20 @@ func TestPeakWorkingSetAncestorOOM(t *testing.T) {
 		t.Errorf("peak working set %+v, want the sampled 20 MB", f)
 	}
 }
+
+// With the cpu cgroups at the host's root, the table says their figures
+// are not a container's, in one row, and has no CPU row of its own.
+func TestRowsAtRoot(t *testing.T) {
+	a := NewWith(Options{AtRoot: []string{"cpu", "cpuacct"}, Expected: []*metrics.Desc{cgroup.MemoryWorkingSet}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryWorkingSet, 10)}})
+	rows := a.Rows()
+	if v := rowOf(rows, "container scope"); !strings.Contains(v, "cpu and cpuacct cgroups are the root cgroups, the host's and not a container's") {
+		t.Errorf("container scope row = %q", v)
+	}
+	if v := rowOf(rows, "peak container CPU"); v != "" {
+		t.Errorf("peak container CPU row = %q, want none", v)
+	}
+	if v := rowOf(NewWith(Options{}).Rows(), "container scope"); v != "" {
+		t.Errorf("a container: scope row %q, want none", v)
+	}
+}

@@ -103,11 +103,12 @@ func (c *Collector) PeakFile() string {
 }
 
 // memory adds the memory points. Working set is cAdvisor's: usage minus
-// inactive file pages, clamped at 0.
+// inactive file pages, clamped at 0. A root memory cgroup's are the
+// host's: none.
 func (r *round) memory() {
 	c := r.c
 	p, ok := c.lay.places[ctlMemory]
-	if !ok {
+	if !ok || p.root {
 		return
 	}
 	var usage, inactive, rss, cache, peak uint64
@@ -271,7 +272,7 @@ func (r *round) cpu() {
 	cur := r.cpuCounters()
 	lim, err := c.cpuLimit()
 	r.fail(err)
-	if lim.ok {
+	if lim.ok && !c.limitAtRoot() {
 		r.add(CPULimit, lim.cores, lim.setBy)
 	}
 	splitBy := c.cpuSplit()
@@ -299,12 +300,14 @@ func (r *round) cpu() {
 
 // cpuCounters reads the cumulative CPU counters: the usage from v1's
 // cpuacct.usage or v2's cpu.stat, the throttling from cpu.stat (v2's only
-// where the cpu controller is enabled).
+// where the cpu controller is enabled); none from a root cgroup, whose
+// counters are the host's.
 func (r *round) cpuCounters() cpuReading {
 	c := r.c
 	cur := cpuReading{at: c.now()}
 	cpuP, hasCPU := c.lay.places[ctlCPU]
 	acctP, hasAcct := c.lay.places[ctlCPUAcct]
+	hasCPU = hasCPU && !cpuP.root
 	v2 := hasCPU && !cpuP.v1
 	var st v2CPUStat
 	if v2 {
@@ -312,7 +315,9 @@ func (r *round) cpuCounters() cpuReading {
 	}
 	switch {
 	case hasAcct && acctP.v1:
-		r.v1CPUUsage(acctP, &cur)
+		if !acctP.root {
+			r.v1CPUUsage(acctP, &cur)
+		}
 	case v2:
 		r.v2CPUUsage(cpuP, st, &cur)
 	}
@@ -475,11 +480,12 @@ func (r *round) pressure() {
 	}
 }
 
-// pids adds the task count and the leaf's pids.max.
+// pids adds the task count and the leaf's pids.max; none from a root
+// cgroup, whose tasks are the host's.
 func (r *round) pids() {
 	c := r.c
 	p, ok := c.lay.places[ctlPids]
-	if !ok {
+	if !ok || p.root {
 		return
 	}
 	path := filepath.Join(p.dir, "pids.current")
