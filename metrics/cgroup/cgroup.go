@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -83,6 +85,9 @@ type Collector struct {
 	now   func() time.Time
 	prev  *cpuReading
 	files *files // descriptors kept open on cgroupfs and procfs
+	// peak is v2's memory.peak opened and reset for bridge (StartPeak,
+	// UsePeak); nil: memory.peak is read as any other file.
+	peak atomic.Pointer[os.File]
 
 	mu     sync.Mutex
 	logged map[string]bool // "no data" debug lines already written
@@ -103,6 +108,9 @@ func New(l *Layout, log *slog.Logger) *Collector {
 // Reads after it, of a Collect still running, keep nothing open.
 func (c *Collector) Close() error {
 	c.files.close()
+	if f := c.peak.Swap(nil); f != nil {
+		f.Close()
+	}
 	return nil
 }
 

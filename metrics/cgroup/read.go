@@ -168,9 +168,18 @@ func (r *round) memory() {
 		}
 		inactive, rss, cache = vals[0], vals[1], vals[2]
 		// An unreadable peak is no peak point; the others still count.
+		// Through the descriptor reset for bridge, where there is one.
 		path = filepath.Join(p.dir, peakFile)
-		s, hasPeak, err = c.files.read(path)
-		r.fail(err)
+		var reset bool
+		if s, reset, err = c.readPeak(); reset {
+			hasPeak = err == nil
+		} else {
+			s, hasPeak, err = c.files.read(path)
+		}
+		if err != nil {
+			r.fail(err)
+			peakFailed = true
+		}
 		if hasPeak {
 			if peak, err = parseV2Uint(s); err != nil {
 				r.fail(fmt.Errorf("%s: %w", path, err))
