@@ -176,9 +176,9 @@ var options = []option.Spec{
 	{Key: "log-level", Default: "info", Usage: "log level: debug, info, warn, error", Doc: "`debug`, `info`, `warn`, `error`"},
 	{Key: "trackers", Default: []string{"auto"}, Usage: "trackers to send to", Shown: "`auto`", // Choices.spec
 		Doc: "`auto` turns on MLflow when `MLFLOW_TRACKING_URI` is set (it must be an `mlflow server`'s http(s) URL) and W&B when `WANDB_API_KEY` or `WANDB_PROJECT` is set"},
-	{Key: "run-name", Default: "", Shown: "command line",
-		Usage: "name of the run when bridge creates it (default: from the command line as recorded)",
-		Doc:   "name of a run bridge creates"},
+	{Key: "run-name", Default: "", Shown: "the script's name",
+		Usage: "name of the run when bridge creates it (default: the script the command runs, e.g. train.py; else from the command line as recorded)",
+		Doc:   "name of a run bridge creates; by default the script the command runs (`train.py`), else the module of `-m`, else the program and its first arguments"},
 	{Key: "spool", Default: "", Shown: "`./bridge-spool-<node>-<run>.jsonl`",
 		Usage: "JSON Lines spool file (default ./bridge-spool-<node>-<run>.jsonl)",
 		Doc:   "the durable JSON Lines spool (one writer at a time; `<node>` is `--node-id` or the job's node id, else the host name, with `.task-<n>` for a job's further bridges on one node)"},

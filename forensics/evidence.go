@@ -74,7 +74,9 @@ type Memory struct {
 	PeakWorkingSetMB   float64 // over the whole job
 	PeakAt             time.Time
 	// PeakUsage is the kernel's own high-water mark of usage (v1
-	// memory.max_usage_in_bytes, v2 memory.peak), page cache included.
+	// memory.max_usage_in_bytes, v2 memory.peak), page cache included,
+	// where it is the job's (summary.Accumulator.KernelPeak): never an
+	// earlier job's mark in a cgroup jobs share.
 	PeakUsageMB Reading
 
 	// PeakWorkingSet and PeakUsage are the end-of-run table's figures,
@@ -192,7 +194,7 @@ func FromRun(r Run) Evidence {
 				m.RecentSharePercent = 100 * v / m.LimitMB
 			}
 		}
-		if pk, ok := acc.Get(cgroup.MemoryPeak); ok {
+		if pk, ok, _ := acc.KernelPeak(); ok {
 			m.PeakUsageMB = Reading{Value: pk.Peak, Known: true, Expected: true}
 		}
 		e.Memory = m

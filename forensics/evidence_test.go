@@ -29,8 +29,10 @@ func sample(seq int64, at time.Duration, kv ...any) metrics.Sample {
 	return s
 }
 
+// accumulate adds samples of a job whose cgroup was made for it: the
+// kernel's memory high-water mark before it was 0.
 func accumulate(samples ...metrics.Sample) *summary.Accumulator {
-	acc := summary.New()
+	acc := summary.NewWith(summary.Options{PeakStart: &summary.PeakStart{}})
 	for _, s := range samples {
 		acc.Add(s)
 	}

@@ -105,7 +105,13 @@ func runInCgroup(t *testing.T, g *cgrouptest.Group, mode string, act func(pid in
 		t.Fatalf("cgroup layout for pid %d: %v", pid, err)
 	}
 	c := cgroup.New(l, log)
-	acc := summary.New()
+	// The mark before the job allocates, as bridge reads it at its start.
+	ps := c.StartPeak()
+	if !ps.Known {
+		t.Fatalf("the memory high-water mark of %s was not read: %s", g.Memory, ps.Why)
+	}
+	c.UsePeak(ps)
+	acc := summary.NewWith(summary.Options{PeakStart: &summary.PeakStart{MB: metrics.MB(float64(ps.Bytes)), Reset: ps.Reset}})
 	var seq int64
 	sampleNow := func() {
 		pts, err := metrics.Collect(context.Background(), c)

@@ -17,29 +17,48 @@ import (
 
 // JobStartInfo is what the trackers are told of a job's command at its
 // start: the command line as redact shows it (the only form bridge
-// records: tags, run name, spool), the run's name and the node, with tags,
-// to which the command line is added.
+// records: tags, run name, spool), the run's name (runName) and the node,
+// with tags, to which the command line is added.
 func JobStartInfo(cfg config.Config, argv, environ []string, tags map[string]string) tracker.StartInfo {
 	shown := redact.New(environ).Argv(argv)
 	tags["bridge.command"] = clip.Bytes(strings.Join(shown, " "), 500)
 	return tracker.StartInfo{Command: shown, RunName: runName(cfg.RunName, shown), NodeID: cfg.NodeID, Tags: tags}
 }
 
-// runName is --run-name (flag), or the base names of the program and its
-// first shown arguments (shown: the command line as redact shows it).
+// scriptExts are the extensions of the scripts a job runs: the first
+// argument with one names the run (runName).
+var scriptExts = map[string]bool{".py": true, ".sh": true, ".bash": true, ".ipynb": true, ".r": true, ".jl": true,
+	".js": true, ".ts": true, ".rb": true, ".pl": true, ".lua": true}
+
+// runName is --run-name (flag), else what the job is known by, from the
+// command line as redact shows it (shown): the base name of its first
+// script (python mytrain.py, torchrun ... nanogpt/train.py: train.py),
+// else the module of -m (python -m trainer.main), else the base names of
+// the program and its first shown arguments.
 func runName(flag string, shown []string) string {
 	if flag != "" {
 		return flag
 	}
-	parts := []string{filepath.Base(shown[0])}
-	for _, a := range shown[1:] {
+	var args []string // the shown arguments that are not options
+	module := ""
+	for i, a := range shown[1:] {
 		if strings.HasPrefix(a, "-") || redact.Hidden(a) || strings.Contains(a, redact.Mask) {
 			continue
 		}
-		parts = append(parts, filepath.Base(a))
-		if len(parts) == 3 {
-			break
+		if scriptExts[strings.ToLower(filepath.Ext(a))] {
+			return clip.Bytes(filepath.Base(a), 100)
 		}
+		if module == "" && shown[i] == "-m" {
+			module = a
+		}
+		args = append(args, a)
+	}
+	if module != "" {
+		return clip.Bytes(module, 100)
+	}
+	parts := []string{filepath.Base(shown[0])}
+	for _, a := range args[:min(len(args), 2)] {
+		parts = append(parts, filepath.Base(a))
 	}
 	return clip.Bytes(strings.Join(parts, " "), 100)
 }

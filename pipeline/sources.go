@@ -39,6 +39,9 @@ type Sources struct {
 	childPID atomic.Int64      // the process collector's root
 	adopter  atomic.Int64      // bridge's pid while it supervises the child: orphans it adopts count too
 	series   []*metrics.Desc   // what the built collectors may add, in the scopes that are on
+	// peakStart is the memory high-water mark before the job (StartTags);
+	// nil: not read.
+	peakStart *summary.PeakStart
 }
 
 // BuildSources creates the collectors of Collectors the configuration asks
@@ -113,23 +116,30 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 
 // Summary is what the end-of-run table must know of the collectors: the
 // series they produce, so that a peak no sample had reads "not sampled"
-// (pressure only where the kernel keeps it per cgroup: v2), and the file of
-// the kernel's memory high-water mark. It reads no file.
+// (pressure only where the kernel keeps it per cgroup: v2; none of a root
+// cgroup's, which the table names instead), and the file of the kernel's
+// memory high-water mark. It reads no file.
 func (s *Sources) Summary() summary.Options {
 	o := summary.Options{}
 	v2 := s.CgroupVersion() == string(cgroup.ModeV2)
-	pressure := map[string]bool{}
-	for _, d := range cgroup.Pressure.Descs() {
-		pressure[d.Name] = true
-	}
-	for _, d := range s.series {
-		if pressure[d.Name] && !v2 {
-			continue
+	skip := map[string]bool{}
+	if !v2 {
+		for _, d := range cgroup.Pressure.Descs() {
+			skip[d.Name] = true
 		}
-		o.Expected = append(o.Expected, d)
 	}
 	if s.cgroup != nil {
+		for _, d := range s.cgroup.RootSeries() {
+			skip[d.Name] = true
+		}
 		o.PeakFile = s.cgroup.PeakFile()
+		o.AtRoot = s.cgroup.AtRoot()
+		o.PeakStart = s.peakStart
+	}
+	for _, d := range s.series {
+		if !skip[d.Name] {
+			o.Expected = append(o.Expected, d)
+		}
 	}
 	return o
 }
@@ -175,29 +185,49 @@ func (s *Sources) CgroupVersion() string {
 	return string(s.cgroup.Version())
 }
 
-// cgroupInfo is the cgroup collector's Info, read on a goroutine of its own
-// and waited for at most timeout: a limit file whose read hangs (a v1
-// memory.stat stalled in a flush) must not hold up the child's start. ok is
-// false when it did not answer in time.
+// cgroupInfo is the cgroup collector's Info, and the memory high-water
+// mark before the job (cgroup.Collector.StartPeak, kept for Summary), read
+// on a goroutine of its own and waited for at most timeout: a limit file
+// whose read hangs (a v1 memory.stat stalled in a flush) must not hold up
+// the child's start. ok is false when it did not answer in time; the mark
+// is then not known, and a descriptor reset later is closed unused (its
+// mark would count from after the child's start).
 func (s *Sources) cgroupInfo(timeout time.Duration) (info cgroup.Info, ok bool) {
 	if s.cgroup == nil {
 		return info, true
 	}
-	ch := make(chan cgroup.Info, 1)
+	type start struct {
+		info cgroup.Info
+		peak cgroup.PeakStart
+	}
+	ch, gone := make(chan start), make(chan struct{})
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
 				s.log.Error("internal error reading the cgroup's limits; the job goes on", "panic", p)
 			}
 		}()
-		ch <- s.cgroup.Info()
+		st := start{peak: s.cgroup.StartPeak()}
+		st.info = s.cgroup.Info()
+		select {
+		case ch <- st:
+		case <-gone:
+			st.peak.Discard()
+		}
 	}()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
-	case info = <-ch:
-		return info, true
+	case st := <-ch:
+		s.cgroup.UsePeak(st.peak)
+		if st.peak.Known {
+			s.peakStart = &summary.PeakStart{MB: metrics.MB(float64(st.peak.Bytes)), Reset: st.peak.Reset}
+		}
+		s.log.Debug("the memory high-water mark before the job", "file", st.peak.File, "known", st.peak.Known,
+			"megabytes", metrics.MB(float64(st.peak.Bytes)), "reset_for_bridge", st.peak.Reset, "why_not", st.peak.Why)
+		return st.info, true
 	case <-t.C:
+		close(gone)
 		return cgroup.Info{}, false
 	}
 }
@@ -222,7 +252,9 @@ func (s *Sources) Detected(ctx context.Context, smp *metrics.Sampler) map[string
 	return d
 }
 
-// StartTags describe the job at start, for the run and the spool.
+// StartTags describe the job at start, for the run and the spool. It also
+// reads the memory high-water mark before the job, for Summary: call it
+// before the child starts.
 func (s *Sources) StartTags(cfg config.Config, version string) map[string]string {
 	t := map[string]string{
 		"bridge.version":  version,
@@ -262,6 +294,9 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 		if info.CPUSplit != "" {
 			t["bridge.cgroup.cpu_usage_limit_split"] = info.CPUSplit
 		}
+		if len(info.AtRoot) > 0 {
+			t[TagCgroupAtRoot] = cgroup.RootNote(info.AtRoot)
+		}
 	}
 	for _, tg := range s.taggers {
 		for k, v := range tg.Tags() {
@@ -270,6 +305,10 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 	}
 	return t
 }
+
+// TagCgroupAtRoot says which controllers' cgroups are the host's root
+// cgroups, whose container_ series are not sent (cgroup.RootNote).
+const TagCgroupAtRoot = "bridge.cgroup.at_root"
 
 // tagger is a collector that describes what it found as run tags (the
 // GPUs, the InfiniBand ports' state and rate). Tags reads only what the

@@ -24,3 +24,32 @@ func TestJobStartInfoClipsWholeRunes(t *testing.T) {
 		}
 	}
 }
+
+// A run is named after the script the job runs, not its interpreter or
+// launcher, whatever the script's name looks like; after the module of
+// -m without one; else after the program and its first arguments.
+func TestRunNameIsTheScript(t *testing.T) {
+	for _, tc := range []struct {
+		argv []string
+		want string
+	}{
+		{[]string{"python", "mytrain.py", "--lr", "0.1"}, "mytrain.py"},
+		{[]string{"/usr/bin/python3.11", "-u", "nanogpt/train.py", "--wandb_project=myproj"}, "train.py"},
+		{[]string{"torchrun", "--nproc_per_node", "8", "--rdzv-endpoint=h:29400", "train.py", "--config", "c.yaml"}, "train.py"},
+		{[]string{"accelerate", "launch", "--config_file", "accelerate_config.yaml", "finetune.py"}, "finetune.py"},
+		{[]string{"bash", "scripts/run_sft.sh"}, "run_sft.sh"},
+		{[]string{"python", "-m", "trainer.main", "--seed", "42"}, "trainer.main"},
+		{[]string{"python", "-m", "torch.distributed.run", "--nproc_per_node", "4", "run_clm.py"}, "run_clm.py"},
+		{[]string{"./train", "--steps", "10"}, "train 10"},
+		{[]string{"sh", "-c", "python x.py"}, "sh"},
+		{[]string{"python", "train.py"}, "train.py"},
+	} {
+		info := JobStartInfo(config.Config{}, tc.argv, nil, map[string]string{})
+		if info.RunName != tc.want {
+			t.Errorf("%q: run name %q, want %q", tc.argv, info.RunName, tc.want)
+		}
+	}
+	if info := JobStartInfo(config.Config{RunName: "mine"}, []string{"python", "train.py"}, nil, map[string]string{}); info.RunName != "mine" {
+		t.Errorf("--run-name mine gave %q", info.RunName)
+	}
+}

@@ -83,16 +83,16 @@ func Trackers() TrackerList {
 	return TrackerList{
 		{Name: "mlflow", RunIDEnv: mlflow.EnvRunID, NodeIDEnv: mlflow.EnvNodeID, Resume: true, AttachRunHint: "mlflow.active_run().info.run_id",
 			Configured: mlflow.Configured, Build: buildMLflow, Help: TrackerHelp{Title: "MLflow", On: "MLFLOW_TRACKING_URI is set", Vars: `
-	  MLFLOW_TRACKING_URI         the http(s) URL of an ` + "`mlflow server`" + ` (a sqlite:, file:
-	                              or path store is not one: bridge says how to serve it)
-	  MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN
-	  MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID,
-	  MLFLOW_SYSTEM_METRICS_NODE_ID, MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_TRACKING_*_TLS/_CERT_PATH`}},
+  MLFLOW_TRACKING_URI         the http(s) URL of an ` + "`mlflow server`" + ` (a sqlite:, file:
+                              or path store is not one: bridge says how to serve it)
+  MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN
+  MLFLOW_RUN_ID, MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID,
+  MLFLOW_SYSTEM_METRICS_NODE_ID, MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_TRACKING_*_TLS/_CERT_PATH`}},
 		{Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Configured: wandb.Configured, Build: buildWandb,
 			Help: TrackerHelp{Title: "W&B", On: "WANDB_API_KEY or WANDB_PROJECT is set", Vars: `
-	  WANDB_API_KEY               W&B's key (else the server's entry in ~/.netrc, $NETRC)
-	  WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_RUN_ID
-	  WANDB_MODE                  offline or disabled turn bridge's W&B sink off too`}},
+  WANDB_API_KEY               W&B's key (else the server's entry in ~/.netrc, $NETRC)
+  WANDB_BASE_URL, WANDB_ENTITY, WANDB_PROJECT, WANDB_RUN_ID
+  WANDB_MODE                  offline or disabled turn bridge's W&B sink off too`}},
 	}
 }
 

@@ -8,34 +8,41 @@ import (
 )
 
 // shownValue returns what an output argument shows as a value: all of it,
-// or what follows a flag's or an assignment's name (names are shown).
-func shownValue(o string) string {
+// or what follows a flag's or an assignment's name (names are shown), and
+// whether it followed a name there.
+func shownValue(o string) (v string, isNamed bool) {
 	if flag(o) {
 		name, v, ok := strings.Cut(o, "=")
 		switch {
 		case ok:
-			o = v
+			o, isNamed = v, true
 		case name[1] != '-':
-			return name[2:] // a single-dash option may hold a glued value
+			return name[2:], false // a single-dash option may hold a glued value
 		default:
-			return ""
+			return "", false
 		}
 	}
 	for {
 		k, v, ok := strings.Cut(o, "=")
 		if !ok || !plainName(k) {
-			return o
+			return o, isNamed
 		}
-		o = v
+		o, isNamed = v, true
 	}
 }
 
 // vetted reports whether an output argument shows only names and values
-// the allowlist admits: Mask, inline code's length, a plain value, a
-// Hydra deletion, or a URL whose pieces are each one of these or a host.
-func vetted(o string) bool {
-	v := shownValue(o)
-	if Hidden(o) || v == "" || v == Mask || plainValue(v) || strings.HasPrefix(v, "~") && plainName(v) {
+// the allowlist admits: Mask, inline code's length, a plain value (also a
+// compound of two words where it is an option's value: after a name, or
+// after an option, afterOption), a file's path, a Hydra deletion, or a URL
+// whose pieces are each one of these or a host.
+func vetted(o string, afterOption bool) bool {
+	v, isNamed := shownValue(o)
+	j := asValue
+	if isNamed || afterOption && !flag(o) {
+		j = asNamed
+	}
+	if Hidden(o) || v == "" || v == Mask || plainAs(v, j) || filePath(v) || strings.HasPrefix(v, "~") && plainName(v) {
 		return true
 	}
 	scheme, rest, ok := strings.Cut(v, "://")
@@ -69,7 +76,8 @@ func FuzzArgv(f *testing.F) {
 			t.Fatalf("Argv(%q) has %d arguments, want %d", args, len(out), len(args))
 		}
 		for i, o := range out[1:] {
-			if !vetted(o) {
+			prev := out[i]
+			if !vetted(o, i > 0 && flag(prev) && !strings.Contains(prev, "=")) {
 				t.Fatalf("Argv shows %q (from %q) in %q", o, args[i+1], out)
 			}
 			if len(secret) >= 4 && strings.Contains(o, secret) {

@@ -5,9 +5,12 @@
 // what is plainly safe, hide every other value.
 //
 //   - Shown: the program (argv[0]); option names (--lr, -m); the names of
-//     NAME=VALUE arguments (Hydra overrides, env assignments); values that
-//     are plain (plainValue: numbers, paths, lists and plain words such as
-//     bf16, true, meta-llama/Llama-3-8B, localhost:29500).
+//     NAME=VALUE arguments (Hydra overrides, env assignments); the paths of
+//     files named by their extension (filePath: mytrain.py,
+//     nanogpt/train.py); values that are plain (plainValue: numbers,
+//     paths, lists and plain words such as bf16, true,
+//     meta-llama/Llama-3-8B, localhost:29500), and, as an option's value,
+//     compounds of two words (myproj).
 //   - Every other value becomes Mask: text with spaces or quotes, JSON,
 //     YAML, INI, random-looking tokens, user:password. A single-dash
 //     option whose letters after the first are not plain (-pPASSWORD)
@@ -80,6 +83,7 @@ const (
 	none   pending = iota
 	secret         // --token VALUE
 	code           // python -c CODE
+	named          // --lr VALUE: an option's value, unless it is an option itself
 )
 
 // Argv returns argv as bridge may record it: one shown argument for each.
@@ -97,7 +101,7 @@ func (r *Redactor) Argv(argv []string) []string {
 		case flag(a):
 			out[i], next = r.option(a, interp)
 		default:
-			out[i], next = r.value(a), none
+			out[i], next = r.value(a, next == named), none
 			interp = interpreter(a)
 		}
 		if r.known(out[i]) {
@@ -129,27 +133,33 @@ func (r *Redactor) option(a, interp string) (string, pending) {
 	case hasVal && secretName(name):
 		return name + "=" + Mask, none
 	case hasVal:
-		return name + "=" + r.value(val), none
+		return name + "=" + r.value(val, true), none
 	case secretName(name):
 		return a, secret
 	case codeFlag(interp, a):
 		return a, code
 	}
-	return a, none
+	return a, named
 }
 
 // value shows one value: NAME=VALUE by the rule for each side, a URL by
-// URI's rule, any other value when it is plain; else Mask.
-func (r *Redactor) value(v string) string {
+// URI's rule, a file's path (filePath), any other value when it is plain
+// (an option's value, isNamed, also when it is a compound of two words);
+// else Mask.
+func (r *Redactor) value(v string, isNamed bool) string {
 	if k, rest, ok := strings.Cut(v, "="); ok && plainName(k) {
 		if secretName(k) {
 			return k + "=" + Mask
 		}
-		return k + "=" + r.value(rest)
+		return k + "=" + r.value(rest, true)
+	}
+	j := asValue
+	if isNamed {
+		j = asNamed
 	}
 	if strings.Contains(v, "://") {
 		v = URI(v)
-	} else if !plainValue(v) && !(strings.HasPrefix(v, "~") && plainName(v)) { // ~key deletes a Hydra key
+	} else if !plainAs(v, j) && !filePath(v) && !(strings.HasPrefix(v, "~") && plainName(v)) { // ~key deletes a Hydra key
 		return Mask
 	}
 	if r.known(v) {
@@ -178,7 +188,7 @@ func plainName(k string) bool {
 		return false
 	}
 	for _, p := range strings.FieldsFunc(k, func(c rune) bool { return c == '/' || c == '@' }) {
-		if _, ok := plainWord(p, true); !ok {
+		if _, ok := plainWord(p, asName); !ok {
 			return false
 		}
 	}

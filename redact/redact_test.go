@@ -219,6 +219,35 @@ func TestSecretName(t *testing.T) {
 	}
 }
 
+// A file named by its extension is shown whatever its words (a script's
+// name is what a run is known by); a token is not a file's name.
+func TestFilePath(t *testing.T) {
+	for v, want := range map[string]bool{
+		"mytrain.py": true, "nanogpt/train.py": true, "./scripts/run_sft.sh": true, "~/exp/ds_zero3.json": true,
+		"/opt/code/trainGPT.py": true, "../cfg/myexp.yaml": true, "x.R": true, "ckpt/step-1000.safetensors": true,
+		"train": false, "mytrain.": false, ".py": false, "a b.py": false, "a//b.py": false, "t.exe": false,
+		"3f2a9c1e-7b4d-4e2a-9c1e-7b4d3f2a9c1e.json": false, "deadbeef1234/x.py": false, "admin:hunter2.py": false,
+		"eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.dozjgNryP4J3jVmNHl0w5N": false,
+	} {
+		if got := filePath(v); got != want {
+			t.Errorf("filePath(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// An option's value may be a compound of two words (a project's name); a
+// value on its own may not, and random letters are neither.
+func TestCompoundAsOptionValue(t *testing.T) {
+	for v, want := range map[string][2]bool{ // alone, as an option's value
+		"myproj": {false, true}, "mytrain": {false, true}, "myexp-2": {false, true}, "baseline": {true, true},
+		"qwhzkrtm": {false, false}, "x7Kq9mZp": {false, false}, "9fj3k2lq": {false, false}, "HK29X8QZ": {false, false},
+	} {
+		if got := [2]bool{plainValue(v), plainAs(v, asNamed)}; got != want {
+			t.Errorf("%q: plain alone %v, as an option's value %v; want %v", v, got[0], got[1], want)
+		}
+	}
+}
+
 func TestPlainValue(t *testing.T) {
 	for v, want := range map[string]bool{
 		// numbers, booleans, short identifiers, names, paths, lists, addresses
@@ -243,21 +272,23 @@ func TestPlainValue(t *testing.T) {
 // Random tokens are not plain words. The rates are measured on seeded
 // draws (deterministic); a token that passes reads like a word or a
 // number, and only a name that says secret (or the environment) hides it.
-// docs/reliability.md quotes these bounds.
+// As an option's value a compound of two words passes too (myproj), which
+// lets more lowercase tokens through. docs/reliability.md quotes these
+// bounds.
 func TestRandomTokensRarelyPlain(t *testing.T) {
 	const lower, digits, upper = "abcdefghijklmnopqrstuvwxyz", "0123456789", "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 	r := rand.New(rand.NewPCG(30, 11))
 	for _, tc := range []struct {
-		alphabet string
-		n        int
-		max      float64 // highest share that may pass
+		alphabet   string
+		n          int
+		max, named float64 // highest share that may pass alone, and as an option's value
 	}{
-		{lower, 8, 0.002}, {lower + digits, 8, 0.006}, {lower + upper + digits, 8, 0.002},
-		{upper + digits, 8, 0.006}, {lower + upper + digits + "+/", 8, 0.012}, {lower + upper + digits + "-_", 8, 0.025},
-		{lower + upper + digits + "-_+/", 12, 0.003}, {lower + digits, 16, 0.0001}, {lower + upper + digits + "-_+/", 20, 0.0001},
+		{lower, 8, 0.002, 0.008}, {lower + digits, 8, 0.006, 0.006}, {lower + upper + digits, 8, 0.002, 0.002},
+		{upper + digits, 8, 0.006, 0.006}, {lower + upper + digits + "+/", 8, 0.012, 0.012}, {lower + upper + digits + "-_", 8, 0.025, 0.025},
+		{lower + upper + digits + "-_+/", 12, 0.003, 0.003}, {lower + digits, 16, 0.0001, 0.0001}, {lower + upper + digits + "-_+/", 20, 0.0001, 0.0001},
 	} {
 		const draws = 20000
-		passed := 0
+		passed, named := 0, 0
 		b := make([]byte, tc.n)
 		for range draws {
 			letter := false
@@ -268,11 +299,17 @@ func TestRandomTokensRarelyPlain(t *testing.T) {
 			if letter && plainValue(string(b)) { // digits alone are a number
 				passed++
 			}
+			if letter && plainAs(string(b), asNamed) {
+				named++
+			}
 		}
-		share := float64(passed) / draws
-		t.Logf("%2d bytes over %-66q %.3f%% pass", tc.n, tc.alphabet, 100*share)
+		share, namedShare := float64(passed)/draws, float64(named)/draws
+		t.Logf("%2d bytes over %-66q %.3f%% pass, %.3f%% as an option's value", tc.n, tc.alphabet, 100*share, 100*namedShare)
 		if share > tc.max {
 			t.Errorf("%d-byte tokens over %q: %.3f%% pass, want at most %.3f%%", tc.n, tc.alphabet, 100*share, 100*tc.max)
+		}
+		if namedShare > tc.named {
+			t.Errorf("%d-byte tokens over %q: %.3f%% pass as an option's value, want at most %.3f%%", tc.n, tc.alphabet, 100*namedShare, 100*tc.named)
 		}
 	}
 }

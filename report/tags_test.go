@@ -60,6 +60,21 @@ func TestPeakSourceTagDecides(t *testing.T) {
 			t.Errorf("source tag %q: peak %v (%s), want the sampled 100", source, deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource)
 		}
 	}
+
+	// A cgroup OOM kill where the kernel's mark predated the job (an
+	// earlier job's, in a cgroup jobs share): the peak usage fell back to
+	// the samples and says why; neither it, its share nor the evidence is
+	// taken for the job's mark, even with no peak source tag to decide.
+	tags = jobTags(oom("node-1", time.Second))
+	tags[s+"peak_working_set_megabytes"] = "8.0"
+	tags[s+"peak_usage_megabytes"] = "9.0"
+	tags[s+"peak_usage_source"] = summary.SourceSampled + "; the kernel's high-water mark memory.peak, 718.0 MB, predates the job"
+	tags[s+"peak_usage_share_of_limit_percentage"] = "0.9"
+	tags[s+"memory_limit_megabytes"] = "1000.0"
+	tags[s+"exit_evidence"] = "oom_kill=0 -> 1; rule=x"
+	if n := nodeRow(t, tags); n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != 8 || n.PeakWorkingSetSource != summary.SourceSampled {
+		t.Errorf("a mark that predates the job: peak %v (%s), want the sampled 8", deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource)
+	}
 }
 
 // What forensics and summary write at a node's end is what the report

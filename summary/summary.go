@@ -70,6 +70,23 @@ type Options struct {
 	// (memory.max_usage_in_bytes on cgroup v1, memory.peak on v2), for the
 	// figures' sources.
 	PeakFile string
+	// AtRoot are the controllers whose cgroup is the host's root cgroup
+	// (cgroup.Layout.AtRoot): the table says that their container_
+	// figures are not a container's, and so not measured.
+	AtRoot []string
+	// PeakStart is the kernel's memory high-water mark before the job
+	// (cgroup.Collector.StartPeak); nil when it was not read. The figures
+	// take the mark only where it is the job's (KernelPeak).
+	PeakStart *PeakStart
+}
+
+// PeakStart is the kernel's memory high-water mark before the job.
+type PeakStart struct {
+	MB float64 // the mark before the job (with Reset, before the reset)
+	// Reset: the mark was reset at the start for the descriptor bridge
+	// reads it through (cgroup v2, Linux 6.12 and later): the mark in the
+	// samples counts from then.
+	Reset bool
 }
 
 // Figure is one peak of the table and its tag: the value, whether it was
@@ -224,17 +241,45 @@ func (a *Accumulator) peakFile() string {
 	return "memory.peak or memory.max_usage_in_bytes"
 }
 
+// KernelPeak is the kernel's memory high-water mark over the samples when
+// it is this job's: reset for bridge at the start, or raised during the
+// job above the mark before it, or reached by the job's sampled usage.
+// Otherwise ok is false, and why says why when the samples had a mark: it
+// predates the job (another job's, in a cgroup jobs share), or it was not
+// read before the job, so that no one can tell. Never another job's peak
+// as this one's.
+func (a *Accumulator) KernelPeak() (st Stat, ok bool, why string) {
+	k, ok := a.Get(cgroup.MemoryPeak)
+	if !ok {
+		return Stat{}, false, ""
+	}
+	start := a.opt.PeakStart
+	switch {
+	case start == nil:
+		return Stat{}, false, fmt.Sprintf("the kernel's high-water mark %s (%.1f MB) was not read before the job, so it may be an earlier job's", a.peakFile(), k.Peak)
+	case start.Reset, k.Peak > start.MB:
+		return k, true, ""
+	}
+	// The mark did not rise during the job: the job's own, only if its
+	// usage reached it.
+	if u, ok := a.Get(cgroup.MemoryUsage); ok && u.Peak >= start.MB {
+		return k, true, ""
+	}
+	return Stat{}, false, fmt.Sprintf("the kernel's high-water mark %s, %.1f MB, predates the job", a.peakFile(), start.MB)
+}
+
 // PeakWorkingSet is the container's highest working set: the highest
 // sampled, except after an OOM kill in the cgroup with the kernel's usage
-// high-water mark at the limit. The kernel kills only when it cannot
-// reclaim the usage below the limit, so the working set reached the limit
-// then, however little the samples around it saw (a job that allocates
-// past its limit within one interval dies between two samples).
+// high-water mark, the job's (KernelPeak), at the limit. The kernel kills
+// only when it cannot reclaim the usage below the limit, so the working
+// set reached the limit then, however little the samples around it saw (a
+// job that allocates past its limit within one interval dies between two
+// samples).
 func (a *Accumulator) PeakWorkingSet() Figure {
 	f := Figure{Expected: a.Expects(cgroup.MemoryWorkingSet)}
 	ws, ok := a.Get(cgroup.MemoryWorkingSet)
 	lim := a.memLimit()
-	if k, kok := a.Get(cgroup.MemoryPeak); kok && lim > 0 && k.Peak >= AtLimit*lim && a.oomKilled() && (!ok || k.Peak > ws.Peak) {
+	if k, kok, _ := a.KernelPeak(); kok && lim > 0 && k.Peak >= AtLimit*lim && a.oomKilled() && (!ok || k.Peak > ws.Peak) {
 		v := min(k.Peak, lim)
 		return Figure{Value: v, Known: true, Expected: true, Source: SourceKernelPeak + " " + a.peakFile() + " at the OOM kill",
 			SharePercent: 100 * v / lim, ShareKnown: true}
@@ -256,13 +301,18 @@ func (a *Accumulator) PeakWorkingSet() Figure {
 
 // PeakUsage is the container's highest memory usage (page cache
 // included): the kernel's high-water mark where the kernel keeps one
-// (cgroup v1, v2 from Linux 5.19), else the highest sampled.
+// (cgroup v1, v2 from Linux 5.19) and it is the job's (KernelPeak), else
+// the highest sampled, whose source then says why not the kernel's.
 func (a *Accumulator) PeakUsage() Figure {
 	f := Figure{Expected: a.Expects(cgroup.MemoryUsage)}
-	if k, ok := a.Get(cgroup.MemoryPeak); ok {
+	k, kok, why := a.KernelPeak()
+	if kok {
 		f.Value, f.Known, f.Source = k.Peak, true, SourceKernelPeak+" "+a.peakFile()
 	} else if u, ok := a.Get(cgroup.MemoryUsage); ok {
 		f.Value, f.Known, f.Source = u.Peak, true, SourceSampled
+		if why != "" {
+			f.Source += "; " + why
+		}
 	} else {
 		return f
 	}
@@ -295,6 +345,9 @@ func (a *Accumulator) memoryRow(f Figure, extra string) string {
 func (a *Accumulator) Rows() []Row {
 	var rows []Row
 	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
+	if len(a.opt.AtRoot) > 0 {
+		rows = append(rows, Row{"container scope", cgroup.RootNote(a.opt.AtRoot)})
+	}
 	if f := a.PeakWorkingSet(); f.Known || f.Expected {
 		extra := ""
 		if ws, ok := a.Get(cgroup.MemoryWorkingSet); ok && f.Source != SourceSampled {
@@ -304,7 +357,7 @@ func (a *Accumulator) Rows() []Row {
 	}
 	if f := a.PeakUsage(); f.Known || f.Expected {
 		extra := ""
-		if f.Source != SourceSampled {
+		if strings.HasPrefix(f.Source, SourceKernelPeak) {
 			extra = " (usage: page cache included)"
 		}
 		rows = append(rows, Row{"peak usage", a.memoryRow(f, extra)})

@@ -217,7 +217,8 @@ func TestPeakWorkingSetAtOOMKillBetweenSamples(t *testing.T) {
 		{"page cache only", [2]float64{0, 0}, 4.7, SourceSampled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", Expected: cgroup.Series})
+			// A cgroup made for the job: its mark before the job is low.
+			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", Expected: cgroup.Series, PeakStart: &PeakStart{MB: 2}})
 			for i, ws := range []float64{4.7, 1.2} {
 				a.Add(metrics.Sample{Seq: int64(i), Time: time.Unix(1000+int64(i), 0), Points: []metrics.Point{
 					metrics.At(cgroup.MemoryWorkingSet, ws), metrics.At(cgroup.MemoryLimit, 150),
@@ -300,7 +301,7 @@ func TestRowsNotSampled(t *testing.T) {
 // did not reach its own limit then, whatever its high-water mark says (page
 // cache fills a cgroup to its limit): the sampled peak stands.
 func TestPeakWorkingSetAncestorOOM(t *testing.T) {
-	a := NewWith(Options{PeakFile: "memory.peak"})
+	a := NewWith(Options{PeakFile: "memory.peak", PeakStart: &PeakStart{MB: 5}})
 	for i, kills := range []float64{0, 1} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
 			metrics.At(cgroup.MemoryWorkingSet, 20), metrics.At(cgroup.MemoryLimit, 300),
@@ -310,5 +311,91 @@ func TestPeakWorkingSetAncestorOOM(t *testing.T) {
 	}
 	if f := a.PeakWorkingSet(); f.Value != 20 || f.Source != SourceSampled {
 		t.Errorf("peak working set %+v, want the sampled 20 MB", f)
+	}
+}
+
+// With the cpu cgroups at the host's root, the table says their figures
+// are not a container's, in one row, and has no CPU row of its own.
+func TestRowsAtRoot(t *testing.T) {
+	a := NewWith(Options{AtRoot: []string{"cpu", "cpuacct"}, Expected: []*metrics.Desc{cgroup.MemoryWorkingSet}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryWorkingSet, 10)}})
+	rows := a.Rows()
+	if v := rowOf(rows, "container scope"); !strings.Contains(v, "cpu and cpuacct cgroups are the root cgroups, the host's and not a container's") {
+		t.Errorf("container scope row = %q", v)
+	}
+	if v := rowOf(rows, "peak container CPU"); v != "" {
+		t.Errorf("peak container CPU row = %q, want none", v)
+	}
+	if v := rowOf(NewWith(Options{}).Rows(), "container scope"); v != "" {
+		t.Errorf("a container: scope row %q, want none", v)
+	}
+}
+
+// The kernel's high-water mark counts from the cgroup's creation: in a
+// cgroup jobs share it may be an earlier job's. The figures take it only
+// where it is this job's; else the sampled peak, saying why.
+func TestKernelPeakOnlyTheJobs(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		start   *PeakStart
+		marks   []float64 // the mark in each sample
+		usage   []float64 // the usage in each sample
+		kernel  bool      // the peak usage is the kernel's mark
+		want    float64
+		saysWhy string
+	}{
+		// A go build left 718 MB in the cgroup; an 8 MB job after it.
+		{"predates the job", &PeakStart{MB: 718}, []float64{718, 718}, []float64{6, 8}, false, 8,
+			"sampled; the kernel's high-water mark memory.max_usage_in_bytes, 718.0 MB, predates the job"},
+		{"raised during the job", &PeakStart{MB: 100}, []float64{100, 150}, []float64{90, 120}, true, 150, ""},
+		{"reached by the job", &PeakStart{MB: 100}, []float64{100, 100}, []float64{60, 100}, true, 100, ""},
+		// cgroup v2 from Linux 6.12: reset for bridge's descriptor.
+		{"reset at the start", &PeakStart{MB: 718, Reset: true}, []float64{20, 50}, []float64{10, 40}, true, 50, ""},
+		{"not read before the job", nil, []float64{150, 150}, []float64{10, 12}, false, 12,
+			"sampled; the kernel's high-water mark memory.max_usage_in_bytes (150.0 MB) was not read before the job, so it may be an earlier job's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", PeakStart: tc.start, Expected: cgroup.Series})
+			for i := range tc.marks {
+				a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
+					metrics.At(cgroup.MemoryWorkingSet, tc.usage[i]), metrics.At(cgroup.MemoryUsage, tc.usage[i]),
+					metrics.At(cgroup.MemoryPeak, tc.marks[i]), metrics.At(cgroup.MemoryLimit, 1000),
+				}})
+			}
+			_, ok, why := a.KernelPeak()
+			f := a.PeakUsage()
+			if ok != tc.kernel || f.Value != tc.want || !f.Known {
+				t.Errorf("kernel's %v (%s), peak usage %+v; want kernel's %v, %.0f MB", ok, why, f, tc.kernel, tc.want)
+			}
+			wantSource := SourceKernelPeak + " memory.max_usage_in_bytes"
+			if !tc.kernel {
+				wantSource = tc.saysWhy
+			}
+			if f.Source != wantSource {
+				t.Errorf("source %q, want %q", f.Source, wantSource)
+			}
+			wantEnd := wantSource // a sampled peak's row ends with why not the mark
+			if tc.kernel {
+				wantEnd += " (usage: page cache included)"
+			}
+			if row := rowOf(a.Rows(), "peak usage"); !strings.HasPrefix(row, fmt.Sprintf("%.1f MB of limit 1000.0 MB", tc.want)) || !strings.HasSuffix(row, wantEnd) {
+				t.Errorf("peak usage row %q: want %.1f MB, ending with %q", row, tc.want, wantEnd)
+			}
+		})
+	}
+}
+
+// An earlier job's mark at the limit (it was OOM-killed there) is no
+// evidence that this job's working set reached it.
+func TestPeakWorkingSetNotFromAnEarlierJobsMark(t *testing.T) {
+	a := NewWith(Options{PeakFile: "memory.peak", PeakStart: &PeakStart{MB: 150}})
+	for i, kills := range []float64{1, 2} {
+		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
+			metrics.At(cgroup.MemoryWorkingSet, 4.7), metrics.At(cgroup.MemoryUsage, 5), metrics.At(cgroup.MemoryLimit, 150),
+			metrics.At(cgroup.MemoryPeak, 150), metrics.At(cgroup.OOMKills, kills),
+		}})
+	}
+	if f := a.PeakWorkingSet(); f.Value != 4.7 || f.Source != SourceSampled {
+		t.Errorf("peak working set %+v, want the sampled 4.7 MB", f)
 	}
 }

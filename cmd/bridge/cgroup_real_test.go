@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 // These tests run the real `bridge sample --json` inside real v1 cgroups (a
@@ -40,6 +44,22 @@ type realSample struct {
 		Scope  string `json:"scope"`
 		Source string `json:"source"`
 	} `json:"metrics"`
+}
+
+// cpuAtRoot reports whether this test process's CPU usage cgroup (v1
+// cpuacct, else the v2 one), which a bridge it starts inherits, is the
+// root of its hierarchy: bridge then sends no container_cpu_ series.
+func cpuAtRoot(t *testing.T) bool {
+	t.Helper()
+	l, err := cgroup.FindLayout(cgroup.Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return false
+	}
+	at := l.AtRoot()
+	if _, v1 := l.Paths()["cpuacct"]; v1 {
+		return slices.Contains(at, "cpuacct")
+	}
+	return slices.Contains(at, "cpu")
 }
 
 // value returns a metric's value, failing the test when it is absent.

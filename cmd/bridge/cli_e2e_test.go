@@ -451,6 +451,45 @@ func TestSyncEndsRuns(t *testing.T) {
 	})
 }
 
+// A plain script's run is named after the script, not its interpreter,
+// and records its command as typed, on the real MLflow run: the script's
+// name and an ordinary option's value (a project's name) do not read like
+// words, and the allowlist kept neither (issue 40).
+func TestScriptRunNameAndCommandKept(t *testing.T) {
+	srv := mlflowtest.Shared(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "mytrain.py"), []byte("import sys\nprint('args', sys.argv[1:])\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spoolPath := filepath.Join(dir, "spool.jsonl")
+	argv := []string{"python3", "mytrain.py", "--lr", "0.1", "--wandb_project=myproj"}
+	cmd := exec.Command(testbin.Bridge(t), append([]string{"--interval=250ms", "--trackers=mlflow", "--spool", spoolPath, "--"}, argv...)...)
+	cmd.Dir = dir
+	cmd.Env = cleanEnv("MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME="+uniqueName(t))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if code := exitCode(t, cmd.Run()); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, &errb)
+	}
+	if !strings.Contains(out.String(), "args ['--lr', '0.1', '--wandb_project=myproj']") {
+		t.Fatalf("the script did not run as given: stdout %q", &out)
+	}
+	_, _, attempts, _ := spooltest.ReadFile(spoolPath)
+	if len(attempts) == 0 || attempts[0].Start.Runs["mlflow"] == "" {
+		t.Fatalf("no MLflow run recorded; stderr:\n%s", &errb)
+	}
+	run := srv.GetRun(t, attempts[0].Start.Runs["mlflow"])
+	if run.Info.RunName != "mytrain.py" {
+		t.Errorf("run name %q, want mytrain.py", run.Info.RunName)
+	}
+	want := strings.Join(argv, " ")
+	for _, tag := range []string{"bridge.command", "mlflow.source.name"} {
+		if run.Tags[tag] != want {
+			t.Errorf("%s = %q, want the command as typed, %q", tag, run.Tags[tag], want)
+		}
+	}
+}
+
 // Secrets given to bridge or its child (environment, argv in every form,
 // URIs) appear nowhere bridge writes: its output, the spool, the MLflow run
 // (its bridge.command, mlflow.source.name and run name) read back through
@@ -526,8 +565,8 @@ func TestSecretsNeverRecorded(t *testing.T) {
 	if c := attempts[0].Start.Info["bridge.command"]; c != run.Tags["bridge.command"] {
 		t.Errorf("the spool records the command %q, the run %q", c, run.Tags["bridge.command"])
 	}
-	if run.Info.RunName != "sh train.py printf" {
-		t.Errorf("run name %q, want the program and its first shown arguments", run.Info.RunName)
+	if run.Info.RunName != "train.py" {
+		t.Errorf("run name %q, want the script the command names", run.Info.RunName)
 	}
 	if wbReqs.Len() == 0 {
 		t.Error("the W&B mock received nothing: the check above looked at nothing")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -265,6 +266,48 @@ func TestNonHTTPTrackingURISaysWhatToDo(t *testing.T) {
 	}
 }
 
+// helpLayout checks how the help reads on a terminal: --version (and
+// every other flag that takes no value) shown plainly, no tab (a
+// terminal's tab stops would move a section), the trackers' variables
+// indented as the usage lines, and their descriptions, continuation
+// lines included, starting in one column.
+func helpLayout(t *testing.T, help string) {
+	t.Helper()
+	if strings.Contains(help, "[=true|false]") || !regexp.MustCompile(`(?m)^ +--version +print bridge's version and exit$`).MatchString(help) {
+		t.Errorf("the help does not show --version plainly:\n%s", help)
+	}
+	if strings.Contains(help, "\t") {
+		t.Errorf("the help holds a tab:\n%q", help)
+	}
+	cols := map[string]int{}
+	for _, line := range strings.Split(help, "\n") {
+		for _, v := range []string{"MLFLOW_TRACKING_URI ", "WANDB_API_KEY ", "WANDB_MODE ", "or path store is not one"} {
+			if i := strings.Index(line, v); i >= 0 && strings.TrimSpace(line[:i]) == "" {
+				if v[len(v)-1] == ' ' { // a variable: its description's column
+					if i != 2 {
+						t.Errorf("%q is indented by %d, the usage lines by 2", line, i)
+					}
+					i += len(v) + len(line[i+len(v):]) - len(strings.TrimLeft(line[i+len(v):], " "))
+				}
+				cols[line] = i
+			}
+		}
+	}
+	if len(cols) != 4 {
+		t.Fatalf("found %d of the 4 tracker-variable lines looked for:\n%s", len(cols), help)
+	}
+	want := -1
+	for _, c := range cols {
+		if want < 0 {
+			want = c
+		}
+		if c != want {
+			t.Errorf("the trackers' variables' descriptions start in different columns: %v", cols)
+			break
+		}
+	}
+}
+
 // --help and -h print the usage on stdout (exit 0), naming the trackers'
 // variables and what --trackers auto turns on; --version prints the
 // version. A usage error still goes to stderr with exit 2.
@@ -287,6 +330,7 @@ func TestHelpAndVersion(t *testing.T) {
 					t.Errorf("the help does not say %q:\n%s", want, out)
 				}
 			}
+			helpLayout(t, out.String())
 		})
 	}
 	for _, args := range [][]string{{"--version"}, {"version"}, {"sample", "--version"}} {

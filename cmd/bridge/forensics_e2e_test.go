@@ -18,8 +18,12 @@ import (
 
 // inCgroup makes the job's bridge start inside g: a shell joins the group
 // and execs bridge, so bridge and its child share the cgroup, as in a pod.
-func (j *job) inCgroup(g *cgrouptest.Group) *job {
-	args := append([]string{"sh", "-c", g.ShellEnter() + `exec "$0" "$@"`, j.cmd.Path}, j.cmd.Args[1:]...)
+func (j *job) inCgroup(g *cgrouptest.Group) *job { return j.enterFirst(g.ShellEnter()) }
+
+// enterFirst makes the job's bridge start after the shell snippet enter,
+// which moves the shell into cgroups (cgrouptest's ShellEnter*).
+func (j *job) enterFirst(enter string) *job {
+	args := append([]string{"sh", "-c", enter + `exec "$0" "$@"`, j.cmd.Path}, j.cmd.Args[1:]...)
 	j.cmd.Path = "/bin/sh"
 	j.cmd.Args = args
 	j.cmd.WaitDelay = 10 * time.Second

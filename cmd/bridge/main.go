@@ -193,11 +193,22 @@ func versionFlag(fs *pflag.FlagSet) *bool {
 	return fs.Bool("version", false, "print bridge's version and exit")
 }
 
+// noValueShown is a bool flag's value without IsBoolFlag: pflag's help
+// writes "--version[=true|false]" for a flag whose value says it is a bool
+// flag, and a flag that takes no value reads plainly as "--version". It
+// still needs none: pflag's Bool sets NoOptDefVal.
+type noValueShown struct{ pflag.Value }
+
 func usage(w io.Writer, fs *pflag.FlagSet) {
 	if fs.Lookup("interval") == nil {
 		config.RegisterFlags(fs, pipeline.Choices())
 		versionFlag(fs)
 	}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			f.Value = noValueShown{f.Value}
+		}
+	})
 	fmt.Fprintf(w, `bridge %s: scope-correct system metrics for training jobs in containers
 
 usage:

@@ -144,6 +144,7 @@ func TestCgroupV2Guest(t *testing.T) {
 	t.Run("oom_group_nocap", c.oomGroupNoCap)
 	t.Run("high", c.high)
 	t.Run("pids", c.pids)
+	t.Run("peak_shared", c.peakShared)
 }
 
 func modulePaths(prefix string) []string {
@@ -695,5 +696,44 @@ func (c checker) pids(t *testing.T) {
 	}
 	if !limOK || lim != num(t, sec["pids.max"]) {
 		t.Errorf("container_pids_limit_count %v (present %v), want %s", lim, limOK, sec["pids.max"])
+	}
+}
+
+// peakShared: a small job in a cgroup whose memory.peak an earlier process
+// left at about 160 MiB. On a kernel that resets memory.peak for one open
+// file (reset_probe ok: Linux 6.12 and later) bridge resets it for its
+// own and the mark is the job's; on one that does not (Debian 12's 6.1)
+// the mark predates the job, and the peak tagged is the job's sampled
+// one, its source saying why. Never the earlier process's 160 MiB.
+func (c checker) peakShared(t *testing.T) {
+	sec := c.section(t, "peak_shared")
+	r := c.supervised(t, sec, "exit_code", "spool")
+	before, after := num(t, sec["memory.peak.before"])/mb, num(t, sec["memory.peak.after"])/mb
+	probe := strings.TrimSpace(sec["reset_probe"])
+	resets := probe == "ok"
+	t.Logf("guest kernel %s: a write to memory.peak (per-open-file reset) %s", strings.TrimSpace(c.res["@@top"]["kernel"]), probe)
+	t.Logf("memory.peak before the job %.1f MB, after %.1f MB; bridge.peak_usage_megabytes %q from %q", before, after,
+		r.tags["bridge.peak_usage_megabytes"], r.tags["bridge.peak_usage_source"])
+	if r.code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", r.code, sec["stderr"])
+	}
+	if before < 150 || after != before {
+		t.Fatalf("precondition: memory.peak %.1f MB before the job, %.1f MB after; want about 168 MB, unchanged by the small job", before, after)
+	}
+	if want := fmt.Sprintf("reset_for_bridge=%v", resets); !strings.Contains(sec["stderr"], want) {
+		t.Errorf("bridge's start line does not say %s, as the kernel's answer to the shell's write (%s) would:\n%s", want, probe, tail(sec["stderr"], 4000))
+	}
+	wantSource := fmt.Sprintf("sampled; the kernel's high-water mark memory.peak, %.1f MB, predates the job", before)
+	if resets {
+		wantSource = "kernel high-water mark memory.peak"
+	}
+	if got := r.tags["bridge.peak_usage_source"]; got != wantSource {
+		t.Errorf("bridge.peak_usage_source = %q, want %q", got, wantSource)
+	}
+	if peak, err := strconv.ParseFloat(r.tags["bridge.peak_usage_megabytes"], 64); err != nil || peak >= before/2 {
+		t.Errorf("bridge.peak_usage_megabytes = %q: want the small job's, far below the earlier %.1f MB", r.tags["bridge.peak_usage_megabytes"], before)
+	}
+	if ev := r.tags["bridge.exit_evidence"]; !resets && strings.Contains(ev, "peak_usage_megabytes") {
+		t.Errorf("the exit evidence cites a mark that predates the job: %q", ev)
 	}
 }

@@ -174,6 +174,23 @@ C=$CG/pids9; mkdir -p $C; echo 64 > $C/pids.max
 supervise pids $C workload fork 80 2s
 put pids.events $C/pids.events; put pids.max $C/pids.max
 done_ pids
+
+# 10. A cgroup jobs share: an earlier process leaves memory.peak at about
+#     160 MiB, then bridge runs a small job there. Where the kernel resets
+#     memory.peak for one open file (Linux 6.12), bridge's mark is the
+#     job's; otherwise the mark predates the job and bridge's figures are
+#     the sampled ones. reset_probe is the kernel's answer to a write by
+#     the shell (its own open file: nothing the case reads is reset).
+section peak_shared
+C=$CG/shared10; mkdir -p $C; echo 400M > $C/memory.max
+enter $C workload alloc 16 160 0s >/dev/null 2>&1
+put memory.peak.before $C/memory.peak
+if ( echo reset > $C/memory.peak ) 2>/tmp/probe.err; then val reset_probe ok; else val reset_probe "refused: $(cat /tmp/probe.err)"; fi
+WRAP="env BRIDGE_LOG_LEVEL=debug"
+supervise peak_shared $C workload sleep 1s
+WRAP=
+put memory.peak.after $C/memory.peak
+done_ peak_shared
 } >$OUT 2>&1
 echo "@@DONE" >$OUT
 sync

@@ -85,6 +85,18 @@ func NewV1(t testing.TB, lim Limits) *Group {
 	return g
 }
 
+// Sub creates the cgroup name under parent (a group's directory), removed
+// at cleanup before its parent.
+func Sub(t testing.TB, parent, name string) string {
+	t.Helper()
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("creating cgroup: %v", err)
+	}
+	t.Cleanup(func() { remove(t, dir) })
+	return dir
+}
+
 // Dirs returns the distinct cgroup directories of the group.
 func (g *Group) Dirs() []string {
 	out := []string{g.Memory, g.CPU}
@@ -113,6 +125,29 @@ func (g *Group) ShellEnter() string {
 		fmt.Fprintf(&b, "echo $$ > %s && ", filepath.Join(d, "cgroup.procs"))
 	}
 	return b.String()
+}
+
+// ShellEnterRootCPU is ShellEnter with the group's cpu and cpuacct cgroups
+// replaced by the roots of their hierarchies: the shell joins the group's
+// memory cgroup and the host's root cpu cgroups, as a process on a v1 host
+// outside any container is placed (cpu:/).
+func (g *Group) ShellEnterRootCPU() string {
+	var b strings.Builder
+	for _, d := range []string{g.Memory, RootOf(g.CPU), RootOf(g.CPUAcct)} {
+		fmt.Fprintf(&b, "echo $$ > %s && ", filepath.Join(d, "cgroup.procs"))
+	}
+	return b.String()
+}
+
+// RootOf is the root cgroup of dir's v1 hierarchy: the nearest directory
+// up from dir that holds cgroup.sane_behavior, which the kernel shows only
+// there.
+func RootOf(dir string) string {
+	for d := dir; ; d = filepath.Dir(d) {
+		if exists(filepath.Join(d, "cgroup.sane_behavior")) || d == filepath.Dir(d) {
+			return d
+		}
+	}
 }
 
 func write(t testing.TB, path string, v int64) {

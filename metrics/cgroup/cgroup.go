@@ -19,9 +19,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -64,6 +66,9 @@ type Info struct {
 	// (cpu) are then not one container's, and no utilization is computed.
 	// It says which directory each comes from; "" when they agree.
 	CPUSplit string
+	// AtRoot are the controllers whose cgroup is the root of its
+	// hierarchy (Layout.AtRoot): their series are not read (RootSeries).
+	AtRoot []string
 }
 
 // NoLimit is the SetBy value when no limit was found.
@@ -80,6 +85,9 @@ type Collector struct {
 	now   func() time.Time
 	prev  *cpuReading
 	files *files // descriptors kept open on cgroupfs and procfs
+	// peak is v2's memory.peak opened and reset for bridge (StartPeak,
+	// UsePeak); nil: memory.peak is read as any other file.
+	peak atomic.Pointer[os.File]
 
 	mu     sync.Mutex
 	logged map[string]bool // "no data" debug lines already written
@@ -100,6 +108,9 @@ func New(l *Layout, log *slog.Logger) *Collector {
 // Reads after it, of a Collect still running, keep nothing open.
 func (c *Collector) Close() error {
 	c.files.close()
+	if f := c.peak.Swap(nil); f != nil {
+		f.Close()
+	}
 	return nil
 }
 
@@ -109,6 +120,9 @@ func (c *Collector) Name() string { return Name }
 // Version is the cgroup layout read (Info's Version), without reading a
 // file.
 func (c *Collector) Version() Mode { return c.lay.mode }
+
+// AtRoot is Info's AtRoot, without reading a file.
+func (c *Collector) AtRoot() []string { return c.lay.AtRoot() }
 
 // Info returns what was found; limits are read afresh (they can be resized).
 func (c *Collector) Info() Info {
@@ -130,15 +144,17 @@ func (c *Collector) Info() Info {
 		inf.CPULimitCores, inf.CPULimitSetBy = cl.cores, cl.setBy
 	}
 	inf.CPUSplit = c.cpuSplit()
+	inf.AtRoot = c.lay.AtRoot()
 	return inf
 }
 
 // cpuSplit describes a v1 layout whose cpu and cpuacct controllers are
-// mounted apart and place the process in different cgroups; "" otherwise.
+// mounted apart and place the process in different cgroups; "" otherwise,
+// and where either is the root: it gives no usage, or no limit.
 func (c *Collector) cpuSplit() string {
 	cpu, ok1 := c.lay.places[ctlCPU]
 	acct, ok2 := c.lay.places[ctlCPUAcct]
-	if !ok1 || !ok2 || !cpu.v1 || !acct.v1 || cpu.dir == acct.dir || cpu.rel == acct.rel {
+	if !ok1 || !ok2 || !cpu.v1 || !acct.v1 || cpu.dir == acct.dir || cpu.rel == acct.rel || cpu.root || acct.root {
 		return ""
 	}
 	return fmt.Sprintf("CPU usage from cgroup %s (cpuacct) but the CPU limit from cgroup %s (cpu): different cgroups, not one container's",
@@ -148,7 +164,8 @@ func (c *Collector) cpuSplit() string {
 // Detect implements metrics.Detector. Keys: version, paths,
 // memory_limit_bytes (absent without a limit), memory_limit_set_by,
 // cpu_limit_cores (absent without a limit), cpu_limit_set_by,
-// cpu_usage_limit_split (only when cpu and cpuacct place bridge apart).
+// cpu_usage_limit_split (only when cpu and cpuacct place bridge apart),
+// at_root (only when a controller's cgroup is the root: RootNote).
 func (c *Collector) Detect(ctx context.Context) map[string]any {
 	inf := c.Info()
 	out := map[string]any{
@@ -166,7 +183,80 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 	if inf.CPUSplit != "" {
 		out["cpu_usage_limit_split"] = inf.CPUSplit
 	}
+	if len(inf.AtRoot) > 0 {
+		out["at_root"] = RootNote(inf.AtRoot)
+	}
 	return out
+}
+
+// RootNote says, for the log, the run's tag, `bridge sample` and the
+// end-of-run table, that the cgroups of controllers (Layout.AtRoot) are the
+// host's and their container_ series are not sent.
+func RootNote(controllers []string) string {
+	n := strings.Join(controllers, ", ")
+	if i := strings.LastIndex(n, ", "); i >= 0 {
+		n = n[:i] + " and " + n[i+2:]
+	}
+	what := "cgroup is the root cgroup"
+	if len(controllers) > 1 {
+		what = "cgroups are the root cgroups"
+	}
+	return fmt.Sprintf("bridge's %s %s, the host's and not a container's: their container_ series are not sent", n, what)
+}
+
+// RootSeries are the series the collector does not read because their
+// controller's cgroup is the root (Layout.AtRoot): every series of a root
+// memory or pids cgroup; the CPU usage of a root cpuacct (v1) or cpu (v2)
+// cgroup; the throttling of a root cpu cgroup; the CPU limit where cpu and
+// cpuset are each the root or not mounted; PSI of a root unified cgroup.
+func (c *Collector) RootSeries() []*metrics.Desc {
+	var out []*metrics.Desc
+	if c.atRoot(ctlMemory) {
+		out = append(out, memorySeries...)
+	}
+	if c.usageAtRoot() {
+		out = append(out, CPUUsage, CPUUtilization, CPUUsageSecondsTotal)
+	}
+	if c.atRoot(ctlCPU) {
+		out = append(out, CPUThrottledPeriods, CPUPeriodsTotal, CPUThrottledPeriodsTotal, CPUThrottledSecondsTotal)
+	}
+	if c.limitAtRoot() {
+		out = append(out, CPULimit)
+	}
+	if c.usageAtRoot() || c.atRoot(ctlCPU) {
+		out = append(out, CPUUsageLimitSplit)
+	}
+	if c.atRoot(ctlPids) {
+		out = append(out, PIDs, PIDsLimit, PIDsMaxEvents)
+	}
+	if c.atRoot(ctlUnified) {
+		out = append(out, Pressure.Descs()...)
+	}
+	return out
+}
+
+// atRoot reports whether the process's cgroup of controller ctl is the
+// root of its hierarchy.
+func (c *Collector) atRoot(ctl string) bool {
+	p, ok := c.lay.places[ctl]
+	return ok && p.root
+}
+
+// usageAtRoot reports whether the CPU usage would be read from a root
+// cgroup: v1's cpuacct, else v2's cpu (cpuCounters).
+func (c *Collector) usageAtRoot() bool {
+	if p, ok := c.lay.places[ctlCPUAcct]; ok && p.v1 {
+		return p.root
+	}
+	p, ok := c.lay.places[ctlCPU]
+	return ok && !p.v1 && p.root
+}
+
+// limitAtRoot reports whether the CPU limit could only be the host's: cpu
+// and cpuset each the root or not mounted, one of them the root.
+func (c *Collector) limitAtRoot() bool {
+	own := func(ctl string) bool { p, ok := c.lay.places[ctl]; return ok && !p.root }
+	return (c.atRoot(ctlCPU) || c.atRoot(ctlCPUSet)) && !own(ctlCPU) && !own(ctlCPUSet)
 }
 
 // Collect implements metrics.Collector. A missing file is no data (logged

@@ -13,7 +13,7 @@ var docs = []metrics.DocTable{
 		{Series: []*metrics.Desc{MemoryWorkingSetPercent}, Cells: []string{"as above", "as above", "working set / limit × 100; omitted without a limit. Named after its numerator: `container_memory_usage_megabytes` (page cache included) is not what it divides."}},
 		{Series: []*metrics.Desc{MemoryRSS}, Cells: []string{"`memory.stat` `anon`", "`memory.stat` `total_rss`", "anonymous memory"}},
 		{Series: []*metrics.Desc{MemoryCache}, Cells: []string{"`memory.stat` `file`", "`memory.stat` `total_cache`", "page cache (includes tmpfs/shmem)"}},
-		{Series: []*metrics.Desc{MemoryPeak}, Cells: []string{"`memory.peak` (Linux ≥ 5.19; omitted when absent)", "`memory.max_usage_in_bytes`", "highest usage since the cgroup was created (or the peak was reset)"}},
+		{Series: []*metrics.Desc{MemoryPeak}, Cells: []string{"`memory.peak` (Linux ≥ 5.19; omitted when absent)", "`memory.max_usage_in_bytes`", "highest usage since the cgroup was created (or the peak was reset); on v2 from Linux 6.12, since bridge's start: bridge resets the mark for its own open file (other readers keep theirs). The end of the run takes it only where it is the job's (Peaks at the end of a run)"}},
 		{Series: []*metrics.Desc{MemoryHighEvents}, Cells: []string{"`memory.events` `high`", "—", "cumulative: times usage went over `memory.high` and the cgroup was throttled into reclaim (no OOM)"}},
 		{Series: []*metrics.Desc{MemoryMaxEvents}, Cells: []string{"`memory.events` `max`", "—", "cumulative: times usage reached `memory.max` (reclaim ran; an OOM may follow)"}},
 		{Series: []*metrics.Desc{OOMEvents}, Cells: []string{"`memory.events` `oom`", "— (v1 has no count)", "cumulative: times the cgroup hit its limit and the OOM path ran"}},

@@ -166,12 +166,14 @@ func FuzzParseCgroupUint(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		v1, err := parseV1Uint(s)
 		checkErr(t, err)
-		v2 := parseV2Uint(s)
-		if err == nil && v1 != v2 && !(strings.TrimSpace(s) == "max" && v1 == 0 && v2 == math.MaxUint64) {
-			t.Errorf("parseV1Uint(%q) = %d, parseV2Uint = %d", s, v1, v2)
+		v2, err2 := parseV2Uint(s)
+		checkErr(t, err2)
+		isMax := strings.TrimSpace(s) == "max"
+		if err == nil && !isMax && (err2 != nil || v1 != v2) {
+			t.Errorf("parseV1Uint(%q) = %d, parseV2Uint = %d, %v", s, v1, v2, err2)
 		}
-		if err != nil && v2 != 0 {
-			t.Errorf("parseV2Uint(%q) = %d, want 0 for what v1 cannot parse", s, v2)
+		if (err != nil || isMax) && err2 == nil {
+			t.Errorf("parseV2Uint(%q) = %d, want an error: a count that is not a number is not 0", s, v2)
 		}
 		cpus := countCPULines(s)
 		if cpus < 0 || cpus > strings.Count(s, "cpu") {

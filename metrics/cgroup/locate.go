@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -114,6 +115,7 @@ func FindLayout(opts Options) (*Layout, error) {
 	}
 	l.mode = opts.Mode
 	l.resolve(cgs)
+	l.markRoots()
 	for _, n := range l.notes {
 		log.Debug(n)
 	}
@@ -258,6 +260,9 @@ type place struct {
 	top string // mount point: the highest ancestor this view can see
 	rel string // dir relative to top, starting with "/"
 	v1  bool
+	// root: dir is the root cgroup of its hierarchy (isRootCgroup), whose
+	// files count the whole host: no container's.
+	root bool
 }
 
 func (p place) ok() bool { return p.dir != "" }
@@ -337,6 +342,49 @@ func (l *Layout) resolve(cgroups []procfs.Cgroup) {
 			}
 		}
 	}
+}
+
+// markRoots marks the places that are the root cgroup of their hierarchy.
+func (l *Layout) markRoots() {
+	for name, p := range l.places {
+		if isRootCgroup(p.dir, p.v1) {
+			p.root = true
+			l.places[name] = p
+		}
+	}
+}
+
+// isRootCgroup reports whether dir is the root cgroup of its hierarchy,
+// by the files the kernel shows only there or everywhere else: v1 shows
+// cgroup.sane_behavior and release_agent only at the root; v2 shows
+// cgroup.events in every cgroup but the root. A cgroup namespace's root
+// or a bind-mounted container cgroup is no root: it has the files of any
+// other cgroup, whatever path /proc/<pid>/cgroup gives ("/").
+func isRootCgroup(dir string, v1 bool) bool {
+	if v1 {
+		return exists(filepath.Join(dir, "cgroup.sane_behavior")) || exists(filepath.Join(dir, "release_agent"))
+	}
+	return exists(filepath.Join(dir, "cgroup.controllers")) && !exists(filepath.Join(dir, "cgroup.events"))
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// AtRoot are the controllers (memory, cpu, cpuacct, cpuset, pids, unified)
+// whose cgroup for the process is the root of its hierarchy, sorted: their
+// files are the host's, not a container's (a process on a host outside any
+// container, a v1 host whose cpu cgroup is "/").
+func (l *Layout) AtRoot() []string {
+	var out []string
+	for name, p := range l.places {
+		if p.root {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // modeOfMounts is containerd's rule (cgroups.Mode) for a root other than

@@ -239,16 +239,12 @@ func parseV1Uint(s string) (uint64, error) {
 	return parseKernelUint(s)
 }
 
-// parseV2Uint parses a v2 single-value file (memory.current, memory.peak,
-// pids.current, pids.max) as containerd's v2 reader did: "max" reads as
-// math.MaxUint64, anything unparsable as 0.
-func parseV2Uint(s string) uint64 {
-	s = strings.TrimSpace(s)
-	if s == "max" {
-		return math.MaxUint64
-	}
-	v, _ := parseKernelUint(s)
-	return v
+// parseV2Uint parses a v2 single-value count (memory.current,
+// memory.peak, pids.current). What is not a number is an error, never 0:
+// containerd's v2 reader read it as 0, which a chart shows as a
+// measurement. A limit that may say "max" is parseMemoryMax's.
+func parseV2Uint(s string) (uint64, error) {
+	return parseKernelUint(strings.TrimSpace(s))
 }
 
 // countCPULines counts the "cpuN" lines of /proc/stat: the online CPUs.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -104,15 +103,16 @@ func (c *Collector) PeakFile() string {
 }
 
 // memory adds the memory points. Working set is cAdvisor's: usage minus
-// inactive file pages, clamped at 0.
+// inactive file pages, clamped at 0. A root memory cgroup's are the
+// host's: none.
 func (r *round) memory() {
 	c := r.c
 	p, ok := c.lay.places[ctlMemory]
-	if !ok {
+	if !ok || p.root {
 		return
 	}
 	var usage, inactive, rss, cache, peak uint64
-	var hasPeak bool
+	var hasPeak, peakFailed bool
 	var usageFile, statFile, peakFile, inactiveKey, rssKey, cacheKey string
 	var vals [4]uint64
 	if p.v1 {
@@ -151,21 +151,41 @@ func (r *round) memory() {
 		inactiveKey, rssKey, cacheKey = "inactive_file", "anon", "file"
 		// An absent memory.current means the memory controller is not
 		// enabled here (or this is the root).
-		s, ok := r.required(filepath.Join(p.dir, usageFile), "memory usage")
+		path := filepath.Join(p.dir, usageFile)
+		s, ok := r.required(path, "memory usage")
 		if !ok {
 			return
 		}
-		usage = parseV2Uint(s)
+		var err error
+		if usage, err = parseV2Uint(s); err != nil {
+			r.fail(fmt.Errorf("%s: %w", path, err))
+			return
+		}
 		// An absent memory.stat reads as zeros, as containerd read it.
 		if _, err := c.readStat(filepath.Join(p.dir, statFile), v2MemoryStatKeys, vals[:3]); err != nil {
 			r.fail(err)
 			return
 		}
 		inactive, rss, cache = vals[0], vals[1], vals[2]
-		var err error
-		s, hasPeak, err = c.files.read(filepath.Join(p.dir, peakFile))
-		r.fail(err) // no peak point then, the others still count
-		peak = parseV2Uint(s)
+		// An unreadable peak is no peak point; the others still count.
+		// Through the descriptor reset for bridge, where there is one.
+		path = filepath.Join(p.dir, peakFile)
+		var reset bool
+		if s, reset, err = c.readPeak(); reset {
+			hasPeak = err == nil
+		} else {
+			s, hasPeak, err = c.files.read(path)
+		}
+		if err != nil {
+			r.fail(err)
+			peakFailed = true
+		}
+		if hasPeak {
+			if peak, err = parseV2Uint(s); err != nil {
+				r.fail(fmt.Errorf("%s: %w", path, err))
+				hasPeak, peakFailed = false, true
+			}
+		}
 		r.memoryEvents(p)
 	}
 
@@ -180,7 +200,7 @@ func (r *round) memory() {
 	r.add(MemoryCache, metrics.MB(float64(cache)), r.source(p.dir, statFile, " ", cacheKey))
 	if hasPeak {
 		r.add(MemoryPeak, metrics.MB(float64(peak)), r.source(p.dir, peakFile))
-	} else {
+	} else if !peakFailed {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
 
@@ -261,7 +281,7 @@ func (r *round) cpu() {
 	cur := r.cpuCounters()
 	lim, err := c.cpuLimit()
 	r.fail(err)
-	if lim.ok {
+	if lim.ok && !c.limitAtRoot() {
 		r.add(CPULimit, lim.cores, lim.setBy)
 	}
 	splitBy := c.cpuSplit()
@@ -289,12 +309,14 @@ func (r *round) cpu() {
 
 // cpuCounters reads the cumulative CPU counters: the usage from v1's
 // cpuacct.usage or v2's cpu.stat, the throttling from cpu.stat (v2's only
-// where the cpu controller is enabled).
+// where the cpu controller is enabled); none from a root cgroup, whose
+// counters are the host's.
 func (r *round) cpuCounters() cpuReading {
 	c := r.c
 	cur := cpuReading{at: c.now()}
 	cpuP, hasCPU := c.lay.places[ctlCPU]
 	acctP, hasAcct := c.lay.places[ctlCPUAcct]
+	hasCPU = hasCPU && !cpuP.root
 	v2 := hasCPU && !cpuP.v1
 	var st v2CPUStat
 	if v2 {
@@ -302,7 +324,9 @@ func (r *round) cpuCounters() cpuReading {
 	}
 	switch {
 	case hasAcct && acctP.v1:
-		r.v1CPUUsage(acctP, &cur)
+		if !acctP.root {
+			r.v1CPUUsage(acctP, &cur)
+		}
 	case v2:
 		r.v2CPUUsage(cpuP, st, &cur)
 	}
@@ -465,11 +489,12 @@ func (r *round) pressure() {
 	}
 }
 
-// pids adds the task count and the leaf's pids.max.
+// pids adds the task count and the leaf's pids.max; none from a root
+// cgroup, whose tasks are the host's.
 func (r *round) pids() {
 	c := r.c
 	p, ok := c.lay.places[ctlPids]
-	if !ok {
+	if !ok || p.root {
 		return
 	}
 	path := filepath.Join(p.dir, "pids.current")
@@ -492,11 +517,19 @@ func (r *round) pids() {
 		}
 		limited = limit > 0
 	} else {
-		cur = parseV2Uint(s)
-		s, found, err := c.files.read(filepath.Join(p.dir, "pids.max"))
-		r.fail(err) // no limit point then
-		limit = parseV2Uint(s)
-		limited = found && limit != math.MaxUint64
+		if cur, err = parseV2Uint(s); err != nil {
+			r.fail(fmt.Errorf("%s: %w", path, err))
+			return
+		}
+		// An unreadable limit is no limit point; the count still counts.
+		maxPath := filepath.Join(p.dir, "pids.max")
+		s, found, err := c.files.read(maxPath)
+		r.fail(err)
+		if found {
+			if limit, limited, err = parseMemoryMax(s); err != nil {
+				r.fail(fmt.Errorf("%s: %w", maxPath, err))
+			}
+		}
 	}
 	r.add(PIDs, float64(cur), r.source(p.dir, "pids.current"))
 	if limited {

@@ -42,6 +42,9 @@ func build(env metrics.Env) (metrics.Collector, error) {
 		}
 		return nil, &metrics.Off{Why: "off: " + err.Error(), Level: level}
 	}
+	if at := l.AtRoot(); len(at) > 0 && env.Log != nil {
+		env.Log.Info(RootNote(at), "paths", l.Paths())
+	}
 	return New(l, env.Log), nil
 }
 

@@ -1,6 +1,10 @@
 package cgroup
 
-import "github.com/bridge-dev/bridge/metrics"
+import (
+	"slices"
+
+	"github.com/bridge-dev/bridge/metrics"
+)
 
 // Scope is the container's: the cgroup bridge and its child run in, what
 // kubelet and cAdvisor see.
@@ -78,14 +82,18 @@ var (
 	PressureMemoryFull = Pressure[1].Full
 )
 
-// Series are every series the collector may add, as its registration
-// declares them.
-var Series = append([]*metrics.Desc{
+// memorySeries are the series of the memory controller.
+var memorySeries = []*metrics.Desc{
 	MemoryWorkingSet, MemoryUsage, MemoryRSS, MemoryCache, MemoryPeak,
 	MemoryLimit, MemoryWorkingSetPercent, MemoryHighEvents, MemoryMaxEvents,
 	OOMEvents, OOMKills, OOMGroupKills,
+}
+
+// Series are every series the collector may add, as its registration
+// declares them.
+var Series = append(append(slices.Clone(memorySeries),
 	CPULimit, CPUUsage, CPUUtilization, CPUThrottledPeriods,
 	CPUUsageSecondsTotal, CPUPeriodsTotal, CPUThrottledPeriodsTotal,
 	CPUThrottledSecondsTotal, CPUUsageLimitSplit,
 	PIDs, PIDsLimit, PIDsMaxEvents,
-}, Pressure.Descs()...)
+), Pressure.Descs()...)

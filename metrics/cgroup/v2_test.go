@@ -301,3 +301,52 @@ func TestV2MalformedFileIsAnError(t *testing.T) {
 		t.Error("the readable points were dropped with the error")
 	}
 }
+
+// An unparsable v2 single value (a torn read, a kernel's new format) is
+// absent and an error naming the file, never 0: containerd's reader read
+// it as 0, which a chart shows as a measurement. The other series of the
+// round still count.
+func TestV2UnparsableValueIsAbsentNotZero(t *testing.T) {
+	for _, tc := range []struct {
+		file, content string
+		absent        []string // what the file gives
+		present       []string // the rest of the round
+	}{
+		{"memory.current", "lots\n", []string{"container_memory_working_set_megabytes", "container_memory_usage_megabytes",
+			"container_memory_peak_megabytes", "container_memory_working_set_percentage"},
+			[]string{"container_pids_count", "container_cpu_periods_total"}},
+		{"memory.current", "max\n", []string{"container_memory_usage_megabytes"}, []string{"container_pids_count"}},
+		{"memory.peak", "12ab\n", []string{"container_memory_peak_megabytes"},
+			[]string{"container_memory_usage_megabytes", "container_memory_working_set_megabytes"}},
+		{"memory.peak", "\n", []string{"container_memory_peak_megabytes"}, []string{"container_memory_usage_megabytes"}},
+		{"pids.current", "many\n", []string{"container_pids_count", "container_pids_limit_count"},
+			[]string{"container_memory_usage_megabytes"}},
+		{"pids.max", "1.5e3\n", []string{"container_pids_limit_count"}, []string{"container_pids_count"}},
+	} {
+		t.Run(tc.file+" "+strings.TrimSpace(tc.content), func(t *testing.T) {
+			leaf := map[string]string{tc.file: tc.content}
+			if tc.file == "pids.max" || tc.file == "pids.current" {
+				leaf["pids.max"] = "512\n" // a limit that would show
+			}
+			if tc.file == "pids.max" {
+				leaf["pids.max"] = tc.content
+			}
+			f, _, ctr := k8sV2(t, leaf, map[string]string{"memory.max": "1073741824\n"})
+			b := metrics.Batch{Explain: true}
+			err := f.collector().Collect(context.Background(), &b)
+			if !errors.Is(err, ErrFormat) || !strings.Contains(err.Error(), filepath.Join(ctr, tc.file)) {
+				t.Errorf("err = %v, want ErrFormat naming %s", err, filepath.Join(ctr, tc.file))
+			}
+			got := map[string]explained{}
+			for i, p := range b.Points {
+				got[p.Name()] = explained{p, b.Sources[i]}
+			}
+			wantAbsent(t, got, tc.absent...)
+			for _, n := range tc.present {
+				if _, ok := got[n]; !ok {
+					t.Errorf("%s missing: the rest of the round must count", n)
+				}
+			}
+		})
+	}
+}
