@@ -72,7 +72,7 @@ func TestPeakSourceTagDecides(t *testing.T) {
 	tags[s+"peak_usage_share_of_limit_percentage"] = "0.9"
 	tags[s+"memory_limit_megabytes"] = "1000.0"
 	tags[s+"exit_evidence"] = "oom_kill=0 -> 1; rule=x"
-	if n := nodeRow(t, tags); n.PeakWorkingSetMB == nil || *n.PeakWorkingSetMB != 8 || n.PeakWorkingSetSource != summary.SourceSampled {
+	if n := nodeRow(t, tags); n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != 8 || n.PeakWorkingSetSource != summary.SourceSampled {
 		t.Errorf("a mark that predates the job: peak %v (%s), want the sampled 8", deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource)
 	}
 }
