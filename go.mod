@@ -7,7 +7,6 @@ require (
 	github.com/containerd/cgroups/v3 v3.1.3
 	github.com/docker/go-units v0.5.0
 	github.com/go-resty/resty/v2 v2.17.2
-	github.com/go-viper/mapstructure/v2 v2.4.0
 	github.com/hanwen/go-fuse/v2 v2.12.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -22,6 +21,7 @@ require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
+	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/moby/sys/userns v0.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect

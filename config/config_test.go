@@ -103,6 +103,57 @@ func TestPrecedence(t *testing.T) {
 	}
 }
 
+// Precedence holds for a registration's option as for bridge's own.
+func TestPrecedenceOfACollectorsOption(t *testing.T) {
+	file := writeFile(t, "test-wait: 3s\n")
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want time.Duration
+	}{
+		{nil, nil, 2 * time.Second},
+		{[]string{"--config", file}, nil, 3 * time.Second},
+		{[]string{"--config", file}, map[string]string{"BRIDGE_TEST_WAIT": "4s"}, 4 * time.Second},
+		{[]string{"--config", file, "--test-wait=5s"}, map[string]string{"BRIDGE_TEST_WAIT": "4s"}, 5 * time.Second},
+	} {
+		c, err := load(t, tc.args, tc.env)
+		if err != nil || testWait.Get(c.Options) != tc.want {
+			t.Errorf("%v %v: --test-wait %v, %v; want %v", tc.args, tc.env, testWait.Get(c.Options), err, tc.want)
+		}
+	}
+}
+
+// A file's number, boolean or single value is read as its text, as the
+// same text in a variable would be.
+func TestFileScalarsAsText(t *testing.T) {
+	file := writeFile(t, "node-id: 7\nrun-name: 1.5\nnodes: 8.0\nfast-threshold: 50\nspool-sync: 0\n"+
+		"spool-max-size: 4096\nscopes: node\ntest-list: 7\nkeep-spool: true\nqueue-size: 1e3\n")
+	c, err := load(t, []string{"--config", file}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeID != "7" || c.RunName != "1.5" || c.Nodes != 8 || c.FastThreshold != 50 || c.SpoolSync != 0 ||
+		c.SpoolMaxSize != 4096 || !reflect.DeepEqual(c.Scopes, []string{"node"}) || !c.KeepSpool || c.QueueSize != 1000 {
+		t.Errorf("got %+v", c)
+	}
+	if l := testList.Get(c.Options); !reflect.DeepEqual(l, []string{"7"}) {
+		t.Errorf("test-list: 7 gave %q", l)
+	}
+}
+
+// Variables of other tools, and BRIDGE_ variables that name no option, are
+// not bridge's settings: they never stop the job.
+func TestOtherVariablesIgnored(t *testing.T) {
+	c, err := load(t, nil, map[string]string{"BRIDGE_NO_SUCH_OPTION": "x", "BRIDGE_TEST_PYTHON": "/nonexistent",
+		"MLFLOW_TRACKING_URI": "http://", "WANDB_API_KEY": " ", "SLURM_NNODES": "many"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Nodes != 0 || c.Interval != 10*time.Second {
+		t.Errorf("got %+v", c)
+	}
+}
+
 func TestConfigFromEnvVariable(t *testing.T) {
 	file := writeFile(t, "test-flag: true\n")
 	c, err := load(t, nil, map[string]string{"BRIDGE_CONFIG": file})
@@ -137,6 +188,12 @@ func TestBadValues(t *testing.T) {
 		{"bare number for a duration in file", nil, nil, "interval: 20\n", []string{"interval (in ", "bridge.yaml", "without a unit", "20s"}},
 		{"bare number for spool-sync in file", nil, nil, "spool-sync: 1\n", []string{"spool-sync (in ", "bridge.yaml", "without a unit"}},
 		{"bare fraction for a duration in file", nil, nil, "flush-timeout: 1.5\n", []string{"flush-timeout (in ", "without a unit"}},
+		{"bare number for a collector's duration in file", nil, nil, "test-wait: 20\n", []string{"test-wait (in ", "without a unit"}},
+		{"fraction for an integer in file", nil, nil, "queue-size: 1.5\n", []string{"queue-size (in ", `"1.5"`, "whole number"}},
+		{"fraction for nodes in file", nil, nil, "nodes: 2.5\n", []string{"nodes (in ", "whole number"}},
+		{"list for a duration in file", nil, nil, "interval: [1s]\n", []string{"interval (in ", "duration", "a list"}},
+		{"map for a duration in file", nil, nil, "interval: {a: 1}\n", []string{"interval (in ", "duration", "a map"}},
+		{"list item not a scalar in file", nil, nil, "scopes: [[node]]\n", []string{"scopes (in ", "list item"}},
 		{"node id with slash", []string{"--node-id=a/b"}, nil, "", []string{"--node-id", "a/b"}},
 		{"auto with mlflow", []string{"--trackers=auto,mlflow"}, nil, "", []string{"--trackers"}},
 		{"proc root missing", nil, map[string]string{"BRIDGE_PROC_ROOT": "/nonexistent/proc"}, "", []string{"BRIDGE_PROC_ROOT", "/nonexistent/proc", "not a directory"}},

@@ -1,21 +1,22 @@
 package config
 
 import (
+	"errors"
 	"net"
 	"strconv"
 )
 
-// validatePrometheus checks --metrics-addr (the --scrape options are
-// metrics/scrape's).
-func (c *Config) validatePrometheus(src sources) error {
-	if a := c.MetricsAddr; a != "" {
-		addr, why := listenAddr(a)
-		if why != "" {
-			return src.bad("metrics-addr", a, why)
-		}
-		c.MetricsAddr = addr
+// metricsAddr checks --metrics-addr (the --scrape options are
+// metrics/scrape's): "" is off, a bare port becomes 127.0.0.1:PORT.
+func metricsAddr(a string) (string, error) {
+	if a == "" {
+		return a, nil
 	}
-	return nil
+	addr, why := listenAddr(a)
+	if why != "" {
+		return a, errors.New(why)
+	}
+	return addr, nil
 }
 
 // listenAddr: a bare port binds 127.0.0.1 only, so a job's numbers are

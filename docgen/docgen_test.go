@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/config/option"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/pipeline"
@@ -32,6 +33,32 @@ func TestGenerated(t *testing.T) {
 	}
 	if len(files) != 2 {
 		t.Errorf("wrote %d pages, want docs/metrics.md and README.md", len(files))
+	}
+}
+
+// The README's flag table is written from the options' declarations, and
+// TestGenerated compares it: a declaration changed and not regenerated
+// makes the two disagree. Here one option more (a collector's) gives a row
+// the checked-in README lacks, and every declared option has its row.
+func TestFlagTableFollowsDeclarations(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", Readme))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := pipeline.Choices()
+	for _, sp := range config.Specs(ch) {
+		if !bytes.Contains(readme, []byte("| `--"+sp.Key+"` | `"+config.EnvName(sp.Key)+"` |")) {
+			t.Errorf("README.md has no row for --%s", sp.Key)
+		}
+	}
+	ch.Options = append(ch.Options, &option.Of[bool]{Key: "toy-switch", Usage: "a toy collector's switch"})
+	files, err := Files("..", pipeline.Collectors(), ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := []byte("| `--toy-switch` | `BRIDGE_TOY_SWITCH` | `false` | a toy collector's switch |\n")
+	if !bytes.Contains(files[Readme], row) || !bytes.Equal(bytes.Replace(files[Readme], row, nil, 1), readme) {
+		t.Errorf("an option declared and not in README.md: the written README does not differ by exactly its row %q", row)
 	}
 }
 

@@ -137,10 +137,10 @@ func TestKeepSpool(t *testing.T) {
 }
 
 func TestSpoolOptionsNoCap(t *testing.T) {
-	if o := spoolOptions(ForJob, Settings{}, nil); o.MaxSize != 0 {
+	if o := spoolOptions(ForJob, config.Config{}, nil); o.MaxSize != 0 {
 		t.Errorf("--spool-max-size=0 gives MaxSize %d, want no cap (0)", o.MaxSize)
 	}
-	if o := spoolOptions(ForJob, Settings{SpoolMaxSize: 1 << 20}, nil); o.MaxSize != 1<<20 {
+	if o := spoolOptions(ForJob, config.Config{SpoolMaxSize: 1 << 20}, nil); o.MaxSize != 1<<20 {
 		t.Errorf("MaxSize = %d", o.MaxSize)
 	}
 }
@@ -149,10 +149,10 @@ func TestSpoolOptionsNoCap(t *testing.T) {
 // for a job's spool and for sync's.
 func TestSpoolOptionsSync(t *testing.T) {
 	for _, use := range []SpoolUse{ForJob, ForSync} {
-		if o := spoolOptions(use, SettingsFrom(config.Config{SpoolSync: time.Second}), nil); o.SyncEvery != time.Second {
+		if o := spoolOptions(use, config.Config{SpoolSync: time.Second}, nil); o.SyncEvery != time.Second {
 			t.Errorf("use %d: --spool-sync=1s gives SyncEvery %v", use, o.SyncEvery)
 		}
-		if o := spoolOptions(use, SettingsFrom(config.Config{}), nil); o.SyncEvery != 0 {
+		if o := spoolOptions(use, config.Config{}, nil); o.SyncEvery != 0 {
 			t.Errorf("use %d: --spool-sync=0 gives SyncEvery %v, want 0 (fsync every write)", use, o.SyncEvery)
 		}
 	}
@@ -163,11 +163,11 @@ func TestSpoolOptionsSync(t *testing.T) {
 // opened for sync and acknowledged sample by sample, keeps every sample in
 // the file until its acknowledgement, and each is offered once, in order.
 func TestSyncSpoolNeverCapped(t *testing.T) {
-	if o := spoolOptions(ForSync, Settings{SpoolMaxSize: 4 << 10}, nil); o.MaxSize != 0 || !o.MustExist {
+	if o := spoolOptions(ForSync, config.Config{SpoolMaxSize: 4 << 10}, nil); o.MaxSize != 0 || !o.MustExist {
 		t.Fatalf("sync's options %+v: want no cap and a file that must exist", o)
 	}
 	path := filepath.Join(t.TempDir(), "big.jsonl")
-	w, err := OpenSpool(path, ForJob, Settings{}, quiet())
+	w, err := OpenSpool(path, ForJob, config.Config{}, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,8 +187,8 @@ func TestSyncSpoolNeverCapped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set := Settings{SpoolMaxSize: 16 << 10} // far below the file
-	if fi.Size() < 4*set.SpoolMaxSize {
+	set := config.Config{SpoolMaxSize: 16 << 10} // far below the file
+	if fi.Size() < 4*int64(set.SpoolMaxSize) {
 		t.Fatalf("the spool holds %d bytes, want well over the cap %d", fi.Size(), set.SpoolMaxSize)
 	}
 	sp, err := OpenSpool(path, ForSync, set, quiet())

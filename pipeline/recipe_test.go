@@ -125,7 +125,7 @@ func TestRecipeAddACollectorAndATracker(t *testing.T) {
 		t.Errorf("--trackers auto with TOY_URL set: sinks %v, off %v; want the toy", on, off)
 	}
 	started := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: cfg.StartTimeout}, quiet())
-	s := Open(Options{Settings: SettingsFrom(cfg), Log: quiet(), Version: "test", Sources: src, Started: started})
+	s := Open(Options{Settings: cfg, Log: quiet(), Version: "test", Sources: src, Started: started})
 	s.Run()
 	defer s.Finish(tracker.EndInfo{})
 

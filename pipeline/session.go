@@ -35,36 +35,10 @@ type MemoryProbe interface {
 	MemoryPoints(ctx context.Context) ([]metrics.Point, error)
 }
 
-// Settings are the session's knobs (a subset of config.Config).
-type Settings struct {
-	Interval       time.Duration // time between samples
-	FastInterval   time.Duration // time between samples near the memory limit; 0: off
-	FastThreshold  float64       // percent of the memory limit where FastInterval starts
-	CollectTimeout time.Duration // bound on each collector's call
-	QueueSize      int           // samples buffered between sampling and the spool writer
-	FlushTimeout   time.Duration // longest Stop and Finish take together, counted from Stop or EndBy
-	Spool          string        // spool path; "" derives one from the run (SpoolPath)
-	SpoolMaxSize   int64         // cap on the spool file in bytes; 0: no cap
-	SpoolSync      time.Duration // longest delay of the spool's fsync; 0: fsync every write
-	KeepSpool      bool          // keep a delivered spool at the default path too
-	MetricsAddr    string        // where /metrics is served; "" = off
-	NodeID         string        // the node_id label on /metrics
-	Task           string        // this bridge's task among its job's bridges on the node (Job.SpoolTask), "" if alone
-}
-
-// SettingsFrom takes the session's settings from the configuration.
-func SettingsFrom(cfg config.Config) Settings {
-	return Settings{
-		Interval: cfg.Interval, FastInterval: cfg.FastInterval, FastThreshold: cfg.FastThreshold,
-		CollectTimeout: cfg.CollectTimeout, QueueSize: cfg.QueueSize, FlushTimeout: cfg.FlushTimeout,
-		Spool: cfg.Spool, SpoolMaxSize: int64(cfg.SpoolMaxSize), SpoolSync: cfg.SpoolSync, KeepSpool: cfg.KeepSpool,
-		MetricsAddr: cfg.MetricsAddr, NodeID: cfg.NodeID,
-	}
-}
-
 // Options are what Open needs.
 type Options struct {
-	Settings   Settings
+	Settings   config.Config // bridge's settings: the intervals, the spool's, /metrics'
+	Task       string        // this bridge's task among its job's bridges on the node (Job.SpoolTask), "" if alone
 	Log        *slog.Logger
 	Version    string              // bridge's version, for the spool's start record
 	Sources    *Sources            // when set, Collectors and Memory come from it
@@ -88,7 +62,7 @@ type Options struct {
 // may be left to Finish). Sinks' Finish runs on that goroutine once their
 // forwarders have returned; Send only on the forwarders (see tracker.Sink).
 type Session struct {
-	set     Settings
+	set     config.Config
 	log     *slog.Logger
 	memory  MemoryProbe
 	sampler *metrics.Sampler
@@ -151,7 +125,7 @@ func Open(o Options) *Session {
 	}
 	sp := o.Spool
 	if sp == nil {
-		sp, _ = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Settings.Task, o.Started.Runs, now), ForJob, o.Settings, o.Log)
+		sp, _ = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Task, o.Started.Runs, now), ForJob, o.Settings, o.Log)
 	}
 	acc := summary.New()
 	if o.Sources != nil {

@@ -110,14 +110,14 @@ func (f *fakeSink) received() []int64 {
 	return append([]int64(nil), f.seqs...)
 }
 
-func settings(t *testing.T) Settings {
-	return Settings{
+func settings(t *testing.T) config.Config {
+	return config.Config{
 		Interval: time.Millisecond, CollectTimeout: deadline, QueueSize: 64,
 		FlushTimeout: deadline, Spool: filepath.Join(t.TempDir(), "spool.jsonl"),
 	}
 }
 
-func open(t *testing.T, set Settings, cs []metrics.Collector, mem MemoryProbe, sinks ...tracker.Sink) *Session {
+func open(t *testing.T, set config.Config, cs []metrics.Collector, mem MemoryProbe, sinks ...tracker.Sink) *Session {
 	t.Helper()
 	st := StartSinksWith(context.Background(), sinks, tracker.StartInfo{}, StartPolicy{Timeout: config.DefaultStartTimeout}, quiet())
 	s := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: cs, Memory: mem, Started: st,

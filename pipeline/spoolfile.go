@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
@@ -68,11 +69,11 @@ const (
 )
 
 // spoolOptions are the spool's options for use.
-func spoolOptions(use SpoolUse, set Settings, log *slog.Logger) spool.Options {
+func spoolOptions(use SpoolUse, set config.Config, log *slog.Logger) spool.Options {
 	o := spool.Options{Logger: log, SyncEvery: set.SpoolSync}
 	switch use {
 	case ForJob:
-		o.MaxSize = set.SpoolMaxSize // 0: no cap, for the spool as for --spool-max-size
+		o.MaxSize = int64(set.SpoolMaxSize) // 0: no cap, for the spool as for --spool-max-size
 	case ForSync:
 		o.MaxSize, o.MustExist = 0, true
 	}
@@ -91,7 +92,7 @@ const spoolOpenStall = 5 * time.Second
 // its samples: they go to the trackers from memory (spool.NewMemory), and
 // one ERROR says why and where to point --spool. For ForSync the error is
 // returned (spool.ErrLocked while a live bridge writes the file).
-func OpenSpool(path string, use SpoolUse, set Settings, log *slog.Logger) (*spool.Spool, error) {
+func OpenSpool(path string, use SpoolUse, set config.Config, log *slog.Logger) (*spool.Spool, error) {
 	opt := spoolOptions(use, set, log)
 	if use != ForJob {
 		return spool.OpenWith(path, opt)

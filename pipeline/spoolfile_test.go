@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/spool"
@@ -73,7 +74,7 @@ func TestOpenSpoolFallsBackToMemory(t *testing.T) {
 		{held, "another bridge is writing this spool"},
 	} {
 		var logs bytes.Buffer
-		sp, err := OpenSpool(tc.path, ForJob, Settings{}, slog.New(slog.NewTextHandler(&logs, nil)))
+		sp, err := OpenSpool(tc.path, ForJob, config.Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
 		if err != nil {
 			t.Fatalf("%s: a job's spool never fails to open: %v", tc.path, err)
 		}

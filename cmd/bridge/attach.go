@@ -97,7 +97,7 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge attach: %s before sampling started: nothing was sampled or written\n", supervisor.SignalName(sig))
 		return 0
 	}
-	sess := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: version,
+	sess := pipeline.Open(pipeline.Options{Settings: cfg, Log: log, Version: version,
 		Sources: src, Started: started, Off: off, StartTags: tags})
 	if lock != nil {
 		if abs, err := filepath.Abs(sess.SpoolFile()); err == nil && sess.SpoolFile() != "" {

@@ -107,7 +107,7 @@ func TestRecipeAddACollector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := pipeline.Open(pipeline.Options{Settings: pipeline.SettingsFrom(cfg), Log: log, Version: "test", Sources: src})
+	s := pipeline.Open(pipeline.Options{Settings: cfg, Log: log, Version: "test", Sources: src})
 	s.Run()
 	defer s.Finish(tracker.EndInfo{})
 	waitfor.Cond(t, 30*time.Second, "the toy's series in the spool", func() bool {

@@ -54,8 +54,6 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 	job.TakeNode("", log)
 	defer job.Release()
 	job.Apply(&cfg)
-	set := pipeline.SettingsFrom(cfg)
-	set.Task = job.SpoolTask() // the job's other bridges on this node have spools of their own
 	// An explicit spool is opened once, before the trackers start: what an
 	// earlier attempt left there decides the run and goes into its tags. One
 	// that cannot be opened (read-only, another bridge writing it) leaves the
@@ -64,7 +62,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 	var lost *forensics.Lost
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
-		sp, _ = pipeline.OpenSpool(cfg.Spool, pipeline.ForJob, set, log)
+		sp, _ = pipeline.OpenSpool(cfg.Spool, pipeline.ForJob, cfg, log)
 		if !sp.InMemory() {
 			lost, ov = previousAttempt(sp, job.Multi(), log)
 			job.CountAttempts(sp.Attempts())
@@ -96,7 +94,8 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 	started.SayLate(pipeline.Trackers(), job, log)
 	started.MarkCreated(tags) // for a restarted bridge: see previousAttempt
 
-	sess := pipeline.Open(pipeline.Options{Settings: set, Log: log, Version: version,
+	// The job's other bridges on this node have spools of their own (Task).
+	sess := pipeline.Open(pipeline.Options{Settings: cfg, Task: job.SpoolTask(), Log: log, Version: version,
 		Sources: src, Spool: sp, Started: started, Off: off, StartTags: tags})
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.

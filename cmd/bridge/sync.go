@@ -49,7 +49,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	sp, err := pipeline.OpenSpool(path, pipeline.ForSync, pipeline.SettingsFrom(cfg), log)
+	sp, err := pipeline.OpenSpool(path, pipeline.ForSync, cfg, log)
 	if errors.Is(err, spool.ErrLocked) {
 		// Sending what a live bridge is sending would make two runs of it,
 		// or the same samples twice.

@@ -1,10 +1,11 @@
-// Package option declares a setting of bridge where it is used: a
-// collector's package declares its own (--gpus, --scrape), and its
-// registration carries them (metrics.Registration.Options). Package config
-// loads every declared option as it loads its own: flag --<key>, variable
-// BRIDGE_<KEY>, key <key> in the --config file, then the default; a bad
-// value is a usage error naming where it came from. The README's flag table
-// is generated from the same declarations (docgen).
+// Package option declares a setting of bridge: bridge's own in package
+// config, a collector's in its package, carried by its registration
+// (metrics.Registration.Options). Package config loads every declared option
+// the same way: flag --<key>, variable BRIDGE_<KEY>, key <key> in the
+// --config file, then the default; each value goes through one parse step
+// (Parse) and the option's check (Of.Valid), and a bad value is a usage
+// error naming where it came from. The README's flag table is generated from
+// the same declarations (docgen).
 package option
 
 import (
@@ -20,10 +21,10 @@ type Spec struct {
 	// Key is the flag's name; the variable is BRIDGE_<KEY> (dashes as
 	// underscores), the file key the same as the flag.
 	Key string
-	// Default is the value when nothing sets it, of the option's type:
-	// bool, int, float64, string, []string, time.Duration, or
-	// *regexp.Regexp (given as a string, "" for none); config's own also
-	// config.ByteSize.
+	// Default is the value when nothing sets it, of the option's type (one
+	// Parse reads): bool, int, float64, string, []string, time.Duration,
+	// *regexp.Regexp (given as a string, "" for none), or a type whose
+	// pointer is an encoding.TextUnmarshaler (config.ByteSize).
 	Default any
 	// Usage is the flag's line in `bridge --help`.
 	Usage string
@@ -34,14 +35,16 @@ type Spec struct {
 	Shown string
 }
 
-// Option is one declared setting. Of is the implementation; config reads
+// Option is one declared setting. Of is the implementation; config loads
 // options through this interface without knowing their types.
 type Option interface {
 	Spec() Spec
-	// Check checks v, a value of the type of Spec().Default decoded from a
-	// flag, variable or file, and returns the value to use. Its error says
-	// why v is refused (a *Bad when it shows another value than v).
-	Check(v any) (any, error)
+	// Value is the value to use from raw, what the configuration holds for
+	// the key (a flag's value, a variable's text, the YAML file's value, or
+	// the default): raw read as the option's type by Parse, then checked by
+	// Valid. Its error is a *Bad: why raw is refused, and the value a
+	// message may show.
+	Value(raw any) (any, error)
 }
 
 // Of is an option whose value has type T.
@@ -60,16 +63,24 @@ func (o *Of[T]) Spec() Spec {
 	return Spec{Key: o.Key, Default: o.Default, Usage: o.Usage, Doc: o.Doc, Shown: o.Shown}
 }
 
-// Check implements Option.
-func (o *Of[T]) Check(v any) (any, error) {
-	t, ok := v.(T)
-	if !ok {
-		return nil, fmt.Errorf("option %s: a value of type %T, want %T", o.Key, v, o.Default)
+// Value implements Option.
+func (o *Of[T]) Value(raw any) (any, error) {
+	v, err := Parse[T](raw)
+	if err != nil {
+		return nil, &Bad{Value: shown(raw), Why: err.Error()}
 	}
 	if o.Valid == nil {
-		return t, nil
+		return v, nil
 	}
-	return o.Valid(t)
+	out, err := o.Valid(v)
+	if err != nil {
+		var b *Bad
+		if errors.As(err, &b) {
+			return nil, b
+		}
+		return nil, &Bad{Value: shown(v), Why: err.Error()}
+	}
+	return out, nil
 }
 
 // Get is the option's value in vs, its Default when vs has none (a
@@ -85,8 +96,8 @@ func (o *Of[T]) Get(vs Values) T {
 // config.Config.Options holds, and a collector's Build reads with Get.
 type Values map[string]any
 
-// Bad is a refusal that shows another value than the one refused: one
-// entry of a list, a URL with its secret redacted.
+// Bad is a refusal of a value: why, and the value a message shows (one
+// entry of a list, a URL with its secret redacted, when Valid says so).
 type Bad struct {
 	Value any    // what the message shows as the value
 	Why   string // why it is refused

@@ -37,27 +37,37 @@ func TestWithin(t *testing.T) {
 	}
 }
 
-// Get is the loaded value, else the default; Check runs Valid and refuses a
-// value of another type.
+// Get is the loaded value, else the default; Value parses, runs Valid and
+// refuses what does not parse; every refusal is a *Bad with the value to
+// show.
 func TestOf(t *testing.T) {
 	o := &Of[int]{Key: "n", Default: 3, Valid: func(v int) (int, error) {
 		if v < 0 {
 			return v, &Bad{Value: "below zero", Why: "must not be negative"}
+		}
+		if v > 10 {
+			return v, errors.New("must be at most 10")
 		}
 		return v * 2, nil
 	}}
 	if o.Get(nil) != 3 || o.Get(Values{"n": 5}) != 5 || o.Get(Values{"n": "x"}) != 3 {
 		t.Errorf("Get: %d %d %d", o.Get(nil), o.Get(Values{"n": 5}), o.Get(Values{"n": "x"}))
 	}
-	if v, err := o.Check(4); v != 8 || err != nil {
-		t.Errorf("Check(4) = %v, %v", v, err)
+	for raw, want := range map[any]any{4: 8, " 4\n": 8, 4.0: 8} {
+		if v, err := o.Value(raw); v != want || err != nil {
+			t.Errorf("Value(%#v) = %v, %v; want %v", raw, v, err, want)
+		}
 	}
-	var b *Bad
-	if _, err := o.Check(-1); !errors.As(err, &b) || b.Value != "below zero" {
-		t.Errorf("Check(-1) = %v", err)
-	}
-	if _, err := o.Check("4"); err == nil {
-		t.Error("a string taken for an int")
+	for raw, want := range map[any]Bad{
+		-1:     {Value: "below zero", Why: "must not be negative"},
+		" 11 ": {Value: "11", Why: "must be at most 10"},
+		"4.5":  {Value: "4.5", Why: "not a valid whole number (invalid syntax)"},
+		4.5:    {Value: "4.5", Why: "not a valid whole number (invalid syntax)"},
+	} {
+		var b *Bad
+		if _, err := o.Value(raw); !errors.As(err, &b) || *b != want {
+			t.Errorf("Value(%#v) = %v (%#v), want %#v", raw, err, b, want)
+		}
 	}
 	if sp := o.Spec(); sp.Key != "n" || sp.Default != 3 {
 		t.Errorf("Spec %+v", sp)
