@@ -1,26 +1,17 @@
 package pipeline
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
 	"go/ast"
-	"go/importer"
-	"go/parser"
 	"go/token"
 	"go/types"
-	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/bridge-dev/bridge/harness/typecheck"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -31,92 +22,22 @@ const descType = "*" + module + "/metrics.Desc"
 
 // modPkg is one package of the module, type-checked from its non-test
 // source.
-type modPkg struct {
-	path  string
-	files []*ast.File
-	names []string // the files' paths, relative to the module root
-	info  *types.Info
-	pkg   *types.Package
-}
+type modPkg = typecheck.Package
 
 // loadModule type-checks every package of the module from source, against
-// its dependencies' export data (go list -export), so that every use of a
-// descriptor, in any package, is known by the object it names. Once for the
-// tests that ask.
+// its dependencies' export data, so that every use of a descriptor, in any
+// package, is known by the object it names.
 func loadModule(t *testing.T) []*modPkg {
 	t.Helper()
-	loaded.once.Do(func() { loaded.pkgs, loaded.err = load() })
-	if loaded.err != nil {
-		t.Fatal(loaded.err)
-	}
-	return loaded.pkgs
-}
-
-var loaded struct {
-	once sync.Once
-	pkgs []*modPkg
-	err  error
-}
-
-func load() ([]*modPkg, error) {
-	cmd := exec.Command("go", "list", "-deps", "-export", "-json=ImportPath,Export,Dir,GoFiles", "./...")
-	cmd.Dir = ".."
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	root, err := typecheck.Root()
 	if err != nil {
-		return nil, fmt.Errorf("go list: %w\n%s", err, stderr.Bytes())
+		t.Fatal(err)
 	}
-	type listed struct {
-		ImportPath, Export, Dir string
-		GoFiles                 []string
-	}
-	exports := map[string]string{}
-	var mods []listed
-	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
-		var p listed
-		if err := dec.Decode(&p); err != nil {
-			return nil, err
-		}
-		exports[p.ImportPath] = p.Export
-		if p.ImportPath == module || strings.HasPrefix(p.ImportPath, module+"/") {
-			mods = append(mods, p)
-		}
-	}
-	fset := token.NewFileSet()
-	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
-		if exports[path] == "" {
-			return nil, fmt.Errorf("no export data for %s", path)
-		}
-		return os.Open(exports[path])
-	})
-	root, err := filepath.Abs("..")
+	pkgs, err := typecheck.Module(root)
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	var pkgs []*modPkg
-	for _, l := range mods {
-		p := &modPkg{path: l.ImportPath, info: &types.Info{
-			Defs: map[*ast.Ident]types.Object{}, Uses: map[*ast.Ident]types.Object{}, Types: map[ast.Expr]types.TypeAndValue{}}}
-		for _, f := range l.GoFiles {
-			path := filepath.Join(l.Dir, f)
-			a, err := parser.ParseFile(fset, path, nil, 0)
-			if err != nil {
-				return nil, err
-			}
-			rel, _ := filepath.Rel(root, path)
-			p.files, p.names = append(p.files, a), append(p.names, filepath.ToSlash(rel))
-		}
-		conf := types.Config{Importer: imp}
-		if p.pkg, err = conf.Check(l.ImportPath, fset, p.files, p.info); err != nil {
-			return nil, fmt.Errorf("type-checking %s: %w", l.ImportPath, err)
-		}
-		pkgs = append(pkgs, p)
-	}
-	if len(pkgs) < 20 {
-		return nil, fmt.Errorf("%d packages in the module: the listing is broken", len(pkgs))
-	}
-	return pkgs, nil
+	return pkgs
 }
 
 // key names a package-level object across loads (a package checked from
@@ -132,7 +53,7 @@ func key(o types.Object) string {
 // (*metrics.Batch).Add. (A package that only wraps a collector, as
 // pipeline's scope filter does, is not one.)
 func isProducer(p *modPkg) bool {
-	for _, o := range p.info.Uses {
+	for _, o := range p.Info.Uses {
 		if f, ok := o.(*types.Func); ok && f.FullName() == "(*"+module+"/metrics.Batch).Add" {
 			return true
 		}
@@ -162,8 +83,8 @@ func TestConsumedSeriesAreProduced(t *testing.T) {
 	deps := map[string][]string{} // package-level variable -> those its value names
 	descs := map[string]bool{}
 	for _, p := range pkgs {
-		producers[p.path] = isProducer(p)
-		for _, f := range p.files {
+		producers[p.Path] = isProducer(p)
+		for _, f := range p.Files {
 			for _, d := range f.Decls {
 				g, ok := d.(*ast.GenDecl)
 				if !ok || g.Tok != token.VAR {
@@ -172,8 +93,8 @@ func TestConsumedSeriesAreProduced(t *testing.T) {
 				for _, spec := range g.Specs {
 					vs := spec.(*ast.ValueSpec)
 					for i, id := range vs.Names {
-						k := key(p.info.Defs[id])
-						if p.info.Defs[id].Type().String() == descType {
+						k := key(p.Info.Defs[id])
+						if p.Info.Defs[id].Type().String() == descType {
 							descs[k] = true
 						}
 						if i < len(vs.Values) {
@@ -200,13 +121,13 @@ func TestConsumedSeriesAreProduced(t *testing.T) {
 	}
 	consumed := map[string][]string{}
 	for _, p := range pkgs {
-		for _, f := range p.files {
-			for _, k := range uses(p, f, producers[p.path]) {
+		for _, f := range p.Files {
+			for _, k := range uses(p, f, producers[p.Path]) {
 				switch {
-				case producers[p.path]:
+				case producers[p.Path]:
 					reach(k)
-				case descs[k] && !strings.HasPrefix(k, p.path+"."):
-					consumed[k] = append(consumed[k], p.path)
+				case descs[k] && !strings.HasPrefix(k, p.Path+"."):
+					consumed[k] = append(consumed[k], p.Path)
 				}
 			}
 		}
@@ -274,7 +195,7 @@ func uses(p *modPkg, n ast.Node, inBodies bool) []string {
 		if !ok || (depth > 0) != inBodies {
 			return true
 		}
-		if v, ok := p.info.Uses[id].(*types.Var); ok {
+		if v, ok := p.Info.Uses[id].(*types.Var); ok {
 			if k := key(v); k != "" {
 				out = append(out, k)
 			}
@@ -319,12 +240,12 @@ func TestNamesSpelledOnce(t *testing.T) {
 		t.Fatalf("only %d names: the registrations are broken", len(byName))
 	}
 	for _, p := range loadModule(t) {
-		for i, f := range p.files {
+		for i, f := range p.Files {
 			declared := map[*ast.BasicLit]bool{}
 			ast.Inspect(f, func(n ast.Node) bool {
 				switch n := n.(type) {
 				case *ast.CompositeLit:
-					if tv, ok := p.info.Types[n]; !ok || "*"+tv.Type.String() != descType {
+					if tv, ok := p.Info.Types[n]; !ok || "*"+tv.Type.String() != descType {
 						return true
 					}
 					for _, e := range n.Elts {
@@ -336,7 +257,7 @@ func TestNamesSpelledOnce(t *testing.T) {
 					}
 				case *ast.BasicLit:
 					if s, err := strconv.Unquote(n.Value); n.Kind == token.STRING && err == nil && byName[s] && !declared[n] {
-						t.Errorf("%s spells %q: use its descriptor", p.names[i], s)
+						t.Errorf("%s spells %q: use its descriptor", p.Names[i], s)
 					}
 				}
 				return true
