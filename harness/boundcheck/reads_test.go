@@ -24,11 +24,10 @@ var reads = &boundcheck.Rule{
 }
 
 // readerPkg is the bounded reader, the one package that makes these calls.
-const readerPkg = "metrics/internal/kfile"
+const readerPkg = "internal/kfile"
 
 var readsAllowed = []boundcheck.Allowed{
 	{Package: readerPkg, Why: "the bounded reader itself"},
-	{Package: "internal/userfile", Why: "the bounded reader of user files"},
 	{Package: "spool", Why: "the spool is bridge's own file: its open runs under OpenWithin's stall bound, every later call on it on the writer goroutine, which nothing waits on past its bound"},
 	{Package: "internal/flock", Why: "bridge's own lock files (the spool's lock), opened to take a flock"},
 	{Package: "internal/attachlock", Why: "bridge's own lock file of one `bridge attach` per run"},

@@ -31,8 +31,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Name is the collector's name in `bridge sample` and the registrations.

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // KFD lists each process that holds /dev/kfd as <sys>/class/kfd/kfd/proc/

@@ -30,8 +30,8 @@ import (
 
 	"github.com/prometheus/procfs/sysfs"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Name is the collector's name in `bridge sample` and the registrations.

@@ -20,8 +20,8 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	kfileio "github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
-	kfileio "github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Options configure a Collector.
@@ -111,7 +111,7 @@ func New(opts Options) (*Collector, error) {
 		statfs:        readFsUsage,
 		absent:        map[string]bool{},
 	}
-	c.files = kfileio.NewPathReader(kfileio.Options{Absent: true, Now: func() time.Time { return c.now() }})
+	c.files = kfileio.NewPathReader(kfileio.Options{Max: kfileio.Table, Absent: true, Now: func() time.Time { return c.now() }})
 	for _, sc := range opts.Scopes {
 		if !slices.Contains(ServedScopes, sc) {
 			return nil, fmt.Errorf("node metrics: scope %q is not one this collector reads (node, rootfs, netns)", sc)

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // How the Collector finds the candidates for the tree. Where both the
@@ -44,7 +44,7 @@ func newFinder(procRoot string, cgroups *cgroup.Layout) finder {
 	f := finder{procRoot: procRoot, cgroups: cgroups}
 	f.children = kfile.NewReader(func(k [2]int) string {
 		return filepath.Join(procRoot, strconv.Itoa(k[0]), "task", strconv.Itoa(k[1]), "children")
-	}, kfile.Options{Size: 1024, MaxKept: maxOpenStats})
+	}, kfile.Options{Size: 1024, Max: kfile.Table, MaxKept: maxOpenStats})
 	return f
 }
 

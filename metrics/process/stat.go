@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // procStat is what the collector needs of one /proc/<pid>/stat line.

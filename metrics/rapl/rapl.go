@@ -32,9 +32,9 @@ import (
 
 	"github.com/prometheus/procfs/sysfs"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/internal/counter"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Name is the collector's name in `bridge sample` and the registrations.

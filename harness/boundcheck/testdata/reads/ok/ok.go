@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 func bounded(buf []byte) ([]byte, error) {
