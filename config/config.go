@@ -14,10 +14,12 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
@@ -30,6 +32,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/bridge-dev/bridge/config/option"
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/internal/userfile"
 	"github.com/bridge-dev/bridge/jobkey"
 )
@@ -646,49 +649,35 @@ func (c *Config) validateJob(src sources) error {
 	return nil
 }
 
-// validatePaths checks the run name, the spool's path and the roots.
+// validatePaths checks the run name, the spool's path and the roots (one
+// bound, kfile.DefaultWait, for the roots' stats together). Whether the
+// spool names a directory is seen here by its form ("dir/", "."), and by
+// a stat where it is opened (pipeline.CheckSpool), under the start's
+// context: a signal ends that stat at once.
 func (c *Config) validatePaths(src sources) error {
+	ctx, cancel := context.WithTimeout(context.Background(), kfile.DefaultWait)
+	defer cancel()
 	if len(c.RunName) > 250 || strings.ContainsFunc(c.RunName, isControl) {
 		return src.bad("run-name", c.RunName, "must be at most 250 characters without control characters")
 	}
 	if strings.ContainsFunc(c.Spool, isControl) || strings.ContainsRune(c.Spool, 0) {
 		return src.bad("spool", c.Spool, "must be a file path without control characters")
 	}
-	if c.Spool != "" {
-		if st, e := statWithin(c.Spool, 2*time.Second); e == nil && st.IsDir() {
-			return src.bad("spool", c.Spool, "is a directory; name a file")
-		}
+	if c.Spool != "" && (strings.HasSuffix(c.Spool, "/") || slices.Contains([]string{".", ".."}, filepath.Base(c.Spool))) {
+		return src.bad("spool", c.Spool, "is a directory; name a file")
 	}
 	for _, p := range []struct {
 		key string
 		dir string
 	}{{"proc-root", c.ProcRoot}, {"cgroup-root", c.CgroupRoot}, {"rootfs", c.Rootfs}, {"sys-root", c.SysRoot}} {
-		if st, e := os.Stat(p.dir); p.dir == "" || e != nil || !st.IsDir() {
+		// Bounded (a hung mount): a root that does not answer is no usage
+		// error; the collectors reading it are left out at their deadline.
+		st, e := kfile.Stat(ctx, p.dir)
+		if p.dir == "" || (e != nil && !errors.Is(e, kfile.ErrNoAnswer)) || (e == nil && !st.IsDir()) {
 			return src.bad(p.key, p.dir, "not a directory")
 		}
 	}
 	return nil
-}
-
-// statWithin is os.Stat that gives up after d: a spool on a hung network
-// mount must not hold the job back here (its open is bounded too, and
-// says what happened).
-func statWithin(path string, d time.Duration) (os.FileInfo, error) {
-	type stat struct {
-		fi  os.FileInfo
-		err error
-	}
-	done := make(chan stat, 1)
-	go func() {
-		fi, err := os.Stat(path)
-		done <- stat{fi, err}
-	}()
-	select {
-	case s := <-done:
-		return s.fi, s.err
-	case <-time.After(d):
-		return nil, fmt.Errorf("stat %s: no answer in %v", path, d)
-	}
 }
 
 // list cleans a list setting (option.List), naming key when it is refused.

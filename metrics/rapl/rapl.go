@@ -116,10 +116,11 @@ func New(opts Options) (*Collector, error) {
 	}
 	c := &Collector{sysRoot: opts.SysRoot, allSrc: filepath.Join(classDir, "intel-rapl:*/energy_uj"), now: opts.Now, log: opts.Log.With("source", Name), noted: map[string]bool{},
 		files: kfile.NewPathReader(kfile.Options{Size: 64})}
-	var denied, broken error
+	var denied error
+	var broken []error // zones whose files are no regular files of one value
 	for _, z := range all {
 		if z.err != nil {
-			broken = z.err
+			broken = append(broken, z.err)
 			continue
 		}
 		if z.name != "package" || !packageZone.MatchString(filepath.Base(z.dir)) {
@@ -133,7 +134,7 @@ func New(opts Options) (*Collector, error) {
 		} else if kfile.IsAbsent(err) {
 			continue
 		} else if err != nil {
-			broken = fmt.Errorf("reading %s: %w", p, err)
+			broken = append(broken, fmt.Errorf("reading %s: %w", p, err))
 			continue
 		}
 		pkg := strconv.Itoa(z.index)
@@ -143,10 +144,13 @@ func New(opts Options) (*Collector, error) {
 	sort.Slice(c.zones, func(i, j int) bool { return c.zones[i].pkg < c.zones[j].pkg })
 	switch {
 	case len(c.zones) > 0:
+		if len(broken) > 0 {
+			c.log.Warn("RAPL zones unreadable; left out, the others are read", "err", errors.Join(broken...))
+		}
 	case denied != nil:
 		return nil, fmt.Errorf("%w: %w (energy_uj is readable by root only since Linux 5.10, CVE-2020-8694; a user namespace's root is not enough)", ErrUnavailable, denied)
-	case broken != nil:
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, broken)
+	case len(broken) > 0:
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(broken...))
 	default:
 		return nil, fmt.Errorf("%w: no package zone (intel-rapl:N named package-N) in %s", ErrUnavailable, classDir)
 	}
