@@ -130,19 +130,33 @@ func withWait(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // within runs f under ctx: on the caller's goroutine when ctx is Bounded
 // (after a check that ctx has not ended), else through Call. A nil ctx is
-// context.Background().
+// context.Background(). The hot paths call inline first, so that a
+// sample's read makes no closure.
 func within[T any](ctx context.Context, f func() (T, error), release func(T)) (T, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if IsBounded(ctx) {
-		if err := ctx.Err(); err != nil {
+	if on, err := inline(ctx); on {
+		if err != nil {
 			var zero T
-			return zero, fmt.Errorf("%w: %w", ErrNoAnswer, context.Cause(ctx))
+			return zero, err
 		}
 		return f()
 	}
 	ctx, cancel := withWait(ctx)
 	defer cancel()
 	return Call(ctx, f, release)
+}
+
+// inline reports whether a call under ctx runs on the caller's goroutine
+// (ctx is Bounded), and, if so, the error that ends it before it starts
+// (ctx has ended).
+func inline(ctx context.Context) (bool, error) {
+	if ctx == nil || !IsBounded(ctx) {
+		return false, nil
+	}
+	if ctx.Err() != nil {
+		return true, fmt.Errorf("%w: %w", ErrNoAnswer, context.Cause(ctx))
+	}
+	return true, nil
 }

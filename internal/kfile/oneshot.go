@@ -40,15 +40,23 @@ func ReadFile(ctx context.Context, path string, limit int) ([]byte, error) {
 // error. It checks the file's type only when a read fails or fills max:
 // a read that succeeds costs open, one pread and close.
 func ReadInto(ctx context.Context, buf []byte, path string, limit int) ([]byte, error) {
-	return within(ctx, func() ([]byte, error) {
-		fd, err := openFile(path)
+	if on, err := inline(ctx); on {
 		if err != nil {
 			return buf[:0], err
 		}
-		defer syscall.Close(fd)
-		out, err := readWhole(syscall.Pread, fd, buf, 512, limit)
-		return out, describe(fd, err)
-	}, nil)
+		return readInto(buf, path, limit)
+	}
+	return within(ctx, func() ([]byte, error) { return readInto(buf, path, limit) }, nil)
+}
+
+func readInto(buf []byte, path string, limit int) ([]byte, error) {
+	fd, err := openFile(path)
+	if err != nil {
+		return buf[:0], err
+	}
+	defer syscall.Close(fd)
+	out, err := readWhole(syscall.Pread, fd, buf, 512, limit)
+	return out, describe(fd, err)
 }
 
 func readRegular(path string, limit int) ([]byte, error) {
@@ -185,37 +193,88 @@ func (e Entry) IsDir() bool { return e.Type == syscall.DT_DIR }
 // ErrTooLarge. A path that is not a directory is an error at once (the
 // open says ENOTDIR, a FIFO included).
 func ReadDir(ctx context.Context, dir string, limit int) ([]Entry, error) {
-	return within(ctx, func() ([]Entry, error) {
+	list := func() ([]Entry, error) {
 		var out []Entry
-		err := dirents(dir, func(name string, typ uint8) bool {
-			out = append(out, Entry{Name: name, Type: typ})
-			return len(out) <= limit
-		})
-		if err == nil && len(out) > limit {
-			err = fmt.Errorf("%w: more than %d entries", ErrTooLarge, limit)
-		}
+		err := listDir(dir, limit, nil, func(name string, typ uint8) { out = append(out, Entry{Name: name, Type: typ}) })
 		if err != nil {
 			return nil, err
 		}
 		slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
 		return out, nil
-	}, nil)
+	}
+	if on, err := inline(ctx); on {
+		if err != nil {
+			return nil, err
+		}
+		return list()
+	}
+	return within(ctx, list, nil)
 }
 
 // ReadDirNames is ReadDir's names.
 func ReadDirNames(ctx context.Context, dir string, limit int) ([]string, error) {
-	ents, err := ReadDir(ctx, dir, limit)
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name
+	list := func() ([]string, error) {
+		var out []string
+		if err := listDir(dir, limit, nil, func(name string, _ uint8) { out = append(out, name) }); err != nil {
+			return nil, err
+		}
+		slices.Sort(out)
+		return out, nil
 	}
-	return names, err
+	if on, err := inline(ctx); on {
+		if err != nil {
+			return nil, err
+		}
+		return list()
+	}
+	return within(ctx, list, nil)
 }
 
-// dirents calls each for every entry of dir but . and .., until it
-// returns false, with raw getdents: os.Open would register the descriptor
-// with the Go poller and stat nothing useful.
-func dirents(dir string, each func(name string, typ uint8) bool) error {
+// Subdirs lists the subdirectories of dir by the entries' d_type (which
+// procfs, sysfs and cgroupfs fill in), sorted by name, within ctx: at
+// most limit, more is ErrTooLarge. The other entries cost no allocation
+// (a cgroup's files, listed every sample).
+func Subdirs(ctx context.Context, dir string, limit int) ([]string, error) {
+	list := func() ([]string, error) {
+		var out []string
+		isDir := func(typ uint8) bool { return typ == syscall.DT_DIR }
+		if err := listDir(dir, limit, isDir, func(name string, _ uint8) { out = append(out, name) }); err != nil {
+			return nil, err
+		}
+		slices.Sort(out)
+		return out, nil
+	}
+	if on, err := inline(ctx); on {
+		if err != nil {
+			return nil, err
+		}
+		return list()
+	}
+	return within(ctx, list, nil)
+}
+
+// listDir calls each for at most limit entries of dir that keep (nil:
+// all) takes, and fails with ErrTooLarge when it has more.
+func listDir(dir string, limit int, keep func(typ uint8) bool, each func(name string, typ uint8)) error {
+	n := 0
+	err := dirents(dir, keep, func(name string, typ uint8) bool {
+		if n++; n > limit {
+			return false
+		}
+		each(name, typ)
+		return true
+	})
+	if err == nil && n > limit {
+		err = fmt.Errorf("%w: more than %d entries", ErrTooLarge, limit)
+	}
+	return err
+}
+
+// dirents calls each for every entry of dir but . and .. that keep (nil:
+// all) takes by its type, until each returns false, with raw getdents:
+// os.Open would register the descriptor with the Go poller and stat
+// nothing useful. An entry keep leaves costs no allocation.
+func dirents(dir string, keep func(typ uint8) bool, each func(name string, typ uint8) bool) error {
 	fd, err := syscall.Open(dir, openFlags|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
 	if err != nil {
 		return err
@@ -243,8 +302,8 @@ func dirents(dir string, each func(name string, typ uint8) bool) error {
 			if i := bytes.IndexByte(name, 0); i >= 0 {
 				name = name[:i]
 			}
-			if s := string(name); s != "." && s != ".." {
-				if !each(s, b[18]) {
+			if (keep == nil || keep(b[18])) && string(name) != "." && string(name) != ".." {
+				if !each(string(name), b[18]) {
 					return nil
 				}
 			}
@@ -255,6 +314,12 @@ func dirents(dir string, each func(name string, typ uint8) bool) error {
 
 // Stat is os.Stat within ctx.
 func Stat(ctx context.Context, path string) (fs.FileInfo, error) {
+	if on, err := inline(ctx); on {
+		if err != nil {
+			return nil, err
+		}
+		return os.Stat(path)
+	}
 	return within(ctx, func() (fs.FileInfo, error) { return os.Stat(path) }, nil)
 }
 

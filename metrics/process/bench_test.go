@@ -35,7 +35,7 @@ func BenchmarkCollect(b *testing.B) {
 		_ = cmd.Wait()
 	}()
 	root := cmd.Process.Pid
-	ctx := context.Background()
+	ctx := kfile.Bounded(context.Background()) // as the Sampler gives it: its reads run inline
 	for _, method := range []string{viaChildren, viaCgroup, viaScan} {
 		b.Run(method, func(b *testing.B) {
 			c := newCollector(b, TreeOptions{RootPID: func() int { return root }, Adopter: func() int { return os.Getpid() },

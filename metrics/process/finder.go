@@ -180,18 +180,15 @@ func (f *finder) cgroupProcs(ctx context.Context, dir string, out []int, top boo
 			out = append(out, int(pid))
 		}
 	}
-	ents, err := kfile.ReadDir(ctx, dir, kfile.Entries)
+	subs, err := kfile.Subdirs(ctx, dir, kfile.Entries)
 	if err != nil {
 		if !top && isGone(err) {
 			return out, nil
 		}
 		return out, err
 	}
-	for _, sub := range ents {
-		if !sub.IsDir() {
-			continue
-		}
-		if out, err = f.cgroupProcs(ctx, dir+"/"+sub.Name, out, false); err != nil {
+	for _, sub := range subs {
+		if out, err = f.cgroupProcs(ctx, dir+"/"+sub, out, false); err != nil {
 			return out, err
 		}
 	}
