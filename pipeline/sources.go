@@ -142,7 +142,7 @@ func build(reg metrics.Registration, env metrics.Env, timeout time.Duration) (me
 		}()
 		return reg.Build(env)
 	}, func(c metrics.Collector) {
-		if cl, ok := c.(metrics.Closer); ok && c != nil {
+		if cl, ok := c.(metrics.Closer); ok {
 			cl.Close()
 		}
 		log.Debug("collector's setup answered after the job went on without it; closed")

@@ -25,10 +25,10 @@ func openFile(path string) (int, error) { return syscall.Open(path, openFlags, 0
 // not wait for a writer (its type is then refused).
 func openOnce(path string) (int, error) { return syscall.Open(path, openFlags|syscall.O_NONBLOCK, 0) }
 
-// ReadFile returns the contents of the regular file at path, at most max
-// bytes (limit: Value, Table or a cap of the caller's), within ctx (see the
+// ReadFile returns the contents of the regular file at path, at most limit
+// bytes (Value, Table or a cap of the caller's), within ctx (see the
 // package doc). A FIFO, a device, a socket or a directory is
-// ErrNotRegular, a file of more than max bytes ErrTooLarge; the open
+// ErrNotRegular, a file of more than limit bytes ErrTooLarge; the open
 // descriptor is what is checked, so a rename between a check and the read
 // changes nothing.
 func ReadFile(ctx context.Context, path string, limit int) ([]byte, error) {
@@ -37,8 +37,10 @@ func ReadFile(ctx context.Context, path string, limit int) ([]byte, error) {
 
 // ReadInto is ReadFile into buf's storage (grown as needed, never past
 // limit+1 bytes) for a file read every sample; it returns buf emptied on an
-// error. It checks the file's type only when a read fails or fills max:
-// a read that succeeds costs open, one pread and close.
+// error. It checks the file's type only when a read fails or fills limit:
+// a read that succeeds costs open, one pread and close. Off a Bounded ctx
+// the read gets a buffer of its own (one left behind must not write into
+// buf once its caller has it back).
 func ReadInto(ctx context.Context, buf []byte, path string, limit int) ([]byte, error) {
 	if on, err := inline(ctx); on {
 		if err != nil {
@@ -46,7 +48,7 @@ func ReadInto(ctx context.Context, buf []byte, path string, limit int) ([]byte, 
 		}
 		return readInto(buf, path, limit)
 	}
-	return within(ctx, func() ([]byte, error) { return readInto(buf, path, limit) }, nil)
+	return within(ctx, func() ([]byte, error) { return readInto(nil, path, limit) }, nil)
 }
 
 func readInto(buf []byte, path string, limit int) ([]byte, error) {
@@ -159,23 +161,27 @@ func KindOf(m fs.FileMode) string {
 	case m&fs.ModeSymlink != 0:
 		return "a symbolic link"
 	}
-	return "not a regular file"
+	return "an unknown kind of file"
 }
 
+// kind is KindOf for a mode of stat(2).
 func kind(mode uint32) string {
+	var m fs.FileMode
 	switch mode & syscall.S_IFMT {
 	case syscall.S_IFDIR:
-		return "a directory"
+		m = fs.ModeDir
 	case syscall.S_IFIFO:
-		return "a FIFO"
+		m = fs.ModeNamedPipe
 	case syscall.S_IFSOCK:
-		return "a socket"
+		m = fs.ModeSocket
 	case syscall.S_IFCHR:
-		return "a character device"
+		m = fs.ModeDevice | fs.ModeCharDevice
 	case syscall.S_IFBLK:
-		return "a block device"
+		m = fs.ModeDevice
+	case syscall.S_IFLNK:
+		m = fs.ModeSymlink
 	}
-	return fmt.Sprintf("file type %#o", mode&syscall.S_IFMT)
+	return KindOf(m)
 }
 
 // Entry is one entry of a directory.
