@@ -402,3 +402,38 @@ func TestSyncTimeoutStalledDisk(t *testing.T) {
 		})
 	}
 }
+
+// A --spool that is no regular file (/dev/zero, read without end; a FIFO,
+// which waits for a writer) does not hold the child back: it starts, its
+// exit status is bridge's, and one ERROR names the spool.
+func TestSpoolNotRegular(t *testing.T) {
+	for _, f := range sysFaults {
+		t.Run(f.name, func(t *testing.T) {
+			spool := filepath.Join(t.TempDir(), "spool.jsonl")
+			if err := f.put(spool); err != nil {
+				t.Fatal(err)
+			}
+			cmd, _, errb := bridgeCmd(t, "--trackers=none", "--interval=200ms", "--spool="+spool, "--", "sh", "-c", "exit 3")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			waitfor.Cond(t, 2*time.Minute, "bridge with a --spool that is "+f.name+" ending", func() bool {
+				select {
+				case err = <-done:
+					return true
+				default:
+					return false
+				}
+			})
+			if code := exitCode(t, err); code != 3 {
+				t.Errorf("exit %d, want the child's 3\n%s", code, errb)
+			}
+			if !strings.Contains(errb.String(), "the spool is not a regular file") || !strings.Contains(errb.String(), spool) {
+				t.Errorf("no ERROR naming the spool as not a regular file:\n%s", errb)
+			}
+		})
+	}
+}

@@ -24,7 +24,7 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 	fs, cfg, exit := parse("sync", args, stdout, stderr, func(fs *pflag.FlagSet) {
 		fs.SetInterspersed(true) // `bridge sync FILE --run-id ID`, as documented, and flags first
 		fs.StringVar(&runID, "run-id", "", "run to upload to (default: each job's run recorded in the spool, else a new one)")
-		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "finding each run and uploading: give up after this long; what is not sent stays in the file")
+		fs.DurationVar(&timeout, "timeout", 5*time.Minute, "reading the file, finding each run and uploading: give up after this long; what is not sent stays in the file")
 	})
 	if fs == nil {
 		return exit
