@@ -25,7 +25,7 @@ var ErrTooLarge = kfile.ErrTooLarge
 func Read(path string, max int) ([]byte, error) {
 	b, err := kfile.ReadFile(context.Background(), path, max)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return b, nil
 }
