@@ -1,15 +1,17 @@
 package config
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
-	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/bridge-dev/bridge/config/option"
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/jobkey"
 )
 
@@ -212,43 +214,31 @@ func runName(n string) (string, error) {
 }
 
 // spoolPath: a file's path, not a directory's. "" is the default path.
+// Whether it names a directory is seen here by its form ("dir/", "."),
+// and by a stat where it is opened (pipeline.CheckSpool), under the
+// start's context: a signal ends that stat at once.
 func spoolPath(p string) (string, error) {
 	if strings.ContainsFunc(p, option.IsControl) || strings.ContainsRune(p, 0) {
 		return p, errors.New("must be a file path without control characters")
 	}
-	if p != "" {
-		if st, e := statWithin(p, 2*time.Second); e == nil && st.IsDir() {
-			return p, errors.New("is a directory; name a file")
-		}
+	if p != "" && (strings.HasSuffix(p, "/") || slices.Contains([]string{".", ".."}, filepath.Base(p))) {
+		return p, errors.New("is a directory; name a file")
 	}
 	return p, nil
 }
+
+// rootWait bounds the stat of a root: a root on a mount that does not
+// answer is no usage error; the collectors reading it are left out at
+// their deadline.
+const rootWait = 2 * time.Second
 
 // directory: a root bridge reads under (--proc-root, ...).
 func directory(p string) (string, error) {
-	if st, e := statWithin(p, 2*time.Second); p == "" || e != nil || !st.IsDir() {
+	ctx, cancel := context.WithTimeout(context.Background(), rootWait)
+	defer cancel()
+	st, e := kfile.Stat(ctx, p)
+	if p == "" || (e != nil && !errors.Is(e, kfile.ErrNoAnswer)) || (e == nil && !st.IsDir()) {
 		return p, errors.New("not a directory")
 	}
 	return p, nil
-}
-
-// statWithin is os.Stat that gives up after d: a spool on a hung network
-// mount must not hold the job back here (its open is bounded too, and
-// says what happened).
-func statWithin(path string, d time.Duration) (os.FileInfo, error) {
-	type stat struct {
-		fi  os.FileInfo
-		err error
-	}
-	done := make(chan stat, 1)
-	go func() {
-		fi, err := os.Stat(path)
-		done <- stat{fi, err}
-	}()
-	select {
-	case s := <-done:
-		return s.fi, s.err
-	case <-time.After(d):
-		return nil, fmt.Errorf("stat %s: no answer in %v", path, d)
-	}
 }

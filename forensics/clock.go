@@ -1,12 +1,14 @@
 package forensics
 
 import (
+	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // ClockSource says which clock a node's end time was read from: the
@@ -16,9 +18,11 @@ import (
 // whether NTP (or chrony, or PTP) keeps it synchronized, with the kernel's
 // bound on its error: adjtimex(2) in read-only mode, which needs no
 // privilege. A job's nodes are ordered by these times, so the report says
-// how far each can be trusted.
-func ClockSource(sysRoot string) string {
-	src, _ := os.ReadFile(filepath.Join(sysRoot, "devices/system/clocksource/clocksource0/current_clocksource"))
+// how far each can be trusted. The clocksource file is read through the
+// bounded reader within ctx: one that does not answer, or is no file of
+// one value, is "clocksource unknown", never a wait at the end of a job.
+func ClockSource(ctx context.Context, sysRoot string) string {
+	src, _ := kfile.ReadFile(ctx, filepath.Join(sysRoot, "devices/system/clocksource/clocksource0/current_clocksource"), kfile.Value)
 	var tx unix.Timex
 	state, err := unix.Adjtimex(&tx)
 	if err != nil {

@@ -106,7 +106,7 @@ func runInCgroup(t *testing.T, g *cgrouptest.Group, mode string, act func(pid in
 	}
 	c := cgroup.New(l, log)
 	// The mark before the job allocates, as bridge reads it at its start.
-	ps := c.StartPeak()
+	ps := c.StartPeak(context.Background())
 	if !ps.Known {
 		t.Fatalf("the memory high-water mark of %s was not read: %s", g.Memory, ps.Why)
 	}

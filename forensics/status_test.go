@@ -1,15 +1,19 @@
 package forensics
 
 import (
+	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/bridge-dev/bridge/harness/stallfs"
 	"github.com/bridge-dev/bridge/supervisor"
 	"github.com/bridge-dev/bridge/tracker"
-	"golang.org/x/sys/unix"
 )
 
 func TestStatus(t *testing.T) {
@@ -68,10 +72,58 @@ func TestClockText(t *testing.T) {
 	if src, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource"); err == nil && strings.TrimSpace(string(src)) != "" {
 		want = strings.TrimSpace(string(src)) + ", "
 	}
-	if got := ClockSource("/sys"); !strings.HasPrefix(got, want) {
+	if got := ClockSource(context.Background(), "/sys"); !strings.HasPrefix(got, want) {
 		t.Errorf("ClockSource on this machine: %q, want it to start with %q", got, want)
 	}
-	if got := ClockSource(t.TempDir()); !strings.HasPrefix(got, "clocksource unknown, ") {
+	if got := ClockSource(context.Background(), t.TempDir()); !strings.HasPrefix(got, "clocksource unknown, ") {
 		t.Errorf("ClockSource without a clocksource file: %q", got)
+	}
+}
+
+// The clocksource file read at the end of a job is bounded: a FIFO or
+// /dev/zero in its place (under the --sys-root given) is "clocksource
+// unknown" at once, and one on a disk that does not answer is given up on
+// when ctx ends.
+func TestClockSourceBounded(t *testing.T) {
+	for _, put := range []func(path string) error{
+		func(path string) error { return syscall.Mkfifo(path, 0o600) },
+		func(path string) error { return os.Symlink("/dev/zero", path) },
+	} {
+		root := t.TempDir()
+		dir := filepath.Join(root, "devices/system/clocksource/clocksource0")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := put(filepath.Join(dir, "current_clocksource")); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan string, 1)
+		go func() { done <- ClockSource(context.Background(), root) }()
+		select {
+		case got := <-done:
+			if !strings.HasPrefix(got, "clocksource unknown, ") {
+				t.Errorf("ClockSource over a FIFO or /dev/zero: %q", got)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("ClockSource over a FIFO or /dev/zero did not answer")
+		}
+	}
+
+	fs := stallfs.Mount(t)
+	dir := filepath.Join(fs.Dir, "devices/system/clocksource/clocksource0")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "current_clocksource"), []byte("tsc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs.StallAll()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if got := ClockSource(ctx, fs.Dir); !strings.HasPrefix(got, "clocksource unknown, ") {
+		t.Errorf("ClockSource on a stalled disk: %q", got)
+	}
+	if fs.Waiting() < 1 {
+		t.Errorf("no call blocked on the stalled disk: the test did not stall the read")
 	}
 }

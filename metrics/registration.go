@@ -1,12 +1,16 @@
 package metrics
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/bridge-dev/bridge/config/option"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // Registration is all bridge must know of a collector before it runs. The
@@ -37,11 +41,17 @@ type Registration struct {
 	// Build makes the collector. It returns an *Off when the collector is
 	// off on this machine, nil and no error when it is not asked for, and
 	// any other error for the user to fix (a usage error naming its flag).
+	// It runs under a deadline (Env.Context): one that has not answered by
+	// then is left out of the job, and what it returns later is closed.
 	Build func(Env) (Collector, error)
 }
 
 // Env is what a Registration's Build gets.
 type Env struct {
+	// Context ends at the Build's deadline (the collect timeout): the
+	// files Build reads are read under it (internal/kfile), and bridge has
+	// stopped waiting for the Build once it has ended. Nil: none.
+	Context        context.Context
 	Roots          Roots
 	CollectTimeout time.Duration // the longest one Collect may take
 	// Scopes are those of the registration's Scopes that are on.
@@ -85,32 +95,51 @@ type Job interface {
 // Shared is what the collectors of one job share (the cgroup layout, the
 // child's process tree), each value made once. The package that owns a
 // value gives it a typed accessor over Once, with a key of its own type.
-// Builds run one at a time: not safe for concurrent use.
+// Safe for concurrent use: Builds run one at a time, but one left behind
+// at its deadline may still be making a value when the next asks for it.
 type Shared struct {
-	made map[any]made
+	mu   sync.Mutex
+	made map[any]*made
 }
 
 type made struct {
-	v   any
-	err error
+	done chan struct{} // closed once v and err are set
+	v    any
+	err  error
 }
 
-// Once returns key's value, made by make the first time key is asked for,
-// and with it the error make returned. On a nil Shared it makes one each
-// time.
-func (s *Shared) Once(key any, make func() (any, error)) (any, error) {
+// Once returns key's value, made by build the first time key is asked
+// for, and with it the error build returned. A call while another makes the
+// value waits for it until ctx ends (nil: no end), then returns ctx's
+// error. On a nil Shared it makes one each time.
+func (s *Shared) Once(ctx context.Context, key any, build func() (any, error)) (any, error) {
 	if s == nil {
-		return make()
+		return build()
 	}
-	if m, ok := s.made[key]; ok {
+	s.mu.Lock()
+	m, ok := s.made[key]
+	if !ok {
+		m = &made{done: make(chan struct{})}
+		if s.made == nil {
+			s.made = map[any]*made{}
+		}
+		s.made[key] = m
+	}
+	s.mu.Unlock()
+	if !ok {
+		defer close(m.done)
+		m.v, m.err = build()
 		return m.v, m.err
 	}
-	v, err := make()
-	if s.made == nil {
-		s.made = map[any]made{}
+	if ctx == nil {
+		ctx = context.Background()
 	}
-	s.made[key] = made{v, err}
-	return v, err
+	select {
+	case <-m.done:
+		return m.v, m.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a value another collector's setup is making: %w", context.Cause(ctx))
+	}
 }
 
 // Off is a Build's answer for a collector that is off on this machine: not
@@ -156,10 +185,15 @@ type DocRow struct {
 
 // Absent is the Off of a collector whose hardware New did not find (err):
 // logged at debug where it is simply not there (most machines), at info
-// where it is but bridge may not read it.
+// where it is but bridge may not read it, at warn where a file it reads
+// is no file of the kernel's (a FIFO, a device, one that never ends) or
+// did not answer.
 func Absent(err error) *Off {
 	level := slog.LevelDebug
-	if errors.Is(err, fs.ErrPermission) {
+	switch {
+	case errors.Is(err, kfile.ErrNotRegular), errors.Is(err, kfile.ErrTooLarge), errors.Is(err, kfile.ErrNoAnswer):
+		level = slog.LevelWarn
+	case errors.Is(err, fs.ErrPermission):
 		level = slog.LevelInfo
 	}
 	return &Off{Why: "off: " + err.Error(), Level: level}

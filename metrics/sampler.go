@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // Sampler runs a fixed list of collectors and merges their points into one
@@ -202,7 +204,9 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	cctx = context.WithValue(cctx, sampleKey{}, sampleMarks.Add(1))
+	// The collectors' reads run on their workers, which this sample stops
+	// waiting for at cctx's end: kfile reads under it need no goroutine.
+	cctx = kfile.Bounded(context.WithValue(cctx, sampleKey{}, sampleMarks.Add(1)))
 	clear(s.answered)
 	clear(s.asked)
 	pending := 0
@@ -433,7 +437,9 @@ func refusal(p Point, kept, rest []Point) string {
 
 func formatValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
-// Detect asks every Detector for what it found, keyed by collector name.
+// Detect asks every Detector for what it found, keyed by collector name,
+// each within the collect timeout: one that has not answered by then (a
+// read that hangs) is left behind, and its entry says so.
 func (s *Sampler) Detect(ctx context.Context) map[string]any {
 	out := map[string]any{}
 	for _, c := range s.collectors {
@@ -441,14 +447,21 @@ func (s *Sampler) Detect(ctx context.Context) map[string]any {
 		if !ok {
 			continue
 		}
-		func() {
+		dctx, cancel := context.WithTimeout(ctx, s.timeout)
+		found, err := kfile.Call(dctx, func() (found map[string]any, err error) {
 			defer func() {
 				if p := recover(); p != nil {
-					out[c.Name()] = map[string]any{"error": fmt.Sprint(p)}
+					found = map[string]any{"error": fmt.Sprint(p)}
 				}
 			}()
-			out[c.Name()] = d.Detect(ctx)
-		}()
+			return d.Detect(kfile.Bounded(dctx)), nil
+		}, nil)
+		cancel()
+		if err != nil {
+			s.log.Warn("collector did not say what it found within the collect timeout; left out", "collector", c.Name(), "timeout", s.timeout)
+			found = map[string]any{"error": fmt.Sprintf("no answer within the collect timeout, %s", s.timeout)}
+		}
+		out[c.Name()] = found
 	}
 	return out
 }

@@ -167,7 +167,7 @@ func TestSyncSpoolNeverCapped(t *testing.T) {
 		t.Fatalf("sync's options %+v: want no cap and a file that must exist", o)
 	}
 	path := filepath.Join(t.TempDir(), "big.jsonl")
-	w, err := OpenSpool(path, ForJob, config.Config{}, quiet())
+	w, err := OpenSpool(context.Background(), path, ForJob, config.Config{}, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestSyncSpoolNeverCapped(t *testing.T) {
 	if fi.Size() < 4*int64(set.SpoolMaxSize) {
 		t.Fatalf("the spool holds %d bytes, want well over the cap %d", fi.Size(), set.SpoolMaxSize)
 	}
-	sp, err := OpenSpool(path, ForSync, set, quiet())
+	sp, err := OpenSpool(context.Background(), path, ForSync, set, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -125,7 +125,7 @@ func Open(o Options) *Session {
 	}
 	sp := o.Spool
 	if sp == nil {
-		sp, _ = OpenSpool(SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Task, o.Started.Runs, now), ForJob, o.Settings, o.Log)
+		sp, _ = OpenSpool(context.Background(), SpoolPath(o.Settings.Spool, o.Settings.NodeID, o.Task, o.Started.Runs, now), ForJob, o.Settings, o.Log)
 	}
 	acc := summary.New()
 	if o.Sources != nil {

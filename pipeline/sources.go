@@ -3,8 +3,10 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/gpu"
@@ -54,7 +57,9 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 // (cfg loaded with ChoicesOf(regs, ...)), in order. One that is off here is left
 // out with a note; an error is a usage error that names its flag (a
 // malformed --gpus entry, a --proc-root the GPU collector's process finder
-// cannot read).
+// cannot read). Each Build runs under the collect timeout (build): one
+// that has not answered by then is left out with one WARN, and the job
+// goes on without it.
 func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Logger) (*Sources, error) {
 	s := &Sources{Notes: map[string]any{}, log: log,
 		roots: metrics.Roots{Proc: cfg.ProcRoot, Cgroup: cfg.CgroupRoot, Sys: cfg.SysRoot, Rootfs: cfg.Rootfs}}
@@ -74,12 +79,17 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 		if len(reg.Scopes) > 0 && len(on) == 0 {
 			continue
 		}
-		c, err := reg.Build(metrics.Env{
+		c, err := build(reg, metrics.Env{
 			Roots: s.roots, CollectTimeout: cfg.CollectTimeout, Scopes: on, Options: cfg.Options,
 			LookupEnv: os.LookupEnv, Job: job{s}, Shared: shared, Built: slices.Clone(built), Log: log.With("collector", reg.Name),
-		})
+		}, buildTimeout(cfg))
 		var off *metrics.Off
 		switch {
+		case errors.Is(err, kfile.ErrNoAnswer):
+			log.Warn("collector's setup did not answer within the collect timeout (a read that hangs: a wedged driver, a hung mount); the job runs without it",
+				"collector", reg.Name, "timeout", buildTimeout(cfg))
+			s.Notes[reg.Name] = fmt.Sprintf("off: its setup did not answer within the collect timeout (%s)", buildTimeout(cfg))
+			continue
 		case errors.As(err, &off):
 			log.Log(context.Background(), off.Level, "collector is off", "collector", reg.Name, "why", off.Why)
 			s.Notes[reg.Name] = off.Why
@@ -112,6 +122,42 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 		}
 	}
 	return s, nil
+}
+
+// build runs reg.Build on a goroutine of its own under timeout: a file
+// it reads may hang in the kernel, where nothing can interrupt it. When
+// the timeout passes first, build returns an error wrapping
+// kfile.ErrNoAnswer at once, and the Build is left behind: its Context
+// has ended (its later reads fail at once), values it shares are made
+// safely beside the next Builds (metrics.Shared), and a collector it
+// returns later is closed. A panic in Build leaves its collector out.
+func build(reg metrics.Registration, env metrics.Env, timeout time.Duration) (metrics.Collector, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	env.Context = kfile.Bounded(ctx)
+	log := env.Log
+	return kfile.Call(ctx, func() (c metrics.Collector, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				log.Error("internal error in the collector's setup; the job runs without it", "panic", p, "stack", string(debug.Stack()))
+				c, err = nil, &metrics.Off{Why: fmt.Sprintf("off: internal error in its setup: %v", p), Level: slog.LevelDebug}
+			}
+		}()
+		return reg.Build(env)
+	}, func(c metrics.Collector) {
+		if cl, ok := c.(metrics.Closer); ok {
+			cl.Close()
+		}
+		log.Debug("collector's setup answered after the job went on without it; closed")
+	})
+}
+
+// buildTimeout is a Build's deadline: the collect timeout.
+func buildTimeout(cfg config.Config) time.Duration {
+	if cfg.CollectTimeout > 0 {
+		return cfg.CollectTimeout
+	}
+	return kfile.DefaultWait
 }
 
 // Summary is what the end-of-run table must know of the collectors: the
@@ -201,13 +247,17 @@ func (s *Sources) cgroupInfo(timeout time.Duration) (info cgroup.Info, ok bool) 
 		peak cgroup.PeakStart
 	}
 	ch, gone := make(chan start), make(chan struct{})
+	// The goroutine below is left behind at timeout: its reads run on it
+	// (kfile.Bounded), each within what is left of timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
 				s.log.Error("internal error reading the cgroup's limits; the job goes on", "panic", p)
 			}
 		}()
-		st := start{peak: s.cgroup.StartPeak()}
+		st := start{peak: s.cgroup.StartPeak(kfile.Bounded(ctx))}
 		st.info = s.cgroup.Info()
 		select {
 		case ch <- st:

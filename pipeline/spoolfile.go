@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
@@ -80,38 +81,65 @@ func spoolOptions(use SpoolUse, set config.Config, log *slog.Logger) spool.Optio
 	return o
 }
 
-// spoolOpenStall is how long one step of opening a job's spool may go
-// unanswered before the job starts without it: a live disk answers each
-// read in far less, even on a loaded machine.
+// spoolOpenStall is how long one step of opening a spool may go
+// unanswered before the job starts without it (or `bridge sync` gives up):
+// a live disk answers each read in far less, even on a loaded machine.
 const spoolOpenStall = 5 * time.Second
 
-// OpenSpool opens the spool at path for use. A job's spool (ForJob) never
-// fails: when the file cannot be opened (a read-only working directory, a
-// spool another live bridge writes, a disk that does not answer within
-// spoolOpenStall, any other failure), the job still gets
-// its samples: they go to the trackers from memory (spool.NewMemory), and
-// one ERROR says why and where to point --spool. For ForSync the error is
-// returned (spool.ErrLocked while a live bridge writes the file).
-func OpenSpool(path string, use SpoolUse, set config.Config, log *slog.Logger) (*spool.Spool, error) {
-	opt := spoolOptions(use, set, log)
-	if use != ForJob {
-		return spool.OpenWith(path, opt)
+// ErrSpoolNotFile: --spool names a directory.
+var ErrSpoolNotFile = errors.New("is a directory; name a file")
+
+// spoolCheckWait bounds CheckSpool's stat.
+const spoolCheckWait = 2 * time.Second
+
+// CheckSpool refuses a --spool that names a directory (a usage error,
+// before the child starts). The stat is bounded by ctx (the start's: a
+// signal ends it at once) and by spoolCheckWait: a disk that does not
+// answer is no usage error (OpenSpool then gives up on it).
+func CheckSpool(ctx context.Context, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, spoolCheckWait)
+	defer cancel()
+	st, err := kfile.Stat(ctx, path)
+	if err == nil && st.IsDir() {
+		return fmt.Errorf("--spool (BRIDGE_SPOOL) %q: %w", path, ErrSpoolNotFile)
 	}
-	sp, err := spool.OpenWithin(path, opt, spoolOpenStall)
-	if err == nil {
-		return sp, nil
+	return nil
+}
+
+// OpenSpool opens the spool at path for use, within ctx: a ctx that ends
+// (a signal before the child starts, `bridge sync --timeout`) ends the
+// open at once, and one step of the open that goes unanswered for
+// spoolOpenStall (a disk that does not answer) ends it too; the abandoned
+// open closes the file if the disk ever answers (spool.OpenWithin). A
+// job's spool (ForJob) never fails: when the file cannot be opened (a
+// read-only working directory, a spool another live bridge writes, a disk
+// that does not answer, a path that is no regular file, any other
+// failure), the job still gets its samples: they go to the trackers from
+// memory (spool.NewMemory), and one ERROR says why and where to point
+// --spool. For ForSync the error is returned (spool.ErrLocked while a live
+// bridge writes the file).
+func OpenSpool(ctx context.Context, path string, use SpoolUse, set config.Config, log *slog.Logger) (*spool.Spool, error) {
+	opt := spoolOptions(use, set, log)
+	sp, err := spool.OpenWithin(ctx, path, opt, spoolOpenStall)
+	if err == nil || use != ForJob {
+		return sp, err
 	}
 	abs, aerr := filepath.Abs(path)
 	if aerr != nil {
 		abs = path
 	}
 	switch {
+	case ctx.Err() != nil:
+		// The start was called off (a signal): the caller says so.
 	case errors.Is(err, spool.ErrStalled):
 		log.Error("the disk under the spool does not answer (a hung network mount?); the job runs without waiting for it, and its samples go to the trackers from memory only (lost if they cannot take them): point --spool (BRIDGE_SPOOL) at a local disk",
 			"path", abs, "waited", spoolOpenStall)
 	case errors.Is(err, spool.ErrLocked):
 		log.Error("another bridge is writing this spool (one writer per spool); this job's samples go to the trackers from memory only, and are lost if they cannot take them: give each job its own --spool (BRIDGE_SPOOL)",
 			"path", abs)
+	case errors.Is(err, kfile.ErrNotRegular):
+		log.Error("the spool is not a regular file; the job runs, and its samples go to the trackers from memory only (lost if they cannot take them): point --spool (BRIDGE_SPOOL) at a file",
+			"path", abs, "err", err)
 	default:
 		log.Error("cannot open the spool; the job runs, and its samples go to the trackers from memory only (lost if they cannot take them): point --spool (BRIDGE_SPOOL) at a writable file, e.g. on an emptyDir volume",
 			"path", abs, "err", err)

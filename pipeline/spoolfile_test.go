@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,9 +55,9 @@ func TestSpoolPathUniquePerBridge(t *testing.T) {
 	}
 }
 
-// Any spool that cannot be opened (here: a path under a file, and one that
-// another writer holds) gives a memory spool and one ERROR naming the path
-// and --spool.
+// Any spool that cannot be opened (here: a path under a file, one that
+// another writer holds, /dev/zero and a FIFO) gives a memory spool and one
+// ERROR naming the path and --spool, at once.
 func TestOpenSpoolFallsBackToMemory(t *testing.T) {
 	dir := t.TempDir()
 	held := filepath.Join(dir, "held.jsonl")
@@ -69,12 +70,22 @@ func TestOpenSpoolFallsBackToMemory(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	zero := filepath.Join(dir, "zero.jsonl")
+	if err := os.Symlink("/dev/zero", zero); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo.jsonl")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct{ path, says string }{
 		{filepath.Join(notDir, "s.jsonl"), "cannot open the spool"},
 		{held, "another bridge is writing this spool"},
+		{zero, "the spool is not a regular file"},
+		{fifo, "the spool is not a regular file"},
 	} {
 		var logs bytes.Buffer
-		sp, err := OpenSpool(tc.path, ForJob, config.Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
+		sp, err := OpenSpool(context.Background(), tc.path, ForJob, config.Config{}, slog.New(slog.NewTextHandler(&logs, nil)))
 		if err != nil {
 			t.Fatalf("%s: a job's spool never fails to open: %v", tc.path, err)
 		}

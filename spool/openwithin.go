@@ -1,49 +1,53 @@
 package spool
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
 	"time"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // OpenWithin is OpenWith for a job that must not wait on a dead disk (a
 // hard NFS mount whose server went away blocks open, read and fsync with
 // no end): when one step of the open (creating the directory, opening and
 // locking the file, one read, repairing its tail) has not returned after
-// stall, it gives up with ErrStalled. A slow but live disk is waited for
-// however long the whole read takes. The abandoned open goes on in the
-// background and closes the file if the disk ever answers.
-func OpenWithin(path string, opt Options, stall time.Duration) (*Spool, error) {
+// stall, it gives up with ErrStalled; when ctx ends first (a signal before
+// the child starts), it gives up at once with ctx's cause. A slow but live
+// disk is waited for however long the whole read takes. The abandoned open
+// goes on in the background (kfile.Call) and closes the file if the disk
+// ever answers.
+func OpenWithin(ctx context.Context, path string, opt Options, stall time.Duration) (*Spool, error) {
 	p := &progress{}
 	p.mark()
-	type opened struct {
-		s   *Spool
-		err error
-	}
-	done := make(chan opened, 1)
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	go func() {
-		s, err := openWith(path, opt, p)
-		done <- opened{s, err}
-	}()
-	tick := time.NewTicker(max(stall/8, time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case o := <-done:
-			return o.s, o.err
-		case <-tick.C:
-			if p.idle() < stall {
-				continue
-			}
-			go func() {
-				if o := <-done; o.s != nil {
-					o.s.Close()
+		tick := time.NewTicker(max(stall/8, time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case <-tick.C:
+				if p.idle() >= stall {
+					cancel(ErrStalled)
+					return
 				}
-			}()
-			return nil, fmt.Errorf("opening spool %s: its disk did not answer for %v: %w", path, stall, ErrStalled)
+			}
 		}
+	}()
+	s, err := kfile.Call(wctx, func() (*Spool, error) { return openWith(path, opt, p) }, func(s *Spool) { s.Close() })
+	if !errors.Is(err, kfile.ErrNoAnswer) {
+		return s, err
 	}
+	if errors.Is(context.Cause(wctx), ErrStalled) {
+		return nil, fmt.Errorf("opening spool %s: its disk did not answer for %v: %w", path, stall, ErrStalled)
+	}
+	return nil, fmt.Errorf("opening spool %s: %w", path, context.Cause(ctx))
 }
 
 // progress is when an open last finished a step; nil records nothing.

@@ -11,8 +11,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -187,11 +189,21 @@ func openWith(path string, opt Options, p *progress) (*Spool, error) {
 	}
 	log := opt.Logger.With("spool", path)
 	p.mark()
-	f, err := openLocked(path, flags, log)
+	f, err := openLocked(path, flags|syscall.O_NOCTTY, log)
 	if errors.Is(err, ErrLocked) {
 		return nil, err
 	}
 	if err != nil {
+		return nil, fmt.Errorf("opening spool %s: %w", path, err)
+	}
+	// Only a regular file is a spool: the open descriptor is checked, so
+	// /dev/zero (read without end), a FIFO (which O_RDWR opens at once,
+	// then waits in its read) or a device never holds the job back.
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%w (%s)", kfile.ErrNotRegular, kfile.KindOf(st.Mode()))
+		}
 		return nil, fmt.Errorf("opening spool %s: %w", path, err)
 	}
 	s := newSpool(path, opt, log)

@@ -3,12 +3,16 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // ErrNoProcess is returned by Watch for a pid that names no live process.
@@ -17,20 +21,22 @@ var ErrNoProcess = errors.New("no such process")
 // Watched is a process bridge did not start (`bridge attach`'s): bridge is
 // not its parent and cannot wait for it, so it watches for its exit.
 type Watched struct {
-	procs procfs.FS
-	pid   int
-	ownNS bool // procs is bridge's own /proc: pid is of bridge's pid namespace
+	procRoot string
+	pid      int
+	ownNS    bool // procRoot is bridge's own /proc: pid is of bridge's pid namespace
 }
 
 // Watch finds pid in the pid namespace procRoot shows (--proc-root). It
 // fails when procRoot cannot be read, or with ErrNoProcess when pid is
 // gone (a zombie counts as gone: it has exited).
 func Watch(procRoot string, pid int) (*Watched, error) {
-	procs, err := procfs.NewFS(procRoot)
-	if err != nil {
+	if st, err := kfile.Stat(context.Background(), procRoot); err != nil || !st.IsDir() {
+		if err == nil {
+			err = fmt.Errorf("%s is not a directory", procRoot)
+		}
 		return nil, err
 	}
-	w := &Watched{procs: procs, pid: pid, ownNS: filepath.Clean(procRoot) == "/proc"}
+	w := &Watched{procRoot: procRoot, pid: pid, ownNS: filepath.Clean(procRoot) == "/proc"}
 	if !w.Alive() {
 		return nil, ErrNoProcess
 	}
@@ -40,27 +46,58 @@ func Watch(procRoot string, pid int) (*Watched, error) {
 // PID is the watched process's pid.
 func (w *Watched) PID() int { return w.pid }
 
-// Alive reports whether the process has not exited.
-func (w *Watched) Alive() bool {
-	st, ok := w.stat()
-	return ok && st.State != "Z" && st.State != "X"
+// Alive reports whether the process has not exited. A stat file that does
+// not answer (a hung --proc-root) says nothing: alive.
+func (w *Watched) Alive() bool { return w.alive(context.Background()) }
+
+func (w *Watched) alive(ctx context.Context) bool {
+	st, err := w.stat(ctx)
+	if errors.Is(err, kfile.ErrNoAnswer) {
+		return true
+	}
+	return err == nil && st.state != "Z" && st.state != "X"
 }
 
 // StartTime is the process's start time in clock ticks since boot: with
 // the pid, it names one process (a pid is reused once its process is
 // gone); 0 when it cannot be read.
 func (w *Watched) StartTime() uint64 {
-	st, _ := w.stat()
-	return st.Starttime
+	st, _ := w.stat(context.Background())
+	return st.start
 }
 
-func (w *Watched) stat() (procfs.ProcStat, bool) {
-	p, err := w.procs.Proc(w.pid)
+// procStat is what Watched needs of /proc/<pid>/stat.
+type procStat struct {
+	state string // field 3
+	start uint64 // field 22, starttime
+}
+
+// stat reads the process's stat file through the bounded reader.
+func (w *Watched) stat(ctx context.Context) (procStat, error) {
+	path := filepath.Join(w.procRoot, strconv.Itoa(w.pid), "stat")
+	b, err := kfile.ReadFile(ctx, path, kfile.Value)
 	if err != nil {
-		return procfs.ProcStat{}, false
+		return procStat{}, err
 	}
-	st, err := p.Stat()
-	return st, err == nil
+	return parseStat(string(b))
+}
+
+// parseStat parses a stat line: "pid (comm) state ppid ...", where comm
+// may hold spaces and parentheses, so the fields count from the last ')'.
+func parseStat(s string) (procStat, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procStat{}, errors.New("no ')' after the command name")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return procStat{}, fmt.Errorf("%d fields after the command name, want at least 20", len(f))
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procStat{}, fmt.Errorf("starttime %q: %w", f[19], err)
+	}
+	return procStat{state: f[0], start: start}, nil
 }
 
 // Wait returns nil once the process has exited, or ctx's error once ctx
@@ -86,7 +123,7 @@ func (w *Watched) Wait(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
-			if !w.Alive() {
+			if !w.alive(ctx) {
 				return nil
 			}
 		}

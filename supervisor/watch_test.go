@@ -3,7 +3,9 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -141,5 +143,35 @@ func TestWatchNoProcess(t *testing.T) {
 	}
 	if _, err := Watch(t.TempDir()+"/none", 1); err == nil || errors.Is(err, ErrNoProcess) {
 		t.Errorf("Watch of a missing root = %v, want the root's error", err)
+	}
+}
+
+// parseStat counts the fields from the last ')', so a command name with
+// spaces and parentheses does not shift them; a line cut short is an error.
+func TestParseStat(t *testing.T) {
+	line := "4242 (python (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 4 0 987654 123456 789 18446744073709551615\n"
+	st, err := parseStat(line)
+	if err != nil || st.state != "S" || st.start != 987654 {
+		t.Errorf("parseStat: %+v, %v; want state S, starttime 987654", st, err)
+	}
+	for _, bad := range []string{"4242 python S 1", "4242 (python) S 1 2 3", "4242 (python) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 4 0 x"} {
+		if _, err := parseStat(bad); err == nil {
+			t.Errorf("parseStat(%q) accepted", bad)
+		}
+	}
+}
+
+// The stat file is read through the bounded reader: /dev/zero in its
+// place (under a --proc-root) says the process is not alive, at once.
+func TestWatchStatBounded(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "77"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/dev/zero", filepath.Join(root, "77", "stat")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Watch(root, 77); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("Watch over /dev/zero: %v; want no such process", err)
 	}
 }

@@ -61,6 +61,11 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 	defer cancelStart()
 	early := supervisor.WatchEarly(cancelStart)
 	defer early.Release()
+	if cfg.Spool != "" {
+		if err := pipeline.CheckSpool(startCtx, cfg.Spool); err != nil {
+			return usageError(stderr, err)
+		}
+	}
 	ov := pipeline.Trackers().AttachRuns(runID, os.Getenv)
 	sinks, off := pipeline.Trackers().BuildSinks(cfg, ov, nil, log)
 	if err := pipeline.Trackers().MissingRun(sinks, ov); err != nil {

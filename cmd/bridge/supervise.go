@@ -25,6 +25,14 @@ import (
 
 // runSupervise is `bridge [flags] -- CMD [ARGS...]`.
 func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
+	// From here on a signal is bridge's to handle: before the child starts,
+	// a terminating one ends the start (a spool on a disk that does not
+	// answer, an election, a slow tracker) at once, and the child is never
+	// started.
+	startCtx, cancelStart := context.WithCancel(context.Background())
+	defer cancelStart()
+	early := supervisor.WatchEarly(cancelStart)
+	defer early.Stop()
 	fs, cfg, code := parse("bridge", args, stdout, stderr, nil)
 	if fs == nil {
 		return code
@@ -35,13 +43,9 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 		return exitUsage
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	// From here on a signal is bridge's to handle: before the child starts,
-	// a terminating one ends the start (an election, a slow tracker) at
-	// once, and the child is never started.
-	startCtx, cancelStart := context.WithCancel(context.Background())
-	defer cancelStart()
-	early := supervisor.WatchEarly(cancelStart)
-	defer early.Stop()
+	if startCtx.Err() != nil {
+		return neverStarted(early.Stop(), "reading its settings", pipeline.Started{}, cfg.FlushTimeout, early.C, stderr, log)
+	}
 
 	// A command that cannot run is reported before any run is created.
 	if _, err := exec.LookPath(argv[0]); err != nil {
@@ -62,7 +66,14 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 	var lost *forensics.Lost
 	var ov pipeline.Overrides
 	if cfg.Spool != "" {
-		sp, _ = pipeline.OpenSpool(cfg.Spool, pipeline.ForJob, cfg, log)
+		if err := pipeline.CheckSpool(startCtx, cfg.Spool); err != nil {
+			return usageError(stderr, err)
+		}
+		sp, _ = pipeline.OpenSpool(startCtx, cfg.Spool, pipeline.ForJob, cfg, log)
+		if startCtx.Err() != nil {
+			sp.Close()
+			return neverStarted(early.Stop(), "opening its spool", pipeline.Started{}, cfg.FlushTimeout, early.C, stderr, log)
+		}
 		if !sp.InMemory() {
 			lost, ov = previousAttempt(sp, job.Multi(), log)
 			job.CountAttempts(sp.Attempts())
@@ -89,7 +100,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 	info := pipeline.JobStartInfo(cfg, argv, os.Environ(), tags)
 	started := pipeline.StartSinksWith(startCtx, sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
 	if sig := early.Stop(); sig != 0 {
-		return neverStarted(sig, started, cfg.FlushTimeout, early.C, stderr, log)
+		return neverStarted(sig, "starting its trackers", started, cfg.FlushTimeout, early.C, stderr, log)
 	}
 	started.SayLate(pipeline.Trackers(), job, log)
 	started.MarkCreated(tags) // for a restarted bridge: see previousAttempt
@@ -157,7 +168,13 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 		// For the job's report: when by which clock, and the node's figures
 		// (the report then never reads this node's series).
 		endStep(log, "the node's figures", func() {
-			end.Tags[report.TagEndedClock] = forensics.ClockSource("/sys")
+			// Read within the collect timeout, and within the end's own
+			// deadline: a clocksource file that does not answer costs its
+			// tag (clocksource unknown), never the child's exit status.
+			clockCtx, cancelClock := context.WithDeadline(context.Background(),
+				earliest(time.Now().Add(cfg.CollectTimeout), exit.Time.Add(cfg.FlushTimeout)))
+			defer cancelClock()
+			end.Tags[report.TagEndedClock] = forensics.ClockSource(clockCtx, cfg.SysRoot)
 			end.Tags[report.TagFigures] = report.FiguresTag(sess.Acc())
 		})
 	}
@@ -194,6 +211,14 @@ func keepStatus(status *int, code int, log *slog.Logger) {
 	}
 }
 
+// earliest is the earlier of two times.
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // lowerOOMScore takes bridge itself (after the child has forked: the value
 // is inherited, and the training process must stay the OOM killer's
 // choice) out of the OOM killer's choice.
@@ -215,9 +240,9 @@ func lowerOOMScore(log *slog.Logger) {
 // never ran, and one line says so. A run a tracker had already found or
 // created records that end (a run bridge created is not left RUNNING),
 // within the flush timeout; a second signal cuts that short.
-func neverStarted(sig syscall.Signal, started pipeline.Started, flush time.Duration, again <-chan os.Signal, stderr io.Writer, log *slog.Logger) int {
+func neverStarted(sig syscall.Signal, doing string, started pipeline.Started, flush time.Duration, again <-chan os.Signal, stderr io.Writer, log *slog.Logger) int {
 	code := 128 + int(sig)
-	why := fmt.Sprintf("%s arrived while bridge was starting its trackers, before the command started: the command never ran", supervisor.SignalName(sig))
+	why := fmt.Sprintf("%s arrived while bridge was %s, before the command started: the command never ran", supervisor.SignalName(sig), doing)
 	fmt.Fprintf(stderr, "bridge: %s; exit status %d\n", why, code)
 	ctx, cancel := context.WithTimeout(context.Background(), flush)
 	defer cancel()

@@ -19,16 +19,15 @@ var reads = &boundcheck.Rule{
 	Doc: "read a file bridge does not own through " + readerPkg + " (a time and a size bound), not os.ReadFile, os.Open, " +
 		"os.ReadDir, os.Stat, filepath.Glob, syscall.Open, procfs or a read of an *os.File; a file bridge owns (its spool, " +
 		"its lock files) goes on the rule's allowlist (harness/boundcheck/reads_test.go) with its reason",
-	Allow: append(readsAllowed, notYetBounded...),
+	Allow: readsAllowed,
 	Run:   runReads,
 }
 
 // readerPkg is the bounded reader, the one package that makes these calls.
-const readerPkg = "metrics/internal/kfile"
+const readerPkg = "internal/kfile"
 
 var readsAllowed = []boundcheck.Allowed{
 	{Package: readerPkg, Why: "the bounded reader itself"},
-	{Package: "internal/userfile", Why: "the bounded reader of user files"},
 	{Package: "spool", Why: "the spool is bridge's own file: its open runs under OpenWithin's stall bound, every later call on it on the writer goroutine, which nothing waits on past its bound"},
 	{Package: "internal/flock", Why: "bridge's own lock files (the spool's lock), opened to take a flock"},
 	{Package: "internal/attachlock", Why: "bridge's own lock file of one `bridge attach` per run"},
@@ -36,51 +35,10 @@ var readsAllowed = []boundcheck.Allowed{
 	{Package: "docgen", Why: "reads the repository's docs under go generate, never in a job"},
 }
 
-// notYetBounded are the places still to move onto the bounded reader: this
-// list only shrinks.
-var notYetBounded = []boundcheck.Allowed{
-	{Package: "cmd/bridge", Func: "runSync", Why: pending},
-	{Package: "config", Func: "statWithin", Why: pending},
-	{Package: "forensics", Func: "ClockSource", Why: pending},
-	{Package: "metrics/amdgpu", Func: "(*Collector).matchKFD", Why: pending},
-	{Package: "metrics/amdgpu", Func: "exists", Why: pending},
-	{Package: "metrics/amdgpu", Func: "findCards", Why: pending},
-	{Package: "metrics/amdgpu", Func: "findHwmon", Why: pending},
-	{Package: "metrics/amdgpu", Func: "firstLine", Why: pending},
-	{Package: "metrics/amdgpu", Func: "hwmonInput", Why: pending},
-	{Package: "metrics/amdgpu", Func: "keyValues", Why: pending},
-	{Package: "metrics/amdgpu", Func: "kfdTopology", Why: pending},
-	{Package: "metrics/amdgpu", Func: "openable", Why: pending},
-	{Package: "metrics/cgroup", Func: "(*Layout).ProcsDir", Why: pending},
-	{Package: "metrics/cgroup", Func: "FindLayout", Why: pending},
-	{Package: "metrics/cgroup", Func: "LayoutOf", Why: pending},
-	{Package: "metrics/cgroup", Func: "exists", Why: pending},
-	{Package: "metrics/cgroup", Func: "resetPeak", Why: pending},
-	{Package: "metrics/cgroup", Func: "(*Collector).readPeak", Why: pending},
-	{Package: "metrics/gpu", Func: "build", Why: pending},
-	{Package: "metrics/infiniband", Func: "(*Collector).findPorts", Why: pending},
-	{Package: "metrics/infiniband", Func: "New", Why: pending},
-	{Package: "metrics/infiniband", Func: "exists", Why: pending},
-	{Package: "metrics/node", Func: "(*Collector).Detect", Why: pending},
-	{Package: "metrics/node", Func: "New", Why: pending},
-	{Package: "metrics/process", Func: "(*finder).choose", Why: pending},
-	{Package: "metrics/process", Func: "(*statFiles).read", Why: pending},
-	{Package: "metrics/process", Func: "NewTree", Why: pending},
-	{Package: "metrics/process", Func: "getdents", Why: pending},
-	{Package: "metrics/process", Func: "readInto", Why: pending},
-	{Package: "metrics/rapl", Func: "New", Why: pending},
-	{Package: "metrics/scrape", Func: "podIdentity", Why: pending},
-	{Package: "supervisor", Func: "(*Watched).stat", Why: pending},
-	{Package: "supervisor", Func: "Watch", Why: pending},
-	{Package: "tracker/wandb", Func: "netrcPath", Why: pending},
-}
-
-const pending = "not yet through the bounded reader"
-
 // Calls that open, stat or read a path, by types.Func.FullName.
 var readCalls = []string{
 	"os.ReadFile", "os.Open", "os.OpenFile", "os.Create", "os.ReadDir", "os.Stat", "os.Lstat", "os.DirFS",
-	"os.NewFile", "os.OpenRoot", "os.OpenInRoot", "os.CopyFS",
+	"os.NewFile", "os.OpenRoot", "os.OpenInRoot", "os.CopyFS", "os.Readlink",
 	"io/ioutil.ReadFile", "io/ioutil.ReadDir",
 	"path/filepath.Glob", "path/filepath.Walk", "path/filepath.WalkDir",
 	"syscall.Open", "syscall.Openat", "syscall.Stat", "syscall.Lstat",
@@ -95,6 +53,15 @@ var readCalls = []string{
 var readerCalls = []string{
 	"io.ReadAll", "io.ReadFull", "io.ReadAtLeast", "io.Copy", "io.CopyN", "io.CopyBuffer",
 	"bufio.NewScanner", "bufio.NewReader", "bufio.NewReaderSize",
+}
+
+// samplerCalls make a Reader, whose reads run on the caller's goroutine:
+// for collectors only, whose calls bridge stops waiting for.
+var samplerCalls = []string{boundcheck.Module + "/" + readerPkg + ".NewReader", boundcheck.Module + "/" + readerPkg + ".NewPathReader"}
+
+// collector reports whether the package at path is a collector's.
+func collector(path string) bool {
+	return strings.HasPrefix(path, boundcheck.Module+"/metrics/")
 }
 
 func runReads(p *boundcheck.Pass) {
@@ -115,6 +82,8 @@ func runReads(p *boundcheck.Pass) {
 			}
 		case strings.HasPrefix(fn.Pkg().Path(), "github.com/prometheus/procfs") && returnsError(fn):
 			p.Report(call, "%s reads procfs or sysfs with no time bound (and, for some files, no size bound)", name)
+		case slices.Contains(samplerCalls, name) && !collector(p.Pkg.Path):
+			p.Report(call, "%s reads on its caller's goroutine, which only a collector's is bounded (by the Sampler, the Build deadline): use kfile.ReadFile", name)
 		}
 	})
 }
@@ -143,7 +112,8 @@ func TestReadsPlanted(t *testing.T) {
 	want := map[string]string{ // function -> the call it makes
 		"readFile": "os.ReadFile", "openThenRead": "os.Open", "readAll": "io.ReadAll", "scan": "bufio.NewScanner",
 		"readDir": "os.ReadDir", "stat": "os.Stat", "glob": "path/filepath.Glob", "rawOpen": "syscall.Open",
-		"procfsRead": "procfs", "sysfsRead": "sysfs", "fileRead": "(*os.File).Read",
+		"procfsRead": "procfs", "sysfsRead": "sysfs", "fileRead": "(*os.File).Read", "readlink": "os.Readlink",
+		"readerOutsideCollector": "kfile.NewPathReader",
 	}
 	got := map[string][]string{}
 	for _, f := range bad {

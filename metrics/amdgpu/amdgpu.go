@@ -31,8 +31,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Name is the collector's name in `bridge sample` and the registrations.
@@ -47,6 +47,9 @@ var ErrNoneForJob = errors.New("no AMD GPU for this job")
 
 // Options configure a Collector.
 type Options struct {
+	// Context bounds New's reads (a Build's deadline); nil: none but
+	// kfile's own.
+	Context context.Context
 	// SysRoot is where sysfs is mounted; "" means /sys.
 	SysRoot string
 	// DevRoot is where the device files are (the render nodes in dri/);
@@ -133,8 +136,12 @@ func New(opts Options) (*Collector, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	if opts.Context == nil {
+		opts.Context = context.Background()
+	}
+	sys := driverFiles{ctx: opts.Context, log: opts.Log.With("source", Name)}
 	drm := filepath.Join(opts.SysRoot, "class/drm")
-	cards, err := findCards(opts.SysRoot)
+	cards, err := sys.findCards(opts.SysRoot)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: no %s", ErrNoGPU, drm)
 	}
@@ -144,7 +151,7 @@ func New(opts Options) (*Collector, error) {
 	if len(cards) == 0 {
 		return nil, fmt.Errorf("%w: no card in %s is driven by amdgpu", ErrNoGPU, drm)
 	}
-	nodes, haveKFD, err := kfdTopology(opts.SysRoot)
+	nodes, haveKFD, err := sys.kfdTopology(opts.SysRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +159,7 @@ func New(opts Options) (*Collector, error) {
 		files: kfile.NewPathReader(kfile.Options{Size: 64, Absent: true}), vram: kfile.NewPathReader(kfile.Options{Size: 64})}
 	listed, dropped := rocmOrder(cards, nodes, haveKFD)
 	c.notes = append(c.notes, dropped...)
-	listed, dropped = openable(listed, opts.DevRoot)
+	listed, dropped = sys.openable(listed, opts.DevRoot)
 	c.notes = append(c.notes, dropped...)
 	ids := make([]visibleGPU, len(listed))
 	for i, cd := range listed {
@@ -166,7 +173,11 @@ func New(opts Options) (*Collector, error) {
 		c.log.Info("AMD GPUs left out of the job's", "why", strings.Join(c.notes, "; "))
 	}
 	for i, k := range keep {
-		c.gpus = append(c.gpus, newGPU(*listed[k], opts.Offset+i))
+		c.gpus = append(c.gpus, sys.newGPU(*listed[k], opts.Offset+i))
+	}
+	if err := opts.Context.Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("%w: finding the AMD GPUs' files: %w", kfile.ErrNoAnswer, err)
 	}
 	if len(c.gpus) == 0 {
 		return nil, fmt.Errorf("%w: %d amdgpu cards on the node, none left: %s", ErrNoneForJob, len(cards), strings.Join(c.notes, "; "))
@@ -175,10 +186,10 @@ func New(opts Options) (*Collector, error) {
 }
 
 // newGPU finds the files card c answers, for gpu_<index>_.
-func newGPU(c card, index int) *gpu {
+func (s driverFiles) newGPU(c card, index int) *gpu {
 	g := &gpu{card: c, index: index}
 	has := func(path string) string {
-		if path != "" && exists(path) {
+		if path != "" && kfile.Exists(s.ctx, path) {
 			return path
 		}
 		return ""
@@ -191,9 +202,9 @@ func newGPU(c card, index int) *gpu {
 	add(filepath.Join(c.dev, "gpu_busy_percent"), metrics.GPUUtilization, 1)
 	add(filepath.Join(c.dev, "mem_busy_percent"), metrics.GPUMemoryControllerUtilization, 1)
 	if c.hwmon != "" {
-		add(hwmonInput(c.hwmon, "temp", "edge", "junction"), metrics.GPUTemperature, 1e-3) // m°C
-		add(hwmonInput(c.hwmon, "freq", "sclk"), metrics.GPUSMClock, 1e-6)                 // Hz
-		add(hwmonInput(c.hwmon, "freq", "mclk"), metrics.GPUMemoryClock, 1e-6)
+		add(s.hwmonInput(c.hwmon, "temp", "edge", "junction"), metrics.GPUTemperature, 1e-3) // m°C
+		add(s.hwmonInput(c.hwmon, "freq", "sclk"), metrics.GPUSMClock, 1e-6)                 // Hz
+		add(s.hwmonInput(c.hwmon, "freq", "mclk"), metrics.GPUMemoryClock, 1e-6)
 		// Average power where the GPU gives it, else the instant one: not
 		// every product has both.
 		g.power = has(filepath.Join(c.hwmon, "power1_average"))
@@ -211,27 +222,21 @@ func newGPU(c card, index int) *gpu {
 
 // hwmonInput is the <kind>K_input of hwmon dir whose <kind>K_label is the
 // first of labels present, else <kind>1_input ("" when there is none).
-func hwmonInput(dir, kind string, labels ...string) string {
+func (s driverFiles) hwmonInput(dir, kind string, labels ...string) string {
 	for _, want := range labels {
-		ls, _ := filepath.Glob(filepath.Join(dir, kind+"*_label"))
-		for _, l := range ls {
-			if firstLine(l) == want {
+		for _, l := range s.names(dir, kind, "_label") {
+			if s.firstLine(l) == want {
 				in := strings.TrimSuffix(l, "_label") + "_input"
-				if exists(in) {
+				if kfile.Exists(s.ctx, in) {
 					return in
 				}
 			}
 		}
 	}
-	if in := filepath.Join(dir, kind+"1_input"); exists(in) {
+	if in := filepath.Join(dir, kind+"1_input"); kfile.Exists(s.ctx, in) {
 		return in
 	}
 	return ""
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
 
 // Name implements metrics.Collector.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -35,7 +36,7 @@ func BenchmarkCollect(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			ctx := context.Background()
+			ctx := kfile.Bounded(context.Background()) // as the Sampler gives it: its reads run inline
 			var pts metrics.Batch
 			b.ReportAllocs()
 			for b.Loop() {

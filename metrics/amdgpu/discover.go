@@ -1,16 +1,18 @@
 package amdgpu
 
 import (
-	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
+	"log/slog"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // card is one amdgpu DRM card as found under <sys>/class/drm.
@@ -29,50 +31,77 @@ type card struct {
 
 var cardName = regexp.MustCompile(`^card([0-9]+)$`)
 
+// driverFiles reads the driver's files through the bounded reader, under ctx,
+// and says once (at warn) when one that should hold a value is no regular
+// file of one (a FIFO, /dev/zero): the value is then unknown.
+type driverFiles struct {
+	ctx context.Context
+	log *slog.Logger
+}
+
 // findCards lists the DRM cards the amdgpu driver drives, in card-number
 // order. A card whose device has no uevent, or another driver, is not
 // one. (procfs's ClassDRMCardAMDGPUStats globs card[0-9] and would miss
 // card10 and later: large nodes number their GPUs card1, card9, ...,
-// card57.)
-func findCards(sysRoot string) ([]*card, error) {
+// card57.) It fails when ctx ends.
+func (s driverFiles) findCards(sysRoot string) ([]*card, error) {
 	dir := filepath.Join(sysRoot, "class/drm")
-	ents, err := os.ReadDir(dir)
+	names, err := kfile.ReadDirNames(s.ctx, dir, kfile.Entries)
 	if err != nil {
 		return nil, err
 	}
 	var out []*card
-	for _, e := range ents {
-		m := cardName.FindStringSubmatch(e.Name())
+	for _, name := range names {
+		m := cardName.FindStringSubmatch(name)
 		if m == nil {
 			continue
 		}
 		n, _ := strconv.Atoi(m[1])
-		c := &card{name: e.Name(), num: n, dev: filepath.Join(dir, e.Name(), "device"), render: -1, kfdNode: -1}
-		ue, err := keyValues(filepath.Join(c.dev, "uevent"), "=")
+		c := &card{name: name, num: n, dev: filepath.Join(dir, name, "device"), render: -1, kfdNode: -1}
+		ue, err := s.keyValues(filepath.Join(c.dev, "uevent"), "=")
 		if err != nil || ue["DRIVER"] != "amdgpu" {
 			continue
 		}
 		c.pci = ue["PCI_SLOT_NAME"]
-		c.uniqueID = firstLine(filepath.Join(c.dev, "unique_id"))
-		c.product = firstLine(filepath.Join(c.dev, "product_name"))
-		if rs, _ := filepath.Glob(filepath.Join(c.dev, "drm", "renderD*")); len(rs) > 0 {
+		c.uniqueID = s.firstLine(filepath.Join(c.dev, "unique_id"))
+		c.product = s.firstLine(filepath.Join(c.dev, "product_name"))
+		if rs := s.names(filepath.Join(c.dev, "drm"), "renderD", ""); len(rs) > 0 {
 			if m, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(rs[0]), "renderD")); err == nil {
 				c.render = m
 			}
 		}
-		c.hwmon = findHwmon(c.dev)
+		c.hwmon = s.findHwmon(c.dev)
 		out = append(out, c)
+	}
+	if err := s.ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: reading %s: %w", kfile.ErrNoAnswer, dir, err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].num < out[j].num })
 	return out, nil
 }
 
+// names are the paths of the entries of dir whose name has prefix and
+// suffix, in name order (filepath.Glob of dir/prefix*suffix); none when
+// dir cannot be listed.
+func (s driverFiles) names(dir, prefix, suffix string) []string {
+	ents, err := kfile.ReadDirNames(s.ctx, dir, kfile.Entries)
+	if err != nil && !kfile.IsAbsent(err) {
+		s.log.Warn("cannot list an AMD GPU's sysfs directory", "path", dir, "err", err)
+	}
+	var out []string
+	for _, n := range ents {
+		if strings.HasPrefix(n, prefix) && strings.HasSuffix(n, suffix) && len(n) >= len(prefix)+len(suffix) {
+			out = append(out, filepath.Join(dir, n))
+		}
+	}
+	return out
+}
+
 // findHwmon is the card's hwmon directory named amdgpu (its number is not
 // stable: found by name).
-func findHwmon(dev string) string {
-	dirs, _ := filepath.Glob(filepath.Join(dev, "hwmon", "hwmon*"))
-	for _, d := range dirs {
-		if firstLine(filepath.Join(d, "name")) == "amdgpu" {
+func (s driverFiles) findHwmon(dev string) string {
+	for _, d := range s.names(filepath.Join(dev, "hwmon"), "hwmon", "") {
+		if s.firstLine(filepath.Join(d, "name")) == "amdgpu" {
 			return d
 		}
 	}
@@ -88,31 +117,31 @@ type kfdNode struct {
 
 // kfdTopology lists the GPU nodes of <sys>/class/kfd/kfd/topology/nodes
 // in node order (a node with gpu_id 0 is a CPU). ok is false without KFD.
-func kfdTopology(sysRoot string) (nodes []kfdNode, ok bool, err error) {
+func (s driverFiles) kfdTopology(sysRoot string) (nodes []kfdNode, ok bool, err error) {
 	dir := filepath.Join(sysRoot, "class/kfd/kfd/topology/nodes")
-	ents, err := os.ReadDir(dir)
+	names, err := kfile.ReadDirNames(s.ctx, dir, kfile.Entries)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
+	for _, name := range names {
+		n, err := strconv.Atoi(name)
 		if err != nil {
 			continue
 		}
-		id := firstLine(filepath.Join(dir, e.Name(), "gpu_id"))
+		id := s.firstLine(filepath.Join(dir, name, "gpu_id"))
 		if id == "" || id == "0" {
 			continue
 		}
-		props, err := keyValues(filepath.Join(dir, e.Name(), "properties"), " ")
+		props, err := s.keyValues(filepath.Join(dir, name, "properties"), " ")
 		if err != nil {
 			return nil, true, fmt.Errorf("reading the KFD topology: %w", err)
 		}
 		minor, err := strconv.Atoi(props["drm_render_minor"])
 		if err != nil {
-			return nil, true, fmt.Errorf("reading the KFD topology: %s has no drm_render_minor", filepath.Join(dir, e.Name(), "properties"))
+			return nil, true, fmt.Errorf("reading the KFD topology: %s has no drm_render_minor", filepath.Join(dir, name, "properties"))
 		}
 		nodes = append(nodes, kfdNode{node: n, gpuID: id, renderMinor: minor})
 	}
@@ -155,14 +184,14 @@ func rocmOrder(cards []*card, nodes []kfdNode, haveKFD bool) (out []*card, dropp
 // openable keeps the cards whose render node is in devRoot/dri: ROCm lists
 // only the GPUs it can open, and a container is given only its GPUs' device
 // files while its /sys shows every GPU of the node.
-func openable(cards []*card, devRoot string) (out []*card, dropped []string) {
+func (s driverFiles) openable(cards []*card, devRoot string) (out []*card, dropped []string) {
 	for _, c := range cards {
 		node := filepath.Join(devRoot, "dri", "renderD"+strconv.Itoa(c.render))
 		if c.render < 0 {
 			dropped = append(dropped, fmt.Sprintf("%s (%s): no render node", c.name, c.pci))
 			continue
 		}
-		if _, err := os.Stat(node); err != nil {
+		if _, err := kfile.Stat(s.ctx, node); err != nil {
 			dropped = append(dropped, fmt.Sprintf("%s (%s): %s is not here (a container is given only its own GPUs)", c.name, c.pci, node))
 			continue
 		}
@@ -172,29 +201,38 @@ func openable(cards []*card, devRoot string) (out []*card, dropped []string) {
 }
 
 // keyValues reads a file of "key<sep>value" lines (uevent, KFD properties).
-func keyValues(path, sep string) (map[string]string, error) {
-	f, err := os.Open(path)
+func (s driverFiles) keyValues(path, sep string) (map[string]string, error) {
+	b, err := kfile.ReadFile(s.ctx, path, kfile.Table)
 	if err != nil {
-		return nil, err
+		s.warn(path, err)
+		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	defer f.Close()
 	out := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), sep)
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, sep)
 		if ok {
 			out[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // firstLine is the file's first line, trimmed; "" when it cannot be read.
-func firstLine(path string) string {
-	b, err := os.ReadFile(path)
+func (s driverFiles) firstLine(path string) string {
+	b, err := kfile.ReadFile(s.ctx, path, kfile.Value)
 	if err != nil {
+		s.warn(path, err)
 		return ""
 	}
-	s, _, _ := strings.Cut(string(b), "\n")
-	return strings.TrimSpace(s)
+	line, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(line)
+}
+
+// warn says that a file the driver should have filled with a value is no
+// regular file of one, or did not answer; a file that is simply not there
+// (an older GPU) is normal.
+func (s driverFiles) warn(path string, err error) {
+	if errors.Is(err, kfile.ErrNotRegular) || errors.Is(err, kfile.ErrTooLarge) || errors.Is(err, kfile.ErrNoAnswer) {
+		s.log.Warn("an AMD GPU's sysfs file is unreadable; its value is unknown", "path", path, "err", err)
+	}
 }

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // KFD lists each process that holds /dev/kfd as <sys>/class/kfd/kfd/proc/
@@ -39,7 +38,7 @@ func (c *Collector) collectProcesses(ctx context.Context, b *metrics.Batch) erro
 		return nil // no child yet, or it has exited
 	}
 	dir := filepath.Join(c.sysRoot, "class/kfd/kfd/proc")
-	m, err := c.matchKFD(dir, tree)
+	m, err := c.matchKFD(ctx, dir, tree)
 	if m.listed {
 		c.noteMatch(m)
 		b.Add(metrics.ProcessGPUProcesses, float64(m.Matched), dir)
@@ -56,9 +55,9 @@ func (c *Collector) collectProcesses(ctx context.Context, b *metrics.Batch) erro
 }
 
 // matchKFD reads the KFD process list under dir against tree.
-func (c *Collector) matchKFD(dir string, tree []int) (kfdMatch, error) {
+func (c *Collector) matchKFD(ctx context.Context, dir string, tree []int) (kfdMatch, error) {
 	var m kfdMatch
-	ents, err := os.ReadDir(dir)
+	ents, err := kfile.ReadDirNames(ctx, dir, kfile.Entries)
 	if errors.Is(err, fs.ErrNotExist) {
 		return kfdMatch{listed: true}, nil // no process has opened /dev/kfd since the driver loaded
 	}
@@ -71,14 +70,17 @@ func (c *Collector) matchKFD(dir string, tree []int) (kfdMatch, error) {
 		in[strconv.Itoa(pid)] = true
 	}
 	var errs []error
-	for _, e := range ents {
-		files, err := os.ReadDir(filepath.Join(dir, e.Name()))
+	for _, pid := range ents {
+		files, err := kfile.ReadDirNames(ctx, filepath.Join(dir, pid), kfile.Entries)
+		if errors.Is(err, kfile.ErrNoAnswer) {
+			return m, err
+		}
 		if err != nil {
 			continue // the process released /dev/kfd meanwhile
 		}
 		names := make(map[string]bool, len(files))
 		for _, f := range files {
-			names[f.Name()] = true
+			names[f] = true
 		}
 		for _, g := range c.gpus {
 			file := "vram_" + g.gpuID
@@ -86,11 +88,11 @@ func (c *Collector) matchKFD(dir string, tree []int) (kfdMatch, error) {
 				continue
 			}
 			m.Processes++
-			if !in[e.Name()] {
+			if !in[pid] {
 				continue
 			}
 			m.Matched++
-			path := filepath.Join(dir, e.Name(), file)
+			path := filepath.Join(dir, pid, file)
 			v, err := c.readBytes(path)
 			if errors.Is(err, fs.ErrNotExist) {
 				continue

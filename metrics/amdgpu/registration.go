@@ -25,6 +25,7 @@ var Registration = metrics.Registration{
 			}
 		}
 		o := Options{
+			Context:   env.Context,
 			SysRoot:   env.Roots.Sys,
 			Offset:    offset,
 			LookupEnv: env.LookupEnv, // what the child inherits

@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // A file missing from the cgroup (memory.pressure without PSI here) is not
 // opened on every sample: a file created after the first sample is not seen
 // until it is probed again, at sample kfile.AbsentLookups+1. (The Reader's
-// own tests count the opens: metrics/internal/kfile.)
+// own tests count the opens: internal/kfile.)
 func TestAbsentFileReprobedAfterRounds(t *testing.T) {
 	f, _, leaf := k8sV2(t, map[string]string{"memory.pressure": "-"}, nil)
 	c := f.collector()

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -87,7 +86,7 @@ type Collector struct {
 	files *files // descriptors kept open on cgroupfs and procfs
 	// peak is v2's memory.peak opened and reset for bridge (StartPeak,
 	// UsePeak); nil: memory.peak is read as any other file.
-	peak atomic.Pointer[os.File]
+	peak atomic.Pointer[resetFile]
 
 	mu     sync.Mutex
 	logged map[string]bool // "no data" debug lines already written
@@ -109,7 +108,7 @@ func New(l *Layout, log *slog.Logger) *Collector {
 func (c *Collector) Close() error {
 	c.files.close()
 	if f := c.peak.Swap(nil); f != nil {
-		f.Close()
+		f.r.Close()
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // files reads the cgroup files (and <proc>/stat) through one kfile.Reader:
@@ -26,7 +26,7 @@ type files struct {
 }
 
 func newFiles(now func() time.Time) *files {
-	return &files{r: kfile.NewPathReader(kfile.Options{Absent: true, Now: now})}
+	return &files{r: kfile.NewPathReader(kfile.Options{Max: kfile.Table, Absent: true, Now: now})}
 }
 
 // read reads the whole file at path. A missing file is ("", false, nil);

@@ -1,6 +1,8 @@
 package cgroup
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // Controllers this collector reads, by their v1 names.
@@ -31,7 +35,7 @@ const hostRoot = "/sys/fs/cgroup"
 
 // Layout is the cgroup layout under a root, found once (FindLayout): its
 // mode, the cgroup filesystems mounted there (from the mountinfo of the
-// process it was found for, through procfs), and that process's cgroup
+// process it was found for), and that process's cgroup
 // in each. The cgroup collector reads the process's cgroups; the process
 // collector looks for the child's tree in the child's. It is read-only
 // once found: safe for concurrent use.
@@ -46,6 +50,9 @@ type Layout struct {
 
 // Options say where to find a Layout. Zero values take the defaults shown.
 type Options struct {
+	// Context bounds the reads (a Build's deadline); nil: none but the
+	// bounded reader's own.
+	Context    context.Context
 	ProcRoot   string // "/proc"
 	CgroupRoot string // "/sys/fs/cgroup"; only cgroup mounts at or under it count
 	PID        int    // os.Getpid(): the child shares bridge's cgroup
@@ -78,24 +85,28 @@ func FindLayout(opts Options) (*Layout, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	if opts.Context == nil {
+		opts.Context = context.Background()
+	}
 	log := opts.Log.With("source", "cgroup")
 	if err := checkMode(opts); err != nil {
 		return nil, err
 	}
 	procDir := filepath.Join(opts.ProcRoot, strconv.Itoa(opts.PID))
-	pfs, err := procfs.NewFS(opts.ProcRoot)
-	if err != nil {
-		return nil, fmt.Errorf("%w: proc root %s: %w", ErrUnavailable, opts.ProcRoot, err)
-	}
-	proc, err := pfs.Proc(opts.PID)
-	if err != nil {
+	if st, err := kfile.Stat(opts.Context, procDir); err != nil || !st.IsDir() {
+		if err == nil {
+			err = fmt.Errorf("%s is not a directory", procDir)
+		}
 		return nil, fmt.Errorf("%w: process %d under %s: %w", ErrUnavailable, opts.PID, opts.ProcRoot, err)
 	}
-	cgs, err := proc.Cgroups()
+	cgs, err := readCgroups(opts.Context, opts.ProcRoot, opts.PID)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading %s: %w", ErrUnavailable, filepath.Join(procDir, "cgroup"), err)
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	mounts, err := pfs.GetProcMounts(opts.PID)
+	mounts, err := readMounts(opts.Context, opts.ProcRoot, opts.PID)
+	if errors.Is(err, kfile.ErrNoAnswer) {
+		return nil, err
+	}
 	if err != nil {
 		// Without mountinfo the conventional layout under CgroupRoot is
 		// still a good guess; resolve notes what it assumed.
@@ -115,7 +126,7 @@ func FindLayout(opts Options) (*Layout, error) {
 	}
 	l.mode = opts.Mode
 	l.resolve(cgs)
-	l.markRoots()
+	l.markRoots(opts.Context)
 	for _, n := range l.notes {
 		log.Debug(n)
 	}
@@ -170,16 +181,8 @@ func (l *Layout) Paths() map[string]string {
 // mounted in this layout, the deepest cgroup with a cgroup.procs file. ""
 // when pid sits at the top of every hierarchy this view shows (the search
 // gains nothing over a scan), or nothing is found.
-func (l *Layout) ProcsDir(pid int) string {
-	pfs, err := procfs.NewFS(l.procRoot)
-	if err != nil {
-		return ""
-	}
-	proc, err := pfs.Proc(pid)
-	if err != nil {
-		return ""
-	}
-	cgs, err := proc.Cgroups()
+func (l *Layout) ProcsDir(ctx context.Context, pid int) string {
+	cgs, err := readCgroups(ctx, l.procRoot, pid)
 	if err != nil {
 		return ""
 	}
@@ -195,7 +198,7 @@ func (l *Layout) ProcsDir(pid int) string {
 			continue
 		}
 		dir := filepath.Join(m.MountPoint, rel)
-		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err == nil {
+		if kfile.Exists(ctx, filepath.Join(dir, "cgroup.procs")) {
 			best, bestDepth = dir, depth
 		}
 	}
@@ -345,9 +348,9 @@ func (l *Layout) resolve(cgroups []procfs.Cgroup) {
 }
 
 // markRoots marks the places that are the root cgroup of their hierarchy.
-func (l *Layout) markRoots() {
+func (l *Layout) markRoots(ctx context.Context) {
 	for name, p := range l.places {
-		if isRootCgroup(p.dir, p.v1) {
+		if isRootCgroup(ctx, p.dir, p.v1) {
 			p.root = true
 			l.places[name] = p
 		}
@@ -360,16 +363,12 @@ func (l *Layout) markRoots() {
 // cgroup.events in every cgroup but the root. A cgroup namespace's root
 // or a bind-mounted container cgroup is no root: it has the files of any
 // other cgroup, whatever path /proc/<pid>/cgroup gives ("/").
-func isRootCgroup(dir string, v1 bool) bool {
+func isRootCgroup(ctx context.Context, dir string, v1 bool) bool {
+	exists := func(name string) bool { return kfile.Exists(ctx, filepath.Join(dir, name)) }
 	if v1 {
-		return exists(filepath.Join(dir, "cgroup.sane_behavior")) || exists(filepath.Join(dir, "release_agent"))
+		return exists("cgroup.sane_behavior") || exists("release_agent")
 	}
-	return exists(filepath.Join(dir, "cgroup.controllers")) && !exists(filepath.Join(dir, "cgroup.events"))
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
+	return exists("cgroup.controllers") && !exists("cgroup.events")
 }
 
 // AtRoot are the controllers (memory, cpu, cpuacct, cpuset, pids, unified)

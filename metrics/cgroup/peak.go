@@ -1,12 +1,13 @@
 package cgroup
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // The kernel's memory high-water mark (memory.peak on v2,
@@ -29,12 +30,8 @@ type PeakStart struct {
 	// Why says why it was not reset; "" when it was.
 	Why string
 
-	f *os.File // the reset descriptor; nil without a reset
+	f *resetFile // the reset descriptor; nil without a reset
 }
-
-// cgroup2Magic is CGROUP2_SUPER_MAGIC: only a memory.peak on cgroup2 is
-// ever written (a fixture tree's is a regular file).
-const cgroup2Magic = 0x63677270
 
 // StartPeak reads the memory high-water mark before the job starts and,
 // on cgroup v2, resets it for a descriptor of bridge's own where the
@@ -46,9 +43,9 @@ const cgroup2Magic = 0x63677270
 // on Debian 12's 6.1 in e2e/cgroupv2). v1 is never reset: a write to
 // memory.max_usage_in_bytes resets it for every reader.
 //
-// Call it once, before the job starts; hand the result to UsePeak before
-// sampling, or Discard it.
-func (c *Collector) StartPeak() PeakStart {
+// Call it once, before the job starts, within ctx; hand the result to
+// UsePeak before sampling, or Discard it.
+func (c *Collector) StartPeak(ctx context.Context) PeakStart {
 	p, ok := c.lay.places[ctlMemory]
 	if !ok || p.root {
 		return PeakStart{Why: "no memory cgroup of a container"}
@@ -78,31 +75,42 @@ func (c *Collector) StartPeak() PeakStart {
 		ps.Why = "cgroup v1: a reset of " + v1PeakFile + " would reset it for every reader"
 		return ps
 	}
-	ps.f, ps.Why = resetPeak(path)
-	ps.Reset = ps.f != nil
+	h, why := resetPeak(ctx, path)
+	if h != nil {
+		ps.f = &resetFile{h}
+	}
+	ps.Reset, ps.Why = h != nil, why
 	return ps
 }
 
 // resetPeak opens a v2 memory.peak for reading and writing and resets the
-// mark for that open file; it returns the file, or why it cannot.
-func resetPeak(path string) (*os.File, string) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
+// mark for that open file (only a memory.peak on cgroup2 is ever written:
+// a fixture tree's is a regular file); it returns the file, or why it
+// cannot.
+func resetPeak(ctx context.Context, path string) (*kfile.Handle, string) {
+	h, err := kfile.OpenCgroup2(ctx, path)
+	switch {
+	case errors.Is(err, kfile.ErrNotCgroup2):
+		return nil, path + " is not on a cgroup2 filesystem"
+	case err != nil:
 		return nil, "bridge may not open memory.peak for writing, which a reset needs: " + err.Error()
 	}
-	var st syscall.Statfs_t
-	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil || st.Type != cgroup2Magic {
-		f.Close()
-		return nil, path + " is not on a cgroup2 filesystem"
-	}
-	if _, err := f.Write([]byte("reset\n")); err != nil {
-		f.Close()
+	if err := h.Write(ctx, []byte("reset\n")); err != nil {
+		h.Close()
 		if errors.Is(err, syscall.EINVAL) {
 			return nil, "the kernel cannot reset memory.peak for one reader (Linux before 6.12): " + err.Error()
 		}
 		return nil, "the kernel refused to reset memory.peak for one reader: " + err.Error()
 	}
-	return f, ""
+	return h, ""
+}
+
+// resetFile is memory.peak opened and reset for bridge (a *kfile.Handle).
+type resetFile struct {
+	r interface {
+		Read(buf []byte) ([]byte, error)
+		Close() error
+	}
 }
 
 // UsePeak makes the collector read memory.peak through ps's reset
@@ -114,7 +122,7 @@ func (c *Collector) UsePeak(ps PeakStart) {
 		return
 	}
 	if old := c.peak.Swap(ps.f); old != nil {
-		old.Close()
+		old.r.Close()
 	}
 }
 
@@ -122,22 +130,21 @@ func (c *Collector) UsePeak(ps PeakStart) {
 // to UsePeak.
 func (ps PeakStart) Discard() {
 	if ps.f != nil {
-		ps.f.Close()
+		ps.f.r.Close()
 	}
 }
 
 // readPeak reads memory.peak through the reset descriptor; ok is false
-// without one. Close may close it during the read: an *os.File closes its
-// descriptor once the read is over, and the read then fails.
+// without one. Close may close it during the read: the read then fails.
 func (c *Collector) readPeak() (s string, ok bool, err error) {
-	f := c.peak.Load()
-	if f == nil {
+	h := c.peak.Load()
+	if h == nil {
 		return "", false, nil
 	}
 	var buf [32]byte // a decimal uint64 and a newline
-	n, err := f.ReadAt(buf[:], 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return "", true, fmt.Errorf("reading %s (bridge's reset descriptor): %w", f.Name(), err)
+	b, err := h.r.Read(buf[:0])
+	if err != nil {
+		return "", true, fmt.Errorf("bridge's reset descriptor: %w", err)
 	}
-	return string(buf[:n]), true, nil
+	return string(b), true, nil
 }

@@ -1,6 +1,9 @@
 package cgroup
 
 import (
+	"context"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +17,7 @@ import (
 func TestStartPeak(t *testing.T) {
 	f, _, ctr := k8sV2(t, nil, nil)
 	c := f.collector()
-	ps := c.StartPeak()
+	ps := c.StartPeak(context.Background())
 	defer ps.Discard()
 	if !ps.Known || ps.Bytes != 400*mib || ps.Reset || ps.File != "memory.peak" || !strings.Contains(ps.Why, "not on a cgroup2 filesystem") {
 		t.Errorf("v2 fixture: %+v", ps)
@@ -24,7 +27,7 @@ func TestStartPeak(t *testing.T) {
 	}
 
 	v := newV1(t, ModeV1, nil, nil, nil)
-	ps = v.f.collector().StartPeak()
+	ps = v.f.collector().StartPeak(context.Background())
 	if !ps.Known || ps.Bytes != 400*mib || ps.Reset || ps.File != "memory.max_usage_in_bytes" || !strings.Contains(ps.Why, "every reader") {
 		t.Errorf("v1: %+v", ps)
 	}
@@ -33,7 +36,7 @@ func TestStartPeak(t *testing.T) {
 	r.procCgroup("0::/")
 	r.mountV2("", "/")
 	r.files(r.cg, v2Root(), nil)
-	if ps := r.collector().StartPeak(); ps.Known || ps.Reset {
+	if ps := r.collector().StartPeak(context.Background()); ps.Known || ps.Reset {
 		t.Errorf("root: %+v", ps)
 	}
 }
@@ -52,7 +55,7 @@ func TestUsePeakReadsThroughTheResetDescriptor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.UsePeak(PeakStart{Known: true, Reset: true, f: fd})
+	c.UsePeak(PeakStart{Known: true, Reset: true, f: &resetFile{osFile{fd}}})
 	pts := collect(t, c)
 	wantValue(t, pts, "container_memory_peak_megabytes", 1048576/1e6)
 	wantValue(t, pts, "container_memory_usage_megabytes", 300*mib/1e6)
@@ -60,4 +63,16 @@ func TestUsePeakReadsThroughTheResetDescriptor(t *testing.T) {
 	if _, err := fd.Stat(); err == nil {
 		t.Error("Close left the reset descriptor open")
 	}
+}
+
+// osFile reads a fixture's file as kfile.Handle reads the kernel's.
+type osFile struct{ *os.File }
+
+func (f osFile) Read(buf []byte) ([]byte, error) {
+	buf = buf[:cap(buf)]
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return buf[:0], err
+	}
+	return buf[:n], nil
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/cgrouptest"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // The collector keeps its cgroup files open and re-reads them with pread.

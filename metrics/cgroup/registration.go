@@ -4,10 +4,10 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
-
-	"github.com/prometheus/procfs"
+	"strconv"
 
 	"github.com/bridge-dev/bridge/config/option"
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -56,12 +56,12 @@ type layoutKey struct{}
 // looked for in it. Under another proc root than /proc, bridge's own pid
 // is that root's "self".
 func LayoutOf(env metrics.Env) (*Layout, error) {
-	v, err := env.Shared.Once(layoutKey{}, func() (any, error) {
-		o := Options{ProcRoot: env.Roots.Proc, CgroupRoot: env.Roots.Cgroup, Log: env.Log}
+	v, err := env.Shared.Once(env.Context, layoutKey{}, func() (any, error) {
+		o := Options{Context: env.Context, ProcRoot: env.Roots.Proc, CgroupRoot: env.Roots.Cgroup, Log: env.Log}
 		if filepath.Clean(o.ProcRoot) != "/proc" {
-			if fs, err := procfs.NewFS(o.ProcRoot); err == nil {
-				if self, err := fs.Self(); err == nil {
-					o.PID = self.PID
+			if self, err := kfile.Readlink(env.Context, filepath.Join(o.ProcRoot, "self")); err == nil {
+				if pid, err := strconv.Atoi(self); err == nil {
+					o.PID = pid
 				}
 			}
 		}

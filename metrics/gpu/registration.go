@@ -1,12 +1,12 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
-	"github.com/prometheus/procfs"
-
 	"github.com/bridge-dev/bridge/config/option"
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/process"
 )
@@ -40,7 +40,10 @@ var Registration = metrics.Registration{
 // fault: the proc root the tree is read under (not a directory procfs can
 // read), or a malformed --gpus.
 func build(env metrics.Env) (metrics.Collector, error) {
-	if _, err := procfs.NewFS(env.Roots.Proc); err != nil {
+	if st, err := kfile.Stat(env.Context, env.Roots.Proc); err != nil || !st.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
 		return nil, fmt.Errorf("--proc-root / BRIDGE_PROC_ROOT %q: %w", env.Roots.Proc, err)
 	}
 	tree, err := process.TreeOf(env)

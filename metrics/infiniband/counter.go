@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/internal/counter"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // portCounter follows one counter file of a port from its first reading,

@@ -6,7 +6,8 @@
 // whoever uses them: the series are node_.
 //
 // The devices, their ports and their state, rate and link layer are found
-// once, by New, through prometheus/procfs; a node without
+// once, by New, as prometheus/procfs reads them but through the bounded
+// reader (internal/kfile); a node without
 // <sys>/class/infiniband gets no collector at all, so it pays nothing per
 // sample. Each sample then reads only the counter files it reports (each
 // read sends the HCA a management datagram), through kfile.
@@ -19,7 +20,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -28,11 +28,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/procfs/sysfs"
-
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/internal/counter"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Name is the collector's name in `bridge sample` and the registrations.
@@ -43,6 +41,9 @@ var ErrUnavailable = errors.New("no InfiniBand or RoCE port")
 
 // Options configure a Collector.
 type Options struct {
+	// Context bounds New's reads (a Build's deadline); nil: none but
+	// kfile's own.
+	Context context.Context
 	// SysRoot is where sysfs is mounted; "" means /sys.
 	SysRoot string
 	// Log receives notes about counters that cannot be read; nil discards
@@ -111,12 +112,11 @@ func New(opts Options) (*Collector, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	classDir := filepath.Join(opts.SysRoot, "class/infiniband")
-	sfs, err := sysfs.NewFS(opts.SysRoot)
-	if err != nil {
-		return nil, fmt.Errorf("%w: sysfs at %s: %w", ErrUnavailable, opts.SysRoot, err)
+	if opts.Context == nil {
+		opts.Context = context.Background()
 	}
-	names, err := sfs.InfiniBandClassDevices()
+	classDir := filepath.Join(opts.SysRoot, "class/infiniband")
+	names, err := kfile.ReadDirNames(opts.Context, classDir, kfile.Entries)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: no %s", ErrUnavailable, classDir)
 	}
@@ -125,9 +125,12 @@ func New(opts Options) (*Collector, error) {
 	}
 	c := &Collector{sysRoot: opts.SysRoot, now: opts.Now, log: opts.Log.With("source", Name), noted: map[string]bool{},
 		files: kfile.NewPathReader(kfile.Options{Size: 64, Absent: true})}
-	sort.Strings(names)
 	for _, name := range names {
-		c.ports = append(c.ports, c.findPorts(sfs, classDir, name)...)
+		ports, err := c.findPorts(opts.Context, classDir, name)
+		if err != nil {
+			return nil, err
+		}
+		c.ports = append(c.ports, ports...)
 	}
 	if len(c.ports) == 0 {
 		return nil, fmt.Errorf("%w: no port under %s", ErrUnavailable, classDir)
@@ -135,33 +138,31 @@ func New(opts Options) (*Collector, error) {
 	return c, nil
 }
 
-// findPorts lists the ports of device name. Its facts come from procfs's
-// reading of the whole device; a device procfs cannot read (a driver
-// without fw_ver, a malformed file) still has its ports read, with the
-// facts unknown and why.
-func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
-	byNum := map[string]facts{}
-	dev, err := sfs.InfiniBandDevice(name)
-	if err == nil {
-		for n, p := range dev.Ports {
-			f := facts{State: p.State, PhysState: p.PhysState, LinkLayer: p.LinkLayer}
-			if p.Rate > 0 {
-				f.RateGbps = float64(p.Rate) / 125e6
-			}
-			byNum[strconv.FormatUint(uint64(n), 10)] = f
-		}
-	} else {
+// findPorts lists the ports of device name. Their facts are read as
+// procfs's InfiniBandDevice reads them (fw_ver, then each port's state,
+// phys_state, rate and link layer); a device whose facts cannot be read (a
+// driver without fw_ver, a malformed file, one that is no regular file of
+// one value) still has its ports read, with the facts unknown and why. It
+// fails only when ctx ends.
+func (c *Collector) findPorts(ctx context.Context, classDir, name string) ([]*port, error) {
+	byNum, err := deviceFacts(ctx, filepath.Join(classDir, name))
+	if errors.Is(err, kfile.ErrNoAnswer) {
+		return nil, err
+	}
+	if err != nil {
 		c.log.Warn("InfiniBand device facts unreadable; its ports' counters are still read", "device", name, "err", err)
 	}
 	portsDir := filepath.Join(classDir, name, "ports")
-	ents, rerr := os.ReadDir(portsDir)
+	ents, rerr := kfile.ReadDirNames(ctx, portsDir, kfile.Entries)
+	if errors.Is(rerr, kfile.ErrNoAnswer) {
+		return nil, rerr
+	}
 	if rerr != nil {
 		c.log.Warn("InfiniBand device without readable ports; left out", "device", name, "err", rerr)
-		return nil
+		return nil, nil
 	}
 	var out []*port
-	for _, e := range ents {
-		num := e.Name()
+	for _, num := range ents {
 		if _, err := strconv.ParseUint(num, 10, 32); err != nil {
 			continue
 		}
@@ -173,8 +174,8 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 		}
 		dir := filepath.Join(portsDir, num)
 		for _, k := range []*portCounter{
-			c.dataCounter(dir, "port_rcv_data", ReceiveRate.For(name, num)),
-			c.dataCounter(dir, "port_xmit_data", TransmitRate.For(name, num)),
+			c.dataCounter(ctx, dir, "port_rcv_data", ReceiveRate.For(name, num)),
+			c.dataCounter(ctx, dir, "port_xmit_data", TransmitRate.For(name, num)),
 		} {
 			if k != nil {
 				k.c.MaxRate = maxWords(p.facts.RateGbps)
@@ -183,14 +184,73 @@ func (c *Collector) findPorts(sfs sysfs.FS, classDir, name string) []*port {
 		}
 		for _, ec := range errorCounters {
 			path := filepath.Join(dir, "counters", ec.file)
-			if exists(path) {
+			if kfile.Exists(ctx, path) {
 				p.errs = append(p.errs, &portCounter{path: path, desc: ec.desc.For(name, num), max: 1<<ec.bits - 1})
 			}
 		}
 		out = append(out, p)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: listing the ports of %s: %w", kfile.ErrNoAnswer, name, err)
+	}
 	sort.Slice(out, func(i, j int) bool { return portNumber(out[i].num) < portNumber(out[j].num) })
-	return out
+	return out, nil
+}
+
+// deviceFacts reads the facts of the device at dir by port number: its
+// fw_ver must be there (as procfs asks), and each port's state,
+// phys_state ("4: ACTIVE"), rate ("200 Gb/sec (4X HDR)") and link layer.
+func deviceFacts(ctx context.Context, dir string) (map[string]facts, error) {
+	read := func(path string) (string, error) {
+		b, err := kfile.ReadFile(ctx, path, kfile.Value)
+		if err != nil {
+			return "", fmt.Errorf("reading %s: %w", path, err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	if _, err := read(filepath.Join(dir, "fw_ver")); err != nil {
+		return nil, err
+	}
+	nums, err := kfile.ReadDirNames(ctx, filepath.Join(dir, "ports"), kfile.Entries)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]facts{}
+	for _, num := range nums {
+		pd := filepath.Join(dir, "ports", num)
+		var f facts
+		var state, phys, rate string
+		for _, r := range []struct {
+			file string
+			to   *string
+		}{{"link_layer", &f.LinkLayer}, {"state", &state}, {"phys_state", &phys}, {"rate", &rate}} {
+			if *r.to, err = read(filepath.Join(pd, r.file)); err != nil {
+				return nil, err
+			}
+		}
+		if f.State, err = stateName(state); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(pd, "state"), err)
+		}
+		if f.PhysState, err = stateName(phys); err != nil {
+			return nil, fmt.Errorf("%s: %w", filepath.Join(pd, "phys_state"), err)
+		}
+		// "200 Gb/sec (4X HDR)": the number, in Gb/s.
+		g, _, _ := strings.Cut(rate, " ")
+		if f.RateGbps, err = strconv.ParseFloat(g, 64); err != nil || f.RateGbps < 0 || math.IsInf(f.RateGbps, 0) {
+			return nil, fmt.Errorf("%s: want a rate in Gb/sec, got %q", filepath.Join(pd, "rate"), rate)
+		}
+		out[num] = f
+	}
+	return out, nil
+}
+
+// stateName is the name of a state file's "ID: NAME".
+func stateName(s string) (string, error) {
+	id, name, ok := strings.Cut(s, ":")
+	if _, err := strconv.ParseUint(strings.TrimSpace(id), 10, 32); !ok || err != nil || strings.Contains(name, ":") {
+		return "", fmt.Errorf("want \"ID: NAME\", got %q", s)
+	}
+	return strings.TrimSpace(name), nil
 }
 
 func portNumber(s string) uint64 {
@@ -215,19 +275,14 @@ func maxWords(rateGbps float64) float64 {
 // counters_ext/<file>_64 where the device has it (older kernels' extended
 // counters), else counters/<file> (64-bit on HCAs with extended width,
 // else 32 bits that stop at all ones); nil when it has neither.
-func (c *Collector) dataCounter(dir, file string, d *metrics.Desc) *portCounter {
-	if p := filepath.Join(dir, "counters_ext", file+"_64"); exists(p) {
+func (c *Collector) dataCounter(ctx context.Context, dir, file string, d *metrics.Desc) *portCounter {
+	if p := filepath.Join(dir, "counters_ext", file+"_64"); kfile.Exists(ctx, p) {
 		return &portCounter{path: p, desc: d}
 	}
-	if p := filepath.Join(dir, "counters", file); exists(p) {
+	if p := filepath.Join(dir, "counters", file); kfile.Exists(ctx, p) {
 		return &portCounter{path: p, desc: d, max: math.MaxUint32}
 	}
 	return nil
-}
-
-func exists(path string) bool {
-	_, err := os.Stat(path)
-	return err == nil
 }
 
 // Name implements metrics.Collector.

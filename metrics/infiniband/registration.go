@@ -10,7 +10,7 @@ var Registration = metrics.Registration{
 	Series: Series,
 	Docs:   docs,
 	Build: func(env metrics.Env) (metrics.Collector, error) {
-		c, err := New(Options{SysRoot: env.Roots.Sys, Log: env.Log})
+		c, err := New(Options{Context: env.Context, SysRoot: env.Roots.Sys, Log: env.Log})
 		if err != nil {
 			return nil, metrics.Absent(err)
 		}

@@ -20,12 +20,15 @@ import (
 
 	"github.com/prometheus/procfs"
 
+	kfileio "github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
-	kfileio "github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Options configure a Collector.
 type Options struct {
+	// Context bounds New's check of ProcRoot (a Build's deadline); nil:
+	// none but the bounded reader's own.
+	Context context.Context
 	// ProcRoot is where procfs is mounted; "" means /proc.
 	ProcRoot string
 	// RootfsPath is the path whose filesystem rootfs_* describes; "" means /.
@@ -46,7 +49,6 @@ type Options struct {
 // and may run beside a Collect, Close too (the kept files are a
 // kfile.Reader's).
 type Collector struct {
-	fs         procfs.FS
 	procRoot   string
 	rootfsPath string
 	log        *slog.Logger
@@ -87,8 +89,10 @@ func New(opts Options) (*Collector, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	pfs, err := procfs.NewFS(opts.ProcRoot)
-	if err != nil {
+	if st, err := kfileio.Stat(opts.Context, opts.ProcRoot); err != nil || !st.IsDir() {
+		if err == nil {
+			err = errors.New("not a directory")
+		}
 		return nil, fmt.Errorf("node metrics: opening proc filesystem at %s: %w", opts.ProcRoot, err)
 	}
 	file := func(rel string) string { return filepath.Join(opts.ProcRoot, rel) }
@@ -102,7 +106,6 @@ func New(opts Options) (*Collector, error) {
 		loadavgFile:   file("loadavg"),
 		netDevFile:    file("net/dev"),
 		pressureFiles: psi,
-		fs:            pfs,
 		procRoot:      opts.ProcRoot,
 		rootfsPath:    opts.RootfsPath,
 		statfsSrc:     "statfs(" + opts.RootfsPath + ")",
@@ -111,7 +114,7 @@ func New(opts Options) (*Collector, error) {
 		statfs:        readFsUsage,
 		absent:        map[string]bool{},
 	}
-	c.files = kfileio.NewPathReader(kfileio.Options{Absent: true, Now: func() time.Time { return c.now() }})
+	c.files = kfileio.NewPathReader(kfileio.Options{Max: kfileio.Table, Absent: true, Now: func() time.Time { return c.now() }})
 	for _, sc := range opts.Scopes {
 		if !slices.Contains(ServedScopes, sc) {
 			return nil, fmt.Errorf("node metrics: scope %q is not one this collector reads (node, rootfs, netns)", sc)
@@ -179,18 +182,28 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 		"rootfs_path": c.rootfsPath,
 		"net_dev":     c.path("net/dev"),
 	}
-	if st, err := c.fs.Stat(); err == nil {
-		out["cpu_count"] = len(st.CPU)
+	read := func(rel string) ([]byte, error) { return kfileio.ReadFile(ctx, c.path(rel), kfileio.Table) }
+	b, err := read("stat")
+	var ncpu int
+	if err == nil {
+		_, ncpu, err = parseProcStat(b)
+	}
+	if err == nil {
+		out["cpu_count"] = ncpu
 	} else {
 		out["cpu_count_error"] = fmt.Sprintf("reading %s: %v", c.path("stat"), err)
 	}
-	if mi, err := c.fs.Meminfo(); err == nil && mi.MemTotalBytes != nil {
-		out["memory_total_megabytes"] = metrics.FloatOf(metrics.MB(float64(*mi.MemTotalBytes)))
+	if b, err := read("meminfo"); err == nil {
+		if mi, err := parseMeminfo(b); err == nil && mi.MemTotalBytes != nil {
+			out["memory_total_megabytes"] = metrics.FloatOf(metrics.MB(float64(*mi.MemTotalBytes)))
+		}
 	}
 	var psi []string
 	for _, p := range Pressure {
-		if _, err := c.fs.PSIStatsForResource(p.Resource); err == nil {
-			psi = append(psi, p.Resource)
+		if b, err := read("pressure/" + p.Resource); err == nil {
+			if _, err := parsePSI(b); err == nil {
+				psi = append(psi, p.Resource)
+			}
 		}
 	}
 	out["pressure"] = psi // the /proc/pressure files present; empty: kernel without PSI

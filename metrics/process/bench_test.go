@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkCollect(b *testing.B) {
 		_ = cmd.Wait()
 	}()
 	root := cmd.Process.Pid
-	ctx := context.Background()
+	ctx := kfile.Bounded(context.Background()) // as the Sampler gives it: its reads run inline
 	for _, method := range []string{viaChildren, viaCgroup, viaScan} {
 		b.Run(method, func(b *testing.B) {
 			c := newCollector(b, TreeOptions{RootPID: func() int { return root }, Adopter: func() int { return os.Getpid() },
@@ -81,7 +82,7 @@ func BenchmarkParseStat(b *testing.B) {
 
 func (c *Collector) mustTree(b *testing.B, root, adopter int) []procStat {
 	b.Helper()
-	s, err := c.tree.read(root, adopter)
+	s, err := c.tree.read(kfile.Bounded(context.Background()), root, adopter)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,19 +92,19 @@ func (c *Collector) mustTree(b *testing.B, root, adopter int) []procStat {
 // force makes the finder use method; false when it cannot work here.
 func (c *Collector) force(method string) bool {
 	f := &c.tree.find
-	f.choose(f.root, f.adopter)
+	f.choose(kfile.Bounded(context.Background()), f.root, f.adopter)
 	f.both = false // no reconsidering: measure this method alone
 	switch method {
 	case viaChildren:
 		return f.method == viaChildren
 	case viaCgroup:
 		// choose prefers children links; look the cgroups up directly.
-		d := f.cgroupDir(f.root)
+		d := f.cgroupDir(kfile.Bounded(context.Background()), f.root)
 		if d == "" {
 			return false
 		}
 		f.cgroupDirs = []string{d}
-		if a := f.cgroupDir(f.adopter); a != "" && a != d {
+		if a := f.cgroupDir(kfile.Bounded(context.Background()), f.adopter); a != "" && a != d {
 			f.cgroupDirs = append(f.cgroupDirs, a)
 		}
 	}

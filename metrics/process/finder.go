@@ -2,16 +2,14 @@ package process
 
 import (
 	"bytes"
-	"encoding/binary"
+	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // How the Collector finds the candidates for the tree. Where both the
@@ -44,7 +42,7 @@ func newFinder(procRoot string, cgroups *cgroup.Layout) finder {
 	f := finder{procRoot: procRoot, cgroups: cgroups}
 	f.children = kfile.NewReader(func(k [2]int) string {
 		return filepath.Join(procRoot, strconv.Itoa(k[0]), "task", strconv.Itoa(k[1]), "children")
-	}, kfile.Options{Size: 1024, MaxKept: maxOpenStats})
+	}, kfile.Options{Size: 1024, Max: kfile.Table, MaxKept: maxOpenStats})
 	return f
 }
 
@@ -53,22 +51,22 @@ func (f *finder) close() { f.children.Close() }
 
 // candidates returns a superset of the tree of root (plus the adopter's
 // other children), never the whole machine unless nothing better exists.
-func (f *finder) candidates(root, adopter int) ([]int, error) {
+func (f *finder) candidates(ctx context.Context, root, adopter int) ([]int, error) {
 	if root != f.root || adopter != f.adopter || f.method == "" {
-		f.choose(root, adopter)
+		f.choose(ctx, root, adopter)
 	}
 	if f.both && f.calls%reconsiderEvery == 0 {
 		f.calls++
-		return f.cheaper(root, adopter)
+		return f.cheaper(ctx, root, adopter)
 	}
 	f.calls++
 	switch f.method {
 	case viaChildren:
-		return f.byChildren(root, adopter), nil
+		return f.byChildren(ctx, root, adopter), nil
 	case viaCgroup:
-		return f.byCgroup()
+		return f.byCgroup(ctx)
 	}
-	return f.byScan()
+	return f.byScan(ctx)
 }
 
 // reconsiderEvery is how often, in samples, the cheaper of the children
@@ -76,9 +74,9 @@ func (f *finder) candidates(root, adopter int) ([]int, error) {
 const reconsiderEvery = 64
 
 // cheaper lists the candidates both ways and keeps the cheaper way.
-func (f *finder) cheaper(root, adopter int) ([]int, error) {
-	kids := f.byChildren(root, adopter)
-	cg, err := f.byCgroup()
+func (f *finder) cheaper(ctx context.Context, root, adopter int) ([]int, error) {
+	kids := f.byChildren(ctx, root, adopter)
+	cg, err := f.byCgroup(ctx)
 	if err != nil || len(cg) >= len(kids)+f.linkReads {
 		f.method = viaChildren
 		return kids, nil
@@ -87,12 +85,9 @@ func (f *finder) cheaper(root, adopter int) ([]int, error) {
 	return cg, nil
 }
 
-func (f *finder) choose(root, adopter int) {
+func (f *finder) choose(ctx context.Context, root, adopter int) {
 	f.root, f.adopter, f.cgroupDirs, f.both, f.calls = root, adopter, nil, false, 0
-	links := false
-	if _, err := os.Stat(filepath.Join(f.procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children")); err == nil {
-		links = true
-	}
+	links := kfile.Exists(ctx, filepath.Join(f.procRoot, strconv.Itoa(root), "task", strconv.Itoa(root), "children"))
 	defer func() {
 		if links {
 			f.both = f.method == viaCgroup
@@ -100,13 +95,13 @@ func (f *finder) choose(root, adopter int) {
 		}
 	}()
 	f.method = viaScan
-	rootDir := f.cgroupDir(root)
+	rootDir := f.cgroupDir(ctx, root)
 	if rootDir == "" {
 		return // the root cgroup holds every process: a scan costs no more
 	}
 	f.cgroupDirs = []string{rootDir}
 	if adopter > 0 && adopter != root {
-		d := f.cgroupDir(adopter)
+		d := f.cgroupDir(ctx, adopter)
 		if d == "" {
 			return // orphans may sit anywhere
 		}
@@ -119,7 +114,7 @@ func (f *finder) choose(root, adopter int) {
 
 // byChildren walks the children links from root (and the adopter) down.
 // Each thread lists the children it forked, so every task is read.
-func (f *finder) byChildren(root, adopter int) []int {
+func (f *finder) byChildren(ctx context.Context, root, adopter int) []int {
 	out := []int{root}
 	if adopter > 0 && adopter != root {
 		out = append(out, adopter) // its children are the adopted orphans; buildTree drops it
@@ -129,7 +124,7 @@ func (f *finder) byChildren(root, adopter int) []int {
 	for i := 0; i < len(out); i++ {
 		pid := out[i]
 		taskDir := filepath.Join(f.procRoot, strconv.Itoa(pid), "task")
-		tids, err := readDirNames(taskDir)
+		tids, err := kfile.ReadDirNames(ctx, taskDir, maxEntries)
 		if err != nil {
 			continue // gone
 		}
@@ -158,11 +153,11 @@ func (f *finder) byChildren(root, adopter int) []int {
 // byCgroup lists the processes of the chosen cgroups and their descendants.
 // A descendant of the tree that was moved to an unrelated cgroup is missed:
 // the price of not scanning the machine.
-func (f *finder) byCgroup() ([]int, error) {
+func (f *finder) byCgroup(ctx context.Context) ([]int, error) {
 	out := []int{f.root} // even if it left its cgroup since
 	for _, top := range f.cgroupDirs {
 		var err error
-		if out, err = f.cgroupProcs(top, out, true); err != nil {
+		if out, err = f.cgroupProcs(ctx, top, out, true); err != nil {
 			return nil, fmt.Errorf("listing the processes of cgroup %s: %w", top, err)
 		}
 	}
@@ -171,9 +166,9 @@ func (f *finder) byCgroup() ([]int, error) {
 
 // cgroupProcs appends the pids of cgroup dir and of its sub-cgroups. A
 // sub-cgroup removed while it is read is skipped; the top one is an error.
-func (f *finder) cgroupProcs(dir string, out []int, top bool) ([]int, error) {
+func (f *finder) cgroupProcs(ctx context.Context, dir string, out []int, top bool) ([]int, error) {
 	var err error
-	f.buf, err = readInto(f.buf, dir+"/cgroup.procs")
+	f.buf, err = kfile.ReadInto(ctx, f.buf, dir+"/cgroup.procs", kfile.Table)
 	if err != nil {
 		if !top && isGone(err) {
 			return out, nil
@@ -185,7 +180,7 @@ func (f *finder) cgroupProcs(dir string, out []int, top bool) ([]int, error) {
 			out = append(out, int(pid))
 		}
 	}
-	subs, err := readSubdirs(dir)
+	subs, err := kfile.Subdirs(ctx, dir, kfile.Entries)
 	if err != nil {
 		if !top && isGone(err) {
 			return out, nil
@@ -193,7 +188,7 @@ func (f *finder) cgroupProcs(dir string, out []int, top bool) ([]int, error) {
 		return out, err
 	}
 	for _, sub := range subs {
-		if out, err = f.cgroupProcs(dir+"/"+sub, out, false); err != nil {
+		if out, err = f.cgroupProcs(ctx, dir+"/"+sub, out, false); err != nil {
 			return out, err
 		}
 	}
@@ -201,8 +196,8 @@ func (f *finder) cgroupProcs(dir string, out []int, top bool) ([]int, error) {
 }
 
 // byScan lists every process.
-func (f *finder) byScan() ([]int, error) {
-	names, err := readDirNames(f.procRoot)
+func (f *finder) byScan(ctx context.Context) ([]int, error) {
+	names, err := kfile.ReadDirNames(ctx, f.procRoot, maxEntries)
 	if err != nil {
 		return nil, fmt.Errorf("listing processes in %s: %w", f.procRoot, err)
 	}
@@ -217,92 +212,13 @@ func (f *finder) byScan() ([]int, error) {
 
 // cgroupDir is the directory of pid's cgroup that narrows the search
 // most (cgroup.Layout.ProcsDir); "" without a layout.
-func (f *finder) cgroupDir(pid int) string {
+func (f *finder) cgroupDir(ctx context.Context, pid int) string {
 	if f.cgroups == nil {
 		return ""
 	}
-	return f.cgroups.ProcsDir(pid)
+	return f.cgroups.ProcsDir(ctx, pid)
 }
 
-// readDirNames lists a directory's names with raw getdents: os.Open would
-// register the descriptor with the Go poller and stat nothing useful.
-func readDirNames(dir string) ([]string, error) {
-	var names []string
-	err := getdents(dir, func(name string, _ byte) { names = append(names, name) })
-	return names, err
-}
-
-// readSubdirs lists the subdirectories of dir by the entries' d_type, which
-// procfs and cgroupfs fill in.
-func readSubdirs(dir string) ([]string, error) {
-	var subs []string
-	err := getdents(dir, func(name string, typ byte) {
-		if typ == syscall.DT_DIR {
-			subs = append(subs, name)
-		}
-	})
-	return subs, err
-}
-
-// getdents calls each for every entry of dir but . and ..
-func getdents(dir string, each func(name string, typ byte)) error {
-	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer syscall.Close(fd)
-	buf := make([]byte, 8192)
-	for {
-		n, err := syscall.ReadDirent(fd, buf)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if n <= 0 {
-			return nil
-		}
-		// struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name NUL-terminated.
-		for b := buf[:n]; len(b) >= 19; {
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < 19 || reclen > len(b) {
-				break
-			}
-			name := b[19:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if s := string(name); s != "." && s != ".." {
-				each(s, b[18])
-			}
-			b = b[reclen:]
-		}
-	}
-}
-
-// readInto reads a whole file into buf's storage.
-func readInto(buf []byte, path string) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		return buf[:0], err
-	}
-	defer syscall.Close(fd)
-	buf = buf[:0]
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return buf[:0], err
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-}
+// maxEntries bounds a listing of processes or threads: the kernel's most
+// pids (PID_MAX_LIMIT).
+const maxEntries = 1 << 22

@@ -2,9 +2,12 @@ package process
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // NVML reports a process's PID either in the caller's PID namespace (newer
@@ -38,7 +41,7 @@ func (f *nsFiles) path(pid int) string { return f.procRoot + "/" + strconv.Itoa(
 // read returns the NSpids of procs, in their order, reading the status
 // only of processes not seen before. The error joins the status files
 // that could not be parsed; their processes have their first PID only.
-func (f *nsFiles) read(procs []procStat) ([][]int, error) {
+func (f *nsFiles) read(ctx context.Context, procs []procStat) ([][]int, error) {
 	out := make([][]int, len(procs))
 	known := make(map[int]nsEntry, len(procs))
 	var errs []error
@@ -47,7 +50,7 @@ func (f *nsFiles) read(procs []procStat) ([][]int, error) {
 		if !ok || e.start != s.Starttime {
 			var err error
 			e = nsEntry{start: s.Starttime}
-			if e.pids, err = f.readOne(s.PID); err != nil {
+			if e.pids, err = f.readOne(ctx, s.PID); err != nil {
 				errs = append(errs, err)
 				e.pids = []int{s.PID}
 			}
@@ -61,9 +64,9 @@ func (f *nsFiles) read(procs []procStat) ([][]int, error) {
 
 // readOne reads pid's NSpid. A process that has exited has no status file
 // (ENOENT, or ESRCH while it is being reaped): its PID alone, no error.
-func (f *nsFiles) readOne(pid int) ([]int, error) {
+func (f *nsFiles) readOne(ctx context.Context, pid int) ([]int, error) {
 	var err error
-	f.buf, err = readInto(f.buf, f.path(pid))
+	f.buf, err = kfile.ReadInto(ctx, f.buf, f.path(pid), kfile.Table)
 	if isGone(err) {
 		return []int{pid}, nil
 	}

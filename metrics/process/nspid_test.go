@@ -41,7 +41,7 @@ func TestParseNSpid(t *testing.T) {
 func TestNSpidsFixture(t *testing.T) {
 	f := newNSFiles("testdata/proc")
 	procs := []procStat{{PID: 4242}, {PID: 4243}, {PID: 4244}, {PID: 4245}, {PID: 4999}}
-	got, err := f.read(procs)
+	got, err := f.read(context.Background(), procs)
 	if err == nil || !strings.Contains(err.Error(), "testdata/proc/4245/status") {
 		t.Errorf("err = %v, want one naming testdata/proc/4245/status", err)
 	}
@@ -65,7 +65,7 @@ func TestNSpidsReadOnceAProcess(t *testing.T) {
 	f := newNSFiles(root)
 	read := func(start uint64) []int {
 		t.Helper()
-		got, err := f.read([]procStat{{PID: 100, Starttime: start}})
+		got, err := f.read(context.Background(), []procStat{{PID: 100, Starttime: start}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func TestNSpidsReadOnceAProcess(t *testing.T) {
 func TestNSpidsRealKeepsNothing(t *testing.T) {
 	f := newNSFiles("/proc")
 	self := os.Getpid()
-	got, err := f.read([]procStat{{PID: self, Starttime: 1}})
+	got, err := f.read(context.Background(), []procStat{{PID: self, Starttime: 1}})
 	if err != nil || len(got) != 1 || len(got[0]) == 0 || got[0][0] != self {
 		t.Fatalf("NSpids of this process = %v, %v; want its own PID first", got, err)
 	}

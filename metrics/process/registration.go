@@ -35,9 +35,9 @@ type treeKey struct{}
 // job's cgroup layout (cgroup.LayoutOf); without one, by the children
 // links, else a scan.
 func TreeOf(env metrics.Env) (*Tree, error) {
-	v, err := env.Shared.Once(treeKey{}, func() (any, error) {
+	v, err := env.Shared.Once(env.Context, treeKey{}, func() (any, error) {
 		l, _ := cgroup.LayoutOf(env)
-		return NewTree(TreeOptions{ProcRoot: env.Roots.Proc, Cgroups: l, RootPID: env.Job.PID, Adopter: env.Job.Adopter})
+		return NewTree(TreeOptions{Context: env.Context, ProcRoot: env.Roots.Proc, Cgroups: l, RootPID: env.Job.PID, Adopter: env.Job.Adopter})
 	})
 	t, _ := v.(*Tree)
 	return t, err

@@ -2,13 +2,13 @@ package process
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"syscall"
 
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // procStat is what the collector needs of one /proc/<pid>/stat line.
@@ -155,7 +155,7 @@ func newStatFiles(procRoot string) *statFiles {
 
 // read returns the stat of pid; gone is true when the process no longer
 // exists (or exited while being read).
-func (f *statFiles) read(pid int) (s procStat, gone bool, err error) {
+func (f *statFiles) read(ctx context.Context, pid int) (s procStat, gone bool, err error) {
 	f.buf, err = f.files.Read(pid, f.buf)
 	if err != nil {
 		if isGone(err) {
@@ -165,7 +165,7 @@ func (f *statFiles) read(pid int) (s procStat, gone bool, err error) {
 	}
 	s, err = parseStat(f.buf)
 	if err != nil {
-		if _, serr := os.Stat(f.dir(pid)); serr != nil {
+		if _, serr := kfile.Stat(ctx, f.dir(pid)); serr != nil {
 			return s, true, nil // exited mid-read
 		}
 		return s, false, fmt.Errorf("reading the stat file of process %d (%s): %w", pid, f.path(pid), err)

@@ -4,19 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/prometheus/procfs"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 // TreeOptions configure a Tree.
 type TreeOptions struct {
+	// Context bounds NewTree's check of ProcRoot (a Build's deadline);
+	// nil: none but the bounded reader's own.
+	Context context.Context
 	// ProcRoot is where procfs is mounted; "" means /proc. Its pids must be
 	// those of bridge's pid namespace.
 	ProcRoot string
@@ -79,7 +82,7 @@ func NewTree(opts TreeOptions) (*Tree, error) {
 	if opts.ProcRoot == "" {
 		opts.ProcRoot = procfs.DefaultMountPoint
 	}
-	if _, err := os.Stat(opts.ProcRoot); err != nil {
+	if _, err := kfile.Stat(opts.Context, opts.ProcRoot); err != nil {
 		return nil, fmt.Errorf("process tree: opening proc filesystem at %s: %w", opts.ProcRoot, err)
 	}
 	adopter := opts.Adopter
@@ -152,7 +155,7 @@ func (t *Tree) get(ctx context.Context, nspids bool) (*walk, error) {
 		w = &walk{mark: mark, at: t.now(), root: root, adopter: adopter}
 		if root > 0 {
 			t.walks++
-			w.procs, w.err = t.read(root, adopter)
+			w.procs, w.err = t.read(ctx, root, adopter)
 		}
 		if marked {
 			t.last = w
@@ -162,15 +165,15 @@ func (t *Tree) get(ctx context.Context, nspids bool) (*walk, error) {
 		return nil, fmt.Errorf("reading the process tree of pid %d under %s: %w", w.root, t.procRoot, w.err)
 	}
 	if nspids && w.nspids == nil && len(w.procs) > 0 {
-		w.nspids, w.nsErr = t.ns.read(w.procs)
+		w.nspids, w.nsErr = t.ns.read(ctx, w.procs)
 	}
 	return w, nil
 }
 
 // read reads the stat of each candidate the finder gives and returns those
 // of root's tree. The caller holds sem.
-func (t *Tree) read(root, adopter int) ([]procStat, error) {
-	pids, err := t.find.candidates(root, adopter)
+func (t *Tree) read(ctx context.Context, root, adopter int) ([]procStat, error) {
+	pids, err := t.find.candidates(ctx, root, adopter)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +182,7 @@ func (t *Tree) read(root, adopter int) ([]procStat, error) {
 		if _, dup := t.all[pid]; dup {
 			continue
 		}
-		s, gone, err := t.stats.read(pid)
+		s, gone, err := t.stats.read(ctx, pid)
 		if err != nil {
 			return nil, err
 		}

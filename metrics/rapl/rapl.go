@@ -8,7 +8,8 @@
 // the package or sit beside it and are not added to it; intel-rapl-mmio:N
 // mirrors package N and psys the platform: neither is read.
 //
-// The zones are found once, by New, through prometheus/procfs; a node
+// The zones are found once, by New, as prometheus/procfs's GetRaplZones
+// finds them but through the bounded reader (internal/kfile); a node
 // without them gets no collector at all, so it pays nothing per sample.
 // Each sample reads one file per package, energy_uj, a counter in µJ that
 // wraps at max_energy_range_uj, followed by the one counter rule
@@ -22,7 +23,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -32,11 +32,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/procfs/sysfs"
-
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/internal/counter"
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
 )
 
 // Name is the collector's name in `bridge sample` and the registrations.
@@ -54,6 +52,9 @@ const MaxPackageWatts = 1000
 
 // Options configure a Collector.
 type Options struct {
+	// Context bounds New's reads (a Build's deadline); nil: none but
+	// kfile's own.
+	Context context.Context
 	// SysRoot is where sysfs is mounted; "" means /sys.
 	SysRoot string
 	// Log receives notes (a counter that went back without a known range);
@@ -109,16 +110,13 @@ func New(opts Options) (*Collector, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	classDir := filepath.Join(opts.SysRoot, "class/powercap")
-	sfs, err := sysfs.NewFS(opts.SysRoot)
-	if err != nil {
-		return nil, fmt.Errorf("%w: sysfs at %s: %w", ErrUnavailable, opts.SysRoot, err)
+	if opts.Context == nil {
+		opts.Context = context.Background()
 	}
-	all, err := sysfs.GetRaplZones(sfs)
+	classDir := filepath.Join(opts.SysRoot, "class/powercap")
+	all, err := findZones(opts.Context, classDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		if _, serr := os.Stat(classDir); errors.Is(serr, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%w: no %s (no powercap driver on this machine)", ErrUnavailable, classDir)
-		}
+		return nil, fmt.Errorf("%w: no %s (no powercap driver on this machine)", ErrUnavailable, classDir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: listing the zones of %s: %w", ErrUnavailable, classDir, err)
@@ -126,27 +124,40 @@ func New(opts Options) (*Collector, error) {
 	c := &Collector{sysRoot: opts.SysRoot, allSrc: filepath.Join(classDir, "intel-rapl:*/energy_uj"), now: opts.Now, log: opts.Log.With("source", Name), noted: map[string]bool{},
 		files: kfile.NewPathReader(kfile.Options{Size: 64})}
 	var denied error
+	var broken []error // zones whose files are no regular files of one value
 	for _, z := range all {
-		if z.Name != "package" || !packageZone.MatchString(filepath.Base(z.Path)) {
+		if z.err != nil {
+			broken = append(broken, z.err)
 			continue
 		}
-		p := filepath.Join(z.Path, "energy_uj")
+		if z.name != "package" || !packageZone.MatchString(filepath.Base(z.dir)) {
+			continue
+		}
+		p := filepath.Join(z.dir, "energy_uj")
 		// One read now: a counter that only root may read is no collector.
 		if _, err := c.read(p); errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EPERM) {
 			denied = fmt.Errorf("reading %s: %w", p, err)
 			continue
 		} else if kfile.IsAbsent(err) {
 			continue
+		} else if err != nil {
+			broken = append(broken, fmt.Errorf("reading %s: %w", p, err))
+			continue
 		}
-		pkg := strconv.Itoa(z.Index)
-		c.zones = append(c.zones, &zone{pkg: z.Index, path: p, c: counter.Counter{Max: z.MaxMicrojoules, MaxRate: MaxPackageWatts * 1e6},
+		pkg := strconv.Itoa(z.index)
+		c.zones = append(c.zones, &zone{pkg: z.index, path: p, c: counter.Counter{Max: z.max, MaxRate: MaxPackageWatts * 1e6},
 			power: PackagePower.For(pkg), energy: PackageEnergy.For(pkg)})
 	}
 	sort.Slice(c.zones, func(i, j int) bool { return c.zones[i].pkg < c.zones[j].pkg })
 	switch {
 	case len(c.zones) > 0:
+		if len(broken) > 0 {
+			c.log.Warn("RAPL zones unreadable; left out, the others are read", "err", errors.Join(broken...))
+		}
 	case denied != nil:
 		return nil, fmt.Errorf("%w: %w (energy_uj is readable by root only since Linux 5.10, CVE-2020-8694; a user namespace's root is not enough)", ErrUnavailable, denied)
+	case len(broken) > 0:
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(broken...))
 	default:
 		return nil, fmt.Errorf("%w: no package zone (intel-rapl:N named package-N) in %s", ErrUnavailable, classDir)
 	}
@@ -156,6 +167,68 @@ func New(opts Options) (*Collector, error) {
 	}
 	c.detect = map[string]any{"sys_root": opts.SysRoot, "packages": zs}
 	return c, nil
+}
+
+// foundZone is one zone directory of the powercap class, as procfs's
+// RaplZone: its name ("package" for package-N), the index the name
+// carries, its counter's range; err when one of them could not be read.
+type foundZone struct {
+	dir   string
+	name  string
+	index int
+	max   uint64
+	err   error
+}
+
+// findZones lists the zones of classDir: each directory with a name file
+// (a zone; the others are the class's own files), its name split as
+// procfs's getIndexAndName does, and its max_energy_range_uj. A name or a
+// range that is no regular file of one short value (a FIFO, /dev/zero) is
+// that zone's err, not a wait and not an endless read.
+func findZones(ctx context.Context, classDir string) ([]foundZone, error) {
+	ents, err := kfile.ReadDir(ctx, classDir, kfile.Entries)
+	if err != nil {
+		return nil, err
+	}
+	used := map[string]int{}
+	var out []foundZone
+	for _, e := range ents {
+		dir := filepath.Join(classDir, e.Name)
+		raw, err := kfile.ReadFile(ctx, filepath.Join(dir, "name"), kfile.Value)
+		switch {
+		case errors.Is(err, kfile.ErrNoAnswer):
+			return nil, err
+		case kfile.IsAbsent(err) || errors.Is(err, syscall.ENOTDIR):
+			continue // not a zone
+		case err != nil:
+			out = append(out, foundZone{dir: dir, err: fmt.Errorf("reading %s: %w", filepath.Join(dir, "name"), err)})
+			continue
+		}
+		z := foundZone{dir: dir, name: strings.TrimSpace(string(raw))}
+		z.index = used[z.name]
+		if base, num, ok := strings.Cut(z.name, "-"); ok && !strings.Contains(num, "-") {
+			if n, err := strconv.Atoi(num); err == nil {
+				z.index, z.name = n, base
+			}
+		}
+		used[z.name] = z.index + 1
+		rangePath := filepath.Join(dir, "max_energy_range_uj")
+		raw, err = kfile.ReadFile(ctx, rangePath, kfile.Value)
+		if err == nil {
+			var ok bool
+			if z.max, ok = kfile.Uint(raw); !ok {
+				err = fmt.Errorf("want a count of microjoules, got %q", strings.TrimSpace(string(raw)))
+			}
+		}
+		if errors.Is(err, kfile.ErrNoAnswer) {
+			return nil, err
+		}
+		if err != nil {
+			z.err = fmt.Errorf("reading %s: %w", rangePath, err)
+		}
+		out = append(out, z)
+	}
+	return out, nil
 }
 
 // Name implements metrics.Collector.

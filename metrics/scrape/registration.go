@@ -1,6 +1,7 @@
 package scrape
 
 import (
+	"context"
 	"net/url"
 	"os"
 	"regexp"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config/option"
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/redact"
 )
@@ -64,7 +66,7 @@ func build(env metrics.Env) (metrics.Collector, error) {
 			indexes = g.Indexes
 		}
 	}
-	pod, ns := podIdentity(env.LookupEnv)
+	pod, ns := podIdentity(env.Context, env.LookupEnv)
 	return New(Options{
 		GPUIndexes: indexes,
 		URLs:       urls, Include: Include.Get(env.Options), Exclude: Exclude.Get(env.Options),
@@ -109,11 +111,14 @@ func shownURL(u string) string {
 // podIdentity is this pod's name and namespace, from the downward API
 // variables POD_NAME and POD_NAMESPACE, else the hostname (a pod's name) and
 // the service account's namespace file; "" when unknown (not in Kubernetes).
-func podIdentity(lookup func(string) (string, bool)) (pod, ns string) {
+func podIdentity(ctx context.Context, lookup func(string) (string, bool)) (pod, ns string) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	pod, _ = lookup("POD_NAME")
 	ns, _ = lookup("POD_NAMESPACE")
 	if ns == "" {
-		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace"); err == nil {
+		if b, err := kfile.ReadFile(ctx, "/var/run/secrets/kubernetes.io/serviceaccount/namespace", kfile.Value); err == nil {
 			ns = strings.TrimSpace(string(b))
 		}
 	}

@@ -1,15 +1,16 @@
 package wandb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/internal/userfile"
 	"github.com/bridge-dev/bridge/redact"
 )
@@ -153,11 +154,11 @@ func netrcPath(env, home string) string {
 		return ""
 	}
 	unix := filepath.Join(home, ".netrc")
-	if _, err := os.Stat(unix); err == nil {
+	if kfile.Exists(context.Background(), unix) {
 		return unix
 	}
 	win := filepath.Join(home, "_netrc")
-	if _, err := os.Stat(win); err == nil {
+	if kfile.Exists(context.Background(), win) {
 		return win
 	}
 	return unix

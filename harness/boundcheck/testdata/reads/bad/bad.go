@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/procfs"
 	"github.com/prometheus/procfs/sysfs"
+
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 func readFile() ([]byte, error) { return os.ReadFile("/sys/class/powercap/intel-rapl:0/energy_uj") }
@@ -56,6 +58,16 @@ func sysfsRead() error {
 	}
 	_, err = sysfs.GetRaplZones(fs)
 	return err
+}
+
+func readlink() (string, error) { return os.Readlink("/proc/self") }
+
+// readerOutsideCollector reads on its caller's goroutine, which nothing
+// outside a collector bounds.
+func readerOutsideCollector() ([]byte, error) {
+	r := kfile.NewPathReader(kfile.Options{})
+	defer r.Close()
+	return r.Read("/proc/loadavg", nil)
 }
 
 // notARead reads bytes already in memory: not a file.

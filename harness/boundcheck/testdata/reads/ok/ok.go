@@ -3,17 +3,20 @@
 package ok
 
 import (
+	"context"
 	"io"
 	"os"
 	"strings"
 
-	"github.com/bridge-dev/bridge/metrics/internal/kfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
-func bounded(buf []byte) ([]byte, error) {
-	r := kfile.NewPathReader(kfile.Options{})
-	defer r.Close()
-	return r.Read("/sys/class/powercap/intel-rapl:0/energy_uj", buf)
+func bounded(ctx context.Context) ([]byte, error) {
+	return kfile.ReadFile(ctx, "/sys/devices/system/clocksource/clocksource0/current_clocksource", kfile.Value)
+}
+
+func boundedDir(ctx context.Context) ([]string, error) {
+	return kfile.ReadDirNames(ctx, "/sys/class/infiniband", kfile.Entries)
 }
 
 func ownLockFile() (*os.File, error) {

@@ -1,14 +1,3 @@
-// Package kfile reads small kernel files (procfs, cgroupfs) whole, for every
-// collector. A Reader keeps a file's descriptor open where its filesystem
-// regenerates the content on each read from offset 0 (procfs, cgroup,
-// cgroup2): a sample then costs one pread a file instead of open, read and
-// close. Anything else (a fixture tree, an lxcfs FUSE file) is opened afresh
-// on each read, since tests replace it.
-//
-// Reads go through the ordinary system call path (syscall.Open, Pread),
-// which hands the thread's P to the scheduler when a call blocks: a read
-// that hangs in the kernel (a memory.stat stalled in a flush, a FIFO in a
-// fixture tree) stalls its caller only, never the rest of bridge.
 package kfile
 
 import (
@@ -22,8 +11,12 @@ import (
 // and remembers no absence.
 type Options struct {
 	// Size is the first buffer size for a read into an empty buffer
-	// (default 4096); a file that fills it is read again, twice as large.
+	// (default 4096, at most Max+1); a file that fills it is read again,
+	// twice as large.
 	Size int
+	// Max is the most a file may hold (default Value; Table for a table):
+	// a file that holds more is ErrTooLarge.
+	Max int
 	// MaxKept bounds the descriptors kept open (0: no bound). Past it,
 	// files are read with open, pread and close: a huge process tree must
 	// not spend bridge's descriptors.
@@ -80,6 +73,9 @@ func NewReader[K comparable](path func(K) string, o Options) *Reader[K] {
 	if o.Size <= 0 {
 		o.Size = 4096
 	}
+	if o.Max <= 0 {
+		o.Max = Value
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -91,12 +87,10 @@ func NewPathReader(o Options) *Reader[string] {
 	return NewReader(func(p string) string { return p }, o)
 }
 
-func openFile(path string) (int, error) {
-	return syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
-}
-
 // Read reads the whole file of key into buf's storage, growing it as
-// needed (buf may be nil), and returns it with the error of the read.
+// needed up to Options.Max (buf may be nil), and returns it with the error
+// of the read: ErrTooLarge past Max, ErrNotRegular for a FIFO or a device
+// (a file bridge reads is never one).
 //
 // A kept descriptor whose read fails is dropped and the file opened again
 // once: a removed cgroup's files fail with ENODEV, and opening again says
@@ -272,26 +266,11 @@ func closeAll(fds []int) {
 	}
 }
 
-// readWhole reads the whole file behind fd into buf's storage, growing it
-// (from Options.Size when buf has none) until one read is not cut short.
+// readWhole reads the whole file behind fd into buf's storage, within
+// Options.Max (readWhole).
 func (r *Reader[K]) readWhole(fd int, buf []byte) ([]byte, error) {
-	buf = buf[:cap(buf)]
-	if len(buf) == 0 {
-		buf = make([]byte, r.o.Size)
-	}
-	for {
-		n, err := r.pread(fd, buf, 0)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return buf[:0], err
-		}
-		if n < len(buf) {
-			return buf[:n], nil
-		}
-		buf = make([]byte, 2*len(buf)) // may have been cut: read again, whole
-	}
+	out, err := readWhole(r.pread, fd, buf, r.o.Size, r.o.Max)
+	return out, describe(fd, err)
 }
 
 // Regenerated reports whether fd is on a filesystem whose files write their
