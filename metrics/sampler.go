@@ -202,6 +202,9 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 		}
 	}
 
+	// Taken before the timeout starts: a collector that does not answer
+	// has run at least the timeout by the time it is given up on.
+	began := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	// The collectors' reads run on their workers, which this sample stops
@@ -217,7 +220,7 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 			s.record(i, time.Since(w.since), errBusy)
 			continue
 		}
-		w.inflight, w.since, s.asked[i] = true, time.Now(), true
+		w.inflight, w.since, s.asked[i] = true, began, true
 		w.jobs <- job{ctx: cctx, seq: smp.Seq, explain: explain} // the worker is idle: never blocks
 		pending++
 	}
