@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/bridge-dev/bridge/config"
-	"github.com/bridge-dev/bridge/internal/clip"
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -21,7 +21,7 @@ import (
 // to which the command line is added.
 func JobStartInfo(cfg config.Config, argv, environ []string, tags map[string]string) tracker.StartInfo {
 	shown := redact.New(environ).Argv(argv)
-	tags["bridge.command"] = clip.Bytes(strings.Join(shown, " "), 500)
+	tags["bridge.command"] = printable.Clip(strings.Join(shown, " "), 500)
 	return tracker.StartInfo{Command: shown, RunName: runName(cfg.RunName, shown), NodeID: cfg.NodeID, Tags: tags}
 }
 
@@ -41,7 +41,7 @@ func runName(flag string, shown []string) string {
 			break
 		}
 	}
-	return clip.Bytes(strings.Join(parts, " "), 100)
+	return printable.Clip(strings.Join(parts, " "), 100)
 }
 
 // ChildEnv is base with the variables the trackers give the child (Env)

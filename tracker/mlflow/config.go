@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/internal/userfile"
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/redact"
@@ -146,7 +147,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored
 	if v := getenv(EnvInsecureTLS); v != "" {
 		b, err := parseBool(v)
 		if err != nil {
-			ignored = append(ignored, fmt.Sprintf("%s=%s: %v: not used, TLS certificates are verified", EnvInsecureTLS, jobkey.Quote(v), err))
+			ignored = append(ignored, fmt.Sprintf("%s=%s: %v: not used, TLS certificates are verified", EnvInsecureTLS, printable.Quote(v), err))
 		}
 		cfg.InsecureTLS = b
 	}
@@ -154,7 +155,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored
 		// MLflow parses it as int seconds.
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			ignored = append(ignored, fmt.Sprintf("%s=%s is not a positive whole number of seconds: not used, requests time out after %s", EnvRequestTimeout, jobkey.Quote(v), DefaultTimeout))
+			ignored = append(ignored, fmt.Sprintf("%s=%s is not a positive whole number of seconds: not used, requests time out after %s", EnvRequestTimeout, printable.Quote(v), DefaultTimeout))
 		} else {
 			cfg.Timeout = time.Duration(n) * time.Second
 		}
@@ -166,7 +167,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored
 // cleaned (jobkey.NodeIDFrom) into id.
 func NodeIDNote(raw, id string) string {
 	return fmt.Sprintf("%s=%s is not one key segment (letters, digits, _ - . only, at most %d): bridge's series use node id %s (the cleaned value and a hash of it; docs/multinode.md)",
-		EnvNodeID, jobkey.Quote(raw), jobkey.MaxNodeID, id)
+		EnvNodeID, printable.Quote(raw), jobkey.MaxNodeID, id)
 }
 
 // validate checks what New relies on; ConfigFromEnv and New both call it.
@@ -206,7 +207,7 @@ func checkHTTP(uri string) error {
 		return fmt.Errorf("%s is not set: %w: set it, e.g. %s=http://127.0.0.1:5000", EnvTrackingURI, ErrNotHTTP, EnvTrackingURI)
 	}
 	shown := redact.URI(uri)
-	quoted := jobkey.Quote(shown)
+	quoted := printable.Quote(shown)
 	scheme, _, _ := strings.Cut(strings.ToLower(uri), ":")
 	u, err := url.Parse(uri)
 	switch {
