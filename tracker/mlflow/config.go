@@ -23,11 +23,12 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/internal/userfile"
-	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/redact"
 )
 
-// Environment variables read by ConfigFromEnv; the names are MLflow's.
+// MLflow's environment variables: ConfigFromEnv reads them, but for
+// EnvNodeID, which bridge reads for every tracker that names the node
+// (tracker.Registration.NodeIDEnv).
 const (
 	EnvTrackingURI    = "MLFLOW_TRACKING_URI"
 	EnvToken          = "MLFLOW_TRACKING_TOKEN"
@@ -75,7 +76,9 @@ type Config struct {
 	RunName        string // overrides StartInfo.RunName when set
 
 	// NodeID puts keys under system/<node_id>/, MLflow's multi-node
-	// convention; StartInfo.NodeID, when set, wins.
+	// convention; StartInfo.NodeID, when set, wins. bridge gives it
+	// (tracker.Build.NodeID: --node-id, else MLFLOW_SYSTEM_METRICS_NODE_ID
+	// cleaned into one key segment).
 	NodeID string
 
 	Timeout time.Duration // per request; DefaultTimeout when zero
@@ -123,13 +126,6 @@ func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored
 		ExperimentID:   strings.TrimSpace(getenv(EnvExperimentID)),
 		Timeout:        DefaultTimeout,
 	}
-	if raw := strings.TrimSpace(getenv(EnvNodeID)); raw != "" {
-		var changed bool
-		if cfg.NodeID, changed = jobkey.NodeIDFrom(raw); changed {
-			ignored = append(ignored, NodeIDNote(raw, cfg.NodeID))
-		}
-	}
-
 	if cfg.Username == "" || cfg.Password == "" {
 		path := credentialsPath(home)
 		user, pass, err := readCredentialsFile(path)
@@ -163,13 +159,6 @@ func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored
 	return cfg, ignored, cfg.validate()
 }
 
-// NodeIDNote says that a node id from MLFLOW_SYSTEM_METRICS_NODE_ID was
-// cleaned (jobkey.NodeIDFrom) into id.
-func NodeIDNote(raw, id string) string {
-	return fmt.Sprintf("%s=%s is not one key segment (letters, digits, _ - . only, at most %d): bridge's series use node id %s (the cleaned value and a hash of it; docs/multinode.md)",
-		EnvNodeID, printable.Quote(raw), jobkey.MaxNodeID, id)
-}
-
 // validate checks what New relies on; ConfigFromEnv and New both call it.
 func (c Config) validate() error {
 	if err := checkHTTP(c.TrackingURI); err != nil {
@@ -178,8 +167,8 @@ func (c Config) validate() error {
 	if c.InsecureTLS && c.ServerCertPath != "" {
 		return fmt.Errorf("%s and %s are both set (MLflow's client refuses that too): unset one of them (skip verification, or verify with the given CA bundle)", EnvInsecureTLS, EnvServerCertPath)
 	}
-	if c.NodeID != "" && !jobkey.ValidNodeID(c.NodeID) {
-		return fmt.Errorf("node id %q %s", c.NodeID, jobkey.NodeIDRule)
+	if c.NodeID != "" && !validNodeID(c.NodeID) {
+		return fmt.Errorf("node id %q: %s", c.NodeID, nodeIDRule)
 	}
 	if (c.Username == "" || c.Password == "") && strings.ContainsFunc(c.Token, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
 		// Sent as it is in a header (Basic auth is base64): Go's client,

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow/election"
 )
@@ -40,14 +39,13 @@ type Job struct {
 // store (a second value is refused): the election uses it as the one
 // compare-and-set a tracker offers.
 const (
-	TagJobKey      = report.TagJobKey
+	TagJobKey      = tracker.TagJobKey
 	TagJobKeyFrom  = "bridge.job_key_from"
 	TagGeneration  = "bridge.job_generation"
-	TagNodes       = "bridge.nodes"
+	TagNodes       = tracker.TagNodes
 	TagElected     = "bridge.elected"
 	TagCandidateOf = "bridge.candidate_of"
 	ParamElection  = "bridge.election"
-	ParamFinished  = "bridge.finished_by"
 )
 
 // DefaultSettle is the election's settle time T when Job.Settle is unset.
@@ -134,7 +132,7 @@ func (j jobStore) Create(ctx context.Context, startID string) (string, error) {
 
 // SetParam implements election.Store.
 func (j jobStore) SetParam(ctx context.Context, run, value string) (string, error) {
-	return j.s.setParamOnce(ctx, run, ParamElection, value)
+	return j.s.SetOnce(ctx, run, ParamElection, value)
 }
 
 // MarkElected implements election.Store.
@@ -197,11 +195,12 @@ func compareGen(a, b string) int {
 	return cmp.Compare(a, b)
 }
 
-// setParamOnce writes a write-once param and returns the value the run
-// holds afterwards: value, or the one another writer set first ("" when
+// SetOnce implements tracker.RunOwner with a param, which MLflow's store
+// writes once (a second value is refused): it returns the value the run
+// holds afterwards, value or the one another writer set first ("" when
 // the run is gone). MLflow takes the same value again (a retry whose first
 // answer was lost), so it is safe to repeat.
-func (s *Sink) setParamOnce(ctx context.Context, run, key, value string) (string, error) {
+func (s *Sink) SetOnce(ctx context.Context, run, key, value string) (string, error) {
 	req := map[string]string{"run_id": run, "key": key, "value": value}
 	err := s.call(ctx, http.MethodPost, "runs/log-parameter", nil, req, nil, fmt.Sprintf("setting %s=%s on run %s", key, value, run))
 	if err == nil {
