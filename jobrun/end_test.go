@@ -97,8 +97,8 @@ func TestJobEnd(t *testing.T) {
 	})
 	t.Run("a restarted node ends clean after a failed attempt", func(t *testing.T) {
 		exp, key := unique(t), "restart:"+unique(t)
-		att := func(a int) func(int) mlflow.Job {
-			return func(int) mlflow.Job { return mlflow.Job{Key: key, Attempt: a, Nodes: 2, Settle: time.Second} }
+		att := func(a int) func(int) tracker.Job {
+			return func(int) tracker.Job { return tracker.Job{Key: key, Attempt: a, Nodes: 2, Settle: time.Second} }
 		}
 		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(0))
 		startTogether(t, nodes)

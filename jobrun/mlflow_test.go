@@ -44,11 +44,11 @@ type node struct {
 
 // jobNodes makes n sinks of one job (key) in experiment exp, each talking
 // to url(i) (the server, or a fault proxy in front of it).
-func jobNodes(t *testing.T, url func(i int) string, exp, key string, n int, job func(i int) mlflow.Job) []*node {
+func jobNodes(t *testing.T, url func(i int) string, exp, key string, n int, job func(i int) tracker.Job) []*node {
 	t.Helper()
 	nodes := make([]*node, n)
 	for i := range nodes {
-		j := mlflow.Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: n, Settle: time.Second}
+		j := tracker.Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: n, Settle: time.Second}
 		if job != nil {
 			j = job(i)
 		}

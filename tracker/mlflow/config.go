@@ -24,6 +24,7 @@ import (
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/internal/userfile"
 	"github.com/bridge-dev/bridge/redact"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // MLflow's environment variables: ConfigFromEnv reads them, but for
@@ -84,9 +85,11 @@ type Config struct {
 	Timeout time.Duration // per request; DefaultTimeout when zero
 
 	// Job, when set (and RunID is not), makes the sink one of the bridges
-	// of a multi-node job: it elects the job's one run (elect.go) and
-	// records the job's end (jobend.go).
-	Job *Job
+	// of a multi-node job: every node's sink elects the same run for the
+	// job's key, with no coordinator and MLflow's REST API only (elect.go;
+	// docs/multinode.md, "Finding the one run"), and records this node's
+	// end on it (jobend.go). Its Node and Primary are not read.
+	Job *tracker.Job
 	// JobRun is the job's run when it is already known (`bridge sync`: the
 	// run the spool recorded): joined without an election, unless it is
 	// gone.

@@ -35,11 +35,11 @@ type node struct {
 
 // jobNodes makes n sinks of one job (key) in experiment exp, each talking
 // to url(i) (the server, or a fault proxy in front of it).
-func jobNodes(t *testing.T, url func(i int) string, exp, key string, n int, job func(i int) Job) []*node {
+func jobNodes(t *testing.T, url func(i int) string, exp, key string, n int, job func(i int) tracker.Job) []*node {
 	t.Helper()
 	nodes := make([]*node, n)
 	for i := range nodes {
-		j := Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: n, Settle: time.Second}
+		j := tracker.Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: n, Settle: time.Second}
 		if job != nil {
 			j = job(i)
 		}
@@ -139,7 +139,7 @@ func TestElectSlowCreates(t *testing.T) {
 	var logs syncbuf.Buffer
 	nodes := make([]*node, n)
 	for i := range nodes {
-		j := Job{Key: key, Attempt: -1, Nodes: n, Settle: settle, Rank: -1}
+		j := tracker.Job{Key: key, Attempt: -1, Nodes: n, Settle: settle, Rank: -1}
 		cfg := Config{TrackingURI: proxies[i].URL(), ExperimentName: exp, Job: &j}
 		sink, err := New(cfg, slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), nil)))
 		if err != nil {
@@ -209,8 +209,8 @@ func TestElectStrayCandidates(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			exp, key := unique(t), "stray:"+unique(t)
 			stray := strayCandidate(t, srv, exp, key, tc.param)
-			nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, func(i int) Job {
-				return Job{Key: key, Attempt: -1, Nodes: 3, Settle: time.Second, Rank: i}
+			nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, func(i int) tracker.Job {
+				return tracker.Job{Key: key, Attempt: -1, Nodes: 3, Settle: time.Second, Rank: i}
 			})
 			// Generous: on a busy machine the requests take long. That the
 			// defaults clear a stray within --start-timeout is checked in
@@ -276,8 +276,10 @@ func TestElectLatecomer(t *testing.T) {
 func TestElectGenerations(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
 	exp, key := unique(t), "slurm:c:"+unique(t)
-	gen := func(g string, attempt int) func(int) Job {
-		return func(int) Job { return Job{Key: key, Generation: g, Attempt: attempt, Nodes: 2, Settle: time.Second} }
+	gen := func(g string, attempt int) func(int) tracker.Job {
+		return func(int) tracker.Job {
+			return tracker.Job{Key: key, Generation: g, Attempt: attempt, Nodes: 2, Settle: time.Second}
+		}
 	}
 	old := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("1000", 0))
 	startTogether(t, old)

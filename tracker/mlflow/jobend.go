@@ -169,7 +169,7 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.SetTags(ctx, s.runID, tags); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	if !end.KeepStatus && s.cfg.Job.tier(s.who) == 0 {
+	if !end.KeepStatus && tier(s.cfg.Job, s.who) == 0 {
 		s.sweep(ctx)
 	}
 	return errors.Join(errs...)

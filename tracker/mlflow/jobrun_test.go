@@ -19,8 +19,8 @@ func TestKnownJobRun(t *testing.T) {
 	srv := mlflowtest.Shared(t)
 	exp := fmt.Sprintf("known-job-run-%d", time.Now().UnixNano())
 	key := fmt.Sprintf("test:known:%d", time.Now().UnixNano())
-	job := func() *Job {
-		return &Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: 1, Settle: 200 * time.Millisecond}
+	job := func() *tracker.Job {
+		return &tracker.Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: 1, Settle: 200 * time.Millisecond}
 	}
 	info := tracker.StartInfo{NodeID: "n0", RunName: "job"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -51,9 +51,8 @@ func build(b tracker.Build) (tracker.Sink, error) {
 		mc.RunID, mc.OwnsRun, mc.Follow = b.RunID, b.Owned, b.Follow
 	}
 	// A given MLFLOW_RUN_ID keeps its meaning: that run, no election.
-	if j := b.Job; j != nil && mc.RunID == "" {
-		mc.Job = &Job{Key: j.Key, KeyFrom: j.KeyFrom, Generation: j.Generation, Attempt: j.Attempt,
-			Nodes: j.Nodes, Settle: j.Settle, Task: j.Task, Rank: j.Rank}
+	if b.Job != nil && mc.RunID == "" {
+		mc.Job = b.Job
 	}
 	return New(mc, b.Log.With("tracker", "mlflow"))
 }
