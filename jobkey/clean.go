@@ -86,8 +86,8 @@ func scrub(s string, n int, ok func(rune) bool) string {
 }
 
 // SegmentRune reports whether r may stand in a key segment as it is:
-// letters, digits, '_', '-' and '.' (ASCII only). Other packages that
-// derive ids from keys (the W&B run id) use the same set.
+// letters, digits, '_', '-' and '.' (ASCII only). The W&B run id bridge
+// derives from a key keeps the same set (tracker/wandb's runIDByte).
 func SegmentRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.'
 }

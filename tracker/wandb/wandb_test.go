@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/tracker"
@@ -635,5 +636,15 @@ func TestUntrustedCertificateIsPermanent(t *testing.T) {
 	_, err = s.Start(context.Background(), tracker.StartInfo{})
 	if !errors.Is(err, tracker.ErrPermanent) || !strings.Contains(err.Error(), "SSL_CERT_FILE") {
 		t.Fatalf("Start = %v; want a permanent error naming SSL_CERT_FILE", err)
+	}
+}
+
+// The run id bridge derives from a job key keeps the characters a key
+// segment may hold as it is (jobkey.SegmentRune), byte by byte.
+func TestRunIDBytesAreASegment(t *testing.T) {
+	for c := range 256 {
+		if runIDByte(byte(c)) != jobkey.SegmentRune(rune(c)) {
+			t.Errorf("byte %#x: run id %v, key segment %v", c, runIDByte(byte(c)), jobkey.SegmentRune(rune(c)))
+		}
 	}
 }
