@@ -29,7 +29,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/bridge-dev/bridge/config/option"
-	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
 // ErrUsage marks a configuration error; the CLI exits 2 on it.
@@ -261,7 +261,7 @@ func (s *sources) readFile(ch Choices) error {
 	s.v.SetConfigType("yaml")
 	// Read by bridge, not viper: only a regular file, of bounded size
 	// (/dev/zero would be read without end, a FIFO waited on forever).
-	raw, err := userfile.Read(file, MaxConfigBytes)
+	raw, err := kfile.ReadUserFile(file, MaxConfigBytes)
 	if err == nil {
 		err = s.v.ReadConfig(bytes.NewReader(raw))
 	}

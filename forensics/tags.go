@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	textclip "github.com/bridge-dev/bridge/internal/clip"
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -109,4 +109,4 @@ func EvidenceText(facts map[string]string) string {
 }
 
 // clip keeps a tag value within maxTagValue bytes, at a rune boundary.
-func clip(s string) string { return textclip.Bytes(s, maxTagValue) }
+func clip(s string) string { return printable.Clip(s, maxTagValue) }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/bridge-dev/bridge/internal/printable"
 )
 
 // Values from other tools (a launcher's variables, MLflow's node id, the
@@ -84,8 +86,8 @@ func scrub(s string, n int, ok func(rune) bool) string {
 }
 
 // SegmentRune reports whether r may stand in a key segment as it is:
-// letters, digits, '_', '-' and '.' (ASCII only). Other packages that
-// derive ids from keys (the W&B run id) use the same set.
+// letters, digits, '_', '-' and '.' (ASCII only). The W&B run id bridge
+// derives from a key keeps the same set (tracker/wandb's runIDByte).
 func SegmentRune(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.'
 }
@@ -123,7 +125,7 @@ func keyOf(prefix string, fields ...field) (key string, changed []string) {
 	b.WriteString(prefix)
 	for _, f := range fields {
 		if !fits(f.raw, f.max, f.ok) {
-			changed = append(changed, f.name+"="+Quote(f.raw))
+			changed = append(changed, f.name+"="+printable.Quote(f.raw))
 		}
 		b.WriteString(f.sep + f.raw)
 	}
@@ -132,7 +134,7 @@ func keyOf(prefix string, fields ...field) (key string, changed []string) {
 	}
 	if changed == nil {
 		last := fields[len(fields)-1] // its value ends like a hash
-		changed = []string{last.name + "=" + Quote(last.raw)}
+		changed = []string{last.name + "=" + printable.Quote(last.raw)}
 	}
 	b.Reset()
 	b.WriteString(prefix)
@@ -155,13 +157,4 @@ func digit(r rune) bool { return r >= '0' && r <= '9' }
 func cleanedNote(key string, changed []string) string {
 	return fmt.Sprintf("%s cannot be used as it is in a job key (letters, digits and . _ - : / @ + = only, each part of bounded length): the key is the cleaned value with a hash of the raw values, %s (docs/multinode.md)",
 		strings.Join(changed, ", "), key)
-}
-
-// Quote shows a value from another tool in a message: quoted, and cut
-// after 80 bytes so that a huge value does not flood the log.
-func Quote(s string) string {
-	if len(s) > 80 {
-		return strconv.Quote(s[:80]) + fmt.Sprintf("... (%d bytes)", len(s))
-	}
-	return strconv.Quote(s)
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/bridge-dev/bridge/internal/printable"
 )
 
 // getter reads one variable, trimmed; "" when unset.
@@ -28,7 +30,7 @@ func (p *part) number(get getter, name string) (int, bool) {
 	}
 	n, ok := count(v)
 	if !ok {
-		p.warns = append(p.warns, fmt.Sprintf("%s=%s is not a whole number: not used", name, Quote(v)))
+		p.warns = append(p.warns, fmt.Sprintf("%s=%s is not a whole number: not used", name, printable.Quote(v)))
 	}
 	return n, ok
 }
@@ -110,7 +112,7 @@ func slurm(get getter) part {
 		p.nodes, p.nodesOf = 1, "the Slurm batch step (one node)"
 		if node, jobNodes := get("SLURM_NODEID"), get("SLURM_JOB_NUM_NODES"); node != "" && !(node == "0" && jobNodes == "1") {
 			p.keyWarns = append(p.keyWarns, fmt.Sprintf("SLURM_NODEID=%s is set but there is no SLURM_STEP_ID: bridge assumed Slurm's batch script, one node (key %s); to measure every node start it under srun (srun bridge -- ...), or set --job-key and --nodes",
-				Quote(node), p.key))
+				printable.Quote(node), p.key))
 		}
 	} else if _, name := firstOf(get, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES", "SLURM_NNODES"); name != "" {
 		if n, ok := p.number(get, name); ok && n > 0 {
@@ -136,7 +138,7 @@ func generation(p *part, get getter, name string) string {
 	}
 	g, changed := keyOf("", field{"", name, v, 20, keyRune})
 	if changed != nil {
-		p.keyWarns = append(p.keyWarns, fmt.Sprintf("%s=%s cannot be used as it is: the job's generation is %s", name, Quote(v), g))
+		p.keyWarns = append(p.keyWarns, fmt.Sprintf("%s=%s cannot be used as it is: the job's generation is %s", name, printable.Quote(v), g))
 	}
 	return g
 }

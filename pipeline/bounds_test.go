@@ -113,7 +113,11 @@ func TestAbortCutsFinish(t *testing.T) {
 // spool of such a run is removed unless --keep-spool).
 type createdSink struct{ fakeSink }
 
-func (c *createdSink) Created() bool { return true }
+func (c *createdSink) Run() tracker.RunInfo {
+	ri := c.fakeSink.Run()
+	ri.Created = true
+	return ri
+}
 
 func TestKeepSpool(t *testing.T) {
 	for _, keep := range []bool{false, true} {

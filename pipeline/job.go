@@ -19,7 +19,7 @@ import (
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/spool"
-	"github.com/bridge-dev/bridge/tracker/mlflow"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // Job is a multi-node job as this bridge takes part in it: what the
@@ -38,21 +38,23 @@ type Job struct {
 
 // DetectJob finds the job this bridge belongs to (package jobkey) from the
 // environment, the child's command line and the explicit settings. An
-// explicit --node-id (or MLFLOW_SYSTEM_METRICS_NODE_ID, which MLflow's own
-// monitor reads) wins over the launcher's node. MLflow's variable is
-// MLflow's: a value that is not one key segment is cleaned into one
+// explicit --node-id (or a tracker's variable that names the node,
+// MLFLOW_SYSTEM_METRICS_NODE_ID, which MLflow's own monitor reads) wins
+// over the launcher's node. The tracker's variable is not bridge's: a
+// value that is not one key segment is cleaned into one
 // (jobkey.NodeIDFrom), with a warning, never refused.
 func DetectJob(cfg config.Config, argv []string, getenv func(string) string) *Job {
 	ex := jobkey.Explicit{Key: cfg.JobKey, KeyFrom: cfg.JobKeyFrom, NodeID: cfg.NodeID, NodeFrom: cfg.NodeIDFrom,
 		Nodes: cfg.Nodes, NodesFrom: cfg.NodesFrom}
 	var warn string
-	if ex.NodeID == "" {
-		if v := strings.TrimSpace(getenv(mlflow.EnvNodeID)); v != "" {
-			id, changed := jobkey.NodeIDFrom(v)
-			ex.NodeID, ex.NodeFrom = id, mlflow.EnvNodeID
-			if changed {
+	for _, t := range Trackers() {
+		if ex.NodeID != "" || t.NodeIDEnv == "" {
+			continue
+		}
+		if id, note := nodeIDFrom(t.NodeIDEnv, getenv); id != "" {
+			ex.NodeID, ex.NodeFrom, warn = id, t.NodeIDEnv, note
+			if note != "" {
 				ex.NodeFrom += " (cleaned)"
-				warn = mlflow.NodeIDNote(v, id)
 			}
 		}
 	}
@@ -146,11 +148,13 @@ func (j *Job) Release() {
 
 // Label is the W&B label of this bridge's series and of its child's: the
 // node id, with the task for a non-lead bridge.
-func (j *Job) Label() string {
-	if j.Task == "" {
-		return j.NodeID
-	}
-	return j.NodeID + "." + j.Task
+func (j *Job) Label() string { return j.trackerJob().Label() }
+
+// trackerJob is the job as its trackers take part in it.
+func (j *Job) trackerJob() *tracker.Job {
+	primary, known := j.Primary()
+	return &tracker.Job{Key: j.Key, KeyFrom: j.KeyFrom, Generation: j.Generation, Attempt: j.Attempt, Nodes: j.Nodes,
+		Rank: j.Rank, Settle: j.Settle, Node: j.NodeID, Task: j.Task, Primary: primary, PrimaryKnown: known}
 }
 
 // Describe is the job for `bridge sample` and the log: the key, the node
@@ -198,7 +202,7 @@ func (j *Job) Describe() map[string]any {
 // Spool start-record tags that let `bridge sync` find the job's run again
 // from the spool alone (Job.Tags writes them, JobFromTags reads them).
 const (
-	TagJobKey        = mlflow.TagJobKey
+	TagJobKey        = tracker.TagJobKey
 	TagJobNodes      = "bridge.job_nodes"
 	TagJobTask       = "bridge.job_task"
 	TagJobGeneration = "bridge.job_generation"

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/bridge-dev/bridge/config"
-	"github.com/bridge-dev/bridge/internal/clip"
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -21,7 +21,7 @@ import (
 // with tags, to which the command line is added.
 func JobStartInfo(cfg config.Config, argv, environ []string, tags map[string]string) tracker.StartInfo {
 	shown := redact.New(environ).Argv(argv)
-	tags["bridge.command"] = clip.Bytes(strings.Join(shown, " "), 500)
+	tags["bridge.command"] = printable.Clip(strings.Join(shown, " "), 500)
 	return tracker.StartInfo{Command: shown, RunName: runName(cfg.RunName, shown), NodeID: cfg.NodeID, Tags: tags}
 }
 
@@ -46,7 +46,7 @@ func runName(flag string, shown []string) string {
 			continue
 		}
 		if scriptExts[strings.ToLower(filepath.Ext(a))] {
-			return clip.Bytes(filepath.Base(a), 100)
+			return printable.Clip(filepath.Base(a), 100)
 		}
 		if module == "" && shown[i] == "-m" {
 			module = a
@@ -54,13 +54,13 @@ func runName(flag string, shown []string) string {
 		args = append(args, a)
 	}
 	if module != "" {
-		return clip.Bytes(module, 100)
+		return printable.Clip(module, 100)
 	}
 	parts := []string{filepath.Base(shown[0])}
 	for _, a := range args[:min(len(args), 2)] {
 		parts = append(parts, filepath.Base(a))
 	}
-	return clip.Bytes(strings.Join(parts, " "), 100)
+	return printable.Clip(strings.Join(parts, " "), 100)
 }
 
 // ChildEnv is base with the variables the trackers give the child (Env)

@@ -15,7 +15,7 @@ type Overrides struct {
 	Owned  map[string]bool   // tracker name -> bridge created that run in an earlier attempt
 	// Recorded is the start record (its tags) of the attempt whose samples
 	// `bridge sync` uploads: each tracker takes from it where the attempt's
-	// run is (tracker.Placer), over its variables here.
+	// run is (tracker.RunInfo.Place), over its variables here.
 	Recorded map[string]string
 	// Follow (`bridge attach`): the trackers that can follow their run's
 	// status stop writing into it once its owner ends it.

@@ -24,14 +24,16 @@ import (
 // run's place is known only once it answers (as MLflow's experiment id).
 type placedLateSink struct{ lateSink }
 
-func (p *placedLateSink) Place() map[string]string {
-	if p.RunID() == "" {
-		return map[string]string{"t.place": "configured"}
+func (p *placedLateSink) Run() tracker.RunInfo {
+	ri := p.lateSink.Run()
+	ri.Place = map[string]string{"t.place": "configured"}
+	if ri.ID != "" {
+		ri.Place["t.place"] = "resolved"
 	}
-	return map[string]string{"t.place": "resolved"}
+	return ri
 }
 
-// Where each run is (tracker.Placer) is in the spool for `bridge sync`:
+// Where each run is (tracker.RunInfo.Place) is in the spool for `bridge sync`:
 // in the start record for a tracker that started in time, and in the run
 // record for one that started late, with what it resolved then.
 func TestSpoolRecordsPlace(t *testing.T) {
@@ -84,7 +86,7 @@ func TestBuildMLflowRecordedExperiment(t *testing.T) {
 			if err != nil || len(sinks) != 1 {
 				t.Fatalf("sinks %v, %v", sinks, err)
 			}
-			if got := sinks[0].(tracker.Placer).Place(); !maps.Equal(got, tc.want) {
+			if got := sinks[0].Run().Place; !maps.Equal(got, tc.want) {
 				t.Errorf("place %v, want %v", got, tc.want)
 			}
 			if warned := strings.Contains(logs.String(), "the spool's is used"); warned != tc.warns {

@@ -81,9 +81,9 @@ type lateSink struct {
 
 func (l *lateSink) Name() string { return "late" }
 
-func (l *lateSink) RunID() string {
+func (l *lateSink) Run() tracker.RunInfo {
 	id, _ := l.run.Load().(string)
-	return id
+	return tracker.RunInfo{ID: id}
 }
 
 func (l *lateSink) Start(context.Context, tracker.StartInfo) ([]string, error) {

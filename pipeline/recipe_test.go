@@ -45,7 +45,7 @@ func (s *toySink) Start(context.Context, tracker.StartInfo) ([]string, error) {
 	return []string{"TOY_RUN_ID=toy-run"}, nil
 }
 
-func (s *toySink) RunID() string { return "toy-run" }
+func (s *toySink) Run() tracker.RunInfo { return tracker.RunInfo{ID: "toy-run"} }
 
 func (s *toySink) Send(ctx context.Context, samples []metrics.Sample) (int, error) {
 	for i, smp := range samples {
@@ -78,9 +78,9 @@ func (s *toySink) Finish(context.Context, tracker.EndInfo) error { return nil }
 func TestRecipeAddACollectorAndATracker(t *testing.T) {
 	regs := append(Collectors(), metrics.Registration{Name: "toy", Scopes: []metrics.Scope{"toy"}, Series: []*metrics.Desc{toyWidgets},
 		Build: func(metrics.Env) (metrics.Collector, error) { return &toyCollector{}, nil }})
-	ts := append(Trackers(), Tracker{Name: "toy", RunIDEnv: "TOY_RUN_ID",
+	ts := append(Trackers(), tracker.Registration{Name: "toy", RunIDEnv: "TOY_RUN_ID",
 		Configured: func(getenv func(string) string) bool { return getenv("TOY_URL") != "" },
-		Build:      func(b Build) (tracker.Sink, error) { return &toySink{url: b.Getenv("TOY_URL")}, nil }})
+		Build:      func(b tracker.Build) (tracker.Sink, error) { return &toySink{url: b.Getenv("TOY_URL")}, nil }})
 	bodies := make(chan string, 100)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)

@@ -88,7 +88,7 @@ type Session struct {
 
 	// seqFloor, when above the sampler's next seq, is where the sampling
 	// loop moves it: the step after this node's last on a run a late start
-	// joined (tracker.Resumer).
+	// joined (tracker.RunInfo.NextStep).
 	seqFloor  atomic.Int64
 	ended     chan struct{} // closed when a sink's run was ended by its owner
 	endedOnce sync.Once
@@ -190,14 +190,14 @@ func Open(o Options) *Session {
 
 // firstSeq is the first sample's seq: after the spool's last, and after
 // the last step of this node's series on a run a tracker joined
-// (tracker.Resumer: a restarted attempt whose spool is gone, a run given
-// to bridge), so that the node's steps never start again at 0 under the
-// same keys.
+// (tracker.RunInfo.NextStep: a restarted attempt whose spool is gone, a
+// run given to bridge), so that the node's steps never start again at 0
+// under the same keys.
 func (s *Session) firstSeq(spooled int64) int64 {
 	next := spooled
 	for _, r := range s.sinks {
-		if rs, ok := r.Sink.(tracker.Resumer); ok && r.RunID != "" && rs.NextStep() > next {
-			next = rs.NextStep()
+		if step := r.Sink.Run().NextStep; r.RunID != "" && step > next {
+			next = step
 			s.log.Info("continuing this node's steps after the last the run holds", "tracker", r.Sink.Name(), "run", r.RunID, "first_step", next)
 		}
 	}
@@ -217,16 +217,14 @@ func (s *Session) RunEnded() <-chan struct{} { return s.ended }
 // seq after them (the samples taken before it was found keep theirs).
 func (s *Session) recordLateRun(sink tracker.Sink) func(run string) {
 	return func(run string) {
-		if rs, ok := sink.(tracker.Resumer); ok && rs.NextStep() > 0 {
-			for {
-				cur := s.seqFloor.Load()
-				if rs.NextStep() <= cur || s.seqFloor.CompareAndSwap(cur, rs.NextStep()) {
-					break
-				}
+		ri := sink.Run()
+		for ri.NextStep > 0 {
+			cur := s.seqFloor.Load()
+			if ri.NextStep <= cur || s.seqFloor.CompareAndSwap(cur, ri.NextStep) {
+				break
 			}
 		}
-		c, ok := sink.(RunCreator)
-		rec := spool.Record{Time: time.Now().UnixMilli(), Sink: sink.Name(), Run: run, Info: RunRecordInfo(sink, ok && c.Created())}
+		rec := spool.Record{Time: time.Now().UnixMilli(), Sink: sink.Name(), Run: run, Info: RunRecordInfo(sink, ri.Created)}
 		if err := s.spool.WriteRun(rec); err != nil {
 			s.log.Error("cannot record the tracker's run in the spool; a restart or `bridge sync` would not find it", "tracker", sink.Name(), "run", run, "err", err)
 		}
@@ -234,7 +232,7 @@ func (s *Session) recordLateRun(sink tracker.Sink) func(run string) {
 }
 
 // RunRecordInfo is the info of a spool run record for sink's run: where
-// the run is (tracker.Placer) and whether bridge created it (so that a
+// the run is (tracker.RunInfo.Place) and whether bridge created it (so that a
 // restart or `bridge sync` may end it).
 func RunRecordInfo(sink tracker.Sink, created bool) map[string]string {
 	var info map[string]string
@@ -244,14 +242,11 @@ func RunRecordInfo(sink tracker.Sink, created bool) map[string]string {
 	return withPlace(info, sink)
 }
 
-// withPlace adds where sink's run is (tracker.Placer) to info, which it
-// returns (a new map when info is nil and there is something to add).
+// withPlace adds where sink's run is (tracker.RunInfo.Place) to info,
+// which it returns (a new map when info is nil and there is something to
+// add).
 func withPlace(info map[string]string, sink tracker.Sink) map[string]string {
-	p, ok := sink.(tracker.Placer)
-	if !ok {
-		return info
-	}
-	for k, v := range p.Place() {
+	for k, v := range sink.Run().Place {
 		if info == nil {
 			info = map[string]string{}
 		}

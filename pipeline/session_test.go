@@ -72,8 +72,8 @@ type fakeSink struct {
 	finished int
 }
 
-func (f *fakeSink) Name() string  { return f.name }
-func (f *fakeSink) RunID() string { return f.runID }
+func (f *fakeSink) Name() string         { return f.name }
+func (f *fakeSink) Run() tracker.RunInfo { return tracker.RunInfo{ID: f.runID} }
 
 func (f *fakeSink) Start(context.Context, tracker.StartInfo) ([]string, error) {
 	return []string{"FAKE_RUN=" + f.runID}, f.startErr

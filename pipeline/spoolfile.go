@@ -171,7 +171,7 @@ func EndRecordedTag(sink string) string { return "bridge.end_recorded." + sink }
 // or skipped records). Anything else keeps it, for `bridge sync` and for a
 // restarted bridge's forensics. A run given to bridge (MLFLOW_RUN_ID, W&B's
 // run, `bridge attach`'s) is no exception: a later bridge on it continues
-// the node's steps from the run itself (tracker.Resumer).
+// the node's steps from the run itself (tracker.RunInfo.NextStep).
 //
 // Closing waits for the disk until ctx ends: one that stalled is left
 // behind, and the table's spool row says so (spoolRows).

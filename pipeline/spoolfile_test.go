@@ -146,7 +146,11 @@ type createdLateSink struct {
 	sent atomic.Int64
 }
 
-func (c *createdLateSink) Created() bool { return true }
+func (c *createdLateSink) Run() tracker.RunInfo {
+	ri := c.lateSink.Run()
+	ri.Created = true
+	return ri
+}
 
 func (c *createdLateSink) Send(ctx context.Context, smp []metrics.Sample) (int, error) {
 	n, err := c.lateSink.Send(ctx, smp)

@@ -48,12 +48,6 @@ func (r SinkRun) run() string {
 // restart or `bridge sync` may end it).
 func CreatedTag(sink string) string { return "bridge.created_run." + sink }
 
-// RunCreator is implemented by sinks that can create their run (MLflow's):
-// a restarted attempt resumes a run only bridge created as its own.
-type RunCreator interface {
-	Created() bool
-}
-
 // Started is what StartSinksWith returns: the sinks that will get samples, the
 // environment the child needs, and the sinks that could not start (rows for
 // the end-of-run table).
@@ -109,7 +103,7 @@ func StartSinksWith(ctx context.Context, sinks []tracker.Sink, info tracker.Star
 				done <- i
 			}()
 			r.env, r.err = startWithin(ctx, s, info, pol.Timeout)
-			r.id = s.RunID()
+			r.id = s.Run().ID
 		}()
 	}
 	wait := pol.Timeout
@@ -173,8 +167,7 @@ collect:
 			log.Warn("tracker not reachable at start; samples are spooled and sent when it is",
 				"tracker", s.Name(), "run", id, "err", err)
 		}
-		c, ok := s.(RunCreator)
-		st.Runs = append(st.Runs, SinkRun{Sink: s, RunID: id, Created: ok && c.Created()})
+		st.Runs = append(st.Runs, SinkRun{Sink: s, RunID: id, Created: s.Run().Created})
 	}
 	return st
 }
@@ -188,7 +181,7 @@ func startWithin(ctx context.Context, s tracker.Sink, info tracker.StartInfo, ti
 	gap := 250 * time.Millisecond
 	for {
 		e, err := s.Start(sctx, info)
-		if err == nil || errors.Is(err, tracker.ErrPermanent) || s.RunID() != "" {
+		if err == nil || errors.Is(err, tracker.ErrPermanent) || s.Run().ID != "" {
 			return e, err
 		}
 		t := time.NewTimer(gap)

@@ -1,12 +1,16 @@
 package pipeline
 
 import (
+	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
 
 func TestTrackersRegistration(t *testing.T) {
@@ -105,8 +109,8 @@ func TestBuildSinksFromEnvironment(t *testing.T) {
 // comes from its registration alone: a toy tracker's run variable, node
 // variable, Resume and AttachRunHint are honoured with nothing else added.
 func TestRegistrationDrivesRuns(t *testing.T) {
-	ts := append(Trackers(), Tracker{Name: "toy", RunIDEnv: "TOY_RUN_ID", NodeIDEnv: "TOY_NODE", Resume: true, AttachRunHint: "toy.run_id()",
-		Configured: func(func(string) string) bool { return false }, Build: func(Build) (tracker.Sink, error) { return &toySink{}, nil }})
+	ts := append(Trackers(), tracker.Registration{Name: "toy", RunIDEnv: "TOY_RUN_ID", NodeIDEnv: "TOY_NODE", Resume: true, AttachRunHint: "toy.run_id()",
+		Configured: func(func(string) string) bool { return false }, Build: func(tracker.Build) (tracker.Sink, error) { return &toySink{}, nil }})
 	env := func(kv ...string) func(string) string {
 		return func(k string) string {
 			for i := 0; i+1 < len(kv); i += 2 {
@@ -148,5 +152,55 @@ func TestRegistrationDrivesRuns(t *testing.T) {
 	}
 	if !strings.Contains(ts.RunIDVars(), "TOY_RUN_ID") {
 		t.Errorf("attach's --run-id help %q does not name TOY_RUN_ID", ts.RunIDVars())
+	}
+}
+
+// A tracker's node variable (MLflow's MLFLOW_SYSTEM_METRICS_NODE_ID) is
+// another tool's: a value that is not one key segment is cleaned into one,
+// with one warning naming the variable and its value, never refused; the
+// tracker's Build gets the node id, and --node-id wins over the variable.
+func TestTrackerNodeIDFromItsVariable(t *testing.T) {
+	var built []string
+	ts := TrackerList{{Name: "toy", RunIDEnv: "TOY_RUN_ID", NodeIDEnv: "TOY_NODE", Configured: func(func(string) string) bool { return true },
+		Build: func(b tracker.Build) (tracker.Sink, error) { built = append(built, b.NodeID); return &toySink{}, nil }}}
+	for _, tc := range []struct {
+		name, env, flag string
+		want            func(string) bool
+		warns           []string // what the one warning names; none without
+	}{
+		{"a key segment", "node-3", "", func(id string) bool { return id == "node-3" }, nil},
+		{"a slash and a space", "gpu box/1", "", func(id string) bool { return strings.HasPrefix(id, "gpu_box_1--") }, []string{"TOY_NODE", `gpu box/1`, "gpu_box_1--"}},
+		{"over 100", strings.Repeat("n", 101), "", func(id string) bool { return len(id) == 100 }, []string{"TOY_NODE"}},
+		{"--node-id wins", "gpu box/1", "n1", func(id string) bool { return id == "n1" }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("TOY_NODE", tc.env)
+			built = nil
+			var logs bytes.Buffer
+			sinks, off := ts.BuildSinks(config.Config{Trackers: []string{"auto"}, NodeID: tc.flag}, Overrides{}, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+			if len(sinks) != 1 || off != nil || len(built) != 1 || !tc.want(built[0]) {
+				t.Fatalf("sinks %v, off %v, node ids %q", sinks, off, built)
+			}
+			warnings := strings.Count(logs.String(), "level=WARN")
+			if (warnings == 1) != (tc.warns != nil) || warnings > 1 {
+				t.Errorf("%d warnings, want %d:\n%s", warnings, len(tc.warns), logs.String())
+			}
+			for _, w := range tc.warns {
+				if !strings.Contains(logs.String(), w) {
+					t.Errorf("warning does not name %s:\n%s", w, logs.String())
+				}
+			}
+		})
+	}
+	// MLflow's sink takes the cleaned id: its series nest under it.
+	t.Setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")
+	t.Setenv("MLFLOW_RUN_ID", "")
+	t.Setenv(mlflow.EnvNodeID, "gpu box/1")
+	sinks, off := Trackers().BuildSinks(config.Config{Trackers: []string{"mlflow"}}, Overrides{}, nil, quiet())
+	if len(sinks) != 1 || off != nil {
+		t.Fatalf("sinks %v, off %v: MLflow refuses the cleaned node id", sinks, off)
+	}
+	if key := sinks[0].(*jobrun.Sink).Sink.(*mlflow.Sink).Key("cpu"); !strings.HasPrefix(key, "system/gpu_box_1--") {
+		t.Errorf("key %q, want it under the cleaned node id", key)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 	"unicode/utf8"
 
-	"github.com/bridge-dev/bridge/internal/clip"
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
@@ -321,7 +320,7 @@ func within(lines []string, max int, run string) string {
 				b.WriteString(more(len(lines) - i))
 				break
 			}
-			l = clip.Bytes(l, room-1) // as many bytes are at least as many characters
+			l = printable.Clip(l, room-1) // as many bytes are at least as many characters
 		}
 		b.WriteString(l + "\n")
 		used += utf8.RuneCountInString(l) + 1

@@ -32,10 +32,8 @@ const (
 	statusFinished = tracker.StatusFinished
 )
 
-// TagJobKey marks a job's run: its value is the job's key. It is declared
-// here because the packages that write it (pipeline, tracker/mlflow,
-// tracker/wandb) import this one, and take it from here.
-const TagJobKey = "bridge.job_key"
+// TagJobKey marks a job's run: its value is the job's key.
+const TagJobKey = tracker.TagJobKey
 
 // oomKilled reports a forensics reason of an OOM kill.
 func oomKilled(reason string) bool {
@@ -74,9 +72,8 @@ const StatusMissing = "MISSING"
 // ReasonNeverRecorded is a missing node's reason.
 const ReasonNeverRecorded = "never_recorded"
 
-// TagNodes is the job's node count, as its launcher gave it (declared
-// here for the same reason as TagJobKey).
-const TagNodes = "bridge.nodes"
+// TagNodes is the job's node count, as its launcher gave it.
+const TagNodes = tracker.TagNodes
 
 // maxMissingRows bounds the rows of missing nodes: a count the launcher
 // got wrong (or a forged tag) costs one line, not a row per node.

@@ -12,6 +12,7 @@ import (
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/summary"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // Tag keys of the job's run that the report writes, and a node's record
@@ -19,12 +20,12 @@ import (
 const (
 	// TagFirstFailure names the job's first failure:
 	// "<node>: <reason> at <UTC time> (<why>)".
-	TagFirstFailure = "bridge.job.first_failure"
+	TagFirstFailure = tracker.TagFirstFailure
 	// TagReport says where the job's report is, and who wrote it when.
 	TagReport = "bridge.job.report"
 	// TagReportSummary holds the report's summary where the server does
 	// not take artifacts.
-	TagReportSummary = "bridge.job.report_summary"
+	TagReportSummary = tracker.TagReportSummary
 	// TagFigures is a node's figures (Figures, JSON), recorded at its end
 	// under its scope (bridge.node.<id>.figures): the report reads them
 	// instead of the node's series.

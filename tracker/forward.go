@@ -58,7 +58,7 @@ const DefaultGather = 3 * time.Second
 // With Start set, the sink's Start has not succeeded yet (the tracker was
 // down when the job started): the forwarder calls it again, with the same
 // backoff, until it succeeds, then tracks the new run in the queue (under
-// Sink.RunID()) and sends everything spooled since the start.
+// Sink.Run().ID) and sends everything spooled since the start.
 type Forwarder struct {
 	Sink   Sink
 	RunID  string // run id, for the spool's ack records ("" until a late Start)
@@ -399,7 +399,7 @@ func (f *Forwarder) lateStart(ctx context.Context, log *slog.Logger) (err error)
 	if err == nil {
 		err = ValidEnv(env)
 	}
-	run := f.Sink.RunID()
+	run := f.Sink.Run().ID
 	if err == nil && run == "" {
 		err = Permanent(errors.New("tracker started without a run id"))
 	}

@@ -60,8 +60,8 @@ type scriptSink struct {
 	gaps     []time.Time
 }
 
-func (s *scriptSink) Name() string  { return "script" }
-func (s *scriptSink) RunID() string { return "run" }
+func (s *scriptSink) Name() string { return "script" }
+func (s *scriptSink) Run() RunInfo { return RunInfo{ID: "run"} }
 func (s *scriptSink) Start(context.Context, StartInfo) ([]string, error) {
 	return nil, nil
 }
@@ -293,7 +293,7 @@ type startSink struct {
 	starts    int
 }
 
-func (s *startSink) RunID() string { return s.run }
+func (s *startSink) Run() RunInfo { return RunInfo{ID: s.run} }
 func (s *startSink) Start(context.Context, StartInfo) ([]string, error) {
 	s.starts++
 	if len(s.startErrs) > 0 {

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/clip"
 	"github.com/bridge-dev/bridge/internal/printable"
 )
 
@@ -94,7 +93,7 @@ func CheckJSONObject(body []byte, what string) error {
 // (printable.Line), at most about 300 bytes.
 func Shorten(s string) string {
 	const limit = 300
-	return clip.Bytes(printable.Line(strings.Join(strings.Fields(s), " ")), limit+3)
+	return printable.Clip(printable.Line(strings.Join(strings.Fields(s), " ")), limit+3)
 }
 
 // idRe is MLflow's run id rule (mlflow/utils/validation.py _RUN_ID_REGEX),

@@ -83,8 +83,8 @@ func Severity(status string) int {
 
 // Sink sends samples to one tracker.
 //
-// Contract: calls never overlap and come in the order Start, RunID, Send...,
-// Finish. Start and RunID run on the caller's goroutine before any Send
+// Contract: calls never overlap and come in the order Start, Run, Send...,
+// Finish. Start and Run run on the caller's goroutine before any Send
 // (pipeline.StartSinksWith); Send runs on the sink's forwarder goroutine
 // (tracker.Forwarder); Finish runs on the caller's goroutine once that
 // forwarder has returned (pipeline.Session.Finish), and is skipped after a
@@ -115,15 +115,42 @@ type Sink interface {
 	// all. Errors wrap ErrPermanent when retrying cannot help.
 	Send(ctx context.Context, samples []metrics.Sample) (acked int, err error)
 
-	// RunID is the tracker's run id once Start has chosen or created it
-	// (empty when it could not); the spool records acknowledgements under it.
-	RunID() string
+	// Run is what the sink knows of its run: its id once Start has chosen
+	// or created it (the spool records acknowledgements under it), and
+	// what the spool and the session keep of it (RunInfo).
+	Run() RunInfo
 
 	// Finish records the end of the job (terminal status where the sink owns
 	// it). It is called once, after the last Send. An error that a request's
 	// outage outlasted ctx is (wraps) a *WriteError: how many tries, over how
 	// long, and the last error.
 	Finish(ctx context.Context, end EndInfo) error
+}
+
+// RunInfo is what a sink knows of the run it writes to, as Sink.Run
+// returns it: a copy the caller owns.
+type RunInfo struct {
+	ID string // "" until Start has found or created the run
+	// Created says that bridge created the run (it then sets the run's
+	// terminal status): a restarted attempt may resume only such a run.
+	Created bool
+	// NextStep is the step after the last one this node's series hold on
+	// a run Start joined (a run given to bridge, a multi-node job's run),
+	// 0 when none: the session numbers its samples from it, so that a
+	// restarted attempt continues the node's steps instead of starting
+	// again at 0, as MLflow's own monitor does when it resumes a run.
+	NextStep int64
+	// Place is where the run is, or is to be created, as tags named after
+	// the tracker (MLflow's experiment): what the sink resolved once its
+	// tracker answered, else what its variables name; nil for a tracker
+	// whose variables alone find the run. The spool records it, so that
+	// `bridge sync` finds the job's run, or creates a missing one, in the
+	// same place whatever its own environment says.
+	Place map[string]string
+	// Dropped is how many points the sink left out so far because its
+	// tracker would refuse them (MLflow: a bad key, a time before 1970)
+	// instead of failing the request that carries them.
+	Dropped int
 }
 
 // Reacher is implemented by sinks that know whether their tracker ever
@@ -148,48 +175,6 @@ func (r *Reach) Answered() { r.answered.Store(true) }
 
 // Reached implements Reacher.
 func (r *Reach) Reached() bool { return r.answered.Load() }
-
-// Placer is implemented by sinks whose run lives in a place their
-// tracker's variables choose (MLflow's experiment). The spool records it,
-// so that `bridge sync` finds the job's run, or creates a missing one, in
-// the same place whatever its own environment says.
-type Placer interface {
-	// Place is where the run is, or is to be created, as tags named after
-	// the tracker: what the sink resolved once its tracker answered, else
-	// what its variables name. Safe to call beside the sink's other
-	// methods.
-	Place() map[string]string
-}
-
-// EndReader is implemented by sinks that can read back the end of the job
-// a bridge recorded on their run. `bridge sync` asks before it records an
-// attempt whose spool has no end record as lost: a full disk can keep the
-// end record out of the spool after the tracker got the end.
-type EndReader interface {
-	// RecordedEnd returns the end recorded on the sink's run (for a
-	// multi-node job's run, this node's) at or after since, and whether
-	// there is one. Called after Start, never beside Send.
-	RecordedEnd(ctx context.Context, since time.Time) (EndInfo, bool, error)
-}
-
-// Dropper is implemented by sinks that leave out points their tracker
-// would refuse (MLflow: a bad key, a time before 1970) instead of failing
-// the request that carries them.
-type Dropper interface {
-	// Dropped is how many points were left out so far.
-	Dropped() int
-}
-
-// Resumer is implemented by sinks that may write into a run an earlier
-// attempt wrote (a run given to bridge, a multi-node job's run): NextStep
-// is the step after the last one this node's series hold there (0 when
-// none), known once Start has found the run. The session numbers its
-// samples from it, so that a restarted attempt continues the node's steps
-// instead of starting again at 0, as MLflow's own monitor does when it
-// resumes a run.
-type Resumer interface {
-	NextStep() int64
-}
 
 // ErrRunEnded is returned (wrapped) by Send when the run was ended by its
 // owner (mlflow.end_run() in the notebook beside `bridge attach`): the

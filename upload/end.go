@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -18,16 +19,12 @@ import (
 // tags are added); one that cannot be read leaves the run as it is too,
 // and fails the sync. Otherwise the attempt was lost: end, how stand.
 func trackerEnd(ctx context.Context, sink tracker.Sink, lost *spool.Attempt, end tracker.EndInfo, how string, stderr io.Writer) (tracker.EndInfo, string, int) {
-	er, ok := sink.(tracker.EndReader)
-	if !ok {
-		return end, how, 0
-	}
-	rec, found, err := er.RecordedEnd(ctx, time.UnixMilli(lost.Start.Time))
+	rec, found, err := jobrun.RecordedEnd(ctx, sink, time.UnixMilli(lost.Start.Time))
 	keep := tracker.EndInfo{KeepStatus: true, Time: end.Time, Tags: map[string]string{}}
 	switch {
 	case err != nil:
 		fmt.Fprintf(stderr, "bridge: %s run %s: the spool has no end for attempt %d and the run's cannot be read, so it is not recorded as lost; run bridge sync again: %v\n",
-			sink.Name(), sink.RunID(), lost.Start.Attempt, err)
+			sink.Name(), sink.Run().ID, lost.Start.Attempt, err)
 		return keep, "status left as it is: the end recorded on the run could not be read", 1
 	case found:
 		return keep, fmt.Sprintf("kept the end its bridge recorded on the run: exit code %d, %s; the spool lacked it", rec.ExitCode, cmp.Or(rec.Status, "status not recorded")), 0

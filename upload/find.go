@@ -86,7 +86,7 @@ func (f finder) start(ctx context.Context) (err error) {
 			err = tracker.Permanent(fmt.Errorf("internal error starting the tracker: %v\n%s", p, debug.Stack()))
 		}
 	}()
-	if _, err = f.sink.Start(ctx, f.info); err == nil && f.sink.RunID() == "" {
+	if _, err = f.sink.Start(ctx, f.info); err == nil && f.sink.Run().ID == "" {
 		err = errors.New("the tracker gave no run id")
 	}
 	return err

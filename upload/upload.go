@@ -151,8 +151,8 @@ func (j Job) find(ctx context.Context, o Options) (r pipeline.SinkRun, owned boo
 	if err := fd.find(ctx); err != nil {
 		return r, false, err
 	}
-	c, isCreator := sinks[0].(pipeline.RunCreator)
-	return pipeline.SinkRun{Sink: sinks[0], RunID: sinks[0].RunID(), Created: isCreator && c.Created()}, owned, nil
+	ri := sinks[0].Run()
+	return pipeline.SinkRun{Sink: sinks[0], RunID: ri.ID, Created: ri.Created}, owned, nil
 }
 
 // record writes the run into the spool before anything is sent, so that a
@@ -201,10 +201,7 @@ func (j Job) send(ctx context.Context, o Options, r pipeline.SinkRun) (sent, err
 	s.done = fwd.Drain(ctx)
 	_, s.err, s.sent = fwd.Status()
 	line := fmt.Sprintf("%s run %s: %d samples sent%s", t, r.RunID, s.sent, ackedBefore(before))
-	if d, ok := r.Sink.(tracker.Dropper); ok {
-		s.left = d.Dropped()
-	}
-	if s.left > 0 {
+	if s.left = r.Sink.Run().Dropped; s.left > 0 {
 		line += fmt.Sprintf("; %d points left out (the tracker refuses them)", s.left)
 	}
 	fmt.Fprintln(o.Stdout, line)

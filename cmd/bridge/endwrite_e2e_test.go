@@ -24,6 +24,7 @@ import (
 
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/pipeline"
@@ -160,7 +161,7 @@ func TestEndReportFallsBackToTheTag(t *testing.T) {
 	srv := mlflowtest.Shared(t)
 	p := newProxy(t, srv)
 	p.Schedule(
-		faultproxy.Fault{Path: mlflow.ReportMarkdown, Kind: faultproxy.Status, Code: http.StatusInternalServerError},
+		faultproxy.Fault{Path: jobrun.ReportMarkdown, Kind: faultproxy.Status, Code: http.StatusInternalServerError},
 		faultproxy.Fault{Path: "runs/log-batch", BodyContains: report.TagReportSummary, Kind: faultproxy.Reset, Times: 1},
 	)
 	exp := uniqueName(t)
@@ -177,8 +178,8 @@ func TestEndReportFallsBackToTheTag(t *testing.T) {
 	if sum := run.Tags[report.TagReportSummary]; !strings.Contains(sum, "node-0") {
 		t.Errorf("%s = %q, want the report's summary", report.TagReportSummary, sum)
 	}
-	if p.Count(mlflow.ReportMarkdown) < 2 || p.Hits(faultproxy.Reset) != 1 {
-		t.Errorf("%d PUTs of the report, %d resets: want the PUT retried and the tag's log-batch reset once", p.Count(mlflow.ReportMarkdown), p.Hits(faultproxy.Reset))
+	if p.Count(jobrun.ReportMarkdown) < 2 || p.Hits(faultproxy.Reset) != 1 {
+		t.Errorf("%d PUTs of the report, %d resets: want the PUT retried and the tag's log-batch reset once", p.Count(jobrun.ReportMarkdown), p.Hits(faultproxy.Reset))
 	}
 	if run.Info.Status != mlflow.StatusFinished || !endRecorded.MatchString(j.err.String()) {
 		t.Errorf("run %s; stderr:\n%s\nwant FINISHED and the end recorded", run.Info.Status, &j.err)

@@ -24,6 +24,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/harness/waitfor"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
@@ -180,18 +181,18 @@ while True:
 		}
 	}
 	// The run's own copy was written again as the stopped nodes ended.
-	b, ok := j.srv.Artifact(t, r.Info.RunID, mlflow.ReportJSON)
+	b, ok := j.srv.Artifact(t, r.Info.RunID, jobrun.ReportJSON)
 	var onRun report.Report
 	if !ok || json.Unmarshal(b, &onRun) != nil || len(onRun.Nodes) != 3 {
-		t.Fatalf("the run's %s: %s", mlflow.ReportJSON, b)
+		t.Fatalf("the run's %s: %s", jobrun.ReportJSON, b)
 	}
 	for _, n := range onRun.Nodes {
 		if n.Status == "RUNNING" {
 			t.Errorf("the run's report still shows %s running: it was not written again when it ended", n.Node)
 		}
 	}
-	if md, ok := j.srv.Artifact(t, r.Info.RunID, mlflow.ReportMarkdown); !ok || !strings.Contains(string(md), "**First failure:** node-1: cgroup_oom_kill at ") {
-		t.Errorf("the run's %s:\n%s", mlflow.ReportMarkdown, md)
+	if md, ok := j.srv.Artifact(t, r.Info.RunID, jobrun.ReportMarkdown); !ok || !strings.Contains(string(md), "**First failure:** node-1: cgroup_oom_kill at ") {
+		t.Errorf("the run's %s:\n%s", jobrun.ReportMarkdown, md)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/harness/waitfor"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
@@ -251,9 +252,9 @@ func TestMultinodeRounds(t *testing.T) {
 					}
 				}
 				run := checkJob(t, srv, exp, "slurm:e2e:"+id+".0", nodes)
-				if run.Info.Status != mlflow.StatusFinished || p.Count("runs/update") != 1 || run.Params[mlflow.ParamFinished] == "" {
+				if run.Info.Status != mlflow.StatusFinished || p.Count("runs/update") != 1 || run.Params[jobrun.ParamFinished] == "" {
 					t.Errorf("round %d: status %s after %d runs/update (finished by %q), want FINISHED set once",
-						r, run.Info.Status, p.Count("runs/update"), run.Params[mlflow.ParamFinished])
+						r, run.Info.Status, p.Count("runs/update"), run.Params[jobrun.ParamFinished])
 				}
 				reportDelays(t, "multinode", nodes)
 				p.Close()

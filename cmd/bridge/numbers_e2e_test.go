@@ -27,11 +27,11 @@ import (
 	"github.com/bridge-dev/bridge/harness/spooltest"
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/waitfor"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/infiniband"
 	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/report"
-	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
 
 // dcgm1e306 is a dcgm-exporter whose GPU 0 says 1e306 for its utilization
@@ -186,12 +186,12 @@ func TestTagOf1e306Refused(t *testing.T) {
 			t.Errorf("%s: want node-1's three values refused and named:\n%s", what, rep.JSON())
 		}
 	}
-	b, ok := j.srv.Artifact(t, run, mlflow.ReportJSON)
+	b, ok := j.srv.Artifact(t, run, jobrun.ReportJSON)
 	var onRun report.Report
 	if !ok || json.Unmarshal(b, &onRun) != nil {
 		t.Fatalf("node-0's end wrote no report on the run: %s", b)
 	}
-	checkReport("the run's "+mlflow.ReportJSON, &onRun)
+	checkReport("the run's "+jobrun.ReportJSON, &onRun)
 	checkReport("bridge report --json", j.report(t, run))
 
 	cmd := exec.Command(j.bridge, "report", run)

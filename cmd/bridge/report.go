@@ -13,8 +13,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bridge-dev/bridge/internal/printable"
+	"github.com/bridge-dev/bridge/jobrun"
+	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/report"
-	"github.com/bridge-dev/bridge/tracker/mlflow"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // defaultReportTimeout bounds `bridge report` as a whole: one runs/get,
@@ -23,8 +25,9 @@ import (
 const defaultReportTimeout = 2 * time.Minute
 
 // runReport is `bridge report RUN [--json|--markdown] [--timeout D]`: the
-// report of an MLflow run (a job's: one row a node), made by package
-// report, while the job runs or after it ended. It ends within --timeout:
+// report of a run (a job's: one row a node) of the tracker whose runs
+// bridge reads (pipeline.TrackerList.Reader: MLflow), made by package
+// jobrun, while the job runs or after it ended. It ends within --timeout:
 // when that passes while the nodes' series are read, the report so far is
 // printed (every row, from the run's tags; the figures of the nodes not
 // read left out, named in a note) and bridge exits 1; before the run
@@ -36,10 +39,12 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	asMarkdown := fs.Bool("markdown", false, "print the report as Markdown (as the run's bridge-report.md)")
 	timeout := fs.Duration("timeout", defaultReportTimeout, "give up after this long; the report read so far is printed")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn, error")
-	const use = "usage: bridge report RUN [--json|--markdown] [--timeout D]   (RUN: an MLflow run id; MLFLOW_RUN_ID when left out)"
+	reg, configured := pipeline.Trackers().Reader(os.Getenv)
+	use := fmt.Sprintf("usage: bridge report RUN [--json|--markdown] [--timeout D]   (RUN: %s's run id; %s when left out)", reg.Help.Title, reg.RunIDEnv)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			fmt.Fprintf(stdout, "%s\n\nThe job's status, its first failure and one row per node, read from the MLflow\nserver MLFLOW_TRACKING_URI names (and its credentials' variables).\n\nflags:\n%s", use, fs.FlagUsages())
+			fmt.Fprintf(stdout, "%s\n\nThe job's status, its first failure and one row per node, read from the %s\nserver its variables name (`bridge --help` lists them).\n\nflags:\n%s",
+				use, reg.Help.Title, fs.FlagUsages())
 			return 0
 		}
 		fmt.Fprintf(stderr, "bridge: report: %v\n%s\n", err, use)
@@ -53,7 +58,7 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: report: --timeout=%s: must be positive\n", *timeout)
 		return exitUsage
 	}
-	run := os.Getenv(mlflow.EnvRunID)
+	run := os.Getenv(reg.RunIDEnv)
 	switch fs.NArg() {
 	case 0:
 	case 1:
@@ -63,25 +68,15 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if run == "" {
-		fmt.Fprintf(stderr, "bridge: report: no run given (nor %s)\n%s\n", mlflow.EnvRunID, use)
+		fmt.Fprintf(stderr, "bridge: report: no run given (nor %s)\n%s\n", reg.RunIDEnv, use)
 		return exitUsage
 	}
-	if !mlflow.Configured(os.Getenv) {
-		fmt.Fprintf(stderr, "bridge: report reads the run from MLflow: set %s to the http(s) URL of the `mlflow server`\n", mlflow.EnvTrackingURI)
+	if !configured {
+		fmt.Fprintf(stderr, "bridge report reads the run from %s, used when %s (`bridge --help` lists its variables)\n", reg.Help.Title, reg.Help.On)
 		return exitUsage
 	}
 	home, _ := os.UserHomeDir()
-	cfg, ignored, err := mlflow.ConfigFromEnv(os.Getenv, home)
-	log := newLogger(stderr, *logLevel)
-	for _, line := range ignored {
-		log.Warn(line)
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "bridge: report: %s\n", printable.Line(err.Error()))
-		return exitUsage
-	}
-	cfg.RunID = "" // the run to read is RUN; the sink itself writes nothing
-	sink, err := mlflow.New(cfg, log)
+	store, err := reg.Store(tracker.Build{Getenv: os.Getenv, Home: home, Log: newLogger(stderr, *logLevel)})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: report: %s\n", printable.Line(err.Error()))
 		return exitUsage
@@ -91,7 +86,7 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 	passed := fmt.Errorf("--timeout %s passed", *timeout)
 	ctx, cancel := context.WithTimeoutCause(sig, *timeout, passed)
 	defer cancel()
-	rep, err := sink.Report(ctx, run)
+	rep, err := jobrun.Report(ctx, store, run)
 	if err != nil && errors.Is(context.Cause(ctx), passed) {
 		err = fmt.Errorf("%w (a longer one reads more): %w", passed, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/go-resty/resty/v2"
 
-	"github.com/bridge-dev/bridge/internal/userfile"
+	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/redact"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -95,7 +95,7 @@ func newClient(cfg Config, log *slog.Logger) (*resty.Client, error) {
 	return c, nil
 }
 
-// Bounds on the files the MLflow variables name (internal/userfile): a CA
+// Bounds on the files the MLflow variables name (internal/kfile): a CA
 // bundle of the whole web PKI is about 220 KB, a certificate with its key a
 // few KB.
 const (
@@ -107,7 +107,7 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: cfg.InsecureTLS} //nolint:gosec // the user asked for it with MLFLOW_TRACKING_INSECURE_TLS
 	if cfg.ServerCertPath != "" {
 		// requests' verify=<path> trusts that bundle only, not the system roots.
-		pem, err := userfile.Read(cfg.ServerCertPath, maxCABundle)
+		pem, err := kfile.ReadUserFile(cfg.ServerCertPath, maxCABundle)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvServerCertPath, err)
 		}
@@ -119,7 +119,7 @@ func tlsConfig(cfg Config) (*tls.Config, error) {
 	}
 	if cfg.ClientCertPath != "" {
 		// requests' cert=<path>: one PEM file with the certificate and its key.
-		pem, err := userfile.Read(cfg.ClientCertPath, maxCredentialFile)
+		pem, err := kfile.ReadUserFile(cfg.ClientCertPath, maxCredentialFile)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", EnvClientCertPath, err)
 		}

@@ -21,12 +21,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bridge-dev/bridge/internal/userfile"
-	"github.com/bridge-dev/bridge/jobkey"
+	"github.com/bridge-dev/bridge/internal/kfile"
+	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/redact"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
-// Environment variables read by ConfigFromEnv; the names are MLflow's.
+// MLflow's environment variables: ConfigFromEnv reads them, but for
+// EnvNodeID, which bridge reads for every tracker that names the node
+// (tracker.Registration.NodeIDEnv).
 const (
 	EnvTrackingURI    = "MLFLOW_TRACKING_URI"
 	EnvToken          = "MLFLOW_TRACKING_TOKEN"
@@ -74,15 +77,19 @@ type Config struct {
 	RunName        string // overrides StartInfo.RunName when set
 
 	// NodeID puts keys under system/<node_id>/, MLflow's multi-node
-	// convention; StartInfo.NodeID, when set, wins.
+	// convention; StartInfo.NodeID, when set, wins. bridge gives it
+	// (tracker.Build.NodeID: --node-id, else MLFLOW_SYSTEM_METRICS_NODE_ID
+	// cleaned into one key segment).
 	NodeID string
 
 	Timeout time.Duration // per request; DefaultTimeout when zero
 
 	// Job, when set (and RunID is not), makes the sink one of the bridges
-	// of a multi-node job: it elects the job's one run (elect.go) and
-	// records the job's end (jobend.go).
-	Job *Job
+	// of a multi-node job: every node's sink elects the same run for the
+	// job's key, with no coordinator and MLflow's REST API only (elect.go;
+	// docs/multinode.md, "Finding the one run"), and records this node's
+	// end on it (jobend.go). Its Node and Primary are not read.
+	Job *tracker.Job
 	// JobRun is the job's run when it is already known (`bridge sync`: the
 	// run the spool recorded): joined without an election, unless it is
 	// gone.
@@ -122,13 +129,6 @@ func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored
 		ExperimentID:   strings.TrimSpace(getenv(EnvExperimentID)),
 		Timeout:        DefaultTimeout,
 	}
-	if raw := strings.TrimSpace(getenv(EnvNodeID)); raw != "" {
-		var changed bool
-		if cfg.NodeID, changed = jobkey.NodeIDFrom(raw); changed {
-			ignored = append(ignored, NodeIDNote(raw, cfg.NodeID))
-		}
-	}
-
 	if cfg.Username == "" || cfg.Password == "" {
 		path := credentialsPath(home)
 		user, pass, err := readCredentialsFile(path)
@@ -146,7 +146,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored
 	if v := getenv(EnvInsecureTLS); v != "" {
 		b, err := parseBool(v)
 		if err != nil {
-			ignored = append(ignored, fmt.Sprintf("%s=%s: %v: not used, TLS certificates are verified", EnvInsecureTLS, jobkey.Quote(v), err))
+			ignored = append(ignored, fmt.Sprintf("%s=%s: %v: not used, TLS certificates are verified", EnvInsecureTLS, printable.Quote(v), err))
 		}
 		cfg.InsecureTLS = b
 	}
@@ -154,19 +154,12 @@ func ConfigFromEnv(getenv func(string) string, home string) (cfg Config, ignored
 		// MLflow parses it as int seconds.
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			ignored = append(ignored, fmt.Sprintf("%s=%s is not a positive whole number of seconds: not used, requests time out after %s", EnvRequestTimeout, jobkey.Quote(v), DefaultTimeout))
+			ignored = append(ignored, fmt.Sprintf("%s=%s is not a positive whole number of seconds: not used, requests time out after %s", EnvRequestTimeout, printable.Quote(v), DefaultTimeout))
 		} else {
 			cfg.Timeout = time.Duration(n) * time.Second
 		}
 	}
 	return cfg, ignored, cfg.validate()
-}
-
-// NodeIDNote says that a node id from MLFLOW_SYSTEM_METRICS_NODE_ID was
-// cleaned (jobkey.NodeIDFrom) into id.
-func NodeIDNote(raw, id string) string {
-	return fmt.Sprintf("%s=%s is not one key segment (letters, digits, _ - . only, at most %d): bridge's series use node id %s (the cleaned value and a hash of it; docs/multinode.md)",
-		EnvNodeID, jobkey.Quote(raw), jobkey.MaxNodeID, id)
 }
 
 // validate checks what New relies on; ConfigFromEnv and New both call it.
@@ -177,8 +170,8 @@ func (c Config) validate() error {
 	if c.InsecureTLS && c.ServerCertPath != "" {
 		return fmt.Errorf("%s and %s are both set (MLflow's client refuses that too): unset one of them (skip verification, or verify with the given CA bundle)", EnvInsecureTLS, EnvServerCertPath)
 	}
-	if c.NodeID != "" && !jobkey.ValidNodeID(c.NodeID) {
-		return fmt.Errorf("node id %q %s", c.NodeID, jobkey.NodeIDRule)
+	if c.NodeID != "" && !validNodeID(c.NodeID) {
+		return fmt.Errorf("node id %q: %s", c.NodeID, nodeIDRule)
 	}
 	if (c.Username == "" || c.Password == "") && strings.ContainsFunc(c.Token, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
 		// Sent as it is in a header (Basic auth is base64): Go's client,
@@ -206,7 +199,7 @@ func checkHTTP(uri string) error {
 		return fmt.Errorf("%s is not set: %w: set it, e.g. %s=http://127.0.0.1:5000", EnvTrackingURI, ErrNotHTTP, EnvTrackingURI)
 	}
 	shown := redact.URI(uri)
-	quoted := jobkey.Quote(shown)
+	quoted := printable.Quote(shown)
 	scheme, _, _ := strings.Cut(strings.ToLower(uri), ":")
 	u, err := url.Parse(uri)
 	switch {
@@ -252,7 +245,7 @@ func readCredentialsFile(path string) (user, pass string, err error) {
 	if path == "" {
 		return "", "", nil
 	}
-	raw, err := userfile.Read(path, maxCredentialFile)
+	raw, err := kfile.ReadUserFile(path, maxCredentialFile)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", "", nil
 	}

@@ -76,11 +76,11 @@ func TestConfigFromEnv(t *testing.T) {
 			env: map[string]string{
 				EnvTrackingURI: uri, EnvToken: "tok", EnvUsername: "u", EnvPassword: "p",
 				EnvInsecureTLS: "True", EnvClientCertPath: "/c.pem", EnvRunID: " r1 ",
-				EnvExperimentName: "exp", EnvExperimentID: "7", EnvRequestTimeout: "30", EnvNodeID: "node-3",
+				EnvExperimentName: "exp", EnvExperimentID: "7", EnvRequestTimeout: "30",
 			},
 			want: Config{
 				TrackingURI: uri, Token: "tok", Username: "u", Password: "p", InsecureTLS: true,
-				ClientCertPath: "/c.pem", RunID: "r1", ExperimentName: "exp", ExperimentID: "7", NodeID: "node-3", Timeout: 30 * time.Second,
+				ClientCertPath: "/c.pem", RunID: "r1", ExperimentName: "exp", ExperimentID: "7", Timeout: 30 * time.Second,
 			},
 		},
 		{
@@ -149,10 +149,6 @@ func TestConfigFromEnvUnusable(t *testing.T) {
 			func(c Config) bool { return c.Timeout == DefaultTimeout }},
 		{"broken credentials file", map[string]string{EnvTrackingURI: uri, EnvToken: "t"}, "[mlflow\n", false, []string{"credentials", "line 1", "not used"},
 			func(c Config) bool { return c.Token == "t" && c.Username == "" }},
-		{"node id with a slash and a space", map[string]string{EnvTrackingURI: uri, EnvNodeID: "gpu box/1"}, "", false, []string{EnvNodeID, `"gpu box/1"`, "gpu_box_1--"},
-			func(c Config) bool { return strings.HasPrefix(c.NodeID, "gpu_box_1--") }},
-		{"node id over 100", map[string]string{EnvTrackingURI: uri, EnvNodeID: strings.Repeat("n", 101)}, "", false, []string{EnvNodeID},
-			func(c Config) bool { return len(c.NodeID) == 100 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -207,7 +203,7 @@ func TestNewValidates(t *testing.T) {
 		{"node id ..", Config{TrackingURI: "http://127.0.0.1:1", NodeID: ".."}, "node id"},
 		{"missing CA bundle", Config{TrackingURI: "https://127.0.0.1:1", ServerCertPath: "/nonexistent/ca.pem"}, "/nonexistent/ca.pem"},
 		{"missing client cert", Config{TrackingURI: "https://127.0.0.1:1", ClientCertPath: "/nonexistent/c.pem"}, EnvClientCertPath},
-		// Read in bounded time and memory (internal/userfile).
+		// Read in bounded time and memory (internal/kfile).
 		{"CA bundle /dev/zero", Config{TrackingURI: "https://127.0.0.1:1", ServerCertPath: "/dev/zero"}, EnvServerCertPath + ": /dev/zero: not a regular file"},
 		{"CA bundle FIFO", Config{TrackingURI: "https://127.0.0.1:1", ServerCertPath: fifo}, fifo + ": not a regular file"},
 		{"client cert FIFO", Config{TrackingURI: "https://127.0.0.1:1", ClientCertPath: fifo}, EnvClientCertPath},

@@ -7,51 +7,23 @@ import (
 	"hash/fnv"
 	"net/http"
 	"strconv"
-	"time"
 
-	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow/election"
 )
-
-// Job makes the sink one of the bridges of a multi-node job: every node's
-// sink elects the same run for the job's key, with no coordinator and
-// MLflow's REST API only (docs/multinode.md, "Finding the one run").
-type Job struct {
-	Key     string // the job's key (package jobkey)
-	KeyFrom string // where the key came from, recorded on the run
-	// Generation tells apart jobs that share a key over time (Slurm's job
-	// start time): a first attempt joins only runs of its own generation; a
-	// restarted one the newest elected run of an earlier one.
-	Generation string
-	Attempt    int           // the launcher's restart count; -1 unknown
-	Nodes      int           // nodes the launcher started; 0 unknown
-	Settle     time.Duration // T: see elect
-	// Task is "" for the node's lead bridge (the one that records the node's
-	// end); for another bridge of the same job on the node, its task name:
-	// its tags and series are scoped to it.
-	Task string
-	// Rank is the launcher's index of this node, -1 when unknown: node 0
-	// creates the job's run, the others look for it first (election.TierOf).
-	Rank int
-}
 
 // Tags and params of the election. A param is written once in MLflow's
 // store (a second value is refused): the election uses it as the one
 // compare-and-set a tracker offers.
 const (
-	TagJobKey      = report.TagJobKey
+	TagJobKey      = tracker.TagJobKey
 	TagJobKeyFrom  = "bridge.job_key_from"
 	TagGeneration  = "bridge.job_generation"
-	TagNodes       = "bridge.nodes"
+	TagNodes       = tracker.TagNodes
 	TagElected     = "bridge.elected"
 	TagCandidateOf = "bridge.candidate_of"
 	ParamElection  = "bridge.election"
-	ParamFinished  = "bridge.finished_by"
 )
-
-// DefaultSettle is the election's settle time T when Job.Settle is unset.
-const DefaultSettle = election.DefaultSettle
 
 // jobElection is the sink's part in a job's election, kept between calls of
 // Start: a Start cut short by its deadline resumes where it stopped (the
@@ -67,7 +39,7 @@ type jobElection struct {
 // size, a stable draw from the node id puts about eight nodes in tier 0
 // and the rest in tier 1, so that a large job does not send a create from
 // every node; with neither, every node is tier 0.
-func (j *Job) tier(node string) int {
+func tier(j *tracker.Job, node string) int {
 	task := j.Task != ""
 	if j.Rank >= 0 || j.Nodes <= 8 {
 		return election.TierOf(j.Rank, task)
@@ -84,7 +56,7 @@ func (j *Job) tier(node string) int {
 func (s *Sink) elect(ctx context.Context, info tracker.StartInfo) (string, error) {
 	if s.el.run == nil {
 		job := s.cfg.Job
-		s.el.run = election.New(election.Config{Key: job.Key, Settle: job.Settle, Tier: job.tier(s.who), Restarted: job.Attempt > 0, Nodes: job.Nodes, Log: s.log}, jobStore{s})
+		s.el.run = election.New(election.Config{Key: job.Key, Settle: job.Settle, Tier: tier(job, s.who), Restarted: job.Attempt > 0, Nodes: job.Nodes, Log: s.log}, jobStore{s})
 	}
 	s.el.info = info
 	id, err := s.el.run.Run(ctx)
@@ -134,7 +106,7 @@ func (j jobStore) Create(ctx context.Context, startID string) (string, error) {
 
 // SetParam implements election.Store.
 func (j jobStore) SetParam(ctx context.Context, run, value string) (string, error) {
-	return j.s.setParamOnce(ctx, run, ParamElection, value)
+	return j.s.SetOnce(ctx, run, ParamElection, value)
 }
 
 // MarkElected implements election.Store.
@@ -197,11 +169,12 @@ func compareGen(a, b string) int {
 	return cmp.Compare(a, b)
 }
 
-// setParamOnce writes a write-once param and returns the value the run
-// holds afterwards: value, or the one another writer set first ("" when
+// SetOnce implements tracker.RunOwner with a param, which MLflow's store
+// writes once (a second value is refused): it returns the value the run
+// holds afterwards, value or the one another writer set first ("" when
 // the run is gone). MLflow takes the same value again (a retry whose first
 // answer was lost), so it is safe to repeat.
-func (s *Sink) setParamOnce(ctx context.Context, run, key, value string) (string, error) {
+func (s *Sink) SetOnce(ctx context.Context, run, key, value string) (string, error) {
 	req := map[string]string{"run_id": run, "key": key, "value": value}
 	err := s.call(ctx, http.MethodPost, "runs/log-parameter", nil, req, nil, fmt.Sprintf("setting %s=%s on run %s", key, value, run))
 	if err == nil {

@@ -35,11 +35,11 @@ type node struct {
 
 // jobNodes makes n sinks of one job (key) in experiment exp, each talking
 // to url(i) (the server, or a fault proxy in front of it).
-func jobNodes(t *testing.T, url func(i int) string, exp, key string, n int, job func(i int) Job) []*node {
+func jobNodes(t *testing.T, url func(i int) string, exp, key string, n int, job func(i int) tracker.Job) []*node {
 	t.Helper()
 	nodes := make([]*node, n)
 	for i := range nodes {
-		j := Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: n, Settle: time.Second}
+		j := tracker.Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: n, Settle: time.Second}
 		if job != nil {
 			j = job(i)
 		}
@@ -81,10 +81,10 @@ func oneRun(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*node
 			t.Fatalf("%s: Start: %v", n.id, n.err)
 		}
 		if win == "" {
-			win = n.sink.RunID()
+			win = n.sink.Run().ID
 		}
-		if n.sink.RunID() != win || !slices.Contains(n.env, EnvRunID+"="+win) || !slices.Contains(n.env, EnvNodeID+"="+n.id) {
-			t.Errorf("%s: run %s, env %v; want run %s and its node id", n.id, n.sink.RunID(), n.env, win)
+		if n.sink.Run().ID != win || !slices.Contains(n.env, EnvRunID+"="+win) || !slices.Contains(n.env, EnvNodeID+"="+n.id) {
+			t.Errorf("%s: run %s, env %v; want run %s and its node id", n.id, n.sink.Run().ID, n.env, win)
 		}
 	}
 	expID := srv.ExperimentID(t, exp)
@@ -139,7 +139,7 @@ func TestElectSlowCreates(t *testing.T) {
 	var logs syncbuf.Buffer
 	nodes := make([]*node, n)
 	for i := range nodes {
-		j := Job{Key: key, Attempt: -1, Nodes: n, Settle: settle, Rank: -1}
+		j := tracker.Job{Key: key, Attempt: -1, Nodes: n, Settle: settle, Rank: -1}
 		cfg := Config{TrackingURI: proxies[i].URL(), ExperimentName: exp, Job: &j}
 		sink, err := New(cfg, slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), nil)))
 		if err != nil {
@@ -184,7 +184,7 @@ func strayCandidate(t *testing.T, srv *mlflowtest.Server, exp, key, param string
 		t.Fatal(err)
 	}
 	if param != "" {
-		if _, err := sink.setParamOnce(context.Background(), id, ParamElection, param); err != nil {
+		if _, err := sink.SetOnce(context.Background(), id, ParamElection, param); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -209,8 +209,8 @@ func TestElectStrayCandidates(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			exp, key := unique(t), "stray:"+unique(t)
 			stray := strayCandidate(t, srv, exp, key, tc.param)
-			nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, func(i int) Job {
-				return Job{Key: key, Attempt: -1, Nodes: 3, Settle: time.Second, Rank: i}
+			nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, func(i int) tracker.Job {
+				return tracker.Job{Key: key, Attempt: -1, Nodes: 3, Settle: time.Second, Rank: i}
 			})
 			// Generous: on a busy machine the requests take long. That the
 			// defaults clear a stray within --start-timeout is checked in
@@ -276,115 +276,25 @@ func TestElectLatecomer(t *testing.T) {
 func TestElectGenerations(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
 	exp, key := unique(t), "slurm:c:"+unique(t)
-	gen := func(g string, attempt int) func(int) Job {
-		return func(int) Job { return Job{Key: key, Generation: g, Attempt: attempt, Nodes: 2, Settle: time.Second} }
+	gen := func(g string, attempt int) func(int) tracker.Job {
+		return func(int) tracker.Job {
+			return tracker.Job{Key: key, Generation: g, Attempt: attempt, Nodes: 2, Settle: time.Second}
+		}
 	}
 	old := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("1000", 0))
 	startTogether(t, old)
-	oldRun := old[0].sink.RunID()
+	oldRun := old[0].sink.Run().ID
 	reused := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("5000", 0))
 	startTogether(t, reused)
-	newRun := reused[0].sink.RunID()
-	if newRun == "" || newRun == oldRun || reused[1].sink.RunID() != newRun {
-		t.Fatalf("the reused job id's runs: %q %q, the old job's %q: want a new run shared by both nodes", newRun, reused[1].sink.RunID(), oldRun)
+	newRun := reused[0].sink.Run().ID
+	if newRun == "" || newRun == oldRun || reused[1].sink.Run().ID != newRun {
+		t.Fatalf("the reused job id's runs: %q %q, the old job's %q: want a new run shared by both nodes", newRun, reused[1].sink.Run().ID, oldRun)
 	}
 	requeued := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("7000", 1))
 	startTogether(t, requeued)
 	for _, n := range requeued {
-		if n.err != nil || n.sink.RunID() != newRun {
-			t.Errorf("%s of the requeued attempt: run %q (%v), want %s", n.id, n.sink.RunID(), n.err, newRun)
+		if n.err != nil || n.sink.Run().ID != newRun {
+			t.Errorf("%s of the requeued attempt: run %q (%v), want %s", n.id, n.sink.Run().ID, n.err, newRun)
 		}
 	}
-}
-
-// endNode records one node's end on the job's run.
-func endNode(t *testing.T, n *node, code int) {
-	t.Helper()
-	end := tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": fmt.Sprint(code)}}
-	if err := n.sink.Finish(context.Background(), end); err != nil {
-		t.Fatalf("%s: Finish: %v", n.id, err)
-	}
-}
-
-// TestJobEnd: the run's status from every node's end. FAILED as soon as
-// one node's child fails, and it stays FAILED; FINISHED only once every
-// node ended cleanly, set by one node.
-func TestJobEnd(t *testing.T) {
-	srv := mlflowtest.SharedPostgres(t)
-	t.Run("all clean", func(t *testing.T) {
-		exp, key := unique(t), "end:"+unique(t)
-		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
-		startTogether(t, nodes)
-		win := oneRun(t, srv, exp, key, nodes)
-		for i, n := range nodes {
-			endNode(t, n, 0)
-			r := srv.GetRun(t, win)
-			if want := map[bool]string{true: StatusFinished, false: StatusRunning}[i == len(nodes)-1]; r.Info.Status != want {
-				t.Errorf("after %d of %d nodes ended cleanly: %s, want %s", i+1, len(nodes), r.Info.Status, want)
-			}
-			if r.Tags["bridge.node."+n.id+".exit_code"] != "0" || r.Tags["bridge.node."+n.id+".status"] != StatusFinished {
-				t.Errorf("%s's end tags: %v", n.id, r.Tags)
-			}
-		}
-		if by := srv.GetRun(t, win).Params[ParamFinished]; by != nodes[2].id {
-			t.Errorf("%s = %q, want the last node", ParamFinished, by)
-		}
-	})
-	t.Run("one fails", func(t *testing.T) {
-		exp, key := unique(t), "fail:"+unique(t)
-		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
-		startTogether(t, nodes)
-		win := oneRun(t, srv, exp, key, nodes)
-		endNode(t, nodes[0], 0)
-		endNode(t, nodes[1], 3)
-		if st := srv.GetRun(t, win).Info.Status; st != StatusFailed {
-			t.Errorf("after node 1 failed: %s, want FAILED at once", st)
-		}
-		endNode(t, nodes[2], 0)
-		r := srv.GetRun(t, win)
-		if r.Info.Status != StatusFailed || r.Tags["bridge.failed.node-1"] == "" || r.Params[ParamFinished] != "" {
-			t.Errorf("after the rest ended cleanly: %s, tags %v, params %v; want FAILED kept", r.Info.Status, r.Tags, r.Params)
-		}
-	})
-	t.Run("a node whose previous attempt was lost", func(t *testing.T) {
-		exp, key := unique(t), "lost-attempt:"+unique(t)
-		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
-		startTogether(t, nodes[:1])
-		// Node 1's bridge found in its spool an attempt that never ended.
-		env, err := nodes[1].sink.Start(context.Background(), tracker.StartInfo{NodeID: "node-1",
-			Tags: map[string]string{tagPreviousAttemptLost: "attempt 1 stopped without a clean shutdown"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[1].env = env
-		win := oneRun(t, srv, exp, key, nodes)
-		endNode(t, nodes[0], 0)
-		endNode(t, nodes[1], 0)
-		r := srv.GetRun(t, win)
-		if r.Info.Status != StatusKilled || !strings.Contains(r.Tags["bridge.failed.node-1"], "lost") || r.Tags["bridge.node.node-1.previous_attempt_lost"] == "" {
-			t.Errorf("both nodes ended cleanly after node 1 lost an attempt: %s, tags %v; want KILLED", r.Info.Status, r.Tags)
-		}
-	})
-	t.Run("a restarted node ends clean after a failed attempt", func(t *testing.T) {
-		exp, key := unique(t), "restart:"+unique(t)
-		att := func(a int) func(int) Job {
-			return func(int) Job { return Job{Key: key, Attempt: a, Nodes: 2, Settle: time.Second} }
-		}
-		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(0))
-		startTogether(t, nodes)
-		win := oneRun(t, srv, exp, key, nodes)
-		endNode(t, nodes[0], 0)
-		endNode(t, nodes[1], 137)
-		again := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(1))[1:]
-		startTogether(t, again)
-		if again[0].sink.RunID() != win {
-			t.Fatalf("the restarted node joined %q, want %s", again[0].sink.RunID(), win)
-		}
-		srv.SetStatus(t, win, StatusRunning) // the child's mlflow.start_run() resumes it
-		endNode(t, again[0], 0)
-		r := srv.GetRun(t, win)
-		if r.Info.Status != StatusFailed || r.Tags["bridge.node.node-1.attempt"] != "1" || r.Tags["bridge.node.node-1.status"] != StatusFinished {
-			t.Errorf("after the clean second attempt: %s, tags %v; want FAILED kept, attempt 1 recorded", r.Info.Status, r.Tags)
-		}
-	})
 }

@@ -71,7 +71,7 @@ func FuzzResponse(f *testing.F) {
 		if verr := tracker.ValidEnv(env); verr != nil {
 			t.Fatalf("Start accepted %q: %v", body, verr)
 		}
-		if verr := tracker.ValidID("run id", s.RunID()); verr != nil {
+		if verr := tracker.ValidID("run id", s.Run().ID); verr != nil {
 			t.Fatalf("Start accepted run id from %q: %v", body, verr)
 		}
 		acked, err := s.Send(ctx, []metrics.Sample{{Seq: 1, Time: time.Now(), Points: []metrics.Point{metrics.Named("x", 1)}}})

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow/election"
 )
@@ -21,18 +19,16 @@ import (
 // resumes where it stopped.
 func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, error) {
 	job := s.cfg.Job
-	if !jobkey.ValidKey(job.Key) {
-		return nil, tracker.Permanent(fmt.Errorf("job key %q: %s", job.Key, jobkey.KeyRule))
+	if job.Key == "" || strings.ContainsAny(job.Key, "'`\\\"") {
+		// It goes between quotes in the search filter (searchJob).
+		return nil, tracker.Permanent(fmt.Errorf("job key %q: a key MLflow's search cannot quote (it is empty, or holds a quote or a backslash)", job.Key))
 	}
 	node := info.NodeID
 	if node == "" {
 		node = s.cfg.NodeID
 	}
-	s.who = node
-	s.scope = "bridge.node." + node
+	s.scope, s.who = tracker.JobScope(node, job.Task)
 	if job.Task != "" {
-		s.who = node + "." + job.Task
-		s.scope = "bridge.task." + node + "." + job.Task
 		s.prefix = "system/" + node + "/" + job.Task + "/"
 	}
 	id, known, err := s.knownJobRun(ctx)
@@ -141,11 +137,12 @@ func (s *Sink) scoped(tags map[string]string) map[string]string {
 	return out
 }
 
-// finishJob records this node's end on the job's run and, from every
-// node's record, the run's status: FAILED (or KILLED) as soon as one node's
-// child failed (a record that stays), FINISHED once every node the launcher
-// started ended cleanly, and with the node count unknown nothing more
-// (the child's mlflow.end_run() decides). A status only gets worse.
+// finishJob records this node's end on the job's run, under its scope:
+// its end tags, its status and end time, and, when it did not end
+// cleanly, its failure in bridge.failed.<node> (a record that stays: a
+// later clean attempt does not make the job clean). What the job's status,
+// first failure and report are, from every node's record, is decided
+// above the sink (package jobrun, on the sink as a run store).
 func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	var errs []error
 	if err := s.flushStartTags(ctx); err != nil {
@@ -154,40 +151,35 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.sendHeld(ctx); err != nil {
 		errs = append(errs, err)
 	}
-	if end.KeepStatus {
-		// The tags alone: this node's end (and so the run's status) stays
-		// what is recorded.
-		return errors.Join(append(errs, s.SetTags(ctx, s.scoped(end.Tags)))...)
-	}
-	status := tracker.TerminalStatus(end)
+	// With KeepStatus, the tags alone: this node's end (and so the run's
+	// status) stays what is recorded.
 	tags := s.scoped(end.Tags)
-	tags[s.scope+".status"] = status
-	tags[s.scope+".ended"] = strconv.FormatInt(end.Time.UnixMilli(), 10)
-	if status != StatusFinished {
-		at := ""
-		if s.cfg.Job.Attempt >= 0 {
-			at = fmt.Sprintf(", attempt %d", s.cfg.Job.Attempt)
+	if !end.KeepStatus {
+		status := tracker.TerminalStatus(end)
+		tags[s.scope+".status"] = status
+		tags[s.scope+".ended"] = strconv.FormatInt(end.Time.UnixMilli(), 10)
+		if status != StatusFinished {
+			at := ""
+			if s.cfg.Job.Attempt >= 0 {
+				at = fmt.Sprintf(", attempt %d", s.cfg.Job.Attempt)
+			}
+			tags["bridge.failed."+s.who] = fmt.Sprintf("%s: exit %d%s", status, end.ExitCode, at)
 		}
-		// Never cleared: a later clean attempt does not make the job clean.
-		tags["bridge.failed."+s.who] = fmt.Sprintf("%s: exit %d%s", status, end.ExitCode, at)
 	}
-	if err := s.SetTags(ctx, tags); err != nil {
+	if err := s.SetTags(ctx, s.runID, tags); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	run, wrote, err := s.settleJobStatus(ctx, end)
-	if err == nil {
-		err = s.recordJob(ctx, run, wrote)
-	}
-	if wrote || s.cfg.Job.tier(s.who) == 0 {
+	if !end.KeepStatus && tier(s.cfg.Job, s.who) == 0 {
 		s.sweep(ctx)
 	}
-	return errors.Join(append(errs, err)...)
+	return errors.Join(errs...)
 }
 
 // sweep deletes the job's candidate runs that lost, or never became
 // eligible (a creator that died, a create applied after the election):
-// none is left beside the job's run. The node that writes the job's
-// status does it, and node 0 (every node, when the launcher numbers none).
+// none is left beside the job's run. Node 0 does it at its end (every
+// node, when the launcher numbers none), and the node that sets the
+// job's status (SetStatus).
 func (s *Sink) sweep(ctx context.Context) {
 	left, err := election.Sweep(ctx, jobStore{s}, s.runID)
 	if err != nil {
@@ -198,82 +190,4 @@ func (s *Sink) sweep(ctx context.Context) {
 		s.log.Warn("stray candidate runs of the job are left beside its run; delete them in the UI or with `mlflow runs delete --run-id`",
 			"run_id", s.runID, "stray", strings.Join(left, ","))
 	}
-}
-
-// recordedJobEnd is this node's end among the job run's tags, when it was
-// recorded at or after since (an earlier attempt's end is not this one's).
-func (s *Sink) recordedJobEnd(tags map[string]string, since time.Time) (tracker.EndInfo, bool, error) {
-	ended, err := strconv.ParseInt(tags[s.scope+".ended"], 10, 64)
-	code, cerr := strconv.Atoi(tags[s.scope+".exit_code"])
-	if err != nil || cerr != nil || ended < since.UnixMilli() {
-		return tracker.EndInfo{}, false, nil
-	}
-	return tracker.EndInfo{ExitCode: code, Status: tags[s.scope+".status"], Time: time.UnixMilli(ended)}, true, nil
-}
-
-// jobStatus is the status the nodes' records call for ("" for none yet).
-func jobStatus(tags map[string]string, nodes int) string {
-	worst := ""
-	for k, v := range tags {
-		if strings.HasPrefix(k, "bridge.failed.") {
-			st, _, _ := strings.Cut(v, ":")
-			if tracker.Severity(st) > tracker.Severity(worst) {
-				worst = st
-			}
-		}
-	}
-	if worst != "" || nodes <= 0 {
-		return worst
-	}
-	clean := 0
-	for k, v := range tags {
-		if strings.HasPrefix(k, "bridge.node.") && strings.HasSuffix(k, ".status") && v == StatusFinished {
-			clean++
-		}
-	}
-	if clean >= nodes {
-		return StatusFinished
-	}
-	return ""
-}
-
-// settleJobStatus moves the run to the status the records call for, and
-// says whether this node wrote one, with the run as it last read it (after
-// this node's records). Nodes ending together may each read
-// the others' records before they land: the one that writes reads again,
-// so the last writer saw every record. One node writes FINISHED: the
-// write-once param bridge.finished_by says which.
-func (s *Sink) settleJobStatus(ctx context.Context, end tracker.EndInfo) (last Run, wrote bool, err error) {
-	for range 3 {
-		run, err := s.getRun(ctx, s.runID)
-		if err != nil {
-			return last, wrote, err
-		}
-		last = run
-		tags := run.Data.TagMap()
-		nodes := s.cfg.Job.Nodes
-		if nodes <= 0 {
-			nodes, _ = strconv.Atoi(tags[TagNodes])
-		}
-		want := jobStatus(tags, nodes)
-		if want == "" || tracker.Severity(want) <= tracker.Severity(run.Info.Status) {
-			return last, wrote, nil
-		}
-		if want == StatusFinished {
-			by, err := s.setParamOnce(ctx, s.runID, ParamFinished, s.who)
-			if err != nil {
-				return last, wrote, err
-			}
-			if by != s.who {
-				return last, wrote, nil // another node ends the run
-			}
-		}
-		req := updateRunRequest{RunID: s.runID, Status: want, EndTime: end.Time.UnixMilli()}
-		if err := s.call(ctx, http.MethodPost, "runs/update", nil, req, nil, fmt.Sprintf("setting the job's run %s to %s", s.runID, want)); err != nil {
-			return last, wrote, err
-		}
-		wrote = true
-		s.log.Info("set the job's run status", "run_id", s.runID, "status", want, "node", s.who)
-	}
-	return last, wrote, nil
 }

@@ -19,8 +19,8 @@ func TestKnownJobRun(t *testing.T) {
 	srv := mlflowtest.Shared(t)
 	exp := fmt.Sprintf("known-job-run-%d", time.Now().UnixNano())
 	key := fmt.Sprintf("test:known:%d", time.Now().UnixNano())
-	job := func() *Job {
-		return &Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: 1, Settle: 200 * time.Millisecond}
+	job := func() *tracker.Job {
+		return &tracker.Job{Key: key, KeyFrom: "test", Attempt: -1, Nodes: 1, Settle: 200 * time.Millisecond}
 	}
 	info := tracker.StartInfo{NodeID: "n0", RunName: "job"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -30,15 +30,15 @@ func TestKnownJobRun(t *testing.T) {
 	if _, err := first.Start(ctx, info); err != nil {
 		t.Fatal(err)
 	}
-	run := first.RunID()
+	run := first.Run().ID
 	expID := srv.ExperimentID(t, exp)
 
 	known := serverSink(t, srv.URL, Config{Job: job(), JobRun: run}) // the Default experiment, if it looked
 	if _, err := known.Start(ctx, info); err != nil {
 		t.Fatal(err)
 	}
-	if known.RunID() != run || known.Place()[TagExperimentID] != expID {
-		t.Errorf("joined run %s, place %v; want the known run %s in experiment %s", known.RunID(), known.Place(), run, expID)
+	if known.Run().ID != run || known.Run().Place[TagExperimentID] != expID {
+		t.Errorf("joined run %s, place %v; want the known run %s in experiment %s", known.Run().ID, known.Run().Place, run, expID)
 	}
 	if runs := srv.RunIDs(t, exp); len(runs) != 1 {
 		t.Errorf("runs %v: a known run made a candidate", runs)
@@ -49,7 +49,7 @@ func TestKnownJobRun(t *testing.T) {
 	if _, err := again.Start(ctx, info); err != nil {
 		t.Fatal(err)
 	}
-	if again.RunID() == run || again.RunID() == "" {
-		t.Errorf("joined %q with the known run deleted, want a run elected anew", again.RunID())
+	if again.Run().ID == run || again.Run().ID == "" {
+		t.Errorf("joined %q with the known run deleted, want a run elected anew", again.Run().ID)
 	}
 }

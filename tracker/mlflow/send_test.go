@@ -468,8 +468,8 @@ func TestSendLeavesOutRefusedTimes(t *testing.T) {
 	if len(steps) != 5 {
 		t.Errorf("sent %d points (steps %v), want the 5 MLflow accepts", len(steps), steps)
 	}
-	if s.Dropped() != 4 {
-		t.Errorf("Dropped = %d, want 4 (3 early points, 1 bad key)", s.Dropped())
+	if s.Run().Dropped != 4 {
+		t.Errorf("Dropped = %d, want 4 (3 early points, 1 bad key)", s.Run().Dropped)
 	}
 }
 

@@ -105,16 +105,16 @@ func TestServerCreatesRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id, _ := envValue(env, EnvRunID); id == "" || id != s.RunID() {
-		t.Fatalf("env %v, want %s=%s", env, EnvRunID, s.RunID())
+	if id, _ := envValue(env, EnvRunID); id == "" || id != s.Run().ID {
+		t.Fatalf("env %v, want %s=%s", env, EnvRunID, s.Run().ID)
 	}
 	if v, _ := envValue(env, EnvExperimentID); v != srv.ExperimentID(t, expName) {
 		t.Errorf("env %v, want %s of experiment %q", env, EnvExperimentID, expName)
 	}
-	if !s.Created() {
+	if !s.Run().Created {
 		t.Error("Created() = false for a run bridge created")
 	}
-	run := srv.GetRun(t, s.RunID())
+	run := srv.GetRun(t, s.Run().ID)
 	if run.Info.Status != StatusRunning || run.Info.RunName != "train-run" || run.Info.ExperimentID != srv.ExperimentID(t, expName) {
 		t.Errorf("run info %+v", run.Info)
 	}
@@ -131,13 +131,13 @@ func TestServerCreatesRun(t *testing.T) {
 	if acked, err := s.Send(ctx, in); err != nil || acked != len(in) {
 		t.Fatalf("Send = %d, %v", acked, err)
 	}
-	checkHistories(t, srv, s.RunID(), "system/", in)
+	checkHistories(t, srv, s.Run().ID, "system/", in)
 
 	end := time.Now()
 	if err := s.Finish(ctx, tracker.EndInfo{ExitCode: 0, Time: end, Tags: map[string]string{"bridge.exit_code": "0"}}); err != nil {
 		t.Fatal(err)
 	}
-	run = srv.GetRun(t, s.RunID())
+	run = srv.GetRun(t, s.Run().ID)
 	if run.Info.Status != StatusFinished || run.Info.EndTime != end.UnixMilli() || run.Tags["bridge.exit_code"] != "0" {
 		t.Errorf("after Finish: %+v, exit tag %q", run.Info, run.Tags["bridge.exit_code"])
 	}
@@ -153,7 +153,7 @@ func TestServerDefaultExperiment(t *testing.T) {
 	if v, _ := envValue(env, EnvExperimentID); v != DefaultExperimentID {
 		t.Errorf("env %v, want %s=%s so the child's start_run() agrees", env, EnvExperimentID, DefaultExperimentID)
 	}
-	if got := srv.GetRun(t, s.RunID()).Info.ExperimentID; got != DefaultExperimentID {
+	if got := srv.GetRun(t, s.Run().ID).Info.ExperimentID; got != DefaultExperimentID {
 		t.Errorf("experiment %s, want %s", got, DefaultExperimentID)
 	}
 }
@@ -200,8 +200,8 @@ func TestServerRunIDGiven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := envValue(env, EnvRunID); v != runID || s.Created() || s.RunID() != runID {
-		t.Fatalf("env %v created %v run %s; want the given run, not created", env, s.Created(), s.RunID())
+	if v, _ := envValue(env, EnvRunID); v != runID || s.Run().Created || s.Run().ID != runID {
+		t.Fatalf("env %v created %v run %s; want the given run, not created", env, s.Run().Created, s.Run().ID)
 	}
 	if _, ok := envValue(env, EnvExperimentID); ok {
 		t.Errorf("env %v exports %s for a given run", env, EnvExperimentID)
@@ -300,23 +300,23 @@ mlflow.end_run()`)
 			if err != nil {
 				t.Fatalf("python child: %v\n%s", err, out)
 			}
-			if !strings.Contains(string(out), s.RunID()) {
-				t.Errorf("child used another run: printed %q, want %s", out, s.RunID())
+			if !strings.Contains(string(out), s.Run().ID) {
+				t.Errorf("child used another run: printed %q, want %s", out, s.Run().ID)
 			}
-			loss := srv.History(t, s.RunID(), "loss")
+			loss := srv.History(t, s.Run().ID, "loss")
 			if len(loss) != 1 || loss[0].Value != 0.5 {
 				t.Errorf("child's loss history %+v, want one point 0.5", loss)
 			}
-			checkHistories(t, srv, s.RunID(), "system/", in)
+			checkHistories(t, srv, s.Run().ID, "system/", in)
 			// The child ended the run: Finish leaves its status.
-			before := srv.GetRun(t, s.RunID())
+			before := srv.GetRun(t, s.Run().ID)
 			if before.Info.Status != StatusFinished {
 				t.Fatalf("child's end_run left status %s", before.Info.Status)
 			}
 			if err := s.Finish(ctx, tracker.EndInfo{ExitCode: 3, Time: time.Now().Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
-			after := srv.GetRun(t, s.RunID())
+			after := srv.GetRun(t, s.Run().ID)
 			if after.Info.Status != StatusFinished || after.Info.EndTime != before.Info.EndTime {
 				t.Errorf("Finish changed a child-ended run: %+v -> %+v", before.Info, after.Info)
 			}
@@ -358,10 +358,10 @@ func TestServerNodeID(t *testing.T) {
 				want = append(want, prefix+n)
 			}
 			slices.Sort(want)
-			if got := srv.MetricKeys(t, s.RunID(), "system/"); !slices.Equal(got, want) {
+			if got := srv.MetricKeys(t, s.Run().ID, "system/"); !slices.Equal(got, want) {
 				t.Errorf("keys %v, want %v", got, want)
 			}
-			checkHistories(t, srv, s.RunID(), prefix, in)
+			checkHistories(t, srv, s.Run().ID, prefix, in)
 		})
 	}
 }
@@ -393,13 +393,13 @@ func TestServerBatchingAndResend(t *testing.T) {
 	if acked, err := s.Send(ctx, in[10:30]); err != nil || acked != 20 {
 		t.Fatalf("overlap: Send = %d, %v", acked, err)
 	}
-	keys := srv.MetricKeys(t, s.RunID(), "system/")
+	keys := srv.MetricKeys(t, s.Run().ID, "system/")
 	if len(keys) != nPoints {
 		t.Fatalf("%d keys, want %d", len(keys), nPoints)
 	}
 	total := 0
 	for _, k := range keys {
-		h := srv.History(t, s.RunID(), k)
+		h := srv.History(t, s.Run().ID, k)
 		total += len(h)
 		steps := map[int64]int{}
 		for _, m := range h {
@@ -427,14 +427,14 @@ func TestServerSpecialValues(t *testing.T) {
 	if _, err := s.Send(ctx, in); err != nil {
 		t.Fatal(err)
 	}
-	if h := srv.History(t, s.RunID(), "system/node_nan"); len(h) != 1 || !math.IsNaN(h[0].Value) {
+	if h := srv.History(t, s.Run().ID, "system/node_nan"); len(h) != 1 || !math.IsNaN(h[0].Value) {
 		t.Errorf("NaN stored as %+v", h)
 	}
 	// The SQL store clamps infinities to the largest float64.
-	if h := srv.History(t, s.RunID(), "system/node_inf"); len(h) != 1 || h[0].Value < 1e308 {
+	if h := srv.History(t, s.Run().ID, "system/node_inf"); len(h) != 1 || h[0].Value < 1e308 {
 		t.Errorf("+Inf stored as %+v", h)
 	}
-	if h := srv.History(t, s.RunID(), "system/node_neginf"); len(h) != 1 || h[0].Value > -1e308 {
+	if h := srv.History(t, s.Run().ID, "system/node_neginf"); len(h) != 1 || h[0].Value > -1e308 {
 		t.Errorf("-Inf stored as %+v", h)
 	}
 }
@@ -461,13 +461,13 @@ func TestServerFinishStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.childEnded != "" {
-				srv.SetStatus(t, s.RunID(), tc.childEnded)
+				srv.SetStatus(t, s.Run().ID, tc.childEnded)
 			}
 			tc.end.Tags = map[string]string{"bridge.exit_code": strconv.Itoa(tc.end.ExitCode)}
 			if err := s.Finish(ctx, tc.end); err != nil {
 				t.Fatal(err)
 			}
-			run := srv.GetRun(t, s.RunID())
+			run := srv.GetRun(t, s.Run().ID)
 			if run.Info.Status != tc.want {
 				t.Errorf("status %s, want %s", run.Info.Status, tc.want)
 			}
@@ -604,7 +604,7 @@ func TestServerNextStep(t *testing.T) {
 		if _, err := s.Start(ctx, tracker.StartInfo{}); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.NextStep(); got != tc.want {
+		if got := s.Run().NextStep; got != tc.want {
 			t.Errorf("node %q: NextStep = %d, want %d", tc.node, got, tc.want)
 		}
 	}
@@ -639,7 +639,7 @@ func TestServerSteadySeries(t *testing.T) {
 	if err := s.Finish(ctx, tracker.EndInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	h := srv.History(t, s.RunID(), "system/"+steadyA.Name)
+	h := srv.History(t, s.Run().ID, "system/"+steadyA.Name)
 	slices.SortFunc(h, func(a, b mlflowtest.Metric) int { return int(a.Step - b.Step) })
 	var got []string
 	for _, m := range h {
@@ -651,10 +651,10 @@ func TestServerSteadySeries(t *testing.T) {
 	if want := "[0:512 9:512 10:1024 29:1024]"; fmt.Sprint(got) != want {
 		t.Errorf("%s: stored %v, want %s", steadyA.Name, got, want)
 	}
-	if n := len(srv.History(t, s.RunID(), "system/"+plain.Name)); n != len(in) {
+	if n := len(srv.History(t, s.Run().ID, "system/"+plain.Name)); n != len(in) {
 		t.Errorf("%s: %d points, want %d", plain.Name, n, len(in))
 	}
-	if l := srv.GetRun(t, s.RunID()).Latest["system/"+steadyA.Name]; l.Value != 1024 || l.Step != 29 {
+	if l := srv.GetRun(t, s.Run().ID).Latest["system/"+steadyA.Name]; l.Value != 1024 || l.Step != 29 {
 		t.Errorf("latest %s = %v at step %d, want 1024 at 29", steadyA.Name, l.Value, l.Step)
 	}
 }

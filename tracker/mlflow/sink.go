@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +47,12 @@ var (
 	keyRe    = regexp.MustCompile(`^[\w./\- :]+$`)
 	nodeIDRe = regexp.MustCompile(`^[\w.\- :]+$`)
 )
+
+// nodeIDRule is what validNodeID checks: a node id is one segment of the
+// node's keys (system/<node_id>/...), which MLflow takes only normal.
+const nodeIDRule = "MLflow keys allow only letters, digits, '_', '-', '.', ' ' and ':' here (no '/'), and not . or .."
+
+func validNodeID(id string) bool { return nodeIDRe.MatchString(id) && id != "." && id != ".." }
 
 // Sink posts samples to one MLflow run. It implements tracker.Sink; as that
 // contract says, its methods are called from one goroutine.
@@ -91,7 +96,7 @@ type Sink struct {
 	who   string      // a job run: this node (and task) in the job's records
 
 	// nextStep is the step after the last one this node's series hold on
-	// a run Start joined (tracker.Resumer); 0 for a run it created.
+	// a run Start joined (tracker.RunInfo.NextStep); 0 for a run it created.
 	nextStep int64
 
 	// Follow (Config.Follow): the run's end as its owner recorded it.
@@ -102,8 +107,8 @@ type Sink struct {
 }
 
 var (
-	_ tracker.Sink    = (*Sink)(nil)
-	_ tracker.Resumer = (*Sink)(nil)
+	_ tracker.Sink     = (*Sink)(nil)
+	_ tracker.RunOwner = (*Sink)(nil)
 )
 
 // New checks cfg and builds the sink; it makes no request.
@@ -146,12 +151,13 @@ func (s *Sink) setPrefix(nodeID string) {
 // Name implements tracker.Sink.
 func (s *Sink) Name() string { return "mlflow" }
 
-// RunID is the run the sink posts to; empty before Start.
-func (s *Sink) RunID() string { return s.runID }
-
-// Created reports whether Start created the run (bridge then owns its
-// terminal status).
-func (s *Sink) Created() bool { return s.created }
+// Run implements tracker.Sink: the run the sink posts to (no id before
+// Start), whether bridge created it (and so owns its terminal status),
+// where this node's steps continue, the run's experiment, and the points
+// left out.
+func (s *Sink) Run() tracker.RunInfo {
+	return tracker.RunInfo{ID: s.runID, Created: s.created, NextStep: s.nextStep, Place: s.place(), Dropped: s.dropped}
+}
 
 // Key is the MLflow key a metric name is posted under.
 func (s *Sink) Key(name string) string { return s.prefix + name }
@@ -174,8 +180,8 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 	ctx = tracker.OneAttempt(ctx)
 	// bridge's own node id (StartInfo) wins over MLFLOW_SYSTEM_METRICS_NODE_ID.
 	if info.NodeID != "" {
-		if !nodeIDRe.MatchString(info.NodeID) {
-			return nil, tracker.Permanent(fmt.Errorf("node id %q: MLflow keys allow only letters, digits, '_', '-', '.', ' ' and ':' here (no '/')", info.NodeID))
+		if !validNodeID(info.NodeID) {
+			return nil, tracker.Permanent(fmt.Errorf("node id %q: %s", info.NodeID, nodeIDRule))
 		}
 		s.setPrefix(info.NodeID)
 	}
@@ -212,9 +218,6 @@ func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, er
 	return env, nil
 }
 
-// NextStep implements tracker.Resumer.
-func (s *Sink) NextStep() int64 { return s.nextStep }
-
 // nextStepOf is the step after the last one among this node's series in
 // latest (runs/get's latest metrics, each key's value at its highest
 // step): the keys prefix+name with no further '/' (another node's or
@@ -238,7 +241,7 @@ func (s *Sink) flushStartTags(ctx context.Context) error {
 	if len(s.startTags) == 0 {
 		return nil
 	}
-	if err := s.SetTags(ctx, s.startTags); err != nil {
+	if err := s.SetTags(ctx, s.runID, s.startTags); err != nil {
 		return err
 	}
 	s.startTags = nil
@@ -291,10 +294,10 @@ const (
 	TagExperimentName = "bridge.mlflow.experiment_name"
 )
 
-// Place implements tracker.Placer: the run's experiment, as found once
+// place is the run's experiment (tracker.RunInfo.Place), as found once
 // MLflow answered, else as MLFLOW_EXPERIMENT_ID and MLFLOW_EXPERIMENT_NAME
 // name it (none: the Default experiment, id 0).
-func (s *Sink) Place() map[string]string {
+func (s *Sink) place() map[string]string {
 	s.expMu.Lock()
 	id := s.expID
 	s.expMu.Unlock()
@@ -462,7 +465,7 @@ var errNoRun = fmt.Errorf("mlflow sink has no run yet (Start has not succeeded):
 // MLflow drops a point identical to a stored one.
 //
 // A point MLflow would refuse (a bad key, reported once per key; a time
-// before 1970, reported once) is left out and counted (Dropped), not sent:
+// before 1970, reported once) is left out and counted (tracker.RunInfo.Dropped), not sent:
 // MLflow refuses a whole batch for one bad point, and one must cost only
 // itself.
 func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) {
@@ -605,10 +608,6 @@ func (s *Sink) sendHeld(ctx context.Context) error {
 	return nil
 }
 
-// Dropped is how many points Send left out because MLflow would refuse
-// them (see Send).
-func (s *Sink) Dropped() int { return s.dropped }
-
 // checkKey applies MLflow's key rules, so that a bad name is dropped here
 // instead of failing a whole batch with a 400.
 func (s *Sink) checkKey(key string) bool {
@@ -630,18 +629,19 @@ func validKey(key string) bool {
 		!slices.ContainsFunc(strings.Split(key, "/"), func(seg string) bool { return seg == "." || seg == ".." })
 }
 
-// SetTags records tags on the run (at Start and Finish), through runs/log-batch (100 tags per
-// request). MLflow truncates values over 8000 characters itself. Setting a
-// tag again to the same value changes nothing: safe to repeat.
-func (s *Sink) SetTags(ctx context.Context, tags map[string]string) error {
-	if s.runID == "" {
+// SetTags implements tracker.RunStore: it records tags on run id (the
+// sink's own at Start and Finish), through runs/log-batch (100 tags per
+// request). Values are cut to MLflow's 8000 characters. Setting a tag
+// again to the same value changes nothing: safe to repeat.
+func (s *Sink) SetTags(ctx context.Context, id string, tags map[string]string) error {
+	if id == "" {
 		return errNoRun
 	}
 	list := tagList(tags)
 	for len(list) > 0 {
 		n := min(len(list), maxTagsPerBatch)
-		req := logBatchTags{RunID: s.runID, Tags: list[:n]}
-		if err := s.call(ctx, http.MethodPost, "runs/log-batch", nil, req, nil, fmt.Sprintf("setting %d tags on run %s", n, s.runID)); err != nil {
+		req := logBatchTags{RunID: id, Tags: list[:n]}
+		if err := s.call(ctx, http.MethodPost, "runs/log-batch", nil, req, nil, fmt.Sprintf("setting %d tags on run %s", n, id)); err != nil {
 			return err
 		}
 		list = list[n:]
@@ -682,7 +682,7 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		errs = append(errs, err)
 	}
 	if len(end.Tags) > 0 {
-		errs = append(errs, s.SetTags(ctx, end.Tags))
+		errs = append(errs, s.SetTags(ctx, s.runID, end.Tags))
 	}
 	if !s.created || end.KeepStatus {
 		return errors.Join(errs...)
@@ -700,38 +700,10 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if endTime.IsZero() {
 		endTime = time.Now()
 	}
-	req := updateRunRequest{RunID: s.runID, Status: status, EndTime: endTime.UnixMilli()}
-	if err := s.call(ctx, http.MethodPost, "runs/update", nil, req, nil, fmt.Sprintf("setting run %s to %s", s.runID, status)); err != nil {
+	if err := s.update(ctx, s.runID, status, endTime); err != nil {
 		errs = append(errs, err)
 	} else {
 		s.log.Info("set MLflow run status", "run_id", s.runID, "status", status)
 	}
 	return errors.Join(errs...)
-}
-
-// RecordedEnd implements tracker.EndReader: the end a bridge recorded on
-// the run (its bridge.exit_code tag) since then, for a run that was not
-// ended before since. A job's run: this node's end (jobend.go).
-func (s *Sink) RecordedEnd(ctx context.Context, since time.Time) (tracker.EndInfo, bool, error) {
-	if s.runID == "" {
-		return tracker.EndInfo{}, false, errNoRun
-	}
-	run, err := s.getRun(ctx, s.runID)
-	if err != nil {
-		return tracker.EndInfo{}, false, err
-	}
-	tags := run.Data.TagMap()
-	if s.scope != "" {
-		return s.recordedJobEnd(tags, since)
-	}
-	code, err := strconv.Atoi(tags["bridge.exit_code"])
-	ended := int64(run.Info.EndTime)
-	if err != nil || (ended > 0 && ended < since.UnixMilli()) {
-		return tracker.EndInfo{}, false, nil
-	}
-	end := tracker.EndInfo{ExitCode: code, Status: run.Info.Status}
-	if ended > 0 {
-		end.Time = time.UnixMilli(ended)
-	}
-	return end, true, nil
 }

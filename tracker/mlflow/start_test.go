@@ -71,8 +71,8 @@ func TestStartExperimentRace(t *testing.T) {
 			t.Errorf("mlflow.runName tag sent with run_name (MLflow answers 400 when they differ)")
 		}
 	}
-	if strings.Join(env, " ") != "MLFLOW_RUN_ID=r1 MLFLOW_EXPERIMENT_ID=42" || !s.Created() {
-		t.Errorf("env %v created %v", env, s.Created())
+	if strings.Join(env, " ") != "MLFLOW_RUN_ID=r1 MLFLOW_EXPERIMENT_ID=42" || !s.Run().Created {
+		t.Errorf("env %v created %v", env, s.Run().Created)
 	}
 }
 
@@ -90,7 +90,7 @@ func TestStartUnreachableKeepsGivenRun(t *testing.T) {
 	if err == nil || errors.Is(err, tracker.ErrPermanent) {
 		t.Fatalf("err = %v, want a retryable error", err)
 	}
-	if strings.Join(env, " ") != "MLFLOW_RUN_ID=given" || s.RunID() != "given" {
-		t.Errorf("env %v run %q", env, s.RunID())
+	if strings.Join(env, " ") != "MLFLOW_RUN_ID=given" || s.Run().ID != "given" {
+		t.Errorf("env %v run %q", env, s.Run().ID)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/kfile"
-	"github.com/bridge-dev/bridge/internal/userfile"
 	"github.com/bridge-dev/bridge/redact"
 )
 
@@ -100,7 +99,7 @@ func ConfigFromEnv(getenv func(string) string, home string) (Config, error) {
 	if path == "" {
 		return c, nil
 	}
-	data, err := userfile.Read(path, maxNetrc)
+	data, err := kfile.ReadUserFile(path, maxNetrc)
 	if errors.Is(err, fs.ErrNotExist) {
 		return c, nil
 	}
@@ -140,7 +139,7 @@ func parseMode(mode, disabled string) (string, error) {
 // (wandb_settings.py, validate_run_id).
 const runIDReserved = ":;,#?/'"
 
-// maxNetrc bounds the netrc file read (internal/userfile): a few entries of
+// maxNetrc bounds the netrc file read (internal/kfile): a few entries of
 // a line each.
 const maxNetrc = 1 << 20
 

@@ -124,7 +124,7 @@ func TestConfigFromEnv(t *testing.T) {
 			want: Config{BaseURL: DefaultBaseURL, RunID: "a b", Mode: ModeOnline}},
 		{name: "malformed netrc", home: noNetrc, env: map[string]string{"NETRC": write("bad", "machine")}, wantErr: "netrc file " + filepath.Join(home, "bad")},
 		{name: "unreadable netrc", home: noNetrc, env: map[string]string{"NETRC": dirAsNetrc}, wantErr: "cannot read the W&B API key from netrc file " + dirAsNetrc},
-		// Read in bounded time and memory (internal/userfile).
+		// Read in bounded time and memory (internal/kfile).
 		{name: "netrc /dev/zero", home: noNetrc, env: map[string]string{"NETRC": "/dev/zero"}, wantErr: "netrc file /dev/zero"},
 		{name: "netrc FIFO", home: noNetrc, env: map[string]string{"NETRC": fifo}, wantErr: "netrc file " + fifo},
 	} {

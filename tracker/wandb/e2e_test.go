@@ -111,7 +111,7 @@ func TestWithRealClient(t *testing.T) {
 		steps++
 	}
 
-	expect("ready " + s.RunID())
+	expect("ready " + s.Run().ID)
 	for range 3 {
 		step()
 		sample()
@@ -177,9 +177,9 @@ func TestWithRealClient(t *testing.T) {
 		}
 	}
 
-	run, ok := srv.Run(srv.Entity(), "demo", s.RunID())
+	run, ok := srv.Run(srv.Entity(), "demo", s.Run().ID)
 	if !ok {
-		t.Fatalf("no run %s; runs %+v", s.RunID(), srv.Runs())
+		t.Fatalf("no run %s; runs %+v", s.Run().ID, srv.Runs())
 	}
 	if !run.Complete || run.ExitCode == nil || *run.ExitCode != exitCode || run.FinishedBy == nil || *run.FinishedBy != wandbserver.Primary {
 		t.Errorf("finish: complete %v exit %v by %v", run.Complete, run.ExitCode, run.FinishedBy)

@@ -57,7 +57,7 @@ func FuzzResponse(f *testing.F) {
 		// inputs).
 		s := &Sink{cfg: base.cfg, log: base.log, client: base.client, clientID: base.clientID, maxBytes: base.maxBytes, lastSeq: -1}
 		ctx := context.Background()
-		if _, err := s.Start(ctx, tracker.StartInfo{}); err != nil && s.RunID() == "" {
+		if _, err := s.Start(ctx, tracker.StartInfo{}); err != nil && s.Run().ID == "" {
 			t.Fatalf("Start lost the run id: %v", err)
 		}
 		acked, err := s.Send(ctx, []metrics.Sample{{Seq: 1, Time: time.Now(), Points: []metrics.Point{metrics.Named("x", 1)}}})

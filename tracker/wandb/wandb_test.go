@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/tracker"
@@ -88,9 +89,9 @@ func samples(from, n int) []metrics.Sample {
 
 func events(t *testing.T, srv *wandbserver.Server, s *Sink) wandbserver.File {
 	t.Helper()
-	r, ok := srv.Run(srv.Entity(), "demo", s.RunID())
+	r, ok := srv.Run(srv.Entity(), "demo", s.Run().ID)
 	if !ok {
-		t.Fatalf("no run %s", s.RunID())
+		t.Fatalf("no run %s", s.Run().ID)
 	}
 	return r.File(s.ClientID(), wandbserver.EventsFile)
 }
@@ -124,8 +125,8 @@ func TestStartRunID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(env) != 1 || !regexp.MustCompile(`^WANDB_RUN_ID=[a-z0-9]{8}$`).MatchString(env[0]) || env[0] != "WANDB_RUN_ID="+s.RunID() {
-		t.Errorf("env %q, run id %q", env, s.RunID())
+	if len(env) != 1 || !regexp.MustCompile(`^WANDB_RUN_ID=[a-z0-9]{8}$`).MatchString(env[0]) || env[0] != "WANDB_RUN_ID="+s.Run().ID {
+		t.Errorf("env %q, run id %q", env, s.Run().ID)
 	}
 	if s.Label() != "rank_1_node" {
 		t.Errorf("label %q, want the node id made one key segment", s.Label())
@@ -188,11 +189,11 @@ func TestSendWaitsForTheRun(t *testing.T) {
 	if n, err = s.Send(ctx, samples(0, 2)); n != 0 || !errors.Is(err, tracker.ErrNotReady) {
 		t.Fatalf("no run: %d, %v", n, err)
 	}
-	createRun(t, srv, "demo", s.RunID(), false)
+	createRun(t, srv, "demo", s.Run().ID, false)
 	if n, err = s.Send(ctx, samples(0, 2)); n != 0 || !errors.Is(err, tracker.ErrNotReady) {
 		t.Fatalf("run without _wandb.t: %d, %v", n, err)
 	}
-	createRun(t, srv, "demo", s.RunID(), true)
+	createRun(t, srv, "demo", s.Run().ID, true)
 	if n, err = s.Send(ctx, samples(0, 2)); n != 2 || err != nil {
 		t.Fatalf("run started: %d, %v", n, err)
 	}
@@ -205,7 +206,7 @@ func TestSendLinesOffsetsHeaders(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
 	s := newSink(t, srv, nil)
 	start(t, s)
-	createRun(t, srv, "demo", s.RunID(), true)
+	createRun(t, srv, "demo", s.Run().ID, true)
 	ctx := context.Background()
 	if n, err := s.Send(ctx, samples(0, 3)); n != 3 || err != nil {
 		t.Fatalf("first: %d %v", n, err)
@@ -279,7 +280,7 @@ func TestSendLinesOffsetsHeaders(t *testing.T) {
 	if len(offsets) != 2 || offsets[0] != 0 || offsets[1] != 3 {
 		t.Errorf("offsets %v, want [0 3]", offsets)
 	}
-	if r, _ := srv.Run(srv.Entity(), "demo", s.RunID()); r.Complete || r.ExitCode != nil {
+	if r, _ := srv.Run(srv.Entity(), "demo", s.Run().ID); r.Complete || r.ExitCode != nil {
 		t.Errorf("the sink finished the run: %+v", r)
 	}
 }
@@ -288,7 +289,7 @@ func TestResendIsIdempotent(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
 	s := newSink(t, srv, nil)
 	start(t, s)
-	createRun(t, srv, "demo", s.RunID(), true)
+	createRun(t, srv, "demo", s.Run().ID, true)
 	ctx := context.Background()
 	if _, err := s.Send(ctx, samples(0, 2)); err != nil {
 		t.Fatal(err)
@@ -352,7 +353,7 @@ func TestSendErrorsClassified(t *testing.T) {
 			srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
 			s := newSink(t, srv, nil)
 			start(t, s)
-			createRun(t, srv, "demo", s.RunID(), true)
+			createRun(t, srv, "demo", s.Run().ID, true)
 			h := http.Header{}
 			if tc.retryAfter != "" {
 				h.Set("Retry-After", tc.retryAfter)
@@ -392,7 +393,7 @@ func TestSendServerDownIsRetryable(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
 	s := newSink(t, srv, nil)
 	start(t, s)
-	createRun(t, srv, "demo", s.RunID(), true)
+	createRun(t, srv, "demo", s.Run().ID, true)
 	if err := srv.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +408,7 @@ func TestSendSplitsLargeBatches(t *testing.T) {
 	s := newSink(t, srv, nil)
 	s.maxBytes = 400 // about two lines
 	start(t, s)
-	createRun(t, srv, "demo", s.RunID(), true)
+	createRun(t, srv, "demo", s.Run().ID, true)
 	if n, err := s.Send(context.Background(), samples(0, 7)); n != 7 || err != nil {
 		t.Fatalf("%d %v", n, err)
 	}
@@ -433,7 +434,7 @@ func TestSendSkipsNonFinite(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
 	s := newSink(t, srv, nil)
 	start(t, s)
-	createRun(t, srv, "demo", s.RunID(), true)
+	createRun(t, srv, "demo", s.Run().ID, true)
 	in := []metrics.Sample{
 		{Seq: 0, Time: t0, Points: []metrics.Point{metrics.Named("a", math.NaN())}},
 		{Seq: 1, Time: t0, Points: []metrics.Point{metrics.Named("a", math.Inf(1)), metrics.Named("b", 2)}},
@@ -466,11 +467,11 @@ func TestFinishRecordsVerdict(t *testing.T) {
 	s := newSink(t, srv, nil)
 	start(t, s)
 	ctx := context.Background()
-	createRun(t, srv, "demo", s.RunID(), true)
+	createRun(t, srv, "demo", s.Run().ID, true)
 	body, _ := json.Marshal(map[string]any{
 		"query":         "mutation UpsertBucket($name: String, $project: String, $tags: [String!], $notes: String) { upsertBucket { bucket { id } } }",
 		"operationName": "UpsertBucket",
-		"variables":     map[string]any{"name": s.RunID(), "project": "demo", "tags": []string{"baseline"}, "notes": "child's notes"},
+		"variables":     map[string]any{"name": s.Run().ID, "project": "demo", "tags": []string{"baseline"}, "notes": "child's notes"},
 	})
 	req, _ := http.NewRequest("POST", srv.URL()+"/graphql", bytes.NewReader(body))
 	req.SetBasicAuth("api", testKey)
@@ -482,7 +483,7 @@ func TestFinishRecordsVerdict(t *testing.T) {
 	if n, err := s.Send(ctx, samples(0, 1)); n != 1 || err != nil {
 		t.Fatalf("Send = %d, %v", n, err)
 	}
-	before, _ := srv.FindRun(s.RunID())
+	before, _ := srv.FindRun(s.Run().ID)
 	end := tracker.EndInfo{ExitCode: 137, Signal: 9, Tags: map[string]string{
 		"bridge.exit_code": "137", "bridge.exit_reason": "oom_killed", "bridge.exit_evidence": "memory.events oom_kill +1",
 	}}
@@ -491,7 +492,7 @@ func TestFinishRecordsVerdict(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run, _ := srv.FindRun(s.RunID())
+	run, _ := srv.FindRun(s.Run().ID)
 	if fmt.Sprint(run.Tags) != "[baseline bridge-exit-137 bridge-oom_killed]" {
 		t.Errorf("tags %q", run.Tags)
 	}
@@ -547,7 +548,7 @@ func TestFinishWithoutRun(t *testing.T) {
 	if err := s.Finish(context.Background(), tracker.EndInfo{ExitCode: 1, Tags: map[string]string{"bridge.exit_code": "1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := srv.FindRun(s.RunID()); ok {
+	if _, ok := srv.FindRun(s.Run().ID); ok {
 		t.Error("Finish created the run")
 	}
 }
@@ -635,5 +636,15 @@ func TestUntrustedCertificateIsPermanent(t *testing.T) {
 	_, err = s.Start(context.Background(), tracker.StartInfo{})
 	if !errors.Is(err, tracker.ErrPermanent) || !strings.Contains(err.Error(), "SSL_CERT_FILE") {
 		t.Fatalf("Start = %v; want a permanent error naming SSL_CERT_FILE", err)
+	}
+}
+
+// The run id bridge derives from a job key keeps the characters a key
+// segment may hold as it is (jobkey.SegmentRune), byte by byte.
+func TestRunIDBytesAreASegment(t *testing.T) {
+	for c := range 256 {
+		if runIDByte(byte(c)) != jobkey.SegmentRune(rune(c)) {
+			t.Errorf("byte %#x: run id %v, key segment %v", c, runIDByte(byte(c)), jobkey.SegmentRune(rune(c)))
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package mlflow
+package jobrun
 
 // The job's first failure and report on its run, against a real MLflow
 // server: the tag's rule (the earliest failure, never replaced by a later
@@ -9,7 +9,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -17,6 +21,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
 
 // endAs records a node's end at a given time with forensics' tags.
@@ -43,9 +48,9 @@ func TestJobReportOnTheRun(t *testing.T) {
 		startTogether(t, nodes)
 		win := oneRun(t, srv, exp, key, nodes)
 
-		endAs(t, nodes[1], t0, 137, StatusFailed, "cgroup_oom_kill", "SIGKILL")
+		endAs(t, nodes[1], t0, 137, mlflow.StatusFailed, "cgroup_oom_kill", "SIGKILL")
 		first := readReport(t, srv, win)
-		if first.Status != StatusFailed || first.FirstFailure == nil || first.FirstFailure.Node != "node-1" {
+		if first.Status != mlflow.StatusFailed || first.FirstFailure == nil || first.FirstFailure.Node != "node-1" {
 			t.Fatalf("report after the OOM kill: %s", first.JSON())
 		}
 		r := srv.GetRun(t, win)
@@ -53,11 +58,11 @@ func TestJobReportOnTheRun(t *testing.T) {
 			t.Errorf("tags %s=%q %s=%q", report.TagFirstFailure, r.Tags[report.TagFirstFailure], report.TagReport, r.Tags[report.TagReport])
 		}
 		// The launcher stops the others.
-		endAs(t, nodes[0], t0.Add(800*time.Millisecond), 143, StatusKilled, "killed_by_signal", "SIGTERM")
-		endAs(t, nodes[2], t0.Add(900*time.Millisecond), 143, StatusKilled, "killed_by_signal", "SIGTERM")
+		endAs(t, nodes[0], t0.Add(800*time.Millisecond), 143, mlflow.StatusKilled, "killed_by_signal", "SIGTERM")
+		endAs(t, nodes[2], t0.Add(900*time.Millisecond), 143, mlflow.StatusKilled, "killed_by_signal", "SIGTERM")
 		last := readReport(t, srv, win)
 		for _, n := range last.Nodes {
-			want := map[string]string{"node-0": StatusKilled, "node-1": StatusFailed, "node-2": StatusKilled}[n.Node]
+			want := map[string]string{"node-0": mlflow.StatusKilled, "node-1": mlflow.StatusFailed, "node-2": mlflow.StatusKilled}[n.Node]
 			if n.Status != want || (n.Node != "node-1") != (n.Consequence != "") {
 				t.Errorf("rewritten report: %s %s (%q), want %s, a consequence but for node-1", n.Node, n.Status, n.Consequence, want)
 			}
@@ -75,16 +80,16 @@ func TestJobReportOnTheRun(t *testing.T) {
 		startTogether(t, nodes)
 		win := oneRun(t, srv, exp, key, nodes)
 		tag := func() string { return srv.GetRun(t, win).Tags[report.TagFirstFailure] }
-		endAs(t, nodes[0], t0, 1, StatusFailed, "app_error", "")
+		endAs(t, nodes[0], t0, 1, mlflow.StatusFailed, "app_error", "")
 		if !strings.HasPrefix(tag(), "node-0: app_error") {
 			t.Fatalf("after node-0 failed: %q", tag())
 		}
 		// Node 2 failed earlier, by its clock, but its record lands later.
-		endAs(t, nodes[2], t0.Add(-2*time.Second), 1, StatusFailed, "app_error", "")
+		endAs(t, nodes[2], t0.Add(-2*time.Second), 1, mlflow.StatusFailed, "app_error", "")
 		if !strings.HasPrefix(tag(), "node-2: app_error") {
 			t.Errorf("an earlier failure learned later: %q, want node-2", tag())
 		}
-		endAs(t, nodes[1], t0.Add(time.Second), 134, StatusFailed, "killed_by_signal", "SIGABRT")
+		endAs(t, nodes[1], t0.Add(time.Second), 134, mlflow.StatusFailed, "killed_by_signal", "SIGABRT")
 		if !strings.HasPrefix(tag(), "node-2: ") {
 			t.Errorf("a later failure took the place: %q", tag())
 		}
@@ -107,7 +112,7 @@ func TestJobReportOnTheRun(t *testing.T) {
 		win := oneRun(t, srv, exp, key, nodes)
 		// Earlier than any failure, naming a node the job does not have.
 		srv.LogBatch(t, win, map[string]string{report.TagFirstFailure: "node-9: cgroup_oom_kill at 2020-01-01T00:00:00.000Z (forged)"}, nil)
-		endAs(t, nodes[1], t0, 1, StatusFailed, "app_error", "")
+		endAs(t, nodes[1], t0, 1, mlflow.StatusFailed, "app_error", "")
 		r := srv.GetRun(t, win)
 		if ff := r.Tags[report.TagFirstFailure]; !strings.HasPrefix(ff, "node-1: app_error at ") {
 			t.Errorf("%s=%q, want node-1's failure in place of the forged one", report.TagFirstFailure, ff)
@@ -127,12 +132,12 @@ func TestJobReportOnTheRun(t *testing.T) {
 		ms := fmt.Sprint(t0.UnixMilli())
 		for i := 2; i < 302; i++ {
 			s := fmt.Sprintf("bridge.node.node-%d.", i)
-			tags[s+"started"], tags[s+"ended"], tags[s+"status"] = ms, ms, StatusFinished
+			tags[s+"started"], tags[s+"ended"], tags[s+"status"] = ms, ms, mlflow.StatusFinished
 		}
 		srv.LogBatch(t, win, tags, nil)
-		endAs(t, nodes[1], t0, 1, StatusFailed, "app_error", "")
+		endAs(t, nodes[1], t0, 1, mlflow.StatusFailed, "app_error", "")
 		sum := srv.GetRun(t, win).Tags[report.TagReportSummary]
-		rep, err := nodes[0].sink.Report(context.Background(), win)
+		rep, err := Report(context.Background(), store(t, srv.URL), win)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,16 +163,16 @@ func TestJobReportOnTheRun(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		rep, err := nodes[0].sink.Report(context.Background(), win)
+		rep, err := Report(context.Background(), store(t, srv.URL), win)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Status != StatusRunning || len(rep.Nodes) != 2 || rep.FirstFailure != nil {
+		if rep.Status != mlflow.StatusRunning || len(rep.Nodes) != 2 || rep.FirstFailure != nil {
 			t.Fatalf("report %s", rep.JSON())
 		}
 		for i, n := range rep.Nodes {
 			// systemSamples' working set is i in sample i.
-			if n.Status != StatusRunning || n.Samples != 4+i || n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != float64(3+i) {
+			if n.Status != mlflow.StatusRunning || n.Samples != 4+i || n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != float64(3+i) {
 				t.Errorf("%s: %s", n.Node, mustJSON(n))
 			}
 		}
@@ -197,33 +202,20 @@ func mustJSON(v any) string {
 // `bridge report` with an id that is no run id (a path, a query) stops
 // before it reaches a URL, and says which argument was wrong.
 func TestReportRefusesBadRunID(t *testing.T) {
-	rc := &recorder{}
-	s := testSink(t, rc, Config{})
+	var requests atomic.Int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(ts.Close)
+	o := store(t, ts.URL)
 	for _, id := range []string{"", "../runs/x", "a?b=c", "a b"} {
-		_, err := s.Report(context.Background(), id)
+		_, err := Report(context.Background(), o, id)
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("run id %q", id)) || !strings.Contains(err.Error(), "is not a valid id") {
 			t.Errorf("Report(%q): %v", id, err)
 		}
 	}
-	if len(rc.bodies) != 0 {
-		t.Errorf("%d requests sent for invalid run ids", len(rc.bodies))
-	}
-}
-
-// The report's summary fits the tag it goes in.
-func TestSummaryFitsATag(t *testing.T) {
-	if report.SummaryMax > maxTagValue {
-		t.Errorf("report.SummaryMax %d, over MLflow's %d characters a tag", report.SummaryMax, maxTagValue)
-	}
-}
-
-// A page of a series' history fits the bound on an answer, whatever the
-// key's length.
-func TestHistoryPageFitsAnAnswer(t *testing.T) {
-	for _, key := range []string{"a", "system/node-12/container_memory_working_set_megabytes", strings.Repeat("k", maxKeyLength)} {
-		page := historyPageOf(key)
-		if page < 1 || page > historyPage || page*(len(key)+historyPointJSON) > tracker.MaxResponseBytes {
-			t.Errorf("page of %d points for a key of %d bytes: over an answer's %d bytes", page, len(key), tracker.MaxResponseBytes)
-		}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("%d requests sent for invalid run ids", n)
 	}
 }

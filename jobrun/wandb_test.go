@@ -1,4 +1,8 @@
-package wandb
+package jobrun
+
+// The job's report in a W&B shared run's summary: a run store whose status
+// is not bridge's (tracker.RunStore, not tracker.RunOwner), against the
+// W&B mock.
 
 import (
 	"bytes"
@@ -12,7 +16,47 @@ import (
 
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/tracker/wandb"
 )
+
+const wbKey = "testtesttesttesttesttesttesttesttesttest"
+
+// wandbNode is one node's W&B sink of the shared run job-1, as
+// pipeline.BuildSinks wraps it.
+func wandbNode(t *testing.T, srv *wandbserver.Server, label string) tracker.Sink {
+	t.Helper()
+	s, err := wandb.New(wandb.Config{BaseURL: srv.URL(), APIKey: wbKey, KeySource: "test", Project: "demo", Label: label,
+		RunID: "job-1", Shared: true, Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := Wrap(s, NodeOf(&tracker.Job{Node: label}), quiet(t))
+	if _, err := w.Start(context.Background(), tracker.StartInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// createWandbRun does what the child's wandb.init does first: UpsertBucket
+// with wandb's _wandb.t in the config.
+func createWandbRun(t *testing.T, srv *wandbserver.Server, project, id string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{
+		"query":         "mutation UpsertBucket($name: String, $project: String, $config: JSONString) { upsertBucket { bucket { id } } }",
+		"operationName": "UpsertBucket",
+		"variables":     map[string]any{"name": id, "project": project, "config": `{"_wandb":{"value":{"t":{"1":[1,55]}}}}`},
+	})
+	req, _ := http.NewRequest("POST", srv.URL()+"/graphql", bytes.NewReader(body))
+	req.SetBasicAuth("api", wbKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("UpsertBucket: %s", resp.Status)
+	}
+}
 
 // childSummary streams a summary line as the child's wandb (the primary
 // writer) does.
@@ -20,7 +64,7 @@ func childSummary(t *testing.T, srv *wandbserver.Server, project, run, line stri
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"files": map[string]any{wandbserver.SummaryFile: map[string]any{"offset": 0, "content": []string{line}}}})
 	req, _ := http.NewRequest("POST", fmt.Sprintf("%s/files/%s/%s/%s/file_stream", srv.URL(), srv.Entity(), project, run), bytes.NewReader(body))
-	req.SetBasicAuth("api", testKey)
+	req.SetBasicAuth("api", wbKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -35,14 +79,13 @@ func childSummary(t *testing.T, srv *wandbserver.Server, project, run, line stri
 // "bridge": every node's end, the first failure (never replaced by a
 // later one), the report's lines; the child's own summary is kept.
 func TestJobReportInSummary(t *testing.T) {
-	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
 	ctx := context.Background()
-	nodes := make([]*Sink, 3)
+	nodes := make([]tracker.Sink, 3)
 	for i := range nodes {
-		nodes[i] = newSink(t, srv, func(c *Config) { c.RunID, c.Shared, c.Label = "job-1", true, fmt.Sprintf("node-%d", i) })
-		start(t, nodes[i])
+		nodes[i] = wandbNode(t, srv, fmt.Sprintf("node-%d", i))
 	}
-	createRun(t, srv, "demo", "job-1", true)
+	createWandbRun(t, srv, "demo", "job-1")
 	childSummary(t, srv, "demo", "job-1", `{"loss": 0.5}`)
 	t1 := time.Date(2026, 12, 6, 18, 0, 0, 0, time.UTC)
 	end := func(at time.Duration, code, sig int, status, reason string) tracker.EndInfo {
@@ -65,7 +108,7 @@ func TestJobReportInSummary(t *testing.T) {
 	}
 	run, _ := srv.FindRun("job-1")
 	sum := run.Summary()
-	b, _ := sum[summaryKey].(map[string]any)
+	b, _ := sum["bridge"].(map[string]any)
 	if sum["loss"] != 0.5 || b == nil {
 		t.Fatalf("summary %v: want the child's loss kept and bridge's report", sum)
 	}
@@ -88,7 +131,7 @@ func TestJobReportInSummary(t *testing.T) {
 		t.Fatal(err)
 	}
 	run, _ = srv.FindRun("job-1")
-	if sum := run.Summary(); sum["loss"] != 0.25 || sum[summaryKey] == nil {
+	if sum := run.Summary(); sum["loss"] != 0.25 || sum["bridge"] == nil {
 		t.Errorf("summary after the child's next line and a node's end: %v", sum)
 	}
 }

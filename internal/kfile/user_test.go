@@ -1,4 +1,4 @@
-package userfile
+package kfile
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-func TestRead(t *testing.T) {
+func TestReadUserFile(t *testing.T) {
 	dir := t.TempDir()
 	small := filepath.Join(dir, "small.yaml")
 	if err := os.WriteFile(small, []byte("interval: 5s\n"), 0o600); err != nil {
@@ -45,7 +45,7 @@ func TestRead(t *testing.T) {
 		done := make(chan struct{})
 		var b []byte
 		var err error
-		go func() { defer close(done); b, err = Read(tc.path, 2048) }()
+		go func() { defer close(done); b, err = ReadUserFile(tc.path, 2048) }()
 		select {
 		case <-done:
 		case <-time.After(time.Minute):
@@ -64,8 +64,8 @@ func TestRead(t *testing.T) {
 }
 
 // A file that reports no size (procfs) and holds more than the bound.
-func TestReadBoundsUnsizedFile(t *testing.T) {
-	if _, err := Read("/proc/self/status", 16); !errors.Is(err, ErrTooLarge) {
+func TestReadUserFileBoundsUnsized(t *testing.T) {
+	if _, err := ReadUserFile("/proc/self/status", 16); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("got %v, want ErrTooLarge", err)
 	}
 }

@@ -1,0 +1,173 @@
+package jobrun
+
+// The job's end against a real MLflow server: its status from every
+// node's record, and its writes behind mocks/faultproxy, each retried by
+// the write policy (tracker.Request): repeating one whose answer was lost
+// after the server applied it is harmless.
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/harness/mlflowtest"
+	"github.com/bridge-dev/bridge/mocks/faultproxy"
+	"github.com/bridge-dev/bridge/report"
+	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/tracker/mlflow"
+)
+
+func proxyTo(t *testing.T, srv *mlflowtest.Server) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Start(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// endCtx is the end's budget, as the session gives it (generous here).
+func endCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestJobEnd: the run's status from every node's end. FAILED as soon as
+// one node's child fails, and it stays FAILED; FINISHED only once every
+// node ended cleanly, set by one node.
+func TestJobEnd(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	t.Run("all clean", func(t *testing.T) {
+		exp, key := unique(t), "end:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		for i, n := range nodes {
+			endNode(t, n, 0)
+			r := srv.GetRun(t, win)
+			if want := map[bool]string{true: mlflow.StatusFinished, false: mlflow.StatusRunning}[i == len(nodes)-1]; r.Info.Status != want {
+				t.Errorf("after %d of %d nodes ended cleanly: %s, want %s", i+1, len(nodes), r.Info.Status, want)
+			}
+			if r.Tags["bridge.node."+n.id+".exit_code"] != "0" || r.Tags["bridge.node."+n.id+".status"] != mlflow.StatusFinished {
+				t.Errorf("%s's end tags: %v", n.id, r.Tags)
+			}
+		}
+		if by := srv.GetRun(t, win).Params[ParamFinished]; by != nodes[2].id {
+			t.Errorf("%s = %q, want the last node", ParamFinished, by)
+		}
+	})
+	t.Run("one fails", func(t *testing.T) {
+		exp, key := unique(t), "fail:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[0], 0)
+		endNode(t, nodes[1], 3)
+		if st := srv.GetRun(t, win).Info.Status; st != mlflow.StatusFailed {
+			t.Errorf("after node 1 failed: %s, want FAILED at once", st)
+		}
+		endNode(t, nodes[2], 0)
+		r := srv.GetRun(t, win)
+		if r.Info.Status != mlflow.StatusFailed || r.Tags["bridge.failed.node-1"] == "" || r.Params[ParamFinished] != "" {
+			t.Errorf("after the rest ended cleanly: %s, tags %v, params %v; want FAILED kept", r.Info.Status, r.Tags, r.Params)
+		}
+	})
+	t.Run("a node whose previous attempt was lost", func(t *testing.T) {
+		exp, key := unique(t), "lost-attempt:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+		startTogether(t, nodes[:1])
+		// Node 1's bridge found in its spool an attempt that never ended.
+		env, err := nodes[1].sink.Start(context.Background(), tracker.StartInfo{NodeID: "node-1",
+			Tags: map[string]string{forensics.TagPreviousAttemptLost: "attempt 1 stopped without a clean shutdown"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[1].env = env
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[0], 0)
+		endNode(t, nodes[1], 0)
+		r := srv.GetRun(t, win)
+		if r.Info.Status != mlflow.StatusKilled || !strings.Contains(r.Tags["bridge.failed.node-1"], "lost") || r.Tags["bridge.node.node-1.previous_attempt_lost"] == "" {
+			t.Errorf("both nodes ended cleanly after node 1 lost an attempt: %s, tags %v; want KILLED", r.Info.Status, r.Tags)
+		}
+	})
+	t.Run("a restarted node ends clean after a failed attempt", func(t *testing.T) {
+		exp, key := unique(t), "restart:"+unique(t)
+		att := func(a int) func(int) tracker.Job {
+			return func(int) tracker.Job { return tracker.Job{Key: key, Attempt: a, Nodes: 2, Settle: time.Second} }
+		}
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(0))
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[0], 0)
+		endNode(t, nodes[1], 137)
+		again := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(1))[1:]
+		startTogether(t, again)
+		if again[0].sink.Run().ID != win {
+			t.Fatalf("the restarted node joined %q, want %s", again[0].sink.Run().ID, win)
+		}
+		srv.SetStatus(t, win, mlflow.StatusRunning) // the child's mlflow.start_run() resumes it
+		endNode(t, again[0], 0)
+		r := srv.GetRun(t, win)
+		if r.Info.Status != mlflow.StatusFailed || r.Tags["bridge.node.node-1.attempt"] != "1" || r.Tags["bridge.node.node-1.status"] != mlflow.StatusFinished {
+			t.Errorf("after the clean second attempt: %s, tags %v; want FAILED kept, attempt 1 recorded", r.Info.Status, r.Tags)
+		}
+	})
+}
+
+// A multi-node job's end, its lost answers: the write-once param that
+// says which node ends the run is written again with the same value (which
+// MLflow takes), and the run's status with it.
+func TestJobEndRetriesLostAnswers(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	p := proxyTo(t, srv)
+	exp, key := unique(t), "lost-answers:"+unique(t)
+	nodes := jobNodes(t, func(int) string { return p.URL() }, exp, key, 1, nil)
+	startTogether(t, nodes)
+	win := oneRun(t, srv, exp, key, nodes)
+	p.Schedule(
+		faultproxy.Fault{Path: "runs/log-parameter", Kind: faultproxy.AppliedThenReset, Times: 1},
+		faultproxy.Fault{Path: "runs/update", Kind: faultproxy.AppliedThenReset, Times: 1},
+	)
+	end := tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.exit_code": "0"}}
+	if err := nodes[0].sink.Finish(endCtx(t), end); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	r := srv.GetRun(t, win)
+	if r.Info.Status != mlflow.StatusFinished || r.Params[ParamFinished] != "node-0" || p.Hits(faultproxy.AppliedThenReset) != 2 {
+		t.Errorf("run %s, %s=%q after %d lost answers: want FINISHED by node-0 after 2", r.Info.Status, ParamFinished, r.Params[ParamFinished], p.Hits(faultproxy.AppliedThenReset))
+	}
+}
+
+// A report claim whose writer stopped (its bridge killed after the claim)
+// says until when it held; the next node to end writes the report in its
+// place.
+func TestReportClaimSettledByTheNextNode(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp, key := unique(t), "claim:"+unique(t)
+	nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+	startTogether(t, nodes)
+	win := oneRun(t, srv, exp, key, nodes)
+	began := time.Now().Add(-time.Minute)
+	dead, cancel := context.WithDeadline(context.Background(), began.Add(30*time.Second))
+	claim := reportClaim(dead, "node-0", began)
+	cancel()
+	if err := nodes[0].raw.SetTags(context.Background(), win, map[string]string{report.TagReport: claim}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "until " + began.Add(30*time.Second).UTC().Format(time.RFC3339) + " at the latest"; !strings.Contains(claim, want) {
+		t.Errorf("claim %q, want it to say %q", claim, want)
+	}
+	// node-1 ends; node-0 never does (its bridge died): the run's status
+	// waits for it, the report does not.
+	endNode(t, nodes[1], 0)
+	r := srv.GetRun(t, win)
+	if got := r.Tags[report.TagReport]; !strings.HasPrefix(got, "tag "+report.TagReportSummary+", written by node-1 at ") ||
+		!strings.Contains(r.Tags[report.TagReportSummary], "node-1") {
+		t.Errorf("after node-1's end: %s = %q, summary %q; want node-1's report", report.TagReport, got, r.Tags[report.TagReportSummary])
+	}
+}

@@ -1,0 +1,92 @@
+// Package jobrun is what bridge builds from a tracker's run, above the
+// trackers' adapters: a multi-node job's end (its status from every node's
+// record, its first failure, its report written on the run), the report
+// `bridge report` reads, and the end a bridge recorded on its run (for
+// `bridge sync`). It reads and writes runs through a tracker.RunStore,
+// which an adapter implements (MLflow's fully, W&B's where its API
+// allows); it makes no request itself. docs/multinode.md says what a user
+// sees of it.
+package jobrun
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// Node is one bridge of a multi-node job, as its records on the job's run
+// name it (tracker.JobScope).
+type Node struct {
+	Scope string // the prefix of its tags: bridge.node.<node>, bridge.task.<node>.<task>
+	Who   string // its name in the job's records: <node>, <node>.<task>
+	// Nodes is how many nodes the launcher started, 0 when it did not say:
+	// then the run's own record of it (tracker.TagNodes) counts.
+	Nodes int
+}
+
+// NodeOf is the node a multi-node job's bridge is on its run; nil for a
+// single-node job.
+func NodeOf(j *tracker.Job) *Node {
+	if j == nil {
+		return nil
+	}
+	scope, who := tracker.JobScope(j.Node, j.Task)
+	return &Node{Scope: scope, Who: who, Nodes: j.Nodes}
+}
+
+// Sink is a tracker's sink whose run is also a run store: after the sink's
+// own Finish has recorded this node's end, its Finish decides the job's
+// end from every node's record (End). Everything else is the sink's.
+type Sink struct {
+	tracker.Sink
+	store tracker.RunStore
+	node  *Node // nil: a single-node job's run
+	log   *slog.Logger
+}
+
+// Wrap is s with what this package does on its run: the job's end of a
+// multi-node job (node not nil) on a sink that is a tracker.RunStore, and
+// the end a bridge recorded on a run whose status bridge owns
+// (RecordedEnd, on a tracker.RunOwner). Any other s is returned as it is.
+func Wrap(s tracker.Sink, node *Node, log *slog.Logger) tracker.Sink {
+	st, ok := s.(tracker.RunStore)
+	if !ok {
+		return s
+	}
+	if _, owner := st.(tracker.RunOwner); node == nil && !owner {
+		return s
+	}
+	return &Sink{Sink: s, store: st, node: node, log: log}
+}
+
+// Finish records the end on the sink's run and, on a multi-node job's run
+// once this node's end is recorded, the job's (End), within ctx.
+func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
+	if err := s.Sink.Finish(ctx, end); err != nil || s.node == nil || end.KeepStatus {
+		return err
+	}
+	return End(ctx, s.store, s.Sink.Run().ID, *s.node, end, s.log)
+}
+
+// Reached implements tracker.Reacher as the sink does; one that cannot
+// tell counts as reached.
+func (s *Sink) Reached() bool {
+	r, ok := s.Sink.(tracker.Reacher)
+	return !ok || r.Reached()
+}
+
+// RecordedEnd is the end a bridge recorded on the run sink writes to since
+// then (for a multi-node job's run, this node's), and whether there is
+// one: `bridge sync` asks before it records an attempt whose spool has no
+// end as lost (a full disk can keep the end record out of the spool after
+// the tracker got the end). A sink this package did not wrap (Wrap) has
+// none to read.
+func RecordedEnd(ctx context.Context, sink tracker.Sink, since time.Time) (tracker.EndInfo, bool, error) {
+	s, ok := sink.(*Sink)
+	if !ok {
+		return tracker.EndInfo{}, false, nil
+	}
+	return recordedEnd(ctx, s.store, s.Sink.Run().ID, s.node, since)
+}
