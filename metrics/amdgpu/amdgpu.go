@@ -1,15 +1,19 @@
 // Package amdgpu reads AMD GPUs through the amdgpu driver's sysfs files (no
-// ROCm library): per GPU its utilization, memory activity, VRAM used and
-// total, power and power cap, temperature and clocks, under the gpu_N_
-// names NVIDIA's GPUs use for the same meaning, and the VRAM the child's
-// process tree holds, from the KFD per-process files.
+// ROCm library): per GPU its utilization, memory activity, VRAM and GTT
+// used and total, power and power cap, temperature and clocks, under the
+// gpu_N_ names NVIDIA's GPUs use for the same meaning, and the VRAM the
+// child's process tree holds, from the KFD per-process files.
 //
 // The job's GPUs are found once, by New, as ROCm would list them for the
-// child: the amdgpu cards (<sys>/class/drm/cardN, driver amdgpu) in KFD
-// topology order, those whose render node is in <dev>/dri (a container is
-// given only its own GPUs' device files, while /sys shows the node's), then
-// ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES. A node without an amdgpu
-// card gets no collector at all, so it pays nothing per sample.
+// child: the KFD topology's GPU nodes in node order, each on its amdgpu
+// card (<sys>/class/drm/cardN, driver amdgpu; a compute partition's node,
+// on an amdgpu_xcp render node, on the card at its PCI location), those
+// whose render node is in <dev>/dri (a container is given only its own
+// GPUs' device files, while /sys shows the node's), then
+// ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES. A card's files describe
+// the whole card: they are read once, for the first of the job's GPUs on
+// it. A node without an amdgpu card gets no collector at all, so it pays
+// nothing per sample.
 //
 // procfs's ClassDRMCardAMDGPUStats is not used: it globs card[0-9] (missing
 // card10 and later, common on 8-GPU nodes), reads a file that is absent or
@@ -95,7 +99,6 @@ type gpu struct {
 	// figures: this GPU carries its card's readings (the first of the
 	// job's GPUs on the card; a partition's are its card's, sent once).
 	figures bool
-	shares  int // with figures: how many of the job's GPUs are on the card
 	reads   []reading
 	// The files whose values are combined, "" when absent.
 	vramUsed, vramTotal, gttUsed, gttTotal, power, powerCap    string
@@ -190,7 +193,6 @@ func New(opts Options) (*Collector, error) {
 		} else {
 			g.figuresAt = first.index
 		}
-		carrier[d.card].shares++
 		c.gpus = append(c.gpus, g)
 	}
 	if err := opts.Context.Err(); err != nil {
