@@ -78,9 +78,13 @@ func readNetTopology(ctx context.Context, classNet string, nd procfs.NetDev) net
 		t.note = fmt.Sprintf("%s cannot be listed (%v): every interface but lo is counted", classNet, err)
 		return t
 	}
+	inSys := make(map[string]bool, len(present))
+	for _, name := range present {
+		inSys[name] = true
+	}
 	var missing []string
 	for name := range t.names {
-		if !slices.Contains(present, name) {
+		if !inSys[name] {
 			missing = append(missing, name)
 		}
 	}
