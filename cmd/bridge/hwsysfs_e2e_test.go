@@ -90,6 +90,7 @@ func hwFixture(t *testing.T) string {
 		"uevent":           "DRIVER=amdgpu\nPCI_CLASS=38000\nPCI_ID=1002:740F\nPCI_SLOT_NAME=0000:03:00.0\n",
 		"gpu_busy_percent": "0\n", "mem_busy_percent": "3\n", "unique_id": "2ea8c1e4a2b6f0d3\n", "product_name": "AMD Instinct MI210\n",
 		"mem_info_vram_total": "68702699520\n", "mem_info_vram_used": "10485760\n", "drm/renderD128/dev": "226:128\n",
+		"mem_info_gtt_total": "134180323328\n", "mem_info_gtt_used": "11464704\n",
 		"hwmon/hwmon2/name": "amdgpu\n", "hwmon/hwmon2/temp1_input": "45000\n", "hwmon/hwmon2/temp1_label": "edge\n",
 		"hwmon/hwmon2/temp2_input": "52000\n", "hwmon/hwmon2/temp2_label": "junction\n",
 		"hwmon/hwmon2/power1_average": "40000000\n", "hwmon/hwmon2/power1_cap": "300000000\n",

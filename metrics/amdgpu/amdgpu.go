@@ -1,15 +1,19 @@
 // Package amdgpu reads AMD GPUs through the amdgpu driver's sysfs files (no
-// ROCm library): per GPU its utilization, memory activity, VRAM used and
-// total, power and power cap, temperature and clocks, under the gpu_N_
-// names NVIDIA's GPUs use for the same meaning, and the VRAM the child's
-// process tree holds, from the KFD per-process files.
+// ROCm library): per GPU its utilization, memory activity, VRAM and GTT
+// used and total, power and power cap, temperature and clocks, under the
+// gpu_N_ names NVIDIA's GPUs use for the same meaning, and the VRAM the
+// child's process tree holds, from the KFD per-process files.
 //
 // The job's GPUs are found once, by New, as ROCm would list them for the
-// child: the amdgpu cards (<sys>/class/drm/cardN, driver amdgpu) in KFD
-// topology order, those whose render node is in <dev>/dri (a container is
-// given only its own GPUs' device files, while /sys shows the node's), then
-// ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES. A node without an amdgpu
-// card gets no collector at all, so it pays nothing per sample.
+// child: the KFD topology's GPU nodes in node order, each on its amdgpu
+// card (<sys>/class/drm/cardN, driver amdgpu; a compute partition's node,
+// on an amdgpu_xcp render node, on the card at its PCI location), those
+// whose render node is in <dev>/dri (a container is given only its own
+// GPUs' device files, while /sys shows the node's), then
+// ROCR_VISIBLE_DEVICES and HIP_VISIBLE_DEVICES. A card's files describe
+// the whole card: they are read once, for the first of the job's GPUs on
+// it. A node without an amdgpu card gets no collector at all, so it pays
+// nothing per sample.
 //
 // procfs's ClassDRMCardAMDGPUStats is not used: it globs card[0-9] (missing
 // card10 and later, common on 8-GPU nodes), reads a file that is absent or
@@ -26,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -89,13 +94,17 @@ type reading struct {
 
 // gpu is one of the job's GPUs.
 type gpu struct {
-	card
+	device
 	index int // N of gpu_N_
-	reads []reading
+	// figures: this GPU carries its card's readings (the first of the
+	// job's GPUs on the card; a partition's are its card's, sent once).
+	figures bool
+	reads   []reading
 	// The files whose values are combined, "" when absent.
-	vramUsed, vramTotal, power, powerCap  string
-	used, total, usagePct, powerW, limitW *metrics.Desc
-	powerPct                              *metrics.Desc
+	vramUsed, vramTotal, gttUsed, gttTotal, power, powerCap    string
+	used, total, usagePct, gttUsedD, gttTotalD, powerW, limitW *metrics.Desc
+	powerPct                                                   *metrics.Desc
+	figuresAt                                                  int // without figures: N of the GPU that carries its card's
 }
 
 // Collector reads the job's AMD GPUs.
@@ -162,9 +171,11 @@ func New(opts Options) (*Collector, error) {
 	listed, dropped = sys.openable(listed, opts.DevRoot)
 	c.notes = append(c.notes, dropped...)
 	ids := make([]visibleGPU, len(listed))
-	for i, cd := range listed {
-		if cd.uniqueID != "" {
-			ids[i].UUID = "GPU-" + cd.uniqueID
+	for i, d := range listed {
+		// A partition's UUID as ROCm derives it is not known here: it is
+		// chosen by index only.
+		if d.card.uniqueID != "" && d.partition < 0 {
+			ids[i].UUID = "GPU-" + d.card.uniqueID
 		}
 	}
 	keep, notes := visible(ids, opts.LookupEnv, opts.Offset == 0)
@@ -172,8 +183,17 @@ func New(opts Options) (*Collector, error) {
 	if len(c.notes) > 0 {
 		c.log.Info("AMD GPUs left out of the job's", "why", strings.Join(c.notes, "; "))
 	}
+	carrier := map[*card]*gpu{}
 	for i, k := range keep {
-		c.gpus = append(c.gpus, sys.newGPU(*listed[k], opts.Offset+i))
+		d := listed[k]
+		first := carrier[d.card]
+		g := sys.newGPU(*d, opts.Offset+i, first == nil)
+		if first == nil {
+			carrier[d.card] = g
+		} else {
+			g.figuresAt = first.index
+		}
+		c.gpus = append(c.gpus, g)
 	}
 	if err := opts.Context.Err(); err != nil {
 		c.Close()
@@ -185,9 +205,14 @@ func New(opts Options) (*Collector, error) {
 	return c, nil
 }
 
-// newGPU finds the files card c answers, for gpu_<index>_.
-func (s driverFiles) newGPU(c card, index int) *gpu {
-	g := &gpu{card: c, index: index}
+// newGPU makes gpu_<index> of device d; with figures it carries the
+// readings of d's card, found here.
+func (s driverFiles) newGPU(d device, index int, figures bool) *gpu {
+	g := &gpu{device: d, index: index, figures: figures, figuresAt: -1}
+	if !figures {
+		return g
+	}
+	c := d.card
 	has := func(path string) string {
 		if path != "" && kfile.Exists(s.ctx, path) {
 			return path
@@ -202,9 +227,11 @@ func (s driverFiles) newGPU(c card, index int) *gpu {
 	add(filepath.Join(c.dev, "gpu_busy_percent"), metrics.GPUUtilization, 1)
 	add(filepath.Join(c.dev, "mem_busy_percent"), metrics.GPUMemoryControllerUtilization, 1)
 	if c.hwmon != "" {
-		add(s.hwmonInput(c.hwmon, "temp", "edge", "junction"), metrics.GPUTemperature, 1e-3) // m°C
-		add(s.hwmonInput(c.hwmon, "freq", "sclk"), metrics.GPUSMClock, 1e-6)                 // Hz
-		add(s.hwmonInput(c.hwmon, "freq", "mclk"), metrics.GPUMemoryClock, 1e-6)
+		add(s.hwmonInput(c.hwmon, "temp", 1, "edge", "junction"), metrics.GPUTemperature, 1e-3) // m°C
+		add(s.hwmonInput(c.hwmon, "freq", 1, "sclk"), metrics.GPUSMClock, 1e-6)                 // Hz
+		// The memory clock only from its own sensor: an APU has no
+		// freq2_*, and freq1 is the shader clock.
+		add(s.hwmonInput(c.hwmon, "freq", 2, "mclk"), metrics.GPUMemoryClock, 1e-6)
 		// Average power where the GPU gives it, else the instant one: not
 		// every product has both.
 		g.power = has(filepath.Join(c.hwmon, "power1_average"))
@@ -215,14 +242,19 @@ func (s driverFiles) newGPU(c card, index int) *gpu {
 	}
 	g.vramUsed = has(filepath.Join(c.dev, "mem_info_vram_used"))
 	g.vramTotal = has(filepath.Join(c.dev, "mem_info_vram_total"))
+	g.gttUsed = has(filepath.Join(c.dev, "mem_info_gtt_used"))
+	g.gttTotal = has(filepath.Join(c.dev, "mem_info_gtt_total"))
 	g.used, g.total, g.usagePct = metrics.GPUMemoryUsed.ForGPU(index), metrics.GPUMemoryTotal.ForGPU(index), metrics.GPUMemoryUsagePercent.ForGPU(index)
+	g.gttUsedD, g.gttTotalD = GTTUsed.ForGPU(index), GTTTotal.ForGPU(index)
 	g.powerW, g.limitW, g.powerPct = metrics.GPUPowerUsage.ForGPU(index), metrics.GPUPowerLimit.ForGPU(index), metrics.GPUPowerUsagePercent.ForGPU(index)
 	return g
 }
 
 // hwmonInput is the <kind>K_input of hwmon dir whose <kind>K_label is the
-// first of labels present, else <kind>1_input ("" when there is none).
-func (s driverFiles) hwmonInput(dir, kind string, labels ...string) string {
+// first of labels present; else, where the sensor at the driver's fixed
+// place (<kind><at>_input: freq1 is sclk, freq2 mclk, temp1 edge) has no
+// label naming another, that one; else "".
+func (s driverFiles) hwmonInput(dir, kind string, at int, labels ...string) string {
 	for _, want := range labels {
 		for _, l := range s.names(dir, kind, "_label") {
 			if s.firstLine(l) == want {
@@ -233,10 +265,23 @@ func (s driverFiles) hwmonInput(dir, kind string, labels ...string) string {
 			}
 		}
 	}
-	if in := filepath.Join(dir, kind+"1_input"); kfile.Exists(s.ctx, in) {
-		return in
+	base := filepath.Join(dir, kind+strconv.Itoa(at))
+	if !kfile.Exists(s.ctx, base+"_input") {
+		return ""
 	}
-	return ""
+	if l := s.firstLine(base + "_label"); l != "" && !slices.Contains(labels, l) {
+		return "" // another sensor's place on this product
+	}
+	return base + "_input"
+}
+
+// uuidKey is the key of the card's UUID in g's description: a
+// partition's is its card's, not its own.
+func (g *gpu) uuidKey() string {
+	if g.partition >= 0 {
+		return "card_uuid"
+	}
+	return "uuid"
 }
 
 // Name implements metrics.Collector.
@@ -259,6 +304,9 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
+		if !g.figures {
+			continue
+		}
 		for _, r := range g.reads {
 			if v, ok := c.value(g, r.path, &errs); ok {
 				b.Add(r.desc, v*r.scale, r.path)
@@ -274,6 +322,12 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 		}
 		if uok && tok && total > 0 {
 			b.Add(g.usagePct, 100*used/total, g.vramUsed)
+		}
+		if v, ok := c.value(g, g.gttUsed, &errs); ok {
+			b.Add(g.gttUsedD, metrics.MB(v), g.gttUsed)
+		}
+		if v, ok := c.value(g, g.gttTotal, &errs); ok {
+			b.Add(g.gttTotalD, metrics.MB(v), g.gttTotal)
 		}
 		power, pok := c.value(g, g.power, &errs)
 		limit, lok := c.value(g, g.powerCap, &errs)
@@ -312,7 +366,7 @@ func (c *Collector) value(g *gpu, path string, errs *[]error) (float64, bool) {
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EBUSY) {
 			why = " (the GPU is resetting or suspended?)"
 		}
-		*errs = append(*errs, fmt.Errorf("GPU %d (%s): reading %s: %w%s", g.index, g.name, path, err, why))
+		*errs = append(*errs, fmt.Errorf("GPU %d (%s): reading %s: %w%s", g.index, g.card.name, path, err, why))
 		return 0, false
 	}
 	v, ok := kfile.Int(c.buf) // hwmon values are signed (temperatures)
@@ -321,7 +375,7 @@ func (c *Collector) value(g *gpu, path string, errs *[]error) (float64, bool) {
 		if s == "" {
 			return 0, false
 		}
-		*errs = append(*errs, fmt.Errorf("GPU %d (%s): parsing %s: want a whole number, got %q", g.index, g.name, path, s))
+		*errs = append(*errs, fmt.Errorf("GPU %d (%s): parsing %s: want a whole number, got %q", g.index, g.card.name, path, s))
 		return 0, false
 	}
 	return float64(v), true
@@ -332,21 +386,29 @@ func (c *Collector) value(g *gpu, path string, errs *[]error) (float64, bool) {
 func (c *Collector) Detect(context.Context) map[string]any {
 	gpus := make([]map[string]any, 0, len(c.gpus))
 	for _, g := range c.gpus {
-		m := map[string]any{"index": g.index, "card": g.name, "pci": g.pci, "render_node": "renderD" + strconv.Itoa(g.render)}
-		if g.uniqueID != "" {
-			m["uuid"] = "GPU-" + g.uniqueID
+		m := map[string]any{"index": g.index, "card": g.card.name, "pci": g.card.pci, "render_node": "renderD" + strconv.Itoa(g.render)}
+		if g.card.uniqueID != "" {
+			m[g.uuidKey()] = "GPU-" + g.card.uniqueID
 		}
-		if g.product != "" {
-			m["name"] = g.product
+		if g.card.product != "" {
+			m["name"] = g.card.product
 		}
 		if g.gpuID != "" {
 			m["kfd_gpu_id"] = g.gpuID
+		}
+		if g.partition >= 0 {
+			m["partition"] = g.partition
+		}
+		if !g.figures {
+			m["card_figures"] = fmt.Sprintf("under gpu_%d, on the same card", g.figuresAt)
+			gpus = append(gpus, m)
+			continue
 		}
 		var files []string
 		for _, r := range g.reads {
 			files = append(files, r.path)
 		}
-		for _, f := range []string{g.vramUsed, g.vramTotal, g.power, g.powerCap} {
+		for _, f := range []string{g.vramUsed, g.vramTotal, g.gttUsed, g.gttTotal, g.power, g.powerCap} {
 			if f != "" {
 				files = append(files, f)
 			}
@@ -371,19 +433,24 @@ func (c *Collector) Detect(context.Context) map[string]any {
 	return out
 }
 
-// Tags name the job's AMD GPUs for the run: bridge.gpu.N.uuid,
-// bridge.gpu.N.name, bridge.gpu.N.vendor (amd) and bridge.gpu.amd_count.
+// Tags name the job's AMD GPUs for the run: bridge.gpu.N.uuid (a
+// partition's: bridge.gpu.N.card_uuid, its card's), bridge.gpu.N.name,
+// bridge.gpu.N.vendor (amd), bridge.gpu.N.partition (a partition's card
+// and place) and bridge.gpu.amd_count.
 func (c *Collector) Tags() map[string]string {
 	t := map[string]string{"bridge.gpu.amd_count": strconv.Itoa(len(c.gpus))}
 	for _, g := range c.gpus {
 		p := "bridge.gpu." + strconv.Itoa(g.index) + "."
 		t[p+"vendor"] = "amd"
-		if g.uniqueID != "" {
-			t[p+"uuid"] = "GPU-" + g.uniqueID
+		if g.card.uniqueID != "" {
+			t[p+g.uuidKey()] = "GPU-" + g.card.uniqueID
 		}
-		name := g.product
+		if g.partition >= 0 {
+			t[p+"partition"] = g.device.String()
+		}
+		name := g.card.product
 		if name == "" {
-			name = "AMD GPU " + g.pci
+			name = "AMD GPU " + g.card.pci
 		}
 		t[p+"name"] = name
 	}

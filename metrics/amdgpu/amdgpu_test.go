@@ -73,6 +73,8 @@ func mi210(n string) map[string]float64 {
 		"memory_used_megabytes":                    1073.741824,
 		"memory_total_megabytes":                   68702.69952,
 		"memory_usage_percentage":                  100 * 1073741824.0 / 68702699520,
+		"memory_gtt_used_megabytes":                11.464704,
+		"memory_gtt_total_megabytes":               134180.323328,
 		"power_usage_watts":                        281,
 		"power_limit_watts":                        300,
 		"power_usage_percentage":                   100 * 281.0 / 300,
@@ -274,9 +276,9 @@ func TestJobGPUs(t *testing.T) {
 			var cards []string
 			for i, g := range c.gpus {
 				if g.index != tc.offset+i {
-					t.Errorf("GPU %s numbered %d, want %d", g.name, g.index, tc.offset+i)
+					t.Errorf("GPU %s numbered %d, want %d", g.card.name, g.index, tc.offset+i)
 				}
-				cards = append(cards, g.name)
+				cards = append(cards, g.card.name)
 			}
 			if !slices.Equal(cards, tc.want) {
 				t.Errorf("job GPUs %v, want %v", cards, tc.want)

@@ -19,8 +19,8 @@ func BenchmarkCollect(b *testing.B) {
 		tree ProcessTree
 		want int
 	}{
-		{"gpus", nil, 2 * 11},
-		{"gpus+child", fakeTree{100, 101}, 2*11 + 3},
+		{"gpus", nil, 2 * 13},
+		{"gpus+child", fakeTree{100, 101}, 2*13 + 3},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			root := b.TempDir()

@@ -40,7 +40,7 @@ func TestUniqueIDBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(c.gpus) != 1 || c.gpus[0].uniqueID != "" {
+		if len(c.gpus) != 1 || c.gpus[0].card.uniqueID != "" {
 			t.Errorf("GPUs %+v: want the card, its unique_id unknown", c.gpus)
 		}
 		if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "unique_id") {

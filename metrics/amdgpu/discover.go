@@ -25,8 +25,19 @@ type card struct {
 	product  string // product_name; ""
 	render   int    // the render node's minor (renderD128: 128); -1: none
 	hwmon    string // its amdgpu hwmon directory; "" when it has none
-	kfdNode  int    // its node in the KFD topology; -1: none
-	gpuID    string // its KFD gpu_id; "" without KFD
+}
+
+// device is one GPU as ROCm lists it: a KFD topology node (without KFD, a
+// card), on the card whose files describe it. A card in a compute
+// partition mode (MI300's DPX, CPX) is several devices: the first is the
+// card's own render node, each other one the render node of an amdgpu_xcp
+// platform device, which has no PCI device and no driver of its own.
+type device struct {
+	card      *card
+	render    int    // the render node's minor ROCm opens for it
+	kfdNode   int    // its node in the KFD topology; -1: none
+	gpuID     string // its KFD gpu_id; "" without KFD
+	partition int    // its place among its card's devices; -1: the card is not partitioned
 }
 
 var cardName = regexp.MustCompile(`^card([0-9]+)$`)
@@ -57,7 +68,7 @@ func (s driverFiles) findCards(sysRoot string) ([]*card, error) {
 			continue
 		}
 		n, _ := strconv.Atoi(m[1])
-		c := &card{name: name, num: n, dev: filepath.Join(dir, name, "device"), render: -1, kfdNode: -1}
+		c := &card{name: name, num: n, dev: filepath.Join(dir, name, "device"), render: -1}
 		ue, err := s.keyValues(filepath.Join(c.dev, "uevent"), "=")
 		if err != nil || ue["DRIVER"] != "amdgpu" {
 			continue
@@ -113,6 +124,12 @@ type kfdNode struct {
 	node        int
 	gpuID       string
 	renderMinor int
+	// The PCI device of the card the node is on: domain, and location_id
+	// (bus<<8 | device<<3 | function). A partition's node carries its
+	// card's, with the partition's number ORed into the low bits (or, in
+	// some kernels, bits 31:28): only bus and device are compared.
+	domain, location int
+	hasLocation      bool
 }
 
 // kfdTopology lists the GPU nodes of <sys>/class/kfd/kfd/topology/nodes
@@ -143,19 +160,32 @@ func (s driverFiles) kfdTopology(sysRoot string) (nodes []kfdNode, ok bool, err 
 		if err != nil {
 			return nil, true, fmt.Errorf("reading the KFD topology: %s has no drm_render_minor", filepath.Join(dir, name, "properties"))
 		}
-		nodes = append(nodes, kfdNode{node: n, gpuID: id, renderMinor: minor})
+		kn := kfdNode{node: n, gpuID: id, renderMinor: minor}
+		dom, derr := strconv.Atoi(props["domain"])
+		loc, lerr := strconv.ParseUint(props["location_id"], 10, 32)
+		if derr == nil && lerr == nil {
+			kn.domain, kn.location, kn.hasLocation = dom, int(loc), true
+		}
+		nodes = append(nodes, kn)
 	}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].node < nodes[j].node })
 	return nodes, true, nil
 }
 
-// rocmOrder puts cards in the order ROCm numbers its GPUs: the KFD
+// rocmOrder lists the devices ROCm numbers, in its order: the KFD
 // topology's node order, which also leaves out cards KFD has no node for
-// (no compute). Without KFD, card-number order. dropped says why a card was
-// left out.
-func rocmOrder(cards []*card, nodes []kfdNode, haveKFD bool) (out []*card, dropped []string) {
+// (no compute). A node whose render node is no card's is a compute
+// partition of the card at its PCI location (amdgpu_xcp_drv.c registers a
+// platform device, with no PCI parent and no driver, for each partition
+// after the first; kfd_topology.c gives the partition's node the card's
+// domain and location_id). Without KFD, the cards in card-number order.
+// dropped says why a card or a node was left out.
+func rocmOrder(cards []*card, nodes []kfdNode, haveKFD bool) (out []*device, dropped []string) {
 	if !haveKFD {
-		return cards, nil
+		for _, c := range cards {
+			out = append(out, &device{card: c, render: c.render, kfdNode: -1, partition: -1})
+		}
+		return out, nil
 	}
 	byMinor := map[int]*card{}
 	for _, c := range cards {
@@ -163,41 +193,89 @@ func rocmOrder(cards []*card, nodes []kfdNode, haveKFD bool) (out []*card, dropp
 			byMinor[c.render] = c
 		}
 	}
-	used := map[*card]bool{}
+	perCard := map[*card]int{}
 	for _, n := range nodes {
 		c := byMinor[n.renderMinor]
 		if c == nil {
-			continue
+			var why string
+			c, why = parentCard(cards, n)
+			if c == nil {
+				dropped = append(dropped, fmt.Sprintf("KFD node %d (renderD%d): %s", n.node, n.renderMinor, why))
+				continue
+			}
 		}
-		c.kfdNode, c.gpuID = n.node, n.gpuID
-		used[c] = true
-		out = append(out, c)
+		out = append(out, &device{card: c, render: n.renderMinor, kfdNode: n.node, gpuID: n.gpuID, partition: perCard[c]})
+		perCard[c]++
+	}
+	for _, d := range out {
+		if perCard[d.card] == 1 {
+			d.partition = -1
+		}
 	}
 	for _, c := range cards {
-		if !used[c] {
+		if perCard[c] == 0 {
 			dropped = append(dropped, fmt.Sprintf("%s (%s): no KFD topology node (not a compute device ROCm lists)", c.name, c.pci))
 		}
 	}
 	return out, dropped
 }
 
+// parentCard is the card whose PCI domain, bus and device node n's
+// properties name; nil, and why, when none or more than one is.
+func parentCard(cards []*card, n kfdNode) (*card, string) {
+	if !n.hasLocation {
+		return nil, "its render node is no amdgpu card's, and its properties give no domain and location_id to find its card by"
+	}
+	loc := n.location & 0xffff // bits 31:28 may hold the partition
+	var found []*card
+	for _, c := range cards {
+		dom, bus, dev, ok := pciLocation(c.pci)
+		if ok && dom == n.domain && bus == loc>>8 && dev == (loc>>3)&0x1f {
+			found = append(found, c)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], ""
+	case 0:
+		return nil, fmt.Sprintf("its render node is no amdgpu card's, and no card is at its location (domain %d, location_id %d)", n.domain, n.location)
+	}
+	return nil, fmt.Sprintf("%d amdgpu cards at its location (domain %d, location_id %d)", len(found), n.domain, n.location)
+}
+
+// pciLocation parses a PCI slot name, DDDD:BB:DD.F (hexadecimal).
+func pciLocation(slot string) (domain, bus, dev int, ok bool) {
+	var fn int
+	n, err := fmt.Sscanf(slot, "%x:%x:%x.%x", &domain, &bus, &dev, &fn)
+	return domain, bus, dev, err == nil && n == 4
+}
+
 // openable keeps the cards whose render node is in devRoot/dri: ROCm lists
 // only the GPUs it can open, and a container is given only its GPUs' device
 // files while its /sys shows every GPU of the node.
-func (s driverFiles) openable(cards []*card, devRoot string) (out []*card, dropped []string) {
-	for _, c := range cards {
-		node := filepath.Join(devRoot, "dri", "renderD"+strconv.Itoa(c.render))
-		if c.render < 0 {
-			dropped = append(dropped, fmt.Sprintf("%s (%s): no render node", c.name, c.pci))
+func (s driverFiles) openable(devs []*device, devRoot string) (out []*device, dropped []string) {
+	for _, d := range devs {
+		node := filepath.Join(devRoot, "dri", "renderD"+strconv.Itoa(d.render))
+		if d.render < 0 {
+			dropped = append(dropped, fmt.Sprintf("%s: no render node", d))
 			continue
 		}
 		if _, err := kfile.Stat(s.ctx, node); err != nil {
-			dropped = append(dropped, fmt.Sprintf("%s (%s): %s is not here (a container is given only its own GPUs)", c.name, c.pci, node))
+			dropped = append(dropped, fmt.Sprintf("%s: %s is not here (a container is given only its own GPUs)", d, node))
 			continue
 		}
-		out = append(out, c)
+		out = append(out, d)
 	}
 	return out, dropped
+}
+
+// String names d for notes: its card and PCI slot, and its partition.
+func (d *device) String() string {
+	s := d.card.name + " (" + d.card.pci + ")"
+	if d.partition >= 0 {
+		s += " partition " + strconv.Itoa(d.partition) + " (renderD" + strconv.Itoa(d.render) + ")"
+	}
+	return s
 }
 
 // keyValues reads a file of "key<sep>value" lines (uevent, KFD properties).

@@ -135,3 +135,113 @@ type fakeTree []int
 
 func (f fakeTree) PIDs(context.Context) ([]int, error) { return f, nil }
 func (f fakeTree) Close() error                        { return nil }
+
+// apuCard adds card<num>, an APU's integrated GPU (a Radeon 780M, gfx1103)
+// as amdgpu lays it out: a small VRAM carve-out and most of its memory in
+// GTT, no mem_busy_percent, and an hwmon with only the shader clock
+// (amdgpu_pm.c hides freq2_*, the memory clock, on APUs), socket power as
+// power1_input and no power cap.
+func apuCard(f files, num, render int, pci string) files {
+	d := "sys/class/drm/card" + strconv.Itoa(num) + "/device/"
+	f[d+"uevent"] = "DRIVER=amdgpu\nPCI_CLASS=30000\nPCI_ID=1002:15BF\nPCI_SUBSYS_ID=17AA:3881\nPCI_SLOT_NAME=" + pci + "\n"
+	f[d+"vendor"] = "0x1002\n"
+	f[d+"gpu_busy_percent"] = "23\n"
+	f[d+"mem_info_vram_total"] = "536870912\n"
+	f[d+"mem_info_vram_used"] = "314572800\n"
+	f[d+"mem_info_vis_vram_total"] = "536870912\n"
+	f[d+"mem_info_vis_vram_used"] = "314572800\n"
+	f[d+"mem_info_gtt_total"] = "16791703552\n"
+	f[d+"mem_info_gtt_used"] = "6442450944\n"
+	f[d+"unique_id"] = "\n"
+	f[d+"drm/card"+strconv.Itoa(num)+"/dev"] = "226:" + strconv.Itoa(num) + "\n"
+	f[d+"drm/renderD"+strconv.Itoa(render)+"/dev"] = "226:" + strconv.Itoa(render) + "\n"
+	h := d + "hwmon/hwmon" + strconv.Itoa(num+3) + "/"
+	f[h+"name"] = "amdgpu\n"
+	f[h+"temp1_input"] = "51000\n"
+	f[h+"temp1_label"] = "edge\n"
+	f[h+"power1_input"] = "18000000\n"
+	f[h+"power1_label"] = "PPT\n"
+	f[h+"freq1_input"] = "2700000000\n"
+	f[h+"freq1_label"] = "sclk\n"
+	f[h+"in0_input"] = "1050\n"
+	f[h+"in0_label"] = "vddgfx\n"
+	f[h+"in1_input"] = "750\n"
+	f[h+"in1_label"] = "vddnb\n"
+	f["sys/class/drm/renderD"+strconv.Itoa(render)+"/dev"] = "226:" + strconv.Itoa(render) + "\n"
+	f["dev/dri/renderD"+strconv.Itoa(render)] = ""
+	// KFD: one node, the APU's CPU cores and GPU together (its CRAT).
+	n := "sys/class/kfd/kfd/topology/nodes/0/"
+	f[n+"gpu_id"] = "2567\n"
+	f[n+"name"] = "gfx1103\n"
+	f[n+"properties"] = "cpu_cores_count 16\nsimd_count 24\nmem_banks_count 1\nvendor_id 4098\ndevice_id 5567\n" +
+		"location_id 50176\ndomain 0\ndrm_render_minor " + strconv.Itoa(render) + "\ngfx_target_version 110003\n"
+	return f
+}
+
+// mi300Card adds card<num> as amdCard does, an MI300X at pci (bus:dev.0)
+// whose render node is renderD<render>, and the amdgpu_xcp platform devices
+// amdgpu_xcp_drv.c registers for its other partitions (xcp 1..7):
+// devices/platform/amdgpu_xcp_<first+i>, each with a DRM card and render
+// node (card<num+1+i>, renderD<render+1+i>) whose device is that platform
+// device: no PCI device, a uevent without DRIVER. It returns the links
+// the sysfs tree has (path -> target), for links.
+func mi300Card(f files, num, render int, pci string, first int) (files, map[string]string) {
+	amdCard(f, num, render, pci, "")
+	f["sys/class/drm/card"+strconv.Itoa(num)+"/device/product_name"] = "AMD Instinct MI300X\n"
+	ln := map[string]string{}
+	for i := range 7 {
+		xcp := "amdgpu_xcp_" + strconv.Itoa(first+i)
+		p := "sys/devices/platform/" + xcp + "/"
+		cardN, rend := "card"+strconv.Itoa(num+1+i), "renderD"+strconv.Itoa(render+1+i)
+		f[p+"uevent"] = "MODALIAS=platform:" + xcp + "\n"
+		f[p+"modalias"] = "platform:" + xcp + "\n"
+		f[p+"drm/"+cardN+"/dev"] = "226:" + strconv.Itoa(num+1+i) + "\n"
+		f[p+"drm/"+rend+"/dev"] = "226:" + strconv.Itoa(render+1+i) + "\n"
+		ln["sys/class/drm/"+cardN] = "../../devices/platform/" + xcp + "/drm/" + cardN
+		ln["sys/class/drm/"+rend] = "../../devices/platform/" + xcp + "/drm/" + rend
+		ln["sys/devices/platform/"+xcp+"/drm/"+cardN+"/device"] = "../../../" + xcp
+		ln["sys/devices/platform/"+xcp+"/drm/"+rend+"/device"] = "../../../" + xcp
+		f["dev/dri/"+rend] = ""
+	}
+	return f, ln
+}
+
+// links makes each symbolic link of ln (path under root -> target).
+func links(t testing.TB, root string, ln map[string]string) {
+	t.Helper()
+	for rel, target := range ln {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// kfdNodeFixture is one GPU node of a KFD topology fixture: its gpu_id, render
+// minor, and the PCI location kfd_topology.c gives it (a partition's is
+// its card's, with the partition's number ORed in).
+type kfdNodeFixture struct {
+	gpuID, render    int
+	domain, location int
+}
+
+// kfdPartitionNodes adds the KFD topology of nodes: node 0 the CPU, then
+// one per fixture node in the order given, with domain and location_id
+// (an MI300X's properties, kfd_topology.c's names).
+func kfdPartitionNodes(f files, nodes ...kfdNodeFixture) files {
+	n := "sys/class/kfd/kfd/topology/nodes/"
+	f[n+"0/gpu_id"] = "0\n"
+	f[n+"0/properties"] = "cpu_cores_count 48\nsimd_count 0\nmem_banks_count 1\nlocation_id 0\ndomain 0\ndrm_render_minor 0\n"
+	for i, k := range nodes {
+		d := n + strconv.Itoa(i+1) + "/"
+		f[d+"gpu_id"] = strconv.Itoa(k.gpuID) + "\n"
+		f[d+"name"] = "\n"
+		f[d+"properties"] = "cpu_cores_count 0\nsimd_count 152\nmem_banks_count 1\ngfx_target_version 90402\nvendor_id 4098\n" +
+			"device_id 29857\nlocation_id " + strconv.Itoa(k.location) + "\ndomain " + strconv.Itoa(k.domain) +
+			"\ndrm_render_minor " + strconv.Itoa(k.render) + "\nhive_id 0\nnum_xcc 1\n"
+	}
+	return f
+}

@@ -31,6 +31,9 @@ func TestOutOfRangeReadings(t *testing.T) {
 		{"a sensor's 255 °C", files{h + "temp1_input": "255000\n"}, []string{"gpu_0_temperature_celsius"}},
 		{"negative clock", files{h + "freq1_input": "-1\n"}, []string{"gpu_0_sm_clock_mhz"}},
 		{"a power cap of INT64_MAX", files{h + "power1_cap": "9223372036854775807\n"}, []string{"gpu_0_power_limit_watts"}},
+		{"GTT used above its total", files{d + "mem_info_gtt_used": "134180323329\n"}, []string{"gpu_0_memory_gtt_used_megabytes"}},
+		{"GTT of INT64_MAX", files{d + "mem_info_gtt_total": "9223372036854775807\n", d + "mem_info_gtt_used": "9223372036854775807\n"},
+			[]string{"gpu_0_memory_gtt_total_megabytes", "gpu_0_memory_gtt_used_megabytes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()

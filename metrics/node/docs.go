@@ -25,7 +25,7 @@ var docs = []metrics.DocTable{
 		{Series: []*metrics.Desc{RootfsDiskUsagePercent}, Cells: []string{"`statfs(/)`", "used / (used + available) × 100, as df's Use% (so a disk full for users reads 100% even with reserved blocks left); omitted for a zero-size filesystem."}},
 	}},
 	{ID: "node/netns", Columns: []string{"Source", "Formula"}, Rows: []metrics.DocRow{
-		{Series: []*metrics.Desc{NetnsReceive}, Cells: []string{"`<proc>/net/dev`", "received bytes since the first Collect, summed over every interface except `lo`. Needs two readings."}},
+		{Series: []*metrics.Desc{NetnsReceive}, Cells: []string{"`<proc>/net/dev`; which interfaces count: `<sys>/class/net`", "received bytes since the first Collect, summed over the interfaces counted: each one no other interface is stacked under (physical NICs, veths), not `lo`, bonds, bridges, VLANs or macvlans, whose bytes their lower interfaces carry too. Needs two readings."}},
 		{Series: []*metrics.Desc{NetnsTransmit}, Cells: []string{"`<proc>/net/dev`", "transmitted bytes since the first Collect, likewise."}},
 		{Series: []*metrics.Desc{NetnsReceiveRate}, Cells: []string{"`<proc>/net/dev`", "received bytes over the last interval / interval seconds. Needs two readings."}},
 		{Series: []*metrics.Desc{NetnsTransmitRate}, Cells: []string{"`<proc>/net/dev`", "transmitted bytes over the last interval / interval seconds."}},

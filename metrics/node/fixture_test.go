@@ -102,7 +102,7 @@ func (c *fakeClock) now() time.Time {
 // newFixture returns a collector over root with a fake clock stepping 10 s.
 func newFixture(t *testing.T, root string) *Collector {
 	t.Helper()
-	c, err := New(Options{ProcRoot: root, RootfsPath: root})
+	c, err := New(Options{ProcRoot: root, SysRoot: filepath.Join(root, "sys"), RootfsPath: root})
 	if err != nil {
 		t.Fatal(err)
 	}

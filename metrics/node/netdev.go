@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -16,10 +17,13 @@ import (
 const MaxInterfaceBytesPerSecond = 1e12
 
 // netTracker accumulates traffic of the network namespace since the first
-// reading, per interface, each counter followed by the one counter rule
-// (metrics/internal/counter), so that an interface that appears,
-// disappears or has its counters reset never makes the totals go
-// backwards, and a glitch never makes them jump.
+// reading, over the interfaces counted (netTopology), each counter followed
+// by the one counter rule (metrics/internal/counter), so that an interface
+// that appears, disappears or has its counters reset never makes the
+// totals go backwards, and a glitch never makes them jump. Every
+// interface's counters are followed, counted or not, so that one that
+// becomes counted (a bridge whose last port left) adds only its traffic
+// from then on.
 type netTracker struct {
 	started  bool
 	ifs      map[string]*netCounters
@@ -31,11 +35,11 @@ type netTracker struct {
 type netCounters struct{ rx, tx counter.Counter }
 
 // update takes a reading of /proc/net/dev taken at now and returns the
-// growth since the previous one. ok is false on the first reading (the
-// baseline), and rates is false when an interface's interval was not
-// counted (a reset, a glitch): the growth is then short of that
-// interface's, a total but no rate.
-func (t *netTracker) update(nd procfs.NetDev, now time.Time) (rxDelta, txDelta, seconds float64, ok, rates bool) {
+// growth since the previous one of the interfaces counts says are counted.
+// ok is false on the first reading (the baseline), and rates is false when
+// a counted interface's interval was not counted (a reset, a glitch): the
+// growth is then short of that interface's, a total but no rate.
+func (t *netTracker) update(nd procfs.NetDev, now time.Time, counts func(string) bool) (rxDelta, txDelta, seconds float64, ok, rates bool) {
 	defer func() { t.prevTime, t.started = now, true }()
 	seen := make(map[string]bool, len(nd))
 	if t.ifs == nil {
@@ -58,6 +62,7 @@ func (t *netTracker) update(nd procfs.NetDev, now time.Time) (rxDelta, txDelta, 
 				k.tx.Set(0, t.prevTime)
 			}
 		}
+		add := counts(name)
 		for _, c := range []struct {
 			k   *counter.Counter
 			v   uint64
@@ -65,6 +70,7 @@ func (t *netTracker) update(nd procfs.NetDev, now time.Time) (rxDelta, txDelta, 
 		}{{&k.rx, l.RxBytes, &rxDelta}, {&k.tx, l.TxBytes, &txDelta}} {
 			st := c.k.Update(c.v, now)
 			switch {
+			case !add:
 			case st.Counted():
 				*c.sum += float64(st.Delta)
 			case st.Skip != counter.Baseline:
@@ -86,14 +92,25 @@ func (t *netTracker) update(nd procfs.NetDev, now time.Time) (rxDelta, txDelta, 
 }
 
 // collectNet reads <ProcRoot>/net/dev (a link to self/net/dev: the namespace
-// of the reading process, which the child shares).
-func (c *Collector) collectNet(out *metrics.Batch, now time.Time) error {
+// of the reading process, which the child shares), and the interfaces'
+// stacking from <SysRoot>/class/net when the set of interfaces changed.
+func (c *Collector) collectNet(ctx context.Context, out *metrics.Batch, now time.Time) error {
 	src := c.netDevFile
 	nd, ok, err := readSource(c, src, "network counters", parseNetDev)
 	if !ok {
 		return err
 	}
-	rx, tx, secs, ok, rates := c.net.update(nd, now)
+	c.mu.Lock()
+	topo := c.topo
+	c.mu.Unlock()
+	if !topo.sameNames(nd) {
+		t := readNetTopology(ctx, c.classNet, nd)
+		topo = &t
+		c.mu.Lock()
+		c.topo = topo
+		c.mu.Unlock()
+	}
+	rx, tx, secs, ok, rates := c.net.update(nd, now, topo.counts)
 	if !ok {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,9 @@ type Options struct {
 	Context context.Context
 	// ProcRoot is where procfs is mounted; "" means /proc.
 	ProcRoot string
+	// SysRoot is where sysfs is mounted ("" means /sys): <SysRoot>/class/net
+	// tells which network interfaces are stacked on others.
+	SysRoot string
 	// RootfsPath is the path whose filesystem rootfs_* describes; "" means /.
 	RootfsPath string
 	// Log receives debug notes about absent sources; nil discards them.
@@ -54,13 +58,14 @@ type Collector struct {
 	log        *slog.Logger
 	now        func() time.Time
 
-	prevCPU *procfs.CPUStat
-	net     netTracker
+	prevCPU  *procfs.CPUStat
+	net      netTracker
+	classNet string // <SysRoot>/class/net
 
 	// The scopes Collect reads (Options.Scopes, in ServedScopes' order) and
 	// their sources' readers, in order.
 	scopes []metrics.Scope
-	steps  []func(*metrics.Batch) error
+	steps  []func(context.Context, *metrics.Batch) error
 	// statfs is readFsUsage; tests count its calls.
 	statfs func(path string) (fsUsage, error)
 
@@ -75,6 +80,8 @@ type Collector struct {
 
 	mu     sync.Mutex
 	absent map[string]bool // sources already logged as absent
+	topo   *netTopology    // the interfaces counted, as last read; replaced, never changed
+	tags   map[string]string
 }
 
 // New returns a Collector reading under opts.ProcRoot.
@@ -84,6 +91,9 @@ func New(opts Options) (*Collector, error) {
 	}
 	if opts.RootfsPath == "" {
 		opts.RootfsPath = "/"
+	}
+	if opts.SysRoot == "" {
+		opts.SysRoot = "/sys"
 	}
 	log := opts.Log
 	if log == nil {
@@ -109,6 +119,8 @@ func New(opts Options) (*Collector, error) {
 		procRoot:      opts.ProcRoot,
 		rootfsPath:    opts.RootfsPath,
 		statfsSrc:     "statfs(" + opts.RootfsPath + ")",
+		classNet:      filepath.Join(opts.SysRoot, "class/net"),
+		topo:          &netTopology{},
 		log:           log.With("source", "node"),
 		now:           time.Now,
 		statfs:        readFsUsage,
@@ -127,15 +139,71 @@ func New(opts Options) (*Collector, error) {
 		c.scopes = append(c.scopes, sc)
 		switch sc {
 		case metrics.ScopeNode:
-			c.steps = append(c.steps, c.collectCPU, c.collectMemory, c.collectLoad, c.collectPressure)
+			c.steps = append(c.steps, plain(c.collectCPU), plain(c.collectMemory), plain(c.collectLoad), plain(c.collectPressure))
 		case ScopeRootfs:
-			c.steps = append(c.steps, c.collectRootfs)
+			c.steps = append(c.steps, plain(c.collectRootfs))
 		case ScopeNetns:
-			c.steps = append(c.steps, func(b *metrics.Batch) error { return c.collectNet(b, c.now()) })
+			c.steps = append(c.steps, func(ctx context.Context, b *metrics.Batch) error { return c.collectNet(ctx, b, c.now()) })
+			c.startNet(opts.Context)
 		}
 	}
 	return c, nil
 }
+
+// plain is a step that reads no file beyond what Reader keeps.
+func plain(f func(*metrics.Batch) error) func(context.Context, *metrics.Batch) error {
+	return func(_ context.Context, b *metrics.Batch) error { return f(b) }
+}
+
+// startNet reads the network interfaces and their stacking once, for the
+// run's tags: what the job's netns_ series count at its start. A failure
+// leaves it to the first Collect, and no tags.
+func (c *Collector) startNet(ctx context.Context) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	b, err := kfileio.ReadFile(ctx, c.netDevFile, kfileio.Table)
+	if err != nil {
+		return
+	}
+	nd, err := parseNetDev(b)
+	if err != nil {
+		return
+	}
+	t := readNetTopology(ctx, c.classNet, nd)
+	c.topo = &t
+	if !t.known {
+		return
+	}
+	counted, leftOut := t.describe()
+	c.tags = map[string]string{TagNetnsCounted: capList(counted)}
+	if len(leftOut) > 0 {
+		c.tags[TagNetnsLeftOut] = capList(leftOut)
+	}
+}
+
+// The run tags that say which interfaces netns_ counts (at the job's
+// start): those counted, and those left out with what they are stacked
+// over. Set only where sysfs could tell.
+const (
+	TagNetnsCounted = "bridge.netns.interfaces_counted"
+	TagNetnsLeftOut = "bridge.netns.interfaces_left_out"
+)
+
+// maxTagNames bounds the names a tag lists (a node with hundreds of veths).
+const maxTagNames = 32
+
+// capList joins names, at most maxTagNames of them, saying how many more.
+func capList(names []string) string {
+	if len(names) <= maxTagNames {
+		return strings.Join(names, "; ")
+	}
+	return strings.Join(names[:maxTagNames], "; ") + fmt.Sprintf("; and %d more", len(names)-maxTagNames)
+}
+
+// Tags are what the netns_ series count at the start of the job, where
+// sysfs could tell (TagNetnsCounted, TagNetnsLeftOut).
+func (c *Collector) Tags() map[string]string { return c.tags }
 
 // ServedScopes are the scopes the node collector serves, in the order it
 // reads them.
@@ -165,7 +233,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 			errs = append(errs, err)
 			break
 		}
-		if err := step(b); err != nil {
+		if err := step(ctx, b); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -207,6 +275,23 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 		}
 	}
 	out["pressure"] = psi // the /proc/pressure files present; empty: kernel without PSI
+	if slices.Contains(c.scopes, ScopeNetns) {
+		c.mu.Lock()
+		t := c.topo
+		c.mu.Unlock()
+		switch {
+		case t.known:
+			counted, leftOut := t.describe()
+			out["net_counted"] = counted
+			if len(leftOut) > 0 {
+				out["net_left_out"] = leftOut
+			}
+		case t.note != "":
+			out["net_counted"] = t.note
+		default:
+			out["net_counted"] = "every interface but lo, until net/dev is read"
+		}
+	}
 	return out
 }
 

@@ -191,7 +191,7 @@ func TestNetTotals(t *testing.T) {
 			for i, s := range tt.steps {
 				writeFile(t, root, "net/dev", netDevFile(s.ifs...))
 				var b metrics.Batch
-				if err := c.collectNet(&b, c.now()); err != nil {
+				if err := c.collectNet(context.Background(), &b, c.now()); err != nil {
 					t.Fatal(err)
 				}
 				m := byName(t, &b)

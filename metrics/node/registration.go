@@ -18,7 +18,7 @@ var Registration = metrics.Registration{
 	Series: Series,
 	Docs:   docs,
 	Build: func(env metrics.Env) (metrics.Collector, error) {
-		n, err := New(Options{Context: env.Context, ProcRoot: env.Roots.Proc, RootfsPath: env.Roots.Rootfs, Scopes: env.Scopes, Log: env.Log})
+		n, err := New(Options{Context: env.Context, ProcRoot: env.Roots.Proc, SysRoot: env.Roots.Sys, RootfsPath: env.Roots.Rootfs, Scopes: env.Scopes, Log: env.Log})
 		if err != nil {
 			return nil, &metrics.Off{Why: "off: " + err.Error(), Level: slog.LevelWarn}
 		}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ func scopedFixture(t *testing.T, scopes ...metrics.Scope) (*Collector, *int) {
 	t.Helper()
 	root := fullFixture(t)
 	writeFile(t, root, "net/dev", "header\nheader\ngarbage\n")
-	c, err := New(Options{ProcRoot: root, RootfsPath: root, Scopes: scopes})
+	c, err := New(Options{ProcRoot: root, SysRoot: filepath.Join(root, "sys"), RootfsPath: root, Scopes: scopes})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,9 +44,9 @@ var (
 		Help: "Use of the filesystem under / as df shows it: used / (used + available)."}
 
 	NetnsReceive = &metrics.Desc{Name: "netns_network_receive_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeNetns,
-		Prom: "bridge_netns_network_receive_bytes", Help: "Bytes received in the network namespace since bridge started (lo excluded)."}
+		Prom: "bridge_netns_network_receive_bytes", Help: "Bytes received in the network namespace since bridge started, over its interfaces at the bottom of their stacks (not lo, bonds, bridges or VLANs)."}
 	NetnsTransmit = &metrics.Desc{Name: "netns_network_transmit_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeNetns,
-		Prom: "bridge_netns_network_transmit_bytes", Help: "Bytes transmitted in the network namespace since bridge started (lo excluded)."}
+		Prom: "bridge_netns_network_transmit_bytes", Help: "Bytes transmitted in the network namespace since bridge started, over its interfaces at the bottom of their stacks (not lo, bonds, bridges or VLANs)."}
 	NetnsReceiveRate = &metrics.Desc{Name: "netns_network_receive_megabytes_per_second", Unit: metrics.UnitMegabytesPerSecond, Scope: ScopeNetns,
 		Prom: "bridge_netns_network_receive_bytes_per_second", Help: "Bytes received per second in the network namespace over the last interval."}
 	NetnsTransmitRate = &metrics.Desc{Name: "netns_network_transmit_megabytes_per_second", Unit: metrics.UnitMegabytesPerSecond, Scope: ScopeNetns,

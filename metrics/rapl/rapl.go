@@ -4,14 +4,17 @@
 //
 // RAPL measures a whole package, every core and the uncore, whoever runs on
 // it: the series are node_. Only package zones (intel-rapl:N, named
-// package-N) are read. Their subzones (core, uncore, dram) cover parts of
+// package-P, or package-P-die-D on a package of several dies, whose dies
+// are summed) are read. Their subzones (core, uncore, dram) cover parts of
 // the package or sit beside it and are not added to it; intel-rapl-mmio:N
 // mirrors package N and psys the platform: neither is read.
 //
 // The zones are found once, by New, as prometheus/procfs's GetRaplZones
-// finds them but through the bounded reader (internal/kfile); a node
-// without them gets no collector at all, so it pays nothing per sample.
-// Each sample reads one file per package, energy_uj, a counter in µJ that
+// finds them (each directory with a name file) but through the bounded
+// reader (internal/kfile), and named by the kernel's pattern, not procfs's
+// split at one dash (which drops package-P-die-D); a node without them
+// gets no collector at all, so it pays nothing per sample.
+// Each sample reads one file per zone, energy_uj, a counter in µJ that
 // wraps at max_energy_range_uj, followed by the one counter rule
 // (metrics/internal/counter): a step back is a wrap only near that
 // maximum, and no package draws more than MaxPackageWatts.
@@ -25,6 +28,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -64,13 +68,21 @@ type Options struct {
 	Now func() time.Time
 }
 
-// zone is one package zone and what Collect keeps of it.
+// zone is one top-level zone, a package's or one die's, and what Collect
+// keeps of it.
 type zone struct {
-	pkg    int    // the N of package-N
-	path   string // its energy_uj
+	die  int             // the D of package-P-die-D; -1 for a whole package
+	path string          // its energy_uj
+	c    counter.Counter // energy_uj in µJ, wrapping at max_energy_range_uj
+}
+
+// cpuPackage is one CPU package: its zone, or its dies' zones, summed.
+type cpuPackage struct {
+	pkg    int     // the P of package-P
+	zones  []*zone // by die
+	src    string  // the source of its series: its zones' energy_uj
 	power  *metrics.Desc
 	energy *metrics.Desc
-	c      counter.Counter // energy_uj in µJ, wrapping at max_energy_range_uj
 }
 
 // Collector reads the package zones New found.
@@ -81,7 +93,7 @@ type zone struct {
 type Collector struct {
 	sysRoot string
 	allSrc  string // the source of the node's sums
-	zones   []*zone
+	pkgs    []*cpuPackage
 	files   *kfile.Reader[string]
 	now     func() time.Time
 	log     *slog.Logger
@@ -95,6 +107,11 @@ type Collector struct {
 // packageZone matches a top-level RAPL zone directory: not a subzone
 // (intel-rapl:0:1) nor the MMIO mirror (intel-rapl-mmio:0).
 var packageZone = regexp.MustCompile(`^intel-rapl:[0-9]+$`)
+
+// packageName matches a package zone's name: package-P, or package-P-die-D
+// where the package has several dies (intel_rapl_common.c names a zone per
+// die then, each with its own counter).
+var packageName = regexp.MustCompile(`^package-([0-9]+)(?:-die-([0-9]+))?$`)
 
 // New finds the package zones under opts.SysRoot. It returns an error
 // wrapping ErrUnavailable when there is none to read: the collector is then
@@ -125,12 +142,14 @@ func New(opts Options) (*Collector, error) {
 		files: kfile.NewPathReader(kfile.Options{Size: 64})}
 	var denied error
 	var broken []error // zones whose files are no regular files of one value
+	byPkg := map[int]*cpuPackage{}
 	for _, z := range all {
 		if z.err != nil {
 			broken = append(broken, z.err)
 			continue
 		}
-		if z.name != "package" || !packageZone.MatchString(filepath.Base(z.dir)) {
+		m := packageName.FindStringSubmatch(z.name)
+		if m == nil || !packageZone.MatchString(filepath.Base(z.dir)) {
 			continue
 		}
 		p := filepath.Join(z.dir, "energy_uj")
@@ -144,13 +163,35 @@ func New(opts Options) (*Collector, error) {
 			broken = append(broken, fmt.Errorf("reading %s: %w", p, err))
 			continue
 		}
-		pkg := strconv.Itoa(z.index)
-		c.zones = append(c.zones, &zone{pkg: z.index, path: p, c: counter.Counter{Max: z.max, MaxRate: MaxPackageWatts * 1e6},
-			power: PackagePower.For(pkg), energy: PackageEnergy.For(pkg)})
+		n, _ := strconv.Atoi(m[1])
+		die := -1
+		if m[2] != "" {
+			die, _ = strconv.Atoi(m[2])
+		}
+		pk := byPkg[n]
+		if pk == nil {
+			pk = &cpuPackage{pkg: n}
+			byPkg[n] = pk
+		}
+		if slices.ContainsFunc(pk.zones, func(o *zone) bool { return o.die == die || (o.die < 0) != (die < 0) }) {
+			broken = append(broken, fmt.Errorf("%s: a second zone for package %d (%s); left out", z.dir, n, z.name))
+			continue
+		}
+		pk.zones = append(pk.zones, &zone{die: die, path: p, c: counter.Counter{Max: z.max, MaxRate: MaxPackageWatts * 1e6}})
 	}
-	sort.Slice(c.zones, func(i, j int) bool { return c.zones[i].pkg < c.zones[j].pkg })
+	for _, pk := range byPkg {
+		sort.Slice(pk.zones, func(i, j int) bool { return pk.zones[i].die < pk.zones[j].die })
+		var paths []string
+		for _, z := range pk.zones {
+			paths = append(paths, z.path)
+		}
+		name := strconv.Itoa(pk.pkg)
+		pk.src, pk.power, pk.energy = strings.Join(paths, " + "), PackagePower.For(name), PackageEnergy.For(name)
+		c.pkgs = append(c.pkgs, pk)
+	}
+	sort.Slice(c.pkgs, func(i, j int) bool { return c.pkgs[i].pkg < c.pkgs[j].pkg })
 	switch {
-	case len(c.zones) > 0:
+	case len(c.pkgs) > 0:
 		if len(broken) > 0 {
 			c.log.Warn("RAPL zones unreadable; left out, the others are read", "err", errors.Join(broken...))
 		}
@@ -159,38 +200,44 @@ func New(opts Options) (*Collector, error) {
 	case len(broken) > 0:
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(broken...))
 	default:
-		return nil, fmt.Errorf("%w: no package zone (intel-rapl:N named package-N) in %s", ErrUnavailable, classDir)
+		return nil, fmt.Errorf("%w: no package zone (intel-rapl:N named package-P or package-P-die-D) in %s", ErrUnavailable, classDir)
 	}
-	zs := make([]map[string]any, 0, len(c.zones))
-	for _, z := range c.zones {
-		zs = append(zs, map[string]any{"package": z.pkg, "energy_uj": z.path, "max_energy_range_uj": z.c.Max})
+	pkgs := make([]map[string]any, 0, len(c.pkgs))
+	for _, pk := range c.pkgs {
+		if z := pk.zones[0]; z.die < 0 {
+			pkgs = append(pkgs, map[string]any{"package": pk.pkg, "energy_uj": z.path, "max_energy_range_uj": z.c.Max})
+			continue
+		}
+		dies := make([]map[string]any, 0, len(pk.zones))
+		for _, z := range pk.zones {
+			dies = append(dies, map[string]any{"die": z.die, "energy_uj": z.path, "max_energy_range_uj": z.c.Max})
+		}
+		pkgs = append(pkgs, map[string]any{"package": pk.pkg, "dies": dies})
 	}
-	c.detect = map[string]any{"sys_root": opts.SysRoot, "packages": zs}
+	c.detect = map[string]any{"sys_root": opts.SysRoot, "packages": pkgs}
 	return c, nil
 }
 
-// foundZone is one zone directory of the powercap class, as procfs's
-// RaplZone: its name ("package" for package-N), the index the name
-// carries, its counter's range; err when one of them could not be read.
+// foundZone is one zone directory of the powercap class: its name
+// (package-0, core, psys, ...) and its counter's range; err when one of
+// them could not be read.
 type foundZone struct {
-	dir   string
-	name  string
-	index int
-	max   uint64
-	err   error
+	dir  string
+	name string
+	max  uint64
+	err  error
 }
 
 // findZones lists the zones of classDir: each directory with a name file
-// (a zone; the others are the class's own files), its name split as
-// procfs's getIndexAndName does, and its max_energy_range_uj. A name or a
-// range that is no regular file of one short value (a FIFO, /dev/zero) is
-// that zone's err, not a wait and not an endless read.
+// (a zone; the others are the class's own files), with its name and its
+// max_energy_range_uj. A name or a range that is no regular file of one
+// short value (a FIFO, /dev/zero) is that zone's err, not a wait and not
+// an endless read.
 func findZones(ctx context.Context, classDir string) ([]foundZone, error) {
 	ents, err := kfile.ReadDir(ctx, classDir, kfile.Entries)
 	if err != nil {
 		return nil, err
 	}
-	used := map[string]int{}
 	var out []foundZone
 	for _, e := range ents {
 		dir := filepath.Join(classDir, e.Name)
@@ -205,13 +252,6 @@ func findZones(ctx context.Context, classDir string) ([]foundZone, error) {
 			continue
 		}
 		z := foundZone{dir: dir, name: strings.TrimSpace(string(raw))}
-		z.index = used[z.name]
-		if base, num, ok := strings.Cut(z.name, "-"); ok && !strings.Contains(num, "-") {
-			if n, err := strconv.Atoi(num); err == nil {
-				z.index, z.name = n, base
-			}
-		}
-		used[z.name] = z.index + 1
 		rangePath := filepath.Join(dir, "max_energy_range_uj")
 		raw, err = kfile.ReadFile(ctx, rangePath, kfile.Value)
 		if err == nil {
@@ -246,51 +286,73 @@ func (c *Collector) read(path string) ([]byte, error) {
 	return c.buf, err
 }
 
-// Collect reads every package's counter. Energy and power need two
-// readings; the node's totals are given only in a sample where every
-// package was read (else they would count a package short).
+// Collect reads every zone's counter. Energy and power need two readings;
+// a package's are given only in a sample where each of its dies was
+// counted, and the node's totals only where every package was (else they
+// would count a die or a package short).
 func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	var errs []error
 	var power, energy float64
 	all := true
-	for _, z := range c.zones {
-		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		raw, err := c.read(z.path)
-		var v uint64
-		if err == nil {
-			v, err = parseMicrojoules(raw)
-		}
-		now := c.now()
-		if err != nil {
-			all = false
-			if kfile.IsAbsent(err) { // the zone went away (driver unloaded): no data
-				c.noteOnce(z.path, "absent", err.Error())
+	for _, pk := range c.pkgs {
+		var pw, en float64
+		whole := true
+		for _, z := range pk.zones {
+			if err := ctx.Err(); err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			rate, ok, err := c.update(pk, z)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if !ok {
+				whole = false
 				continue
 			}
-			errs = append(errs, fmt.Errorf("reading CPU package %d energy from %s: %w", z.pkg, z.path, err))
-			continue
+			pw += rate / 1e6
+			en += z.c.Total / 1e6
 		}
-		st := z.c.Update(v, now)
-		if why := st.Why(v, &z.c); why != "" {
-			c.noteOnce(z.path, "skip", why)
-		}
-		if !st.Counted() {
+		if !whole {
 			all = false
 			continue
 		}
-		p := st.Rate() / 1e6
-		b.Add(z.power, p, z.path)
-		b.Add(z.energy, z.c.Total/1e6, z.path)
-		power += p
-		energy += z.c.Total / 1e6
+		b.Add(pk.power, pw, pk.src)
+		b.Add(pk.energy, en, pk.src)
+		power += pw
+		energy += en
 	}
-	if all && len(c.zones) > 0 {
+	if all && len(c.pkgs) > 0 {
 		b.Add(Power, power, c.allSrc)
 		b.Add(Energy, energy, c.allSrc)
 	}
 	return errors.Join(errs...)
+}
+
+// update reads zone z of package pk and follows its counter: ok when the
+// interval since the previous reading was counted, with its rate in µJ/s.
+func (c *Collector) update(pk *cpuPackage, z *zone) (rate float64, ok bool, err error) {
+	raw, err := c.read(z.path)
+	var v uint64
+	if err == nil {
+		v, err = parseMicrojoules(raw)
+	}
+	now := c.now()
+	if err != nil {
+		if kfile.IsAbsent(err) { // the zone went away (driver unloaded): no data
+			c.noteOnce(z.path, "absent", err.Error())
+			return 0, false, nil
+		}
+		what := "CPU package " + strconv.Itoa(pk.pkg)
+		if z.die >= 0 {
+			what += " die " + strconv.Itoa(z.die)
+		}
+		return 0, false, fmt.Errorf("reading %s energy from %s: %w", what, z.path, err)
+	}
+	st := z.c.Update(v, now)
+	if why := st.Why(v, &z.c); why != "" {
+		c.noteOnce(z.path, "skip", why)
+	}
+	return st.Rate(), st.Counted(), nil
 }
 
 // noteOnce logs, once per zone and kind, an interval the counter rule did
