@@ -170,7 +170,7 @@ func (s *Sources) Summary() summary.Options {
 	v2 := s.CgroupVersion() == string(cgroup.ModeV2)
 	skip := map[string]bool{}
 	if !v2 {
-		for _, d := range cgroup.Pressure.Descs() {
+		for _, d := range metrics.ContainerPressure.Descs() {
 			skip[d.Name] = true
 		}
 	}

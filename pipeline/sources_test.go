@@ -58,7 +58,7 @@ func TestSourcesNodeScopes(t *testing.T) {
 	}{
 		{[]string{"container", "node"}, []metrics.Scope{metrics.ScopeNode}},
 		{[]string{"rootfs", "process"}, []metrics.Scope{node.ScopeRootfs}},
-		{Scopes(), []metrics.Scope{metrics.ScopeNode, node.ScopeRootfs, node.ScopeNetns}},
+		{Scopes(), []metrics.Scope{metrics.ScopeNode, node.ScopeRootfs, metrics.ScopeNetns}},
 	} {
 		cfg := config.Config{Scopes: tt.scopes, Options: option.Values{cgroup.NoContainer.Key: true}, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/", CollectTimeout: deadline}
 		src, err := BuildSources(cfg, quiet())
@@ -117,10 +117,10 @@ func TestSourcesErrorNamesItsFlag(t *testing.T) {
 // Off cgroup v2 the cgroup has no pressure files: its pressure series are
 // not expected (never "not sampled"), the node's and the others still are.
 func TestSummaryExpectsNoCgroupPressureOffV2(t *testing.T) {
-	series := append([]*metrics.Desc{cgroup.MemoryWorkingSet}, cgroup.Pressure.Descs()...)
+	series := append([]*metrics.Desc{metrics.ContainerMemoryWorkingSet}, metrics.ContainerPressure.Descs()...)
 	series = append(series, node.Pressure.Descs()...)
 	got := (&Sources{series: series}).Summary().Expected
-	want := append([]*metrics.Desc{cgroup.MemoryWorkingSet}, node.Pressure.Descs()...)
+	want := append([]*metrics.Desc{metrics.ContainerMemoryWorkingSet}, node.Pressure.Descs()...)
 	if !slices.Equal(got, want) {
 		names := func(ds []*metrics.Desc) (out []string) {
 			for _, d := range ds {

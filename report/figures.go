@@ -11,10 +11,6 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
-	ibmetrics "github.com/bridge-dev/bridge/metrics/infiniband"
-	nodemetrics "github.com/bridge-dev/bridge/metrics/node"
-	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -49,12 +45,12 @@ func (f *Figures) keepValid() (refused []string) {
 		v **metrics.Float
 		d *metrics.Desc
 	}{
-		{&f.PeakWorkingSetMB, cgroup.MemoryWorkingSet}, {&f.MemoryLimitMB, cgroup.MemoryLimit},
-		{&f.CPUMeanCores, cgroup.CPUUsage}, {&f.CPUPeakCores, cgroup.CPUUsage}, {&f.CPULimitCores, cgroup.CPULimit},
-		{&f.ThrottledSharePercent, cgroup.CPUThrottledPeriods}, {&f.GPUUtilizationPercent, metrics.GPUUtilization},
+		{&f.PeakWorkingSetMB, metrics.ContainerMemoryWorkingSet}, {&f.MemoryLimitMB, metrics.ContainerMemoryLimit},
+		{&f.CPUMeanCores, metrics.ContainerCPUUsage}, {&f.CPUPeakCores, metrics.ContainerCPUUsage}, {&f.CPULimitCores, metrics.ContainerCPULimit},
+		{&f.ThrottledSharePercent, metrics.ContainerCPUThrottledPeriods}, {&f.GPUUtilizationPercent, metrics.GPUUtilization},
 		{&f.GPUSMActiveRatio, metrics.GPUProfSMActive}, {&f.GPUEnergyJoules, metrics.GPUEnergy},
-		{&f.NodeCPUEnergyJoules, rapl.Energy}, {&f.NetworkMBps, nodemetrics.NetnsReceiveRate},
-		{&f.InfinibandMBps, ibmetrics.ReceiveRate}, {&f.GPUXidErrors, metrics.GPUXidErrors},
+		{&f.NodeCPUEnergyJoules, metrics.NodeCPUEnergy}, {&f.NetworkMBps, metrics.NetnsReceiveRate},
+		{&f.InfinibandMBps, metrics.InfinibandReceiveRate}, {&f.GPUXidErrors, metrics.GPUXidErrors},
 		{&f.GPUECCUncorrected, metrics.GPUECCUncorrected},
 	} {
 		if *x.v != nil && !x.d.Range().Holds((*x.v).Float64()) {
@@ -88,17 +84,17 @@ var (
 	gpuEnergy   = perGPU(metrics.GPUEnergy)
 	gpuXid      = perGPU(metrics.GPUXidErrors)
 	gpuECC      = perGPU(metrics.GPUECCUncorrected)
-	network     = anyOf(nodemetrics.NetnsReceiveRate, nodemetrics.NetnsTransmitRate)
-	infiniband  = anyOf(ibmetrics.ReceiveRate, ibmetrics.TransmitRate)
+	network     = anyOf(metrics.NetnsReceiveRate, metrics.NetnsTransmitRate)
+	infiniband  = anyOf(metrics.InfinibandReceiveRate, metrics.InfinibandTransmitRate)
 )
 
 var (
-	seriesWorkingSet   = cgroup.MemoryWorkingSet.Name
-	seriesMemoryLimit  = cgroup.MemoryLimit.Name
-	seriesCPU          = cgroup.CPUUsage.Name
-	seriesCPULimit     = cgroup.CPULimit.Name
-	seriesThrottled    = cgroup.CPUThrottledPeriods.Name
-	seriesNodeCPUJoule = rapl.Energy.Name
+	seriesWorkingSet   = metrics.ContainerMemoryWorkingSet.Name
+	seriesMemoryLimit  = metrics.ContainerMemoryLimit.Name
+	seriesCPU          = metrics.ContainerCPUUsage.Name
+	seriesCPULimit     = metrics.ContainerCPULimit.Name
+	seriesThrottled    = metrics.ContainerCPUThrottledPeriods.Name
+	seriesNodeCPUJoule = metrics.NodeCPUEnergy.Name
 )
 
 // perGPU matches template d bound to any whole GPU.

@@ -17,10 +17,6 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-
-	"github.com/bridge-dev/bridge/metrics/rapl"
-
-	"github.com/bridge-dev/bridge/metrics/process"
 )
 
 // Stat follows one metric over the job.
@@ -177,7 +173,7 @@ func (a *Accumulator) Add(s metrics.Sample) {
 		if p.Value > st.Peak {
 			st.Peak, st.PeakAt = p.Value, s.Time
 		}
-		if p.Name() == cgroup.CPUUsage.Name && steady {
+		if p.Name() == metrics.ContainerCPUUsage.Name && steady {
 			if !a.cpuPeakOK || p.Value > a.cpuPeak {
 				a.cpuPeak, a.cpuPeakOK = p.Value, true
 			}
@@ -213,7 +209,7 @@ const AtLimit = 0.99
 // memLimit is the container's memory limit in the last sample that had one;
 // 0 without one.
 func (a *Accumulator) memLimit() float64 {
-	if lim, ok := a.Get(cgroup.MemoryLimit); ok && lim.Last > 0 {
+	if lim, ok := a.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
 		return lim.Last
 	}
 	return 0
@@ -225,11 +221,11 @@ func (a *Accumulator) memLimit() float64 {
 // its ancestors; an ancestor's limit can kill here with this cgroup below
 // its own).
 func (a *Accumulator) oomKilled() bool {
-	k, ok := a.Get(cgroup.OOMKills)
+	k, ok := a.Get(metrics.ContainerOOMKills)
 	if !ok || k.Last <= k.First {
 		return false
 	}
-	own, ok := a.Get(cgroup.OOMEvents)
+	own, ok := a.Get(metrics.ContainerOOMEvents)
 	return !ok || own.Last > own.First
 }
 
@@ -249,7 +245,7 @@ func (a *Accumulator) peakFile() string {
 // read before the job, so that no one can tell. Never another job's peak
 // as this one's.
 func (a *Accumulator) KernelPeak() (st Stat, ok bool, why string) {
-	k, ok := a.Get(cgroup.MemoryPeak)
+	k, ok := a.Get(metrics.ContainerMemoryPeak)
 	if !ok {
 		return Stat{}, false, ""
 	}
@@ -262,7 +258,7 @@ func (a *Accumulator) KernelPeak() (st Stat, ok bool, why string) {
 	}
 	// The mark did not rise during the job: the job's own, only if its
 	// usage reached it.
-	if u, ok := a.Get(cgroup.MemoryUsage); ok && u.Peak >= start.MB {
+	if u, ok := a.Get(metrics.ContainerMemoryUsage); ok && u.Peak >= start.MB {
 		return k, true, ""
 	}
 	return Stat{}, false, fmt.Sprintf("the kernel's high-water mark %s, %.1f MB, predates the job", a.peakFile(), start.MB)
@@ -276,8 +272,8 @@ func (a *Accumulator) KernelPeak() (st Stat, ok bool, why string) {
 // job that allocates past its limit within one interval dies between two
 // samples).
 func (a *Accumulator) PeakWorkingSet() Figure {
-	f := Figure{Expected: a.Expects(cgroup.MemoryWorkingSet)}
-	ws, ok := a.Get(cgroup.MemoryWorkingSet)
+	f := Figure{Expected: a.Expects(metrics.ContainerMemoryWorkingSet)}
+	ws, ok := a.Get(metrics.ContainerMemoryWorkingSet)
 	lim := a.memLimit()
 	if k, kok, _ := a.KernelPeak(); kok && lim > 0 && k.Peak >= AtLimit*lim && a.oomKilled() && (!ok || k.Peak > ws.Peak) {
 		v := min(k.Peak, lim)
@@ -292,7 +288,7 @@ func (a *Accumulator) PeakWorkingSet() Figure {
 		f.SharePercent, f.ShareKnown = 100*ws.Peak/lim, true
 		// The per-sample share was computed against the limit of its
 		// time: preferred when the limit was resized during the job.
-		if pct, ok := a.Get(cgroup.MemoryWorkingSetPercent); ok {
+		if pct, ok := a.Get(metrics.ContainerMemoryWorkingSetPercent); ok {
 			f.SharePercent = pct.Peak
 		}
 	}
@@ -304,11 +300,11 @@ func (a *Accumulator) PeakWorkingSet() Figure {
 // (cgroup v1, v2 from Linux 5.19) and it is the job's (KernelPeak), else
 // the highest sampled, whose source then says why not the kernel's.
 func (a *Accumulator) PeakUsage() Figure {
-	f := Figure{Expected: a.Expects(cgroup.MemoryUsage)}
+	f := Figure{Expected: a.Expects(metrics.ContainerMemoryUsage)}
 	k, kok, why := a.KernelPeak()
 	if kok {
 		f.Value, f.Known, f.Source = k.Peak, true, SourceKernelPeak+" "+a.peakFile()
-	} else if u, ok := a.Get(cgroup.MemoryUsage); ok {
+	} else if u, ok := a.Get(metrics.ContainerMemoryUsage); ok {
 		f.Value, f.Known, f.Source = u.Peak, true, SourceSampled
 		if why != "" {
 			f.Source += "; " + why
@@ -350,7 +346,7 @@ func (a *Accumulator) Rows() []Row {
 	}
 	if f := a.PeakWorkingSet(); f.Known || f.Expected {
 		extra := ""
-		if ws, ok := a.Get(cgroup.MemoryWorkingSet); ok && f.Source != SourceSampled {
+		if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok && f.Source != SourceSampled {
 			extra = fmt.Sprintf(" (highest sampled %.1f MB)", ws.Peak)
 		}
 		rows = append(rows, Row{"peak working set", a.memoryRow(f, extra)})
@@ -362,7 +358,7 @@ func (a *Accumulator) Rows() []Row {
 		}
 		rows = append(rows, Row{"peak usage", a.memoryRow(f, extra)})
 	}
-	if cpu, ok := a.Get(cgroup.CPUUsage); ok {
+	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
 		peak, mean, ok := a.CPU()
 		if !ok {
 			// A job too short, or sampled too fast, for a steady window:
@@ -370,8 +366,8 @@ func (a *Accumulator) Rows() []Row {
 			peak, mean = cpu.Peak, cpu.Mean()
 		}
 		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, mean)
-		_, split := a.Get(cgroup.CPUUsageLimitSplit)
-		if lim, ok := a.Get(cgroup.CPULimit); ok && lim.Last > 0 && split {
+		_, split := a.Get(metrics.ContainerCPUUsageLimitSplit)
+		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 && split {
 			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)
 		} else if ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
@@ -379,35 +375,35 @@ func (a *Accumulator) Rows() []Row {
 			v += " (no CPU limit)"
 		}
 		rows = append(rows, Row{"peak container CPU", v})
-	} else if a.Expects(cgroup.CPUUsage) {
+	} else if a.Expects(metrics.ContainerCPUUsage) {
 		// A rate needs two readings: a job that ended before the second
 		// has none.
 		rows = append(rows, Row{"peak container CPU", NotSampled})
 	}
-	if th, ok := a.Get(cgroup.CPUThrottledPeriods); ok {
+	if th, ok := a.Get(metrics.ContainerCPUThrottledPeriods); ok {
 		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
-		if ts, ok := a.Get(cgroup.CPUThrottledSecondsTotal); ok {
+		if ts, ok := a.Get(metrics.ContainerCPUThrottledSecondsTotal); ok {
 			v += fmt.Sprintf(", %.2f s throttled", ts.Last-ts.First)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
 	} else if a.ThrottleExpected() {
 		rows = append(rows, Row{"CPU throttled", NotSampled})
 	}
-	if k, ok := a.Get(cgroup.OOMKills); ok {
+	if k, ok := a.Get(metrics.ContainerOOMKills); ok {
 		v := fmt.Sprintf("%.0f during the job", k.Last-k.First)
-		if e, ok := a.Get(cgroup.OOMEvents); ok {
+		if e, ok := a.Get(metrics.ContainerOOMEvents); ok {
 			v += fmt.Sprintf(" (OOM events %.0f)", e.Last-e.First)
 		}
 		rows = append(rows, Row{"OOM kills", v})
 	}
-	if rss, ok := a.Get(process.MemoryRSS); ok {
+	if rss, ok := a.Get(metrics.ProcessMemoryRSS); ok {
 		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB", rss.Peak)})
-	} else if a.Expects(process.MemoryRSS) {
+	} else if a.Expects(metrics.ProcessMemoryRSS) {
 		rows = append(rows, Row{"peak process-tree RSS", NotSampled})
 	}
-	if psi, ok := a.Get(cgroup.PressureMemorySome); ok {
+	if psi, ok := a.Get(metrics.ContainerPressureMemorySome); ok {
 		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
-	} else if a.Expects(cgroup.PressureMemorySome) {
+	} else if a.Expects(metrics.ContainerPressureMemorySome) {
 		rows = append(rows, Row{"peak memory pressure", NotSampled})
 	}
 	var gpus []string
@@ -434,8 +430,8 @@ func (a *Accumulator) Rows() []Row {
 // cgroup's own quota is in effect). Without them nothing throttles: the
 // share does not exist, rather than not being sampled.
 func (a *Accumulator) ThrottleExpected() bool {
-	p, ok := a.Get(cgroup.CPUPeriodsTotal)
-	return a.Expects(cgroup.CPUThrottledPeriods) && ok && p.Last > 0
+	p, ok := a.Get(metrics.ContainerCPUPeriodsTotal)
+	return a.Expects(metrics.ContainerCPUThrottledPeriods) && ok && p.Last > 0
 }
 
 // Energy is what the job's hardware used while bridge sampled it.
@@ -463,7 +459,7 @@ func (a *Accumulator) Energy() Energy {
 			e.GPUs++
 		}
 	}
-	if cpu, ok := a.Get(rapl.Energy); ok {
+	if cpu, ok := a.Get(metrics.NodeCPUEnergy); ok {
 		e.CPUJoules, e.CPU = cpu.Last, true
 	}
 	return e

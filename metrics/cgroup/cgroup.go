@@ -214,22 +214,22 @@ func (c *Collector) RootSeries() []*metrics.Desc {
 		out = append(out, memorySeries...)
 	}
 	if c.usageAtRoot() {
-		out = append(out, CPUUsage, CPUUtilization, CPUUsageSecondsTotal)
+		out = append(out, metrics.ContainerCPUUsage, metrics.ContainerCPUUtilization, metrics.ContainerCPUUsageSecondsTotal)
 	}
 	if c.atRoot(ctlCPU) {
-		out = append(out, CPUThrottledPeriods, CPUPeriodsTotal, CPUThrottledPeriodsTotal, CPUThrottledSecondsTotal)
+		out = append(out, metrics.ContainerCPUThrottledPeriods, metrics.ContainerCPUPeriodsTotal, metrics.ContainerCPUThrottledPeriodsTotal, metrics.ContainerCPUThrottledSecondsTotal)
 	}
 	if c.limitAtRoot() {
-		out = append(out, CPULimit)
+		out = append(out, metrics.ContainerCPULimit)
 	}
 	if c.usageAtRoot() || c.atRoot(ctlCPU) {
-		out = append(out, CPUUsageLimitSplit)
+		out = append(out, metrics.ContainerCPUUsageLimitSplit)
 	}
 	if c.atRoot(ctlPids) {
-		out = append(out, PIDs, PIDsLimit, PIDsMaxEvents)
+		out = append(out, metrics.ContainerPIDs, metrics.ContainerPIDsLimit, metrics.ContainerPIDsMaxEvents)
 	}
 	if c.atRoot(ctlUnified) {
-		out = append(out, Pressure.Descs()...)
+		out = append(out, metrics.ContainerPressure.Descs()...)
 	}
 	return out
 }

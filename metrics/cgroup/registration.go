@@ -23,7 +23,7 @@ const Name = "cgroup"
 // Registration is the collector's, for pipeline.Collectors.
 var Registration = metrics.Registration{
 	Name:    Name,
-	Scopes:  []metrics.Scope{Scope},
+	Scopes:  []metrics.Scope{metrics.ScopeContainer},
 	Series:  Series,
 	Options: []option.Option{NoContainer},
 	Docs:    docs,

@@ -67,7 +67,7 @@ func TestV1RootCPUCgroupIsNotAContainer(t *testing.T) {
 		t.Errorf("Detect at_root = %q", note)
 	}
 	rs := c.RootSeries()
-	for _, d := range []*metrics.Desc{CPUUsage, CPUUtilization, CPUUsageSecondsTotal, CPUPeriodsTotal, CPULimit, PIDs, PressureMemorySome} {
+	for _, d := range []*metrics.Desc{metrics.ContainerCPUUsage, metrics.ContainerCPUUtilization, metrics.ContainerCPUUsageSecondsTotal, metrics.ContainerCPUPeriodsTotal, metrics.ContainerCPULimit, metrics.ContainerPIDs, metrics.ContainerPressureMemorySome} {
 		if !slices.Contains(rs, d) {
 			t.Errorf("RootSeries lacks %s", d.Name)
 		}

@@ -130,7 +130,7 @@ func New(opts Options) (*Collector, error) {
 			c.steps = append(c.steps, c.collectCPU, c.collectMemory, c.collectLoad, c.collectPressure)
 		case ScopeRootfs:
 			c.steps = append(c.steps, c.collectRootfs)
-		case ScopeNetns:
+		case metrics.ScopeNetns:
 			c.steps = append(c.steps, func(b *metrics.Batch) error { return c.collectNet(b, c.now()) })
 		}
 	}
@@ -139,7 +139,7 @@ func New(opts Options) (*Collector, error) {
 
 // ServedScopes are the scopes the node collector serves, in the order it
 // reads them.
-var ServedScopes = []metrics.Scope{metrics.ScopeNode, ScopeRootfs, ScopeNetns}
+var ServedScopes = []metrics.Scope{metrics.ScopeNode, ScopeRootfs, metrics.ScopeNetns}
 
 // Close releases the files kept open, without waiting for a read in flight
 // (see kfile.Reader.Close).

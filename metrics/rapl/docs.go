@@ -9,7 +9,7 @@ var docs = []metrics.DocTable{
 	{ID: "rapl", Columns: []string{"Source", "Formula"}, Rows: []metrics.DocRow{
 		{Series: []*metrics.Desc{PackageEnergy}, Cells: []string{"`<sys>/class/powercap/intel-rapl:<package>/energy_uj`", "energy the package used since bridge started: the growth of the µJ counter / 10^6. Needs two readings."}},
 		{Series: []*metrics.Desc{PackagePower}, Cells: []string{"same", "energy over the last interval / interval seconds. Needs two readings."}},
-		{Series: []*metrics.Desc{Energy}, Cells: []string{"every package's `energy_uj`", "the sum over the packages; only in a sample where every package was read"}},
+		{Series: []*metrics.Desc{metrics.NodeCPUEnergy}, Cells: []string{"every package's `energy_uj`", "the sum over the packages; only in a sample where every package was read"}},
 		{Series: []*metrics.Desc{Power}, Cells: []string{"same", "the sum over the packages, likewise"}},
 	}},
 }
