@@ -18,7 +18,6 @@ import (
 
 	"github.com/bridge-dev/bridge/metrics"
 
-	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 )
@@ -116,7 +115,7 @@ type Evidence struct {
 	PeakMemoryPressureFull Reading // container memory PSI full avg10, %, peak (v2 only)
 	ThrottledShare         Reading // mean share of CFS periods throttled, %
 
-	Xids []gpu.XidEvent // GPU Xid errors during the job
+	Xids []metrics.XidEvent // GPU Xid errors during the job
 
 	Samples    int       // samples taken, the final one included
 	LastSample time.Time // time of the last sample
@@ -129,7 +128,7 @@ type Run struct {
 	// right after the child's exit) was added. Nil means nothing was measured.
 	Acc *summary.Accumulator
 	// Xids are the GPU collector's XidEvents(); nil without a GPU collector.
-	Xids []gpu.XidEvent
+	Xids []metrics.XidEvent
 	// CgroupVersion is the cgroup collector's Info().Version; "" without one.
 	CgroupVersion string
 }
@@ -143,7 +142,7 @@ func FromRun(r Run) Evidence {
 		Forwarded:     append([]supervisor.SignalRecord(nil), r.Exit.Forwarded...),
 		KilledAfter:   r.Exit.KilledAfter,
 		CgroupVersion: r.CgroupVersion,
-		Xids:          append([]gpu.XidEvent(nil), r.Xids...),
+		Xids:          append([]metrics.XidEvent(nil), r.Xids...),
 	}
 	acc := r.Acc
 	if acc == nil {

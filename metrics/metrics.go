@@ -149,8 +149,8 @@ type Collector interface {
 }
 
 // Detector is implemented by collectors that can say what they found (cgroup
-// version and paths, limits and where they were set, GPUs); values must
-// marshal to JSON. Detect may run on another goroutine than Collect, and
+// version and paths, limits and where they were set, GPUs), for `bridge
+// sample`; values must marshal to JSON, and nil says nothing. Detect may run on another goroutine than Collect, and
 // beside a Collect still in flight (one the Sampler gave up on), so the two
 // must share no unguarded state.
 type Detector interface {

@@ -437,13 +437,14 @@ func refusal(p Point, kept, rest []Point) string {
 
 func formatValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
-// Detect asks every Detector for what it found, keyed by collector name,
-// each within the collect timeout: one that has not answered by then (a
-// read that hangs) is left behind, and its entry says so.
+// Detect asks every Detector (through a wrapper: As) for what it found,
+// keyed by collector name, each within the collect timeout: one that has
+// not answered by then (a read that hangs) is left behind, and its entry
+// says so. One that found nothing to say (nil) has no entry.
 func (s *Sampler) Detect(ctx context.Context) map[string]any {
 	out := map[string]any{}
 	for _, c := range s.collectors {
-		d, ok := c.(Detector)
+		d, ok := As[Detector](c)
 		if !ok {
 			continue
 		}
@@ -461,12 +462,15 @@ func (s *Sampler) Detect(ctx context.Context) map[string]any {
 			s.log.Warn("collector did not say what it found within the collect timeout; left out", "collector", c.Name(), "timeout", s.timeout)
 			found = map[string]any{"error": fmt.Sprintf("no answer within the collect timeout, %s", s.timeout)}
 		}
-		out[c.Name()] = found
+		if found != nil {
+			out[c.Name()] = found
+		}
 	}
 	return out
 }
 
-// Close ends the workers and closes every collector that holds resources.
+// Close ends the workers and closes every collector that holds resources
+// (a Closer, through a wrapper: As).
 // An idle worker exits at once; one stuck in a call exits when the call
 // returns. Close does not wait for it, as Sample never waits past the
 // timeout. Later Samples have no points; a second Close does nothing.
@@ -481,7 +485,7 @@ func (s *Sampler) Close() {
 		}
 	}
 	for _, c := range s.collectors {
-		if cl, ok := c.(Closer); ok {
+		if cl, ok := As[Closer](c); ok {
 			if err := cl.Close(); err != nil {
 				s.log.Debug("closing collector", "collector", c.Name(), "err", err)
 			}

@@ -15,8 +15,6 @@ import (
 
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/metrics"
-
-	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
 // Stat follows one metric over the job.
@@ -66,13 +64,13 @@ type Options struct {
 	// (memory.max_usage_in_bytes on cgroup v1, memory.peak on v2), for the
 	// figures' sources.
 	PeakFile string
-	// AtRoot are the controllers whose cgroup is the host's root cgroup
-	// (cgroup.Layout.AtRoot): the table says that their container_
-	// figures are not a container's, and so not measured.
-	AtRoot []string
+	// Notes are rows the table shows after the sample count: why a
+	// scope's series are not what their names say (the container's, where
+	// bridge's cgroups are the host's root cgroups: metrics.Partial).
+	Notes []Row
 	// PeakStart is the kernel's memory high-water mark before the job
-	// (cgroup.Collector.StartPeak); nil when it was not read. The figures
-	// take the mark only where it is the job's (KernelPeak).
+	// (metrics.PeakKeeper); nil when it was not read. The figures take the
+	// mark only where it is the job's (KernelPeak).
 	PeakStart *PeakStart
 }
 
@@ -341,9 +339,7 @@ func (a *Accumulator) memoryRow(f Figure, extra string) string {
 func (a *Accumulator) Rows() []Row {
 	var rows []Row
 	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
-	if len(a.opt.AtRoot) > 0 {
-		rows = append(rows, Row{"container scope", cgroup.RootNote(a.opt.AtRoot)})
-	}
+	rows = append(rows, a.opt.Notes...)
 	if f := a.PeakWorkingSet(); f.Known || f.Expected {
 		extra := ""
 		if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok && f.Source != SourceSampled {

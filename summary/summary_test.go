@@ -315,11 +315,12 @@ func TestPeakWorkingSetAncestorOOM(t *testing.T) {
 // With the cpu cgroups at the host's root, the table says their figures
 // are not a container's, in one row, and has no CPU row of its own.
 func TestRowsAtRoot(t *testing.T) {
-	a := NewWith(Options{AtRoot: []string{"cpu", "cpuacct"}, Expected: []*metrics.Desc{metrics.ContainerMemoryWorkingSet}})
+	note := "bridge's cpu and cpuacct cgroups are the root cgroups, the host's and not a container's: their container_ series are not sent"
+	a := NewWith(Options{Notes: []Row{{"container scope", note}}, Expected: []*metrics.Desc{metrics.ContainerMemoryWorkingSet}})
 	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 10)}})
 	rows := a.Rows()
-	if v := rowOf(rows, "container scope"); !strings.Contains(v, "cpu and cpuacct cgroups are the root cgroups, the host's and not a container's") {
-		t.Errorf("container scope row = %q", v)
+	if v := rowOf(rows, "container scope"); v != note || rows[1].What != "container scope" {
+		t.Errorf("rows %q: want the container scope's note after the sample count", rows)
 	}
 	if v := rowOf(rows, "peak container CPU"); v != "" {
 		t.Errorf("peak container CPU row = %q, want none", v)
