@@ -202,7 +202,7 @@ func TestBuildReadsOnlyWhatItNeeds(t *testing.T) {
 		} {
 			key := "system/" + node + "/" + name
 			for i, v := range vs {
-				h.series[key] = append(h.series[key], Point{t0.Add(time.Duration(i) * time.Second), v})
+				h.series[key] = append(h.series[key], Point{Time: t0.Add(time.Duration(i) * time.Second), Value: v})
 			}
 			latest[key] = vs[len(vs)-1]
 		}
@@ -242,28 +242,6 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-// The CPU's peak and mean leave out windows shorter than
-// summary.MinRateWindow, as the end-of-run table does, and agree with it.
-func TestFoldCPUAsTheTable(t *testing.T) {
-	a := summary.New()
-	var pts []Point
-	for i, p := range []struct {
-		at time.Duration
-		v  float64
-	}{{0, 0}, {time.Second, 1}, {2 * time.Second, 2}, {4 * time.Second, 1}, {4*time.Second + 50*time.Millisecond, 9}} {
-		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(p.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, p.v)}})
-		pts = append(pts, Point{t0.Add(p.at), p.v})
-	}
-	st := Fold(metrics.ContainerCPUUsage.Name, pts)
-	acc := FromAccumulator(a)[metrics.ContainerCPUUsage.Name]
-	if st.Peak != 2 || st.Mean != (1+2+2*1)/4.0 {
-		t.Errorf("fold: peak %v mean %v, want 2 and 1.25", st.Peak, st.Mean)
-	}
-	if acc.Peak != st.Peak || acc.Mean != st.Mean {
-		t.Errorf("from the accumulator: peak %v mean %v; from the series: %v %v", acc.Peak, acc.Mean, st.Peak, st.Mean)
-	}
-}
-
 func TestDiffersFromTheJob(t *testing.T) {
 	rows := []Node{
 		{Node: "node-0", Figures: Figures{GPUSMActiveRatio: p(0.60), NetworkMBps: p(100), ThrottledSharePercent: p(0)}},
@@ -301,7 +279,7 @@ func TestSingleRun(t *testing.T) {
 		"bridge.exit_reason_detail": "exited 1", "bridge.memory_limit_megabytes": "no limit"}
 	latest := map[string]float64{"system/container_memory_working_set_megabytes": 5}
 	h := &history{reads: map[string]int{}, series: map[string][]Point{
-		"system/container_memory_working_set_megabytes": {{t0, 4}, {t0.Add(time.Second), 6}, {t0.Add(2 * time.Second), 5}}}}
+		"system/container_memory_working_set_megabytes": {{Time: t0, Value: 4}, {Time: t0.Add(time.Second), Value: 6}, {Time: t0.Add(2 * time.Second), Value: 5}}}}
 	rep, err := Build(context.Background(), Run{ID: "r1", Status: "FAILED", EndTime: t0.Add(3 * time.Second), Tags: tags, Latest: latest}, h.read)
 	if err != nil {
 		t.Fatal(err)
