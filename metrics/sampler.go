@@ -34,7 +34,6 @@ type Sampler struct {
 	collectors []Collector
 	timeout    time.Duration
 	log        *slog.Logger
-	now        func() time.Time
 
 	mu     sync.Mutex
 	health []Health // per collector; written by Sample, read by Health (under mu)
@@ -116,7 +115,6 @@ func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sample
 		collectors: cs,
 		timeout:    timeout,
 		log:        log,
-		now:        time.Now,
 		health:     health,
 		workers:    make([]worker, len(cs)),
 		results:    make(chan result, len(cs)),
@@ -179,7 +177,7 @@ func (s *Sampler) SampleExplained(ctx context.Context) (Sample, map[string]strin
 }
 
 func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]string) {
-	smp := Sample{Seq: s.nextSeq, Time: s.now()}
+	smp := Sample{Seq: s.nextSeq, Time: time.Now()}
 	s.nextSeq++
 	if s.closed {
 		s.log.Debug("sample asked of a closed sampler; it has no points", "seq", smp.Seq)
@@ -257,7 +255,7 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 			n += len(s.workers[i].batch.Points)
 		}
 	}
-	if n > 0 { // none: Points stays nil, as before
+	if n > 0 { // none: Points stays nil
 		smp.Points = make([]Point, 0, n)
 	}
 	var sources map[string]string

@@ -161,7 +161,7 @@ func (r *round) memory() {
 			r.fail(fmt.Errorf("%s: %w", path, err))
 			return
 		}
-		// An absent memory.stat reads as zeros, as containerd read it.
+		// An absent memory.stat reads as zeros, as containerd reads it.
 		if _, err := c.readStat(filepath.Join(p.dir, statFile), v2MemoryStatKeys, vals[:3]); err != nil {
 			r.fail(err)
 			return
@@ -402,7 +402,7 @@ func (r *round) v2CPUThrottle(p place, st v2CPUStat, cur *cpuReading) {
 		return
 	}
 	cur.throttleSrc = r.source(p.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
-	// An absent cpu.stat reads as zeros, as containerd read it.
+	// An absent cpu.stat reads as zeros, as containerd reads it.
 	if st.err == nil {
 		cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = st.v[1], st.v[2], st.v[3]*1000, true
 	}
