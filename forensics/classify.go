@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics/gpu"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 )
@@ -476,7 +476,7 @@ func counterText(c Counter) string {
 	return s
 }
 
-func xidText(xids []gpu.XidEvent) string {
+func xidText(xids []metrics.XidEvent) string {
 	seen := map[string]bool{}
 	var parts []string
 	for _, x := range xids {

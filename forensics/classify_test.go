@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics/gpu"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/supervisor"
 )
 
@@ -277,27 +277,27 @@ func TestClassify(t *testing.T) {
 		{
 			name: "Xid 79 and exit 1 is a GPU error",
 			e: Evidence{ExitCode: 1, OOMKill: counter(0, 0),
-				Xids: []gpu.XidEvent{{GPU: 0, Xid: 79}, {GPU: 0, Xid: 79}, {GPU: 1, Xid: 48}}},
+				Xids: []metrics.XidEvent{{GPU: 0, Xid: 79}, {GPU: 0, Xid: 79}, {GPU: 1, Xid: 48}}},
 			reason: ReasonGPUError, rule: "xid",
 			says:  []string{"Xid 48 on GPU 1, Xid 79 on GPU 0", "exited with code 1"},
 			facts: map[string]string{"xid": "Xid 48 on GPU 1, Xid 79 on GPU 0"},
 		},
 		{
 			name:   "Xid with SIGABRT is a GPU error",
-			e:      Evidence{ExitCode: 134, Signal: syscall.SIGABRT, Xids: []gpu.XidEvent{{GPU: 2, Xid: 31}}},
+			e:      Evidence{ExitCode: 134, Signal: syscall.SIGABRT, Xids: []metrics.XidEvent{{GPU: 2, Xid: 31}}},
 			reason: ReasonGPUError, rule: "xid",
 			says: []string{"died of SIGABRT"},
 		},
 		{
 			name: "an OOM kill outranks an Xid",
 			e: Evidence{ExitCode: 137, Signal: syscall.SIGKILL, OOMKill: counter(0, 1), OOM: counter(0, 1),
-				Memory: limited(209, 209.7), Xids: []gpu.XidEvent{{GPU: 0, Xid: 13}}},
+				Memory: limited(209, 209.7), Xids: []metrics.XidEvent{{GPU: 0, Xid: 13}}},
 			reason: ReasonCgroupOOMKill, rule: "oom_kill_rose+oom_rose",
 			facts: map[string]string{"xid": "Xid 13 on GPU 0"},
 		},
 		{
 			name:   "a forwarded SIGTERM outranks an Xid",
-			e:      Evidence{ExitCode: 143, Signal: syscall.SIGTERM, ExitTime: exitAt, Forwarded: fwd(syscall.SIGTERM, time.Second), Xids: []gpu.XidEvent{{Xid: 79}}},
+			e:      Evidence{ExitCode: 143, Signal: syscall.SIGTERM, ExitTime: exitAt, Forwarded: fwd(syscall.SIGTERM, time.Second), Xids: []metrics.XidEvent{{Xid: 79}}},
 			reason: ReasonKilledBySignal, rule: "forwarded_signal",
 		},
 	}

@@ -18,10 +18,6 @@ import (
 
 	"github.com/bridge-dev/bridge/metrics"
 
-	"github.com/bridge-dev/bridge/metrics/cgroup"
-
-	"github.com/bridge-dev/bridge/metrics/gpu"
-	nodemetrics "github.com/bridge-dev/bridge/metrics/node"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 )
@@ -119,7 +115,7 @@ type Evidence struct {
 	PeakMemoryPressureFull Reading // container memory PSI full avg10, %, peak (v2 only)
 	ThrottledShare         Reading // mean share of CFS periods throttled, %
 
-	Xids []gpu.XidEvent // GPU Xid errors during the job
+	Xids []metrics.XidEvent // GPU Xid errors during the job
 
 	Samples    int       // samples taken, the final one included
 	LastSample time.Time // time of the last sample
@@ -132,7 +128,7 @@ type Run struct {
 	// right after the child's exit) was added. Nil means nothing was measured.
 	Acc *summary.Accumulator
 	// Xids are the GPU collector's XidEvents(); nil without a GPU collector.
-	Xids []gpu.XidEvent
+	Xids []metrics.XidEvent
 	// CgroupVersion is the cgroup collector's Info().Version; "" without one.
 	CgroupVersion string
 }
@@ -146,15 +142,15 @@ func FromRun(r Run) Evidence {
 		Forwarded:     append([]supervisor.SignalRecord(nil), r.Exit.Forwarded...),
 		KilledAfter:   r.Exit.KilledAfter,
 		CgroupVersion: r.CgroupVersion,
-		Xids:          append([]gpu.XidEvent(nil), r.Xids...),
+		Xids:          append([]metrics.XidEvent(nil), r.Xids...),
 	}
 	acc := r.Acc
 	if acc == nil {
 		return e
 	}
 	e.Memory.PeakWorkingSet, e.Memory.PeakUsage = acc.PeakWorkingSet(), acc.PeakUsage()
-	e.PeakMemoryPressureSome.Expected = acc.Expects(cgroup.PressureMemorySome)
-	e.PeakMemoryPressureFull.Expected = acc.Expects(cgroup.PressureMemoryFull)
+	e.PeakMemoryPressureSome.Expected = acc.Expects(metrics.ContainerPressureMemorySome)
+	e.PeakMemoryPressureFull.Expected = acc.Expects(metrics.ContainerPressureMemoryFull)
 	e.ThrottledShare.Expected = acc.ThrottleExpected()
 	if acc.Samples() == 0 {
 		return e
@@ -171,24 +167,24 @@ func FromRun(r Run) Evidence {
 		_, atExit := final.Value(d.Name)
 		return Counter{Known: true, First: st.First, Last: st.Last, AtExit: atExit}
 	}
-	e.OOMKill = counter(cgroup.OOMKills)
-	e.OOM = counter(cgroup.OOMEvents)
-	e.OOMGroupKill = counter(cgroup.OOMGroupKills)
+	e.OOMKill = counter(metrics.ContainerOOMKills)
+	e.OOM = counter(metrics.ContainerOOMEvents)
+	e.OOMGroupKill = counter(metrics.ContainerOOMGroupKills)
 
 	recent := acc.Recent()
-	if ws, ok := acc.Get(cgroup.MemoryWorkingSet); ok {
+	if ws, ok := acc.Get(metrics.ContainerMemoryWorkingSet); ok {
 		m := Memory{Known: true, PeakWorkingSetMB: ws.Peak, PeakAt: ws.PeakAt,
 			PeakWorkingSet: e.Memory.PeakWorkingSet, PeakUsage: e.Memory.PeakUsage}
-		if lim, ok := acc.Get(cgroup.MemoryLimit); ok && lim.Last > 0 {
+		if lim, ok := acc.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
 			m.LimitMB = lim.Last
 		}
 		for _, s := range recent {
-			v, ok := s.Value(cgroup.MemoryWorkingSet.Name)
+			v, ok := s.Value(metrics.ContainerMemoryWorkingSet.Name)
 			if !ok || v < m.RecentWorkingSetMB {
 				continue
 			}
 			m.RecentWorkingSetMB, m.RecentAt = v, s.Time
-			if pct, ok := s.Value(cgroup.MemoryWorkingSetPercent.Name); ok {
+			if pct, ok := s.Value(metrics.ContainerMemoryWorkingSetPercent.Name); ok {
 				m.RecentSharePercent = pct
 			} else if m.LimitMB > 0 {
 				m.RecentSharePercent = 100 * v / m.LimitMB
@@ -201,27 +197,27 @@ func FromRun(r Run) Evidence {
 	}
 
 	for _, s := range recent {
-		avail, ok := s.Value(nodemetrics.MemoryAvailable.Name)
+		avail, ok := s.Value(metrics.NodeMemoryAvailable.Name)
 		if !ok {
 			continue
 		}
 		if !e.Node.Known || avail < e.Node.MinAvailableMB {
 			e.Node.Known, e.Node.MinAvailableMB, e.Node.MinAvailableAt = true, avail, s.Time
-			if total, ok := s.Value(nodemetrics.MemoryTotal.Name); ok && total > 0 {
+			if total, ok := s.Value(metrics.NodeMemoryTotal.Name); ok && total > 0 {
 				e.Node.TotalMB = total
 				e.Node.MinAvailablePercent = 100 * avail / total
 			}
 		}
 	}
 
-	if st, ok := acc.Get(cgroup.PressureMemorySome); ok {
+	if st, ok := acc.Get(metrics.ContainerPressureMemorySome); ok {
 		e.PeakMemoryPressureSome = Reading{Value: st.Peak, Known: true, Expected: true}
 	}
-	if st, ok := acc.Get(cgroup.PressureMemoryFull); ok {
+	if st, ok := acc.Get(metrics.ContainerPressureMemoryFull); ok {
 		e.PeakMemoryPressureFull = Reading{Value: st.Peak, Known: true, Expected: true}
 	}
 	// The mean of per-interval shares, as the end-of-run table shows it.
-	if st, ok := acc.Get(cgroup.CPUThrottledPeriods); ok {
+	if st, ok := acc.Get(metrics.ContainerCPUThrottledPeriods); ok {
 		e.ThrottledShare = Reading{Value: st.Mean(), Known: true, Expected: true}
 	}
 	return e

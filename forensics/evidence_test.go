@@ -14,7 +14,6 @@ import (
 
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/gpu"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/supervisor"
 )
@@ -57,7 +56,7 @@ func TestFromRun(t *testing.T) {
 	)
 	exit := supervisor.Exit{Code: 137, Signal: syscall.SIGKILL, Time: t0.Add(12 * time.Second),
 		Forwarded: []supervisor.SignalRecord{{Signal: syscall.SIGWINCH, Time: t0}}}
-	xids := []gpu.XidEvent{{Xid: 79}}
+	xids := []metrics.XidEvent{{Xid: 79}}
 	e := FromRun(Run{Exit: exit, Acc: acc, Xids: xids, CgroupVersion: "v2"})
 
 	if e.ExitCode != 137 || e.Signal != syscall.SIGKILL || !e.ExitTime.Equal(exit.Time) || len(e.Forwarded) != 1 || e.CgroupVersion != "v2" {

@@ -9,11 +9,6 @@ import (
 
 	"github.com/bridge-dev/bridge/metrics"
 
-	"github.com/bridge-dev/bridge/metrics/process"
-
-	nodemetrics "github.com/bridge-dev/bridge/metrics/node"
-
-	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
 )
@@ -85,9 +80,9 @@ func (l *Lost) sentence() string {
 	}
 	s := l.Last
 	var facts []string
-	ws, hasWS := s.Value(cgroup.MemoryWorkingSet.Name)
-	lim, hasLim := s.Value(cgroup.MemoryLimit.Name)
-	pct, hasPct := s.Value(cgroup.MemoryWorkingSetPercent.Name)
+	ws, hasWS := s.Value(metrics.ContainerMemoryWorkingSet.Name)
+	lim, hasLim := s.Value(metrics.ContainerMemoryLimit.Name)
+	pct, hasPct := s.Value(metrics.ContainerMemoryWorkingSetPercent.Name)
 	switch {
 	case hasWS && hasLim && lim > 0:
 		if !hasPct {
@@ -97,13 +92,13 @@ func (l *Lost) sentence() string {
 	case hasWS:
 		facts = append(facts, fmt.Sprintf("working set %.1f MB (no memory limit)", ws))
 	}
-	if v, ok := s.Value(cgroup.OOMKills.Name); ok {
+	if v, ok := s.Value(metrics.ContainerOOMKills.Name); ok {
 		facts = append(facts, fmt.Sprintf("oom_kill counter %.0f", v))
 	}
-	if v, ok := s.Value(cgroup.PressureMemorySome.Name); ok {
+	if v, ok := s.Value(metrics.ContainerPressureMemorySome.Name); ok {
 		facts = append(facts, fmt.Sprintf("memory pressure some %.1f%%", v))
 	}
-	if v, ok := s.Value(nodemetrics.MemoryAvailable.Name); ok {
+	if v, ok := s.Value(metrics.NodeMemoryAvailable.Name); ok {
 		facts = append(facts, fmt.Sprintf("node MemAvailable %.0f MB", v))
 	}
 	if len(facts) == 0 {
@@ -120,11 +115,11 @@ func (l *Lost) sentence() string {
 // lastSampleSeries are the series of a lost attempt's last sample worth a
 // tag: its memory figures.
 var lastSampleSeries = []*metrics.Desc{
-	cgroup.MemoryWorkingSet, cgroup.MemoryUsage, cgroup.MemoryRSS, cgroup.MemoryCache,
-	cgroup.MemoryPeak, cgroup.MemoryLimit, cgroup.MemoryWorkingSetPercent,
-	cgroup.MemoryHighEvents, cgroup.MemoryMaxEvents, cgroup.OOMEvents, cgroup.OOMKills,
-	cgroup.OOMGroupKills, cgroup.PressureMemorySome, cgroup.PressureMemoryFull,
-	nodemetrics.MemoryAvailable, nodemetrics.MemoryTotal, process.MemoryRSS,
+	metrics.ContainerMemoryWorkingSet, metrics.ContainerMemoryUsage, metrics.ContainerMemoryRSS, metrics.ContainerMemoryCache,
+	metrics.ContainerMemoryPeak, metrics.ContainerMemoryLimit, metrics.ContainerMemoryWorkingSetPercent,
+	metrics.ContainerMemoryHighEvents, metrics.ContainerMemoryMaxEvents, metrics.ContainerOOMEvents, metrics.ContainerOOMKills,
+	metrics.ContainerOOMGroupKills, metrics.ContainerPressureMemorySome, metrics.ContainerPressureMemoryFull,
+	metrics.NodeMemoryAvailable, metrics.NodeMemoryTotal, metrics.ProcessMemoryRSS,
 }
 
 // Tags are the run tags reporting the lost attempt. The last sample is a

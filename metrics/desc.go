@@ -287,3 +287,126 @@ func Passthrough(name string) *Desc {
 	return &Desc{Name: name, Scope: ScopeProm,
 		Help: "A series passed through from a --scrape endpoint (docs/prometheus.md)."}
 }
+
+// Index finds the descriptor of a series known only by its key (a
+// tracker's history, a sample read back from a spool), among the
+// descriptors it was made of: the one place a key is read back to what
+// made it, beside the functions that make keys (ForGPU, ForMIG, For).
+// Safe for concurrent use.
+type Index struct {
+	static    map[string]*Desc // by Name
+	perGPU    map[string]*Desc // per-GPU templates, by Name
+	instances []*Desc          // Instance templates
+}
+
+// NewIndex is the Index of ds: descriptors, per-GPU templates and
+// Instance templates.
+func NewIndex(ds ...*Desc) *Index {
+	x := &Index{static: map[string]*Desc{}, perGPU: map[string]*Desc{}}
+	for _, d := range ds {
+		switch {
+		case d.PerGPU:
+			x.perGPU[d.Name] = d
+		case len(d.Instance) > 0:
+			x.instances = append(x.instances, d)
+		default:
+			x.static[d.Name] = d
+		}
+	}
+	return x
+}
+
+// Lookup returns the descriptor of the series whose key is key: a
+// descriptor of the index by its Name; a per-GPU template bound to the GPU
+// or MIG slice the key names (gpu_<i>_<name>, gpu_<i>_mig_<m>_<name>:
+// ForGPU, ForMIG); an Instance template bound to the values the key holds
+// where the template has its labels (For), each as the key spells it. ok
+// is false when the key is none of them.
+func (x *Index) Lookup(key string) (d *Desc, ok bool) {
+	if d, ok := x.static[key]; ok {
+		return d, true
+	}
+	if gpu, mig, name, ok := parseGPUName(key); ok {
+		if t, ok := x.perGPU[name]; ok {
+			if mig < 0 {
+				return t.ForGPU(gpu), true
+			}
+			return t.ForMIG(gpu, mig), true
+		}
+	}
+	for _, t := range x.instances {
+		if values, ok := instanceValues(t, key); ok {
+			return t.For(values...), true
+		}
+	}
+	return nil, false
+}
+
+// parseGPUName is GPUName read back: the GPU, the MIG slice (-1: the whole
+// GPU) and the template's name of key.
+func parseGPUName(key string) (gpu, mig int, name string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "gpu_")
+	if !ok {
+		return 0, 0, "", false
+	}
+	gpu, rest, ok = leadingIndex(rest)
+	if !ok {
+		return 0, 0, "", false
+	}
+	mig = -1
+	if after, isMIG := strings.CutPrefix(rest, "mig_"); isMIG {
+		if m, tail, ok := leadingIndex(after); ok {
+			mig, rest = m, tail
+		}
+	}
+	return gpu, mig, rest, rest != ""
+}
+
+// leadingIndex reads "<digits>_" at the start of s: the number, and what
+// follows the "_".
+func leadingIndex(s string) (n int, rest string, ok bool) {
+	digits, rest, ok := strings.Cut(s, "_")
+	if !ok || digits == "" || len(digits) > 9 {
+		return 0, "", false
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 0 || strconv.Itoa(n) != digits {
+		return 0, "", false
+	}
+	return n, rest, true
+}
+
+// instanceValues reads key as template t's name with a value (not empty)
+// in the place of each <label>: the values, in t.Instance's order.
+func instanceValues(t *Desc, key string) ([]string, bool) {
+	// The literal parts of t's name around its placeholders, in order.
+	lits := []string{t.Name}
+	for _, l := range t.Instance {
+		last := lits[len(lits)-1]
+		before, after, ok := strings.Cut(last, "<"+l+">")
+		if !ok {
+			return nil, false
+		}
+		lits = append(lits[:len(lits)-1], before, after)
+	}
+	rest, ok := strings.CutPrefix(key, lits[0])
+	if !ok {
+		return nil, false
+	}
+	rest, ok = strings.CutSuffix(rest, lits[len(lits)-1])
+	if !ok {
+		return nil, false
+	}
+	values := make([]string, 0, len(t.Instance))
+	for _, lit := range lits[1 : len(lits)-1] {
+		v, tail, ok := strings.Cut(rest, lit)
+		if !ok || v == "" {
+			return nil, false
+		}
+		values, rest = append(values, v), tail
+	}
+	if rest == "" {
+		return nil, false
+	}
+	return append(values, rest), true
+}

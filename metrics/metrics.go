@@ -20,13 +20,16 @@ import (
 // Scope says what a value was measured against.
 type Scope string
 
-// The scopes several collectors serve (a collector declares one that is
-// its own alone in its package: cgroup.Scope, node.ScopeRootfs).
+// The scopes several collectors serve, or of series read outside their
+// collector (series.go); a collector declares a scope that is its own
+// alone in its package (node.ScopeRootfs).
 const (
-	ScopeNode    Scope = "node"    // the whole host: /proc files, RAPL, InfiniBand ports
-	ScopeProcess Scope = "process" // the child's process tree
-	ScopeGPU     Scope = "gpu"     // one GPU or MIG slice: NVML, amdgpu's sysfs, dcgm-exporter
-	ScopeProm    Scope = "prom"    // a series read from a --scrape endpoint, passed through
+	ScopeContainer Scope = "container" // the cgroup bridge and its child run in, what kubelet and cAdvisor see
+	ScopeNode      Scope = "node"      // the whole host: /proc files, RAPL, InfiniBand ports
+	ScopeProcess   Scope = "process"   // the child's process tree
+	ScopeGPU       Scope = "gpu"       // one GPU or MIG slice: NVML, amdgpu's sysfs, dcgm-exporter
+	ScopeProm      Scope = "prom"      // a series read from a --scrape endpoint, passed through
+	ScopeNetns     Scope = "netns"     // /proc/net/dev: the network namespace (the pod in Kubernetes)
 )
 
 // Point is one value of one series in one sample: two words and a name
@@ -146,8 +149,8 @@ type Collector interface {
 }
 
 // Detector is implemented by collectors that can say what they found (cgroup
-// version and paths, limits and where they were set, GPUs); values must
-// marshal to JSON. Detect may run on another goroutine than Collect, and
+// version and paths, limits and where they were set, GPUs), for `bridge
+// sample`; values must marshal to JSON, and nil says nothing. Detect may run on another goroutine than Collect, and
 // beside a Collect still in flight (one the Sampler gave up on), so the two
 // must share no unguarded state.
 type Detector interface {

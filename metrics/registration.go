@@ -148,6 +148,9 @@ func (s *Shared) Once(ctx context.Context, key any, build func() (any, error)) (
 type Off struct {
 	Why   string
 	Level slog.Level
+	// Tags are run tags that say the collector is off, where a run must
+	// tell (container awareness turned off); nil: none.
+	Tags map[string]string
 }
 
 func (o *Off) Error() string { return o.Why }
@@ -197,13 +200,4 @@ func Absent(err error) *Off {
 		level = slog.LevelInfo
 	}
 	return &Off{Why: "off: " + err.Error(), Level: level}
-}
-
-// GPUNumbering is a collector that numbers the node's GPUs (NVML's): a GPU
-// collector built after it numbers its own from Count on, one gpu_N
-// sequence for the node, and --scrape maps dcgm-exporter's GPUs onto
-// Indexes (by UUID). Env.Built holds it when it was built.
-type GPUNumbering interface {
-	Count() int
-	Indexes() map[string]int
 }

@@ -34,7 +34,6 @@ type Sampler struct {
 	collectors []Collector
 	timeout    time.Duration
 	log        *slog.Logger
-	now        func() time.Time
 
 	mu     sync.Mutex
 	health []Health // per collector; written by Sample, read by Health (under mu)
@@ -116,7 +115,6 @@ func NewSampler(cs []Collector, timeout time.Duration, log *slog.Logger) *Sample
 		collectors: cs,
 		timeout:    timeout,
 		log:        log,
-		now:        time.Now,
 		health:     health,
 		workers:    make([]worker, len(cs)),
 		results:    make(chan result, len(cs)),
@@ -179,7 +177,7 @@ func (s *Sampler) SampleExplained(ctx context.Context) (Sample, map[string]strin
 }
 
 func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]string) {
-	smp := Sample{Seq: s.nextSeq, Time: s.now()}
+	smp := Sample{Seq: s.nextSeq, Time: time.Now()}
 	s.nextSeq++
 	if s.closed {
 		s.log.Debug("sample asked of a closed sampler; it has no points", "seq", smp.Seq)
@@ -260,7 +258,7 @@ func (s *Sampler) sample(ctx context.Context, explain bool) (Sample, map[string]
 			n += len(s.workers[i].batch.Points)
 		}
 	}
-	if n > 0 { // none: Points stays nil, as before
+	if n > 0 { // none: Points stays nil
 		smp.Points = make([]Point, 0, n)
 	}
 	var sources map[string]string
@@ -440,13 +438,14 @@ func refusal(p Point, kept, rest []Point) string {
 
 func formatValue(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
-// Detect asks every Detector for what it found, keyed by collector name,
-// each within the collect timeout: one that has not answered by then (a
-// read that hangs) is left behind, and its entry says so.
+// Detect asks every Detector (through a wrapper: As) for what it found,
+// keyed by collector name, each within the collect timeout: one that has
+// not answered by then (a read that hangs) is left behind, and its entry
+// says so. One that found nothing to say (nil) has no entry.
 func (s *Sampler) Detect(ctx context.Context) map[string]any {
 	out := map[string]any{}
 	for _, c := range s.collectors {
-		d, ok := c.(Detector)
+		d, ok := As[Detector](c)
 		if !ok {
 			continue
 		}
@@ -464,12 +463,15 @@ func (s *Sampler) Detect(ctx context.Context) map[string]any {
 			s.log.Warn("collector did not say what it found within the collect timeout; left out", "collector", c.Name(), "timeout", s.timeout)
 			found = map[string]any{"error": fmt.Sprintf("no answer within the collect timeout, %s", s.timeout)}
 		}
-		out[c.Name()] = found
+		if found != nil {
+			out[c.Name()] = found
+		}
 	}
 	return out
 }
 
-// Close ends the workers and closes every collector that holds resources.
+// Close ends the workers and closes every collector that holds resources
+// (a Closer, through a wrapper: As).
 // An idle worker exits at once; one stuck in a call exits when the call
 // returns. Close does not wait for it, as Sample never waits past the
 // timeout. Later Samples have no points; a second Close does nothing.
@@ -484,7 +486,7 @@ func (s *Sampler) Close() {
 		}
 	}
 	for _, c := range s.collectors {
-		if cl, ok := c.(Closer); ok {
+		if cl, ok := As[Closer](c); ok {
 			if err := cl.Close(); err != nil {
 				s.log.Debug("closing collector", "collector", c.Name(), "err", err)
 			}

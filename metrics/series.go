@@ -1,15 +1,56 @@
 package metrics
 
-// The series several collectors share, each described once: the PSI family
-// (metrics/cgroup, metrics/node), the child's GPU memory (metrics/gpu,
-// metrics/amdgpu) and the per-GPU templates (metrics/gpu and metrics/amdgpu
-// read them, metrics/scrape maps dcgm-exporter's fields onto them). A series
-// one collector makes is declared in its package (cgroup.MemoryWorkingSet),
-// with the list of all of it its registration declares. The collector and
-// every consumer (the end-of-run table, forensics, fast sampling near the
-// memory limit, /metrics, `bridge sample`) use the descriptor; pipeline's
-// series_test.go checks that every series a consumer reads is still
-// produced.
+// The series read outside the collector that adds them, and those several
+// collectors add, each described once, here: a reader (the end-of-run
+// table, forensics, the job's report, fast sampling near the memory limit)
+// then imports no collector. They are the container's (container.go), the
+// node's memory, the network namespace's rates, the node's CPU energy, the
+// child's tree's RSS and GPU memory, the InfiniBand ports' rates, the PSI
+// family (metrics/cgroup and metrics/node add it) and the per-GPU
+// templates (metrics/gpu and metrics/amdgpu add them, metrics/scrape maps
+// dcgm-exporter's fields onto them). A series that only its collector reads
+// is declared in its package. Each registration lists every series its
+// collector adds; pipeline's series_test.go checks that every series a
+// reader reads is still added.
+
+// The node's memory (metrics/node, /proc/meminfo): forensics reads them.
+var (
+	NodeMemoryTotal = &Desc{Name: "node_memory_total_megabytes", Unit: UnitMegabytes, Scope: ScopeNode, Steady: true,
+		Prom: "node_memory_MemTotal_bytes", Help: "Memory information field MemTotal_bytes."}
+	NodeMemoryAvailable = &Desc{Name: "node_memory_available_megabytes", Unit: UnitMegabytes, Scope: ScopeNode, Total: NodeMemoryTotal,
+		Prom: "node_memory_MemAvailable_bytes", Help: "Memory information field MemAvailable_bytes."}
+)
+
+// The network namespace's rates (metrics/node, /proc/net/dev): the job's
+// report reads them.
+var (
+	NetnsReceiveRate = &Desc{Name: "netns_network_receive_megabytes_per_second", Unit: UnitMegabytesPerSecond, Scope: ScopeNetns,
+		Prom: "bridge_netns_network_receive_bytes_per_second", Help: "Bytes received per second in the network namespace over the last interval."}
+	NetnsTransmitRate = &Desc{Name: "netns_network_transmit_megabytes_per_second", Unit: UnitMegabytesPerSecond, Scope: ScopeNetns,
+		Prom: "bridge_netns_network_transmit_bytes_per_second", Help: "Bytes transmitted per second in the network namespace over the last interval."}
+)
+
+// NodeCPUEnergy is the node's CPU packages' energy (metrics/rapl): the
+// end-of-run table and the job's report read it.
+var NodeCPUEnergy = &Desc{Name: "node_cpu_energy_joules", Unit: UnitJoules, Scope: ScopeNode, Kind: Counter,
+	Prom: "bridge_node_cpu_energy_joules_total", Help: "Energy all CPU packages of the node used since bridge started (RAPL)."}
+
+// ProcessMemoryRSS is the child's tree's RSS (metrics/process): the
+// end-of-run table and forensics read it.
+var ProcessMemoryRSS = &Desc{Name: "process_memory_rss_megabytes", Unit: UnitMegabytes, Scope: ScopeProcess,
+	Prom: "bridge_process_memory_rss_bytes", Help: "Sum of the RSS of the child's process tree in bytes."}
+
+// The InfiniBand and RoCE ports' rates (metrics/infiniband), one per
+// device and port (per-instance templates, bound by For): the job's report
+// reads them.
+var (
+	InfinibandReceiveRate = &Desc{Name: "node_infiniband_<device>_port_<port>_receive_megabytes_per_second", Unit: UnitMegabytesPerSecond,
+		Scope: ScopeNode, Instance: []string{"device", "port"}, Prom: "bridge_node_infiniband_receive_bytes_per_second",
+		Help: "Bytes the port received per second over the last interval."}
+	InfinibandTransmitRate = &Desc{Name: "node_infiniband_<device>_port_<port>_transmit_megabytes_per_second", Unit: UnitMegabytesPerSecond,
+		Scope: ScopeNode, Instance: []string{"device", "port"}, Prom: "bridge_node_infiniband_transmit_bytes_per_second",
+		Help: "Bytes the port transmitted per second over the last interval."}
+)
 
 // Pressure is one resource's PSI series: the avg10 share of its "some" and
 // "full" lines.
@@ -22,8 +63,9 @@ type Pressure struct {
 // order.
 type Pressures []Pressure
 
-// PressureSeries describes the PSI series of scope, whose stalls are the
-// whose's (the cgroup's and the node's are the same files at two levels).
+// PressureSeries describes the PSI series of scope, the stalls of the
+// tasks of whose (the cgroup's and the node's are the same files at two
+// levels).
 func PressureSeries(scope Scope, whose string) Pressures {
 	out := make(Pressures, 0, 3)
 	for _, res := range []string{"cpu", "memory", "io"} {

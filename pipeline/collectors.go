@@ -36,10 +36,6 @@ func Collectors() []metrics.Registration {
 	}
 }
 
-// Scopes are the names --scopes takes: those bridge's collectors serve, in
-// order.
-func Scopes() []string { return ScopesOf(Collectors()) }
-
 // ScopesOf are the scopes regs serve, in order.
 func ScopesOf(regs []metrics.Registration) []string {
 	var out []string

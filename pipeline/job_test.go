@@ -49,7 +49,7 @@ func TestDetectJobNodeID(t *testing.T) {
 			t.Errorf("env %v: warnings %q, want one naming %s only where the value was cleaned", c.env, j.Warnings, j.NodeID)
 		}
 		c.node = j.NodeID
-		cfg := config.Config{Scopes: Scopes()}
+		cfg := config.Config{Scopes: ScopesOf(Collectors())}
 		j.Apply(&cfg)
 		if cfg.NodeID != c.node {
 			t.Errorf("Apply: node id %q, want %q", cfg.NodeID, c.node)
@@ -77,7 +77,7 @@ func TestTakeNode(t *testing.T) {
 	if a.Task != "" || b.Task != "task-1" || c.Task != "" || d.Task != "" {
 		t.Fatalf("tasks %q %q %q %q, want only the second bridge of job k on n0 not to lead", a.Task, b.Task, c.Task, d.Task)
 	}
-	cfg := config.Config{Scopes: Scopes()}
+	cfg := config.Config{Scopes: ScopesOf(Collectors())}
 	b.Apply(&cfg)
 	if !slices.Equal(cfg.Scopes, []string{"process"}) || b.Label() != "n0.task-1" {
 		t.Errorf("the second bridge: scopes %v, label %q", cfg.Scopes, b.Label())

@@ -17,7 +17,6 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/promexport"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
@@ -298,7 +297,7 @@ func (s *Session) loop() {
 		// on a goroutine of its own, one at a time: a read of it that hangs
 		// in the kernel (memory.stat stalled in a flush) must not stall
 		// sampling, nor Stop, which waits for this loop.
-		_, limited := smp.Value(cgroup.MemoryWorkingSetPercent.Name)
+		_, limited := smp.Value(metrics.ContainerMemoryWorkingSetPercent.Name)
 		probe := fast && limited
 	wait:
 		for {
@@ -354,7 +353,7 @@ func RandomPhase(interval time.Duration) time.Duration {
 // the spool's notification, sent) every FastInterval.
 func (s *Session) nearLimit(pts []metrics.Point) bool {
 	for _, p := range pts {
-		if p.Desc == cgroup.MemoryWorkingSetPercent {
+		if p.Desc == metrics.ContainerMemoryWorkingSetPercent {
 			return p.Value >= s.set.FastThreshold
 		}
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/bridge-dev/bridge/harness/spooltest"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -310,7 +309,7 @@ func (p probe) MemoryPoints(context.Context) ([]metrics.Point, error) {
 	case p.calls <- struct{}{}:
 	default:
 	}
-	return []metrics.Point{metrics.At(cgroup.MemoryWorkingSetPercent, 99)}, nil
+	return []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSetPercent, 99)}, nil
 }
 
 // limited is a collector under a memory limit, below the threshold.
@@ -318,7 +317,7 @@ type limited struct{ counter }
 
 func (l *limited) Collect(ctx context.Context, b *metrics.Batch) error {
 	err := l.counter.Collect(ctx, b)
-	b.Add(cgroup.MemoryWorkingSetPercent, 10, "test")
+	b.Add(metrics.ContainerMemoryWorkingSetPercent, 10, "test")
 	return err
 }
 

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime/debug"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -17,16 +16,15 @@ import (
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/gpu"
-	"github.com/bridge-dev/bridge/metrics/scrape"
 	"github.com/bridge-dev/bridge/summary"
 )
 
 // Sources are the collectors a job runs (built from the registrations,
-// Collectors), and the side channels the rest of bridge needs from them:
-// the memory probe, the start tags, the forensics' inputs and the child's
-// pid.
+// Collectors), and what the rest of bridge asks of them, through the
+// interfaces they offer (metrics/offer.go): the memory probe, the start
+// tags and the memory high-water mark before the job, the series they
+// never add here, the GPU errors for forensics, the scrape failures, and
+// the child's pid.
 type Sources struct {
 	// Collectors are what the sampler runs, in order.
 	Collectors []metrics.Collector
@@ -35,16 +33,29 @@ type Sources struct {
 
 	log      *slog.Logger
 	roots    metrics.Roots
-	taggers  []tagger          // the collectors that describe what they found as run tags
-	cgroup   *cgroup.Collector // nil when the container scope is off or unavailable
-	gpu      *gpu.Collector    // nil when the gpu scope is off
-	scrape   *scrape.Collector // nil without --scrape
 	childPID atomic.Int64      // the process collector's root
 	adopter  atomic.Int64      // bridge's pid while it supervises the child: orphans it adopts count too
 	series   []*metrics.Desc   // what the built collectors may add, in the scopes that are on
+	offTags  map[string]string // the run tags of the collectors that are off (metrics.Off)
+
+	// What the built collectors offer, in their order.
+	taggers  []metrics.Tagger
+	starters []metrics.StartTagger
+	peak     metrics.PeakKeeper // the first collector's that keeps the memory high-water mark; nil: none
+	memory   MemoryProbe        // the first collector's that offers one; nil: none
+	partial  []partial
+	xids     []metrics.XidReporter
+	failures []metrics.FailureCounter
 	// peakStart is the memory high-water mark before the job (StartTags);
 	// nil: not read.
 	peakStart *summary.PeakStart
+}
+
+// partial is a collector that never adds some of its series here, and the
+// scopes it serves that are on, which name its row of the end-of-run table.
+type partial struct {
+	metrics.Partial
+	scopes []string
 }
 
 // BuildSources creates the collectors of Collectors the configuration asks
@@ -61,7 +72,7 @@ func BuildSources(cfg config.Config, log *slog.Logger) (*Sources, error) {
 // that has not answered by then is left out with one WARN, and the job
 // goes on without it.
 func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Logger) (*Sources, error) {
-	s := &Sources{Notes: map[string]any{}, log: log,
+	s := &Sources{Notes: map[string]any{}, log: log, offTags: map[string]string{},
 		roots: metrics.Roots{Proc: cfg.ProcRoot, Cgroup: cfg.CgroupRoot, Sys: cfg.SysRoot, Rootfs: cfg.Rootfs}}
 	// The cgroup layout and the child's process tree, made once for the
 	// collectors that share them.
@@ -93,6 +104,7 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 		case errors.As(err, &off):
 			log.Log(context.Background(), off.Level, "collector is off", "collector", reg.Name, "why", off.Why)
 			s.Notes[reg.Name] = off.Why
+			maps.Copy(s.offTags, off.Tags)
 			continue
 		case err != nil:
 			return nil, err
@@ -100,17 +112,7 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 			continue
 		}
 		built = append(built, c)
-		switch c := c.(type) { // the side channels
-		case *cgroup.Collector:
-			s.cgroup = c
-		case *gpu.Collector:
-			s.gpu = c
-		case *scrape.Collector:
-			s.scrape = c
-		}
-		if tg, ok := c.(tagger); ok {
-			s.taggers = append(s.taggers, tg)
-		}
+		s.offers(c, on)
 		if len(reg.Scopes) > 0 && !all {
 			c = scopeFilter{Collector: c, keep: cfg.HasScope}
 		}
@@ -122,6 +124,36 @@ func BuildSourcesOf(regs []metrics.Registration, cfg config.Config, log *slog.Lo
 		}
 	}
 	return s, nil
+}
+
+// offers keeps what collector c offers the rest of bridge; on are the
+// scopes of its registration that are on.
+func (s *Sources) offers(c metrics.Collector, on []metrics.Scope) {
+	if t, ok := c.(metrics.Tagger); ok {
+		s.taggers = append(s.taggers, t)
+	}
+	if t, ok := c.(metrics.StartTagger); ok {
+		s.starters = append(s.starters, t)
+	}
+	if p, ok := c.(metrics.PeakKeeper); ok && s.peak == nil {
+		s.peak = p
+	}
+	if m, ok := c.(MemoryProbe); ok && s.memory == nil {
+		s.memory = m
+	}
+	if p, ok := c.(metrics.Partial); ok {
+		var scopes []string
+		for _, sc := range on {
+			scopes = append(scopes, string(sc))
+		}
+		s.partial = append(s.partial, partial{p, scopes})
+	}
+	if x, ok := c.(metrics.XidReporter); ok {
+		s.xids = append(s.xids, x)
+	}
+	if f, ok := c.(metrics.FailureCounter); ok {
+		s.failures = append(s.failures, f)
+	}
 }
 
 // build runs reg.Build on a goroutine of its own under timeout: a file
@@ -162,25 +194,23 @@ func buildTimeout(cfg config.Config) time.Duration {
 
 // Summary is what the end-of-run table must know of the collectors: the
 // series they produce, so that a peak no sample had reads "not sampled"
-// (pressure only where the kernel keeps it per cgroup: v2; none of a root
-// cgroup's, which the table names instead), and the file of the kernel's
-// memory high-water mark. It reads no file.
+// (none they never add here: metrics.Partial), why they never add some,
+// the file of the kernel's memory high-water mark, and the mark before the
+// job (StartTags). It reads no file.
 func (s *Sources) Summary() summary.Options {
-	o := summary.Options{}
-	v2 := s.CgroupVersion() == string(cgroup.ModeV2)
+	o := summary.Options{PeakStart: s.peakStart}
 	skip := map[string]bool{}
-	if !v2 {
-		for _, d := range cgroup.Pressure.Descs() {
+	for _, p := range s.partial {
+		series, why := p.Unproduced()
+		for _, d := range series {
 			skip[d.Name] = true
+		}
+		if why != "" {
+			o.Notes = append(o.Notes, summary.Row{What: strings.Join(p.scopes, ", ") + " scope", Value: why})
 		}
 	}
-	if s.cgroup != nil {
-		for _, d := range s.cgroup.RootSeries() {
-			skip[d.Name] = true
-		}
-		o.PeakFile = s.cgroup.PeakFile()
-		o.AtRoot = s.cgroup.AtRoot()
-		o.PeakStart = s.peakStart
+	if s.peak != nil {
+		o.PeakFile = s.peak.PeakFile()
 	}
 	for _, d := range s.series {
 		if !skip[d.Name] {
@@ -190,12 +220,19 @@ func (s *Sources) Summary() summary.Options {
 	return o
 }
 
-// ScrapeFailures are the failed --scrape reads per URL (nil without --scrape).
+// ScrapeFailures are the failed reads per source (a --scrape URL) of the
+// collectors that count them; nil without one.
 func (s *Sources) ScrapeFailures() map[string]int {
-	if s.scrape == nil {
-		return nil
+	var out map[string]int
+	for _, f := range s.failures {
+		for k, n := range f.Failures() {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[k] += n
+		}
 	}
-	return s.scrape.Failures()
+	return out
 }
 
 // SetChild names the process tree the process_ and GPU collectors follow:
@@ -212,41 +249,46 @@ type job struct{ s *Sources }
 func (j job) PID() int     { return int(j.s.childPID.Load()) }
 func (j job) Adopter() int { return int(j.s.adopter.Load()) }
 
-// Memory is the between-samples memory probe: the cgroup's working set and
-// limit only. Nil without a cgroup collector.
-func (s *Sources) Memory() MemoryProbe {
-	if s.cgroup == nil {
-		return nil
-	}
-	return s.cgroup
-}
+// Memory is the between-samples memory probe: the first collector's that
+// offers one (the cgroup's working set and limit). Nil without one.
+func (s *Sources) Memory() MemoryProbe { return s.memory }
 
 // CgroupVersion is "v1", "v2" or "hybrid", "" without a cgroup collector
-// (forensics). It reads no file: at the end of the run, a read that hangs
-// must not hold up the child's exit status.
-func (s *Sources) CgroupVersion() string {
-	if s.cgroup == nil {
-		return ""
+// (forensics): its tag, metrics.TagCgroupVersion. It reads no file: at the
+// end of the run, a read that hangs must not hold up the child's exit
+// status.
+func (s *Sources) CgroupVersion() string { return s.tags()[metrics.TagCgroupVersion] }
+
+// tags are the collectors' tags of what they found when built
+// (metrics.Tagger).
+func (s *Sources) tags() map[string]string {
+	t := map[string]string{}
+	for _, tg := range s.taggers {
+		maps.Copy(t, tg.Tags())
 	}
-	return string(s.cgroup.Version())
+	return t
 }
 
-// cgroupInfo is the cgroup collector's Info, and the memory high-water
-// mark before the job (cgroup.Collector.StartPeak, kept for Summary), read
-// on a goroutine of its own and waited for at most timeout: a limit file
-// whose read hangs (a v1 memory.stat stalled in a flush) must not hold up
-// the child's start. ok is false when it did not answer in time; the mark
-// is then not known, and a descriptor reset later is closed unused (its
-// mark would count from after the child's start).
-func (s *Sources) cgroupInfo(timeout time.Duration) (info cgroup.Info, ok bool) {
-	if s.cgroup == nil {
-		return info, true
+// started is what the collectors read at the job's start.
+type started struct {
+	tags map[string]string
+	peak metrics.PeakStart
+}
+
+// readStart reads what the collectors read at the job's start (their start
+// tags, the memory high-water mark before the job: metrics.StartTagger,
+// metrics.PeakKeeper) on a goroutine of its own, and waits for it at most
+// timeout: a limit file whose read hangs (a v1 memory.stat stalled in a
+// flush) must not hold up the child's start. ok is false when it did not
+// answer in time; the mark is then not known, and a descriptor reset
+// later is closed unused (its mark would count from after the child's
+// start). A mark read in time is handed to its collector, and kept for
+// Summary.
+func (s *Sources) readStart(timeout time.Duration) (tags map[string]string, ok bool) {
+	if len(s.starters) == 0 && s.peak == nil {
+		return nil, true
 	}
-	type start struct {
-		info cgroup.Info
-		peak cgroup.PeakStart
-	}
-	ch, gone := make(chan start), make(chan struct{})
+	ch, gone := make(chan started), make(chan struct{})
 	// The goroutine below is left behind at timeout: its reads run on it
 	// (kfile.Bounded), each within what is left of timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -254,11 +296,16 @@ func (s *Sources) cgroupInfo(timeout time.Duration) (info cgroup.Info, ok bool) 
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				s.log.Error("internal error reading the cgroup's limits; the job goes on", "panic", p)
+				s.log.Error("internal error reading the collectors' values at the start (the cgroup's limits); the job goes on", "panic", p)
 			}
 		}()
-		st := start{peak: s.cgroup.StartPeak(kfile.Bounded(ctx))}
-		st.info = s.cgroup.Info()
+		st := started{tags: map[string]string{}}
+		if s.peak != nil {
+			st.peak = s.peak.StartPeak(kfile.Bounded(ctx))
+		}
+		for _, t := range s.starters {
+			maps.Copy(st.tags, t.StartTags(kfile.Bounded(ctx)))
+		}
 		select {
 		case ch <- st:
 		case <-gone:
@@ -269,25 +316,31 @@ func (s *Sources) cgroupInfo(timeout time.Duration) (info cgroup.Info, ok bool) 
 	defer t.Stop()
 	select {
 	case st := <-ch:
-		s.cgroup.UsePeak(st.peak)
+		if s.peak != nil {
+			s.peak.UsePeak(st.peak)
+		}
 		if st.peak.Known {
 			s.peakStart = &summary.PeakStart{MB: metrics.MB(float64(st.peak.Bytes)), Reset: st.peak.Reset}
 		}
-		s.log.Debug("the memory high-water mark before the job", "file", st.peak.File, "known", st.peak.Known,
-			"megabytes", metrics.MB(float64(st.peak.Bytes)), "reset_for_bridge", st.peak.Reset, "why_not", st.peak.Why)
-		return st.info, true
+		if s.peak != nil {
+			s.log.Debug("the memory high-water mark before the job", "file", st.peak.File, "known", st.peak.Known,
+				"megabytes", metrics.MB(float64(st.peak.Bytes)), "reset_for_bridge", st.peak.Reset, "why_not", st.peak.Why)
+		}
+		return st.tags, true
 	case <-t.C:
 		close(gone)
-		return cgroup.Info{}, false
+		return nil, false
 	}
 }
 
-// XidEvents are the GPU errors seen so far, nil without GPUs (forensics).
-func (s *Sources) XidEvents() []gpu.XidEvent {
-	if s.gpu == nil {
-		return nil
+// XidEvents are the GPU errors seen so far, nil without a collector that
+// hears them (forensics).
+func (s *Sources) XidEvents() []metrics.XidEvent {
+	var out []metrics.XidEvent
+	for _, x := range s.xids {
+		out = append(out, x.XidEvents()...)
 	}
-	return s.gpu.XidEvents()
+	return out
 }
 
 // Detected is what `bridge sample` reports about the machine: each
@@ -302,9 +355,11 @@ func (s *Sources) Detected(ctx context.Context, smp *metrics.Sampler) map[string
 	return d
 }
 
-// StartTags describe the job at start, for the run and the spool. It also
-// reads the memory high-water mark before the job, for Summary: call it
-// before the child starts.
+// StartTags describe the job at start, for the run and the spool: bridge's,
+// and the collectors' (metrics.Tagger, metrics.StartTagger, and those of
+// a collector that is off: metrics.Off). It also reads the memory
+// high-water mark before the job, for Summary: call it before the child
+// starts.
 func (s *Sources) StartTags(cfg config.Config, version string) map[string]string {
 	t := map[string]string{
 		"bridge.version":  version,
@@ -313,62 +368,20 @@ func (s *Sources) StartTags(cfg config.Config, version string) map[string]string
 	if cfg.NodeID != "" {
 		t["bridge.node_id"] = cfg.NodeID
 	}
-	if cgroup.NoContainer.Get(cfg.Options) {
-		t["bridge.container_awareness"] = "off"
-	}
-	if s.cgroup != nil {
-		t["bridge.cgroup.version"] = s.CgroupVersion()
-	}
-	if info, ok := s.cgroupInfo(cfg.CollectTimeout); !ok {
-		s.log.Warn("reading the cgroup's limit files did not answer in time (--collect-timeout); the run's limit tags are left out",
+	maps.Copy(t, s.offTags)
+	if start, ok := s.readStart(cfg.CollectTimeout); !ok {
+		s.log.Warn("reading the collectors' values at the start (the cgroup's limit files) did not answer in time (--collect-timeout); the run's tags of them are left out",
 			"waited", cfg.CollectTimeout)
-	} else if s.cgroup != nil {
-		var paths []string
-		for k, v := range info.Paths {
-			paths = append(paths, k+"="+v)
-		}
-		sort.Strings(paths)
-		t["bridge.cgroup.path"] = strings.Join(paths, " ")
-		if info.MemoryLimitBytes > 0 {
-			t["bridge.memory_limit_megabytes"] = strconv.FormatFloat(metrics.MB(float64(info.MemoryLimitBytes)), 'f', 1, 64)
-		} else {
-			t["bridge.memory_limit_megabytes"] = "no limit"
-		}
-		t["bridge.memory_limit_set_by"] = info.MemoryLimitSetBy
-		if info.CPULimitCores > 0 {
-			t["bridge.cpu_limit_cores"] = strconv.FormatFloat(info.CPULimitCores, 'f', 2, 64)
-		} else {
-			t["bridge.cpu_limit_cores"] = "no limit"
-		}
-		t["bridge.cpu_limit_set_by"] = info.CPULimitSetBy
-		if info.CPUSplit != "" {
-			t["bridge.cgroup.cpu_usage_limit_split"] = info.CPUSplit
-		}
-		if len(info.AtRoot) > 0 {
-			t[TagCgroupAtRoot] = cgroup.RootNote(info.AtRoot)
-		}
+	} else {
+		maps.Copy(t, start)
 	}
-	for _, tg := range s.taggers {
-		for k, v := range tg.Tags() {
-			t[k] = v
-		}
-	}
+	maps.Copy(t, s.tags())
 	return t
 }
 
-// TagCgroupAtRoot says which controllers' cgroups are the host's root
-// cgroups, whose container_ series are not sent (cgroup.RootNote).
-const TagCgroupAtRoot = "bridge.cgroup.at_root"
-
-// tagger is a collector that describes what it found as run tags (the
-// GPUs, the InfiniBand ports' state and rate). Tags reads only what the
-// collector found when it was built.
-type tagger interface {
-	Tags() map[string]string
-}
-
 // scopeFilter drops points of scopes the user turned off (the GPU
-// collector adds process_ series too).
+// collector adds process_ series too). It offers what the collector it
+// wraps offers (metrics.As: Detect, Close).
 type scopeFilter struct {
 	metrics.Collector
 	keep func(scope string) bool
@@ -381,19 +394,8 @@ func (f scopeFilter) Collect(ctx context.Context, b *metrics.Batch) error {
 	return err
 }
 
-func (f scopeFilter) Detect(ctx context.Context) map[string]any {
-	if d, ok := f.Collector.(metrics.Detector); ok {
-		return d.Detect(ctx)
-	}
-	return nil
-}
-
-func (f scopeFilter) Close() error {
-	if c, ok := f.Collector.(metrics.Closer); ok {
-		return c.Close()
-	}
-	return nil
-}
+// Unwrap is the collector f filters.
+func (f scopeFilter) Unwrap() metrics.Collector { return f.Collector }
 
 func hostname() string {
 	h, err := os.Hostname()

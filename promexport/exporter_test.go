@@ -14,10 +14,6 @@ import (
 	"github.com/bridge-dev/bridge/metrics/rapl"
 
 	"github.com/bridge-dev/bridge/metrics/node"
-
-	"github.com/bridge-dev/bridge/metrics/cgroup"
-
-	"github.com/bridge-dev/bridge/metrics/infiniband"
 )
 
 // scrape reads the exporter over HTTP, as Prometheus does.
@@ -90,20 +86,20 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	const ws, limit = 1234567891, 2147483648
 	at := time.UnixMilli(1764700000456)
 	e.Observe(metrics.Sample{Seq: 9, Time: at, Points: []metrics.Point{
-		metrics.At(cgroup.MemoryWorkingSet, metrics.MB(ws)),
-		metrics.At(cgroup.MemoryLimit, metrics.MB(limit)),
-		metrics.At(cgroup.OOMKills, 2),
-		metrics.At(cgroup.CPUUsage, 1.5),
-		metrics.At(cgroup.CPUUsageSecondsTotal, 9.25),
-		metrics.At(cgroup.CPUThrottledPeriodsTotal, 50),
-		metrics.At(node.NetnsReceiveRate, 1.25),
+		metrics.At(metrics.ContainerMemoryWorkingSet, metrics.MB(ws)),
+		metrics.At(metrics.ContainerMemoryLimit, metrics.MB(limit)),
+		metrics.At(metrics.ContainerOOMKills, 2),
+		metrics.At(metrics.ContainerCPUUsage, 1.5),
+		metrics.At(metrics.ContainerCPUUsageSecondsTotal, 9.25),
+		metrics.At(metrics.ContainerCPUThrottledPeriodsTotal, 50),
+		metrics.At(metrics.NetnsReceiveRate, 1.25),
 		metrics.At(node.RootfsDiskUsed, metrics.MB(5e9)),
 		metrics.At(metrics.GPUMemoryUsed.ForGPU(1), metrics.MB(81920<<20)),
 		metrics.At(metrics.GPUUtilization.ForMIG(0, 7), 40),
 		metrics.At(metrics.DCGMProfiling("pcie_tx", true).ForGPU(0), 2.5),
 		metrics.At(metrics.Passthrough("prom_app_queue_length__shard_2"), 17),
-		metrics.At(infiniband.TransmitRate.For("mlx5_0", "1"), 12.5),
-		metrics.At(infiniband.TransmitRate.For("mlx5_1", "1"), 2),
+		metrics.At(metrics.InfinibandTransmitRate.For("mlx5_0", "1"), 12.5),
+		metrics.At(metrics.InfinibandTransmitRate.For("mlx5_1", "1"), 2),
 		metrics.At(rapl.PackageEnergy.For("1"), 300),
 		metrics.Named("known_by_name_only", 1), // not a collector's: not exposed
 	}})
@@ -146,7 +142,7 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 			t.Errorf("%s is not a counter", n)
 		}
 	}
-	if h := fams["container_memory_working_set_bytes"].GetHelp(); h != cgroup.MemoryWorkingSet.Help {
+	if h := fams["container_memory_working_set_bytes"].GetHelp(); h != metrics.ContainerMemoryWorkingSet.Help {
 		t.Errorf("help %q, want the descriptor's", h)
 	}
 	if fams["bridge_known_by_name_only"] != nil || fams["known_by_name_only"] != nil {

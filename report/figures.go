@@ -4,17 +4,13 @@ import (
 	"encoding/json"
 	"math"
 	"reflect"
-	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
-	ibmetrics "github.com/bridge-dev/bridge/metrics/infiniband"
-	nodemetrics "github.com/bridge-dev/bridge/metrics/node"
-	"github.com/bridge-dev/bridge/metrics/rapl"
+	"github.com/bridge-dev/bridge/stats"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -49,12 +45,12 @@ func (f *Figures) keepValid() (refused []string) {
 		v **metrics.Float
 		d *metrics.Desc
 	}{
-		{&f.PeakWorkingSetMB, cgroup.MemoryWorkingSet}, {&f.MemoryLimitMB, cgroup.MemoryLimit},
-		{&f.CPUMeanCores, cgroup.CPUUsage}, {&f.CPUPeakCores, cgroup.CPUUsage}, {&f.CPULimitCores, cgroup.CPULimit},
-		{&f.ThrottledSharePercent, cgroup.CPUThrottledPeriods}, {&f.GPUUtilizationPercent, metrics.GPUUtilization},
+		{&f.PeakWorkingSetMB, metrics.ContainerMemoryWorkingSet}, {&f.MemoryLimitMB, metrics.ContainerMemoryLimit},
+		{&f.CPUMeanCores, metrics.ContainerCPUUsage}, {&f.CPUPeakCores, metrics.ContainerCPUUsage}, {&f.CPULimitCores, metrics.ContainerCPULimit},
+		{&f.ThrottledSharePercent, metrics.ContainerCPUThrottledPeriods}, {&f.GPUUtilizationPercent, metrics.GPUUtilization},
 		{&f.GPUSMActiveRatio, metrics.GPUProfSMActive}, {&f.GPUEnergyJoules, metrics.GPUEnergy},
-		{&f.NodeCPUEnergyJoules, rapl.Energy}, {&f.NetworkMBps, nodemetrics.NetnsReceiveRate},
-		{&f.InfinibandMBps, ibmetrics.ReceiveRate}, {&f.GPUXidErrors, metrics.GPUXidErrors},
+		{&f.NodeCPUEnergyJoules, metrics.NodeCPUEnergy}, {&f.NetworkMBps, metrics.NetnsReceiveRate},
+		{&f.InfinibandMBps, metrics.InfinibandReceiveRate}, {&f.GPUXidErrors, metrics.GPUXidErrors},
 		{&f.GPUECCUncorrected, metrics.GPUECCUncorrected},
 	} {
 		if *x.v != nil && !x.d.Range().Holds((*x.v).Float64()) {
@@ -77,180 +73,121 @@ func (f *Figures) jsonName(p **metrics.Float) string {
 	return "?"
 }
 
-// The series the report reads, by name (the part after system/<node>/):
-// the one place that says which, each from its descriptor. Per-GPU
-// templates are matched for every whole GPU (gpu_N_..., not a MIG
+// The series the report reads: the one place that says which, each by its
+// descriptor. Per-GPU templates are read for every whole GPU (not a MIG
 // slice's), templates with instances (an InfiniBand port) for every
 // instance. docs/multinode.md lists them.
 var (
-	gpuUtil     = perGPU(metrics.GPUUtilization)
-	gpuSMActive = perGPU(metrics.GPUProfSMActive)
-	gpuEnergy   = perGPU(metrics.GPUEnergy)
-	gpuXid      = perGPU(metrics.GPUXidErrors)
-	gpuECC      = perGPU(metrics.GPUECCUncorrected)
-	network     = anyOf(nodemetrics.NetnsReceiveRate, nodemetrics.NetnsTransmitRate)
-	infiniband  = anyOf(ibmetrics.ReceiveRate, ibmetrics.TransmitRate)
+	// overTime are read at every point (a mean or a peak).
+	overTime = []*metrics.Desc{
+		metrics.ContainerMemoryWorkingSet, metrics.ContainerCPUUsage, metrics.ContainerCPUThrottledPeriods,
+		metrics.GPUUtilization, metrics.GPUProfSMActive, metrics.NetnsReceiveRate, metrics.NetnsTransmitRate,
+		metrics.InfinibandReceiveRate, metrics.InfinibandTransmitRate,
+	}
+	// atLast are read at their last value, which runs/get gives for every
+	// series at once: limits, and totals since bridge started (energy, Xid
+	// events) or since the driver loaded (ECC).
+	atLast = []*metrics.Desc{
+		metrics.ContainerMemoryLimit, metrics.ContainerCPULimit, metrics.NodeCPUEnergy,
+		metrics.GPUEnergy, metrics.GPUXidErrors, metrics.GPUECCUncorrected,
+	}
+	// series finds a series the report reads from its key (the part after
+	// system/<node>/).
+	series = metrics.NewIndex(append(slices.Clone(overTime), atLast...)...)
 )
 
-var (
-	seriesWorkingSet   = cgroup.MemoryWorkingSet.Name
-	seriesMemoryLimit  = cgroup.MemoryLimit.Name
-	seriesCPU          = cgroup.CPUUsage.Name
-	seriesCPULimit     = cgroup.CPULimit.Name
-	seriesThrottled    = cgroup.CPUThrottledPeriods.Name
-	seriesNodeCPUJoule = rapl.Energy.Name
-)
-
-// perGPU matches template d bound to any whole GPU.
-func perGPU(d *metrics.Desc) *regexp.Regexp {
-	return regexp.MustCompile(`^gpu_\d+_` + regexp.QuoteMeta(d.Name) + `$`)
-}
-
-// anyOf matches the names of ds, each <instance> placeholder (an
-// InfiniBand device and port) standing for any one key segment's part.
-func anyOf(ds ...*metrics.Desc) *regexp.Regexp {
-	var alts []string
-	for _, d := range ds {
-		alts = append(alts, placeholder.ReplaceAllString(regexp.QuoteMeta(d.Name), `[^/]+`))
+// template is the template d was bound from (a per-GPU or per-instance
+// one), or d.
+func template(d *metrics.Desc) *metrics.Desc {
+	if d.Of != nil {
+		return d.Of
 	}
-	return regexp.MustCompile(`^(?:` + strings.Join(alts, "|") + `)$`)
+	return d
 }
 
-var placeholder = regexp.MustCompile(`<[a-z_]+>`)
-
-// overTime reports whether the report needs a series' every point (a mean
-// or a peak); the others are read at their last value, which runs/get
-// gives for every series at once: limits, and totals since bridge started
-// (energy, Xid events) or since the driver loaded (ECC).
-func overTime(name string) bool {
-	switch name {
-	case seriesWorkingSet, seriesCPU, seriesThrottled:
-		return true
+// reads reports whether the report uses series d at all.
+func reads(d *metrics.Desc) bool {
+	if d.Of != nil && d.Of.PerGPU && d.MIG >= 0 {
+		return false // a MIG slice's: part of its GPU's
 	}
-	return gpuUtil.MatchString(name) || gpuSMActive.MatchString(name) ||
-		network.MatchString(name) || infiniband.MatchString(name)
+	t := template(d)
+	return slices.Contains(overTime, t) || slices.Contains(atLast, t)
 }
 
-// read reports whether the report uses the series at all.
-func read(name string) bool {
-	switch name {
-	case seriesMemoryLimit, seriesCPULimit, seriesNodeCPUJoule:
-		return true
-	}
-	return overTime(name) || gpuEnergy.MatchString(name) || gpuXid.MatchString(name) || gpuECC.MatchString(name)
-}
-
-// Stat is one series of one node over the job.
-type Stat struct {
-	N          int
-	Mean, Peak float64
-	Last       float64
-}
+// readsOverTime reports whether the report needs every point of series d.
+func readsOverTime(d *metrics.Desc) bool { return reads(d) && slices.Contains(overTime, template(d)) }
 
 // Point is one value of a series.
-type Point struct {
-	Time  time.Time
-	Value float64
+type Point = stats.Point
+
+// read is one series a node's figures are made of, and its Stat.
+type read struct {
+	name string
+	d    *metrics.Desc
+	st   stats.Stat
 }
 
-// Fold makes a series' Stat from its points, oldest first. The container's
-// CPU is a rate over the time since the previous sample: as in the
-// end-of-run table, its peak and mean are over windows of at least
-// summary.MinRateWindow (the mean weighted by each window's length), and
-// over every point when there is no such window.
-func Fold(name string, pts []Point) Stat {
-	if len(pts) == 0 {
-		return Stat{}
-	}
-	st := Stat{N: len(pts), Peak: math.Inf(-1), Last: pts[len(pts)-1].Value}
-	sum := 0.0
-	for _, p := range pts {
-		sum += p.Value
-		st.Peak = max(st.Peak, p.Value)
-	}
-	st.Mean = sum / float64(len(pts))
-	if name != seriesCPU {
-		return st
-	}
-	peak, weighted, secs := math.Inf(-1), 0.0, 0.0
-	for i := 1; i < len(pts); i++ {
-		w := pts[i].Time.Sub(pts[i-1].Time)
-		if w < summary.MinRateWindow {
-			continue
+// fromAccumulator is every series the report uses, from what a node's
+// bridge accumulated over the job: the figures it records at its end
+// (TagFigures), so that the report never reads its series. A series known
+// by its name only is found by its key, as the tracker's are.
+func fromAccumulator(a *summary.Accumulator) []read {
+	var out []read
+	a.Each(func(name string, d *metrics.Desc, st stats.Stat) {
+		if d == nil {
+			d, _ = series.Lookup(name)
 		}
-		peak = max(peak, pts[i].Value)
-		weighted += pts[i].Value * w.Seconds()
-		secs += w.Seconds()
-	}
-	if secs > 0 {
-		st.Peak, st.Mean = peak, weighted/secs
-	}
-	return st
-}
-
-// FromAccumulator is the Stat of every series the report uses, from what
-// a node's bridge accumulated over the job: the figures it records at its
-// end (TagFigures), so that the report never reads its series.
-func FromAccumulator(a *summary.Accumulator) map[string]Stat {
-	out := map[string]Stat{}
-	a.Each(func(name string, st summary.Stat) {
-		if read(name) {
-			out[name] = Stat{N: st.N, Mean: st.Mean(), Peak: st.Peak, Last: st.Last}
+		if d != nil && reads(d) {
+			out = append(out, read{name, d, st})
 		}
 	})
-	if cpu, ok := out[seriesCPU]; ok {
-		if peak, mean, ok := a.CPU(); ok {
-			cpu.Peak, cpu.Mean = peak, mean
-			out[seriesCPU] = cpu
-		}
-	}
 	return out
 }
 
-// figuresOf turns a node's series' stats into its figures; samples is the
-// node's sample count.
-func figuresOf(stats map[string]Stat, samples int) Figures {
+// figuresOf turns a node's series into its figures; samples is the node's
+// sample count.
+func figuresOf(rs []read, samples int) Figures {
+	slices.SortFunc(rs, func(a, b read) int { return strings.Compare(a.name, b.name) })
 	f := Figures{Samples: samples}
-	get := func(name string) (Stat, bool) { st, ok := stats[name]; return st, ok && st.N > 0 }
-	if st, ok := get(seriesWorkingSet); ok {
-		f.PeakWorkingSetMB = num(st.Peak)
-	}
-	if st, ok := get(seriesMemoryLimit); ok && st.Last > 0 {
-		f.MemoryLimitMB = num(st.Last)
-	}
-	if st, ok := get(seriesCPU); ok {
-		f.CPUMeanCores, f.CPUPeakCores = num(st.Mean), num(st.Peak)
-	}
-	if st, ok := get(seriesCPULimit); ok && st.Last > 0 {
-		f.CPULimitCores = num(st.Last)
-	}
-	if st, ok := get(seriesThrottled); ok {
-		f.ThrottledSharePercent = num(st.Mean)
-	}
-	if st, ok := get(seriesNodeCPUJoule); ok {
-		f.NodeCPUEnergyJoules = num(st.Last)
-	}
 	var util, sm, energy, xid, ecc, net, ib []float64
-	for _, name := range sortedKeys(stats) {
-		st := stats[name]
-		if st.N == 0 {
+	for _, r := range rs {
+		st := r.st
+		if st.N == 0 || !reads(r.d) {
 			continue
 		}
-		switch {
-		case gpuUtil.MatchString(name):
-			util = append(util, st.Mean)
-		case gpuSMActive.MatchString(name):
-			sm = append(sm, st.Mean)
-		case gpuEnergy.MatchString(name):
+		switch template(r.d) {
+		case metrics.ContainerMemoryWorkingSet:
+			f.PeakWorkingSetMB = num(st.Peak)
+		case metrics.ContainerMemoryLimit:
+			if st.Last > 0 {
+				f.MemoryLimitMB = num(st.Last)
+			}
+		case metrics.ContainerCPUUsage:
+			// As in the end-of-run table: over steady windows.
+			peak, mean, _ := st.Rate()
+			f.CPUMeanCores, f.CPUPeakCores = num(mean), num(peak)
+		case metrics.ContainerCPULimit:
+			if st.Last > 0 {
+				f.CPULimitCores = num(st.Last)
+			}
+		case metrics.ContainerCPUThrottledPeriods:
+			f.ThrottledSharePercent = num(st.Mean())
+		case metrics.NodeCPUEnergy:
+			f.NodeCPUEnergyJoules = num(st.Last)
+		case metrics.GPUUtilization:
+			util = append(util, st.Mean())
+		case metrics.GPUProfSMActive:
+			sm = append(sm, st.Mean())
+		case metrics.GPUEnergy:
 			energy = append(energy, st.Last)
-		case gpuXid.MatchString(name):
+		case metrics.GPUXidErrors:
 			xid = append(xid, st.Last)
-		case gpuECC.MatchString(name):
+		case metrics.GPUECCUncorrected:
 			ecc = append(ecc, st.Last)
-		case network.MatchString(name):
-			net = append(net, st.Mean)
-		case infiniband.MatchString(name):
-			ib = append(ib, st.Mean)
+		case metrics.NetnsReceiveRate, metrics.NetnsTransmitRate:
+			net = append(net, st.Mean())
+		case metrics.InfinibandReceiveRate, metrics.InfinibandTransmitRate:
+			ib = append(ib, st.Mean())
 		}
 	}
 	f.GPUUtilizationPercent = mean(util)
@@ -307,7 +244,7 @@ func sortedKeys[V any](m map[string]V) []string {
 // FiguresTag is the value of TagFigures for a node whose bridge
 // accumulated a: its figures, as JSON (figures out of range left out).
 func FiguresTag(a *summary.Accumulator) string {
-	f := figuresOf(FromAccumulator(a), a.Samples())
+	f := figuresOf(fromAccumulator(a), a.Samples())
 	f.keepValid()
 	b, err := json.Marshal(f)
 	if err != nil {

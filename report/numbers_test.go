@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -64,7 +63,7 @@ func TestNumbersOutOfRange(t *testing.T) {
 		{name: "share of a limit that overflows", tags: map[string]string{
 			s + "peak_usage_share_of_limit_percentage": "1e8", s + "memory_limit_megabytes": "1e15", s + "exit_reason": "cgroup_oom_kill"}, refused: 1},
 		{name: "series of 1e306 and NaN", latest: map[string]float64{
-			"system/node-1/" + cgroup.MemoryLimit.Name: 1e306, "system/node-1/" + cgroup.CPULimit.Name: math.NaN(),
+			"system/node-1/" + metrics.ContainerMemoryLimit.Name: 1e306, "system/node-1/" + metrics.ContainerCPULimit.Name: math.NaN(),
 			"system/node-1/gpu_0_energy_joules": 1e306, "system/node-1/gpu_1_energy_joules": 1e306}, refused: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,8 +112,8 @@ func TestFiguresTagFinite(t *testing.T) {
 	now := time.Now()
 	for i := range 3 {
 		a.Add(metrics.Sample{Seq: int64(i), Time: now.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
-			metrics.At(cgroup.MemoryWorkingSet, 1e306), metrics.At(metrics.GPUUtilization.ForGPU(0), 1e306),
-			metrics.At(cgroup.MemoryLimit, 100),
+			metrics.At(metrics.ContainerMemoryWorkingSet, 1e306), metrics.At(metrics.GPUUtilization.ForGPU(0), 1e306),
+			metrics.At(metrics.ContainerMemoryLimit, 100),
 		}})
 	}
 	tag := FiguresTag(a)

@@ -21,6 +21,7 @@ import (
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/stats"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -312,16 +313,22 @@ func (n node) record(run Run) record {
 // readFigures reads the node's figures from its series: the last value of
 // each (runs/get gave them all), and every point of those that need it.
 func (n node) readFigures(ctx context.Context, run Run, history History) (Figures, error) {
-	stats := map[string]Stat{}
+	var rs []read
 	var errs []error
-	samples := 0
+	samples, wsN := 0, -1 // wsN: the working set's points; -1: not read
 	for _, key := range sortedKeys(run.Latest) {
 		name, ok := strings.CutPrefix(key, n.keys)
-		if !ok || strings.Contains(name, "/") || !read(name) {
-			continue // another node's, a task's (system/<node>/task-1/...), or unused
+		if !ok || strings.Contains(name, "/") {
+			continue // another node's, or a task's (system/<node>/task-1/...)
 		}
-		if !overTime(name) {
-			stats[name] = Stat{N: 1, Mean: run.Latest[key], Peak: run.Latest[key], Last: run.Latest[key]}
+		d, ok := series.Lookup(name)
+		if !ok || !reads(d) {
+			continue
+		}
+		if !readsOverTime(d) {
+			var st stats.Stat
+			st.Add(time.Time{}, run.Latest[key], 0)
+			rs = append(rs, read{name, d, st})
 			continue
 		}
 		if history == nil {
@@ -335,16 +342,19 @@ func (n node) readFigures(ctx context.Context, run Run, history History) (Figure
 			errs = append(errs, fmt.Errorf("series %s: %w", key, err))
 			continue
 		}
-		st := Fold(name, pts)
-		stats[name] = st
-		if name == seriesWorkingSet || samples == 0 {
-			samples = max(samples, st.N)
+		st := stats.Fold(pts)
+		rs = append(rs, read{name, d, st})
+		if samples == 0 {
+			samples = st.N
+		}
+		if d == metrics.ContainerMemoryWorkingSet {
+			wsN = st.N // the node's samples: one a point, every sample
 		}
 	}
-	if ws, ok := stats[seriesWorkingSet]; ok {
-		samples = ws.N
+	if wsN >= 0 {
+		samples = wsN
 	}
-	return figuresOf(stats, samples), errors.Join(errs...)
+	return figuresOf(rs, samples), errors.Join(errs...)
 }
 
 // FirstFailureOf is the first failure the run's tags record, nil for none.

@@ -12,10 +12,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
 	ibmetrics "github.com/bridge-dev/bridge/metrics/infiniband"
-	nodemetrics "github.com/bridge-dev/bridge/metrics/node"
-	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -186,7 +183,7 @@ func TestBuildReadsOnlyWhatItNeeds(t *testing.T) {
 	a := summary.New()
 	for i := range 4 {
 		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
-			metrics.At(cgroup.MemoryWorkingSet, 100+float64(i)), metrics.At(cgroup.CPUUsage, 1),
+			metrics.At(metrics.ContainerMemoryWorkingSet, 100+float64(i)), metrics.At(metrics.ContainerCPUUsage, 1),
 		}})
 	}
 	tags := jobTags(nodeEndSpec{"node-0", "FINISHED", "success", "", 0, 5 * time.Second}, nodeEndSpec{id: "node-1"})
@@ -205,7 +202,7 @@ func TestBuildReadsOnlyWhatItNeeds(t *testing.T) {
 		} {
 			key := "system/" + node + "/" + name
 			for i, v := range vs {
-				h.series[key] = append(h.series[key], Point{t0.Add(time.Duration(i) * time.Second), v})
+				h.series[key] = append(h.series[key], Point{Time: t0.Add(time.Duration(i) * time.Second), Value: v})
 			}
 			latest[key] = vs[len(vs)-1]
 		}
@@ -245,28 +242,6 @@ func mustJSON(v any) string {
 	return string(b)
 }
 
-// The CPU's peak and mean leave out windows shorter than
-// summary.MinRateWindow, as the end-of-run table does, and agree with it.
-func TestFoldCPUAsTheTable(t *testing.T) {
-	a := summary.New()
-	var pts []Point
-	for i, p := range []struct {
-		at time.Duration
-		v  float64
-	}{{0, 0}, {time.Second, 1}, {2 * time.Second, 2}, {4 * time.Second, 1}, {4*time.Second + 50*time.Millisecond, 9}} {
-		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(p.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, p.v)}})
-		pts = append(pts, Point{t0.Add(p.at), p.v})
-	}
-	st := Fold(cgroup.CPUUsage.Name, pts)
-	acc := FromAccumulator(a)[cgroup.CPUUsage.Name]
-	if st.Peak != 2 || st.Mean != (1+2+2*1)/4.0 {
-		t.Errorf("fold: peak %v mean %v, want 2 and 1.25", st.Peak, st.Mean)
-	}
-	if acc.Peak != st.Peak || acc.Mean != st.Mean {
-		t.Errorf("from the accumulator: peak %v mean %v; from the series: %v %v", acc.Peak, acc.Mean, st.Peak, st.Mean)
-	}
-}
-
 func TestDiffersFromTheJob(t *testing.T) {
 	rows := []Node{
 		{Node: "node-0", Figures: Figures{GPUSMActiveRatio: p(0.60), NetworkMBps: p(100), ThrottledSharePercent: p(0)}},
@@ -304,7 +279,7 @@ func TestSingleRun(t *testing.T) {
 		"bridge.exit_reason_detail": "exited 1", "bridge.memory_limit_megabytes": "no limit"}
 	latest := map[string]float64{"system/container_memory_working_set_megabytes": 5}
 	h := &history{reads: map[string]int{}, series: map[string][]Point{
-		"system/container_memory_working_set_megabytes": {{t0, 4}, {t0.Add(time.Second), 6}, {t0.Add(2 * time.Second), 5}}}}
+		"system/container_memory_working_set_megabytes": {{Time: t0, Value: 4}, {Time: t0.Add(time.Second), Value: 6}, {Time: t0.Add(2 * time.Second), Value: 5}}}}
 	rep, err := Build(context.Background(), Run{ID: "r1", Status: "FAILED", EndTime: t0.Add(3 * time.Second), Tags: tags, Latest: latest}, h.read)
 	if err != nil {
 		t.Fatal(err)
@@ -394,12 +369,12 @@ func TestFiguresOfEverySource(t *testing.T) {
 			metrics.At(metrics.GPUProfSMActive.ForGPU(0), 0.5), metrics.At(metrics.GPUProfSMActive.ForGPU(1), 0.3),
 			metrics.At(metrics.GPUProfSMActive.ForMIG(0, 1), 0.99),
 			metrics.At(metrics.GPUEnergy.ForGPU(0), 100*v), metrics.At(metrics.GPUEnergy.ForGPU(1), 50*v),
-			metrics.At(rapl.Energy, 10*v),
+			metrics.At(metrics.NodeCPUEnergy, 10*v),
 			metrics.At(metrics.GPUXidErrors.ForGPU(1), v), metrics.At(metrics.GPUECCUncorrected.ForGPU(0), 0),
-			metrics.At(nodemetrics.NetnsReceiveRate, 1), metrics.At(nodemetrics.NetnsTransmitRate, 2),
-			metrics.At(ib(ibmetrics.ReceiveRate, "mlx5_0", "1"), 1000), metrics.At(ib(ibmetrics.TransmitRate, "mlx5_0", "1"), 500),
-			metrics.At(ib(ibmetrics.ReceiveRate, "mlx5_1", "1"), 100), metrics.At(ib(ibmetrics.SymbolErrors, "mlx5_0", "1"), 7),
-			metrics.At(cgroup.CPUThrottledPeriods, 20*v),
+			metrics.At(metrics.NetnsReceiveRate, 1), metrics.At(metrics.NetnsTransmitRate, 2),
+			metrics.At(ib(metrics.InfinibandReceiveRate, "mlx5_0", "1"), 1000), metrics.At(ib(metrics.InfinibandTransmitRate, "mlx5_0", "1"), 500),
+			metrics.At(ib(metrics.InfinibandReceiveRate, "mlx5_1", "1"), 100), metrics.At(ib(ibmetrics.SymbolErrors, "mlx5_0", "1"), 7),
+			metrics.At(metrics.ContainerCPUThrottledPeriods, 20*v),
 		}})
 	}
 	var f Figures

@@ -9,8 +9,6 @@ import (
 
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -87,12 +85,12 @@ func readRecord(tags map[string]string, scope string) record {
 			r.figures = &f
 		}
 	}
-	r.peakMB = figure(forensics.TagPeakWorkingSet, cgroup.MemoryWorkingSet)
-	r.limitMB = figure("bridge.memory_limit_megabytes", cgroup.MemoryLimit) // "no limit": nil
-	r.cpuLimit = figure("bridge.cpu_limit_cores", cgroup.CPULimit)
-	r.throttled = figure(forensics.TagThrottledShare, cgroup.CPUThrottledPeriods)
+	r.peakMB = figure(forensics.TagPeakWorkingSet, metrics.ContainerMemoryWorkingSet)
+	r.limitMB = figure("bridge.memory_limit_megabytes", metrics.ContainerMemoryLimit) // "no limit": nil
+	r.cpuLimit = figure("bridge.cpu_limit_cores", metrics.ContainerCPULimit)
+	r.throttled = figure(forensics.TagThrottledShare, metrics.ContainerCPUThrottledPeriods)
 	r.gpuJoules = figure(summary.TagEnergyGPUs, metrics.GPUEnergy)
-	r.cpuJoules = figure(summary.TagEnergyNodeCPU, rapl.Energy)
+	r.cpuJoules = figure(summary.TagEnergyNodeCPU, metrics.NodeCPUEnergy)
 	// The kernel's high-water mark of usage, for a bridge that predates
 	// the peak's source tag (fromTags): the peak-usage tag only where its
 	// source says it is the kernel's (it falls back to the samples), else
@@ -101,15 +99,15 @@ func readRecord(tags map[string]string, scope string) record {
 	usageSource := get(forensics.TagPeakUsageSource)
 	kernelUsage := strings.HasPrefix(usageSource, summary.SourceKernelPeak)
 	if kernelUsage {
-		r.kernelPeakMB = figure(forensics.TagPeakUsage, cgroup.MemoryPeak)
+		r.kernelPeakMB = figure(forensics.TagPeakUsage, metrics.ContainerMemoryPeak)
 	}
 	if v, ok := number(evidence(get(forensics.TagExitEvidence), "peak_usage_megabytes")); r.kernelPeakMB == nil && ok {
-		r.kernelPeakMB = r.within(key(forensics.TagExitEvidence)+" peak_usage_megabytes", v, cgroup.MemoryPeak)
+		r.kernelPeakMB = r.within(key(forensics.TagExitEvidence)+" peak_usage_megabytes", v, metrics.ContainerMemoryPeak)
 	}
-	if share := figure(forensics.TagPeakUsageShare, cgroup.MemoryWorkingSetPercent); r.kernelPeakMB == nil && share != nil && r.limitMB != nil &&
+	if share := figure(forensics.TagPeakUsageShare, metrics.ContainerMemoryWorkingSetPercent); r.kernelPeakMB == nil && share != nil && r.limitMB != nil &&
 		(usageSource == "" || kernelUsage) {
 		r.kernelPeakMB = r.within(key(forensics.TagPeakUsageShare)+" × "+key("bridge.memory_limit_megabytes"),
-			share.Float64()*r.limitMB.Float64()/100, cgroup.MemoryPeak)
+			share.Float64()*r.limitMB.Float64()/100, metrics.ContainerMemoryPeak)
 	}
 	return r
 }

@@ -267,7 +267,7 @@ func TestBuildStopsWhenContextEnds(t *testing.T) {
 			cancel(why) // the deadline passes during this read
 			return nil, ctx.Err()
 		}
-		return []Point{{t0, 4}, {t0.Add(time.Second), 6}}, nil
+		return []Point{{Time: t0, Value: 4}, {Time: t0.Add(time.Second), Value: 6}}, nil
 	}
 	rep, err := Build(ctx, Run{ID: "r", Status: "RUNNING", Tags: tags, Latest: latest}, history)
 	if !errors.Is(err, context.Canceled) || rep == nil {

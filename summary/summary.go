@@ -11,39 +11,11 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/metrics"
-
-	"github.com/bridge-dev/bridge/metrics/cgroup"
-
-	"github.com/bridge-dev/bridge/metrics/rapl"
-
-	"github.com/bridge-dev/bridge/metrics/process"
+	"github.com/bridge-dev/bridge/stats"
 )
-
-// Stat follows one metric over the job.
-type Stat struct {
-	First, Last, Peak float64
-	PeakAt            time.Time
-	Sum               float64
-	N                 int
-}
-
-// Mean is the average of the values seen.
-func (s Stat) Mean() float64 {
-	if s.N == 0 {
-		return 0
-	}
-	return s.Sum / float64(s.N)
-}
-
-// MinRateWindow is the shortest window over which the table takes the peak
-// of a rate (CPU cores): a rate over a shorter one, such as the sample taken
-// as the child exits tens of milliseconds after the one before, is mostly
-// the counter's lag (the kernel charges CPU time at ticks), not the job.
-const MinRateWindow = time.Second
 
 // NotSampled is what the table and the tags say of a figure whose series
 // the job's collectors produce but no sample had (the job ended before a
@@ -70,13 +42,13 @@ type Options struct {
 	// (memory.max_usage_in_bytes on cgroup v1, memory.peak on v2), for the
 	// figures' sources.
 	PeakFile string
-	// AtRoot are the controllers whose cgroup is the host's root cgroup
-	// (cgroup.Layout.AtRoot): the table says that their container_
-	// figures are not a container's, and so not measured.
-	AtRoot []string
+	// Notes are rows the table shows after the sample count: why a
+	// scope's series are not what their names say (the container's, where
+	// bridge's cgroups are the host's root cgroups: metrics.Partial).
+	Notes []Row
 	// PeakStart is the kernel's memory high-water mark before the job
-	// (cgroup.Collector.StartPeak); nil when it was not read. The figures
-	// take the mark only where it is the job's (KernelPeak).
+	// (metrics.PeakKeeper); nil when it was not read. The figures take the
+	// mark only where it is the job's (KernelPeak).
 	PeakStart *PeakStart
 }
 
@@ -107,30 +79,15 @@ type Figure struct {
 	ShareKnown   bool
 }
 
-// Accumulator keeps a Stat per series. Not safe for concurrent use.
+// Accumulator keeps a Stat per series of the job's samples (stats.Set),
+// and the last few samples, for the table, forensics and the node's
+// figures. Not safe for concurrent use.
 type Accumulator struct {
+	stats.Set
 	opt      Options
-	expected map[string]bool  // by name
-	stats    map[string]*stat // by name
-	samples  int
-	first    time.Time
-	last     metrics.Sample
-	// cpuPeak is the peak of container CPU over windows of at least
-	// MinRateWindow (cpuPeakOK: one was seen); cpuCoreSecs over cpuSecs
-	// is its mean over the same windows, so that the mean shown beside
-	// the peak never exceeds it.
-	cpuPeak     float64
-	cpuPeakOK   bool
-	cpuCoreSecs float64
-	cpuSecs     float64
+	expected map[string]bool // by name
 	// recent keeps the last few samples for forensics (values near the end).
 	recent []metrics.Sample
-}
-
-// stat is a Stat and the series it follows.
-type stat struct {
-	Stat
-	desc *metrics.Desc // nil for a point known by name only
 }
 
 // New returns an empty Accumulator that knows nothing of the job's
@@ -140,7 +97,7 @@ func New() *Accumulator { return NewWith(Options{}) }
 // NewWith returns an empty Accumulator for a job whose collectors and
 // cgroup o describes.
 func NewWith(o Options) *Accumulator {
-	a := &Accumulator{opt: o, stats: map[string]*stat{}, expected: map[string]bool{}}
+	a := &Accumulator{opt: o, expected: map[string]bool{}}
 	for _, d := range o.Expected {
 		a.expected[d.Name] = true
 	}
@@ -152,55 +109,12 @@ func (a *Accumulator) Expects(d *metrics.Desc) bool { return a.expected[d.Name] 
 
 // Add takes one sample into account.
 func (a *Accumulator) Add(s metrics.Sample) {
-	if a.samples == 0 {
-		a.first = s.Time
-	}
-	// The collector's rate is over the time since its previous reading:
-	// at least this, the time since the previous sample.
-	window := s.Time.Sub(a.last.Time)
-	steady := a.samples > 0 && window >= MinRateWindow
-	a.samples++
-	a.last = s
+	a.Set.Add(s)
 	a.recent = append(a.recent, s)
 	if len(a.recent) > 10 {
 		a.recent = a.recent[1:]
 	}
-	for _, p := range s.Points {
-		st := a.stats[p.Name()]
-		if st == nil {
-			st = &stat{Stat: Stat{First: p.Value, Peak: p.Value, PeakAt: s.Time}, desc: p.Desc}
-			a.stats[p.Name()] = st
-		}
-		st.Last = p.Value
-		st.Sum += p.Value
-		st.N++
-		if p.Value > st.Peak {
-			st.Peak, st.PeakAt = p.Value, s.Time
-		}
-		if p.Name() == cgroup.CPUUsage.Name && steady {
-			if !a.cpuPeakOK || p.Value > a.cpuPeak {
-				a.cpuPeak, a.cpuPeakOK = p.Value, true
-			}
-			a.cpuCoreSecs += p.Value * window.Seconds()
-			a.cpuSecs += window.Seconds()
-		}
-	}
 }
-
-// Get returns the Stat of series d and whether it was seen.
-func (a *Accumulator) Get(d *metrics.Desc) (Stat, bool) {
-	st, ok := a.stats[d.Name]
-	if !ok {
-		return Stat{}, false
-	}
-	return st.Stat, true
-}
-
-// Samples is how many samples were added.
-func (a *Accumulator) Samples() int { return a.samples }
-
-// Last is the last sample added.
-func (a *Accumulator) Last() metrics.Sample { return a.last }
 
 // Recent returns up to the last 10 samples, oldest first.
 func (a *Accumulator) Recent() []metrics.Sample { return append([]metrics.Sample(nil), a.recent...) }
@@ -213,7 +127,7 @@ const AtLimit = 0.99
 // memLimit is the container's memory limit in the last sample that had one;
 // 0 without one.
 func (a *Accumulator) memLimit() float64 {
-	if lim, ok := a.Get(cgroup.MemoryLimit); ok && lim.Last > 0 {
+	if lim, ok := a.Get(metrics.ContainerMemoryLimit); ok && lim.Last > 0 {
 		return lim.Last
 	}
 	return 0
@@ -225,11 +139,11 @@ func (a *Accumulator) memLimit() float64 {
 // its ancestors; an ancestor's limit can kill here with this cgroup below
 // its own).
 func (a *Accumulator) oomKilled() bool {
-	k, ok := a.Get(cgroup.OOMKills)
+	k, ok := a.Get(metrics.ContainerOOMKills)
 	if !ok || k.Last <= k.First {
 		return false
 	}
-	own, ok := a.Get(cgroup.OOMEvents)
+	own, ok := a.Get(metrics.ContainerOOMEvents)
 	return !ok || own.Last > own.First
 }
 
@@ -248,24 +162,24 @@ func (a *Accumulator) peakFile() string {
 // predates the job (another job's, in a cgroup jobs share), or it was not
 // read before the job, so that no one can tell. Never another job's peak
 // as this one's.
-func (a *Accumulator) KernelPeak() (st Stat, ok bool, why string) {
-	k, ok := a.Get(cgroup.MemoryPeak)
+func (a *Accumulator) KernelPeak() (st stats.Stat, ok bool, why string) {
+	k, ok := a.Get(metrics.ContainerMemoryPeak)
 	if !ok {
-		return Stat{}, false, ""
+		return stats.Stat{}, false, ""
 	}
 	start := a.opt.PeakStart
 	switch {
 	case start == nil:
-		return Stat{}, false, fmt.Sprintf("the kernel's high-water mark %s (%.1f MB) was not read before the job, so it may be an earlier job's", a.peakFile(), k.Peak)
+		return stats.Stat{}, false, fmt.Sprintf("the kernel's high-water mark %s (%.1f MB) was not read before the job, so it may be an earlier job's", a.peakFile(), k.Peak)
 	case start.Reset, k.Peak > start.MB:
 		return k, true, ""
 	}
 	// The mark did not rise during the job: the job's own, only if its
 	// usage reached it.
-	if u, ok := a.Get(cgroup.MemoryUsage); ok && u.Peak >= start.MB {
+	if u, ok := a.Get(metrics.ContainerMemoryUsage); ok && u.Peak >= start.MB {
 		return k, true, ""
 	}
-	return Stat{}, false, fmt.Sprintf("the kernel's high-water mark %s, %.1f MB, predates the job", a.peakFile(), start.MB)
+	return stats.Stat{}, false, fmt.Sprintf("the kernel's high-water mark %s, %.1f MB, predates the job", a.peakFile(), start.MB)
 }
 
 // PeakWorkingSet is the container's highest working set: the highest
@@ -276,8 +190,8 @@ func (a *Accumulator) KernelPeak() (st Stat, ok bool, why string) {
 // job that allocates past its limit within one interval dies between two
 // samples).
 func (a *Accumulator) PeakWorkingSet() Figure {
-	f := Figure{Expected: a.Expects(cgroup.MemoryWorkingSet)}
-	ws, ok := a.Get(cgroup.MemoryWorkingSet)
+	f := Figure{Expected: a.Expects(metrics.ContainerMemoryWorkingSet)}
+	ws, ok := a.Get(metrics.ContainerMemoryWorkingSet)
 	lim := a.memLimit()
 	if k, kok, _ := a.KernelPeak(); kok && lim > 0 && k.Peak >= AtLimit*lim && a.oomKilled() && (!ok || k.Peak > ws.Peak) {
 		v := min(k.Peak, lim)
@@ -292,7 +206,7 @@ func (a *Accumulator) PeakWorkingSet() Figure {
 		f.SharePercent, f.ShareKnown = 100*ws.Peak/lim, true
 		// The per-sample share was computed against the limit of its
 		// time: preferred when the limit was resized during the job.
-		if pct, ok := a.Get(cgroup.MemoryWorkingSetPercent); ok {
+		if pct, ok := a.Get(metrics.ContainerMemoryWorkingSetPercent); ok {
 			f.SharePercent = pct.Peak
 		}
 	}
@@ -304,11 +218,11 @@ func (a *Accumulator) PeakWorkingSet() Figure {
 // (cgroup v1, v2 from Linux 5.19) and it is the job's (KernelPeak), else
 // the highest sampled, whose source then says why not the kernel's.
 func (a *Accumulator) PeakUsage() Figure {
-	f := Figure{Expected: a.Expects(cgroup.MemoryUsage)}
+	f := Figure{Expected: a.Expects(metrics.ContainerMemoryUsage)}
 	k, kok, why := a.KernelPeak()
 	if kok {
 		f.Value, f.Known, f.Source = k.Peak, true, SourceKernelPeak+" "+a.peakFile()
-	} else if u, ok := a.Get(cgroup.MemoryUsage); ok {
+	} else if u, ok := a.Get(metrics.ContainerMemoryUsage); ok {
 		f.Value, f.Known, f.Source = u.Peak, true, SourceSampled
 		if why != "" {
 			f.Source += "; " + why
@@ -344,13 +258,11 @@ func (a *Accumulator) memoryRow(f Figure, extra string) string {
 // job's collectors produce that no sample had reads NotSampled.
 func (a *Accumulator) Rows() []Row {
 	var rows []Row
-	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.samples)})
-	if len(a.opt.AtRoot) > 0 {
-		rows = append(rows, Row{"container scope", cgroup.RootNote(a.opt.AtRoot)})
-	}
+	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.Samples())})
+	rows = append(rows, a.opt.Notes...)
 	if f := a.PeakWorkingSet(); f.Known || f.Expected {
 		extra := ""
-		if ws, ok := a.Get(cgroup.MemoryWorkingSet); ok && f.Source != SourceSampled {
+		if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok && f.Source != SourceSampled {
 			extra = fmt.Sprintf(" (highest sampled %.1f MB)", ws.Peak)
 		}
 		rows = append(rows, Row{"peak working set", a.memoryRow(f, extra)})
@@ -362,16 +274,11 @@ func (a *Accumulator) Rows() []Row {
 		}
 		rows = append(rows, Row{"peak usage", a.memoryRow(f, extra)})
 	}
-	if cpu, ok := a.Get(cgroup.CPUUsage); ok {
-		peak, mean, ok := a.CPU()
-		if !ok {
-			// A job too short, or sampled too fast, for a steady window:
-			// every sample's rate.
-			peak, mean = cpu.Peak, cpu.Mean()
-		}
+	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
+		peak, mean, _ := cpu.Rate()
 		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, mean)
-		_, split := a.Get(cgroup.CPUUsageLimitSplit)
-		if lim, ok := a.Get(cgroup.CPULimit); ok && lim.Last > 0 && split {
+		_, split := a.Get(metrics.ContainerCPUUsageLimitSplit)
+		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 && split {
 			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)
 		} else if ok && lim.Last > 0 {
 			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
@@ -379,47 +286,47 @@ func (a *Accumulator) Rows() []Row {
 			v += " (no CPU limit)"
 		}
 		rows = append(rows, Row{"peak container CPU", v})
-	} else if a.Expects(cgroup.CPUUsage) {
+	} else if a.Expects(metrics.ContainerCPUUsage) {
 		// A rate needs two readings: a job that ended before the second
 		// has none.
 		rows = append(rows, Row{"peak container CPU", NotSampled})
 	}
-	if th, ok := a.Get(cgroup.CPUThrottledPeriods); ok {
+	if th, ok := a.Get(metrics.ContainerCPUThrottledPeriods); ok {
 		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
-		if ts, ok := a.Get(cgroup.CPUThrottledSecondsTotal); ok {
+		if ts, ok := a.Get(metrics.ContainerCPUThrottledSecondsTotal); ok {
 			v += fmt.Sprintf(", %.2f s throttled", ts.Last-ts.First)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
 	} else if a.ThrottleExpected() {
 		rows = append(rows, Row{"CPU throttled", NotSampled})
 	}
-	if k, ok := a.Get(cgroup.OOMKills); ok {
+	if k, ok := a.Get(metrics.ContainerOOMKills); ok {
 		v := fmt.Sprintf("%.0f during the job", k.Last-k.First)
-		if e, ok := a.Get(cgroup.OOMEvents); ok {
+		if e, ok := a.Get(metrics.ContainerOOMEvents); ok {
 			v += fmt.Sprintf(" (OOM events %.0f)", e.Last-e.First)
 		}
 		rows = append(rows, Row{"OOM kills", v})
 	}
-	if rss, ok := a.Get(process.MemoryRSS); ok {
+	if rss, ok := a.Get(metrics.ProcessMemoryRSS); ok {
 		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB", rss.Peak)})
-	} else if a.Expects(process.MemoryRSS) {
+	} else if a.Expects(metrics.ProcessMemoryRSS) {
 		rows = append(rows, Row{"peak process-tree RSS", NotSampled})
 	}
-	if psi, ok := a.Get(cgroup.PressureMemorySome); ok {
+	if psi, ok := a.Get(metrics.ContainerPressureMemorySome); ok {
 		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
-	} else if a.Expects(cgroup.PressureMemorySome) {
+	} else if a.Expects(metrics.ContainerPressureMemorySome) {
 		rows = append(rows, Row{"peak memory pressure", NotSampled})
 	}
 	var gpus []string
-	for _, st := range a.stats {
-		if d := st.desc; d != nil && d.Of == metrics.GPUMemoryUsed {
+	a.Each(func(_ string, d *metrics.Desc, st stats.Stat) {
+		if d != nil && d.Of == metrics.GPUMemoryUsed {
 			where := fmt.Sprintf("gpu_%d", d.GPU)
 			if d.MIG >= 0 {
 				where += fmt.Sprintf("_mig_%d", d.MIG)
 			}
 			gpus = append(gpus, fmt.Sprintf("%s peak %.0f MB", where, st.Peak))
 		}
-	}
+	})
 	sort.Strings(gpus)
 	if len(gpus) > 0 {
 		rows = append(rows, Row{"GPU memory", strings.Join(gpus, ", ")})
@@ -434,8 +341,8 @@ func (a *Accumulator) Rows() []Row {
 // cgroup's own quota is in effect). Without them nothing throttles: the
 // share does not exist, rather than not being sampled.
 func (a *Accumulator) ThrottleExpected() bool {
-	p, ok := a.Get(cgroup.CPUPeriodsTotal)
-	return a.Expects(cgroup.CPUThrottledPeriods) && ok && p.Last > 0
+	p, ok := a.Get(metrics.ContainerCPUPeriodsTotal)
+	return a.Expects(metrics.ContainerCPUThrottledPeriods) && ok && p.Last > 0
 }
 
 // Energy is what the job's hardware used while bridge sampled it.
@@ -457,13 +364,13 @@ const (
 // started; MIG slices are part of their GPU), and the node's CPU packages.
 func (a *Accumulator) Energy() Energy {
 	var e Energy
-	for _, st := range a.stats {
-		if d := st.desc; d != nil && d.Of != nil && d.Of.PerGPU && d.MIG < 0 && d.Unit == metrics.UnitJoules {
+	a.Each(func(_ string, d *metrics.Desc, st stats.Stat) {
+		if d != nil && d.Of != nil && d.Of.PerGPU && d.MIG < 0 && d.Unit == metrics.UnitJoules {
 			e.GPUJoules += st.Last
 			e.GPUs++
 		}
-	}
-	if cpu, ok := a.Get(rapl.Energy); ok {
+	})
+	if cpu, ok := a.Get(metrics.NodeCPUEnergy); ok {
 		e.CPUJoules, e.CPU = cpu.Last, true
 	}
 	return e
@@ -500,23 +407,4 @@ func Write(w io.Writer, title string, rows []Row) {
 		fmt.Fprintf(tw, "  %s\t%s\n", printable.Line(r.What), printable.Line(r.Value))
 	}
 	tw.Flush()
-}
-
-// Each calls f with the name and Stat of every series seen, in no
-// particular order. The end of a job's node reads its figures for the
-// job's report through it (package report).
-func (a *Accumulator) Each(f func(name string, st Stat)) {
-	for name, st := range a.stats {
-		f(name, st.Stat)
-	}
-}
-
-// CPU is the container CPU's peak and mean over windows of at least
-// MinRateWindow, as the table shows them; ok is false when no such window
-// was seen (a job too short, or sampled too fast).
-func (a *Accumulator) CPU() (peak, mean float64, ok bool) {
-	if !a.cpuPeakOK || a.cpuSecs <= 0 {
-		return 0, 0, false
-	}
-	return a.cpuPeak, a.cpuCoreSecs / a.cpuSecs, true
 }

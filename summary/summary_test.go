@@ -13,8 +13,6 @@ import (
 
 	"github.com/bridge-dev/bridge/metrics/process"
 
-	"github.com/bridge-dev/bridge/metrics/rapl"
-
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
 
@@ -23,9 +21,9 @@ func TestRowsAgainstLimits(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for i, ws := range []float64{100, 180, 150} {
 		a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: []metrics.Point{
-			metrics.At(cgroup.MemoryWorkingSet, ws), metrics.At(cgroup.MemoryLimit, 200),
-			metrics.At(cgroup.CPUUsage, float64(i)*0.25), metrics.At(cgroup.CPULimit, 0.5),
-			metrics.At(cgroup.OOMKills, float64(i/2)), metrics.At(cgroup.CPUThrottledPeriods, 30),
+			metrics.At(metrics.ContainerMemoryWorkingSet, ws), metrics.At(metrics.ContainerMemoryLimit, 200),
+			metrics.At(metrics.ContainerCPUUsage, float64(i)*0.25), metrics.At(metrics.ContainerCPULimit, 0.5),
+			metrics.At(metrics.ContainerOOMKills, float64(i/2)), metrics.At(metrics.ContainerCPUThrottledPeriods, 30),
 		}})
 	}
 	var b bytes.Buffer
@@ -41,7 +39,7 @@ func TestRowsAgainstLimits(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
-	if st, _ := a.Get(cgroup.MemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
+	if st, _ := a.Get(metrics.ContainerMemoryWorkingSet); !st.PeakAt.Equal(t0.Add(time.Second)) {
 		t.Errorf("peak at %v", st.PeakAt)
 	}
 }
@@ -55,7 +53,7 @@ func TestPeakCPUIgnoresShortWindows(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {10 * time.Second, 0.5}, {20 * time.Second, 1.5}, {20*time.Second + 50*time.Millisecond, 2.0}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, s.cores)}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -74,7 +72,7 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 		at    time.Duration
 		cores float64
 	}{{0, 0}, {200 * time.Millisecond, 1.9}, {1200 * time.Millisecond, 0.01}, {2200 * time.Millisecond, 0.01}} {
-		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(cgroup.CPUUsage, s.cores)}})
+		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
@@ -85,7 +83,7 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 
 func TestRowsWithoutLimits(t *testing.T) {
 	a := New()
-	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryWorkingSet, 5), metrics.At(cgroup.CPUUsage, 1)}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 5), metrics.At(metrics.ContainerCPUUsage, 1)}})
 	var b bytes.Buffer
 	Write(&b, "end", a.Rows())
 	if !strings.Contains(b.String(), "(no memory limit)") || !strings.Contains(b.String(), "(no CPU limit)") {
@@ -99,9 +97,9 @@ func TestRowsCPUSplitAndThrottledTotal(t *testing.T) {
 	a := New()
 	for i, th := range []float64{10, 12.5} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-			metrics.At(cgroup.CPUUsage, 1.65), metrics.At(cgroup.CPULimit, 0.5),
-			metrics.At(cgroup.CPUUsageLimitSplit, 1),
-			metrics.At(cgroup.CPUThrottledPeriods, 20), metrics.At(cgroup.CPUThrottledSecondsTotal, th),
+			metrics.At(metrics.ContainerCPUUsage, 1.65), metrics.At(metrics.ContainerCPULimit, 0.5),
+			metrics.At(metrics.ContainerCPUUsageLimitSplit, 1),
+			metrics.At(metrics.ContainerCPUThrottledPeriods, 20), metrics.At(metrics.ContainerCPUThrottledSecondsTotal, th),
 		}})
 	}
 	var b bytes.Buffer
@@ -147,8 +145,8 @@ func TestEnergy(t *testing.T) {
 		tags    map[string]string
 	}{
 		{"both", [][]metrics.Point{
-			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(rapl.Energy, 5)},
-			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(rapl.Energy, 72),
+			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(metrics.NodeCPUEnergy, 5)},
+			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(metrics.NodeCPUEnergy, 72),
 				metrics.At(metrics.GPUPowerUsage.ForGPU(0), 300)},
 		}, "GPUs 350.0 J (0.097 Wh); CPU packages (node) 72.0 J (0.020 Wh)",
 			map[string]string{TagEnergyGPUs: "350.0", TagEnergyNodeCPU: "72.0"}},
@@ -157,7 +155,7 @@ func TestEnergy(t *testing.T) {
 			{metrics.At(g0, 30)},
 		}, "GPUs 50.0 J (0.014 Wh); CPU packages (node) not sampled",
 			map[string]string{TagEnergyGPUs: "50.0", TagEnergyNodeCPU: "not sampled"}},
-		{"none", [][]metrics.Point{{metrics.At(cgroup.MemoryWorkingSet, 1)}},
+		{"none", [][]metrics.Point{{metrics.At(metrics.ContainerMemoryWorkingSet, 1)}},
 			"GPUs not sampled; CPU packages (node) not sampled",
 			map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
 		{"no sample at all", nil, "GPUs not sampled; CPU packages (node) not sampled",
@@ -221,10 +219,10 @@ func TestPeakWorkingSetAtOOMKillBetweenSamples(t *testing.T) {
 			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", Expected: cgroup.Series, PeakStart: &PeakStart{MB: 2}})
 			for i, ws := range []float64{4.7, 1.2} {
 				a.Add(metrics.Sample{Seq: int64(i), Time: time.Unix(1000+int64(i), 0), Points: []metrics.Point{
-					metrics.At(cgroup.MemoryWorkingSet, ws), metrics.At(cgroup.MemoryLimit, 150),
-					metrics.At(cgroup.MemoryWorkingSetPercent, ws/150*100),
-					metrics.At(cgroup.MemoryUsage, ws+1), metrics.At(cgroup.MemoryPeak, 149.9+float64(i)*0.1),
-					metrics.At(cgroup.OOMKills, tc.kills[i]),
+					metrics.At(metrics.ContainerMemoryWorkingSet, ws), metrics.At(metrics.ContainerMemoryLimit, 150),
+					metrics.At(metrics.ContainerMemoryWorkingSetPercent, ws/150*100),
+					metrics.At(metrics.ContainerMemoryUsage, ws+1), metrics.At(metrics.ContainerMemoryPeak, 149.9+float64(i)*0.1),
+					metrics.At(metrics.ContainerOOMKills, tc.kills[i]),
 				}})
 			}
 			f := a.PeakWorkingSet()
@@ -255,7 +253,7 @@ func TestPeakWorkingSetAtOOMKillBetweenSamples(t *testing.T) {
 func TestPeakUsageSampledWithoutKernelMark(t *testing.T) {
 	a := NewWith(Options{PeakFile: "memory.peak"})
 	for _, u := range []float64{10, 30, 20} {
-		a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryUsage, u)}})
+		a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryUsage, u)}})
 	}
 	if f := a.PeakUsage(); !f.Known || f.Value != 30 || f.Source != SourceSampled || f.ShareKnown {
 		t.Errorf("peak usage %+v, want 30 MB sampled, no share without a limit", f)
@@ -271,8 +269,8 @@ func TestRowsNotSampled(t *testing.T) {
 	a := NewWith(Options{Expected: expected})
 	// One reading: the counters and the gauges of a quota'd cgroup, no rate.
 	a.Add(metrics.Sample{Points: []metrics.Point{
-		metrics.At(cgroup.CPUUsageSecondsTotal, 1), metrics.At(cgroup.CPUPeriodsTotal, 12),
-		metrics.At(cgroup.CPULimit, 1),
+		metrics.At(metrics.ContainerCPUUsageSecondsTotal, 1), metrics.At(metrics.ContainerCPUPeriodsTotal, 12),
+		metrics.At(metrics.ContainerCPULimit, 1),
 	}})
 	rows := a.Rows()
 	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
@@ -287,7 +285,7 @@ func TestRowsNotSampled(t *testing.T) {
 	// No quota (no CFS period ran): nothing throttles, so no row; no
 	// collector of the job for them: no rows.
 	b := NewWith(Options{Expected: node.Series})
-	b.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.CPUPeriodsTotal, 0)}})
+	b.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerCPUPeriodsTotal, 0)}})
 	rows = b.Rows()
 	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
 		if v := rowOf(rows, what); v != "" {
@@ -304,9 +302,9 @@ func TestPeakWorkingSetAncestorOOM(t *testing.T) {
 	a := NewWith(Options{PeakFile: "memory.peak", PeakStart: &PeakStart{MB: 5}})
 	for i, kills := range []float64{0, 1} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-			metrics.At(cgroup.MemoryWorkingSet, 20), metrics.At(cgroup.MemoryLimit, 300),
-			metrics.At(cgroup.MemoryPeak, 300), metrics.At(cgroup.OOMKills, kills),
-			metrics.At(cgroup.OOMEvents, 0),
+			metrics.At(metrics.ContainerMemoryWorkingSet, 20), metrics.At(metrics.ContainerMemoryLimit, 300),
+			metrics.At(metrics.ContainerMemoryPeak, 300), metrics.At(metrics.ContainerOOMKills, kills),
+			metrics.At(metrics.ContainerOOMEvents, 0),
 		}})
 	}
 	if f := a.PeakWorkingSet(); f.Value != 20 || f.Source != SourceSampled {
@@ -317,11 +315,12 @@ func TestPeakWorkingSetAncestorOOM(t *testing.T) {
 // With the cpu cgroups at the host's root, the table says their figures
 // are not a container's, in one row, and has no CPU row of its own.
 func TestRowsAtRoot(t *testing.T) {
-	a := NewWith(Options{AtRoot: []string{"cpu", "cpuacct"}, Expected: []*metrics.Desc{cgroup.MemoryWorkingSet}})
-	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(cgroup.MemoryWorkingSet, 10)}})
+	note := "bridge's cpu and cpuacct cgroups are the root cgroups, the host's and not a container's: their container_ series are not sent"
+	a := NewWith(Options{Notes: []Row{{"container scope", note}}, Expected: []*metrics.Desc{metrics.ContainerMemoryWorkingSet}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 10)}})
 	rows := a.Rows()
-	if v := rowOf(rows, "container scope"); !strings.Contains(v, "cpu and cpuacct cgroups are the root cgroups, the host's and not a container's") {
-		t.Errorf("container scope row = %q", v)
+	if v := rowOf(rows, "container scope"); v != note || rows[1].What != "container scope" {
+		t.Errorf("rows %q: want the container scope's note after the sample count", rows)
 	}
 	if v := rowOf(rows, "peak container CPU"); v != "" {
 		t.Errorf("peak container CPU row = %q, want none", v)
@@ -358,8 +357,8 @@ func TestKernelPeakOnlyTheJobs(t *testing.T) {
 			a := NewWith(Options{PeakFile: "memory.max_usage_in_bytes", PeakStart: tc.start, Expected: cgroup.Series})
 			for i := range tc.marks {
 				a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-					metrics.At(cgroup.MemoryWorkingSet, tc.usage[i]), metrics.At(cgroup.MemoryUsage, tc.usage[i]),
-					metrics.At(cgroup.MemoryPeak, tc.marks[i]), metrics.At(cgroup.MemoryLimit, 1000),
+					metrics.At(metrics.ContainerMemoryWorkingSet, tc.usage[i]), metrics.At(metrics.ContainerMemoryUsage, tc.usage[i]),
+					metrics.At(metrics.ContainerMemoryPeak, tc.marks[i]), metrics.At(metrics.ContainerMemoryLimit, 1000),
 				}})
 			}
 			_, ok, why := a.KernelPeak()
@@ -391,8 +390,8 @@ func TestPeakWorkingSetNotFromAnEarlierJobsMark(t *testing.T) {
 	a := NewWith(Options{PeakFile: "memory.peak", PeakStart: &PeakStart{MB: 150}})
 	for i, kills := range []float64{1, 2} {
 		a.Add(metrics.Sample{Seq: int64(i), Points: []metrics.Point{
-			metrics.At(cgroup.MemoryWorkingSet, 4.7), metrics.At(cgroup.MemoryUsage, 5), metrics.At(cgroup.MemoryLimit, 150),
-			metrics.At(cgroup.MemoryPeak, 150), metrics.At(cgroup.OOMKills, kills),
+			metrics.At(metrics.ContainerMemoryWorkingSet, 4.7), metrics.At(metrics.ContainerMemoryUsage, 5), metrics.At(metrics.ContainerMemoryLimit, 150),
+			metrics.At(metrics.ContainerMemoryPeak, 150), metrics.At(metrics.ContainerOOMKills, kills),
 		}})
 	}
 	if f := a.PeakWorkingSet(); f.Value != 4.7 || f.Source != SourceSampled {

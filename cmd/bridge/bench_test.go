@@ -18,7 +18,7 @@ import (
 //
 //	go test -run '^$' -bench Sample -benchmem ./cmd/bridge
 func BenchmarkSample(b *testing.B) {
-	cfg := config.Config{Scopes: pipeline.Scopes(), CollectTimeout: 5 * time.Second, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/"}
+	cfg := config.Config{Scopes: pipeline.ScopesOf(pipeline.Collectors()), CollectTimeout: 5 * time.Second, ProcRoot: "/proc", CgroupRoot: "/sys/fs/cgroup", Rootfs: "/"}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	src, err := pipeline.BuildSources(cfg, log)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/harness/waitfor"
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/amdgpu"
 	"github.com/bridge-dev/bridge/metrics/infiniband"
 	"github.com/bridge-dev/bridge/metrics/rapl"
@@ -209,7 +210,7 @@ func TestSysfsFaultsWhileSampling(t *testing.T) {
 				ss, _, _, _ := spooltest.ReadFile(spool)
 				n := 0
 				for _, s := range ss {
-					if _, ok := s.Value(rapl.Energy.Name); ok {
+					if _, ok := s.Value(metrics.NodeCPUEnergy.Name); ok {
 						n++
 					}
 				}

@@ -14,8 +14,6 @@ import (
 	"github.com/bridge-dev/bridge/harness/spooltest"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/cgroup"
-	"github.com/bridge-dev/bridge/metrics/node"
 )
 
 // hungChild writes its pid to CHILD, waits for the file GO, then leaves an orphan behind (a sleep
@@ -88,14 +86,14 @@ func TestHungReadLeavesBridgeLive(t *testing.T) {
 			if tc.midRun {
 				waitfor.Cond(t, time.Minute, "a sample with the working set's share of the limit (the probe on)", func() bool {
 					ss := samples()
-					return len(ss) > 0 && has(ss[len(ss)-1], cgroup.MemoryWorkingSetPercent.Name)
+					return len(ss) > 0 && has(ss[len(ss)-1], metrics.ContainerMemoryWorkingSetPercent.Name)
 				})
 				fifo(t, file)
 			}
 			n := len(samples())
 			waitfor.Cond(t, time.Minute, "three more samples with node points while the read hangs", func() bool {
 				ss := samples()
-				return len(ss) >= n+3 && has(ss[len(ss)-1], node.MemoryTotal.Name)
+				return len(ss) >= n+3 && has(ss[len(ss)-1], metrics.NodeMemoryTotal.Name)
 			})
 
 			dir := cmd.Dir

@@ -227,7 +227,7 @@ func TestPartitionAndDiesEndToEnd(t *testing.T) {
 	waitfor.Cond(t, 2*time.Minute, "a spooled sample with the child's GPU memory and the node's CPU energy", func() bool {
 		return slices.ContainsFunc(samples(), func(s metrics.Sample) bool {
 			v, ok := s.Value(metrics.ProcessGPUMemory.Name)
-			_, e := s.Value(rapl.Energy.Name)
+			_, e := s.Value(metrics.NodeCPUEnergy.Name)
 			return ok && closeTo(v, childMB) && e
 		})
 	})
@@ -240,7 +240,7 @@ func TestPartitionAndDiesEndToEnd(t *testing.T) {
 		"sys/class/powercap/intel-rapl-mmio:0/energy_uj": "900000000\n",
 	})
 	want := map[string]float64{
-		rapl.PackageEnergy.For("0").Name: 50, rapl.Energy.Name: 50,
+		rapl.PackageEnergy.For("0").Name: 50, metrics.NodeCPUEnergy.Name: 50,
 		metrics.ProcessGPUMemory.Name: childMB, metrics.ProcessGPUProcesses.Name: 1, metrics.ProcessGPUUnmatchedProcesses.Name: 1,
 		metrics.GPUMemoryUsed.ForGPU(0).Name: 300, metrics.GPUPowerUsage.ForGPU(0).Name: 150, metrics.GPUMemoryClock.ForGPU(0).Name: 1300,
 		amdgpu.GTTUsed.ForGPU(0).Name: 20,
@@ -249,7 +249,7 @@ func TestPartitionAndDiesEndToEnd(t *testing.T) {
 	waitfor.Cond(t, 2*time.Minute, "a spooled sample with both dies' energy read", func() bool {
 		ss := samples()
 		i := slices.IndexFunc(ss, func(s metrics.Sample) bool {
-			v, ok := s.Value(rapl.Energy.Name)
+			v, ok := s.Value(metrics.NodeCPUEnergy.Name)
 			return ok && closeTo(v, 50)
 		})
 		if i >= 0 {
@@ -286,7 +286,7 @@ func TestPartitionAndDiesEndToEnd(t *testing.T) {
 		t.Fatalf("no MLflow run in the spool: %v\n%s", err, &jobOut)
 	}
 	runID := attempts[0].Start.Runs["mlflow"]
-	for _, name := range []string{metrics.ProcessGPUMemory.Name, rapl.Energy.Name} {
+	for _, name := range []string{metrics.ProcessGPUMemory.Name, metrics.NodeCPUEnergy.Name} {
 		hist := srv.History(t, runID, "system/"+name)
 		if v, ok := last.Value(name); !ok || !slices.ContainsFunc(hist, func(m mlflowtest.Metric) bool { return m.Step == last.Seq && m.Value == v }) {
 			t.Errorf("MLflow system/%s has no %v at step %d: %v", name, v, last.Seq, hist)

@@ -148,7 +148,7 @@ exec "$@"`
 // RAPL, InfiniBand and AMD GPU ones, then the child's GPU memory (only in
 // a job).
 func hwSeries() (node, proc []*metrics.Desc) {
-	node = []*metrics.Desc{rapl.Power, rapl.Energy}
+	node = []*metrics.Desc{rapl.Power, metrics.NodeCPUEnergy}
 	for _, pkg := range []string{"0", "1"} {
 		node = append(node, rapl.PackagePower.For(pkg), rapl.PackageEnergy.For(pkg))
 	}
@@ -268,14 +268,14 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 	}
 	// A sample after the baseline: the series are there (the rates 0).
 	waitfor.Cond(t, 2*time.Minute, "a spooled sample with the node's CPU energy", func() bool {
-		return slices.ContainsFunc(samples(), func(s metrics.Sample) bool { _, ok := s.Value(rapl.Energy.Name); return ok })
+		return slices.ContainsFunc(samples(), func(s metrics.Sample) bool { _, ok := s.Value(metrics.NodeCPUEnergy.Name); return ok })
 	})
 	hwAdvance(t, root)
 	// The sample by which every moved counter has been read: the advance's
 	// writes are not one atomic step, so a sample may fall among them and
 	// see some counters moved and others not yet.
 	exact := map[string]float64{
-		rapl.PackageEnergy.For("0").Name: 120, rapl.PackageEnergy.For("1").Name: 5, rapl.Energy.Name: 125,
+		rapl.PackageEnergy.For("0").Name: 120, rapl.PackageEnergy.For("1").Name: 5, metrics.NodeCPUEnergy.Name: 125,
 		infiniband.SymbolErrors.For("mlx5_0", "1").Name: 3, infiniband.LinkDowned.For("mlx5_0", "1").Name: 1,
 		infiniband.ReceiveErrors.For("mlx5_0", "1").Name: 2, infiniband.XmitDiscards.For("mlx5_0", "1").Name: 4,
 		infiniband.XmitWait.For("mlx5_0", "1").Name: 1000,
@@ -303,8 +303,8 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 	// its own clock within the sample: a quarter's slack).
 	for name, moved := range map[string]float64{
 		rapl.PackagePower.For("0").Name: 120, rapl.PackagePower.For("1").Name: 5, rapl.Power.Name: 125,
-		infiniband.TransmitRate.For("mlx5_0", "1").Name: 1000, infiniband.ReceiveRate.For("mlx5_0", "1").Name: 500,
-		infiniband.TransmitRate.For("mlx5_1", "1").Name: 100, infiniband.ReceiveRate.For("mlx5_1", "1").Name: 0,
+		metrics.InfinibandTransmitRate.For("mlx5_0", "1").Name: 1000, metrics.InfinibandReceiveRate.For("mlx5_0", "1").Name: 500,
+		metrics.InfinibandTransmitRate.For("mlx5_1", "1").Name: 100, metrics.InfinibandReceiveRate.For("mlx5_1", "1").Name: 0,
 	} {
 		sum := 0.0
 		for i := 1; i < len(upTo); i++ {
@@ -349,8 +349,8 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 			t.Errorf("/metrics %s is a %v, its descriptor's kind %v", d.PromName(), fams[d.PromName()].GetType(), d.Kind)
 		}
 	}
-	if c := familyMetric(fams[rapl.Energy.PromName()], nil); c == nil || c.GetCounter().GetValue() != 125 {
-		t.Errorf("/metrics %s = %v, want 125 J", rapl.Energy.PromName(), c)
+	if c := familyMetric(fams[metrics.NodeCPUEnergy.PromName()], nil); c == nil || c.GetCounter().GetValue() != 125 {
+		t.Errorf("/metrics %s = %v, want 125 J", metrics.NodeCPUEnergy.PromName(), c)
 	}
 
 	stop()
@@ -381,8 +381,8 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 	// A rate, a total and the child's VRAM: MLflow holds the spool's value
 	// at every step.
 	final := samples()
-	for _, name := range []string{rapl.PackagePower.For("0").Name, infiniband.TransmitRate.For("mlx5_0", "1").Name,
-		rapl.Energy.Name, metrics.ProcessGPUMemory.Name} {
+	for _, name := range []string{rapl.PackagePower.For("0").Name, metrics.InfinibandTransmitRate.For("mlx5_0", "1").Name,
+		metrics.NodeCPUEnergy.Name, metrics.ProcessGPUMemory.Name} {
 		hist := srv.History(t, runID, "system/"+name)
 		for _, smp := range final {
 			want, ok := smp.Value(name)
@@ -428,8 +428,8 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 			t.Errorf("W&B has no system.%s/l:%s (keys: %d)", d.Name, host, len(seen))
 		}
 	}
-	if !slices.Contains(seen["system."+rapl.Energy.Name+"/l:"+host], 125) {
-		t.Errorf("W&B %s: %v, want 125 among them", rapl.Energy.Name, seen["system."+rapl.Energy.Name+"/l:"+host])
+	if !slices.Contains(seen["system."+metrics.NodeCPUEnergy.Name+"/l:"+host], 125) {
+		t.Errorf("W&B %s: %v, want 125 among them", metrics.NodeCPUEnergy.Name, seen["system."+metrics.NodeCPUEnergy.Name+"/l:"+host])
 	}
 }
 

@@ -29,7 +29,6 @@ import (
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
-	"github.com/bridge-dev/bridge/metrics/infiniband"
 	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/report"
 )
@@ -266,12 +265,12 @@ func TestCountersStepBackByOne(t *testing.T) {
 		ss, _, _, _ := spooltest.ReadFile(spoolFile)
 		return ss
 	}
-	recv := infiniband.ReceiveRate.For("mlx5_0", "1").Name
+	recv := metrics.InfinibandReceiveRate.For("mlx5_0", "1").Name
 	counted := func(n int) func() bool {
 		return func() bool {
 			k := 0
 			for _, s := range samples() {
-				_, e := s.Value(rapl.Energy.Name)
+				_, e := s.Value(metrics.NodeCPUEnergy.Name)
 				_, r := s.Value(recv)
 				if e && r {
 					k++
@@ -304,8 +303,8 @@ func TestCountersStepBackByOne(t *testing.T) {
 				t.Errorf("sample %d: %s = %v, want 0: nothing moved but the step back", s.Seq, name, v)
 			}
 		}
-		if v, ok := s.Value(rapl.Energy.Name); ok && v != 0 {
-			t.Errorf("sample %d: %s = %v J, want 0", s.Seq, rapl.Energy.Name, v)
+		if v, ok := s.Value(metrics.NodeCPUEnergy.Name); ok && v != 0 {
+			t.Errorf("sample %d: %s = %v J, want 0", s.Seq, metrics.NodeCPUEnergy.Name, v)
 		}
 	}
 	out := jobErr.String()

@@ -83,6 +83,36 @@ func TestRecipeAddACollector(t *testing.T) {
 	if len(got.Collectors) != 1 || got.Collectors[0].Name != "toy" || !got.Collectors[0].Success {
 		t.Errorf("bridge sample's collectors: %+v, want the toy alone (--scopes toy), ok", got.Collectors)
 	}
+	// What the collectors detected: the toy, which detects nothing, has no
+	// entry, and no entry is null (the toy runs wrapped in the scope filter,
+	// --scopes toy of all).
+	for name, v := range got.Detected {
+		if v == nil {
+			t.Errorf("bridge sample --json: detected %s is null", name)
+		}
+	}
+	if v, ok := got.Detected["toy"]; ok {
+		t.Errorf("bridge sample --json: detected toy = %v, want no entry", v)
+	}
+	// The same beside bridge's node and process collectors, each wrapped
+	// too, one a Detector, the other not: none is null.
+	out.Reset()
+	errb.Reset()
+	if code := sample(regs, []string{"--json", "--window", "0", "--scopes", "toy,node,process"}, &out, &errb); code != 0 {
+		t.Fatalf("bridge sample: exit %d\n%s", code, errb.String())
+	}
+	var all sampleOutput
+	if err := json.Unmarshal(out.Bytes(), &all); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range all.Detected {
+		if v == nil {
+			t.Errorf("bridge sample --json, --scopes toy,node,process: detected %s is null", name)
+		}
+	}
+	if _, ok := all.Detected["node"].(map[string]any); !ok {
+		t.Errorf("bridge sample --json, --scopes toy,node,process: detected node = %v, want what it found", all.Detected["node"])
+	}
 	// Its option is checked as bridge's own are: a usage error naming it.
 	errb.Reset()
 	if code := sample(regs, []string{"--scopes", "toy", "--toy-start", "-1"}, io.Discard, &errb); code != exitUsage ||

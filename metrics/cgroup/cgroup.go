@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,7 +68,7 @@ type Info struct {
 	// It says which directory each comes from; "" when they agree.
 	CPUSplit string
 	// AtRoot are the controllers whose cgroup is the root of its
-	// hierarchy (Layout.AtRoot): their series are not read (RootSeries).
+	// hierarchy (Layout.AtRoot): their series are not read (rootSeries).
 	AtRoot []string
 }
 
@@ -115,13 +117,6 @@ func (c *Collector) Close() error {
 
 // Name implements metrics.Collector.
 func (c *Collector) Name() string { return Name }
-
-// Version is the cgroup layout read (Info's Version), without reading a
-// file.
-func (c *Collector) Version() Mode { return c.lay.mode }
-
-// AtRoot is Info's AtRoot, without reading a file.
-func (c *Collector) AtRoot() []string { return c.lay.AtRoot() }
 
 // Info returns what was found; limits are read afresh (they can be resized).
 func (c *Collector) Info() Info {
@@ -203,33 +198,90 @@ func RootNote(controllers []string) string {
 	return fmt.Sprintf("bridge's %s %s, the host's and not a container's: their container_ series are not sent", n, what)
 }
 
-// RootSeries are the series the collector does not read because their
+// TagAtRoot says which controllers' cgroups are the host's root cgroups,
+// whose container_ series are not sent (RootNote).
+const TagAtRoot = "bridge.cgroup.at_root"
+
+// Tags implements metrics.Tagger: the cgroup layout's mode
+// (metrics.TagCgroupVersion).
+func (c *Collector) Tags() map[string]string {
+	return map[string]string{metrics.TagCgroupVersion: string(c.lay.mode)}
+}
+
+// StartTags implements metrics.StartTagger: the cgroups read, and the
+// limits and the file that sets each (Info, read afresh: they can be
+// resized), through the collector's kept-file reader.
+func (c *Collector) StartTags(context.Context) map[string]string {
+	info := c.Info()
+	var paths []string
+	for k, v := range info.Paths {
+		paths = append(paths, k+"="+v)
+	}
+	sort.Strings(paths)
+	t := map[string]string{
+		"bridge.cgroup.path":            strings.Join(paths, " "),
+		"bridge.memory_limit_set_by":    info.MemoryLimitSetBy,
+		"bridge.cpu_limit_set_by":       info.CPULimitSetBy,
+		"bridge.memory_limit_megabytes": NoLimit,
+		"bridge.cpu_limit_cores":        NoLimit,
+	}
+	if info.MemoryLimitBytes > 0 {
+		t["bridge.memory_limit_megabytes"] = strconv.FormatFloat(metrics.MB(float64(info.MemoryLimitBytes)), 'f', 1, 64)
+	}
+	if info.CPULimitCores > 0 {
+		t["bridge.cpu_limit_cores"] = strconv.FormatFloat(info.CPULimitCores, 'f', 2, 64)
+	}
+	if info.CPUSplit != "" {
+		t["bridge.cgroup.cpu_usage_limit_split"] = info.CPUSplit
+	}
+	if len(info.AtRoot) > 0 {
+		t[TagAtRoot] = RootNote(info.AtRoot)
+	}
+	return t
+}
+
+// Unproduced implements metrics.Partial: the series of a root cgroup's
+// controllers (rootSeries), and the PSI series where the kernel keeps none
+// per cgroup (any layout but v2); why is RootNote when a controller's
+// cgroup is the root.
+func (c *Collector) Unproduced() (series []*metrics.Desc, why string) {
+	series = c.rootSeries()
+	if c.lay.mode != ModeV2 {
+		series = append(series, metrics.ContainerPressure.Descs()...)
+	}
+	if at := c.lay.AtRoot(); len(at) > 0 {
+		why = RootNote(at)
+	}
+	return series, why
+}
+
+// rootSeries are the series the collector does not read because their
 // controller's cgroup is the root (Layout.AtRoot): every series of a root
 // memory or pids cgroup; the CPU usage of a root cpuacct (v1) or cpu (v2)
 // cgroup; the throttling of a root cpu cgroup; the CPU limit where cpu and
 // cpuset are each the root or not mounted; PSI of a root unified cgroup.
-func (c *Collector) RootSeries() []*metrics.Desc {
+func (c *Collector) rootSeries() []*metrics.Desc {
 	var out []*metrics.Desc
 	if c.atRoot(ctlMemory) {
 		out = append(out, memorySeries...)
 	}
 	if c.usageAtRoot() {
-		out = append(out, CPUUsage, CPUUtilization, CPUUsageSecondsTotal)
+		out = append(out, metrics.ContainerCPUUsage, metrics.ContainerCPUUtilization, metrics.ContainerCPUUsageSecondsTotal)
 	}
 	if c.atRoot(ctlCPU) {
-		out = append(out, CPUThrottledPeriods, CPUPeriodsTotal, CPUThrottledPeriodsTotal, CPUThrottledSecondsTotal)
+		out = append(out, metrics.ContainerCPUThrottledPeriods, metrics.ContainerCPUPeriodsTotal, metrics.ContainerCPUThrottledPeriodsTotal, metrics.ContainerCPUThrottledSecondsTotal)
 	}
 	if c.limitAtRoot() {
-		out = append(out, CPULimit)
+		out = append(out, metrics.ContainerCPULimit)
 	}
 	if c.usageAtRoot() || c.atRoot(ctlCPU) {
-		out = append(out, CPUUsageLimitSplit)
+		out = append(out, metrics.ContainerCPUUsageLimitSplit)
 	}
 	if c.atRoot(ctlPids) {
-		out = append(out, PIDs, PIDsLimit, PIDsMaxEvents)
+		out = append(out, metrics.ContainerPIDs, metrics.ContainerPIDsLimit, metrics.ContainerPIDsMaxEvents)
 	}
 	if c.atRoot(ctlUnified) {
-		out = append(out, Pressure.Descs()...)
+		out = append(out, metrics.ContainerPressure.Descs()...)
 	}
 	return out
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // containerd's rule, read from mountinfo for a root other than
@@ -57,8 +59,8 @@ func TestNewFindsModeOfFixtureRoot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Version() != tc.want {
-				t.Errorf("Version = %s, want %s", c.Version(), tc.want)
+			if v := c.Tags()[metrics.TagCgroupVersion]; v != string(tc.want) {
+				t.Errorf("%s = %s, want %s", metrics.TagCgroupVersion, v, tc.want)
 			}
 			wantValue(t, collect(t, c), "container_memory_usage_megabytes", 300*mib/1e6)
 		})

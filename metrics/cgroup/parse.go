@@ -185,7 +185,7 @@ func parsePSI(s string) (map[string]psiLine, error) {
 }
 
 // parseStatKeys reads the values of keys from a flat-keyed stat file
-// (memory.stat, cpu.stat) into vals (len(keys)), as containerd's Stat did:
+// (memory.stat, cpu.stat) into vals (len(keys)), as containerd's Stat does:
 // every line must be "key value" (else ErrFormat), a key absent reads as 0,
 // a repeated key's last value counts, and a negative value reads as 0. Only
 // the keys asked for are kept: no map, no allocation.
@@ -229,7 +229,7 @@ func parseKernelUint(s string) (uint64, error) {
 }
 
 // parseV1Uint parses a v1 single-value file (memory.usage_in_bytes,
-// cpuacct.usage, pids.current, pids.max) as containerd's v1 reader did:
+// cpuacct.usage, pids.current, pids.max) as containerd's v1 reader does:
 // "max" reads as 0.
 func parseV1Uint(s string) (uint64, error) {
 	s = strings.TrimSpace(s)
@@ -241,7 +241,7 @@ func parseV1Uint(s string) (uint64, error) {
 
 // parseV2Uint parses a v2 single-value count (memory.current,
 // memory.peak, pids.current). What is not a number is an error, never 0:
-// containerd's v2 reader read it as 0, which a chart shows as a
+// containerd's v2 reader reads it as 0, which a chart shows as a
 // measurement. A limit that may say "max" is parseMemoryMax's.
 func parseV2Uint(s string) (uint64, error) {
 	return parseKernelUint(strings.TrimSpace(s))

@@ -8,30 +8,15 @@ import (
 	"syscall"
 
 	"github.com/bridge-dev/bridge/internal/kfile"
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // The kernel's memory high-water mark (memory.peak on v2,
 // memory.max_usage_in_bytes on v1) counts from the cgroup's creation: in a
 // cgroup that several jobs share (a notebook kernel's, a dev box's, a
 // Slurm allocation's steps) it may be an earlier job's. StartPeak reads it
-// before the job, so that the end of the run can tell (package summary).
-
-// PeakStart is the memory high-water mark before the job started
-// (StartPeak).
-type PeakStart struct {
-	File  string // PeakFile
-	Bytes uint64 // the mark before the job (with Reset, before the reset)
-	Known bool   // it was read
-	// Reset: cgroup v2, and the kernel resets memory.peak for one open
-	// file (Linux 6.12 and later): it was reset for the descriptor the
-	// collector reads it through from then on (UsePeak), so the
-	// collector's mark counts from the job's start.
-	Reset bool
-	// Why says why it was not reset; "" when it was.
-	Why string
-
-	f *resetFile // the reset descriptor; nil without a reset
-}
+// before the job, so that the end of the run can tell (package summary;
+// metrics.PeakKeeper).
 
 // StartPeak reads the memory high-water mark before the job starts and,
 // on cgroup v2, resets it for a descriptor of bridge's own where the
@@ -43,14 +28,14 @@ type PeakStart struct {
 // on Debian 12's 6.1 in e2e/cgroupv2). v1 is never reset: a write to
 // memory.max_usage_in_bytes resets it for every reader.
 //
-// Call it once, before the job starts, within ctx; hand the result to
-// UsePeak before sampling, or Discard it.
-func (c *Collector) StartPeak(ctx context.Context) PeakStart {
+// It implements metrics.PeakKeeper: call it once, before the job starts,
+// within ctx; hand the result to UsePeak before sampling, or Discard it.
+func (c *Collector) StartPeak(ctx context.Context) metrics.PeakStart {
 	p, ok := c.lay.places[ctlMemory]
 	if !ok || p.root {
-		return PeakStart{Why: "no memory cgroup of a container"}
+		return metrics.PeakStart{Why: "no memory cgroup of a container"}
 	}
-	ps := PeakStart{File: c.PeakFile()}
+	ps := metrics.PeakStart{File: c.PeakFile()}
 	path := filepath.Join(p.dir, ps.File)
 	s, found, err := c.files.read(path)
 	switch {
@@ -77,7 +62,7 @@ func (c *Collector) StartPeak(ctx context.Context) PeakStart {
 	}
 	h, why := resetPeak(ctx, path)
 	if h != nil {
-		ps.f = &resetFile{h}
+		ps.Held = &resetFile{h}
 	}
 	ps.Reset, ps.Why = h != nil, why
 	return ps
@@ -105,7 +90,8 @@ func resetPeak(ctx context.Context, path string) (*kfile.Handle, string) {
 	return h, ""
 }
 
-// resetFile is memory.peak opened and reset for bridge (a *kfile.Handle).
+// resetFile is memory.peak opened and reset for bridge (a *kfile.Handle),
+// what a PeakStart holds.
 type resetFile struct {
 	r interface {
 		Read(buf []byte) ([]byte, error)
@@ -113,24 +99,22 @@ type resetFile struct {
 	}
 }
 
+// Close implements io.Closer, for metrics.PeakStart.Discard.
+func (f *resetFile) Close() error { return f.r.Close() }
+
 // UsePeak makes the collector read memory.peak through ps's reset
-// descriptor, if it has one: from then on the collector's mark is the
-// job's. Call it before sampling starts; the collector closes the
-// descriptor (Close).
-func (c *Collector) UsePeak(ps PeakStart) {
-	if ps.f == nil {
+// descriptor, if it holds one of this collector's: from then on the
+// collector's mark is the job's. Call it before sampling starts; the
+// collector closes the descriptor (Close). It implements
+// metrics.PeakKeeper.
+func (c *Collector) UsePeak(ps metrics.PeakStart) {
+	f, ok := ps.Held.(*resetFile)
+	if !ok {
+		ps.Discard()
 		return
 	}
-	if old := c.peak.Swap(ps.f); old != nil {
+	if old := c.peak.Swap(f); old != nil {
 		old.r.Close()
-	}
-}
-
-// Discard closes ps's reset descriptor, for a caller that does not hand it
-// to UsePeak.
-func (ps PeakStart) Discard() {
-	if ps.f != nil {
-		ps.f.r.Close()
 	}
 }
 

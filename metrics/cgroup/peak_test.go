@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // StartPeak reads the mark before the job and says why it did not reset
@@ -55,7 +57,7 @@ func TestUsePeakReadsThroughTheResetDescriptor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.UsePeak(PeakStart{Known: true, Reset: true, f: &resetFile{osFile{fd}}})
+	c.UsePeak(metrics.PeakStart{Known: true, Reset: true, Held: &resetFile{osFile{fd}}})
 	pts := collect(t, c)
 	wantValue(t, pts, "container_memory_peak_megabytes", 1048576/1e6)
 	wantValue(t, pts, "container_memory_usage_megabytes", 300*mib/1e6)

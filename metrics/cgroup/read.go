@@ -161,7 +161,7 @@ func (r *round) memory() {
 			r.fail(fmt.Errorf("%s: %w", path, err))
 			return
 		}
-		// An absent memory.stat reads as zeros, as containerd read it.
+		// An absent memory.stat reads as zeros, as containerd reads it.
 		if _, err := c.readStat(filepath.Join(p.dir, statFile), v2MemoryStatKeys, vals[:3]); err != nil {
 			r.fail(err)
 			return
@@ -194,12 +194,12 @@ func (r *round) memory() {
 		ws = usage - inactive
 	}
 	wsSrc := r.source(p.dir, usageFile, ", ", statFile, " ", inactiveKey)
-	r.add(MemoryWorkingSet, metrics.MB(float64(ws)), wsSrc)
-	r.add(MemoryUsage, metrics.MB(float64(usage)), r.source(p.dir, usageFile))
-	r.add(MemoryRSS, metrics.MB(float64(rss)), r.source(p.dir, statFile, " ", rssKey))
-	r.add(MemoryCache, metrics.MB(float64(cache)), r.source(p.dir, statFile, " ", cacheKey))
+	r.add(metrics.ContainerMemoryWorkingSet, metrics.MB(float64(ws)), wsSrc)
+	r.add(metrics.ContainerMemoryUsage, metrics.MB(float64(usage)), r.source(p.dir, usageFile))
+	r.add(metrics.ContainerMemoryRSS, metrics.MB(float64(rss)), r.source(p.dir, statFile, " ", rssKey))
+	r.add(metrics.ContainerMemoryCache, metrics.MB(float64(cache)), r.source(p.dir, statFile, " ", cacheKey))
 	if hasPeak {
-		r.add(MemoryPeak, metrics.MB(float64(peak)), r.source(p.dir, peakFile))
+		r.add(metrics.ContainerMemoryPeak, metrics.MB(float64(peak)), r.source(p.dir, peakFile))
 	} else if !peakFailed {
 		c.noData(filepath.Join(p.dir, peakFile), "memory peak")
 	}
@@ -207,11 +207,11 @@ func (r *round) memory() {
 	lim, err := c.memoryLimit(r.v1Limit)
 	r.fail(err)
 	if lim.ok {
-		r.add(MemoryLimit, metrics.MB(float64(lim.bytes)), lim.setBy)
+		r.add(metrics.ContainerMemoryLimit, metrics.MB(float64(lim.bytes)), lim.setBy)
 		if lim.bytes > 0 {
 			// Named after its numerator: usage (page cache included) is a
 			// different series, and a share of it would read much higher.
-			r.add(MemoryWorkingSetPercent, float64(ws)/float64(lim.bytes)*100, r.join(wsSrc, ", ", lim.setBy))
+			r.add(metrics.ContainerMemoryWorkingSetPercent, float64(ws)/float64(lim.bytes)*100, r.join(wsSrc, ", ", lim.setBy))
 		}
 	}
 }
@@ -227,7 +227,7 @@ func (r *round) v1OOMKill(p place) {
 	}
 	// v1 counts OOM kills only; under_oom is a 0/1 state, not events.
 	if v, ok := kv["oom_kill"]; ok {
-		r.add(OOMKills, float64(v), r.join(path, " oom_kill"))
+		r.add(metrics.ContainerOOMKills, float64(v), r.join(path, " oom_kill"))
 	} else {
 		r.c.noData(path+" oom_kill", "OOM kill counter (kernel before 4.13)")
 	}
@@ -248,11 +248,11 @@ func (r *round) memoryEvents(p place) {
 	}{
 		// high: usage went over memory.high and the cgroup was throttled
 		// into reclaim; max: it reached memory.max (reclaim, maybe OOM).
-		{"high", MemoryHighEvents},
-		{"max", MemoryMaxEvents},
-		{"oom", OOMEvents},
-		{"oom_kill", OOMKills},
-		{"oom_group_kill", OOMGroupKills},
+		{"high", metrics.ContainerMemoryHighEvents},
+		{"max", metrics.ContainerMemoryMaxEvents},
+		{"oom", metrics.ContainerOOMEvents},
+		{"oom_kill", metrics.ContainerOOMKills},
+		{"oom_group_kill", metrics.ContainerOOMGroupKills},
 	} {
 		if v, ok := kv[e.key]; ok {
 			r.add(e.desc, float64(v), r.join(path, " ", e.key))
@@ -282,23 +282,23 @@ func (r *round) cpu() {
 	lim, err := c.cpuLimit()
 	r.fail(err)
 	if lim.ok && !c.limitAtRoot() {
-		r.add(CPULimit, lim.cores, lim.setBy)
+		r.add(metrics.ContainerCPULimit, lim.cores, lim.setBy)
 	}
 	splitBy := c.cpuSplit()
 	if splitBy != "" {
 		// Usage and limit belong to different cgroups: marked on every
 		// sample so that nothing downstream divides one by the other.
-		r.add(CPUUsageLimitSplit, 1, splitBy)
+		r.add(metrics.ContainerCPUUsageLimitSplit, 1, splitBy)
 	}
 	// Cumulative counters: their meaning does not depend on the interval
 	// (which switches between --interval and --fast-interval).
 	if cur.hasUsage {
-		r.add(CPUUsageSecondsTotal, float64(cur.usageNs)/1e9, cur.usageSrc)
+		r.add(metrics.ContainerCPUUsageSecondsTotal, float64(cur.usageNs)/1e9, cur.usageSrc)
 	}
 	if cur.hasThrottle {
-		r.add(CPUPeriodsTotal, float64(cur.periods), cur.throttleSrc)
-		r.add(CPUThrottledPeriodsTotal, float64(cur.throttled), cur.throttleSrc)
-		r.add(CPUThrottledSecondsTotal, float64(cur.throttledNs)/1e9, cur.throttleSrc)
+		r.add(metrics.ContainerCPUPeriodsTotal, float64(cur.periods), cur.throttleSrc)
+		r.add(metrics.ContainerCPUThrottledPeriodsTotal, float64(cur.throttled), cur.throttleSrc)
+		r.add(metrics.ContainerCPUThrottledSecondsTotal, float64(cur.throttledNs)/1e9, cur.throttleSrc)
 	}
 	prev := c.prev
 	c.prev = &cur
@@ -402,7 +402,7 @@ func (r *round) v2CPUThrottle(p place, st v2CPUStat, cur *cpuReading) {
 		return
 	}
 	cur.throttleSrc = r.source(p.dir, "cpu.stat nr_periods, nr_throttled, throttled_usec")
-	// An absent cpu.stat reads as zeros, as containerd read it.
+	// An absent cpu.stat reads as zeros, as containerd reads it.
 	if st.err == nil {
 		cur.periods, cur.throttled, cur.throttledNs, cur.hasThrottle = st.v[1], st.v[2], st.v[3]*1000, true
 	}
@@ -426,13 +426,13 @@ func (r *round) cpuRates(prev, cur *cpuReading, lim cpuLimit, split bool) {
 		if lim.cpus > 0 {
 			cores = min(cores, float64(lim.cpus))
 		}
-		r.add(CPUUsage, cores, cur.usageSrc)
+		r.add(metrics.ContainerCPUUsage, cores, cur.usageSrc)
 		switch {
 		case split:
 		case lim.ok && lim.cores > 0:
-			r.add(CPUUtilization, cores/lim.cores*100, r.join(cur.usageSrc, ", ", lim.setBy))
+			r.add(metrics.ContainerCPUUtilization, cores/lim.cores*100, r.join(cur.usageSrc, ", ", lim.setBy))
 		case lim.cpus > 0:
-			r.add(CPUUtilization, cores/float64(lim.cpus)*100,
+			r.add(metrics.ContainerCPUUtilization, cores/float64(lim.cpus)*100,
 				r.join(cur.usageSrc, ", ", strconv.Itoa(lim.cpus), " CPUs (no limit)"))
 		}
 	}
@@ -440,7 +440,7 @@ func (r *round) cpuRates(prev, cur *cpuReading, lim cpuLimit, split bool) {
 		// Shares of the interval, so independent of its length. No period
 		// ran (no quota, or idle): the share is undefined.
 		if dp := cur.periods - prev.periods; dp > 0 {
-			r.add(CPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100, cur.throttleSrc)
+			r.add(metrics.ContainerCPUThrottledPeriods, float64(cur.throttled-prev.throttled)/float64(dp)*100, cur.throttleSrc)
 		}
 	}
 }
@@ -461,7 +461,7 @@ func (r *round) pressure() {
 		c.noData(filepath.Join(p.dir, "cgroup.events"), "PSI: the leaf is the root cgroup, whose pressure is node-wide")
 		return
 	}
-	for _, ps := range Pressure {
+	for _, ps := range metrics.ContainerPressure {
 		path := filepath.Join(p.dir, ps.Resource+".pressure")
 		s, found, err := c.files.read(path)
 		if errors.Is(err, syscall.EOPNOTSUPP) {
@@ -531,9 +531,9 @@ func (r *round) pids() {
 			}
 		}
 	}
-	r.add(PIDs, float64(cur), r.source(p.dir, "pids.current"))
+	r.add(metrics.ContainerPIDs, float64(cur), r.source(p.dir, "pids.current"))
 	if limited {
-		r.add(PIDsLimit, float64(limit), r.source(p.dir, "pids.max"))
+		r.add(metrics.ContainerPIDsLimit, float64(limit), r.source(p.dir, "pids.max"))
 	}
 	// pids.events max counts forks refused at pids.max (cumulative, v1 and
 	// v2 alike); containerd does not read it.
@@ -543,6 +543,6 @@ func (r *round) pids() {
 		return
 	}
 	if v, ok := kv["max"]; ok {
-		r.add(PIDsMaxEvents, float64(v), r.join(path, " max"))
+		r.add(metrics.ContainerPIDsMaxEvents, float64(v), r.join(path, " max"))
 	}
 }

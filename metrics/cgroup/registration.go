@@ -23,7 +23,7 @@ const Name = "cgroup"
 // Registration is the collector's, for pipeline.Collectors.
 var Registration = metrics.Registration{
 	Name:    Name,
-	Scopes:  []metrics.Scope{Scope},
+	Scopes:  []metrics.Scope{metrics.ScopeContainer},
 	Series:  Series,
 	Options: []option.Option{NoContainer},
 	Docs:    docs,
@@ -32,7 +32,8 @@ var Registration = metrics.Registration{
 
 func build(env metrics.Env) (metrics.Collector, error) {
 	if NoContainer.Get(env.Options) {
-		return nil, &metrics.Off{Why: "container awareness turned off (--no-container / BRIDGE_NO_CONTAINER)", Level: slog.LevelDebug}
+		return nil, &metrics.Off{Why: "container awareness turned off (--no-container / BRIDGE_NO_CONTAINER)", Level: slog.LevelDebug,
+			Tags: map[string]string{"bridge.container_awareness": "off"}}
 	}
 	l, err := LayoutOf(env)
 	if err != nil {

@@ -24,7 +24,7 @@ var containerCPUSeries = []string{"container_cpu_usage_cores", "container_cpu_ut
 // (cgroup.sane_behavior is there only), the unified one too. The root's
 // counters are the host's: no container_cpu_ or container_pids_ series,
 // under any reading; memory is read as usual; Info, Detect and
-// RootSeries say which controllers and series.
+// rootSeries say which controllers and series.
 func TestV1RootCPUCgroupIsNotAContainer(t *testing.T) {
 	f := newFixture(t, ModeHybrid, 2)
 	f.procCgroup("12:pids:/", "5:memory:/job/one", "4:cpu:/", "3:cpuacct:/", "2:cpuset:/", "0::/")
@@ -66,16 +66,31 @@ func TestV1RootCPUCgroupIsNotAContainer(t *testing.T) {
 	if !strings.Contains(note, "cpu, cpuacct, cpuset, pids and unified cgroups are the root cgroups") || !strings.Contains(note, "not sent") {
 		t.Errorf("Detect at_root = %q", note)
 	}
-	rs := c.RootSeries()
-	for _, d := range []*metrics.Desc{CPUUsage, CPUUtilization, CPUUsageSecondsTotal, CPUPeriodsTotal, CPULimit, PIDs, PressureMemorySome} {
+	rs := c.rootSeries()
+	for _, d := range []*metrics.Desc{metrics.ContainerCPUUsage, metrics.ContainerCPUUtilization, metrics.ContainerCPUUsageSecondsTotal, metrics.ContainerCPUPeriodsTotal, metrics.ContainerCPULimit, metrics.ContainerPIDs, metrics.ContainerPressureMemorySome} {
 		if !slices.Contains(rs, d) {
-			t.Errorf("RootSeries lacks %s", d.Name)
+			t.Errorf("rootSeries lacks %s", d.Name)
 		}
 	}
 	for _, d := range memorySeries {
 		if slices.Contains(rs, d) {
-			t.Errorf("RootSeries has %s, of a memory cgroup that is a child", d.Name)
+			t.Errorf("rootSeries has %s, of a memory cgroup that is a child", d.Name)
 		}
+	}
+	// The end-of-run table is told (metrics.Partial): the root's series,
+	// and, off v2, the PSI series, which the kernel keeps per cgroup only
+	// on v2, are never added here; why is the note.
+	series, why := c.Unproduced()
+	for _, d := range append(slices.Clone(rs), metrics.ContainerPressure.Descs()...) {
+		if !slices.Contains(series, d) {
+			t.Errorf("Unproduced lacks %s", d.Name)
+		}
+	}
+	if why != note {
+		t.Errorf("Unproduced says %q, want the note %q", why, note)
+	}
+	if tag := c.StartTags(context.Background())[TagAtRoot]; tag != note {
+		t.Errorf("start tag %s = %q, want the note", TagAtRoot, tag)
 	}
 }
 
@@ -98,8 +113,8 @@ func TestV2RootCgroupIsNotAContainer(t *testing.T) {
 	if want := []string{"cpu", "cpuset", "memory", "pids", "unified"}; !reflect.DeepEqual(c.Info().AtRoot, want) {
 		t.Errorf("Info.AtRoot = %q, want %q", c.Info().AtRoot, want)
 	}
-	if len(c.RootSeries()) != len(Series) {
-		t.Errorf("RootSeries has %d of the %d series", len(c.RootSeries()), len(Series))
+	if len(c.rootSeries()) != len(Series) {
+		t.Errorf("rootSeries has %d of the %d series", len(c.rootSeries()), len(Series))
 	}
 
 	ns := newFixture(t, ModeV2, 8)
@@ -107,10 +122,17 @@ func TestV2RootCgroupIsNotAContainer(t *testing.T) {
 	ns.mountV2("", "/")
 	ns.files(ns.cg, v2Leaf(), nil)
 	c = ns.collector()
-	if at := c.Info().AtRoot; len(at) != 0 || len(c.RootSeries()) != 0 {
-		t.Errorf("a cgroup namespace's root: AtRoot %q, RootSeries %d; want none", at, len(c.RootSeries()))
+	if at := c.Info().AtRoot; len(at) != 0 || len(c.rootSeries()) != 0 {
+		t.Errorf("a cgroup namespace's root: AtRoot %q, rootSeries %d; want none", at, len(c.rootSeries()))
 	}
 	if _, ok := c.Detect(context.Background())["at_root"]; ok {
 		t.Error("Detect says at_root for a cgroup namespace's root")
+	}
+	// On v2, with no root cgroup, every series may be added.
+	if series, why := c.Unproduced(); len(series) != 0 || why != "" {
+		t.Errorf("a cgroup namespace's root: Unproduced %d series, %q; want none", len(series), why)
+	}
+	if _, ok := c.StartTags(context.Background())[TagAtRoot]; ok {
+		t.Errorf("start tag %s for a cgroup namespace's root", TagAtRoot)
 	}
 }

@@ -104,7 +104,7 @@ type Collector struct {
 	watch *xidWatch
 
 	mu              sync.Mutex // guards the fields below
-	xids            []XidEvent
+	xids            []metrics.XidEvent
 	xidCount        map[int]int // NVML index -> Xid events seen
 	procNote        string
 	unmatchedLogged bool

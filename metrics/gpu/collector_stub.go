@@ -42,7 +42,7 @@ func (c *Collector) Tags() map[string]string {
 }
 
 // XidEvents returns nil.
-func (c *Collector) XidEvents() []XidEvent { return nil }
+func (c *Collector) XidEvents() []metrics.XidEvent { return nil }
 
 // Close does nothing.
 func (c *Collector) Close() error { return nil }

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 )
@@ -60,31 +59,6 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-}
-
-// XidEvent is one Xid critical error reported by the driver (Xid 79: the GPU
-// fell off the bus, 48: double-bit ECC error, 999: unknown; see NVIDIA's Xid
-// catalog). Exit forensics read them to classify a death as a GPU error.
-type XidEvent struct {
-	Time  time.Time `json:"time"` // when bridge received it
-	GPU   int       `json:"gpu"`  // NVML index of the (parent) device
-	UUID  string    `json:"uuid"`
-	Xid   uint64    `json:"xid"`
-	Slice *MIGSlice `json:"mig,omitempty"` // set when the driver names a MIG slice
-}
-
-// MIGSlice names a MIG slice by its GPU and compute instance IDs.
-type MIGSlice struct {
-	GPUInstance     uint32 `json:"gpu_instance"`
-	ComputeInstance uint32 `json:"compute_instance"`
-}
-
-func (e XidEvent) String() string {
-	s := fmt.Sprintf("Xid %d on GPU %d (%s)", e.Xid, e.GPU, e.UUID)
-	if e.Slice != nil {
-		s += fmt.Sprintf(" MIG GI %d CI %d", e.Slice.GPUInstance, e.Slice.ComputeInstance)
-	}
-	return s
 }
 
 // maxXidEvents caps the events kept for forensics; the per-GPU counters keep

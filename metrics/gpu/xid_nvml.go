@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/bridge-dev/bridge/metrics"
 )
 
 // xidWait is how long one nvmlEventSetWait blocks; it bounds how long Close
@@ -119,12 +121,12 @@ func (c *Collector) recordXid(ev nvml.EventData) {
 	if ev.EventType&nvml.EventTypeXidCriticalError == 0 {
 		return
 	}
-	e := XidEvent{Time: time.Now(), GPU: -1, Xid: ev.EventData}
+	e := metrics.XidEvent{Time: time.Now(), GPU: -1, Xid: ev.EventData}
 	d := c.deviceOf(ev.Device)
 	if d != nil {
 		e.GPU, e.UUID = d.index, d.uuid
 		if d.mig && ev.GpuInstanceId != noInstance {
-			e.Slice = &MIGSlice{GPUInstance: ev.GpuInstanceId, ComputeInstance: ev.ComputeInstanceId}
+			e.Slice = &metrics.MIGSlice{GPUInstance: ev.GpuInstanceId, ComputeInstance: ev.ComputeInstanceId}
 		}
 	}
 	c.mu.Lock()
@@ -174,8 +176,8 @@ func (c *Collector) deviceWhere(match func(*target) bool) *device {
 // XidEvents returns the Xid critical errors seen since New, oldest first (at
 // most the first 256; the gpu_N_xid_errors_count series keep counting). The
 // slice is the caller's.
-func (c *Collector) XidEvents() []XidEvent {
+func (c *Collector) XidEvents() []metrics.XidEvent {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]XidEvent(nil), c.xids...)
+	return append([]metrics.XidEvent(nil), c.xids...)
 }

@@ -174,8 +174,8 @@ func (c *Collector) findPorts(ctx context.Context, classDir, name string) ([]*po
 		}
 		dir := filepath.Join(portsDir, num)
 		for _, k := range []*portCounter{
-			c.dataCounter(ctx, dir, "port_rcv_data", ReceiveRate.For(name, num)),
-			c.dataCounter(ctx, dir, "port_xmit_data", TransmitRate.For(name, num)),
+			c.dataCounter(ctx, dir, "port_rcv_data", metrics.InfinibandReceiveRate.For(name, num)),
+			c.dataCounter(ctx, dir, "port_xmit_data", metrics.InfinibandTransmitRate.For(name, num)),
 		} {
 			if k != nil {
 				k.c.MaxRate = maxWords(p.facts.RateGbps)

@@ -6,8 +6,6 @@ import "github.com/bridge-dev/bridge/metrics"
 // (per-instance templates, bound by For); the counts are since bridge
 // started, those of errors steady.
 var (
-	ReceiveRate   = portSeries("receive_megabytes_per_second", metrics.UnitMegabytesPerSecond, metrics.Gauge, false, "bridge_node_infiniband_receive_bytes_per_second", "Bytes the port received per second over the last interval.")
-	TransmitRate  = portSeries("transmit_megabytes_per_second", metrics.UnitMegabytesPerSecond, metrics.Gauge, false, "bridge_node_infiniband_transmit_bytes_per_second", "Bytes the port transmitted per second over the last interval.")
 	SymbolErrors  = portSeries("symbol_errors_count", metrics.UnitCount, metrics.Counter, true, "bridge_node_infiniband_symbol_errors_total", "Minor link errors the port detected since bridge started (symbol_error).")
 	LinkDowned    = portSeries("link_downed_count", metrics.UnitCount, metrics.Counter, true, "bridge_node_infiniband_link_downed_total", "Times the port's link went down since bridge started (link_downed).")
 	ReceiveErrors = portSeries("receive_errors_count", metrics.UnitCount, metrics.Counter, true, "bridge_node_infiniband_receive_errors_total", "Packets with errors the port received since bridge started (port_rcv_errors).")
@@ -24,4 +22,4 @@ func portSeries(name string, u metrics.Unit, k metrics.Kind, steady bool, prom, 
 
 // Series are every series the collector may add, as its registration
 // declares them.
-var Series = []*metrics.Desc{ReceiveRate, TransmitRate, SymbolErrors, LinkDowned, ReceiveErrors, XmitDiscards, XmitWait}
+var Series = []*metrics.Desc{metrics.InfinibandReceiveRate, metrics.InfinibandTransmitRate, SymbolErrors, LinkDowned, ReceiveErrors, XmitDiscards, XmitWait}

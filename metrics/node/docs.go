@@ -9,8 +9,8 @@ var docs = []metrics.DocTable{
 	{ID: "node/node", Columns: []string{"Source", "Formula"}, Rows: []metrics.DocRow{
 		{Series: []*metrics.Desc{CPUUtilization}, Cells: []string{"`<proc>/stat`, aggregate `cpu` line", "Δbusy / Δtotal × 100 between two readings, where total = user + nice + system + idle + iowait + irq + softirq + steal and busy = total − idle − iowait. guest and guest_nice are not added (the kernel already counts them in user and nice). Clamped to 0..100; omitted when no time passed. Needs two readings."}},
 		{Series: []*metrics.Desc{CPUCount}, Cells: []string{"`<proc>/stat`", "number of `cpuN` lines, i.e. online CPUs of the host (not the container's CPU limit)."}},
-		{Series: []*metrics.Desc{MemoryTotal}, Cells: []string{"`<proc>/meminfo`", "MemTotal"}},
-		{Series: []*metrics.Desc{MemoryAvailable}, Cells: []string{"`<proc>/meminfo`", "MemAvailable (the kernel's estimate of memory available without swapping). Omitted on kernels without it (< 3.14), as are used and usage."}},
+		{Series: []*metrics.Desc{metrics.NodeMemoryTotal}, Cells: []string{"`<proc>/meminfo`", "MemTotal"}},
+		{Series: []*metrics.Desc{metrics.NodeMemoryAvailable}, Cells: []string{"`<proc>/meminfo`", "MemAvailable (the kernel's estimate of memory available without swapping). Omitted on kernels without it (< 3.14), as are used and usage."}},
 		{Series: []*metrics.Desc{MemoryUsed}, Cells: []string{"`<proc>/meminfo`", "MemTotal − MemAvailable (clamped at 0)"}},
 		{Series: []*metrics.Desc{MemoryUsage}, Cells: []string{"`<proc>/meminfo`", "the same value as `node_memory_used_megabytes`, named like MLflow's `system_memory_usage_megabytes` so the two series can be put side by side (inside a container MLflow's series is node-wide too). They are close, not equal: MLflow logs psutil's `used`, MemTotal − MemFree − Buffers − Cached − SReclaimable, which leaves out shared memory and tmpfs pages (counted in Cached) that MemAvailable counts as in use."}},
 		{Series: []*metrics.Desc{MemoryUsagePercent}, Cells: []string{"`<proc>/meminfo`", "(MemTotal − MemAvailable) / MemTotal × 100"}},
@@ -27,7 +27,7 @@ var docs = []metrics.DocTable{
 	{ID: "node/netns", Columns: []string{"Source", "Formula"}, Rows: []metrics.DocRow{
 		{Series: []*metrics.Desc{NetnsReceive}, Cells: []string{"`<proc>/net/dev`; which interfaces count: `<sys>/class/net`", "received bytes since the first Collect, summed over the interfaces counted: each one no other interface is stacked under (physical NICs, veths), not `lo`, bonds, bridges, VLANs or macvlans, whose bytes their lower interfaces carry too. Needs two readings."}},
 		{Series: []*metrics.Desc{NetnsTransmit}, Cells: []string{"`<proc>/net/dev`", "transmitted bytes since the first Collect, likewise."}},
-		{Series: []*metrics.Desc{NetnsReceiveRate}, Cells: []string{"`<proc>/net/dev`", "received bytes over the last interval / interval seconds. Needs two readings."}},
-		{Series: []*metrics.Desc{NetnsTransmitRate}, Cells: []string{"`<proc>/net/dev`", "transmitted bytes over the last interval / interval seconds."}},
+		{Series: []*metrics.Desc{metrics.NetnsReceiveRate}, Cells: []string{"`<proc>/net/dev`", "received bytes over the last interval / interval seconds. Needs two readings."}},
+		{Series: []*metrics.Desc{metrics.NetnsTransmitRate}, Cells: []string{"`<proc>/net/dev`", "transmitted bytes over the last interval / interval seconds."}},
 	}},
 }

@@ -25,13 +25,13 @@ func memoryPoints(out *metrics.Batch, mi procfs.Meminfo, src string) {
 		return
 	}
 	total := float64(*mi.MemTotalBytes)
-	out.Add(MemoryTotal, metrics.MB(total), src)
+	out.Add(metrics.NodeMemoryTotal, metrics.MB(total), src)
 	if mi.MemAvailableBytes == nil {
 		return
 	}
 	avail := float64(*mi.MemAvailableBytes)
 	used := max(total-avail, 0)
-	out.Add(MemoryAvailable, metrics.MB(avail), src)
+	out.Add(metrics.NodeMemoryAvailable, metrics.MB(avail), src)
 	out.Add(MemoryUsed, metrics.MB(used), src)
 	// The same value under a name like MLflow's
 	// system_memory_usage_megabytes, so the two can be put side by side.

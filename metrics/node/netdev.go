@@ -117,8 +117,8 @@ func (c *Collector) collectNet(ctx context.Context, out *metrics.Batch, now time
 	out.Add(NetnsReceive, metrics.MB(c.net.rx), src)
 	out.Add(NetnsTransmit, metrics.MB(c.net.tx), src)
 	if rates && secs > 0 {
-		out.Add(NetnsReceiveRate, metrics.MB(rx)/secs, src)
-		out.Add(NetnsTransmitRate, metrics.MB(tx)/secs, src)
+		out.Add(metrics.NetnsReceiveRate, metrics.MB(rx)/secs, src)
+		out.Add(metrics.NetnsTransmitRate, metrics.MB(tx)/secs, src)
 	}
 	return nil
 }

@@ -142,7 +142,7 @@ func New(opts Options) (*Collector, error) {
 			c.steps = append(c.steps, plain(c.collectCPU), plain(c.collectMemory), plain(c.collectLoad), plain(c.collectPressure))
 		case ScopeRootfs:
 			c.steps = append(c.steps, plain(c.collectRootfs))
-		case ScopeNetns:
+		case metrics.ScopeNetns:
 			c.steps = append(c.steps, func(ctx context.Context, b *metrics.Batch) error { return c.collectNet(ctx, b, c.now()) })
 			c.startNet(opts.Context)
 		}
@@ -207,7 +207,7 @@ func (c *Collector) Tags() map[string]string { return c.tags }
 
 // ServedScopes are the scopes the node collector serves, in the order it
 // reads them.
-var ServedScopes = []metrics.Scope{metrics.ScopeNode, ScopeRootfs, ScopeNetns}
+var ServedScopes = []metrics.Scope{metrics.ScopeNode, ScopeRootfs, metrics.ScopeNetns}
 
 // Close releases the files kept open, without waiting for a read in flight
 // (see kfile.Reader.Close).
@@ -275,7 +275,7 @@ func (c *Collector) Detect(ctx context.Context) map[string]any {
 		}
 	}
 	out["pressure"] = psi // the /proc/pressure files present; empty: kernel without PSI
-	if slices.Contains(c.scopes, ScopeNetns) {
+	if slices.Contains(c.scopes, metrics.ScopeNetns) {
 		c.mu.Lock()
 		t := c.topo
 		c.mu.Unlock()

@@ -106,7 +106,7 @@ func TestCollectFirstAndSecond(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, p.Value, want)
 		}
 	}
-	if p := first["node_memory_total_megabytes"]; p.Source != filepath.Join(root, "meminfo") || p.Desc != MemoryTotal {
+	if p := first["node_memory_total_megabytes"]; p.Source != filepath.Join(root, "meminfo") || p.Desc != metrics.NodeMemoryTotal {
 		t.Errorf("node_memory_total_megabytes: source %q desc %+v", p.Source, p.Desc)
 	}
 	if p := first["node_pressure_io_full_avg10_percentage"]; p.Source != filepath.Join(root, "pressure/io") {
@@ -138,7 +138,7 @@ func TestCollectFirstAndSecond(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, p.Value, want)
 		}
 	}
-	if p := second["netns_network_receive_megabytes"]; p.Desc.Scope != ScopeNetns || p.Source != filepath.Join(root, "net/dev") {
+	if p := second["netns_network_receive_megabytes"]; p.Desc.Scope != metrics.ScopeNetns || p.Source != filepath.Join(root, "net/dev") {
 		t.Errorf("netns receive: scope %q source %q", p.Desc.Scope, p.Source)
 	}
 }

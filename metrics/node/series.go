@@ -2,24 +2,20 @@ package node
 
 import "github.com/bridge-dev/bridge/metrics"
 
-// The scopes only this collector serves; node_ is metrics.ScopeNode, which
-// the RAPL and InfiniBand collectors serve too.
-const (
-	ScopeRootfs metrics.Scope = "rootfs" // statfs("/"): an overlay root shows the node's disk
-	ScopeNetns  metrics.Scope = "netns"  // /proc/net/dev: the network namespace (the pod in Kubernetes)
-)
+// ScopeRootfs is the scope only this collector serves: statfs("/"), where
+// an overlay root shows the node's disk. node_ is metrics.ScopeNode, which
+// the RAPL and InfiniBand collectors serve too; netns_ is
+// metrics.ScopeNetns, of series the job's report reads.
+const ScopeRootfs metrics.Scope = "rootfs"
 
 // The node's, the root filesystem's and the network namespace's series,
-// each described once.
+// each described once (those read elsewhere are metrics': the node's
+// memory, the namespace's rates).
 var (
-	MemoryTotal = &metrics.Desc{Name: "node_memory_total_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Steady: true,
-		Prom: "node_memory_MemTotal_bytes", Help: "Memory information field MemTotal_bytes."}
-	MemoryAvailable = &metrics.Desc{Name: "node_memory_available_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Total: MemoryTotal,
-		Prom: "node_memory_MemAvailable_bytes", Help: "Memory information field MemAvailable_bytes."}
-	MemoryUsed = &metrics.Desc{Name: "node_memory_used_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Total: MemoryTotal,
+	MemoryUsed = &metrics.Desc{Name: "node_memory_used_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Total: metrics.NodeMemoryTotal,
 		Prom: "bridge_node_memory_used_bytes", Help: "Memory of the node in use: MemTotal - MemAvailable, in bytes."}
 	// MLflow's name for used.
-	MemoryUsage = &metrics.Desc{Name: "node_memory_usage_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Total: MemoryTotal,
+	MemoryUsage = &metrics.Desc{Name: "node_memory_usage_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNode, Total: metrics.NodeMemoryTotal,
 		Prom: "bridge_node_memory_usage_bytes", Help: "The same as bridge_node_memory_used_bytes, under MLflow's name (system_memory_usage_megabytes)."}
 	MemoryUsagePercent = &metrics.Desc{Name: "node_memory_usage_percentage", Unit: metrics.UnitPercentage, Scope: metrics.ScopeNode,
 		Help: "Memory of the node in use as a percentage of MemTotal."}
@@ -43,14 +39,10 @@ var (
 	RootfsDiskUsagePercent = &metrics.Desc{Name: "rootfs_disk_usage_percentage", Unit: metrics.UnitPercentage, Scope: ScopeRootfs,
 		Help: "Use of the filesystem under / as df shows it: used / (used + available)."}
 
-	NetnsReceive = &metrics.Desc{Name: "netns_network_receive_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeNetns,
+	NetnsReceive = &metrics.Desc{Name: "netns_network_receive_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNetns,
 		Prom: "bridge_netns_network_receive_bytes", Help: "Bytes received in the network namespace since bridge started, over its interfaces at the bottom of their stacks (not lo, bonds, bridges or VLANs)."}
-	NetnsTransmit = &metrics.Desc{Name: "netns_network_transmit_megabytes", Unit: metrics.UnitMegabytes, Scope: ScopeNetns,
+	NetnsTransmit = &metrics.Desc{Name: "netns_network_transmit_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeNetns,
 		Prom: "bridge_netns_network_transmit_bytes", Help: "Bytes transmitted in the network namespace since bridge started, over its interfaces at the bottom of their stacks (not lo, bonds, bridges or VLANs)."}
-	NetnsReceiveRate = &metrics.Desc{Name: "netns_network_receive_megabytes_per_second", Unit: metrics.UnitMegabytesPerSecond, Scope: ScopeNetns,
-		Prom: "bridge_netns_network_receive_bytes_per_second", Help: "Bytes received per second in the network namespace over the last interval."}
-	NetnsTransmitRate = &metrics.Desc{Name: "netns_network_transmit_megabytes_per_second", Unit: metrics.UnitMegabytesPerSecond, Scope: ScopeNetns,
-		Prom: "bridge_netns_network_transmit_bytes_per_second", Help: "Bytes transmitted per second in the network namespace over the last interval."}
 )
 
 // Pressure are the node's PSI series (/proc/pressure).
@@ -59,8 +51,8 @@ var Pressure = metrics.PressureSeries(metrics.ScopeNode, "node")
 // Series are every series the collector may add, as its registration
 // declares them.
 var Series = append([]*metrics.Desc{
-	MemoryTotal, MemoryAvailable, MemoryUsed, MemoryUsage, MemoryUsagePercent,
+	metrics.NodeMemoryTotal, metrics.NodeMemoryAvailable, MemoryUsed, MemoryUsage, MemoryUsagePercent,
 	Load1, Load5, Load15, CPUCount, CPUUtilization,
 	RootfsDiskTotal, RootfsDiskUsed, RootfsDiskAvailable, RootfsDiskUsagePercent,
-	NetnsReceive, NetnsTransmit, NetnsReceiveRate, NetnsTransmitRate,
+	NetnsReceive, NetnsTransmit, metrics.NetnsReceiveRate, metrics.NetnsTransmitRate,
 }, Pressure.Descs()...)

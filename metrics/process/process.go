@@ -91,7 +91,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	// not a measurement of the job (the end-of-run table would show a
 	// peak of 0), so it has none.
 	if rss > 0 {
-		b.Add(MemoryRSS, metrics.MB(rss), c.src)
+		b.Add(metrics.ProcessMemoryRSS, metrics.MB(rss), c.src)
 	}
 	b.Add(Count, float64(len(stats)), c.src)
 	b.Add(Threads, threads, c.src)

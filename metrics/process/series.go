@@ -5,8 +5,6 @@ import "github.com/bridge-dev/bridge/metrics"
 // The child's process tree's series, each described once (the GPU
 // collectors add the tree's GPU memory: metrics.ProcessGPUMemory).
 var (
-	MemoryRSS = &metrics.Desc{Name: "process_memory_rss_megabytes", Unit: metrics.UnitMegabytes, Scope: metrics.ScopeProcess,
-		Prom: "bridge_process_memory_rss_bytes", Help: "Sum of the RSS of the child's process tree in bytes."}
 	Count = &metrics.Desc{Name: "process_count", Unit: metrics.UnitCount, Scope: metrics.ScopeProcess,
 		Help: "Processes in the child's tree."}
 	Threads = &metrics.Desc{Name: "process_threads_count", Unit: metrics.UnitCount, Scope: metrics.ScopeProcess,
@@ -17,4 +15,4 @@ var (
 
 // Series are every series the collector may add, as its registration
 // declares them.
-var Series = []*metrics.Desc{MemoryRSS, Count, Threads, CPUUsage}
+var Series = []*metrics.Desc{metrics.ProcessMemoryRSS, Count, Threads, CPUUsage}

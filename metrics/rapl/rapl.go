@@ -323,7 +323,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 	}
 	if all && len(c.pkgs) > 0 {
 		b.Add(Power, power, c.allSrc)
-		b.Add(Energy, energy, c.allSrc)
+		b.Add(metrics.NodeCPUEnergy, energy, c.allSrc)
 	}
 	return errors.Join(errs...)
 }

@@ -10,13 +10,11 @@ var (
 		Help: "Power a CPU package of the node drew over the last interval, from its RAPL energy counter."}
 	PackageEnergy = &metrics.Desc{Name: "node_cpu_package_<package>_energy_joules", Unit: metrics.UnitJoules, Scope: metrics.ScopeNode, Kind: metrics.Counter,
 		Instance: []string{"package"}, Prom: "bridge_node_cpu_package_energy_joules_total",
-		Help: "Energy a CPU package of the node used since bridge started (RAPL)."}
+		Help: "metrics.NodeCPUEnergy a CPU package of the node used since bridge started (RAPL)."}
 	Power = &metrics.Desc{Name: "node_cpu_power_watts", Unit: metrics.UnitWatts, Scope: metrics.ScopeNode,
 		Help: "Power all CPU packages of the node drew over the last interval (RAPL)."}
-	Energy = &metrics.Desc{Name: "node_cpu_energy_joules", Unit: metrics.UnitJoules, Scope: metrics.ScopeNode, Kind: metrics.Counter,
-		Prom: "bridge_node_cpu_energy_joules_total", Help: "Energy all CPU packages of the node used since bridge started (RAPL)."}
 )
 
 // Series are every series the collector may add, as its registration
 // declares them.
-var Series = []*metrics.Desc{PackagePower, PackageEnergy, Power, Energy}
+var Series = []*metrics.Desc{PackagePower, PackageEnergy, Power, metrics.NodeCPUEnergy}
