@@ -83,7 +83,6 @@ func Specs(ch Choices) []option.Spec {
 // Bounds on the sizes, so that a typo cannot make bridge allocate (or wait)
 // without limit.
 const (
-	MaxQueueSize     = 100_000
 	MaxNodes         = 100_000
 	MinSpoolMaxSize  = 4 << 10 // below this not even one sample fits
 	maxSize          = 1 << 50 // 1 PiB: any larger "size" is a typo
@@ -120,7 +119,6 @@ type Config struct {
 	SpoolMaxSize   ByteSize      `mapstructure:"spool-max-size"`  // cap on the spool file; 0 = no cap
 	SpoolSync      time.Duration `mapstructure:"spool-sync"`      // longest delay of the spool's fsync; 0 = fsync every sample
 	KeepSpool      bool          `mapstructure:"keep-spool"`      // keep a fully delivered spool of a clean run
-	QueueSize      int           `mapstructure:"queue-size"`      // samples buffered between sampling and the spool writer
 	FlushTimeout   time.Duration `mapstructure:"flush-timeout"`   // after the child exits, longest wait for trackers
 	StartTimeout   time.Duration `mapstructure:"start-timeout"`   // longest wait for trackers before the child starts
 	KillAfter      time.Duration `mapstructure:"kill-after"`      // SIGKILL this long after a forwarded SIGTERM; 0 = never
@@ -203,8 +201,6 @@ var options = []option.Spec{
 	{Key: "collect-timeout", Default: 5 * time.Second,
 		Usage: "longest wait for one collector in one sample (10ms to 10m)",
 		Doc:   "longest wait for one collector, and for the cgroup's limits before the child starts (a hung NVML call or kernel read cannot stall sampling or the start)"},
-	{Key: "queue-size", Default: 1024,
-		Usage: fmt.Sprintf("samples buffered between sampling and the spool writer (1 to %d), holding at most 32 MiB", MaxQueueSize)},
 	{Key: "window", Default: time.Second,
 		Usage: "bridge sample: time between the two readings that CPU rates need",
 		Doc:   "`bridge sample`: time between its two readings"},
@@ -589,8 +585,6 @@ func (c *Config) validateBounds(src sources) error {
 	switch {
 	case math.IsNaN(c.FastThreshold) || c.FastThreshold <= 0 || c.FastThreshold > 100:
 		return src.bad("fast-threshold", c.FastThreshold, "must be a percentage in (0, 100]")
-	case c.QueueSize < 1 || c.QueueSize > MaxQueueSize:
-		return src.bad("queue-size", c.QueueSize, fmt.Sprintf("must be a whole number from 1 to %d", MaxQueueSize))
 	case c.SpoolMaxSize != 0 && c.SpoolMaxSize < MinSpoolMaxSize:
 		return src.bad("spool-max-size", c.SpoolMaxSize, fmt.Sprintf("must be 0 (no cap) or at least %s", ByteSize(MinSpoolMaxSize)))
 	}

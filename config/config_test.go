@@ -194,7 +194,7 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"flush-timeout", "-1s"}, {"flush-timeout", "30"}, {"flush-timeout", "100h"},
 		{"start-timeout", "0"}, {"start-timeout", "1h"}, {"start-timeout", "soon"},
 		{"kill-after", "-5s"}, {"kill-after", "25h"},
-		{"queue-size", "1.5"}, {"queue-size", "1e3"}, {"queue-size", "0"}, {"queue-size", "-3"}, {"queue-size", "99999999999999999999"}, {"queue-size", "100001"},
+		{"nodes", "1e3"}, {"nodes", "-3"}, {"nodes", "99999999999999999999"},
 		{"proc-root", "/nonexistent/proc"}, {"cgroup-root", "/etc/passwd"}, {"rootfs", ""}, {"sys-root", "/nonexistent/sys"},
 		{"test-list", "0,\x07"},
 		{"metrics-addr", "70000"}, {"metrics-addr", "localhost"},
@@ -260,11 +260,11 @@ func TestNewOptions(t *testing.T) {
 	if c.SpoolMaxSize != 512<<20 || c.KillAfter != 10*time.Second || c.StartTimeout != 2*time.Second || !c.KeepSpool || c.SpoolSync != 0 {
 		t.Errorf("got %+v", c)
 	}
-	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nqueue-size: 2000\nnode-id: 7\ntest-list: [0, 1]\nspool-sync: 1m\n")}, nil)
+	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nnodes: 2000\nnode-id: 7\ntest-list: [0, 1]\nspool-sync: 1m\n")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SpoolMaxSize != 0 || c.QueueSize != 2000 || c.NodeID != "7" || !reflect.DeepEqual(testList.Get(c.Options), []string{"0", "1"}) || c.SpoolSync != time.Minute {
+	if c.SpoolMaxSize != 0 || c.Nodes != 2000 || c.NodeID != "7" || !reflect.DeepEqual(testList.Get(c.Options), []string{"0", "1"}) || c.SpoolSync != time.Minute {
 		t.Errorf("file: %+v", c)
 	}
 	if c.SpoolMaxSize.String() != "0" || ByteSize(512<<20).String() != "512MiB" {
@@ -331,7 +331,7 @@ var goodValues = map[string]string{
 	"interval": "1s", "fast-interval": "500ms", "fast-threshold": "50", "collect-timeout": "2s", "window": "1s",
 	"scopes": "node,container", "test-flag": "true", "node-id": "n1", "log-level": "debug", "trackers": "none",
 	"run-name": "my run", "spool": "/tmp/bridge-ws.jsonl", "spool-max-size": "1GiB", "spool-sync": "2s", "keep-spool": "true",
-	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "queue-size": "7", "proc-root": "/proc",
+	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "proc-root": "/proc",
 	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "sys-root": "/sys", "test-list": "0,1", "metrics-addr": "9100",
 	"test-match": "^DCGM_", "test-wait": "1s", "job-key": "slurm:alps:42.0", "nodes": "8", "job-settle": "2s",
 }
