@@ -2,207 +2,31 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"os"
-	"os/exec"
-	"strconv"
-	"syscall"
-	"time"
 
-	"github.com/bridge-dev/bridge/forensics"
-	"github.com/bridge-dev/bridge/pipeline"
-	"github.com/bridge-dev/bridge/report"
-	"github.com/bridge-dev/bridge/spool"
-	"github.com/bridge-dev/bridge/summary"
-	"github.com/bridge-dev/bridge/supervisor"
-	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/jobrun"
 )
 
-// runSupervise is `bridge [flags] -- CMD [ARGS...]`.
+// runSupervise is `bridge [flags] -- CMD [ARGS...]` (jobrun.Command).
 func runSupervise(args []string, stdout, stderr io.Writer) int {
 	fs, cfg, code := parse("bridge", args, stdout, stderr, nil)
 	if fs == nil {
 		return code
 	}
-	argv := fs.Args()
-	if len(argv) == 0 {
+	if fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "bridge: no command given: usage is bridge [flags] -- CMD [ARGS...] (see bridge --help)")
 		return exitUsage
 	}
-	log := newLogger(stderr, cfg.LogLevel)
-	// From here on a signal is bridge's to handle: before the child starts,
-	// a terminating one ends the start (an election, a slow tracker) at
-	// once, and the child is never started.
-	startCtx, cancelStart := context.WithCancel(context.Background())
-	defer cancelStart()
-	early := supervisor.WatchEarly(cancelStart)
-	defer early.Stop()
+	return runJob(cfg, jobrun.Command(fs.Args()), stderr)
+}
 
-	// A command that cannot run is reported before any run is created.
-	if _, err := exec.LookPath(argv[0]); err != nil {
-		fmt.Fprintf(stderr, "bridge: cannot run %q: %v\n", argv[0], err)
-		return supervisor.StartFailureCode(err)
-	}
-	// A multi-node job: the key its bridges share, this node, and whether
-	// this bridge is the node's lead (docs/multinode.md).
-	job := pipeline.DetectJob(cfg, argv, os.Getenv)
-	job.TakeNode("", log)
-	defer job.Release()
-	job.Apply(&cfg)
-	set := pipeline.SettingsFrom(cfg)
-	set.Task = job.SpoolTask() // the job's other bridges on this node have spools of their own
-	// An explicit spool is opened once, before the trackers start: what an
-	// earlier attempt left there decides the run and goes into its tags. One
-	// that cannot be opened (read-only, another bridge writing it) leaves the
-	// samples in memory for the trackers: the job runs, sampled, either way.
-	var sp *spool.Spool
-	var lost *forensics.Lost
-	var ov pipeline.Overrides
-	if cfg.Spool != "" {
-		sp, _ = pipeline.OpenSpool(cfg.Spool, pipeline.ForJob, set, log)
-		if !sp.InMemory() {
-			lost, ov = previousAttempt(sp, job.Multi(), log)
-			job.CountAttempts(sp.Attempts())
-		}
-	}
-	job.Log(log)
-	sinks, off := pipeline.Trackers().BuildSinks(cfg, ov, job, log)
-	src, err := pipeline.BuildSources(cfg, log)
+// runJob runs the job of target, and returns bridge's exit status.
+func runJob(cfg config.Config, target jobrun.Target, stderr io.Writer) int {
+	code, err := jobrun.Run(context.Background(), cfg, target, jobrun.Options{Version: version, Stderr: stderr, Log: newLogger(stderr, cfg.LogLevel)})
 	if err != nil {
 		return usageError(stderr, err)
 	}
-	tags := src.StartTags(cfg, version)
-	for k, v := range job.Tags() {
-		tags[k] = v
-	}
-	var rows []summary.Row // the end-of-run table's own rows, after the exit's
-	if lost != nil {
-		// Reported from the start: this attempt may not survive either.
-		for k, v := range lost.Tags() {
-			tags[k] = v
-		}
-		rows = lost.Rows()
-	}
-	info := pipeline.JobStartInfo(cfg, argv, os.Environ(), tags)
-	started := pipeline.StartSinksWith(startCtx, sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
-	if sig := early.Stop(); sig != 0 {
-		return neverStarted(sig, started, cfg.FlushTimeout, early.C, stderr, log)
-	}
-	started.SayLate(pipeline.Trackers(), job, log)
-	started.MarkCreated(tags) // for a restarted bridge: see previousAttempt
-
-	sess := pipeline.Open(pipeline.Options{Settings: set, Log: log, Version: version,
-		Sources: src, Spool: sp, Started: started, Off: off, StartTags: tags})
-	// Leftover processes of the child's group get their SIGTERM grace inside
-	// the flush timeout, which counts from the child's exit.
-	grace := min(2*time.Second, max(cfg.FlushTimeout, time.Millisecond))
-	child, err := supervisor.Start(supervisor.Options{Argv: argv, Env: started.ChildEnv(os.Environ()), Log: log, KillAfter: cfg.KillAfter, Grace: grace,
-		Signals: early.C})
-	if err != nil {
-		code := supervisor.StartFailureCode(err)
-		fmt.Fprintf(stderr, "bridge: %v\n", err)
-		sess.Stop(nil)
-		sess.Finish(tracker.EndInfo{ExitCode: code, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": err.Error()}})
-		return code
-	}
-	// Signals after the child has exited cut the final flush short instead
-	// of killing bridge (which would lose the child's exit status).
-	defer child.Release()
-	src.SetChild(child.PID(), os.Getpid()) // bridge adopts orphans: the child subreaper (or PID 1)
-	lowerOOMScore(log)
-	sess.Run()
-
-	// Signals while the child runs were forwarded by the supervisor; one
-	// after it has exited cuts the final flush short.
-	exit := child.Wait()
-	// The whole end of the run, counted from the child's exit, fits in
-	// --flush-timeout.
-	sess.EndBy(exit.Time.Add(cfg.FlushTimeout))
-	abort := make(chan struct{})
-	stopReaping := make(chan struct{})
-	go func() {
-		select {
-		case sig := <-child.Late():
-			log.Warn("signal during the final flush: bridge exits now; "+sess.Unsent(), "signal", sig)
-			close(abort)
-		case <-stopReaping:
-		}
-	}()
-
-	go supervisor.ReapOrphans(stopReaping)
-	sess.Stop(abort)
-	end := tracker.EndInfo{ExitCode: exit.Code, Signal: int(exit.Signal), Time: exit.Time, Tags: exit.Tags()}
-	ev := forensics.FromRun(forensics.Run{Exit: exit, Acc: sess.Acc(), Xids: src.XidEvents(), CgroupVersion: src.CgroupVersion()})
-	verdict := forensics.Classify(ev)
-	for k, v := range verdict.Tags(ev) {
-		end.Tags[k] = v
-	}
-	end.Status = verdict.Status(ev)
-	if job.Multi() {
-		// For the job's report: when by which clock, and the node's figures
-		// (the report then never reads this node's series).
-		end.Tags[report.TagEndedClock] = forensics.ClockSource("/sys")
-		end.Tags[report.TagFigures] = report.FiguresTag(sess.Acc())
-	}
-	sess.Finish(end)
-	close(stopReaping)
-
-	rows = append(append([]summary.Row{{What: "exit status", Value: exit.Describe()}}, verdict.Rows(ev)...), rows...)
-	sess.Report(stderr, "bridge: end of run", rows...)
-	return exit.Code
-}
-
-// lowerOOMScore takes bridge itself (after the child has forked: the value
-// is inherited, and the training process must stay the OOM killer's
-// choice) out of the OOM killer's choice.
-func lowerOOMScore(log *slog.Logger) {
-	if err := forensics.SetOOMScoreAdj("/proc", os.Getpid(), forensics.OOMScoreAdjMin); err != nil {
-		// Most containers lack CAP_SYS_RESOURCE: normal, so one short line
-		// at debug rather than the errno chain at every start.
-		why := "needs CAP_SYS_RESOURCE"
-		if !errors.Is(err, forensics.ErrOOMScorePermission) {
-			why = err.Error()
-		}
-		log.Debug("bridge's oom_score_adj is not lowered: a group OOM kill may take bridge too", "why", why)
-		return
-	}
-	log.Debug("bridge set its oom_score_adj to -1000")
-}
-
-// neverStarted ends a start cut short by a terminating signal: the command
-// never ran, and one line says so. A run a tracker had already found or
-// created records that end (a run bridge created is not left RUNNING),
-// within the flush timeout; a second signal cuts that short.
-func neverStarted(sig syscall.Signal, started pipeline.Started, flush time.Duration, again <-chan os.Signal, stderr io.Writer, log *slog.Logger) int {
-	code := 128 + int(sig)
-	why := fmt.Sprintf("%s arrived while bridge was starting its trackers, before the command started: the command never ran", supervisor.SignalName(sig))
-	fmt.Fprintf(stderr, "bridge: %s; exit status %d\n", why, code)
-	ctx, cancel := context.WithTimeout(context.Background(), flush)
-	defer cancel()
-	go func() {
-		select {
-		case <-again:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	started.End(ctx, tracker.EndInfo{ExitCode: code, Signal: int(sig), Time: time.Now(),
-		Tags: map[string]string{"bridge.exit_code": strconv.Itoa(code), "bridge.error": why}}, log)
 	return code
-}
-
-// previousAttempt finds an earlier attempt on sp that stopped without a
-// clean shutdown (a group OOM kill took bridge too, a node failure). Where
-// that attempt wrote to a run bridge can resume, this attempt writes into
-// that run again instead of creating a new one (pipeline.ResumeRuns).
-func previousAttempt(sp *spool.Spool, multi bool, log *slog.Logger) (*forensics.Lost, pipeline.Overrides) {
-	lost, ok := forensics.LostBefore(sp.Attempts(), time.Now())
-	if !ok {
-		return nil, pipeline.Overrides{RunIDs: map[string]string{}, Owned: map[string]bool{}}
-	}
-	log.Warn("the previous attempt of this job stopped without a clean shutdown", "what", lost.Sentence)
-	return lost, pipeline.Trackers().ResumeRuns(lost.Record, multi, os.Getenv, log)
 }

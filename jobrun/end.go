@@ -1,0 +1,45 @@
+package jobrun
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/bridge-dev/bridge/forensics"
+	"github.com/bridge-dev/bridge/tracker"
+)
+
+// The tags bridge records itself at a job's start and end; the child's
+// exit's are supervisor.Exit.Tags, forensics' verdict's its own.
+const (
+	// tagError says why the command never ran (it could not be started, or
+	// a signal ended bridge's start first).
+	tagError = "bridge.error"
+	// tagAttachedPID is the process `bridge attach` sampled beside.
+	tagAttachedPID = "bridge.attached_pid"
+	// tagAttachEnd says why `bridge attach` stopped.
+	tagAttachEnd = "bridge.attach_end"
+)
+
+// notRun is the end of a job whose command never ran: bridge's exit
+// status code, the signal that ended the start (0: none), and why.
+func notRun(code int, sig syscall.Signal, why string) tracker.EndInfo {
+	return tracker.EndInfo{ExitCode: code, Signal: int(sig), Time: time.Now(),
+		Tags: map[string]string{forensics.TagExitCode: strconv.Itoa(code), tagError: why}}
+}
+
+// abortable is a context that ends after d, or at once when a signal
+// arrives on again (a second one cuts the end short).
+func abortable(d time.Duration, again <-chan os.Signal) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	go func() {
+		select {
+		case <-again:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
