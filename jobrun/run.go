@@ -109,7 +109,9 @@ func (e exit) Error() string { return "exit status " + strconv.Itoa(int(e)) }
 // Run runs the job of target t and returns bridge's exit status. A
 // non-nil error is the user's to fix (bridge's own flags, variables or
 // file: exit 2), returned before anything was started; its message names
-// the flag. Cancelling ctx ends the start as a signal does.
+// the flag. ctx bounds the trackers' start: cancelled, their start ends at
+// once (the job goes on without their runs); a terminating signal ends it
+// the same way, and the job with it.
 func Run(ctx context.Context, cfg config.Config, t Target, o Options) (int, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
