@@ -1,13 +1,14 @@
 """A/B: CPU per sample of two or more bridge builds, run in turn on this machine.
 
 usage: bench/cpu_ab.py ROUNDS SECONDS BIN_A BIN_B [BIN_C...]   (e.g. 4 15 /tmp/bridge-base /tmp/bridge-new)
-Each round runs every build in turn: bridge --trackers none --interval 100ms --spool F -- sleep SECONDS,
+Each round runs every build in turn, a different one first each round: bridge --trackers none --interval 100ms --spool F -- sleep SECONDS,
 CPU from getrusage(RUSAGE_CHILDREN) (bridge and its sleep child), samples from the spool.
 Every scope is on unless ARGS says otherwise (ARGS="--scopes container,node" adds those flags).
 TRACKER=mlflow posts to a real MLflow server, as in use: it starts one (bench/mlflow_server.sh,
 sqlite on 127.0.0.1) shared by every run, each run its own run of it. On a machine without an
 NVIDIA driver this measures what the GPU collector costs where there is no GPU. The machine is
-whatever it is: compare the medians of one invocation, and say its load (printed at the end).
+whatever it is: compare the medians of one invocation (and each build's per-round ratio to the
+first build), and say its load (printed at the end).
 """
 import json, os, resource, shlex, subprocess, sys, tempfile
 rounds, secs, bins = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
@@ -29,7 +30,7 @@ elif tracker != "none":
 res = {b: [] for b in bins}
 try:
     for r in range(rounds):
-        for b in bins:
+        for b in bins[r % len(bins):] + bins[:r % len(bins)]:  # each build first in turn
             d = tempfile.mkdtemp()
             spool = os.path.join(d, "s.jsonl")
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -45,5 +46,11 @@ finally:
         subprocess.run(["bash", "-c", f'. "{here}/mlflow_server.sh"; stop_mlflow "$0"', server])
 for b in bins:
     v = sorted(res[b])
-    print(f"{b}: median {v[len(v)//2]:.3f} ms/sample, min {v[0]:.3f}, max {v[-1]:.3f} over {len(v)} runs")
+    line = f"{b}: median {v[len(v)//2]:.3f} ms/sample, min {v[0]:.3f}, max {v[-1]:.3f} over {len(v)} runs"
+    if b != bins[0]:
+        # Each round's ratio to the first build's run in the same round: the
+        # load drifts less within a round than across the window.
+        q = sorted(x / y for x, y in zip(res[b], res[bins[0]]))
+        line += f"; per round x{q[len(q)//2]:.3f} of {bins[0]} (min {q[0]:.3f}, max {q[-1]:.3f})"
+    print(line)
 print("load average at the end (1, 5, 15 min): %.2f %.2f %.2f" % os.getloadavg())
