@@ -6,11 +6,11 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/bridge-dev/bridge/jobrun"
+	"github.com/bridge-dev/bridge/runner"
 	"github.com/bridge-dev/bridge/pipeline"
 )
 
-// runAttach is `bridge attach --pid PID [--run-id ID]` (jobrun.Attach):
+// runAttach is `bridge attach --pid PID [--run-id ID]` (runner.Attach):
 // sampling beside a running process (a notebook kernel) and its run.
 func runAttach(args []string, stdout, stderr io.Writer) int {
 	var runID string
@@ -26,5 +26,5 @@ func runAttach(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: attach takes no command (got %q); to launch one use bridge -- CMD\n", fs.Args())
 		return exitUsage
 	}
-	return runJob(cfg, jobrun.Attach(pid, runID), stderr)
+	return runJob(cfg, runner.Attach(pid, runID), stderr)
 }

@@ -1,4 +1,4 @@
-package jobrun
+package runner
 
 import (
 	"context"

@@ -10,7 +10,7 @@
 // starts ends the start at once, and a command never runs then; a second
 // one during the end cuts the end short; the end of the run fits
 // --flush-timeout from the target's end.
-package jobrun
+package runner
 
 import (
 	"context"
