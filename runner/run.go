@@ -1,4 +1,4 @@
-// Package jobrun runs one job: bridge's one lifecycle for a command it
+// Package runner runs one job: bridge's one lifecycle for a command it
 // starts as its child (`bridge -- CMD`, Command) and for a running process
 // it samples beside (`bridge attach`, Attach). Run takes the job from
 // bridge's configuration to its exit status: the trackers started before

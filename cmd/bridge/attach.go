@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/bridge-dev/bridge/runner"
 	"github.com/bridge-dev/bridge/pipeline"
+	"github.com/bridge-dev/bridge/runner"
 )
 
 // runAttach is `bridge attach --pid PID [--run-id ID]` (runner.Attach):
