@@ -65,7 +65,6 @@ func Specs(ch Choices) []option.Spec {
 // Bounds on the sizes, so that a typo cannot make bridge allocate (or wait)
 // without limit.
 const (
-	MaxQueueSize     = 100_000
 	MaxNodes         = 100_000
 	MinSpoolMaxSize  = 4 << 10 // below this not even one sample fits
 	maxSize          = 1 << 50 // 1 PiB: any larger "size" is a typo
@@ -102,7 +101,6 @@ type Config struct {
 	SpoolMaxSize   ByteSize      // cap on the spool file; 0 = no cap
 	SpoolSync      time.Duration // longest delay of the spool's fsync; 0 = fsync every sample
 	KeepSpool      bool          // keep a fully delivered spool of a clean run
-	QueueSize      int           // samples buffered between sampling and the spool writer
 	FlushTimeout   time.Duration // after the child exits, longest wait for trackers
 	StartTimeout   time.Duration // longest wait for trackers before the child starts
 	KillAfter      time.Duration // SIGKILL this long after a forwarded SIGTERM; 0 = never

@@ -127,13 +127,13 @@ func TestPrecedenceOfACollectorsOption(t *testing.T) {
 // same text in a variable would be.
 func TestFileScalarsAsText(t *testing.T) {
 	file := writeFile(t, "node-id: 7\nrun-name: 1.5\nnodes: 8.0\nfast-threshold: 50\nspool-sync: 0\n"+
-		"spool-max-size: 4096\nscopes: node\ntest-list: 7\nkeep-spool: true\nqueue-size: 1e3\n")
+		"spool-max-size: 4096\nscopes: node\ntest-list: 7\nkeep-spool: true\n")
 	c, err := load(t, []string{"--config", file}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.NodeID != "7" || c.RunName != "1.5" || c.Nodes != 8 || c.FastThreshold != 50 || c.SpoolSync != 0 ||
-		c.SpoolMaxSize != 4096 || !reflect.DeepEqual(c.Scopes, []string{"node"}) || !c.KeepSpool || c.QueueSize != 1000 {
+		c.SpoolMaxSize != 4096 || !reflect.DeepEqual(c.Scopes, []string{"node"}) || !c.KeepSpool {
 		t.Errorf("got %+v", c)
 	}
 	if l := testList.Get(c.Options); !reflect.DeepEqual(l, []string{"7"}) {
@@ -189,7 +189,6 @@ func TestBadValues(t *testing.T) {
 		{"bare number for spool-sync in file", nil, nil, "spool-sync: 1\n", []string{"spool-sync (in ", "bridge.yaml", "without a unit"}},
 		{"bare fraction for a duration in file", nil, nil, "flush-timeout: 1.5\n", []string{"flush-timeout (in ", "without a unit"}},
 		{"bare number for a collector's duration in file", nil, nil, "test-wait: 20\n", []string{"test-wait (in ", "without a unit"}},
-		{"fraction for an integer in file", nil, nil, "queue-size: 1.5\n", []string{"queue-size (in ", `"1.5"`, "whole number"}},
 		{"fraction for nodes in file", nil, nil, "nodes: 2.5\n", []string{"nodes (in ", "whole number"}},
 		{"list for a duration in file", nil, nil, "interval: [1s]\n", []string{"interval (in ", "duration", "a list"}},
 		{"map for a duration in file", nil, nil, "interval: {a: 1}\n", []string{"interval (in ", "duration", "a map"}},
@@ -251,14 +250,13 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"flush-timeout", "-1s"}, {"flush-timeout", "30"}, {"flush-timeout", "100h"},
 		{"start-timeout", "0"}, {"start-timeout", "1h"}, {"start-timeout", "soon"},
 		{"kill-after", "-5s"}, {"kill-after", "25h"},
-		{"queue-size", "1.5"}, {"queue-size", "1e3"}, {"queue-size", "0"}, {"queue-size", "-3"}, {"queue-size", "99999999999999999999"}, {"queue-size", "100001"},
 		{"proc-root", "/nonexistent/proc"}, {"cgroup-root", "/etc/passwd"}, {"rootfs", ""}, {"sys-root", "/nonexistent/sys"},
 		{"test-list", "0,\x07"},
 		{"metrics-addr", "70000"}, {"metrics-addr", "localhost"},
 		{"test-match", "("}, {"test-match", "[z-a]"},
 		{"test-wait", "1ms"}, {"test-wait", "1h"}, {"test-wait", "20"},
 		{"job-key", "it's"}, {"job-key", "a b"}, {"job-key", strings.Repeat("k", 201)},
-		{"nodes", "-1"}, {"nodes", "1.5"}, {"nodes", "100001"}, {"nodes", "many"},
+		{"nodes", "-1"}, {"nodes", "1.5"}, {"nodes", "1e3"}, {"nodes", "100001"}, {"nodes", "99999999999999999999"}, {"nodes", "many"},
 		{"job-settle", "0"}, {"job-settle", "10ms"}, {"job-settle", "2m"}, {"job-settle", "1"},
 	}
 	covered := map[string]bool{}
@@ -317,11 +315,11 @@ func TestNewOptions(t *testing.T) {
 	if c.SpoolMaxSize != 512<<20 || c.KillAfter != 10*time.Second || c.StartTimeout != 2*time.Second || !c.KeepSpool || c.SpoolSync != 0 {
 		t.Errorf("got %+v", c)
 	}
-	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nqueue-size: 2000\nnode-id: 7\ntest-list: [0, 1]\nspool-sync: 1m\n")}, nil)
+	c, err = load(t, []string{"--config", writeFile(t, "spool-max-size: 0\nnodes: 2000\nnode-id: 7\ntest-list: [0, 1]\nspool-sync: 1m\n")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.SpoolMaxSize != 0 || c.QueueSize != 2000 || c.NodeID != "7" || !reflect.DeepEqual(testList.Get(c.Options), []string{"0", "1"}) || c.SpoolSync != time.Minute {
+	if c.SpoolMaxSize != 0 || c.Nodes != 2000 || c.NodeID != "7" || !reflect.DeepEqual(testList.Get(c.Options), []string{"0", "1"}) || c.SpoolSync != time.Minute {
 		t.Errorf("file: %+v", c)
 	}
 	if c.SpoolMaxSize.String() != "0" || ByteSize(512<<20).String() != "512MiB" {
@@ -388,7 +386,7 @@ var goodValues = map[string]string{
 	"interval": "1s", "fast-interval": "500ms", "fast-threshold": "50", "collect-timeout": "2s", "window": "1s",
 	"scopes": "node,container", "test-flag": "true", "node-id": "n1", "log-level": "debug", "trackers": "none",
 	"run-name": "my run", "spool": "/tmp/bridge-ws.jsonl", "spool-max-size": "1GiB", "spool-sync": "2s", "keep-spool": "true",
-	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "queue-size": "7", "proc-root": "/proc",
+	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "proc-root": "/proc",
 	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "sys-root": "/sys", "test-list": "0,1", "metrics-addr": "9100",
 	"test-match": "^DCGM_", "test-wait": "1s", "job-key": "slurm:alps:42.0", "nodes": "8", "job-settle": "2s",
 }

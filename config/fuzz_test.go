@@ -81,7 +81,7 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 //	go test -run '^$' -fuzz FuzzArgs -fuzztime 15s ./config
 func FuzzArgs(f *testing.F) {
 	for _, s := range []string{
-		"--interval=5s", "--queue-size\x001.5", "--scopes=node,gpuz", "--spool-max-size\x00512MiB\x00--keep-spool",
+		"--interval=5s", "--nodes\x001.5", "--scopes=node,gpuz", "--spool-max-size\x00512MiB\x00--keep-spool",
 		"--kill-after=-1s", "--help", "-h", "--", "--config\x00/nonexistent.yaml", "--trackers=auto,none",
 		"--gpus=0,1\x00--node-id=a.b", "--fast-threshold=1e-300", "--no-container=false\x00--window=0",
 	} {

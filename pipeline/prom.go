@@ -42,7 +42,7 @@ func (s *Session) runID() string {
 // is read through run(): a tracker that started late writes to a run its
 // SinkRun.RunID does not hold.
 func (s *Session) health() promexport.Health {
-	h := promexport.Health{QueueDepth: len(s.queue), Dropped: int(s.dropped.Load())}
+	h := promexport.Health{Dropped: int(s.spool.Stats().LostUnwritten)}
 	for _, r := range s.sinks {
 		_, _, sent := r.fwd.Status()
 		errs, last := r.fwd.Counters()

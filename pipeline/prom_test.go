@@ -22,7 +22,7 @@ import (
 )
 
 // /metrics is a second consumer of the sample stream: it shows the samples
-// the spool writer took and the sink's health, while the session runs.
+// the spool took and the sink's health, while the session runs.
 func TestSessionServesMetrics(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

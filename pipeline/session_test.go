@@ -19,8 +19,10 @@ import (
 
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -111,7 +113,7 @@ func (f *fakeSink) received() []int64 {
 
 func settings(t *testing.T) config.Config {
 	return config.Config{
-		Interval: time.Millisecond, CollectTimeout: deadline, QueueSize: 64,
+		Interval: time.Millisecond, CollectTimeout: deadline,
 		FlushTimeout: deadline, Spool: filepath.Join(t.TempDir(), "spool.jsonl"),
 	}
 }
@@ -158,9 +160,6 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 	if n := s.Acc().Samples(); n != taken {
 		t.Errorf("accumulator has %d samples, want %d", n, taken)
 	}
-	if q := s.queued.Load(); q != 0 {
-		t.Errorf("%d bytes counted in the emptied queue, want 0", q)
-	}
 	if r := report(s); !strings.Contains(r, "ok run r1: ") || strings.Contains(r, "unsent") || strings.Contains(r, "collector") {
 		t.Errorf("report:\n%s\nwant every sample sent to run r1, and no collector row (none failed)", r)
 	}
@@ -180,48 +179,34 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 	}
 }
 
-// A full queue, in samples (--queue-size) or in bytes (maxQueueBytes),
-// drops the newest sample and counts it; the report says so.
-func TestSessionCountsDrops(t *testing.T) {
-	big := metrics.Sample{Points: make([]metrics.Point, 2000)} // an exporter at the scrape's bounds
-	for i := range big.Points {
-		big.Points[i] = metrics.At(metrics.Passthrough(fmt.Sprintf("prom_%04d_%s", i, strings.Repeat("x", 240))), 0)
+// The spool is the one buffer between sampling and the trackers, and its
+// count of dropped samples the one count: with no file and a tracker that
+// takes nothing, it drops its oldest samples past its bound while sampling
+// goes on, says so once, and /metrics and the end-of-run table count the
+// same drops.
+func TestSessionDropsAreTheSpools(t *testing.T) {
+	c := &counter{}
+	hung := &fakeSink{t: t, name: "hung", runID: "r1", hang: true}
+	set := settings(t)
+	set.FlushTimeout = time.Millisecond
+	var logs syncbuf.Buffer
+	sp := spool.NewMemory(spool.Options{MaxBuffered: 2, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	st := StartSinksWith(context.Background(), []tracker.Sink{hung}, tracker.StartInfo{}, StartPolicy{Timeout: config.DefaultStartTimeout}, quiet())
+	s := Open(Options{Settings: set, Log: quiet(), Version: "test", Collectors: []metrics.Collector{c}, Spool: sp, Started: st,
+		Phase: func(d time.Duration) time.Duration { return d }})
+	s.Run()
+	waitfor.Cond(t, deadline, "five samples dropped while sampling goes on", func() bool { return s.health().Dropped >= 5 })
+	s.Stop(nil)
+	s.Finish(tracker.EndInfo{Time: time.Now()})
+	lost := sp.Stats().LostUnwritten
+	if h := s.health(); int64(h.Dropped) != lost || lost < 5 || lost > int64(c.calls())-2 {
+		t.Errorf("/metrics counts %d dropped, the spool %d, of %d samples taken; want the spool's count, and the newest 2 kept", h.Dropped, lost, c.calls())
 	}
-	fit := int(maxQueueBytes / big.MemBytes())
-	for _, tc := range []struct {
-		name    string
-		queue   int
-		smp     metrics.Sample
-		n, drop int
-	}{
-		{"samples", 2, metrics.Sample{}, 5, 3},
-		{"bytes", 1024, big, fit + 3, 3},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			set := settings(t)
-			set.QueueSize = tc.queue
-			s := open(t, set, []metrics.Collector{&counter{}}, nil)
-			var logs bytes.Buffer // enqueue runs on this goroutine only
-			s.log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			// The writer is not running (no Run), so nothing drains the queue.
-			for i := range tc.n {
-				smp := tc.smp
-				smp.Seq = int64(i)
-				s.enqueue(smp)
-			}
-			if s.Dropped() != tc.drop || s.queued.Load() > maxQueueBytes {
-				t.Errorf("dropped %d, want %d; %d bytes queued, want at most %d", s.Dropped(), tc.drop, s.queued.Load(), maxQueueBytes)
-			}
-			// A stalled disk drops every sample: one warning, not one each.
-			if n := strings.Count(logs.String(), "sample dropped"); n != 1 {
-				t.Errorf("%d warnings for %d drops, want 1:\n%s", n, tc.drop, logs.String())
-			}
-			s.Stop(nil)
-			s.Finish(tracker.EndInfo{Time: time.Now()})
-			if r := report(s); !strings.Contains(r, "samples dropped") || !strings.Contains(r, fmt.Sprintf("%d (the spool writer was behind", tc.drop)) {
-				t.Errorf("report:\n%s\nwant the %d dropped samples", r, tc.drop)
-			}
-		})
+	if n := strings.Count(logs.String(), "dropping the oldest samples"); n != 1 {
+		t.Errorf("%d warnings for %d drops, want 1:\n%s", n, lost, logs.String())
+	}
+	if r := report(s); !strings.Contains(r, fmt.Sprintf("%d dropped from the full memory buffer", lost)) {
+		t.Errorf("report:\n%s\nwant the %d dropped samples", r, lost)
 	}
 }
 

@@ -2,7 +2,7 @@
 // text format: the very samples the trackers get, each under the name, type,
 // help and base unit its descriptor gives (cAdvisor's names where cAdvisor
 // has the series, metrics.Desc), and bridge's own health (samples taken,
-// sent and pending per tracker, queue depth, send errors).
+// dropped by the spool, sent and pending per tracker, send errors).
 package promexport
 
 import (
@@ -34,8 +34,7 @@ type SinkHealth struct {
 
 // Health is bridge's own state, read at each scrape.
 type Health struct {
-	QueueDepth int // samples between sampling and the spool writer
-	Dropped    int // samples the full queue dropped
+	Dropped    int // samples the spool dropped from its full memory buffer
 	Sinks      []SinkHealth
 	Scrapes    map[string]int   // failed --scrape reads per URL
 	Collectors []metrics.Health // each collector's last run (the Sampler's)
@@ -52,8 +51,8 @@ type Options struct {
 }
 
 // Exporter holds the latest sample and exposes it. Observe is called by the
-// pipeline's spool writer; scrapes read under a lock, so a slow scraper never
-// holds the writer longer than one copy of a slice header.
+// pipeline's sampling loop; scrapes read under a lock, so a slow scraper
+// never holds the loop longer than one copy of a slice header.
 type Exporter struct {
 	opt   Options
 	reg   *prometheus.Registry
@@ -92,8 +91,7 @@ var (
 	labelNames   = []string{"run_id", "node_id"}
 	takenDesc    = prometheus.NewDesc("bridge_samples_taken_total", "Samples bridge has taken (and spooled) in this process.", labelNames, nil)
 	seqDesc      = prometheus.NewDesc("bridge_sample_seq", "Sequence number of the latest sample: the MLflow step of the values exposed with it.", labelNames, nil)
-	queueDesc    = prometheus.NewDesc("bridge_queue_depth", "Samples waiting between sampling and the spool writer.", labelNames, nil)
-	droppedDesc  = prometheus.NewDesc("bridge_samples_dropped_total", "Samples dropped because the spool writer was behind.", labelNames, nil)
+	droppedDesc  = prometheus.NewDesc("bridge_samples_dropped_total", "Samples the spool dropped, oldest first, from its full memory buffer (a disk that fails or stalls; no spool file and the trackers behind).", labelNames, nil)
 	sinkLabels   = append(append([]string(nil), labelNames...), "sink")
 	sentDesc     = prometheus.NewDesc("bridge_sink_samples_sent_total", "Samples a tracker acknowledged.", sinkLabels, nil)
 	pendingDesc  = prometheus.NewDesc("bridge_sink_samples_pending", "Samples in the spool a tracker has not acknowledged.", sinkLabels, nil)
@@ -124,7 +122,6 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(takenDesc, prometheus.CounterValue, float64(taken), lv...)
 	if e.opt.Health != nil {
 		h := e.opt.Health()
-		ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(h.QueueDepth), lv...)
 		ch <- prometheus.MustNewConstMetric(droppedDesc, prometheus.CounterValue, float64(h.Dropped), lv...)
 		for _, c := range h.Collectors {
 			if c.Runs == 0 {

@@ -68,7 +68,7 @@ func keys(m map[string]*dto.MetricFamily) []string {
 
 func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 	e := New(Options{RunID: func() string { return "run1" }, NodeID: "n0", Health: func() Health {
-		return Health{QueueDepth: 2, Dropped: 1, Scrapes: map[string]int{"http://x/metrics": 3}, Sinks: []SinkHealth{{Name: "mlflow", Sent: 5, Pending: 4, Errors: 7, LastSend: time.UnixMilli(1700000000123)}},
+		return Health{Dropped: 1, Scrapes: map[string]int{"http://x/metrics": 3}, Sinks: []SinkHealth{{Name: "mlflow", Sent: 5, Pending: 4, Errors: 7, LastSend: time.UnixMilli(1700000000123)}},
 			Collectors: []metrics.Health{
 				{Collector: "cgroup", Runs: 3, OK: true, Duration: 1500 * time.Microsecond, Refused: 4, LastRefused: "x"},
 				{Collector: "gpu", Runs: 3, Failures: 2, Duration: 5 * time.Second, LastError: "GPU 0: timeout"},
@@ -159,7 +159,7 @@ func TestExposesSampleUnderCAdvisorNames(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, v, want)
 		}
 	}
-	for name, want := range map[string]float64{"bridge_queue_depth": 2, "bridge_samples_dropped_total": 1, "bridge_samples_taken_total": 1} {
+	for name, want := range map[string]float64{"bridge_samples_dropped_total": 1, "bridge_samples_taken_total": 1} {
 		m := one(t, fams, name, run)
 		if v := m.GetGauge().GetValue() + m.GetCounter().GetValue(); v != want {
 			t.Errorf("%s = %v, want %v", name, v, want)

@@ -103,7 +103,7 @@ var badValues = map[string]string{
 	"window": "-1s", "scopes": "cpu", "no-container": "maybe", "node-id": "a/b", "log-level": "loud",
 	"trackers": "neptune", "run-name": "a\nb", "spool": "/", "spool-max-size": "12xb", "spool-sync": "2m",
 	"keep-spool": "perhaps", "flush-timeout": "-1s", "start-timeout": "0", "kill-after": "-1s",
-	"queue-size": "1.5", "proc-root": "/nonexistent", "cgroup-root": "/nonexistent",
+	"proc-root": "/nonexistent", "cgroup-root": "/nonexistent",
 	"rootfs": "/nonexistent", "sys-root": "/etc/passwd", "gpus": "0,\x07", "gpu-match-cuda-visible": "2",
 	"metrics-addr": "70000", "scrape": "ftp://x/metrics", "scrape-include": "(", "scrape-exclude": "[z-a]",
 	"scrape-passthrough": "sometimes", "scrape-timeout": "1ms",
@@ -132,12 +132,13 @@ func TestEveryOptionExit2BeforeChild(t *testing.T) {
 			tc{"env " + k, nil, []string{config.EnvName(k) + "=" + v}, config.EnvName(k)})
 	}
 	file := filepath.Join(t.TempDir(), "bridge.yaml")
-	if err := os.WriteFile(file, []byte("queue-size: 1.5\n"), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte("nodes: 1.5\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cases = append(cases,
-		tc{"file key", []string{"--config", file}, nil, "queue-size (in " + file},
-		tc{"huge queue", []string{"--queue-size=99999999999"}, nil, "--queue-size"},
+		tc{"file key", []string{"--config", file}, nil, "nodes (in " + file},
+		tc{"huge node count", []string{"--nodes=99999999999"}, nil, "--nodes"},
+		tc{"the flag that is gone", []string{"--queue-size=1024"}, nil, "--queue-size"},
 	)
 	// Other tools' variables (MLFLOW_TRACKING_URI=http://, a node id with
 	// a slash) never stop the job: TestForeignVariablesTrackersNone.

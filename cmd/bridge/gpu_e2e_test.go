@@ -19,6 +19,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
+	"github.com/bridge-dev/bridge/snapshot"
 )
 
 // fakeGPU are the series bridge reads from testbin.FakeNVML's GPU through
@@ -106,11 +107,11 @@ func TestGPUActivityEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("bridge sample: %v\n%s", err, &errb)
 		}
-		var got sampleOutput
+		var got snapshot.Output
 		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 			t.Fatalf("%v\n%s", err, &out)
 		}
-		byName := map[string]jsonPoint{}
+		byName := map[string]snapshot.Point{}
 		for _, p := range got.Metrics {
 			byName[p.Name] = p
 		}

@@ -16,16 +16,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"runtime"
-	"runtime/debug"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/internal/ownproc"
 	"github.com/bridge-dev/bridge/internal/safeout"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/pipeline"
@@ -46,9 +43,7 @@ const (
 )
 
 func main() {
-	limitProcs(os.Getenv)
-	leanGC(os.Getenv)
-	keepSIGPIPE()
+	ownproc.Setup(os.Getenv)
 	// bridge's own output never blocks it or fails it (internal/safeout):
 	// a closed, full or stalled stdout or stderr costs lines, not the job.
 	stdout, stderr := safeout.New(os.Stdout), safeout.New(os.Stderr)
@@ -63,78 +58,22 @@ func main() {
 // at exit: a stalled reader must not hold back the child's exit status.
 const exitFlush = time.Second
 
-// keepSIGPIPE makes a write to a closed stdout or stderr an EPIPE error
-// instead of the end of bridge: Go's runtime exits with SIGPIPE on such a
-// write to fd 1 or 2 unless SIGPIPE is notified (os/signal), and bridge
-// dying would orphan the child and lose its exit status. Notified, not
-// ignored: an ignored signal stays ignored across exec, a handled one is
-// reset to the default, so the child gets SIGPIPE's default disposition
-// even when bridge itself was started with it ignored.
-func keepSIGPIPE() {
-	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-}
-
-// maxProcs caps bridge's Ps. Liveness first: every call of bridge's that
-// can block in the kernel (kernel file reads, the supervisor's waits and
-// signals, NVML's cgo calls) takes the ordinary system call path, which
-// hands its P to another thread when it blocks, so one P keeps signal
-// forwarding, reaping, the collect timeout and the end of the run going
-// while a read hangs forever (TestHungReadLeavesBridgeLive). A second P
-// would not help against what can still hold a P, a thread stuck outside
-// any system call (a page fault on a hung NFS image): the next garbage
-// collection waits for it whatever GOMAXPROCS is. Every other P only adds
-// threads to wake, spin and run GC workers on (the runtime's default is
-// every CPU the cgroup allows): on 2 CPUs, 2 cost 6-8% more CPU a sample
-// than 1, and 32 cost 49-97% more (bench/builds.sh, docs/performance.md).
-const maxProcs = 1
-
-// limitProcs lowers GOMAXPROCS to maxProcs unless the user set it.
-func limitProcs(getenv func(string) string) {
-	if getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) > maxProcs {
-		runtime.GOMAXPROCS(maxProcs)
-	}
-}
-
-// gcPercent is bridge's GOGC. Its live heap is well under 1 MiB, so the
-// runtime's 4 MiB minimum heap goal (at GOGC=100), not the live data, sets
-// most of its anonymous memory; 50 halves that goal, about 0.7 MiB less
-// (bench/memory.sh, docs/performance.md), for a collection every ~60
-// samples at most.
-const gcPercent = 50
-
-// leanGC sets GOGC to gcPercent unless the user set it.
-func leanGC(getenv func(string) string) {
-	if getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
-	}
+// commands are bridge's subcommands by name; anything else is
+// `bridge [flags] -- CMD` (runSupervise).
+var commands = map[string]func(args []string, stdout, stderr io.Writer) int{
+	"version": func(_ []string, stdout, _ io.Writer) int { printVersion(stdout); return 0 },
+	"help": func(_ []string, stdout, _ io.Writer) int {
+		usage(stdout, pflag.NewFlagSet("bridge", pflag.ContinueOnError))
+		return 0
+	},
+	"sample": runSample, "attach": runAttach, "sync": runSync, "report": runReport,
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	cmd := ""
-	if len(args) > 0 {
-		switch args[0] {
-		case "version", "sample", "attach", "sync", "report", "help":
-			cmd, args = args[0], args[1:]
-		}
+	if len(args) > 0 && commands[args[0]] != nil {
+		return commands[args[0]](args[1:], stdout, stderr)
 	}
-	switch cmd {
-	case "version":
-		printVersion(stdout)
-		return 0
-	case "help":
-		usage(stdout, pflag.NewFlagSet("bridge", pflag.ContinueOnError))
-		return 0
-	case "sample":
-		return runSample(args, stdout, stderr)
-	case "attach":
-		return runAttach(args, stdout, stderr)
-	case "sync":
-		return runSync(args, stdout, stderr)
-	case "report":
-		return runReport(args, stdout, stderr)
-	default:
-		return runSupervise(args, stdout, stderr)
-	}
+	return runSupervise(args, stdout, stderr)
 }
 
 func printVersion(w io.Writer) { fmt.Fprintf(w, "bridge %s\n", version) }

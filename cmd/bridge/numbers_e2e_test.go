@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,6 +30,7 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/report"
+	"github.com/bridge-dev/bridge/snapshot"
 )
 
 // dcgm1e306 is a dcgm-exporter whose GPU 0 says 1e306 for its utilization
@@ -116,11 +116,11 @@ func TestScraped1e306Refused(t *testing.T) {
 			}
 			continue
 		}
-		var got sampleOutput
+		var got snapshot.Output
 		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		i := slices.IndexFunc(got.Collectors, func(h jsonHealth) bool { return h.Name == "scrape" })
+		i := slices.IndexFunc(got.Collectors, func(h snapshot.Health) bool { return h.Name == "scrape" })
 		if i < 0 || got.Collectors[i].Refused != 2 || !strings.Contains(got.Collectors[i].RefusedLast, "outside its range") {
 			t.Errorf("bridge sample --json collectors %+v: want scrape's 2 values refused", got.Collectors)
 		}
@@ -352,7 +352,7 @@ func TestAMDGPUOutOfRangeSample(t *testing.T) {
 		}
 		shown := map[string]bool{} // the sample's series
 		if asJSON {
-			var got sampleOutput
+			var got snapshot.Output
 			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 				t.Fatalf("%v\n%s", err, &out)
 			}
@@ -386,27 +386,5 @@ func TestAMDGPUOutOfRangeSample(t *testing.T) {
 		if n := strings.Count(errb.String(), "out of its series' range"); n != len(refused) {
 			t.Errorf("%d warnings, want one a series:\n%s", n, &errb)
 		}
-	}
-}
-
-// A panic in one step of the end is that step's: the next runs, and the
-// child's exit status is returned, not Go's exit 2.
-func TestEndPanicKeepsStatus(t *testing.T) {
-	var logs syncbuf.Buffer
-	log := slog.New(slog.NewTextHandler(&logs, nil))
-	var ran []string
-	end := func() (status int) {
-		defer keepStatus(&status, 5, log)
-		endStep(log, "first", func() { panic("boom in the first step") })
-		endStep(log, "second", func() { ran = append(ran, "second") })
-		var m map[string]int
-		m["x"] = 1 // outside any step: still the child's status
-		return 0
-	}
-	if got := end(); got != 5 {
-		t.Errorf("status %d, want the child's 5", got)
-	}
-	if len(ran) != 1 || !strings.Contains(logs.String(), "boom in the first step") || !strings.Contains(logs.String(), "assignment to entry in nil map") {
-		t.Errorf("ran %v; log:\n%s", ran, logs.String())
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/pipeline"
+	"github.com/bridge-dev/bridge/snapshot"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -72,11 +73,11 @@ func TestRecipeAddACollector(t *testing.T) {
 	if code := sample(regs, []string{"--json", "--scopes", "toy", "--toy-start", "41", "--window", "0"}, &out, &errb); code != 0 {
 		t.Fatalf("bridge sample: exit %d\n%s", code, errb.String())
 	}
-	var got sampleOutput
+	var got snapshot.Output
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatal(err)
 	}
-	if i := slices.IndexFunc(got.Metrics, func(p jsonPoint) bool { return p.Name == toyWidgets.Name }); i < 0 ||
+	if i := slices.IndexFunc(got.Metrics, func(p snapshot.Point) bool { return p.Name == toyWidgets.Name }); i < 0 ||
 		got.Metrics[i].Value != 43.0 || got.Metrics[i].Scope != "toy" || got.Metrics[i].Unit != "count" {
 		t.Errorf("bridge sample: %+v, want toy_widgets_count = 43 of scope toy", got.Metrics)
 	}
@@ -101,7 +102,7 @@ func TestRecipeAddACollector(t *testing.T) {
 	if code := sample(regs, []string{"--json", "--window", "0", "--scopes", "toy,node,process"}, &out, &errb); code != 0 {
 		t.Fatalf("bridge sample: exit %d\n%s", code, errb.String())
 	}
-	var all sampleOutput
+	var all snapshot.Output
 	if err := json.Unmarshal(out.Bytes(), &all); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package runner
 
 import (
 	"os"
@@ -60,7 +60,7 @@ func TestWaitForPIDLeavesNothingBehind(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			stacks := string(buf[:runtime.Stack(buf, true)])
-			if !strings.Contains(stacks, "supervisor.(*Watched)") && !strings.Contains(stacks, "main.waitForPID") {
+			if !strings.Contains(stacks, "supervisor.(*Watched)") && !strings.Contains(stacks, "runner.waitForPID") {
 				break
 			}
 			if time.Now().After(deadline) {
