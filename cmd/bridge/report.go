@@ -75,16 +75,29 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge report reads the run from %s, used when %s (`bridge --help` lists its variables)\n", reg.Help.Title, reg.Help.On)
 		return exitUsage
 	}
+	return reportRun(reg, run, reportAsked{json: *asJSON, markdown: *asMarkdown, timeout: *timeout, logLevel: *logLevel}, stdout, stderr)
+}
+
+// reportAsked is how `bridge report` was asked to read and print.
+type reportAsked struct {
+	json, markdown bool
+	timeout        time.Duration
+	logLevel       string
+}
+
+// reportRun reads run's report from reg's store within --timeout and
+// prints it as asked: runReport once its flags are checked.
+func reportRun(reg tracker.Registration, run string, ask reportAsked, stdout, stderr io.Writer) int {
 	home, _ := os.UserHomeDir()
-	store, err := reg.Store(tracker.Build{Getenv: os.Getenv, Home: home, Log: newLogger(stderr, *logLevel)})
+	store, err := reg.Store(tracker.Build{Getenv: os.Getenv, Home: home, Log: newLogger(stderr, ask.logLevel)})
 	if err != nil {
 		fmt.Fprintf(stderr, "bridge: report: %s\n", printable.Line(err.Error()))
 		return exitUsage
 	}
 	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	passed := fmt.Errorf("--timeout %s passed", *timeout)
-	ctx, cancel := context.WithTimeoutCause(sig, *timeout, passed)
+	passed := fmt.Errorf("--timeout %s passed", ask.timeout)
+	ctx, cancel := context.WithTimeoutCause(sig, ask.timeout, passed)
 	defer cancel()
 	rep, err := jobrun.Report(ctx, store, run)
 	if err != nil && errors.Is(context.Cause(ctx), passed) {
@@ -94,7 +107,7 @@ func runReport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "bridge: report: %s\n", printable.Line(err.Error()))
 		return 1
 	}
-	if werr := write(stdout, rep, *asJSON, *asMarkdown); werr != nil {
+	if werr := write(stdout, rep, ask.json, ask.markdown); werr != nil {
 		fmt.Fprintf(stderr, "bridge: report: %v\n", werr)
 		return 1
 	}
