@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,6 +122,51 @@ func TestRunEndsBeforeStart(t *testing.T) {
 			}
 			if _, err := os.Stat(spool); err == nil {
 				t.Error("the spool was opened: the job started")
+			}
+		})
+	}
+}
+
+// A terminating signal that arrives while bridge reads its settings (the
+// watch its commands begin first, Watch) ends the job before it starts:
+// the command never runs, one line says so, and the exit status is
+// 128+N; attach samples nothing and exits 0. Nothing was started, not even
+// the spool.
+func TestRunSignalWhileReadingSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		target func(ran string) Target
+		code   int
+		out    string
+	}{
+		{"command", func(ran string) Target { return Command([]string{"touch", ran}) }, 128 + int(syscall.SIGTERM),
+			"bridge: SIGTERM arrived while bridge was reading its settings, before the command started: the command never ran; exit status 143"},
+		{"attach", func(string) Target { return Attach(os.Getpid(), "") }, 0,
+			"bridge attach: SIGTERM before sampling started: nothing was sampled or written"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			spool, ran := filepath.Join(dir, "spool.jsonl"), filepath.Join(dir, "ran")
+			sig := Watch()
+			defer sig.Stop()
+			// The signal comes to this process, whose watch takes it.
+			if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			waitfor.Cond(t, 60*time.Second, "the watch to take the SIGTERM", func() bool { return sig.ctx.Err() != nil })
+			var out syncbuf.Buffer
+			code, err := Run(context.Background(), jobConfig(t, spool), tc.target(ran), Options{Version: "test", Stderr: &out,
+				Log: slog.New(slog.DiscardHandler), Signals: sig})
+			if code != tc.code || err != nil {
+				t.Errorf("Run = %d, %v; want %d, nil", code, err, tc.code)
+			}
+			if strings.Count(out.String(), tc.out) != 1 {
+				t.Errorf("output %q, want one %q", out.String(), tc.out)
+			}
+			for _, f := range []string{ran, spool} {
+				if _, err := os.Stat(f); err == nil {
+					t.Errorf("%s exists: the job started", f)
+				}
 			}
 		})
 	}
