@@ -63,6 +63,8 @@ type Report struct {
 	// out, out of their series' range (a tag that says 1e306 MB); Notes
 	// name them.
 	ValuesRefused int `json:"values_refused,omitempty"`
+
+	multi bool // a multi-node job's run (TagJobKey), not a single run's
 }
 
 // StatusMissing is the status of a node the job expected (TagNodes) that
@@ -127,8 +129,15 @@ type Node struct {
 	// first failure's node.
 	Consequence   string `json:"consequence,omitempty"`
 	ConsequenceOf string `json:"consequence_of,omitempty"`
-	Ended         string `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
-	EndedClock    string `json:"ended_clock,omitempty"` // that clock's source
+	// Started is when the node's command started, and DurationSeconds
+	// how long it ran, as its bridge recorded them at its end.
+	Started         string         `json:"started,omitempty"` // RFC 3339, UTC
+	DurationSeconds *metrics.Float `json:"duration_seconds,omitempty"`
+	Ended           string         `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
+	EndedClock      string         `json:"ended_clock,omitempty"` // that clock's source
+	// ProcessTreePeakRSSMB is the highest RSS of the command's process
+	// tree (all its processes together).
+	ProcessTreePeakRSSMB *metrics.Float `json:"process_tree_peak_rss_megabytes,omitempty"`
 	// PeakWorkingSetSource says where the peak comes from: the samples, or
 	// the kernel's high-water mark where the node was OOM-killed.
 	PeakWorkingSetSource string `json:"peak_working_set_source,omitempty"`
@@ -162,7 +171,7 @@ const sourceKernel = summary.SourceKernelPeak + " at the OOM kill"
 // of the nodes not read yet left out, and a note naming them and
 // context.Cause) with an error that wraps ctx's.
 func Build(ctx context.Context, run Run, history History) (*Report, error) {
-	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}}
+	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}, multi: run.Tags[TagJobKey] != ""}
 	nodes := nodesOf(run)
 	ends := endsOf(run, nodes)
 	rep.setFirstFailure(run, ends)
@@ -178,6 +187,10 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 		if !rec.ended.IsZero() {
 			row.Ended = rec.ended.Format(timeLayout)
 		}
+		if !rec.started.IsZero() {
+			row.Started = rec.started.Format(timeLayout)
+		}
+		row.DurationSeconds, row.ProcessTreePeakRSSMB = rec.duration, rec.treeRSS
 		if row.Consequence = consequence(rep.FirstFailure, n.id, rec); row.Consequence != "" {
 			row.ConsequenceOf = rep.FirstFailure.Node
 		}

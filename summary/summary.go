@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/metrics"
@@ -407,4 +408,19 @@ func Write(w io.Writer, title string, rows []Row) {
 		fmt.Fprintf(tw, "  %s\t%s\n", printable.Line(r.What), printable.Line(r.Value))
 	}
 	tw.Flush()
+}
+
+// Duration says how long something ran, to the second past a minute:
+// "4.3 s", "12 min 5 s", "3 h 2 min".
+func Duration(d time.Duration) string {
+	switch s := d.Round(time.Second); {
+	case d < 0:
+		return "0 s"
+	case d < time.Minute-50*time.Millisecond: // "59.9 s", never "60.0 s"
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case s < time.Hour:
+		return fmt.Sprintf("%d min %d s", int(s.Minutes()), int(s.Seconds())%60)
+	}
+	m := d.Round(time.Minute)
+	return fmt.Sprintf("%d h %d min", int(m.Hours()), int(m.Minutes())%60)
 }
