@@ -344,7 +344,7 @@ func schedRun(t *testing.T, pids []int) time.Duration {
 // The processes of the last walk that found the tree, with their names
 // and RSS, stay known once the tree is gone (forensics names the process
 // an OOM kill most likely took from them); a process that execs is known
-// by its new name.
+// by its new name; a walk of zombies (killed, RSS 0) does not replace them.
 func TestLastProcesses(t *testing.T) {
 	root := t.TempDir()
 	pid := 0
@@ -367,6 +367,13 @@ func TestLastProcesses(t *testing.T) {
 	)
 	collect(t, c)
 	last := at
+	at = at.Add(time.Second)
+	// Killed, not yet reaped: zombies hold no memory.
+	writeProcs(t, root,
+		fakeProc{pid: 100, ppid: 1, comm: "python3", state: "Z", start: 500},
+		fakeProc{pid: 101, ppid: 100, comm: "pt (worker) 1", state: "Z", start: 600},
+	)
+	collect(t, c)
 	at = at.Add(time.Second)
 	writeProcs(t, root)
 	collect(t, c)

@@ -136,8 +136,9 @@ func (t *Tree) NSpids(ctx context.Context) ([][]int, error) {
 }
 
 // LastProcesses is the tree's processes in the last walk that found any
-// (none before the child's first): the processes alive in the last
-// sample before the tree's end. It reads no file, and
+// holding memory (none before the child's first): the processes alive in
+// the last sample before the tree's end, or before its processes were
+// killed and left as zombies. It reads no file, and
 // may be called from any goroutine, beside a walk, and after Close.
 func (t *Tree) LastProcesses() metrics.ProcessList {
 	w := t.found.Load()
@@ -149,6 +150,18 @@ func (t *Tree) LastProcesses() metrics.ProcessList {
 		l.Procs[i] = metrics.ProcessInfo{PID: s.PID, Name: s.Name, RSSBytes: uint64(max(s.RSSPages, 0)) * uint64(pageSize)}
 	}
 	return l
+}
+
+// resident reports whether any of procs holds memory: a tree whose
+// processes are all zombies (killed, not yet reaped: RSS 0) has lost what
+// LastProcesses says.
+func resident(procs []procStat) bool {
+	for _, p := range procs {
+		if p.RSSPages > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Close releases the files kept open, without waiting for a walk in
@@ -181,7 +194,7 @@ func (t *Tree) get(ctx context.Context, nspids bool) (*walk, error) {
 		if marked {
 			t.last = w
 		}
-		if w.err == nil && len(w.procs) > 0 {
+		if w.err == nil && resident(w.procs) {
 			t.found.Store(w)
 		}
 	}
