@@ -558,8 +558,12 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 		return acked, err
 	}
 	if s.ended {
-		return acked, fmt.Errorf("%w: its owner set run %s %s at %s; of the samples, %d taken after that were left out",
-			tracker.ErrRunEnded, s.runID, s.endState, time.UnixMilli(s.endedAt).UTC().Format("2006-01-02T15:04:05.000Z"), s.afterEnd)
+		taken := fmt.Sprintf("%d samples", s.afterEnd)
+		if s.afterEnd == 1 {
+			taken = "1 sample"
+		}
+		return acked, fmt.Errorf("%w: its owner set run %s %s at %s, and bridge left out the %s taken after that",
+			tracker.ErrRunEnded, s.runID, s.endState, time.UnixMilli(s.endedAt).UTC().Format("2006-01-02T15:04:05.000Z"), taken)
 	}
 	return acked, nil
 }
