@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -14,7 +16,7 @@ func TestJobStartInfoClipsWholeRunes(t *testing.T) {
 	arg := strings.Repeat("données-日本語-", 60)
 	for pad := range len("données-日本語-") {
 		prog := "/opt/" + strings.Repeat("x", pad) + "trainé/" + arg
-		info := JobStartInfo(config.Config{}, []string{prog, arg}, nil, map[string]string{})
+		info := JobStartInfo(context.Background(), config.Config{}, []string{prog, arg}, nil, map[string]string{}, slog.New(slog.DiscardHandler))
 		cmd := info.Tags["bridge.command"]
 		if len(cmd) > 500 || !utf8.ValidString(cmd) || !strings.HasSuffix(cmd, "...") {
 			t.Errorf("bridge.command: %d bytes, valid UTF-8 %v: %q", len(cmd), utf8.ValidString(cmd), cmd)
@@ -41,15 +43,21 @@ func TestRunNameIsTheScript(t *testing.T) {
 		{[]string{"python", "-m", "trainer.main", "--seed", "42"}, "trainer.main"},
 		{[]string{"python", "-m", "torch.distributed.run", "--nproc_per_node", "4", "run_clm.py"}, "run_clm.py"},
 		{[]string{"./train", "--steps", "10"}, "train 10"},
-		{[]string{"sh", "-c", "python x.py"}, "sh"},
+		{[]string{"sh", "-c", "python x.py"}, "x.py"},
+		{[]string{"bash", "-lc", "cd /work && source env.sh && exec python -u nanogpt/train.py --lr 0.1"}, "train.py"},
+		{[]string{"sh", "-c", "echo run $MLFLOW_RUN_ID node $MLFLOW_SYSTEM_METRICS_NODE_ID; sleep 20"}, "sleep 20"},
+		{[]string{"sh", "-c", "OMP_NUM_THREADS=4 ./train --steps 10 --token=s3cr3tvalue123"}, "train 10"},
+		{[]string{"sh", "-c", "echo hi"}, "sh"},
+		{[]string{"sh", "-c", "while [ ! -e go ]; do sleep 0.01; done"}, "sleep 0.01"},
+		{[]string{"bash", "-c", "if true; then exec torchrun --nproc_per_node=8 train.py; fi"}, "train.py"},
 		{[]string{"python", "train.py"}, "train.py"},
 	} {
-		info := JobStartInfo(config.Config{}, tc.argv, nil, map[string]string{})
+		info := JobStartInfo(context.Background(), config.Config{}, tc.argv, nil, map[string]string{}, slog.New(slog.DiscardHandler))
 		if info.RunName != tc.want {
 			t.Errorf("%q: run name %q, want %q", tc.argv, info.RunName, tc.want)
 		}
 	}
-	if info := JobStartInfo(config.Config{RunName: "mine"}, []string{"python", "train.py"}, nil, map[string]string{}); info.RunName != "mine" {
+	if info := JobStartInfo(context.Background(), config.Config{RunName: "mine"}, []string{"python", "train.py"}, nil, map[string]string{}, slog.New(slog.DiscardHandler)); info.RunName != "mine" {
 		t.Errorf("--run-name mine gave %q", info.RunName)
 	}
 }

@@ -97,7 +97,10 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 		}
 		rows = lost.Rows()
 	}
-	info := pipeline.JobStartInfo(cfg, argv, os.Environ(), tags)
+	// Provenance (the git repository's files) within the collect timeout.
+	provCtx, cancelProv := context.WithTimeout(startCtx, cfg.CollectTimeout)
+	info := pipeline.JobStartInfo(provCtx, cfg, argv, os.Environ(), tags, log)
+	cancelProv()
 	started := pipeline.StartSinksWith(startCtx, sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
 	if sig := early.Stop(); sig != 0 {
 		return neverStarted(sig, "starting its trackers", started, cfg.FlushTimeout, early.C, stderr, log)

@@ -92,7 +92,7 @@ func (j jobStore) Search(ctx context.Context) ([]election.Candidate, string, err
 // Create implements election.Store.
 func (j jobStore) Create(ctx context.Context, startID string) (string, error) {
 	s, job, info := j.s, j.s.cfg.Job, j.s.el.info
-	tags := sourceTags(info)
+	tags := s.sourceTags(info)
 	tags[TagJobKey], tags[TagJobKeyFrom], tags[TagCandidateOf] = job.Key, job.KeyFrom, info.NodeID
 	if job.Generation != "" {
 		tags[TagGeneration] = job.Generation
@@ -101,7 +101,7 @@ func (j jobStore) Create(ctx context.Context, startID string) (string, error) {
 		tags[TagNodes] = strconv.Itoa(job.Nodes)
 	}
 	s.startID = startID
-	return s.createRun(ctx, s.el.expID, s.runName(info), tags)
+	return s.createRun(ctx, s.el.expID, s.runName(info), info.Time, tags)
 }
 
 // SetParam implements election.Store.

@@ -1,6 +1,7 @@
 package mlflow
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -258,7 +259,7 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
 	}
 	s.setExperiment(expID)
-	tags := sourceTags(info)
+	tags := s.sourceTags(info)
 	maps.Copy(tags, info.Tags)
 	if s.creates++; s.creates > 1 && s.startID != "" {
 		// An earlier attempt may have created the run.
@@ -275,7 +276,7 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 			return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
 		}
 	}
-	id, err := s.createRun(ctx, expID, s.runName(info), tags)
+	id, err := s.createRun(ctx, expID, s.runName(info), info.Time, tags)
 	if err != nil {
 		return nil, err
 	}
@@ -332,20 +333,47 @@ func (s *Sink) runName(info tracker.StartInfo) string {
 	return info.RunName
 }
 
-// sourceTags are what the UI shows as the run's source, as the Python
-// client sets them.
-func sourceTags(info tracker.StartInfo) map[string]string {
+// Context tags MLflow's client sets on a run it creates
+// (mlflow/utils/mlflow_tags.py; mlflow/tracking/context/default_context.py
+// and git_context.py).
+const (
+	TagUser       = "mlflow.user"
+	TagSourceName = "mlflow.source.name"
+	TagSourceType = "mlflow.source.type"
+	TagGitCommit  = "mlflow.source.git.commit"
+	TagGitBranch  = "mlflow.source.git.branch"
+	TagGitRepoURL = "mlflow.source.git.repoURL"
+)
+
+// sourceTags are the context tags of a run bridge creates, as MLflow's
+// client sets them for the script when it creates the run: the user
+// (MLFLOW_TRACKING_USERNAME or the credentials file's, else the
+// system's), the source (the script as the command line names it, else
+// the command) of type LOCAL, and the git commit, branch and repository
+// URL, all three only with a commit, each only when known.
+func (s *Sink) sourceTags(info tracker.StartInfo) map[string]string {
 	tags := map[string]string{}
-	if len(info.Command) > 0 {
-		tags["mlflow.source.name"] = strings.Join(info.Command, " ")
-		tags["mlflow.source.type"] = "LOCAL"
+	if u := cmp.Or(s.cfg.Username, info.Source.User); u != "" {
+		tags[TagUser] = u
+	}
+	if name := cmp.Or(info.Source.Name, strings.Join(info.Command, " ")); name != "" {
+		tags[TagSourceName] = name
+		tags[TagSourceType] = "LOCAL"
+	}
+	if src := info.Source; src.Commit != "" {
+		for k, v := range map[string]string{TagGitCommit: src.Commit, TagGitBranch: src.Branch, TagGitRepoURL: src.RepoURL} {
+			if v != "" {
+				tags[k] = v
+			}
+		}
 	}
 	return tags
 }
 
-// createRun creates a run in experiment expID with tags, and the start id
-// that finds it again when the answer is lost; it returns the run's id.
-func (s *Sink) createRun(ctx context.Context, expID, name string, tags map[string]string) (string, error) {
+// createRun creates a run in experiment expID with tags, started at start
+// (the job's start; zero: now), and the start id that finds it again when
+// the answer is lost; it returns the run's id.
+func (s *Sink) createRun(ctx context.Context, expID, name string, start time.Time, tags map[string]string) (string, error) {
 	if s.startID == "" {
 		s.startID = rand.Text()
 	}
@@ -357,7 +385,7 @@ func (s *Sink) createRun(ctx context.Context, expID, name string, tags map[strin
 	req := createRunRequest{
 		ExperimentID: expID,
 		RunName:      name,
-		StartTime:    time.Now().UnixMilli(),
+		StartTime:    cmp.Or(start, time.Now()).UnixMilli(),
 		Tags:         tagList(tags),
 	}
 	var out runResponse
