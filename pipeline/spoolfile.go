@@ -162,7 +162,7 @@ func SyncCommand(path string) string {
 // EndRecordedTag is the end record's note that the end of the job was
 // recorded on sink's run (its value), so that `bridge sync` leaves a
 // delivered run that is already ended alone.
-func EndRecordedTag(sink string) string { return "bridge.end_recorded." + sink }
+func EndRecordedTag(sink string) string { return endRecPrefix + sink }
 
 // closeSpool closes the spool and removes it when it holds nothing a user
 // still needs: bridge chose its path (a path the user gave is always kept),

@@ -17,7 +17,9 @@
 //	{"type":"run","time":ms,"sink":"mlflow","run":"<run id>","attempt":N,"info":{..}}
 //	    the run of attempt N (no attempt: the last one) found after its
 //	    start record; merged into that start record when read
-//	{"type":"end","time":ms,"exit_code":N,"info":{..}}       a clean shutdown
+//	{"type":"end","time":ms,"exit_code":N,"info":{..},"metrics":{..}}
+//	    a clean shutdown: the end the trackers were told (its tags and
+//	    status in info, the job's figures in metrics)
 //
 // Each start record begins an attempt (a run of bridge on the file); the
 // samples after it are that attempt's, and one without an end record

@@ -52,6 +52,11 @@ type EndInfo struct {
 	Signal   int               // the signal that killed the child, 0 if it exited
 	Tags     map[string]string // bridge.* tags recorded at the end (exit code, forensics)
 	Time     time.Time
+	// Figures are the job's figures, one value each (its peaks, CPU
+	// time, GPU-hours, energy: summary.FigurePoints), recorded as run
+	// metrics beside the tags so that a runs table sorts by them: each
+	// finite and within its Desc's range.
+	Figures []metrics.Point
 	// Status, when set, is the terminal status for a run the sink owns,
 	// instead of one derived from ExitCode and Signal: `bridge sync` ends a
 	// run left RUNNING with the status of the spool's end record, or

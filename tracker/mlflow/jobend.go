@@ -169,6 +169,9 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.SetTags(ctx, s.runID, tags); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
+	if err := s.sendFigures(ctx, end); err != nil {
+		errs = append(errs, err)
+	}
 	if !end.KeepStatus && tier(s.cfg.Job, s.who) == 0 {
 		s.sweep(ctx)
 	}

@@ -636,6 +636,32 @@ func (s *Sink) sendHeld(ctx context.Context) error {
 	return nil
 }
 
+// sendFigures records the job's figures (tracker.EndInfo.Figures) as run
+// metrics, one point each under this node's keys, at the end's time and
+// step 0: the runs table sorts and charts runs by them. Repeating it is
+// safe (MLflow drops an identical point); a figure outside its range, or
+// not finite, is not sent.
+func (s *Sink) sendFigures(ctx context.Context, end tracker.EndInfo) error {
+	if len(end.Figures) == 0 {
+		return nil
+	}
+	ts := cmp.Or(end.Time, time.Now()).UnixMilli()
+	b := newBatch(s.runID, s.maxMetrics, s.maxBody)
+	for _, p := range end.Figures {
+		key := s.prefix + p.Name()
+		if p.Desc == nil || !p.Desc.Range().Holds(p.Value) || !s.checkKey(key) {
+			continue
+		}
+		if m := encodeMetric(key, p.Value, ts, 0); b.fits(m) {
+			b.add(m)
+		}
+	}
+	if b.count == 0 {
+		return nil
+	}
+	return s.call(ctx, http.MethodPost, "runs/log-batch", nil, b.body(), nil, fmt.Sprintf("recording the job's %d figures on run %s", b.count, s.runID))
+}
+
 // checkKey applies MLflow's key rules, so that a bad name is dropped here
 // instead of failing a whole batch with a 400.
 func (s *Sink) checkKey(key string) bool {
@@ -677,7 +703,8 @@ func (s *Sink) SetTags(ctx context.Context, id string, tags map[string]string) e
 	return nil
 }
 
-// Finish implements tracker.Sink: it records end.Tags and, if bridge created
+// Finish implements tracker.Sink: it records end.Tags and end.Figures
+// (sendFigures) and, if bridge created
 // the run and the run is still RUNNING (the child did not end it, or was
 // killed before it could), sets KILLED when the child died of a signal,
 // FAILED on a non-zero exit and FINISHED on 0. A status the child set is
@@ -711,6 +738,9 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	}
 	if len(end.Tags) > 0 {
 		errs = append(errs, s.SetTags(ctx, s.runID, end.Tags))
+	}
+	if err := s.sendFigures(ctx, end); err != nil {
+		errs = append(errs, err)
 	}
 	if !s.created || end.KeepStatus {
 		return errors.Join(errs...)
