@@ -3,11 +3,15 @@ package pipeline
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // A long command line of multi-byte characters is cut between characters,
@@ -59,5 +63,33 @@ func TestRunNameIsTheScript(t *testing.T) {
 	}
 	if info := JobStartInfo(context.Background(), config.Config{RunName: "mine"}, []string{"python", "train.py"}, nil, map[string]string{}, slog.New(slog.DiscardHandler)); info.RunName != "mine" {
 		t.Errorf("--run-name mine gave %q", info.RunName)
+	}
+}
+
+// What the spool's start and end records keep gives back what the
+// trackers were told: the start's name, time (to the millisecond),
+// provenance and tags, without the record's own notes (which runs bridge
+// created, where a tracker's run is); the end's exit, status, tags and
+// figures, without the spool's notes.
+func TestRecordedStartAndEnd(t *testing.T) {
+	tags := map[string]string{"bridge.version": "1.0"}
+	info := JobStartInfo(context.Background(), config.Config{RunName: "exp-7"}, []string{"python", "train.py"},
+		[]string{"LOGNAME=ann"}, tags, slog.New(slog.DiscardHandler))
+	tags[CreatedTag("mlflow")] = "true"
+	tags["bridge.mlflow.experiment_id"] = "4"
+	got := RecordedStart(Trackers(), tags, time.Unix(1, 0), "n0")
+	if got.RunName != "exp-7" || got.Time.UnixMilli() != info.Time.UnixMilli() || got.Source != info.Source ||
+		got.NodeID != "n0" || !maps.Equal(got.Tags, info.Tags) || info.Source.User != "ann" || info.Source.Name != "train.py" {
+		t.Errorf("recorded start %+v\nfrom %+v", got, info)
+	}
+
+	d := &metrics.Desc{Name: "container_cpu_seconds", Unit: metrics.UnitSeconds}
+	end := tracker.EndInfo{ExitCode: 137, Signal: 9, Time: time.UnixMilli(5000), Status: tracker.StatusFailed,
+		Tags: map[string]string{"bridge.exit_code": "137", "bridge.exit_signal": "SIGKILL"}, Figures: []metrics.Point{metrics.At(d, 12)}}
+	rec := EndRecord(end, map[string]string{"bridge.exit_code": "137", "bridge.exit_signal": "SIGKILL", EndRecordedTag("mlflow"): "r1"})
+	back := RecordedEnd(&rec)
+	if back.ExitCode != 137 || back.Signal != 9 || !back.Time.Equal(end.Time) || back.Status != tracker.StatusFailed ||
+		!maps.Equal(back.Tags, end.Tags) || len(back.Figures) != 1 || back.Figures[0].Name() != d.Name || back.Figures[0].Value != 12 {
+		t.Errorf("recorded end %+v\nfrom %+v", back, end)
 	}
 }

@@ -410,7 +410,7 @@ func TestSyncEndsRuns(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("sync: exit %d:\n%s", code, out)
 		}
-		if !strings.Contains(out, "end recorded (exit code 3)") {
+		if !strings.Contains(out, "end recorded (exit code 3, FAILED)") {
 			t.Errorf("sync output does not say it recorded the end:\n%s", out)
 		}
 		_, _, attempts, _ := spooltest.ReadFile(j.spool)
