@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -181,7 +182,8 @@ func (s *Session) closeSpool(ctx context.Context) {
 			s.log.Warn("cannot close the spool cleanly", "err", err)
 		}
 	}
-	if s.spool.InMemory() || s.set.Spool != "" || s.set.KeepSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
+	later := slices.ContainsFunc(s.off, TrackerOff.Later) // the table names the spool for their upload
+	if s.spool.InMemory() || s.set.Spool != "" || s.set.KeepSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 || later {
 		keep()
 		return
 	}

@@ -55,15 +55,41 @@ type Started struct {
 	Runs   []SinkRun
 	Env    []string
 	Failed []summary.Row
+	// Offline are the runs of trackers the job turned off whose client
+	// keeps the run on disk (WithOff), by tracker.
+	Offline map[string]string
 }
 
-// RunIDs maps tracker name to run id, as the spool's start record keeps it.
+// RunIDs maps tracker name to run id, as the spool's start record keeps it:
+// the runs of the started sinks, and those of trackers the job turned off
+// whose client keeps the run for an upload later (WithOff).
 func (st Started) RunIDs() map[string]string {
 	ids := map[string]string{}
+	for t, id := range st.Offline {
+		ids[t] = id
+	}
 	for _, r := range st.Runs {
 		ids[r.Sink.Name()] = r.RunID
 	}
 	return ids
+}
+
+// WithOff adds to st the trackers the job turned off whose own client
+// keeps the run for an upload later (W&B offline): the child gets the
+// run's variables, and the spool records the run, so that `bridge sync`
+// of the spool writes into the run the child's client uploads.
+func (st Started) WithOff(off []TrackerOff) Started {
+	for _, o := range off {
+		if o.Mode == nil || o.Mode.RunID == "" {
+			continue
+		}
+		if st.Offline == nil {
+			st.Offline = map[string]string{}
+		}
+		st.Offline[o.Tracker] = o.Mode.RunID
+		st.Env = append(st.Env, o.Mode.Env...)
+	}
+	return st
 }
 
 // StartPolicy says how long the child waits for each sink's Start and what

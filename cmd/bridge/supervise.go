@@ -101,7 +101,7 @@ func runSupervise(args []string, stdout, stderr io.Writer) (status int) {
 	provCtx, cancelProv := context.WithTimeout(startCtx, cfg.CollectTimeout)
 	info := pipeline.JobStartInfo(provCtx, cfg, argv, os.Environ(), tags, log)
 	cancelProv()
-	started := pipeline.StartSinksWith(startCtx, sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log)
+	started := pipeline.StartSinksWith(startCtx, sinks, info, pipeline.StartPolicy{Timeout: cfg.StartTimeout, Background: true}, log).WithOff(off)
 	if sig := early.Stop(); sig != 0 {
 		return neverStarted(sig, "starting its trackers", started, cfg.FlushTimeout, early.C, stderr, log)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -85,9 +84,9 @@ func runSync(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
-	on, _ := pipeline.Trackers().BuildSinks(cfg, pipeline.Overrides{}, nil, log) // a tracker off is said in the log
+	on, off := pipeline.Trackers().BuildSinks(cfg, pipeline.Overrides{}, nil, log) // a tracker off is said in the log
 	if len(on) == 0 {
-		fmt.Fprintf(stderr, "bridge: sync needs a tracker: --trackers auto turns on %s\n", strings.Join(pipeline.Trackers().TrackersOn(), ", and "))
+		fmt.Fprintln(stderr, "bridge: sync needs a tracker: "+pipeline.Trackers().NoTracker(off))
 		return exitUsage
 	}
 	var trackers []string
