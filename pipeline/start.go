@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/url"
 	"runtime/debug"
 	"time"
 
@@ -182,7 +183,7 @@ collect:
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
 			continue
 		case id == "":
-			log.Warn("tracker not reachable at start; the job starts without its run, bridge keeps trying in the background and sends the spooled samples to the run it creates then",
+			log.Warn(noRunYet(s, err)+"; the job starts without its run, bridge keeps trying in the background and sends the spooled samples to the run it finds or creates then. A server just started, or busy, answers in seconds: raise --start-timeout (the child starts as soon as the run is had)",
 				"tracker", s.Name(), "waited", pol.Timeout, "err", err)
 			li := info
 			st.Runs = append(st.Runs, SinkRun{Sink: s, Late: &li})
@@ -196,6 +197,25 @@ collect:
 		st.Runs = append(st.Runs, SinkRun{Sink: s, RunID: id, Created: s.Run().Created})
 	}
 	return st
+}
+
+// noRunYet says why s gave no run within --start-timeout: it answered,
+// and was slow; nothing answered at its address (refused: not running, or
+// still starting); a request was still waiting for its answer (slow); or
+// none of these is known (a node of a job still waiting for the run its
+// first node creates).
+func noRunYet(s tracker.Sink, err error) string {
+	r, ok := s.(tracker.Reacher)
+	var ue *url.Error
+	switch {
+	case ok && r.Reached():
+		return "tracker slow at start: it answered, but gave no run within --start-timeout"
+	case tracker.Refused(err):
+		return "tracker not reachable at start: nothing answered at its address within --start-timeout (connection refused: the server is not running, or still starting)"
+	case errors.As(err, &ue) && ue.Timeout():
+		return "tracker slow at start: a request had no answer within --start-timeout"
+	}
+	return "tracker gave no run within --start-timeout"
 }
 
 // startWithin calls s.Start until it succeeds, fails for good, or timeout

@@ -184,7 +184,7 @@ func strayCandidate(t *testing.T, srv *mlflowtest.Server, exp, key, param string
 		t.Fatal(err)
 	}
 	if param != "" {
-		if _, err := sink.SetOnce(context.Background(), id, ParamElection, param); err != nil {
+		if _, err := sink.setOnce(context.Background(), id, ParamElection, param); err != nil {
 			t.Fatal(err)
 		}
 	}
