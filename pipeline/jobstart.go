@@ -182,11 +182,11 @@ var prefixWords = map[string]bool{"exec": true, "time": true, "then": true, "do"
 
 // commandWords are the words the job is known by, as redact shows them:
 // shown, or for a shell's code (sh -c '...', which redact shows as its
-// length only) the words of its first command with a script, else of its
+// length only) with no script on the command line the words of its first command with a script, else of its
 // first one, each shown by the same rule; setup (cd, source, echo,
 // export...) is not the job.
 func commandWords(r *redact.Redactor, argv, shown []string) []string {
-	if len(argv) < 3 || !shells[strings.TrimRight(filepath.Base(argv[0]), "0123456789.")] {
+	if len(argv) < 3 || !shells[strings.TrimRight(filepath.Base(argv[0]), "0123456789.")] || script(shown) != "" {
 		return shown
 	}
 	code := ""
