@@ -47,7 +47,7 @@ func (r SinkRun) run() string {
 
 // CreatedTag is the start-record tag saying bridge created sink's run (so a
 // restart or `bridge sync` may end it).
-func CreatedTag(sink string) string { return "bridge.created_run." + sink }
+func CreatedTag(sink string) string { return createdTagPrefix + sink }
 
 // Started is what StartSinksWith returns: the sinks that will get samples, the
 // environment the child needs, and the sinks that could not start (rows for

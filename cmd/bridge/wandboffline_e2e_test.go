@@ -29,7 +29,7 @@ wandb.finish()
 // while WANDB_MODE is still offline names WANDB_MODE. Then, online, the
 // real `wandb sync` of the child's offline run and `bridge sync` of the
 // spool write one run on the W&B test server: the child's history and
-// bridge's system metrics.
+// summary, bridge's system metrics and the job's figures.
 func TestWandbOfflineThenSync(t *testing.T) {
 	t.Parallel()
 	py := mlflowtest.Python(t) // a python with wandb 0.31 (.venv)
@@ -108,5 +108,9 @@ func TestWandbOfflineThenSync(t *testing.T) {
 	}
 	if ss, _, _, _ := spooltest.ReadFile(spool); ours == 0 || ours != len(ss) {
 		t.Errorf("bridge's lines in run %s: %d, the spool holds %d samples", id, ours, len(ss))
+	}
+	sum := run.Summary()
+	if _, ok := sum["bridge/process_memory_peak_rss_megabytes"]; !ok || sum["loss"] == nil {
+		t.Errorf("run %s's summary %v: want the child's loss and the job's figures (bridge/...)", id, sum)
 	}
 }
