@@ -26,8 +26,9 @@
 // stopped without a clean shutdown. Seqs increase across attempts (NextSeq
 // is after the highest in the file); the highest ack of each sink and run
 // counts. Info is the caller's: bridge's tags (where each run is, whether
-// bridge created it, a multi-node job's key and node, "mode":"sync" for
-// `bridge sync`'s own attempt). Non-finite values are written as the
+// bridge created it, a multi-node job's key and node, the run's name, the
+// job's start time and provenance, "mode":"sync" for `bridge sync`'s own
+// attempt). Non-finite values are written as the
 // strings "NaN", "Infinity", "-Infinity".
 //
 // # One writer
