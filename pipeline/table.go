@@ -50,12 +50,7 @@ func (s *Session) trackerRows() []summary.Row {
 	rows = append(rows, s.failedStarts...)
 	rows = append(rows, s.spoolRows()...)
 	for _, o := range s.off {
-		// What the start's warning said, and where the samples are.
-		where := "the samples are in " + s.spool.Path() + "; then " + SyncCommand(s.spool.Path()) + " uploads them"
-		if s.spool.InMemory() {
-			where = "no spool file: the samples are only in this table"
-		}
-		rows = append(rows, summary.Row{What: o.Tracker, Value: "off: " + o.Why + "; " + where})
+		rows = append(rows, o.row(s.spool))
 	}
 	if len(s.sinks) == 0 && len(s.failedStarts) == 0 && len(s.off) == 0 {
 		where := "samples are in " + s.spool.Path() + "; upload them with: " + SyncCommand(s.spool.Path())

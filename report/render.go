@@ -149,8 +149,11 @@ func (r *Report) headline() string {
 	default:
 		b.WriteString("no node failed.")
 	}
-	if s := r.missingText(); s != "" {
+	if s := r.runningText(); s != "" {
 		b.WriteString(" " + s + ".")
+	}
+	if s := r.missingText(); s != "" {
+		b.WriteString(" " + strings.ToUpper(s[:1]) + s[1:] + ".")
 	}
 	if r.FailureTagDisagrees != "" {
 		b.WriteString(" The run's first failure tag disagrees with the nodes: " + r.FailureTagDisagrees + ".")
@@ -178,8 +181,30 @@ func (r *Report) firstFailureText() string {
 	return "not known: " + strings.Join(untimed, ", ") + " with no end time recorded"
 }
 
+// runningText says, of a job still running, how many of its nodes have
+// not ended; "" for a job that ended, or none running.
+func (r *Report) runningText() string {
+	if r.Status != statusRunning {
+		return ""
+	}
+	n := 0
+	for _, nd := range r.Nodes {
+		if nd.Status == statusRunning {
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return "1 node still running"
+	}
+	return fmt.Sprintf("%d nodes still running", n)
+}
+
 // missingText says how many of the nodes the job expected recorded
-// nothing; "" when none is missing.
+// nothing: of a job still running, that more nodes are expected; "" when
+// none is missing.
 func (r *Report) missingText() string {
 	if r.MissingNodes == 0 {
 		return ""
@@ -191,6 +216,13 @@ func (r *Report) missingText() string {
 		}
 	}
 	s := fmt.Sprintf("%d of the %d nodes the job expected (%s) recorded nothing", r.MissingNodes, r.ExpectedNodes, TagNodes)
+	if r.Status == statusRunning {
+		have := "have"
+		if r.MissingNodes == 1 {
+			have = "has"
+		}
+		s = fmt.Sprintf("more nodes are expected: %d of the %d (%s) %s recorded nothing yet", r.MissingNodes, r.ExpectedNodes, TagNodes, have)
+	}
 	if len(ids) > 0 {
 		s += ": " + strings.Join(ids, ", ")
 	}

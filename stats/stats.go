@@ -103,6 +103,7 @@ func Fold(pts []Point) Stat {
 type Set struct {
 	series  map[string]*series // by name
 	samples int
+	first   time.Time // when the first sample was taken
 	last    metrics.Sample
 }
 
@@ -120,6 +121,8 @@ func (s *Set) Add(smp metrics.Sample) {
 	var window time.Duration
 	if s.samples > 0 {
 		window = smp.Time.Sub(s.last.Time)
+	} else {
+		s.first = smp.Time
 	}
 	s.samples++
 	s.last = smp
@@ -144,6 +147,9 @@ func (s *Set) Get(d *metrics.Desc) (Stat, bool) {
 
 // Samples is how many samples were added.
 func (s *Set) Samples() int { return s.samples }
+
+// Span is the time between the first sample added and the last.
+func (s *Set) Span() time.Duration { return s.last.Time.Sub(s.first) }
 
 // Last is the last sample added.
 func (s *Set) Last() metrics.Sample { return s.last }

@@ -52,8 +52,7 @@ type RunStore interface {
 }
 
 // RunOwner is a RunStore whose runs bridge owns (MLflow's): their status
-// is bridge's to set, a value can be written once (the one compare-and-set
-// a tracker offers), their series read back and files written beside
+// is bridge's to set, their series read back and files written beside
 // them.
 type RunOwner interface {
 	RunStore
@@ -63,11 +62,6 @@ type RunOwner interface {
 	History(ctx context.Context, id, key string) ([]Point, error)
 	// SetStatus sets run id's terminal status and end time.
 	SetStatus(ctx context.Context, id, status string, end time.Time) error
-	// SetOnce writes key=value on run id where a value is written once,
-	// and returns the value the run holds afterwards: value, or the one
-	// another writer set first ("" when the run is gone). The same value
-	// again is taken (a retry whose first answer was lost).
-	SetOnce(ctx context.Context, id, key, value string) (held string, err error)
 	// PutArtifact writes a file named name into run's artifacts; the same
 	// file again replaces it.
 	PutArtifact(ctx context.Context, run StoredRun, name, contentType string, body []byte) error

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -88,10 +89,14 @@ func (s *Sink) readSummary(ctx context.Context, run string) (summary, error) {
 }
 
 // writeSummary writes sum back whole: the rest of the summary (the
-// child's) as read.
+// child's) as read; bridge's section only when it holds something.
 func (s *Sink) writeSummary(ctx context.Context, run string, sum summary) error {
-	sum.bridge["nodes"] = sum.nodes
-	sum.all[summaryKey] = sum.bridge
+	if len(sum.nodes) > 0 {
+		sum.bridge["nodes"] = sum.nodes
+	}
+	if len(sum.bridge) > 0 {
+		sum.all[summaryKey] = sum.bridge
+	}
 	js, err := json.Marshal(sum.all)
 	if err != nil {
 		return tracker.Permanent(fmt.Errorf("encoding the run's summary: %w", err))
@@ -120,6 +125,35 @@ func (s *Sink) recordNodeEnd(ctx context.Context, end tracker.EndInfo, who strin
 		}
 	}
 	sum.nodes[who] = rec
+	return s.writeSummary(ctx, s.cfg.RunID, sum)
+}
+
+// figureKey is the summary key of one of the job's figures:
+// bridge/<name>, or bridge/<label>/<name> for a node of a job's shared
+// run: a column the runs table sorts by.
+func figureKey(name, who string) string {
+	if who == "" {
+		return "bridge/" + name
+	}
+	return "bridge/" + who + "/" + name
+}
+
+// recordFigures writes the job's figures (tracker.EndInfo.Figures) into
+// the run's summary, who's (a node's label, "" for a run of its own),
+// each finite and within its range; the rest of the summary is kept.
+func (s *Sink) recordFigures(ctx context.Context, end tracker.EndInfo, who string) error {
+	if len(end.Figures) == 0 {
+		return nil
+	}
+	sum, err := s.readSummary(ctx, s.cfg.RunID)
+	if err != nil {
+		return err
+	}
+	for _, p := range end.Figures {
+		if f, ok := metrics.Finite(p.Value); ok && p.Desc != nil && p.Desc.Range().Holds(p.Value) {
+			sum.all[figureKey(p.Name(), who)] = f
+		}
+	}
 	return s.writeSummary(ctx, s.cfg.RunID, sum)
 }
 
