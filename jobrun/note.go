@@ -73,8 +73,8 @@ func noteOf(rep *report.Report, tags map[string]string, node string, shares stri
 		if s := cpuText(n); s != "" {
 			fmt.Fprintf(&b, "- **CPU:** %s\n", s)
 		}
-		for _, u := range n.Unused {
-			fmt.Fprintf(&b, "- **Never used:** %s\n", t(u))
+		if len(n.Unused) > 0 {
+			fmt.Fprintf(&b, "- **Never used:** %s\n", strings.Join(quoted(n.Unused), "; "))
 		}
 		if s := bottleneckText(tags["bridge.bottleneck"], shares); s != "" {
 			fmt.Fprintf(&b, "- **Bottleneck:** %s\n", s)
