@@ -40,6 +40,7 @@ func (s *Session) Stop(abort <-chan struct{}) {
 		s.deadline = time.Now().Add(s.set.FlushTimeout)
 	}
 	s.aborted, s.unwatchAbort = abortContext(abort)
+	s.stopTick(s.deadline)
 	if s.running {
 		close(s.stopS)
 		<-s.doneS
@@ -89,6 +90,7 @@ func (s *Session) Finish(end tracker.EndInfo) {
 			end.Tags[k] = v
 		}
 	}
+	s.adviseEnd(end)
 	if end.Figures == nil {
 		end.Figures = s.acc.FigurePoints()
 	}
@@ -100,6 +102,8 @@ func (s *Session) Finish(end tracker.EndInfo) {
 			info[EndRecordedTag(r.Sink.Name())] = r.run()
 		}
 	}
+	// Once the end is recorded: the run's note, the energy per step.
+	s.endTick(ctx, end.Tags, tracker.TerminalStatus(end))
 	if err := s.spool.WriteEnd(EndRecord(end, info)); err != nil {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}

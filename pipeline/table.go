@@ -15,7 +15,7 @@ import (
 // that failed (if any), the caller's rows (exit status, forensics), then
 // where the samples went.
 func (s *Session) Report(w io.Writer, title string, extra ...summary.Row) {
-	rows := append(append(s.acc.Rows(), s.collectorRows()...), extra...)
+	rows := append(append(append(s.acc.Rows(), s.adviceRows()...), s.collectorRows()...), extra...)
 	summary.Write(w, title, append(rows, s.trackerRows()...))
 }
 

@@ -77,6 +77,9 @@ var columns = []column{
 		return fmt.Sprint(n.Samples)
 	}},
 	{"differs from the job", func(n *Node) string { return strings.Join(n.Differs, "; ") }},
+	{"next run asks for", suggested},
+	{"never used", func(n *Node) string { return strings.Join(n.Unused, "; ") }},
+	{"cost", func(n *Node) string { return f(n.Cost, "%.2f") }},
 }
 
 func f(v *metrics.Float, format string) string {
@@ -241,6 +244,9 @@ func (r *Report) Markdown(w io.Writer) error {
 	if r.FailureTagDisagrees != "" {
 		b.WriteString("**The first failure tag disagrees with the nodes:** " + printable.Markdown(r.FailureTagDisagrees) + "\n\n")
 	}
+	if s := r.JobLine(); s != "" {
+		b.WriteString("**Energy and cost:** " + s + "\n\n")
+	}
 	heads, cells := r.table()
 	b.WriteString("| " + strings.Join(heads, " | ") + " |\n|")
 	for range heads {
@@ -273,7 +279,11 @@ func (r *Report) footnote() string {
 // every value read from the run on one line, its control characters
 // escaped (printable.Line).
 func (r *Report) Text(w io.Writer) error {
-	fmt.Fprintf(w, "run %s\n%s\n\n", printable.Line(r.Run), printable.Line(r.headline()))
+	fmt.Fprintf(w, "run %s\n%s\n", printable.Line(r.Run), printable.Line(r.headline()))
+	if s := r.JobLine(); s != "" {
+		fmt.Fprintf(w, "%s\n", s)
+	}
+	fmt.Fprintln(w)
 	heads, cells := r.table()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(heads, "\t"))
@@ -315,6 +325,9 @@ const SummaryMax = 8000
 // that fit, whole, and says how many it left out.
 func (r *Report) Summary() string {
 	lines := []string{printable.Line(r.headline())}
+	if s := r.JobLine(); s != "" {
+		lines = append(lines, s)
+	}
 	heads, cells := r.table()
 	for _, row := range cells {
 		var parts []string

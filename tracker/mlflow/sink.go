@@ -108,8 +108,9 @@ type Sink struct {
 }
 
 var (
-	_ tracker.Sink     = (*Sink)(nil)
-	_ tracker.RunOwner = (*Sink)(nil)
+	_ tracker.Sink       = (*Sink)(nil)
+	_ tracker.RunOwner   = (*Sink)(nil)
+	_ tracker.NoteWriter = (*Sink)(nil)
 )
 
 // New checks cfg and builds the sink; it makes no request.
