@@ -6,14 +6,17 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
-// ParamFinished is the write-once value (tracker.RunOwner.SetOnce) that
-// says which node sets a job's run FINISHED: one node does.
-const ParamFinished = "bridge.finished_by"
+// TagFinishedBy names the node that set a job's run FINISHED. Nodes
+// ending together may each set it: to the same status and the same end
+// time (the last node's end, lastEnd), so which of them the tag names
+// changes nothing.
+const TagFinishedBy = "bridge.finished_by"
 
 // End decides a multi-node job's end on its run id, once node's end is
 // recorded there (the sink's Finish): within ctx, every write retried by
@@ -84,8 +87,8 @@ func Status(tags map[string]string, nodes int) string {
 // whether this node wrote one, with the run as it last read it (after
 // this node's records). Nodes ending together may each read the others'
 // records before they land: the one that writes reads again, so the last
-// writer saw every record. One node writes FINISHED: the write-once
-// ParamFinished says which.
+// writer saw every record. FINISHED ends at the last node's end, read
+// from the records, so every node that writes it writes the same.
 func settle(ctx context.Context, o tracker.RunOwner, id string, node Node, end tracker.EndInfo, log *slog.Logger) (last tracker.StoredRun, wrote bool, err error) {
 	for range 3 {
 		run, err := o.GetRun(ctx, id)
@@ -101,22 +104,38 @@ func settle(ctx context.Context, o tracker.RunOwner, id string, node Node, end t
 		if want == "" || tracker.Severity(want) <= tracker.Severity(run.Status) {
 			return last, wrote, nil
 		}
+		at := end.Time
 		if want == tracker.StatusFinished {
-			by, err := o.SetOnce(ctx, id, ParamFinished, node.Who)
-			if err != nil {
+			at = lastEnd(run.Tags, end.Time)
+			if err := o.SetTags(ctx, id, map[string]string{TagFinishedBy: node.Who}); err != nil {
 				return last, wrote, err
 			}
-			if by != node.Who {
-				return last, wrote, nil // another node ends the run
-			}
 		}
-		if err := o.SetStatus(ctx, id, want, end.Time); err != nil {
+		if err := o.SetStatus(ctx, id, want, at); err != nil {
 			return last, wrote, err
 		}
 		wrote = true
 		log.Info("set the job's run status", "run_id", id, "status", want, "node", node.Who)
 	}
 	return last, wrote, nil
+}
+
+// lastEnd is the latest end the nodes' records on a job's run hold
+// (bridge.node.<id>.ended, bridge.task.<id>.<task>.ended, in ms), else
+// def.
+func lastEnd(tags map[string]string, def time.Time) time.Time {
+	var last int64
+	for k, v := range tags {
+		if (strings.HasPrefix(k, "bridge.node.") || strings.HasPrefix(k, "bridge.task.")) && strings.HasSuffix(k, ".ended") {
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > last {
+				last = ms
+			}
+		}
+	}
+	if last <= 0 {
+		return def
+	}
+	return time.UnixMilli(last)
 }
 
 // recordFirstFailure sets report.TagFirstFailure to the earliest failure

@@ -7,6 +7,7 @@ package jobrun
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,8 +57,12 @@ func TestJobEnd(t *testing.T) {
 				t.Errorf("%s's end tags: %v", n.id, r.Tags)
 			}
 		}
-		if by := srv.GetRun(t, win).Params[ParamFinished]; by != nodes[2].id {
-			t.Errorf("%s = %q, want the last node", ParamFinished, by)
+		r := srv.GetRun(t, win)
+		if by := r.Tags[TagFinishedBy]; by != nodes[2].id || len(r.Params) != 1 || r.Params["bridge.election"] == "" {
+			t.Errorf("tag %s = %q, want the last node; params %v, want the election's alone", TagFinishedBy, by, r.Params)
+		}
+		if last, _ := strconv.ParseInt(r.Tags["bridge.node."+nodes[2].id+".ended"], 10, 64); r.Info.EndTime != last {
+			t.Errorf("the run ended at %d, the last node at %d", r.Info.EndTime, last)
 		}
 	})
 	t.Run("one fails", func(t *testing.T) {
@@ -72,7 +77,7 @@ func TestJobEnd(t *testing.T) {
 		}
 		endNode(t, nodes[2], 0)
 		r := srv.GetRun(t, win)
-		if r.Info.Status != mlflow.StatusFailed || r.Tags["bridge.failed.node-1"] == "" || r.Params[ParamFinished] != "" {
+		if r.Info.Status != mlflow.StatusFailed || r.Tags["bridge.failed.node-1"] == "" || r.Tags[TagFinishedBy] != "" {
 			t.Errorf("after the rest ended cleanly: %s, tags %v, params %v; want FAILED kept", r.Info.Status, r.Tags, r.Params)
 		}
 	})
@@ -119,9 +124,9 @@ func TestJobEnd(t *testing.T) {
 	})
 }
 
-// A multi-node job's end, its lost answers: the write-once param that
-// says which node ends the run is written again with the same value (which
-// MLflow takes), and the run's status with it.
+// A multi-node job's end, its lost answers: each write whose answer was
+// lost (the node's end tags, the run's status) is made again, to the same
+// values.
 func TestJobEndRetriesLostAnswers(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
 	p := proxyTo(t, srv)
@@ -130,7 +135,7 @@ func TestJobEndRetriesLostAnswers(t *testing.T) {
 	startTogether(t, nodes)
 	win := oneRun(t, srv, exp, key, nodes)
 	p.Schedule(
-		faultproxy.Fault{Path: "runs/log-parameter", Kind: faultproxy.AppliedThenReset, Times: 1},
+		faultproxy.Fault{Path: "runs/log-batch", Kind: faultproxy.AppliedThenReset, Times: 1},
 		faultproxy.Fault{Path: "runs/update", Kind: faultproxy.AppliedThenReset, Times: 1},
 	)
 	end := tracker.EndInfo{Time: time.Now(), Tags: map[string]string{"bridge.exit_code": "0"}}
@@ -138,8 +143,8 @@ func TestJobEndRetriesLostAnswers(t *testing.T) {
 		t.Fatalf("Finish: %v", err)
 	}
 	r := srv.GetRun(t, win)
-	if r.Info.Status != mlflow.StatusFinished || r.Params[ParamFinished] != "node-0" || p.Hits(faultproxy.AppliedThenReset) != 2 {
-		t.Errorf("run %s, %s=%q after %d lost answers: want FINISHED by node-0 after 2", r.Info.Status, ParamFinished, r.Params[ParamFinished], p.Hits(faultproxy.AppliedThenReset))
+	if r.Info.Status != mlflow.StatusFinished || r.Tags[TagFinishedBy] != "node-0" || p.Hits(faultproxy.AppliedThenReset) != 2 {
+		t.Errorf("run %s, %s=%q after %d lost answers: want FINISHED by node-0 after 2", r.Info.Status, TagFinishedBy, r.Tags[TagFinishedBy], p.Hits(faultproxy.AppliedThenReset))
 	}
 }
 

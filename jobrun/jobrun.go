@@ -24,6 +24,11 @@ type Node struct {
 	// Nodes is how many nodes the launcher started, 0 when it did not say:
 	// then the run's own record of it (tracker.TagNodes) counts.
 	Nodes int
+	// Lead: the lead bridge of the launcher's first node (rank 0), which
+	// ticks during the run for the whole job (Sink.TicksLive).
+	Lead bool
+	// Task is the further bridge's task on its node, "" for its lead.
+	Task string
 }
 
 // NodeOf is the node a multi-node job's bridge is on its run; nil for a
@@ -33,30 +38,39 @@ func NodeOf(j *tracker.Job) *Node {
 		return nil
 	}
 	scope, who := tracker.JobScope(j.Node, j.Task)
-	return &Node{Scope: scope, Who: who, Nodes: j.Nodes}
+	return &Node{Scope: scope, Who: who, Nodes: j.Nodes, Lead: j.Rank == 0 && j.Task == "", Task: j.Task}
 }
 
 // Sink is a tracker's sink whose run is also a run store: after the sink's
 // own Finish has recorded this node's end, its Finish decides the job's
-// end from every node's record (End). Everything else is the sink's.
+// end from every node's record (End); the run's ticks (Tick) read and
+// write the run during the job. Everything else is the sink's.
 type Sink struct {
 	tracker.Sink
 	store tracker.RunStore
 	node  *Node // nil: a single-node job's run
 	log   *slog.Logger
+
+	noteFull bool // the run's note had no room for bridge's section (said once)
 }
 
 // Wrap is s with what this package does on its run: the job's end of a
-// multi-node job (node not nil) on a sink that is a tracker.RunStore, and
-// the end a bridge recorded on a run whose status bridge owns
-// (RecordedEnd, on a tracker.RunOwner). Any other s is returned as it is.
+// multi-node job (node not nil) on a sink that is a tracker.RunStore, the
+// end a bridge recorded on a run whose status bridge owns (RecordedEnd,
+// on a tracker.RunOwner), and the run's ticks on a run store that owns
+// its runs or has notes (tracker.NoteWriter). Any other s is returned as
+// it is.
 func Wrap(s tracker.Sink, node *Node, log *slog.Logger) tracker.Sink {
 	st, ok := s.(tracker.RunStore)
 	if !ok {
 		return s
 	}
-	if _, owner := st.(tracker.RunOwner); node == nil && !owner {
+	_, owner := st.(tracker.RunOwner)
+	if _, noted := st.(tracker.NoteWriter); node == nil && !owner && !noted {
 		return s
+	}
+	if log == nil {
+		log = slog.Default()
 	}
 	return &Sink{Sink: s, store: st, node: node, log: log}
 }
@@ -96,6 +110,9 @@ func RecordedEnd(ctx context.Context, sink tracker.Sink, since time.Time) (track
 	s, ok := sink.(*Sink)
 	if !ok {
 		return tracker.EndInfo{}, false, nil
+	}
+	if _, owner := s.store.(tracker.RunOwner); !owner && s.node == nil {
+		return tracker.EndInfo{}, false, nil // a run whose end is not bridge's to record
 	}
 	return recordedEnd(ctx, s.store, s.Sink.Run().ID, s.node, since)
 }

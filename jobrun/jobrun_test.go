@@ -69,7 +69,6 @@ func (s *ownerSink) SetStatus(_ context.Context, _, status string, end time.Time
 	s.status, s.end = status, end
 	return nil
 }
-func (s *ownerSink) SetOnce(_ context.Context, _, _, value string) (string, error) { return value, nil }
 func (s *ownerSink) PutArtifact(context.Context, tracker.StoredRun, string, string, []byte) error {
 	return errors.New("no artifacts here")
 }

@@ -146,7 +146,7 @@ func TestCheckCountsAndWarnsOnce(t *testing.T) {
 // Every unit bridge declares has a finite range, and a declared Valid wins
 // over it.
 func TestUnitRanges(t *testing.T) {
-	for _, u := range []Unit{UnitMegabytes, UnitMegabytesPerSecond, UnitPercentage, UnitCores, UnitSeconds, UnitCount,
+	for _, u := range []Unit{UnitMegabytes, UnitMegabytesPerSecond, UnitPercentage, UnitCores, UnitSeconds, UnitHours, UnitCount,
 		UnitRatio, UnitWatts, UnitJoules, UnitCelsius, UnitMHz, UnitLoad, ""} {
 		r := u.Range()
 		if math.IsInf(r.Min, 0) || math.IsInf(r.Max, 0) || r.Min >= r.Max {

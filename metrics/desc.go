@@ -17,6 +17,7 @@ const (
 	UnitPercentage         Unit = "percentage"
 	UnitCores              Unit = "cores"
 	UnitSeconds            Unit = "seconds"
+	UnitHours              Unit = "hours" // a device's time, for a job's figure (GPU-hours)
 	UnitCount              Unit = "count"
 	UnitRatio              Unit = "ratio"
 	UnitWatts              Unit = "watts"
@@ -101,6 +102,8 @@ func (u Unit) Range() Range {
 		return Range{0, maxCores}
 	case UnitSeconds:
 		return Range{0, maxSeconds}
+	case UnitHours:
+		return Range{0, maxSeconds / 3600}
 	case UnitCount:
 		return Range{0, maxCount}
 	case UnitWatts:

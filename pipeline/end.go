@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -41,6 +40,7 @@ func (s *Session) Stop(abort <-chan struct{}) {
 		s.deadline = time.Now().Add(s.set.FlushTimeout)
 	}
 	s.aborted, s.unwatchAbort = abortContext(abort)
+	s.stopTick(s.deadline)
 	if s.running {
 		close(s.stopS)
 		<-s.doneS
@@ -70,9 +70,10 @@ func (s *Session) Stop(abort <-chan struct{}) {
 }
 
 // Finish records the end on every sink (by the deadline of EndBy or Stop, or
-// until Stop's abort is closed) and in the spool, and closes the spool. It
-// stops the session first if Stop was not called: a sink's Finish never runs
-// beside its Send.
+// until Stop's abort is closed) and in the spool, and closes the spool. The
+// job's energy tags and figures (summary.FigurePoints) come from what was
+// measured, unless end has them. It stops the session first if Stop was not
+// called: a sink's Finish never runs beside its Send.
 func (s *Session) Finish(end tracker.EndInfo) {
 	s.Stop(nil)
 	defer s.unwatchAbort()
@@ -89,6 +90,10 @@ func (s *Session) Finish(end tracker.EndInfo) {
 			end.Tags[k] = v
 		}
 	}
+	s.adviseEnd(end)
+	if end.Figures == nil {
+		end.Figures = s.acc.FigurePoints()
+	}
 	info := maps.Clone(end.Tags)
 	s.ends = make([]string, len(s.sinks))
 	for i, r := range s.sinks {
@@ -97,8 +102,9 @@ func (s *Session) Finish(end tracker.EndInfo) {
 			info[EndRecordedTag(r.Sink.Name())] = r.run()
 		}
 	}
-	code := end.ExitCode
-	if err := s.spool.WriteEnd(spool.Record{Time: end.Time.UnixMilli(), ExitCode: &code, Info: info}); err != nil {
+	// Once the end is recorded: the run's note, the energy per step.
+	s.endTick(ctx, end.Tags, tracker.TerminalStatus(end))
+	if err := s.spool.WriteEnd(EndRecord(end, info)); err != nil {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
 	sctx, scancel := s.spoolContext()

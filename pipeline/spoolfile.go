@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -162,7 +163,7 @@ func SyncCommand(path string) string {
 // EndRecordedTag is the end record's note that the end of the job was
 // recorded on sink's run (its value), so that `bridge sync` leaves a
 // delivered run that is already ended alone.
-func EndRecordedTag(sink string) string { return "bridge.end_recorded." + sink }
+func EndRecordedTag(sink string) string { return endRecPrefix + sink }
 
 // closeSpool closes the spool and removes it when it holds nothing a user
 // still needs: bridge chose its path (a path the user gave is always kept),
@@ -181,7 +182,8 @@ func (s *Session) closeSpool(ctx context.Context) {
 			s.log.Warn("cannot close the spool cleanly", "err", err)
 		}
 	}
-	if s.spool.InMemory() || s.set.Spool != "" || s.set.KeepSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 {
+	later := slices.ContainsFunc(s.off, TrackerOff.Later) // the table names the spool for their upload
+	if s.spool.InMemory() || s.set.Spool != "" || s.set.KeepSpool || len(s.failedStarts) > 0 || len(s.sinks) == 0 || later {
 		keep()
 		return
 	}

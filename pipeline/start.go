@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/url"
 	"runtime/debug"
 	"time"
 
@@ -46,7 +47,7 @@ func (r SinkRun) run() string {
 
 // CreatedTag is the start-record tag saying bridge created sink's run (so a
 // restart or `bridge sync` may end it).
-func CreatedTag(sink string) string { return "bridge.created_run." + sink }
+func CreatedTag(sink string) string { return createdTagPrefix + sink }
 
 // Started is what StartSinksWith returns: the sinks that will get samples, the
 // environment the child needs, and the sinks that could not start (rows for
@@ -55,15 +56,41 @@ type Started struct {
 	Runs   []SinkRun
 	Env    []string
 	Failed []summary.Row
+	// Offline are the runs of trackers the job turned off whose client
+	// keeps the run on disk (WithOff), by tracker.
+	Offline map[string]string
 }
 
-// RunIDs maps tracker name to run id, as the spool's start record keeps it.
+// RunIDs maps tracker name to run id, as the spool's start record keeps it:
+// the runs of the started sinks, and those of trackers the job turned off
+// whose client keeps the run for an upload later (WithOff).
 func (st Started) RunIDs() map[string]string {
 	ids := map[string]string{}
+	for t, id := range st.Offline {
+		ids[t] = id
+	}
 	for _, r := range st.Runs {
 		ids[r.Sink.Name()] = r.RunID
 	}
 	return ids
+}
+
+// WithOff adds to st the trackers the job turned off whose own client
+// keeps the run for an upload later (W&B offline): the child gets the
+// run's variables, and the spool records the run, so that `bridge sync`
+// of the spool writes into the run the child's client uploads.
+func (st Started) WithOff(off []TrackerOff) Started {
+	for _, o := range off {
+		if o.Mode == nil || o.Mode.RunID == "" {
+			continue
+		}
+		if st.Offline == nil {
+			st.Offline = map[string]string{}
+		}
+		st.Offline[o.Tracker] = o.Mode.RunID
+		st.Env = append(st.Env, o.Mode.Env...)
+	}
+	return st
 }
 
 // StartPolicy says how long the child waits for each sink's Start and what
@@ -156,7 +183,7 @@ collect:
 			st.Failed = append(st.Failed, summary.Row{What: s.Name(), Value: "not used: " + err.Error()})
 			continue
 		case id == "":
-			log.Warn("tracker not reachable at start; the job starts without its run, bridge keeps trying in the background and sends the spooled samples to the run it creates then",
+			log.Warn(noRunYet(s, err)+"; the job starts without its run, bridge keeps trying in the background and sends the spooled samples to the run it finds or creates then. A server just started, or busy, answers in seconds: raise --start-timeout (the child starts as soon as the run is had)",
 				"tracker", s.Name(), "waited", pol.Timeout, "err", err)
 			li := info
 			st.Runs = append(st.Runs, SinkRun{Sink: s, Late: &li})
@@ -170,6 +197,25 @@ collect:
 		st.Runs = append(st.Runs, SinkRun{Sink: s, RunID: id, Created: s.Run().Created})
 	}
 	return st
+}
+
+// noRunYet says why s gave no run within --start-timeout: it answered,
+// and was slow; nothing answered at its address (refused: not running, or
+// still starting); a request was still waiting for its answer (slow); or
+// none of these is known (a node of a job still waiting for the run its
+// first node creates).
+func noRunYet(s tracker.Sink, err error) string {
+	r, ok := s.(tracker.Reacher)
+	var ue *url.Error
+	switch {
+	case ok && r.Reached():
+		return "tracker slow at start: it answered, but gave no run within --start-timeout"
+	case tracker.Refused(err):
+		return "tracker not reachable at start: nothing answered at its address within --start-timeout (connection refused: the server is not running, or still starting)"
+	case errors.As(err, &ue) && ue.Timeout():
+		return "tracker slow at start: a request had no answer within --start-timeout"
+	}
+	return "tracker gave no run within --start-timeout"
 }
 
 // startWithin calls s.Start until it succeeds, fails for good, or timeout

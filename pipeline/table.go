@@ -26,11 +26,11 @@ type Ending struct {
 
 // Report writes the end-of-run table: each tracker's link to the run (as
 // its client prints it), the job's span and sample count, e.Head, what was
-// measured, the collectors that failed (if any), e.Rows, then where the
-// samples went.
+// measured, what to ask for next time, the collectors that failed (if
+// any), e.Rows, then where the samples went.
 func (s *Session) Report(w io.Writer, e Ending) {
 	rows := append([]summary.Row{s.spanRow(e.Start, e.End)}, e.Head...)
-	rows = append(append(append(rows, s.acc.Rows()...), s.collectorRows()...), e.Rows...)
+	rows = append(append(append(append(rows, s.acc.Rows()...), s.adviceRows()...), s.collectorRows()...), e.Rows...)
 	summary.Write(w, e.Title, s.links(), append(rows, s.trackerRows()...))
 }
 
@@ -106,12 +106,7 @@ func (s *Session) trackerRows() []summary.Row {
 	rows = append(rows, s.failedStarts...)
 	rows = append(rows, s.spoolRows()...)
 	for _, o := range s.off {
-		// What the start's warning said, and where the samples are.
-		where := "upload the samples to it later with: " + SyncCommand(s.spool.Path())
-		if s.spool.InMemory() {
-			where = "there is no spool file, so the samples are only in this table"
-		}
-		rows = append(rows, summary.Row{What: o.Tracker, Value: "off: " + o.Why + "; " + where})
+		rows = append(rows, o.row(s.spool))
 	}
 	if len(s.sinks) == 0 && len(s.failedStarts) == 0 && len(s.off) == 0 {
 		where := "; upload the samples to one with: " + SyncCommand(s.spool.Path())

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,18 +12,47 @@ import (
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/jobrun"
+	"github.com/bridge-dev/bridge/spool"
+	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 	"github.com/bridge-dev/bridge/tracker/wandb"
 )
 
 // TrackerOff is a tracker the job asked for (by its variables, or
-// --trackers) that is off because a variable of its own cannot be used.
-// The job runs; the tracker's samples stay in the spool, and the end-of-run
-// table says why and how to upload them.
+// --trackers) that is off because a variable of its own cannot be used,
+// or because the job turned it off (Mode: W&B's WANDB_MODE). The job runs;
+// the tracker's samples stay in the spool, and the end-of-run table says
+// why and how to upload them.
 type TrackerOff struct {
 	Tracker string
-	Why     string // the variable, what is wrong and what to do
+	Why     string       // the variable, what is wrong and what to do
+	Mode    *tracker.Off // set when the job's own settings turned it off
+}
+
+// Later reports whether the tracker's samples are for an upload later
+// (the spool is kept for them): all but those of a tracker the job turned
+// off for good (WANDB_MODE=disabled).
+func (o TrackerOff) Later() bool { return o.Mode == nil || o.Mode.RunID != "" }
+
+// row is o's line of the end-of-run table: what the start said, where the
+// samples are and what uploads them.
+func (o TrackerOff) row(sp *spool.Spool) summary.Row {
+	var v string
+	switch {
+	case o.Mode != nil && o.Mode.RunID != "" && sp.InMemory():
+		v = fmt.Sprintf("offline (%s): the child's run %s is on disk; bridge's samples are only in this table: there is no spool file", o.Why, o.Mode.RunID)
+	case o.Mode != nil && o.Mode.RunID != "":
+		v = fmt.Sprintf("offline (%s): the child's run %s is on disk; upload it with %s, then bridge's samples with %s (%s): both land in run %s",
+			o.Why, o.Mode.RunID, o.Mode.Upload, SyncCommand(sp.Path()), o.Mode.On, o.Mode.RunID)
+	case o.Mode != nil:
+		v = "off (" + o.Why + ")"
+	case sp.InMemory():
+		v = "off: " + o.Why + "; there is no spool file, so the samples are only in this table"
+	default:
+		v = "off: " + o.Why + "; upload the samples to it later with: " + SyncCommand(sp.Path())
+	}
+	return summary.Row{What: o.Tracker, Value: v}
 }
 
 // TrackerList is a list of tracker registrations: what the functions on
@@ -81,7 +111,11 @@ func (ts TrackerList) BuildSinks(cfg config.Config, ov Overrides, job *Job, log 
 		}
 		s, err := t.Build(tracker.Build{NodeID: node, RunName: cfg.RunName, RunID: ov.RunIDs[t.Name], Owned: ov.Owned[t.Name],
 			Recorded: ov.Recorded, Follow: ov.Follow, Job: tj, Getenv: getenv, Home: home, Log: log})
+		var mode *tracker.Off
 		switch {
+		case errors.As(err, &mode):
+			log.Info(t.Help.Title+" is off: "+mode.Why, "tracker", t.Name)
+			off = append(off, TrackerOff{Tracker: t.Name, Why: mode.Why, Mode: mode})
 		case err != nil:
 			log.Warn(t.Name+" is off for this job; the job runs, and its samples stay in the spool (the end-of-run table says how to upload them)",
 				"tracker", t.Name, "why", err.Error())
@@ -105,6 +139,25 @@ func nodeIDFrom(env string, getenv func(string) string) (id, note string) {
 			env, printable.Quote(raw), jobkey.MaxNodeID, id)
 	}
 	return id, note
+}
+
+// NoTracker says why no tracker is on, for a command that needs one
+// (`bridge sync`): each tracker that is off and why, with what turns it
+// on (W&B offline: WANDB_MODE); with none off, what turns each on.
+func (ts TrackerList) NoTracker(off []TrackerOff) string {
+	var why []string
+	for _, o := range off {
+		t, _ := ts.Registered(o.Tracker)
+		w := t.Help.Title + " is off (" + o.Why + ")"
+		if o.Mode != nil && o.Mode.On != "" {
+			w = t.Help.Title + " is off here (" + o.Why + "): " + o.Mode.On + " where bridge sync runs"
+		}
+		why = append(why, w)
+	}
+	if len(why) > 0 {
+		return strings.Join(why, "; ")
+	}
+	return "--trackers auto turns on " + strings.Join(ts.TrackersOn(), ", and ")
 }
 
 // TrackerNames are the names --trackers accepts besides "auto" and "none".

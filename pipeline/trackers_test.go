@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bytes"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -62,7 +63,10 @@ func TestBuildSinksFromEnvironment(t *testing.T) {
 			"MLFLOW_TRACKING_SERVER_CERT_PATH": "/nonexistent/ca.pem"}, "", "mlflow", []string{"MLFLOW_TRACKING_SERVER_CERT_PATH"}},
 		{"explicit wandb without key", []string{"wandb"}, map[string]string{"WANDB_PROJECT": "p"}, "", "wandb", []string{"WANDB_API_KEY"}},
 		{"auto, wandb project without key", []string{"auto"}, map[string]string{"WANDB_PROJECT": "p"}, "", "wandb", []string{"WANDB_API_KEY"}},
-		{"auto, wandb offline", []string{"auto"}, map[string]string{"WANDB_PROJECT": "p", "WANDB_MODE": "offline"}, "", "", nil},
+		{"auto, wandb offline", []string{"auto"}, map[string]string{"WANDB_PROJECT": "p", "WANDB_MODE": "offline", "WANDB_RUN_ID": "r1"}, "", "wandb",
+			[]string{"WANDB_MODE=offline"}},
+		{"auto, wandb disabled", []string{"auto"}, map[string]string{"WANDB_PROJECT": "p", "WANDB_MODE": "disabled"}, "", "wandb",
+			[]string{"WANDB_MODE=disabled"}},
 		{"wandb mode it refuses", []string{"auto"}, map[string]string{"WANDB_API_KEY": key, "WANDB_MODE": "sometimes"}, "", "wandb", []string{"WANDB_MODE"}},
 		{"wandb base URL", []string{"auto"}, map[string]string{"WANDB_API_KEY": key, "WANDB_BASE_URL": "api.wandb.ai"}, "", "wandb", []string{"WANDB_BASE_URL"}},
 		{"wandb run id it refuses", []string{"auto"}, map[string]string{"WANDB_API_KEY": key, "WANDB_RUN_ID": "a:b"}, "", "wandb", []string{"WANDB_RUN_ID"}},
@@ -102,6 +106,32 @@ func TestBuildSinksFromEnvironment(t *testing.T) {
 				t.Errorf("why %q shows the password", off[0].Why)
 			}
 		})
+	}
+}
+
+// W&B offline: the child gets the job's run id (the one given, else a
+// generated one), the spool records it, and the spool is kept for the
+// upload; disabled gives the child nothing; sync's refusal names
+// WANDB_MODE, not what turns W&B on.
+func TestWandbOfflineKeepsTheRun(t *testing.T) {
+	t.Setenv("WANDB_PROJECT", "p")
+	t.Setenv("WANDB_MODE", "offline")
+	for _, given := range []string{"given01", ""} {
+		t.Setenv("WANDB_RUN_ID", given)
+		_, off := Trackers().BuildSinks(config.Config{Trackers: []string{"auto"}}, Overrides{}, nil, quiet())
+		st := Started{}.WithOff(off)
+		id := st.RunIDs()["wandb"]
+		if id == "" || (given != "" && id != given) || !slices.Contains(st.Env, "WANDB_RUN_ID="+id) || !off[0].Later() {
+			t.Errorf("WANDB_RUN_ID=%q: run %q, child env %v, later %v", given, id, st.Env, off[0].Later())
+		}
+		if msg := Trackers().NoTracker(off); !strings.Contains(msg, "WANDB_MODE=offline") || !strings.Contains(msg, "unset WANDB_MODE") {
+			t.Errorf("no tracker: %q", msg)
+		}
+	}
+	t.Setenv("WANDB_MODE", "disabled")
+	_, off := Trackers().BuildSinks(config.Config{Trackers: []string{"auto"}}, Overrides{}, nil, quiet())
+	if st := (Started{}).WithOff(off); len(st.Env) != 0 || len(st.RunIDs()) != 0 || off[0].Later() {
+		t.Errorf("disabled: child env %v, runs %v, later %v", st.Env, st.RunIDs(), off[0].Later())
 	}
 }
 

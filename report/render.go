@@ -90,6 +90,9 @@ var columns = []column{
 		return fmt.Sprint(n.Samples)
 	}},
 	{"differs from the job", func(n *Node) string { return strings.Join(n.Differs, "; ") }},
+	{"next run asks for", suggested},
+	{"never used", func(n *Node) string { return strings.Join(n.Unused, "; ") }},
+	{"cost", func(n *Node) string { return f(n.Cost, "%.2f") }},
 }
 
 // utc is a time of the report (timeLayout) for a table cell.
@@ -165,8 +168,11 @@ func (r *Report) headline() string {
 	default:
 		b.WriteString("no node failed.")
 	}
-	if s := r.missingText(); s != "" {
+	if s := r.runningText(); s != "" {
 		b.WriteString(" " + s + ".")
+	}
+	if s := r.missingText(); s != "" {
+		b.WriteString(" " + strings.ToUpper(s[:1]) + s[1:] + ".")
 	}
 	if r.FailureTagDisagrees != "" {
 		b.WriteString(" The run's first failure tag disagrees with the nodes: " + r.FailureTagDisagrees + ".")
@@ -194,8 +200,30 @@ func (r *Report) firstFailureText() string {
 	return "not known: " + strings.Join(untimed, ", ") + " with no end time recorded"
 }
 
+// runningText says, of a job still running, how many of its nodes have
+// not ended; "" for a job that ended, or none running.
+func (r *Report) runningText() string {
+	if r.Status != statusRunning {
+		return ""
+	}
+	n := 0
+	for _, nd := range r.Nodes {
+		if nd.Status == statusRunning {
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return "1 node still running"
+	}
+	return fmt.Sprintf("%d nodes still running", n)
+}
+
 // missingText says how many of the nodes the job expected recorded
-// nothing; "" when none is missing.
+// nothing: of a job still running, that more nodes are expected; "" when
+// none is missing.
 func (r *Report) missingText() string {
 	if r.MissingNodes == 0 {
 		return ""
@@ -207,6 +235,13 @@ func (r *Report) missingText() string {
 		}
 	}
 	s := fmt.Sprintf("%d of the %d nodes the job expected (%s) recorded nothing", r.MissingNodes, r.ExpectedNodes, TagNodes)
+	if r.Status == statusRunning {
+		have := "have"
+		if r.MissingNodes == 1 {
+			have = "has"
+		}
+		s = fmt.Sprintf("more nodes are expected: %d of the %d (%s) %s recorded nothing yet", r.MissingNodes, r.ExpectedNodes, TagNodes, have)
+	}
 	if len(ids) > 0 {
 		s += ": " + strings.Join(ids, ", ")
 	}
@@ -224,6 +259,9 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 	if r.FailureTagDisagrees != "" {
 		b.WriteString("**The first failure tag disagrees with the nodes:** " + printable.Markdown(r.FailureTagDisagrees) + "\n\n")
+	}
+	if s := r.JobLine(); s != "" {
+		b.WriteString("**Energy and cost:** " + s + "\n\n")
 	}
 	heads, cells := r.table()
 	b.WriteString("| " + strings.Join(heads, " | ") + " |\n|")
@@ -264,7 +302,11 @@ func (r *Report) footnote() string {
 // every value read from the run on one line, its control characters
 // escaped (printable.Line).
 func (r *Report) Text(w io.Writer) error {
-	fmt.Fprintf(w, "run %s\n%s\n\n", printable.Line(r.Run), printable.Line(r.headline()))
+	fmt.Fprintf(w, "run %s\n%s\n", printable.Line(r.Run), printable.Line(r.headline()))
+	if s := r.JobLine(); s != "" {
+		fmt.Fprintf(w, "%s\n", s)
+	}
+	fmt.Fprintln(w)
 	heads, cells := r.table()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(heads, "\t"))
@@ -315,6 +357,9 @@ const SummaryMax = 8000
 // that fit, whole, and says how many it left out.
 func (r *Report) Summary() string {
 	lines := []string{printable.Line(r.headline())}
+	if s := r.JobLine(); s != "" {
+		lines = append(lines, s)
+	}
 	heads, cells := r.table()
 	for _, row := range cells {
 		var parts []string

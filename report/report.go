@@ -63,6 +63,13 @@ type Report struct {
 	// out, out of their series' range (a tag that says 1e306 MB); Notes
 	// name them.
 	ValuesRefused int `json:"values_refused,omitempty"`
+	// The job's energy (every node's GPUs and CPU packages), the largest
+	// step its run's own series reached and the energy per step; the
+	// job's cost (every node's that has one). Left out where not known.
+	EnergyJoules        *metrics.Float `json:"energy_joules,omitempty"`
+	Steps               int64          `json:"steps,omitempty"`
+	EnergyPerStepJoules *metrics.Float `json:"energy_per_step_joules,omitempty"`
+	Cost                *metrics.Float `json:"cost,omitempty"`
 
 	multi bool // a multi-node job's run (TagJobKey), not a single run's
 }
@@ -144,6 +151,10 @@ type Node struct {
 	Figures
 	// Differs lists why the node differs from the job (DiffersRule).
 	Differs []string `json:"differs,omitempty"`
+	// Unused says each limit the node's job left mostly unused
+	// (advice.Suggest); CostBasis how its Cost was reckoned.
+	Unused    []string `json:"unused,omitempty"`
+	CostBasis string   `json:"cost_basis,omitempty"`
 }
 
 // Run is what the report reads of a run.
@@ -153,6 +164,9 @@ type Run struct {
 	EndTime time.Time // zero while the run is active
 	Tags    map[string]string
 	Latest  map[string]float64 // every metric key's last value
+	// Step is the largest step the run's own series reached (the training
+	// script's, not bridge's system/ series), 0 when it has none.
+	Step int64
 }
 
 // History reads every point of one metric key of the run, oldest first.
@@ -220,9 +234,11 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d out of range, left out: %s", n.id, len(refused), strings.Join(refused, "; ")))
 		}
 		fromTags(&row, rec)
+		advise(&row, rec)
 		rep.Nodes = append(rep.Nodes, row)
 	}
 	rep.missing(run, nodes)
+	rep.jobFigures(run)
 	byNode(rep.Nodes)
 	differs(rep.Nodes)
 	if stopped != nil {
@@ -256,6 +272,7 @@ func fromTags(row *Node, rec record) {
 		{&row.MemoryLimitMB, rec.limitMB}, {&row.CPULimitCores, rec.cpuLimit},
 		{&row.ThrottledSharePercent, rec.throttled},
 		{&row.GPUEnergyJoules, rec.gpuJoules}, {&row.NodeCPUEnergyJoules, rec.cpuJoules},
+		{&row.SuggestedMemoryLimitMB, rec.suggestedMB}, {&row.SuggestedCPUCores, rec.suggestedCPU}, {&row.Cost, rec.cost},
 	} {
 		if f.v != nil {
 			*f.dst = f.v
@@ -341,7 +358,7 @@ func (n node) readFigures(ctx context.Context, run Run, history History) (Figure
 		if !readsOverTime(d) {
 			var st stats.Stat
 			st.Add(time.Time{}, run.Latest[key], 0)
-			rs = append(rs, read{name, d, st})
+			rs = append(rs, read{name, d, st, nil})
 			continue
 		}
 		if history == nil {
@@ -356,7 +373,11 @@ func (n node) readFigures(ctx context.Context, run Run, history History) (Figure
 			continue
 		}
 		st := stats.Fold(pts)
-		rs = append(rs, read{name, d, st})
+		var dist *stats.Dist
+		if d == metrics.ContainerCPUUsage {
+			dist = stats.FoldDist(stats.CPUDist(), pts)
+		}
+		rs = append(rs, read{name, d, st, dist})
 		if samples == 0 {
 			samples = st.N
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/advice"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
@@ -44,6 +45,8 @@ type record struct {
 	peakSource                            string
 	limitMB, cpuLimit, throttled          *metrics.Float
 	gpuJoules, cpuJoules                  *metrics.Float
+	suggestedMB, suggestedCPU, cost       *metrics.Float // the node's advice and cost (package advice)
+	unused, costBasis                     string
 	// refused are the numbers left out, out of their series' range:
 	// "tag=value", "tag name=value" for a figure of TagFigures.
 	refused []string
@@ -99,6 +102,10 @@ func readRecord(tags map[string]string, scope string) record {
 	r.treeRSS = figure(forensics.TagPeakProcessRSS, metrics.ProcessMemoryRSS)
 	r.gpuJoules = figure(summary.TagEnergyGPUs, metrics.GPUEnergy)
 	r.cpuJoules = figure(summary.TagEnergyNodeCPU, metrics.NodeCPUEnergy)
+	r.suggestedMB = figure(advice.TagSuggestedMemory, metrics.ContainerMemoryLimit)
+	r.suggestedCPU = figure(advice.TagSuggestedCPU, metrics.ContainerCPULimit)
+	r.cost = figure(advice.TagCost, costDesc)
+	r.unused, r.costBasis = get(advice.TagUnused), get(advice.TagCostBasis)
 	// The kernel's high-water mark of usage, for a bridge that predates
 	// the peak's source tag (fromTags): the peak-usage tag only where its
 	// source says it is the kernel's (it falls back to the samples), else

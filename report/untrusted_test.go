@@ -99,9 +99,9 @@ func TestMissingNodes(t *testing.T) {
 		rows     []string // the MISSING rows
 		headline string
 	}{
-		{"named by index", []string{"node-0", "node-3"}, "4", 2, []string{"node-1", "node-2"}, "2 of the 4 nodes the job expected (bridge.nodes) recorded nothing: node-1, node-2."},
-		{"host names", []string{"gpu-a", "gpu-b"}, "4", 2, nil, "2 of the 4 nodes the job expected (bridge.nodes) recorded nothing."},
-		{"a count far past", []string{"node-0", "node-1"}, "1000000000", 999999998, nil, "999999998 of the 1000000000 nodes"},
+		{"named by index", []string{"node-0", "node-3"}, "4", 2, []string{"node-1", "node-2"}, "More nodes are expected: 2 of the 4 (bridge.nodes) have recorded nothing yet: node-1, node-2."},
+		{"host names", []string{"gpu-a", "gpu-b"}, "4", 2, nil, "More nodes are expected: 2 of the 4 (bridge.nodes) have recorded nothing yet."},
+		{"a count far past", []string{"node-0", "node-1"}, "1000000000", 999999998, nil, "999999998 of the 1000000000 (bridge.nodes)"},
 		{"every node recorded", []string{"node-0", "node-1"}, "2", 0, nil, ""},
 		{"no count", []string{"node-0"}, "", 0, nil, ""},
 		{"a count that is no number", []string{"node-0"}, "four", 0, nil, ""},
@@ -278,5 +278,20 @@ func TestBuildStopsWhenContextEnds(t *testing.T) {
 	}
 	if len(rep.Notes) != 1 || rep.Notes[0] != "the series of node-1, node-2 were not read: "+why.Error() {
 		t.Errorf("notes %q", rep.Notes)
+	}
+}
+
+// A job still running says how many of its nodes run, and that more are
+// expected where the count says so, not only "no node failed".
+func TestRunningJobSaysMoreNodesExpected(t *testing.T) {
+	tags := map[string]string{TagJobKey: "k", TagNodes: "3",
+		"bridge.node.node-0.started": "1000", "bridge.node.node-1.started": "1000"}
+	rep, err := Build(context.Background(), Run{Status: "RUNNING", Tags: tags}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Status RUNNING; no node failed. 2 nodes still running. More nodes are expected: 1 of the 3 (bridge.nodes) has recorded nothing yet: node-2."
+	if h := rep.headline(); h != want {
+		t.Errorf("headline %q\nwant     %q", h, want)
 	}
 }

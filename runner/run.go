@@ -242,9 +242,13 @@ func (j *job) prepare(t Target) error {
 func (j *job) startTrackers(ctx context.Context, argv []string) syscall.Signal {
 	info := tracker.StartInfo{NodeID: j.cfg.NodeID, Tags: j.tags}
 	if len(argv) > 0 {
-		info = pipeline.JobStartInfo(j.cfg, argv, os.Environ(), j.tags)
+		// Provenance (the git repository's files) within the collect
+		// timeout.
+		provCtx, cancel := context.WithTimeout(ctx, j.cfg.CollectTimeout)
+		info = pipeline.JobStartInfo(provCtx, j.cfg, argv, os.Environ(), j.tags, j.log)
+		cancel()
 	}
-	j.started = pipeline.StartSinksWith(ctx, j.sinks, info, pipeline.StartPolicy{Timeout: j.cfg.StartTimeout, Background: true}, j.log)
+	j.started = pipeline.StartSinksWith(ctx, j.sinks, info, pipeline.StartPolicy{Timeout: j.cfg.StartTimeout, Background: true}, j.log).WithOff(j.off)
 	if sig := j.early.Stop(); sig != 0 {
 		return sig
 	}

@@ -17,15 +17,18 @@
 //	{"type":"run","time":ms,"sink":"mlflow","run":"<run id>","attempt":N,"info":{..}}
 //	    the run of attempt N (no attempt: the last one) found after its
 //	    start record; merged into that start record when read
-//	{"type":"end","time":ms,"exit_code":N,"info":{..}}       a clean shutdown
+//	{"type":"end","time":ms,"exit_code":N,"info":{..},"metrics":{..}}
+//	    a clean shutdown: the end the trackers were told (its tags and
+//	    status in info, the job's figures in metrics)
 //
 // Each start record begins an attempt (a run of bridge on the file); the
 // samples after it are that attempt's, and one without an end record
 // stopped without a clean shutdown. Seqs increase across attempts (NextSeq
 // is after the highest in the file); the highest ack of each sink and run
 // counts. Info is the caller's: bridge's tags (where each run is, whether
-// bridge created it, a multi-node job's key and node, "mode":"sync" for
-// `bridge sync`'s own attempt). Non-finite values are written as the
+// bridge created it, a multi-node job's key and node, the run's name, the
+// job's start time and provenance, "mode":"sync" for `bridge sync`'s own
+// attempt). Non-finite values are written as the
 // strings "NaN", "Infinity", "-Infinity".
 //
 // # One writer

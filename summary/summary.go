@@ -99,6 +99,7 @@ func New() *Accumulator { return NewWith(Options{}) }
 // cgroup o describes.
 func NewWith(o Options) *Accumulator {
 	a := &Accumulator{opt: o, expected: map[string]bool{}}
+	a.KeepDist(metrics.ContainerCPUUsage, stats.CPUDist) // for the CPU request it suggests (package advice)
 	for _, d := range o.Expected {
 		a.expected[d.Name] = true
 	}

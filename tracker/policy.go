@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -66,6 +67,15 @@ func TLSUntrusted(err error) bool {
 	)
 	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
 		errors.As(err, &invalid) || errors.As(err, &roots)
+}
+
+// Refused reports whether err, an HTTP client's error, says that nothing
+// answered at the tracker's address: the connection was refused or could
+// not be made (no server listening yet, a wrong address), as opposed to a
+// server that took the connection and was slow to answer.
+func Refused(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // ErrNotJSON marks a 2xx answer whose body is not the JSON object the

@@ -26,12 +26,12 @@ type Registration struct {
 	// Configured reports whether the job is set up for the tracker (by its
 	// own variables): under --trackers=auto only such a one is built.
 	Configured func(getenv func(string) string) bool
-	// Build returns the sink, or nil, nil when the job itself turns the
-	// tracker off (WANDB_MODE=offline; said in the log). An error says
-	// that a variable of the tracker's own cannot be used, naming it and
-	// what to do: the tracker's variables are not bridge's, so that turns
-	// off only that tracker, never the job. A sink that is also a RunStore
-	// gets the job's end decided on its run (package jobrun).
+	// Build returns the sink, or nil and a *Off when the job itself turns
+	// the tracker off (WANDB_MODE=offline). Any other error says that a
+	// variable of the tracker's own cannot be used, naming it and what to
+	// do: the tracker's variables are not bridge's, so that turns off only
+	// that tracker, never the job. A sink that is also a RunStore gets the
+	// job's end decided on its run (package jobrun).
 	Build func(b Build) (Sink, error)
 	// Store, for a tracker whose runs bridge reads by id (`bridge report`),
 	// opens its run store from its variables (b.Getenv, b.Home, b.Log);
@@ -41,6 +41,23 @@ type Registration struct {
 	// tracker up say of it.
 	Help Help
 }
+
+// Off is what a registration's Build returns (as its error) when the
+// job's own settings turn its tracker off: W&B's WANDB_MODE=offline or
+// disabled. In an offline mode the child's client keeps its run on disk
+// for an upload later (`wandb sync`): RunID is that run's id, given to the
+// child in Env (chosen by bridge when the job names none), so that the
+// child's upload and `bridge sync` of the spool, which records RunID, land
+// in one run.
+type Off struct {
+	Why    string   // what turned it off: "WANDB_MODE=offline"
+	On     string   // what turns it on again: "unset WANDB_MODE, or set it to online"
+	RunID  string   // the run the child's client keeps on disk; "" when none (disabled)
+	Env    []string // the child's variables for that run
+	Upload string   // what uploads the child's run: "wandb sync"; "" when none
+}
+
+func (o *Off) Error() string { return o.Why }
 
 // Help describes a tracker to its user.
 type Help struct {

@@ -19,6 +19,13 @@ type StoredRun struct {
 	// Artifacts is where the run's artifacts are (MLflow's artifact_uri),
 	// for PutArtifact.
 	Artifacts string
+	// Step is the largest step the run's own series reached (the training
+	// script's: bridge's system/ series are not its steps), 0 when the
+	// store does not know one.
+	Step int64
+	// Note is the run's description a person reads and may write
+	// (MLflow's mlflow.note.content, W&B's notes); "" for none.
+	Note string
 }
 
 // Point is one point of a series' history.
@@ -36,11 +43,12 @@ var ErrHistoryTooLong = errors.New("more points than bridge report reads")
 // (package jobrun). A sink that is one gets the job's end decided on its
 // run; on any other run bridge records nothing but its samples and end.
 //
-// Contract: the methods are called from one goroutine, after the sink's
-// Start found the run and once its forwarder has returned (never beside
-// Send), or on a store Registration.Store opened. Every call honours ctx
-// and sends its requests through Request: retried by the write policy
-// unless ctx is OneAttempt, so each is safe to repeat.
+// Contract: the methods are called one at a time, after the sink's Start
+// found the run: during the job from the run's tick (pipeline's Session),
+// beside Send, which an implementation is safe for; at the job's end once
+// its forwarder has returned; or on a store Registration.Store opened.
+// Every call honours ctx and sends its requests through Request: retried
+// by the write policy unless ctx is OneAttempt, so each is safe to repeat.
 type RunStore interface {
 	// GetRun reads run id: its status, tags and what else the store holds
 	// (StoredRun), in one bounded read. A run that does not exist yet (W&B's
@@ -51,9 +59,19 @@ type RunStore interface {
 	SetTags(ctx context.Context, id string, tags map[string]string) error
 }
 
+// NoteWriter is a RunStore whose runs have a note a person reads
+// (StoredRun.Note): MLflow's description on the run's Overview page, W&B's
+// notes. The note is a person's as much as bridge's: package jobrun writes
+// only its own section of it.
+type NoteWriter interface {
+	RunStore
+	// SetNote writes run id's note whole. Setting the same note again
+	// changes nothing.
+	SetNote(ctx context.Context, id, note string) error
+}
+
 // RunOwner is a RunStore whose runs bridge owns (MLflow's): their status
-// is bridge's to set, a value can be written once (the one compare-and-set
-// a tracker offers), their series read back and files written beside
+// is bridge's to set, their series read back and files written beside
 // them.
 type RunOwner interface {
 	RunStore
@@ -63,11 +81,6 @@ type RunOwner interface {
 	History(ctx context.Context, id, key string) ([]Point, error)
 	// SetStatus sets run id's terminal status and end time.
 	SetStatus(ctx context.Context, id, status string, end time.Time) error
-	// SetOnce writes key=value on run id where a value is written once,
-	// and returns the value the run holds afterwards: value, or the one
-	// another writer set first ("" when the run is gone). The same value
-	// again is taken (a retry whose first answer was lost).
-	SetOnce(ctx context.Context, id, key, value string) (held string, err error)
 	// PutArtifact writes a file named name into run's artifacts; the same
 	// file again replaces it.
 	PutArtifact(ctx context.Context, run StoredRun, name, contentType string, body []byte) error

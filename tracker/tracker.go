@@ -23,6 +23,27 @@ type StartInfo struct {
 	RunName string            // from a flag, or derived from the command line
 	NodeID  string            // empty for single-node jobs
 	Tags    map[string]string // bridge.* tags recorded at start (version, cgroup, limits, node id)
+	// Time is when the job started: a run created for it, later too (a
+	// tracker down at the start, `bridge sync`), starts then. Zero: now.
+	Time time.Time
+	// Source is where the job's code comes from.
+	Source Source
+}
+
+// Source is where a job's code comes from, as a tracker's own client
+// records it when the script creates its run (MLflow's context
+// providers: mlflow.user, mlflow.source.*). A field not known is "".
+type Source struct {
+	User string // the user running the job: LOGNAME, USER, LNAME, USERNAME, else the password database
+	// Name is the job's script as the command line gives it (train.py of
+	// python train.py: the script's sys.argv[0]); "" when the command
+	// names no script.
+	Name string
+	// The git repository the script (else the working directory) is in:
+	// the commit checked out, its branch ("" when detached) and the first
+	// remote's URL without credentials. Commit "" (no repository, no
+	// commit yet) says nothing of the repository is known.
+	Commit, Branch, RepoURL string
 }
 
 // EndInfo describes how the child ended.
@@ -31,6 +52,11 @@ type EndInfo struct {
 	Signal   int               // the signal that killed the child, 0 if it exited
 	Tags     map[string]string // bridge.* tags recorded at the end (exit code, forensics)
 	Time     time.Time
+	// Figures are the job's figures, one value each (its peaks, CPU
+	// time, GPU-hours, energy: summary.FigurePoints), recorded as run
+	// metrics beside the tags so that a runs table sorts by them: each
+	// finite and within its Desc's range.
+	Figures []metrics.Point
 	// Status, when set, is the terminal status for a run the sink owns,
 	// instead of one derived from ExitCode and Signal: `bridge sync` ends a
 	// run left RUNNING with the status of the spool's end record, or

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"syscall"
 	"time"
 
 	"github.com/bridge-dev/bridge/jobrun"
+	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -34,8 +36,9 @@ func trackerEnd(ctx context.Context, sink tracker.Sink, lost *spool.Attempt, end
 
 // endOfJob is how the job that wrote to the run ended, from the spool: the
 // last training attempt (not a sync) that wrote to it, or the last one at all
-// for an offline spool. Its end record gives the exit; an attempt without one
-// was lost (its bridge killed with it), which is KILLED, and is returned.
+// for an offline spool. Its end record gives the end its bridge told the
+// trackers (pipeline.RecordedEnd); an attempt without one was lost (its
+// bridge killed with it), which is KILLED, and is returned.
 func endOfJob(attempts []spool.Attempt, sink, id string) (tracker.EndInfo, string, *spool.Attempt) {
 	var last, wrote *spool.Attempt
 	for i := range attempts {
@@ -63,10 +66,9 @@ func endOfJob(attempts []spool.Attempt, sink, id string) (tracker.EndInfo, strin
 		tags["bridge.exit_status"] = "lost: bridge stopped without recording the end (killed with the job, or its node failed)"
 		return tracker.EndInfo{ExitCode: 128 + int(syscall.SIGKILL), Signal: int(syscall.SIGKILL), Time: t, Tags: tags}, "the attempt was lost: KILLED", last
 	default:
-		end := tracker.EndInfo{ExitCode: *last.End.ExitCode, Time: time.UnixMilli(last.End.Time), Tags: tags}
-		if last.End.Info["bridge.exit_signal"] != "" {
-			end.Signal = *last.End.ExitCode - 128
-		}
-		return end, fmt.Sprintf("exit code %d", end.ExitCode), nil
+		// The end its bridge told the trackers: tags, status, figures.
+		end := pipeline.RecordedEnd(last.End)
+		maps.Copy(end.Tags, tags)
+		return end, fmt.Sprintf("exit code %d, %s", end.ExitCode, tracker.TerminalStatus(end)), nil
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/bridge-dev/bridge/internal/kfile"
@@ -57,9 +56,9 @@ func Sync(ctx context.Context, timeout time.Duration, o Options) (code int, err 
 			fmt.Fprintf(o.Stderr, "bridge: sync: %v\n", err)
 		}
 	}()
-	on, _ := pipeline.Trackers().BuildSinks(o.Config, pipeline.Overrides{}, nil, o.Log) // a tracker off is said in the log
+	on, off := pipeline.Trackers().BuildSinks(o.Config, pipeline.Overrides{}, nil, o.Log) // a tracker off is said in the log
 	if len(on) == 0 {
-		return 0, fmt.Errorf("sync needs a tracker: --trackers auto turns on %s", strings.Join(pipeline.Trackers().TrackersOn(), ", and "))
+		return 0, errors.New("sync needs a tracker: " + pipeline.Trackers().NoTracker(off))
 	}
 	o.Spool, o.Trackers = sp, nil
 	for _, s := range on {

@@ -144,8 +144,7 @@ func (j Job) find(ctx context.Context, o Options) (r pipeline.SinkRun, owned boo
 	if len(sinks) != 1 {
 		return r, false, fmt.Errorf("%s: not configured where sync runs (see the messages above)", j.tracker)
 	}
-	info := tracker.StartInfo{RunName: "bridge sync " + o.Path, NodeID: cfg.NodeID,
-		Tags: map[string]string{"bridge.version": o.Version, "bridge.synced_from": o.Path}}
+	info := j.startInfo(o, cfg.NodeID)
 	// Patient, within sync's --timeout: there is no child to keep waiting.
 	fd := finder{sink: sinks[0], info: info, job: job, spool: o.Path, out: o.Stderr}
 	if err := fd.find(ctx); err != nil {
@@ -153,6 +152,32 @@ func (j Job) find(ctx context.Context, o Options) (r pipeline.SinkRun, owned boo
 	}
 	ri := sinks[0].Run()
 	return pipeline.SinkRun{Sink: sinks[0], RunID: ri.ID, Created: ri.Created}, owned, nil
+}
+
+// startInfo is what the job's trackers were told at its start, from the
+// spool's start record of its first attempt (the last that recorded the
+// run, for a run recorded: pipeline.RecordedStart): the
+// run sync creates is the run a live upload would have made (name, start
+// time, tags, provenance), with the file it was synced from. A file bridge
+// did not write has no start record: its run is named after the file.
+func (j Job) startInfo(o Options, nodeID string) tracker.StartInfo {
+	first := j.last
+	if len(j.claim) > 0 {
+		atts := o.Spool.Attempts()
+		for i := range atts {
+			if a := &atts[i]; a.Start.Attempt == j.claim[0] && !isSync(a) {
+				first = a
+				break
+			}
+		}
+	}
+	if first == nil {
+		return tracker.StartInfo{RunName: "bridge sync " + o.Path, NodeID: nodeID, Time: time.Now(),
+			Tags: map[string]string{"bridge.version": o.Version, "bridge.synced_from": o.Path}}
+	}
+	info := pipeline.RecordedStart(pipeline.Trackers(), first.Start.Info, time.UnixMilli(first.Start.Time), nodeID)
+	info.Tags["bridge.synced_from"] = o.Path
+	return info
 }
 
 // record writes the run into the spool before anything is sent, so that a

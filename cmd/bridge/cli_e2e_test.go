@@ -411,7 +411,7 @@ func TestSyncEndsRuns(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("sync: exit %d:\n%s", code, out)
 		}
-		if !strings.Contains(out, "end recorded (exit code 3)") {
+		if !strings.Contains(out, "end recorded (exit code 3, FAILED)") {
 			t.Errorf("sync output does not say it recorded the end:\n%s", out)
 		}
 		_, _, attempts, _ := spooltest.ReadFile(j.spool)
@@ -483,11 +483,12 @@ func TestScriptRunNameAndCommandKept(t *testing.T) {
 	if run.Info.RunName != "mytrain.py" {
 		t.Errorf("run name %q, want mytrain.py", run.Info.RunName)
 	}
-	want := strings.Join(argv, " ")
-	for _, tag := range []string{"bridge.command", "mlflow.source.name"} {
-		if run.Tags[tag] != want {
-			t.Errorf("%s = %q, want the command as typed, %q", tag, run.Tags[tag], want)
-		}
+	if want := strings.Join(argv, " "); run.Tags["bridge.command"] != want {
+		t.Errorf("bridge.command = %q, want the command as typed, %q", run.Tags["bridge.command"], want)
+	}
+	// MLflow's client records the script's sys.argv[0].
+	if run.Tags["mlflow.source.name"] != "mytrain.py" {
+		t.Errorf("mlflow.source.name = %q, want the script, mytrain.py", run.Tags["mlflow.source.name"])
 	}
 }
 
@@ -554,7 +555,10 @@ func TestSecretsNeverRecorded(t *testing.T) {
 	// The command line is still recorded, redacted: the check above looked
 	// where it is.
 	run := srv.GetRun(t, id)
-	for _, tag := range []string{"bridge.command", "mlflow.source.name"} {
+	if run.Tags["mlflow.source.name"] != "train.py" {
+		t.Errorf("mlflow.source.name %q, want the script the command names", run.Tags["mlflow.source.name"])
+	}
+	for _, tag := range []string{"bridge.command"} {
 		for _, want := range []string{"sh -c <code: 7 bytes> train.py", "--password=***", "--api-key ***", "--token ***", "user:***@example.com", "db.password=***",
 			"--secretkey=*** --privatekey *** --accesskey=*** --api-key2=*** --token_2 *** --passcode *** --cfg.secrets.0=***",
 			"*** printf *** python -c <code: "} {

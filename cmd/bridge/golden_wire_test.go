@@ -119,7 +119,8 @@ func goldenJob(t *testing.T, mlf *mlflowrec.Server, exp string) (string, *wandbs
 		"--rootfs", root, "--sys-root", filepath.Join(root, "sys"), "--scopes=container,node,rootfs,netns",
 		"--", "sh", "-c", "while [ ! -e go ]; do sleep 0.01; done")
 	cmd.Env = append(cmd.Env,
-		"HOME="+cmd.Dir, // no ~/.mlflow/credentials or ~/.netrc of the machine's
+		"HOME="+cmd.Dir,  // no ~/.mlflow/credentials or ~/.netrc of the machine's
+		"LOGNAME=golden", // the run's mlflow.user, whoever runs the test
 		"MLFLOW_TRACKING_URI="+mlf.URL, "MLFLOW_EXPERIMENT_NAME="+exp, "MLFLOW_TRACKING_TOKEN="+goldenToken,
 		"WANDB_BASE_URL="+wb.URL(), "WANDB_API_KEY="+wbKey, "WANDB_PROJECT="+goldenProject, "WANDB_RUN_ID="+goldenWandbRun)
 	if err := cmd.Start(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,6 +227,20 @@ func TestGPUActivityEndToEnd(t *testing.T) {
 		}
 		if spooledGPM == 0 {
 			t.Error("no GPU activity in the spool")
+		}
+		// The job's GPU figures, one value each: on the run as metrics,
+		// the energy the same as its tag, and in W&B's summary.
+		run := srv.GetRun(t, srv.RunIDs(t, exp)[0])
+		for _, k := range []string{"system/gpu_hours", "system/gpu_memory_peak_megabytes", "system/energy_gpus_joules"} {
+			if m, ok := run.Latest[k]; !ok || m.Value <= 0 || m.Step != 0 {
+				t.Errorf("figure %s = %+v (present %v), want one value above 0 at step 0", k, m, ok)
+			}
+		}
+		if e := run.Latest["system/energy_gpus_joules"].Value; strconv.FormatFloat(e, 'f', 1, 64) != run.Tags["bridge.energy_gpus_joules"] {
+			t.Errorf("energy figure %v, tag %q", e, run.Tags["bridge.energy_gpus_joules"])
+		}
+		if wr, ok := wb.Run(wb.Entity(), "gpu", "gpurun01"); !ok || wr.Summary()["bridge/gpu_hours"] == nil {
+			t.Errorf("W&B run's summary lacks the job's GPU-hours: %v", wr.Summary())
 		}
 		wantGPMReport(t, report)
 	})

@@ -252,9 +252,19 @@ func TestMultinodeRounds(t *testing.T) {
 					}
 				}
 				run := checkJob(t, srv, exp, "slurm:e2e:"+id+".0", nodes)
-				if run.Info.Status != mlflow.StatusFinished || p.Count("runs/update") != 1 || run.Params[jobrun.ParamFinished] == "" {
-					t.Errorf("round %d: status %s after %d runs/update (finished by %q), want FINISHED set once",
-						r, run.Info.Status, p.Count("runs/update"), run.Params[jobrun.ParamFinished])
+				if run.Info.Status != mlflow.StatusFinished || p.Count("runs/update") < 1 || run.Tags[jobrun.TagFinishedBy] == "" {
+					t.Errorf("round %d: status %s after %d runs/update (finished by %q), want FINISHED",
+						r, run.Info.Status, p.Count("runs/update"), run.Tags[jobrun.TagFinishedBy])
+				}
+				// Every node that writes FINISHED writes the last node's end.
+				var last int64
+				for k, v := range run.Tags {
+					if ms, err := strconv.ParseInt(v, 10, 64); err == nil && strings.HasPrefix(k, "bridge.node.") && strings.HasSuffix(k, ".ended") {
+						last = max(last, ms)
+					}
+				}
+				if run.Info.EndTime != last {
+					t.Errorf("round %d: the run ended at %d, its last node at %d", r, run.Info.EndTime, last)
 				}
 				reportDelays(t, "multinode", nodes)
 				p.Close()

@@ -478,7 +478,7 @@ func TestSyncIncompleteKeepsStatus(t *testing.T) {
 	if run := srv.GetRun(t, ids[0]); run.Info.Status != "RUNNING" || run.Tags["bridge.sync_incomplete"] == "" {
 		t.Fatalf("run %s with tags %v: want RUNNING and bridge.sync_incomplete", run.Info.Status, run.Tags)
 	}
-	if code, out := syncCmd(t, srv, exp, path); code != 0 || !strings.Contains(out, "end recorded (exit code 0)") {
+	if code, out := syncCmd(t, srv, exp, path); code != 0 || !strings.Contains(out, "end recorded (exit code 0, FINISHED)") {
 		t.Fatalf("second sync: exit %d:\n%s", code, out)
 	}
 	if ids2 := srv.RunIDs(t, exp); !slices.Equal(ids2, ids) {

@@ -479,31 +479,44 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 	}
 
 	// The wire: per writer and file, offsets never go back; bridge sends
-	// events only, never complete or exitcode, and its one GraphQL write is
-	// the exit verdict (tags and notes only) after the child's wandb has
+	// events only, never complete or exitcode, and its GraphQL writes are
+	// the exit verdict (tags and notes only) and the job's figures in the
+	// summary (the child's keys kept), after the child's wandb has
 	// finished the run.
 	type wf struct{ writer, file string }
 	last := map[wf]int{}
-	bridgeReqs, bridgeMaxBatch, afterComplete, verdicts := 0, 0, 0, 0
+	bridgeReqs, bridgeMaxBatch, afterComplete, verdicts, figures := 0, 0, 0, 0, 0
 	complete := false
 	for _, r := range srv.Requests() {
 		if r.Header.Get("X-WANDB-CLIENT-ID") == bridgeID && r.Operation == "UpsertBucket" {
-			verdicts++
 			var q struct {
 				Variables map[string]any `json:"variables"`
 			}
 			if err := json.Unmarshal([]byte(r.Body), &q); err != nil {
 				t.Fatalf("UpsertBucket body: %v", err)
 			}
-			for k := range q.Variables {
-				if k != "name" && k != "project" && k != "entity" && k != "tags" && k != "notes" {
-					t.Errorf("bridge's UpsertBucket sets %s: it may set only tags and notes", k)
+			if _, ok := q.Variables["summaryMetrics"]; ok {
+				figures++
+			} else {
+				verdicts++
+			}
+			for k, v := range q.Variables {
+				switch k {
+				case "name", "project", "entity", "tags", "notes":
+				case "summaryMetrics":
+					var sum map[string]any
+					js, _ := v.(string)
+					if err := json.Unmarshal([]byte(js), &sum); err != nil || sum["loss"] == nil || sum["bridge/process_memory_peak_rss_megabytes"] == nil {
+						t.Errorf("bridge's summary %s: want the child's loss kept and the job's figures (%v)", js, err)
+					}
+				default:
+					t.Errorf("bridge's UpsertBucket sets %s: it may set only tags, notes and the summary", k)
 				}
 			}
 			if !complete {
 				t.Errorf("bridge wrote the run record before the child's wandb finished the run")
 			}
-		} else if r.Header.Get("X-WANDB-CLIENT-ID") == bridgeID && r.Operation != "Viewer" && r.Operation != "RunResumeStatus" {
+		} else if r.Header.Get("X-WANDB-CLIENT-ID") == bridgeID && r.Operation != "Viewer" && r.Operation != "RunResumeStatus" && r.Operation != "RunSummary" {
 			t.Errorf("bridge sent GraphQL %s", r.Operation)
 		}
 		if r.Operation != "file_stream" || r.Status != 200 {
@@ -543,6 +556,9 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 			}
 			last[k] = f.Offset
 		}
+	}
+	if figures != 1 {
+		t.Errorf("the job's figures were written into the run's summary %d times, want once", figures)
 	}
 	if final, _ := srv.FindRun(runID); verdicts != 1 || !slices.ContainsFunc(final.Tags, func(tg string) bool { return strings.HasPrefix(tg, "bridge-exit-") }) ||
 		!strings.Contains(final.Notes, "bridge (end of job):\nbridge.exit_code: ") {

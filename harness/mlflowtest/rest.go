@@ -226,6 +226,23 @@ func (s *Server) SearchRuns(t testing.TB, experimentID, filter, view string) []R
 	}
 }
 
+// OrderedRuns is the experiment's active runs as runs/search orders them
+// by orderBy (MLflow's order_by, e.g. "metrics.`system/x` DESC"): the
+// server's sort, one page of at most 1000.
+func (s *Server) OrderedRuns(t testing.TB, experimentID, orderBy string) []Run {
+	t.Helper()
+	req := map[string]any{"experiment_ids": []string{experimentID}, "order_by": []string{orderBy}, "max_results": 1000}
+	var out struct {
+		Runs []wireRun `json:"runs"`
+	}
+	s.do(t, http.MethodPost, "runs/search", nil, req, &out)
+	runs := make([]Run, len(out.Runs))
+	for i, w := range out.Runs {
+		runs[i] = w.run(t)
+	}
+	return runs
+}
+
 // MetricKeys lists a run's metric keys, sorted; with prefix, only those
 // starting with it (e.g. "system/").
 func (s *Server) MetricKeys(t testing.TB, runID, prefix string) []string {

@@ -49,6 +49,9 @@ type Server struct {
 	stdin io.WriteCloser // closing it makes the wrapper kill the group
 	done  chan struct{}  // closed when cmd has been waited for
 	owner bool           // false for BRIDGE_TEST_MLFLOW_URI: never stopped here
+	// noWait: launch returns once the server is started, before it
+	// answers (Launch).
+	noWait bool
 }
 
 // Python returns BRIDGE_TEST_PYTHON, or skips the test when it is unset.
@@ -131,6 +134,20 @@ func start(python, dir string) (*Server, error) {
 	return startWith(&Server{python: python, Dir: dir})
 }
 
+// Launch starts a server of the test's own, as Start does, and returns at
+// once, before it answers: a server started a second before a job (a cold
+// one, whose first answers take seconds). It is stopped when the test
+// ends.
+func Launch(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{python: Python(t), Dir: t.TempDir(), noWait: true}
+	if _, err := startWith(s); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.kill)
+	return s
+}
+
 // startWith fills in and launches s (python, Dir, and optionally backend
 // and env set by the caller).
 func startWith(s *Server) (*Server, error) {
@@ -195,6 +212,9 @@ func (s *Server) launch() error {
 	s.cmd, s.stdin, s.done = cmd, stdin, done
 	s.mu.Unlock()
 
+	if s.noWait {
+		return nil
+	}
 	deadline := time.Now().Add(startTimeout)
 	for {
 		if s.health() == nil {

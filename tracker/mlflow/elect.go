@@ -92,7 +92,7 @@ func (j jobStore) Search(ctx context.Context) ([]election.Candidate, string, err
 // Create implements election.Store.
 func (j jobStore) Create(ctx context.Context, startID string) (string, error) {
 	s, job, info := j.s, j.s.cfg.Job, j.s.el.info
-	tags := sourceTags(info)
+	tags := s.sourceTags(info)
 	tags[TagJobKey], tags[TagJobKeyFrom], tags[TagCandidateOf] = job.Key, job.KeyFrom, info.NodeID
 	if job.Generation != "" {
 		tags[TagGeneration] = job.Generation
@@ -101,12 +101,12 @@ func (j jobStore) Create(ctx context.Context, startID string) (string, error) {
 		tags[TagNodes] = strconv.Itoa(job.Nodes)
 	}
 	s.startID = startID
-	return s.createRun(ctx, s.el.expID, s.runName(info), tags)
+	return s.createRun(ctx, s.el.expID, s.runName(info), info.Time, tags)
 }
 
 // SetParam implements election.Store.
 func (j jobStore) SetParam(ctx context.Context, run, value string) (string, error) {
-	return j.s.SetOnce(ctx, run, ParamElection, value)
+	return j.s.setOnce(ctx, run, ParamElection, value)
 }
 
 // MarkElected implements election.Store.
@@ -169,12 +169,12 @@ func compareGen(a, b string) int {
 	return cmp.Compare(a, b)
 }
 
-// SetOnce implements tracker.RunOwner with a param, which MLflow's store
-// writes once (a second value is refused): it returns the value the run
-// holds afterwards, value or the one another writer set first ("" when
-// the run is gone). MLflow takes the same value again (a retry whose first
-// answer was lost), so it is safe to repeat.
-func (s *Sink) SetOnce(ctx context.Context, run, key, value string) (string, error) {
+// setOnce writes a param, which MLflow's store writes once (a second
+// value is refused): the election's compare-and-set. It returns the value
+// the run holds afterwards, value or the one another writer set first (""
+// when the run is gone). MLflow takes the same value again (a retry whose
+// first answer was lost), so it is safe to repeat.
+func (s *Sink) setOnce(ctx context.Context, run, key, value string) (string, error) {
 	req := map[string]string{"run_id": run, "key": key, "value": value}
 	err := s.call(ctx, http.MethodPost, "runs/log-parameter", nil, req, nil, fmt.Sprintf("setting %s=%s on run %s", key, value, run))
 	if err == nil {

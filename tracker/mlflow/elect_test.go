@@ -179,12 +179,12 @@ func strayCandidate(t *testing.T, srv *mlflowtest.Server, exp, key, param string
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := sink.createRun(context.Background(), expID, "stray", map[string]string{TagJobKey: key, TagCandidateOf: "dead-node"})
+	id, err := sink.createRun(context.Background(), expID, "stray", time.Time{}, map[string]string{TagJobKey: key, TagCandidateOf: "dead-node"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if param != "" {
-		if _, err := sink.SetOnce(context.Background(), id, ParamElection, param); err != nil {
+		if _, err := sink.setOnce(context.Background(), id, ParamElection, param); err != nil {
 			t.Fatal(err)
 		}
 	}

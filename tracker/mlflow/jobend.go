@@ -31,28 +31,35 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 	if job.Task != "" {
 		s.prefix = "system/" + node + "/" + job.Task + "/"
 	}
+	// The node id goes to the child whatever the election does: MLflow's
+	// own monitor in the child nests under it, and the job's scripts read
+	// it, also when the run is found only after the child started.
+	var nodeEnv []string
+	if node != "" {
+		nodeEnv = []string{EnvNodeID + "=" + strings.TrimSuffix(strings.TrimPrefix(s.prefix, "system/"), "/")}
+	}
 	id, known, err := s.knownJobRun(ctx)
 	if err != nil {
-		return nil, err
+		return nodeEnv, err
 	}
 	if id == "" {
 		if s.el.expID == "" {
 			expID, err := s.experiment(ctx)
 			if err != nil {
-				return nil, err
+				return nodeEnv, err
 			}
 			if err := tracker.ValidID("experiment id", expID); err != nil {
-				return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
+				return nodeEnv, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
 			}
 			s.el.expID = expID
 		}
 		if id, err = s.elect(ctx, info); err != nil {
-			return nil, err
+			return nodeEnv, err
 		}
 	}
 	s.setExperiment(s.el.expID)
 	if err := tracker.ValidID("run id", id); err != nil {
-		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: the job's run: %w", s.url, err))
+		return nodeEnv, tracker.Permanent(fmt.Errorf("MLflow at %s: the job's run: %w", s.url, err))
 	}
 	// The run may hold this node's series from an earlier attempt (a
 	// restart, a requeue): its steps continue after them. One request,
@@ -64,7 +71,7 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 		if known == nil {
 			run, err := s.getRun(ctx, id)
 			if err != nil {
-				return nil, err
+				return nodeEnv, err
 			}
 			known = &run
 		}
@@ -86,12 +93,7 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 	if job.Nodes > 0 {
 		s.startTags[TagNodes] = strconv.Itoa(job.Nodes)
 	}
-	env := []string{EnvRunID + "=" + id, EnvExperimentID + "=" + s.el.expID}
-	if node != "" {
-		// MLflow's own monitor in the child nests the same way.
-		env = append(env, EnvNodeID+"="+strings.TrimSuffix(strings.TrimPrefix(s.prefix, "system/"), "/"))
-	}
-	return env, nil
+	return append([]string{EnvRunID + "=" + id, EnvExperimentID + "=" + s.el.expID}, nodeEnv...), nil
 }
 
 // knownJobRun is Config.JobRun when it is still the job's run (it exists,
@@ -168,6 +170,9 @@ func (s *Sink) finishJob(ctx context.Context, end tracker.EndInfo) error {
 	}
 	if err := s.SetTags(ctx, s.runID, tags); err != nil {
 		return errors.Join(append(errs, err)...)
+	}
+	if err := s.sendFigures(ctx, end); err != nil {
+		errs = append(errs, err)
 	}
 	if !end.KeepStatus && tier(s.cfg.Job, s.who) == 0 {
 		s.sweep(ctx)

@@ -1,6 +1,7 @@
 package mlflow
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -108,8 +109,9 @@ type Sink struct {
 }
 
 var (
-	_ tracker.Sink     = (*Sink)(nil)
-	_ tracker.RunOwner = (*Sink)(nil)
+	_ tracker.Sink       = (*Sink)(nil)
+	_ tracker.RunOwner   = (*Sink)(nil)
+	_ tracker.NoteWriter = (*Sink)(nil)
 )
 
 // New checks cfg and builds the sink; it makes no request.
@@ -260,7 +262,7 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 		return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
 	}
 	s.setExperiment(expID)
-	tags := sourceTags(info)
+	tags := s.sourceTags(info)
 	maps.Copy(tags, info.Tags)
 	if s.creates++; s.creates > 1 && s.startID != "" {
 		// An earlier attempt may have created the run.
@@ -279,7 +281,7 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 		}
 	}
 	name := s.runName(info)
-	id, err := s.createRun(ctx, expID, name, tags)
+	id, err := s.createRun(ctx, expID, name, info.Time, tags)
 	if err != nil {
 		return nil, err
 	}
@@ -343,20 +345,47 @@ func (s *Sink) runName(info tracker.StartInfo) string {
 	return info.RunName
 }
 
-// sourceTags are what the UI shows as the run's source, as the Python
-// client sets them.
-func sourceTags(info tracker.StartInfo) map[string]string {
+// Context tags MLflow's client sets on a run it creates
+// (mlflow/utils/mlflow_tags.py; mlflow/tracking/context/default_context.py
+// and git_context.py).
+const (
+	TagUser       = "mlflow.user"
+	TagSourceName = "mlflow.source.name"
+	TagSourceType = "mlflow.source.type"
+	TagGitCommit  = "mlflow.source.git.commit"
+	TagGitBranch  = "mlflow.source.git.branch"
+	TagGitRepoURL = "mlflow.source.git.repoURL"
+)
+
+// sourceTags are the context tags of a run bridge creates, as MLflow's
+// client sets them for the script when it creates the run: the user
+// (MLFLOW_TRACKING_USERNAME or the credentials file's, else the
+// system's), the source (the script as the command line names it, else
+// the command) of type LOCAL, and the git commit, branch and repository
+// URL, all three only with a commit, each only when known.
+func (s *Sink) sourceTags(info tracker.StartInfo) map[string]string {
 	tags := map[string]string{}
-	if len(info.Command) > 0 {
-		tags["mlflow.source.name"] = strings.Join(info.Command, " ")
-		tags["mlflow.source.type"] = "LOCAL"
+	if u := cmp.Or(s.cfg.Username, info.Source.User); u != "" {
+		tags[TagUser] = u
+	}
+	if name := cmp.Or(info.Source.Name, strings.Join(info.Command, " ")); name != "" {
+		tags[TagSourceName] = name
+		tags[TagSourceType] = "LOCAL"
+	}
+	if src := info.Source; src.Commit != "" {
+		for k, v := range map[string]string{TagGitCommit: src.Commit, TagGitBranch: src.Branch, TagGitRepoURL: src.RepoURL} {
+			if v != "" {
+				tags[k] = v
+			}
+		}
 	}
 	return tags
 }
 
-// createRun creates a run in experiment expID with tags, and the start id
-// that finds it again when the answer is lost; it returns the run's id.
-func (s *Sink) createRun(ctx context.Context, expID, name string, tags map[string]string) (string, error) {
+// createRun creates a run in experiment expID with tags, started at start
+// (the job's start; zero: now), and the start id that finds it again when
+// the answer is lost; it returns the run's id.
+func (s *Sink) createRun(ctx context.Context, expID, name string, start time.Time, tags map[string]string) (string, error) {
 	if s.startID == "" {
 		s.startID = rand.Text()
 	}
@@ -368,7 +397,7 @@ func (s *Sink) createRun(ctx context.Context, expID, name string, tags map[strin
 	req := createRunRequest{
 		ExperimentID: expID,
 		RunName:      name,
-		StartTime:    time.Now().UnixMilli(),
+		StartTime:    cmp.Or(start, time.Now()).UnixMilli(),
 		Tags:         tagList(tags),
 	}
 	var out runResponse
@@ -623,6 +652,32 @@ func (s *Sink) sendHeld(ctx context.Context) error {
 	return nil
 }
 
+// sendFigures records the job's figures (tracker.EndInfo.Figures) as run
+// metrics, one point each under this node's keys, at the end's time and
+// step 0: the runs table sorts and charts runs by them. Repeating it is
+// safe (MLflow drops an identical point); a figure outside its range, or
+// not finite, is not sent.
+func (s *Sink) sendFigures(ctx context.Context, end tracker.EndInfo) error {
+	if len(end.Figures) == 0 {
+		return nil
+	}
+	ts := cmp.Or(end.Time, time.Now()).UnixMilli()
+	b := newBatch(s.runID, s.maxMetrics, s.maxBody)
+	for _, p := range end.Figures {
+		key := s.prefix + p.Name()
+		if p.Desc == nil || !p.Desc.Range().Holds(p.Value) || !s.checkKey(key) {
+			continue
+		}
+		if m := encodeMetric(key, p.Value, ts, 0); b.fits(m) {
+			b.add(m)
+		}
+	}
+	if b.count == 0 {
+		return nil
+	}
+	return s.call(ctx, http.MethodPost, "runs/log-batch", nil, b.body(), nil, fmt.Sprintf("recording the job's %d figures on run %s", b.count, s.runID))
+}
+
 // checkKey applies MLflow's key rules, so that a bad name is dropped here
 // instead of failing a whole batch with a 400.
 func (s *Sink) checkKey(key string) bool {
@@ -664,7 +719,8 @@ func (s *Sink) SetTags(ctx context.Context, id string, tags map[string]string) e
 	return nil
 }
 
-// Finish implements tracker.Sink: it records end.Tags and, if bridge created
+// Finish implements tracker.Sink: it records end.Tags and end.Figures
+// (sendFigures) and, if bridge created
 // the run and the run is still RUNNING (the child did not end it, or was
 // killed before it could), sets KILLED when the child died of a signal,
 // FAILED on a non-zero exit and FINISHED on 0. A status the child set is
@@ -698,6 +754,9 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	}
 	if len(end.Tags) > 0 {
 		errs = append(errs, s.SetTags(ctx, s.runID, end.Tags))
+	}
+	if err := s.sendFigures(ctx, end); err != nil {
+		errs = append(errs, err)
 	}
 	if !s.created || end.KeepStatus {
 		return errors.Join(errs...)

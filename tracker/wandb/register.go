@@ -1,6 +1,7 @@
 package wandb
 
 import (
+	"cmp"
 	"errors"
 
 	"github.com/bridge-dev/bridge/tracker"
@@ -20,16 +21,15 @@ func Registration() tracker.Registration {
 	}
 }
 
-// build: W&B turned off by WANDB_MODE, or without an API key under
-// "auto", is explained and falls back to the spool.
+// build: W&B turned off by WANDB_MODE (a *tracker.Off), or without an API
+// key under "auto", is explained and falls back to the spool.
 func build(b tracker.Build) (tracker.Sink, error) {
 	wc, err := ConfigFromEnv(b.Getenv, b.Home)
 	switch {
 	case err != nil:
 		return nil, err
 	case wc.Mode != ModeOnline:
-		b.Log.Info("W&B is off for this job (WANDB_MODE); its samples stay in the spool", "mode", wc.Mode)
-		return nil, nil
+		return nil, offline(wc, b)
 	case wc.APIKey == "":
 		return nil, errors.New("no W&B API key (WANDB_API_KEY, or the server's entry in ~/.netrc): set WANDB_API_KEY, or run `wandb login`")
 	}
@@ -51,4 +51,28 @@ func build(b tracker.Build) (tracker.Sink, error) {
 		wc.Primary, wc.PrimaryKnown = j.Primary, j.PrimaryKnown
 	}
 	return New(wc, b.Log) // New adds tracker=wandb itself
+}
+
+// offline is W&B turned off by WANDB_MODE. Offline, the child's wandb
+// writes its run to disk under WANDB_RUN_ID (bridge chooses one when the
+// job names none, as online; a job's from its key) for `wandb sync`
+// later; `bridge sync` of the spool then writes into the same run.
+func offline(wc Config, b tracker.Build) *tracker.Off {
+	off := &tracker.Off{Why: "WANDB_MODE=" + wc.Mode, On: "unset WANDB_MODE, or set it to online"}
+	if wc.Mode != ModeOffline {
+		return off
+	}
+	off.RunID = cmp.Or(b.RunID, wc.RunID)
+	if off.RunID == "" && b.Job != nil {
+		off.RunID = RunIDFor(b.Job.Key, b.Job.Generation)
+	}
+	if off.RunID == "" {
+		id, err := randomID(8)
+		if err != nil {
+			return off
+		}
+		off.RunID = id
+	}
+	off.Env, off.Upload = []string{"WANDB_RUN_ID=" + off.RunID}, "wandb sync"
+	return off
 }

@@ -228,7 +228,9 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 // "bridge-exit-<code>" and "bridge-<exit_reason>" added to the run's own,
 // and a section appended to the run's notes listing end.Tags (exit code,
 // reason, evidence), through UpsertBucket with only name, project, entity,
-// tags and notes, so the child's config and summary are not touched. A
+// tags and notes, so the child's config is not touched; then the job's
+// figures (end.Figures) go into the run's summary, the child's keys kept
+// (recordFigures). A
 // repeated Finish replaces bridge's section instead of adding another.
 //
 // Each request is retried by the write policy (tracker.Request) within
@@ -275,6 +277,9 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		if err := s.recordNodeEnd(ctx, end, who); err != nil {
 			return fmt.Errorf("recording this node's end in W&B run %s's summary: %w", s.runPath(), err)
 		}
+	}
+	if err := s.recordFigures(ctx, end, who); err != nil {
+		return fmt.Errorf("recording the job's figures in W&B run %s's summary: %w", s.runPath(), err)
 	}
 	return nil
 }

@@ -540,6 +540,51 @@ func TestFinishVerdictPerNode(t *testing.T) {
 	}
 }
 
+// The job's figures go into the run's summary, a key each, beside the
+// child's own keys; a figure outside its range is not written; a job's
+// shared run keeps each node's under its label.
+func TestFinishRecordsFigures(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	ctx := context.Background()
+	s := newSink(t, srv, nil)
+	start(t, s)
+	createRun(t, srv, "demo", s.Run().ID, true)
+	body, _ := json.Marshal(map[string]any{
+		"query":         "mutation UpsertBucket($name: String, $project: String, $summaryMetrics: JSONString) { upsertBucket { bucket { id } } }",
+		"operationName": "UpsertBucket",
+		"variables":     map[string]any{"name": s.Run().ID, "project": "demo", "summaryMetrics": `{"loss":0.25}`},
+	})
+	req, _ := http.NewRequest("POST", srv.URL()+"/graphql", bytes.NewReader(body))
+	req.SetBasicAuth("api", testKey)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ws := &metrics.Desc{Name: "container_memory_peak_working_set_megabytes", Unit: metrics.UnitMegabytes}
+	cpu := &metrics.Desc{Name: "container_cpu_seconds", Unit: metrics.UnitSeconds}
+	end := tracker.EndInfo{Tags: map[string]string{"bridge.exit_code": "0"},
+		Figures: []metrics.Point{metrics.At(ws, 512.5), metrics.At(cpu, 1e306)}}
+	if err := s.Finish(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	run, _ := srv.FindRun(s.Run().ID)
+	if got := fmt.Sprint(run.Summary()); got != "map[bridge/container_memory_peak_working_set_megabytes:512.5 loss:0.25]" {
+		t.Errorf("summary %s; want the child's loss and the figure in range, no bridge section", got)
+	}
+
+	node := newSink(t, srv, func(c *Config) { c.RunID, c.Shared, c.Label = "job-1", true, "node-0" })
+	start(t, node)
+	createRun(t, srv, "demo", "job-1", true)
+	if err := node.Finish(ctx, end); err != nil {
+		t.Fatal(err)
+	}
+	run, _ = srv.FindRun("job-1")
+	if v := run.Summary()["bridge/node-0/container_memory_peak_working_set_megabytes"]; v != 512.5 {
+		t.Errorf("the node's figure in the shared run's summary: %v (summary %v)", v, run.Summary())
+	}
+}
+
 // A run the child never created gets nothing, and Finish does not fail.
 func TestFinishWithoutRun(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})

@@ -253,7 +253,7 @@ func (e *Election) Run(ctx context.Context) (string, error) {
 			return "", err
 		case ctx.Err() != nil:
 			if last != nil && !errors.Is(err, last) {
-				err = fmt.Errorf("%w (the last request failed: %v)", err, last)
+				err = fmt.Errorf("%w (the last request failed: %w)", err, last)
 			}
 			return "", err
 		}
@@ -262,7 +262,7 @@ func (e *Election) Run(ctx context.Context) (string, error) {
 		e.cfg.Log.Debug("a request of the job's election failed; trying again", "err", err)
 		gap := min(100*time.Millisecond<<min(e.fails-1, 5), 2*time.Second)
 		if serr := e.clock.Sleep(ctx, gap); serr != nil {
-			return "", fmt.Errorf("finding the job's run (key %s): %w (the last request failed: %v)", e.cfg.Key, serr, err)
+			return "", fmt.Errorf("finding the job's run (key %s): %w (the last request failed: %w)", e.cfg.Key, serr, err)
 		}
 	}
 }
