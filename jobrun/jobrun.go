@@ -91,6 +91,15 @@ func (s *Sink) Reached() bool {
 	return !ok || r.Reached()
 }
 
+// Link implements tracker.Linker as the sink does.
+func (s *Sink) Link() ([]string, bool) {
+	l, ok := s.Sink.(tracker.Linker)
+	if !ok {
+		return nil, false
+	}
+	return l.Link()
+}
+
 // RecordedEnd is the end a bridge recorded on the run sink writes to since
 // then (for a multi-node job's run, this node's), and whether there is
 // one: `bridge sync` asks before it records an attempt whose spool has no

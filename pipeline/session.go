@@ -76,7 +76,7 @@ type Session struct {
 	spoolRemoved bool // closeSpool removed the delivered file
 
 	// ends says, per sink, what became of the end of the job on its
-	// tracker, for the table: "recorded", or why not and what records it
+	// tracker, for the table: endRecorded, or why not and what records it
 	// ("" when there is no run to record it on, or Finish did not run).
 	ends []string
 

@@ -1,11 +1,13 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bridge-dev/bridge/internal/printable"
@@ -30,8 +32,13 @@ var columns = []column{
 	}},
 	{"reason", func(n *Node) string { return n.Reason }},
 	{"consequence", func(n *Node) string { return n.Consequence }},
-	{"ended (UTC)", func(n *Node) string {
-		return strings.TrimSuffix(strings.Replace(n.Ended, "T", " ", 1), "Z")
+	{"started (UTC)", func(n *Node) string { return utc(n.Started) }},
+	{"ended (UTC)", func(n *Node) string { return utc(n.Ended) }},
+	{"ran", func(n *Node) string {
+		if n.DurationSeconds == nil {
+			return ""
+		}
+		return summary.Duration(time.Duration(n.DurationSeconds.Float64() * float64(time.Second)))
 	}},
 	{"clock", func(n *Node) string { return n.EndedClock }},
 	{"working set", func(n *Node) string {
@@ -43,6 +50,12 @@ var columns = []column{
 			return "peak " + s + " (the kernel's)"
 		}
 		return "peak " + s
+	}},
+	{"process tree", func(n *Node) string {
+		if n.ProcessTreePeakRSSMB == nil {
+			return ""
+		}
+		return fmt.Sprintf("peak RSS %.1f MB", n.ProcessTreePeakRSSMB.Float64())
 	}},
 	{"CPU", func(n *Node) string {
 		if n.CPUMeanCores == nil {
@@ -81,6 +94,9 @@ var columns = []column{
 	{"never used", func(n *Node) string { return strings.Join(n.Unused, "; ") }},
 	{"cost", func(n *Node) string { return f(n.Cost, "%.2f") }},
 }
+
+// utc is a time of the report (timeLayout) for a table cell.
+func utc(t string) string { return strings.TrimSuffix(strings.Replace(t, "T", " ", 1), "Z") }
 
 func f(v *metrics.Float, format string) string {
 	if v == nil {
@@ -259,7 +275,9 @@ func (r *Report) Markdown(w io.Writer) error {
 		}
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
-	b.WriteString("\n" + r.footnote() + "\n")
+	if f := r.footnote(); f != "" {
+		b.WriteString("\n" + f + "\n")
+	}
 	for _, n := range r.Notes {
 		b.WriteString("\n- " + printable.Markdown(n))
 	}
@@ -270,7 +288,12 @@ func (r *Report) Markdown(w io.Writer) error {
 	return err
 }
 
+// footnote says how a job's nodes are read against each other; "" for a
+// run of one node, which has none to compare.
 func (r *Report) footnote() string {
+	if !r.multi {
+		return ""
+	}
 	return fmt.Sprintf("Each node's end time is its own clock's; the clocks are assumed NTP-close. A node stopped (SIGTERM, SIGKILL) within %.0f minutes after the first failure is its consequence. Differs from the job: %s.",
 		ConsequenceWindow.Minutes(), DiffersRule)
 }
@@ -299,20 +322,29 @@ func (r *Report) Text(w io.Writer) error {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", printable.Line(n))
 	}
-	_, err := fmt.Fprintf(w, "\n%s\n", r.footnote())
-	return err
+	if f := r.footnote(); f != "" {
+		_, err := fmt.Fprintf(w, "\n%s\n", f)
+		return err
+	}
+	return nil
 }
 
 // JSON is the report as `bridge report --json` prints it and the run's
 // bridge-report.json holds.
+// Its text is as read ("->", "<", "&" themselves: it is no HTML page).
 func (r *Report) JSON() []byte {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
 		// Cannot happen: every field is a string, an int, a finite
 		// metrics.Float or a list of them. Said, never a panic.
-		b, _ = json.Marshal(map[string]string{"run": r.Run, "error": "the report could not be encoded: " + err.Error()})
+		b.Reset()
+		enc.SetIndent("", "")
+		enc.Encode(map[string]string{"run": r.Run, "error": "the report could not be encoded: " + err.Error()})
 	}
-	return append(b, '\n')
+	return b.Bytes()
 }
 
 // SummaryMax is the longest Summary, in characters (code points): the

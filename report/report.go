@@ -70,6 +70,8 @@ type Report struct {
 	Steps               int64          `json:"steps,omitempty"`
 	EnergyPerStepJoules *metrics.Float `json:"energy_per_step_joules,omitempty"`
 	Cost                *metrics.Float `json:"cost,omitempty"`
+
+	multi bool // a multi-node job's run (TagJobKey), not a single run's
 }
 
 // StatusMissing is the status of a node the job expected (TagNodes) that
@@ -134,8 +136,15 @@ type Node struct {
 	// first failure's node.
 	Consequence   string `json:"consequence,omitempty"`
 	ConsequenceOf string `json:"consequence_of,omitempty"`
-	Ended         string `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
-	EndedClock    string `json:"ended_clock,omitempty"` // that clock's source
+	// Started is when the node's command started, and DurationSeconds
+	// how long it ran, as its bridge recorded them at its end.
+	Started         string         `json:"started,omitempty"` // RFC 3339, UTC
+	DurationSeconds *metrics.Float `json:"duration_seconds,omitempty"`
+	Ended           string         `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
+	EndedClock      string         `json:"ended_clock,omitempty"` // that clock's source
+	// ProcessTreePeakRSSMB is the highest RSS of the command's process
+	// tree (all its processes together).
+	ProcessTreePeakRSSMB *metrics.Float `json:"process_tree_peak_rss_megabytes,omitempty"`
 	// PeakWorkingSetSource says where the peak comes from: the samples, or
 	// the kernel's high-water mark where the node was OOM-killed.
 	PeakWorkingSetSource string `json:"peak_working_set_source,omitempty"`
@@ -176,7 +185,7 @@ const sourceKernel = summary.SourceKernelPeak + " at the OOM kill"
 // of the nodes not read yet left out, and a note naming them and
 // context.Cause) with an error that wraps ctx's.
 func Build(ctx context.Context, run Run, history History) (*Report, error) {
-	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}}
+	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}, multi: run.Tags[TagJobKey] != ""}
 	nodes := nodesOf(run)
 	ends := endsOf(run, nodes)
 	rep.setFirstFailure(run, ends)
@@ -192,6 +201,10 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 		if !rec.ended.IsZero() {
 			row.Ended = rec.ended.Format(timeLayout)
 		}
+		if !rec.started.IsZero() {
+			row.Started = rec.started.Format(timeLayout)
+		}
+		row.DurationSeconds, row.ProcessTreePeakRSSMB = rec.duration, rec.treeRSS
 		if row.Consequence = consequence(rep.FirstFailure, n.id, rec); row.Consequence != "" {
 			row.ConsequenceOf = rep.FirstFailure.Node
 		}

@@ -38,8 +38,9 @@ const (
 type record struct {
 	status, reason, detail, signal, clock string
 	exitCode                              *int
-	ended                                 time.Time // zero: not recorded
-	figures                               *Figures  // nil: the node recorded none
+	ended, started                        time.Time // zero: not recorded
+	duration, treeRSS                     *metrics.Float
+	figures                               *Figures // nil: the node recorded none
 	peakMB, kernelPeakMB                  *metrics.Float
 	peakSource                            string
 	limitMB, cpuLimit, throttled          *metrics.Float
@@ -79,6 +80,12 @@ func readRecord(tags map[string]string, scope string) record {
 	if ms, err := strconv.ParseInt(get("bridge.ended"), 10, 64); err == nil && ms > 0 {
 		r.ended = time.UnixMilli(ms).UTC()
 	}
+	if t, err := time.Parse(time.RFC3339Nano, get(forensics.TagCommandStarted)); err == nil {
+		r.started = t.UTC()
+	}
+	if v, ok := number(get(forensics.TagCommandDuration)); ok {
+		r.duration = r.inRange(key(forensics.TagCommandDuration), v, metrics.UnitSeconds.Range())
+	}
 	if v := get(TagFigures); v != "" {
 		var f Figures
 		if json.Unmarshal([]byte(v), &f) == nil {
@@ -92,6 +99,7 @@ func readRecord(tags map[string]string, scope string) record {
 	r.limitMB = figure("bridge.memory_limit_megabytes", metrics.ContainerMemoryLimit) // "no limit": nil
 	r.cpuLimit = figure("bridge.cpu_limit_cores", metrics.ContainerCPULimit)
 	r.throttled = figure(forensics.TagThrottledShare, metrics.ContainerCPUThrottledPeriods)
+	r.treeRSS = figure(forensics.TagPeakProcessRSS, metrics.ProcessMemoryRSS)
 	r.gpuJoules = figure(summary.TagEnergyGPUs, metrics.GPUEnergy)
 	r.cpuJoules = figure(summary.TagEnergyNodeCPU, metrics.NodeCPUEnergy)
 	r.suggestedMB = figure(advice.TagSuggestedMemory, metrics.ContainerMemoryLimit)
@@ -123,7 +131,12 @@ func readRecord(tags map[string]string, scope string) record {
 // within d's range (so finite); nil, and what noted as refused, when it is
 // not.
 func (r *record) within(what string, v float64, d *metrics.Desc) *metrics.Float {
-	if d.Range().Holds(v) {
+	return r.inRange(what, v, d.Range())
+}
+
+// inRange is within for a figure of no series, by its unit's range.
+func (r *record) inRange(what string, v float64, rng metrics.Range) *metrics.Float {
+	if rng.Holds(v) {
 		return num(v)
 	}
 	r.refused = append(r.refused, what+"="+strconv.FormatFloat(v, 'g', -1, 64))
