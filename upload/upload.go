@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
@@ -263,10 +264,26 @@ func (j Job) finish(ctx context.Context, o Options, r pipeline.SinkRun, owned bo
 		code = 1
 	case r.Created || owned:
 		fmt.Fprintf(o.Stdout, "%s run %s: end recorded (%s)\n", t, r.RunID, how)
+		j.note(ctx, o, r, end)
 	default:
 		fmt.Fprintf(o.Stdout, "%s run %s: not created by bridge, its status is left as it is\n", t, r.RunID)
 	}
 	return code
+}
+
+// note writes the run's note as the live run's last tick would have (a
+// synced run is the run a live upload makes): read from the run, now that
+// its end is recorded. A note that cannot be written leaves the run as it
+// is, said.
+func (j Job) note(ctx context.Context, o Options, r pipeline.SinkRun, end tracker.EndInfo) {
+	js, ok := r.Sink.(*jobrun.Sink)
+	if !ok || end.KeepStatus {
+		return
+	}
+	live := jobrun.Live{Tags: end.Tags, End: true, Status: tracker.TerminalStatus(end)}
+	if _, err := js.Tick(ctx, r.RunID, live); err != nil {
+		o.Log.Warn("cannot write the run's note", "tracker", j.tracker, "run", r.RunID, "err", err)
+	}
 }
 
 // ackedBefore says what the tracker had acknowledged before this sync

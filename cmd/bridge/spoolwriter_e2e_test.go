@@ -321,7 +321,7 @@ func TestSyncKeepsNodeID(t *testing.T) {
 	}
 
 	dir, out := offline()
-	_, advice, ok := strings.Cut(out, "upload them with: ")
+	_, advice, ok := strings.Cut(out, "upload the samples to one with: ")
 	advice, _, _ = strings.Cut(advice, "\n")
 	if !ok || !strings.HasPrefix(advice, "bridge sync /") {
 		t.Fatalf("the end-of-run table gives no upload command:\n%s", out)
