@@ -135,6 +135,7 @@ type fakeTree []int
 
 func (f fakeTree) PIDs(context.Context) ([]int, error) { return f, nil }
 func (f fakeTree) Close() error                        { return nil }
+func (f fakeTree) NoteGPUHolders(string, []int)        {}
 
 // apuCard adds card<num>, an APU's integrated GPU (a Radeon 780M, gfx1103)
 // as amdgpu lays it out: a small VRAM carve-out and most of its memory in

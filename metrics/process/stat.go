@@ -15,6 +15,7 @@ import (
 type procStat struct {
 	PID        int
 	PPID       int
+	State      byte   // R, S, D, Z...: the process's state at the read
 	UTime      uint64 // ticks
 	STime      uint64
 	CUTime     int64 // ticks; signed in proc(5)
@@ -22,7 +23,17 @@ type procStat struct {
 	NumThreads int
 	Starttime  uint64 // ticks since boot
 	RSSPages   int64
+	// comm is the process's name (comm, at most 15 bytes), in a fixed
+	// array: reading it allocates nothing.
+	comm  [15]byte
+	commN uint8
 }
+
+// Comm is the process's name (/proc/<pid>/comm).
+func (s *procStat) Comm() string { return string(s.comm[:s.commN]) }
+
+// commIs reports whether the process's name is name, without allocating.
+func (s *procStat) commIs(name string) bool { return string(s.comm[:s.commN]) == name }
 
 var errGarbled = errors.New("malformed stat line")
 
@@ -41,6 +52,7 @@ func parseStat(b []byte) (procStat, error) {
 		return s, errGarbled
 	}
 	s.PID = pid
+	s.commN = uint8(copy(s.comm[:], b[open+1:closing]))
 	// Fields after comm, 0-based: 0 state, 1 ppid, 11 utime, 12 stime,
 	// 13 cutime, 14 cstime, 17 num_threads, 19 starttime, 21 rss.
 	rest := b[closing+1:]
@@ -59,6 +71,8 @@ func parseStat(b []byte) (procStat, error) {
 			break
 		}
 		switch field {
+		case 0:
+			s.State = tok[0]
 		case 1:
 			v, ok := atoi(tok)
 			if !ok {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -60,6 +61,12 @@ type Tree struct {
 	all   map[int]procStat // reused between walks
 	last  *walk            // the last walk made for a sample
 	walks int              // walks made (tests)
+
+	// holders are the processes of the tree that hold GPU memory, by the
+	// GPU collector that found them (NoteGPUHolders); guarded by hmu,
+	// never held across a read.
+	hmu     sync.Mutex
+	holders map[string][]int
 }
 
 // walk is one reading of the tree; read-only once made, but for nspids,
@@ -128,6 +135,40 @@ func (t *Tree) NSpids(ctx context.Context) ([][]int, error) {
 		return nil, err
 	}
 	return w.nspids, w.nsErr
+}
+
+// NoteGPUHolders records that pids (in ProcRoot's namespace) are the
+// processes of the tree that hold memory on the GPUs source collects, as
+// it found them in its last sample (none: an empty list). The process
+// collector takes them as the job's trainers (metrics.RoleTrainer), from
+// the latest note of each source: this sample's or the one before.
+func (t *Tree) NoteGPUHolders(source string, pids []int) {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	if t.holders == nil {
+		t.holders = map[string][]int{}
+	}
+	t.holders[source] = append(t.holders[source][:0], pids...)
+}
+
+// gpuHolders reports whether a pid holds GPU memory, by every source's
+// latest note; nil when none holds any.
+func (t *Tree) gpuHolders() func(pid int) bool {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	var set map[int]bool
+	for _, pids := range t.holders {
+		for _, pid := range pids {
+			if set == nil {
+				set = map[int]bool{}
+			}
+			set[pid] = true
+		}
+	}
+	if set == nil {
+		return nil
+	}
+	return func(pid int) bool { return set[pid] }
 }
 
 // Close releases the files kept open, without waiting for a walk in
