@@ -21,6 +21,15 @@ var (
 		Prom: "node_memory_MemAvailable_bytes", Help: "Memory information field MemAvailable_bytes."}
 )
 
+// NodeCPUCount is the node's online CPUs (metrics/node, /proc/stat): the
+// bottleneck verdict reads it as the CPU a job without a limit may use.
+var NodeCPUCount = &Desc{Name: "node_cpu_count", Unit: UnitCount, Scope: ScopeNode, Steady: true,
+	Help: "Online CPUs of the node."}
+
+// NodePressure are the node's PSI series (metrics/node, /proc/pressure):
+// the bottleneck verdict reads the node's I/O stalls.
+var NodePressure = PressureSeries(ScopeNode, "node")
+
 // The network namespace's rates (metrics/node, /proc/net/dev): the job's
 // report reads them.
 var (
