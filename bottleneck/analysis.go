@@ -10,6 +10,10 @@ import (
 	"github.com/bridge-dev/bridge/stats"
 )
 
+// Tag is the run tag of the node's verdict over the job (Result.Text),
+// bridge.node.<id>.bottleneck in a multi-node job.
+const Tag = "bridge.bottleneck"
+
 // ShareSeries are each cause's share of the job's time so far, by cause
 // (node_bottleneck_<cause>_ratio): a chart of them is the job's profile.
 var ShareSeries = func() map[Cause]*metrics.Desc {

@@ -15,8 +15,18 @@ import (
 // that failed (if any), the caller's rows (exit status, forensics), then
 // where the samples went.
 func (s *Session) Report(w io.Writer, title string, extra ...summary.Row) {
-	rows := append(append(s.acc.Rows(), s.collectorRows()...), extra...)
+	rows := append(append(append(s.acc.Rows(), s.bottleneckRows()...), s.collectorRows()...), extra...)
 	summary.Write(w, title, append(rows, s.trackerRows()...))
+}
+
+// bottleneckRows is the node's bottleneck verdict over the job and each
+// cause's share of it; none before a verdict's window closed.
+func (s *Session) bottleneckRows() []summary.Row {
+	r, ok := s.Bottleneck()
+	if !ok {
+		return nil
+	}
+	return []summary.Row{{What: "bottleneck", Value: r.Text() + "; " + r.SharesText()}}
 }
 
 // collectorRows say, per collector that failed during the job, how often
