@@ -148,9 +148,9 @@ func (a *Analysis) Result() (r Result, ok bool) {
 // Text is the verdict as the tag and the end-of-run table say it: the
 // cause, then why, then its share of the time analysed:
 // "input: the 6 data-loading workers used 3.9 of the 4.0 cores allowed
-// while the GPU was idle 61% of the time (72% of 45 min)".
+// while the GPU was idle 61% of the time; the cause for 72% of 45 min".
 func (r Result) Text() string {
-	return fmt.Sprintf("%s: %s (%s of %s)", r.Cause, r.Why, pct(r.Shares[r.Cause]), minutes(r.Span))
+	return fmt.Sprintf("%s: %s; the cause for %s of %s", r.Cause, r.Why, pct(r.Shares[r.Cause]), minutes(r.Span))
 }
 
 // SharesText lists every cause with a share, the largest first:

@@ -198,7 +198,7 @@ func Why(c Cause, w Window) string {
 		if w.Has(MemorySome) {
 			fmt.Fprintf(&b, "tasks stalled on memory %s of the time (the container's PSI memory some)", pct(w.Val(MemorySome)))
 		} else {
-			fmt.Fprintf(&b, "the usage reached the memory limit %s (memory.failcnt: the kernel reclaimed to stay under it)", times(w.Val(MemoryLimitHits)))
+			fmt.Fprintf(&b, "the usage reached the memory limit %s times a second (memory.failcnt: the kernel reclaimed to stay under it)", rate(w.Val(MemoryLimitHits)))
 		}
 		if w.Has(WorkingSetShare) {
 			fmt.Fprintf(&b, " with the working set at %s of the %s limit", pct(w.Val(WorkingSetShare)), megabytes(w.Val(MemoryLimit)))
@@ -306,11 +306,12 @@ func plural(n float64, one, many string) string {
 	return many
 }
 
-func times(v float64) string {
-	if count(v) == "1" {
-		return "once"
+// rate is a count a second: whole from 10 up, else to a tenth.
+func rate(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.0f", v)
 	}
-	return count(v) + " times"
+	return fmt.Sprintf("%.1f", v)
 }
 
 func megabytes(v float64) string { return fmt.Sprintf("%.0f MB", v) }

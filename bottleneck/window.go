@@ -1,6 +1,9 @@
 package bottleneck
 
 import (
+	"cmp"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,7 +29,7 @@ const (
 	Loaders                      // data-loading worker processes, at most
 	LoaderCores                  // cores the data-loading workers used, mean
 	MemorySome                   // share of time some task stalled on memory (the container's PSI), mean
-	MemoryLimitHits              // times the usage reached the memory limit in the window
+	MemoryLimitHits              // times a second the usage reached the memory limit
 	WorkingSetShare              // the working set's highest share of the memory limit
 	MemoryLimit                  // the memory limit, MB
 	IOSome                       // share of time some task stalled on I/O (PSI: the container's, else the node's), mean
@@ -71,10 +74,11 @@ func (w Window) Has(f Fact) bool { return w.ok[f] }
 func (w Window) Val(f Fact) float64 { return w.v[f] }
 
 // slowdowns are the clock events that slow a GPU down against its will:
-// thermal, and the hardware slowdown (temperature, power brake, a power
-// draw too high). SW power cap is left out: it holds a GPU at its power
-// limit, the normal state of a fully used GPU.
-var slowdowns = []*metrics.Desc{metrics.GPUThrottleHWSlowdown, metrics.GPUThrottleSWThermal, metrics.GPUThrottleHWThermal, metrics.GPUThrottleHWPowerBrake}
+// thermal, the power brake, and the hardware slowdown (temperature, power
+// brake, a power draw too high), the most telling first. SW power cap is
+// left out: it holds a GPU at its power limit, the normal state of a fully
+// used GPU.
+var slowdowns = []*metrics.Desc{metrics.GPUThrottleHWThermal, metrics.GPUThrottleSWThermal, metrics.GPUThrottleHWPowerBrake, metrics.GPUThrottleHWSlowdown}
 
 // WindowOf reads the window's facts from set, the stats of the window's
 // samples, which span span.
@@ -86,14 +90,38 @@ func WindowOf(set *stats.Set, span time.Duration) Window {
 		slices      []float64 // MIG slices' SM activity
 	}
 	gpus := map[int]*gpu{}
+	type slowdown struct {
+		share       float64
+		gpu, reason int
+	}
+	var slow []slowdown
 	at := func(i int) *gpu {
 		if gpus[i] == nil {
 			gpus[i] = &gpu{}
 		}
 		return gpus[i]
 	}
+	type port struct{ rate, link float64 }
+	ports := map[string]*port{}
 	set.Each(func(_ string, d *metrics.Desc, st stats.Stat) {
-		if d == nil || d.Of == nil || !d.Of.PerGPU || st.N == 0 {
+		if d == nil || d.Of == nil || st.N == 0 {
+			return
+		}
+		if !d.Of.PerGPU {
+			if len(d.Labels) != 4 { // device, its name, port, its number
+				return
+			}
+			key := d.Labels[1] + "/" + d.Labels[3]
+			if ports[key] == nil {
+				ports[key] = &port{}
+			}
+			switch d.Of {
+			case metrics.InfinibandReceiveRate, metrics.InfinibandTransmitRate:
+				_, mean, _ := st.Rate()
+				ports[key].rate = max(ports[key].rate, mean)
+			case metrics.InfinibandLinkRate:
+				ports[key].link = st.Last
+			}
 			return
 		}
 		switch {
@@ -108,15 +136,23 @@ func WindowOf(set *stats.Set, span time.Duration) Window {
 			g := at(d.GPU)
 			g.util, g.hasU = st.Mean()/100, true
 		default:
-			for _, s := range slowdowns {
-				if d.Of == s && (!w.Has(GPUSlowdown) || st.Mean() > w.Val(GPUSlowdown)) {
-					w.Set(GPUSlowdown, st.Mean())
-					w.Set(SlowdownGPU, float64(d.GPU))
-					w.SlowdownReason = strings.TrimPrefix(s.Name, "throttle_")
+			for i, s := range slowdowns {
+				if d.Of == s {
+					slow = append(slow, slowdown{share: st.Mean(), gpu: d.GPU, reason: i})
 				}
 			}
 		}
 	})
+	// The slowdown of the largest share; of equal shares, the first GPU's,
+	// and its first reason in slowdowns' order.
+	if len(slow) > 0 {
+		first := slices.MinFunc(slow, func(a, b slowdown) int {
+			return cmp.Or(cmp.Compare(b.share, a.share), cmp.Compare(a.gpu, b.gpu), cmp.Compare(a.reason, b.reason))
+		})
+		w.Set(GPUSlowdown, first.share)
+		w.Set(SlowdownGPU, float64(first.gpu))
+		w.SlowdownReason = strings.TrimPrefix(slowdowns[first.reason].Name, "throttle_")
+	}
 	var busy float64
 	n, sm := 0, 0
 	for _, g := range gpus {
@@ -148,6 +184,16 @@ func WindowOf(set *stats.Set, span time.Duration) Window {
 			w.GPUBusyFrom = "utilization"
 		default:
 			w.GPUBusyFrom = "SM activity, else utilization"
+		}
+	}
+
+	// The network: the port that carried the largest share of its link's
+	// rate, either way.
+	for _, key := range slices.Sorted(maps.Keys(ports)) {
+		p := ports[key]
+		if p.link > 0 && (!w.Has(LinkShare) || p.rate/p.link > w.Val(LinkShare)) {
+			w.Set(LinkShare, p.rate/p.link)
+			w.Link = "InfiniBand port " + key
 		}
 	}
 
@@ -196,8 +242,8 @@ func WindowOf(set *stats.Set, span time.Duration) Window {
 	if some, ok := set.Get(metrics.ContainerPressureMemorySome); ok {
 		w.Set(MemorySome, some.Mean()/100)
 	}
-	if hits, ok := set.Get(metrics.ContainerMemoryMaxEvents); ok {
-		w.Set(MemoryLimitHits, max(hits.Last-hits.First, 0))
+	if hits, ok := set.Get(metrics.ContainerMemoryMaxEvents); ok && span > 0 {
+		w.Set(MemoryLimitHits, max(hits.Last-hits.First, 0)/span.Seconds())
 	}
 	if ws, ok := set.Get(metrics.ContainerMemoryWorkingSetPercent); ok {
 		w.Set(WorkingSetShare, ws.Peak/100)

@@ -26,7 +26,8 @@ func TestWindowOf(t *testing.T) {
 			metrics.At(metrics.GPUUtilization.ForGPU(1), 99), // SM activity is preferred
 			metrics.At(metrics.GPUUtilization.ForGPU(2), util2),
 			metrics.At(metrics.GPUThrottleHWThermal.ForGPU(2), hot),
-			metrics.At(metrics.GPUThrottleSWPowerCap.ForGPU(0), 1), // a GPU at its power limit: not a slowdown
+			metrics.At(metrics.GPUThrottleHWSlowdown.ForGPU(2), hot), // the same share: the more telling reason is named
+			metrics.At(metrics.GPUThrottleSWPowerCap.ForGPU(0), 1),   // a GPU at its power limit: not a slowdown
 			metrics.At(metrics.ContainerCPULimit, 4),
 			metrics.At(metrics.NodeCPUCount, 64),
 			metrics.At(metrics.ContainerCPUUsage, 3.5),
@@ -38,6 +39,11 @@ func TestWindowOf(t *testing.T) {
 			metrics.At(metrics.ContainerMemoryLimit, 1000),
 			metrics.At(metrics.NodePressure[2].Some, 10),
 			metrics.At(metrics.ProcessBlocked, failcnt),
+			metrics.At(metrics.InfinibandReceiveRate.For("mlx5_0", "1"), 10000*failcnt),
+			metrics.At(metrics.InfinibandTransmitRate.For("mlx5_0", "1"), 20000*failcnt),
+			metrics.At(metrics.InfinibandLinkRate.For("mlx5_0", "1"), 50000),
+			metrics.At(metrics.InfinibandTransmitRate.For("mlx5_1", "1"), 10000*failcnt),
+			metrics.At(metrics.InfinibandLinkRate.For("mlx5_1", "1"), 12500),
 		}
 	}
 	var set stats.Set
@@ -52,14 +58,21 @@ func TestWindowOf(t *testing.T) {
 		{GPUs, 3}, {GPUBusy, (0.4 + 0.6 + 0.5) / 3}, {GPUSlowdown, 2.0 / 3}, {SlowdownGPU, 2},
 		{CPULimit, 4}, {CPUUsed, 3.5}, {Throttled, 0.3},
 		{Trainers, 1}, {TrainerCores, 0.5}, {Loaders, 6}, {LoaderCores, 3},
-		{MemoryLimitHits, 2}, {WorkingSetShare, 0.52}, {MemoryLimit, 1000},
+		{MemoryLimitHits, 2.0 / 60}, {WorkingSetShare, 0.52}, {MemoryLimit, 1000},
 		{IOSome, 0.1}, {BlockedProcesses, 1},
+		// mlx5_1/1: 15000 of 12500 MB/s over the steady windows (the
+		// rates' mean as the table takes it: 10000 and 20000 weighted by
+		// 30 s each), more than mlx5_0/1's 30000 of 50000.
+		{LinkShare, 15000.0 / 12500},
 	} {
 		if got := w.Val(tc.f); !w.Has(tc.f) || math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("fact %d = %v (sampled %v), want %v", tc.f, got, w.Has(tc.f), tc.want)
 		}
 	}
-	if w.Has(MemorySome) || w.Has(LinkShare) {
+	if w.Link != "InfiniBand port mlx5_1/1" {
+		t.Errorf("link %q, want mlx5_1/1", w.Link)
+	}
+	if w.Has(MemorySome) {
 		t.Errorf("facts with no series sampled: %v", w)
 	}
 	if w.GPUBusyFrom != "SM activity, else utilization" || w.SlowdownReason != "hw_thermal" || w.CPULimitFrom != LimitContainer || w.IOFrom != "the node's" {
@@ -139,7 +152,7 @@ func TestAnalysis(t *testing.T) {
 	if r.Cause != Idle || r.Windows != 5 || r.Span != 255*time.Second {
 		t.Errorf("result %+v, want idle over 5 windows, 255 s", r)
 	}
-	want := "idle: the GPU was idle 90% of the time and the job used 0.01 of the 8.0 cores allowed: it waits on something outside this node (53% of 4.2 min)"
+	want := "idle: the GPU was idle 90% of the time and the job used 0.01 of the 8.0 cores allowed: it waits on something outside this node; the cause for 53% of 4.2 min"
 	if got := r.Text(); got != want {
 		t.Errorf("Text =\n  %s\nwant\n  %s", got, want)
 	}

@@ -59,6 +59,11 @@ var (
 	InfinibandTransmitRate = &Desc{Name: "node_infiniband_<device>_port_<port>_transmit_megabytes_per_second", Unit: UnitMegabytesPerSecond,
 		Scope: ScopeNode, Instance: []string{"device", "port"}, Prom: "bridge_node_infiniband_transmit_bytes_per_second",
 		Help: "Bytes the port transmitted per second over the last interval."}
+	// InfinibandLinkRate is the port's link rate: the bottleneck verdict
+	// reads the rates against it.
+	InfinibandLinkRate = &Desc{Name: "node_infiniband_<device>_port_<port>_link_rate_megabytes_per_second", Unit: UnitMegabytesPerSecond,
+		Scope: ScopeNode, Instance: []string{"device", "port"}, Steady: true, Prom: "bridge_node_infiniband_link_rate_bytes_per_second",
+		Help: "The port's link rate (its sysfs rate), in bytes per second each way."}
 )
 
 // Pressure is one resource's PSI series: the avg10 share of its "some" and

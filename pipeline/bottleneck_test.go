@@ -86,7 +86,7 @@ func TestSessionBottleneck(t *testing.T) {
 	sink.mu.Lock()
 	tag := sink.end.Tags[bottleneck.Tag]
 	sink.mu.Unlock()
-	if !strings.HasPrefix(tag, "idle: the job used 0.01 of the 4.0 cores allowed: it waits on something outside this node (100% of ") {
+	if !strings.HasPrefix(tag, "idle: the job used 0.01 of the 4.0 cores allowed: it waits on something outside this node; the cause for 100% of ") {
 		t.Errorf("%s = %q, want the idle verdict", bottleneck.Tag, tag)
 	}
 	if r := report(s); !strings.Contains(r, "bottleneck  ") || !strings.Contains(r, "idle: the job used 0.01 of the 4.0 cores allowed") ||

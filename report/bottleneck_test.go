@@ -15,7 +15,7 @@ import (
 // running), the cause of the largest share; a share out of range refused.
 func TestBottleneck(t *testing.T) {
 	tags := jobTags(nodeEndSpec{"node-0", "FINISHED", "success", "", 0, time.Minute}, nodeEndSpec{id: "node-1"}, nodeEndSpec{"node-2", "FINISHED", "success", "", 0, time.Minute})
-	tags["bridge.node.node-0.bottleneck"] = "input: the 6 data-loading workers used 3.9 of the 4.0 cores allowed while the GPU was idle 61% of the time (72% of 45 min)"
+	tags["bridge.node.node-0.bottleneck"] = "input: the 6 data-loading workers used 3.9 of the 4.0 cores allowed while the GPU was idle 61% of the time; the cause for 72% of 45 min"
 	run := Run{ID: "r1", Status: "RUNNING", Tags: tags, Latest: map[string]float64{
 		"system/node-0/node_bottleneck_input_ratio":       0.72,
 		"system/node-0/node_bottleneck_gpu_compute_ratio": 0.28,
@@ -76,7 +76,7 @@ func TestBottleneck(t *testing.T) {
 // A single run's verdict is its bridge.bottleneck tag, its shares its
 // system/ series.
 func TestBottleneckSingleRun(t *testing.T) {
-	run := Run{ID: "r1", Status: "FINISHED", Tags: map[string]string{"bridge.hostname": "h", "bridge.bottleneck": "cpu_throttled: the CPU quota throttled 95% of periods (100% of 2.0 min)"},
+	run := Run{ID: "r1", Status: "FINISHED", Tags: map[string]string{"bridge.hostname": "h", "bridge.bottleneck": "cpu_throttled: the CPU quota throttled 95% of periods; the cause for 100% of 2.0 min"},
 		Latest: map[string]float64{"system/node_bottleneck_cpu_throttled_ratio": 1}}
 	rep, err := Build(context.Background(), run, nil)
 	if err != nil {

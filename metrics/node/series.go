@@ -26,7 +26,7 @@ var (
 	Load15 = &metrics.Desc{Name: "node_load_15m", Unit: metrics.UnitLoad, Scope: metrics.ScopeNode,
 		Prom: "node_load15", Help: "15m load average."}
 	// CPUCount is metrics': the bottleneck verdict reads it.
-	CPUCount = metrics.NodeCPUCount
+	CPUCount       = metrics.NodeCPUCount
 	CPUUtilization = &metrics.Desc{Name: "node_cpu_utilization_percentage", Unit: metrics.UnitPercentage, Scope: metrics.ScopeNode,
 		Help: "CPU the node used over the last interval, as a percentage of all its CPUs."}
 
