@@ -288,6 +288,48 @@ func TestCollectRolesFixture(t *testing.T) {
 	}
 }
 
+// A tree of one role (bridge -- python train.py, a DataLoader without
+// workers) has that role's series from its first sample, equal to the
+// tree's: the bottleneck verdict reads the trainers' CPU and count from
+// them, and a chart of them has no start in the middle of the run.
+func TestCollectOneRoleHasItsSeries(t *testing.T) {
+	root := t.TempDir()
+	c := newCollector(t, TreeOptions{ProcRoot: root, RootPID: func() int { return 100 }})
+	at := time.Unix(1764682500, 0)
+	c.tree.now = func() time.Time { return at }
+	trainer := fakeProc{pid: 100, ppid: 1, comm: "python3", utime: 100, start: 500, rssPages: 1000}
+	writeProcs(t, root, trainer)
+	writeIO(t, root, 100, 1000, 2000)
+	writeFile(t, root, "100/cmdline", "python3\x00train.py\x00")
+	want := []string{"process_trainer_count", "process_trainer_memory_rss_megabytes"}
+	m := collect(t, c)
+	for _, name := range want {
+		if _, ok := m[name]; !ok {
+			t.Errorf("first sample: no %s", name)
+		}
+	}
+	roleSums(t, m)
+
+	at = at.Add(2 * time.Second)
+	trainer.utime = 300
+	writeProcs(t, root, trainer)
+	writeIO(t, root, 100, 5000, 4000)
+	m = collect(t, c)
+	want = append(want, "process_trainer_cpu_usage_cores",
+		"process_trainer_io_read_megabytes_per_second", "process_trainer_io_write_megabytes_per_second")
+	for _, name := range want {
+		if _, ok := m[name]; !ok {
+			t.Errorf("second sample: no %s", name)
+		}
+	}
+	if got := m["process_cpu_usage_cores"].Value; got != 1 {
+		t.Errorf("process_cpu_usage_cores = %v, want 1 (200 ticks in 2 s)", got)
+	}
+	if got := roleSums(t, m); len(got) != 1 || got["trainer"] != 1 {
+		t.Errorf("role counts %v, want one trainer and no other role", got)
+	}
+}
+
 // A GPU collector's note makes the processes holding GPU memory the
 // trainers, and their parents launchers.
 func TestCollectRolesGPUHolders(t *testing.T) {
