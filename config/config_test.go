@@ -237,6 +237,7 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"fast-threshold", "NaN"}, {"fast-threshold", "0"}, {"fast-threshold", "101"}, {"fast-threshold", "high"}, {"fast-threshold", "+Inf"},
 		{"collect-timeout", "0"}, {"collect-timeout", "1h"}, {"collect-timeout", "x"},
 		{"window", "-1s"}, {"window", "2h"},
+		{"analysis-window", "0"}, {"analysis-window", "500ms"}, {"analysis-window", "2h"},
 		{"scopes", "cpu"}, {"scopes", ","},
 		{"test-flag", "maybe"},
 		{"node-id", "a/b"}, {"node-id", strings.Repeat("n", 101)}, {"node-id", ".."}, {"node-id", "."},
@@ -386,7 +387,7 @@ func TestJobOptions(t *testing.T) {
 
 // goodValues has one valid value per option; every option must have one.
 var goodValues = map[string]string{
-	"interval": "1s", "fast-interval": "500ms", "fast-threshold": "50", "collect-timeout": "2s", "window": "1s",
+	"interval": "1s", "fast-interval": "500ms", "fast-threshold": "50", "collect-timeout": "2s", "window": "1s", "analysis-window": "30s",
 	"scopes": "node,container", "test-flag": "true", "node-id": "n1", "log-level": "debug", "trackers": "none",
 	"run-name": "my run", "spool": "/tmp/bridge-ws.jsonl", "spool-max-size": "1GiB", "spool-sync": "2s", "keep-spool": "true",
 	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "proc-root": "/proc",

@@ -108,7 +108,7 @@ var badValues = map[string]string{
 	"metrics-addr": "70000", "scrape": "ftp://x/metrics", "scrape-include": "(", "scrape-exclude": "[z-a]",
 	"scrape-passthrough": "sometimes", "scrape-timeout": "1ms",
 	"job-key": "it's", "nodes": "-1", "job-settle": "10ms",
-	"run-tick": "0", "price-per-gpu-hour": "cheap", "price-per-node-hour": "-1",
+	"run-tick": "0", "price-per-gpu-hour": "cheap", "price-per-node-hour": "-1", "analysis-window": "500ms",
 }
 
 // Every option, as a flag, a variable and a file key, with a wrong value:

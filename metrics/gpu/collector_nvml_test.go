@@ -514,15 +514,16 @@ func TestProcesses(t *testing.T) {
 		matched   float64
 		unmatched float64
 		note      string
+		holders   []int // noted on the tree: the trainers
 	}{
 		{"PIDs of bridge's namespace", [][]nvml.ProcessInfo{{{Pid: 4242, UsedGpuMemory: 1e9}}, {{Pid: 4243, UsedGpuMemory: 5e8}}},
-			1500, 2, 0, "matched 2 of 2 GPU processes"},
+			1500, 2, 0, "matched 2 of 2 GPU processes", []int{4242, 4243}},
 		{"inner-namespace PID mapped by NSpid", [][]nvml.ProcessInfo{{{Pid: 7, UsedGpuMemory: 2e9}, {Pid: 555, UsedGpuMemory: 3e9}}, nil},
-			2000, 1, 1, "1 by an inner-namespace PID"},
+			2000, 1, 1, "1 by an inner-namespace PID", []int{4243}},
 		{"host PIDs a container cannot map", [][]nvml.ProcessInfo{{{Pid: 98765, UsedGpuMemory: 2e9}}, {{Pid: 98766, UsedGpuMemory: 1e9}}},
-			-1, 0, 2, "unmatched: NVML lists 2 GPU processes"},
-		{"no GPU process yet", [][]nvml.ProcessInfo{nil, nil}, 0, 0, 0, "no GPU processes yet"},
-		{"no memory figure", [][]nvml.ProcessInfo{{{Pid: 4242, UsedGpuMemory: noValue}}, nil}, -1, 1, 0, "matched 1 of 1"},
+			-1, 0, 2, "unmatched: NVML lists 2 GPU processes", []int{}},
+		{"no GPU process yet", [][]nvml.ProcessInfo{nil, nil}, 0, 0, 0, "no GPU processes yet", []int{}},
+		{"no memory figure", [][]nvml.ProcessInfo{{{Pid: 4242, UsedGpuMemory: noValue}}, nil}, -1, 1, 0, "matched 1 of 1", []int{4242}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -530,7 +531,8 @@ func TestProcesses(t *testing.T) {
 			for i, ps := range tt.procs {
 				dev(s, i).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return ps, nvml.SUCCESS }
 			}
-			c, log := newCollector(t, Options{Lib: s, ProcessTree: &fakeTree{nspids: [][]int{{4242}, {4243, 7}}}})
+			tree := &fakeTree{nspids: [][]int{{4242}, {4243, 7}}}
+			c, log := newCollector(t, Options{Lib: s, ProcessTree: tree})
 			if note := c.Detect(context.Background())["process_pids"].(string); !strings.Contains(note, tt.note) {
 				t.Errorf("Detect process_pids = %q, want %q", note, tt.note)
 			}
@@ -542,6 +544,9 @@ func TestProcesses(t *testing.T) {
 			}
 			wantValue(t, pts, "process_gpu_processes_count", tt.matched, metrics.UnitCount)
 			wantValue(t, pts, "process_gpu_unmatched_processes_count", tt.unmatched, metrics.UnitCount)
+			if got := tree.Holders(); !slices.Equal(got, tt.holders) || got == nil {
+				t.Errorf("GPU holders noted %#v, want %v", got, tt.holders)
+			}
 			if pts["process_gpu_processes_count"].Desc != metrics.ProcessGPUProcesses {
 				t.Errorf("desc %+v", pts["process_gpu_processes_count"].Desc)
 			}
