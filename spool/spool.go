@@ -162,20 +162,13 @@ type Spool struct {
 	bufLog  bool    // a memory spool's buffer-full message was given
 }
 
-// Open opens the spool at path with default options.
-func Open(path string) (*Spool, error) { return OpenWith(path, Options{}) }
-
-// OpenWith opens (creating if needed, private to the user) the spool at
+// openWith opens (creating if needed, private to the user) the spool at
 // path, takes its writer lock, and reads what it holds. While another live
 // process holds the lock it fails with ErrLocked. An unterminated last line
 // (a crash or a full disk mid-write) is repaired: kept when it is a whole
 // record, cut off otherwise. Lines that are not records are skipped,
 // counted and logged once. Otherwise it fails only when the file cannot be
-// opened or read.
-func OpenWith(path string, opt Options) (*Spool, error) {
-	return openWith(path, opt, nil)
-}
-
+// opened or read. p, when not nil, is marked at each step (OpenWithin).
 func openWith(path string, opt Options, p *progress) (*Spool, error) {
 	opt.defaults()
 	flags := os.O_RDWR | os.O_APPEND

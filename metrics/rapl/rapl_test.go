@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/closetest"
-	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 )
 
 // The range of an Intel package counter as the kernel shows it.
@@ -99,7 +99,7 @@ func set(t *testing.T, root, dir string, energy uint64) {
 
 func values(t *testing.T, c *Collector) (map[string]float64, error) {
 	t.Helper()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	out := map[string]float64{}
 	for _, p := range pts {
 		if _, dup := out[p.Name()]; dup {
