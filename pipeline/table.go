@@ -80,7 +80,7 @@ func (s *Session) endLeft() string {
 // trackerRow says what happened with one tracker, from what happened: its
 // run, whether it ever answered, what it was sent and what it was not.
 func (s *Session) trackerRow(r SinkRun) string {
-	st, err, sent := r.fwd.Status()
+	st, sent, err := r.fwd.Status()
 	run := r.run()
 	var v string
 	switch reached := r.reached(); {

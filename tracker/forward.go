@@ -130,18 +130,18 @@ func (f *Forwarder) CurrentRun() string {
 	return f.RunID
 }
 
-// Status reports the state, the last error and how many samples were sent.
-func (f *Forwarder) Status() (state string, lastErr error, sent int) {
+// Status reports the state, how many samples were sent and the last error.
+func (f *Forwarder) Status() (state string, sent int, lastErr error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state == "" {
 		// Nothing happened yet: "ok" only for a forwarder that has its run.
 		if f.Start != nil {
-			return StateStarting, f.lastErr, f.sent
+			return StateStarting, f.sent, f.lastErr
 		}
-		return StateOK, f.lastErr, f.sent
+		return StateOK, f.sent, f.lastErr
 	}
-	return f.state, f.lastErr, f.sent
+	return f.state, f.sent, f.lastErr
 }
 
 func (f *Forwarder) set(state string, err error) {

@@ -139,7 +139,7 @@ func TestForwarderRetriesInOrderWithoutDuplicates(t *testing.T) {
 			t.Fatalf("accepted out of order or twice: %v", sink.accepted)
 		}
 	}
-	if _, _, sent := f.Status(); sent != 25 {
+	if _, sent, _ := f.Status(); sent != 25 {
 		t.Errorf("sent = %d", sent)
 	}
 }
@@ -162,7 +162,7 @@ func TestForwarderStopsOnPermanent(t *testing.T) {
 	if f.Drain(context.Background()) {
 		t.Fatal("drain reported success after a permanent error")
 	}
-	st, err, _ := f.Status()
+	st, _, err := f.Status()
 	if st != StateStopped || !errors.Is(err, ErrPermanent) {
 		t.Fatalf("state %q err %v", st, err)
 	}
@@ -670,7 +670,7 @@ func TestForwarderRunEnded(t *testing.T) {
 	if n := len(q.Pending("", "", 10)); n != 0 || sink.calls != 3 || q.untrack {
 		t.Errorf("pending %d, Send calls %d (want 3 batches), untracked %v: every sample acknowledged, no retry", n, sink.calls, q.untrack)
 	}
-	if st, err, _ := f.Status(); st != StateRunEnded || !errors.Is(err, ErrRunEnded) {
+	if st, _, err := f.Status(); st != StateRunEnded || !errors.Is(err, ErrRunEnded) {
 		t.Errorf("state %q err %v", st, err)
 	}
 }

@@ -39,11 +39,11 @@ const (
 	maxParents    = 64
 )
 
-// ErrNoRepo: no directory from dir up to the root holds a .git.
+// ErrNoRepo means no directory from dir up to the root holds a .git.
 var ErrNoRepo = errors.New("not in a git repository")
 
-// ErrUnsupported: the repository keeps its refs in a form this package
-// does not read (reftable).
+// ErrUnsupported means the repository keeps its refs in a form this
+// package does not read (reftable).
 var ErrUnsupported = errors.New("refs in a format bridge does not read (reftable)")
 
 // Read returns the Head of the repository dir is in, looking for .git in

@@ -323,8 +323,7 @@ func TestRedirects(t *testing.T) {
 		w.Write(body)
 	}))
 	t.Cleanup(other.Close)
-	var srv *httptest.Server
-	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/moved":
 			http.Redirect(w, r, "/metrics", http.StatusMovedPermanently)
