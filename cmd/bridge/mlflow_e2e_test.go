@@ -282,7 +282,7 @@ func TestMLflowTerminalStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.term {
-				waitFile(t, filepath.Join(j.dir, "ready"), 30*time.Second)
+				waitfor.File(t, 30*time.Second, filepath.Join(j.dir, "ready"))
 				j.cmd.Process.Signal(syscall.SIGTERM)
 			}
 			if code := exitCode(t, j.cmd.Wait()); code != tc.code {
@@ -308,7 +308,7 @@ func TestMLflowOutageLosesNothing(t *testing.T) {
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, filepath.Join(j.dir, "up"), 30*time.Second)
+	waitfor.File(t, 30*time.Second, filepath.Join(j.dir, "up"))
 	time.Sleep(time.Second)
 	srv.Stop(t)
 	down := time.Now()

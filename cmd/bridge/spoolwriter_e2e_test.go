@@ -153,7 +153,7 @@ func TestSpoolLockReleasedByKill(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pollFile(t, filepath.Join(dir, "pid"), 60*time.Second)
+	waitfor.File(t, 60*time.Second, filepath.Join(dir, "pid"))
 	b, err := os.ReadFile(filepath.Join(dir, "pid"))
 	if err != nil {
 		t.Fatal(err)
