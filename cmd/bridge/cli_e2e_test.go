@@ -421,7 +421,7 @@ func TestSyncEndsRuns(t *testing.T) {
 		// The child has a process group of its own: it outlives bridge
 		// (as when bridge alone is OOM-killed) until the test ends it.
 		t.Cleanup(func() { syscall.Kill(-childPID, syscall.SIGKILL) })
-		time.Sleep(time.Second) // a few samples
+		waitSamples(t, j.spool, 3, 60*time.Second)
 		j.cmd.Process.Signal(syscall.SIGKILL)
 		syscall.Kill(-childPID, syscall.SIGKILL)
 		j.cmd.Wait()

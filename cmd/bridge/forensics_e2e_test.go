@@ -227,16 +227,10 @@ while samples() < start + 6 and time.time() < deadline:
 // samples waits for them rather than for a time in which they usually come.
 func waitSamples(t *testing.T, path string, n int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	got := 0
-	for time.Now().Before(deadline) {
+	waitfor.Cond(t, d, fmt.Sprintf("%d samples in %s", n, path), func() bool {
 		b, _ := os.ReadFile(path)
-		if got = strings.Count(string(b), `"type":"sample"`); got >= n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s holds %d samples after %v, want %d", path, got, d, n)
+		return strings.Count(string(b), `"type":"sample"`) >= n
+	})
 }
 
 // A job that allocates past its limit faster than bridge samples dies

@@ -227,8 +227,8 @@ func TestCtrlCInTerminal(t *testing.T) {
 	}
 	bin := testbin.Bridge(t)
 	dir := t.TempDir()
-	ready := filepath.Join(dir, "ready")
-	child := `trap "echo got-int; exit 130" INT; read -r line; echo "read:$line"; touch ` + ready + `; while :; do sleep 0.05; done`
+	ready, reading := filepath.Join(dir, "ready"), filepath.Join(dir, "reading")
+	child := `trap "echo got-int; exit 130" INT; touch ` + reading + `; read -r line; echo "read:$line"; touch ` + ready + `; while :; do sleep 0.05; done`
 	cmd := exec.Command("script", "-qec", "exec "+bin+" --trackers=none --spool "+filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
 	cmd.Env = cleanEnv()
 	stdin, err := cmd.StdinPipe()
@@ -240,7 +240,7 @@ func TestCtrlCInTerminal(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the terminal echoes only once the child reads
+	waitfor.File(t, 30*time.Second, reading) // the terminal is the child's
 	stdin.Write([]byte("typed\n"))
 	waitfor.File(t, 30*time.Second, ready)
 	stdin.Write([]byte{3}) // ^C
