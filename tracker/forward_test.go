@@ -368,17 +368,18 @@ func drainFinishedAfterFirstCall(t *testing.T, f *Forwarder, sink *scriptSink) b
 	}
 }
 
-// fakeClock is the forwarder's clock for the pace tests: a Send "takes" as
-// long as the sink says, whatever the real time it took.
+// fakeClock is the forwarder's clock for the pace tests: real time, moved
+// on as long as the sink says a Send takes, so that a Send "takes" that
+// long and the waits the forwarder measures on the same clock follow.
 type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu  sync.Mutex
+	off time.Duration
 }
 
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return time.Now().Add(c.off) }
 func (c *fakeClock) add(d time.Duration) {
 	c.mu.Lock()
-	c.t = c.t.Add(d)
+	c.off += d
 	c.mu.Unlock()
 }
 
