@@ -6,7 +6,7 @@
 // Detect is a pure function of its Input: no files, no network, no clock.
 // The precedence, documented in docs/multinode.md, is: the explicit
 // settings (--job-key, --node-id, --nodes), then the launchers in the
-// order of Launchers, field by field: the first launcher that knows a field
+// order of launchers, field by field: the first launcher that knows a field
 // gives it.
 package jobkey
 
@@ -108,8 +108,8 @@ type part struct {
 	warns      []string // about the other fields
 }
 
-// Launchers are the launchers Detect reads, in order of precedence.
-var Launchers = []string{"slurm", "jobset", "indexed-job", "pytorchjob", "torchelastic", "torchrun", "mpi"}
+// launchers are the launchers Detect reads, in order of precedence.
+var launchers = []string{"slurm", "jobset", "indexed-job", "pytorchjob", "torchelastic", "torchrun", "mpi"}
 
 // Detect finds the job's key and this node's place in it. It never fails:
 // what it cannot find stays unknown, and Notes say why.
