@@ -77,9 +77,9 @@ type Pressure struct {
 // order.
 type Pressures []Pressure
 
-// PressureSeries describes the PSI series of scope, the stalls of the
-// tasks of whose (the cgroup's and the node's are the same files at two
-// levels).
+// PressureSeries describes the PSI series of scope; whose names, in their
+// help, whose tasks stall ("node", "container's cgroup"): the node's and a
+// cgroup's are the same files at two levels.
 func PressureSeries(scope Scope, whose string) Pressures {
 	out := make(Pressures, 0, 3)
 	for _, res := range []string{"cpu", "memory", "io"} {

@@ -153,7 +153,7 @@ func (s *Session) endLeft() string {
 // trackerRow says what happened with one tracker, from what happened: its
 // run, whether it ever answered, what it was sent and what it was not.
 func (s *Session) trackerRow(r SinkRun) string {
-	st, err, sent := r.fwd.Status()
+	st, sent, err := r.fwd.Status()
 	run := r.run()
 	samples := fmt.Sprintf("%d %s", sent, plural(sent, "sample", "samples"))
 	var v string

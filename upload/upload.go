@@ -225,7 +225,7 @@ func (j Job) send(ctx context.Context, o Options, r pipeline.SinkRun) (sent, err
 	s := sent{pending: sp.PendingCount(t, r.RunID)}
 	fwd := &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Queue: sp, Log: o.Log}
 	s.done = fwd.Drain(ctx)
-	_, s.err, s.sent = fwd.Status()
+	_, s.sent, s.err = fwd.Status()
 	line := fmt.Sprintf("%s run %s: %d samples sent%s", t, r.RunID, s.sent, ackedBefore(before))
 	if s.left = r.Sink.Run().Dropped; s.left > 0 {
 		line += fmt.Sprintf("; %d points left out (the tracker refuses them)", s.left)

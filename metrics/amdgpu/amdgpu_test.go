@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/procfs/sysfs"
 
 	"github.com/bridge-dev/bridge/harness/closetest"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -41,7 +42,7 @@ func newIn(t *testing.T, root string, o Options) (*Collector, error) {
 
 func collect(t *testing.T, c *Collector) (map[string]float64, error) {
 	t.Helper()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	out := map[string]float64{}
 	for _, p := range pts {
 		if _, dup := out[p.Name()]; dup {

@@ -534,7 +534,7 @@ func (r *round) pids() {
 			r.fail(fmt.Errorf("%s: %w", path, err))
 			return
 		}
-		// containerd's v1 reader turned "max" into 0; parseV1Uint too.
+		// "max" (no limit) reads as 0, as in containerd's v1 reader.
 		if limit, err = c.readV1Uint(filepath.Join(p.dir, "pids.max")); err != nil {
 			r.fail(err)
 			return

@@ -20,6 +20,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -457,7 +458,7 @@ func TestMissingLibrary(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
 	trapAll(t, lib)
 	c, log := newCollector(t, Options{Lib: lib, ProcessTree: &fakeTree{nspids: [][]int{{1}}}})
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if len(pts) != 0 || err != nil {
 		t.Errorf("Collect = %v, %v; want nothing", pts, err)
 	}
@@ -649,7 +650,7 @@ func TestHungCall(t *testing.T) {
 	}
 	c, _ := newCollector(t, Options{Lib: s, CallTimeout: 20 * time.Millisecond})
 
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Collect err = %v, want ErrTimeout", err)
 	}
@@ -657,7 +658,7 @@ func TestHungCall(t *testing.T) {
 		t.Error("GPU 1 read while GPU 0 hung")
 	}
 	util1 := len(dev(s, 1).GetUtilizationRatesCalls())
-	pts, err = metrics.Collect(context.Background(), c)
+	pts, err = collecttest.Collect(context.Background(), c)
 	if !errors.Is(err, ErrStuck) || len(pts) != 0 {
 		t.Fatalf("second Collect = %d points, %v; want none and ErrStuck", len(pts), err)
 	}
@@ -686,7 +687,7 @@ func TestCloseWhileHung(t *testing.T) {
 	dev(s, 0).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { <-release; return nvml.Utilization{}, nvml.SUCCESS }
 	s.ShutdownFunc = func() nvml.Return { t.Error("Shutdown under a hung call"); return nvml.SUCCESS }
 	c, _ := newCollector(t, Options{Lib: s, CallTimeout: 20 * time.Millisecond})
-	if _, err := metrics.Collect(context.Background(), c); !errors.Is(err, ErrTimeout) {
+	if _, err := collecttest.Collect(context.Background(), c); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Collect err = %v", err)
 	}
 	if err := c.Close(); !errors.Is(err, ErrStuck) {
@@ -752,7 +753,7 @@ func TestNoCallAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(dev(s, 0).GetUtilizationRatesCalls())
-	_, err := metrics.Collect(context.Background(), c)
+	_, err := collecttest.Collect(context.Background(), c)
 	if !errors.Is(err, ErrClosed) || len(dev(s, 0).GetUtilizationRatesCalls()) != before {
 		t.Errorf("Collect after Close: %v", err)
 	}
@@ -770,12 +771,12 @@ func TestSystemLibrary(t *testing.T) {
 		if !strings.HasPrefix(st, "off: ") || strings.Count(log.String(), "GPU metrics off") != 1 {
 			t.Fatalf("status %q, log:\n%s", st, log)
 		}
-		if pts, err := metrics.Collect(context.Background(), c); len(pts) != 0 || err != nil {
+		if pts, err := collecttest.Collect(context.Background(), c); len(pts) != 0 || err != nil {
 			t.Errorf("Collect while off = %v, %v", pts, err)
 		}
 		return
 	}
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/closetest"
-	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 )
 
 // files is a fixture: path under <sys>/class/infiniband -> content.
@@ -71,7 +71,7 @@ func (c *clock) now() time.Time { return c.t }
 
 func collect(t *testing.T, c *Collector) (map[string]float64, error) {
 	t.Helper()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	out := map[string]float64{}
 	for _, p := range pts {
 		if _, dup := out[p.Name()]; dup {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 )
 
 func TestParseStat(t *testing.T) {
@@ -133,7 +133,7 @@ func TestRealFinderAvoidsScan(t *testing.T) {
 	cmd := startBusyTree(t)
 	waitForTree(t, cmd.Process.Pid, 3)
 	c := newCollector(t, TreeOptions{RootPID: func() int { return cmd.Process.Pid }, Cgroups: realCgroups(t)})
-	if _, err := metrics.Collect(context.Background(), c); err != nil {
+	if _, err := collecttest.Collect(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	if c.tree.find.method == viaScan {
