@@ -25,15 +25,6 @@ var ShareSeries = func() map[Cause]*metrics.Desc {
 	return out
 }()
 
-// Series lists ShareSeries in the order of Causes.
-func Series() []*metrics.Desc {
-	out := make([]*metrics.Desc, len(Causes))
-	for i, c := range Causes {
-		out[i] = ShareSeries[c]
-	}
-	return out
-}
-
 // Analysis follows one node's job window by window: a verdict each window
 // of its samples (a minute), each cause's share of the time, and the
 // evidence of each cause over the windows it was the verdict of.

@@ -198,14 +198,6 @@ func (c *Collector) Close() error {
 	return c.tree.Close()
 }
 
-// cpuTicks is the CPU time the tree used between two readings
-// (intervalUse).
-func cpuTicks(prev, cur map[int]procTimes) uint64 {
-	var ticks uint64
-	intervalUse(prev, cur, func(_ procTimes, t, _, _ uint64) { ticks += t })
-	return ticks
-}
-
 // intervalUse calls use with the CPU ticks and the storage bytes read and
 // written each process of cur accounts for between two readings; their sum
 // is the tree's.

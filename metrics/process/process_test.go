@@ -387,3 +387,11 @@ func TestLastProcesses(t *testing.T) {
 		t.Errorf("LastProcesses = %+v\nwant %+v", got, want)
 	}
 }
+
+// cpuTicks is the CPU time the tree used between two readings
+// (intervalUse).
+func cpuTicks(prev, cur map[int]procTimes) uint64 {
+	var ticks uint64
+	intervalUse(prev, cur, func(_ procTimes, t, _, _ uint64) { ticks += t })
+	return ticks
+}
