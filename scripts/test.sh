@@ -109,7 +109,7 @@ fi
 # tests must write only into temporary directories, never the repository.
 untracked() { git status --porcelain --ignored=matching --untracked-files=all 2>/dev/null | grep -E '^(\?\?|!!) ' | sort || true; }
 before=$(untracked)
-go test -race -count=1 -timeout 15m -parallel 4 -json ./... | go run ./harness/testbin/skipcheck -allow .ci/allowed-skips
+go test -race -count=1 -timeout 30m -parallel 4 -json ./... | go run ./harness/testbin/skipcheck -allow .ci/allowed-skips
 after=$(untracked)
 added=$(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | sed '/^$/d')
 if [ -n "$added" ]; then
