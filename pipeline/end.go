@@ -136,6 +136,8 @@ func (s *Session) finishSink(ctx context.Context, r SinkRun, end tracker.EndInfo
 		return "" // no run to record it on
 	case st == tracker.StateStopped:
 		return "not recorded: the tracker refused bridge's requests (its error is above); " + s.endLeft()
+	case st == tracker.StateRunEnded:
+		return "left as its owner ended it: bridge writes nothing into a run after its owner's end"
 	case !forwarded(r):
 		return "not recorded: its forwarder was stuck reading the spool (a stalled disk); " + s.endLeft()
 	}
