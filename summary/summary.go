@@ -372,7 +372,7 @@ func (a *Accumulator) Rows() []Row {
 			names[i] = r.What
 		}
 		rows = append(rows, Row{NotSampled, strings.Join(names, ", ") +
-			": the job ended before a sample read them (a rate needs two samples); a shorter --interval reads them sooner"})
+			": the job ended before a sample read them (a rate needs two samples, the process tree one taken while it ran); a shorter --interval reads them sooner"})
 	}
 	return rows
 }

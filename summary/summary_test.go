@@ -281,7 +281,7 @@ func TestRowsNotSampled(t *testing.T) {
 	}})
 	rows := a.Rows()
 	want := "peak working set, peak usage, peak container CPU, CPU throttled, peak process-tree RSS, peak memory pressure: " +
-		"the job ended before a sample read them (a rate needs two samples); a shorter --interval reads them sooner"
+		"the job ended before a sample read them (a rate needs two samples, the process tree one taken while it ran); a shorter --interval reads them sooner"
 	if v := rowOf(rows, NotSampled); v != want {
 		t.Errorf("row %q = %q, want %q", NotSampled, v, want)
 	}
