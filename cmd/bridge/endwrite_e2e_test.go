@@ -142,8 +142,11 @@ func endUnderFailures(t *testing.T, srv *mlflowtest.Server, n, round int, seed u
 	}
 	run := checkJob(t, srv, exp, "slurm:e2e:"+id+".0", nodes)
 	for _, nd := range nodes {
-		if run.Tags["bridge.node."+nd.id+".ended"] == "" || run.Tags["bridge.node."+nd.id+".status"] != mlflow.StatusFinished {
-			t.Errorf("round %d: %s's end is not on the run: ended %q, status %q", round, nd.id, run.Tags["bridge.node."+nd.id+".ended"], run.Tags["bridge.node."+nd.id+".status"])
+		if l := line(run, nd.id); l["ended"] == "" || l["status"] != mlflow.StatusFinished {
+			t.Errorf("round %d: %s's end is not on the job's run: its line %v", round, nd.id, l)
+		}
+		if own := nodeRun(t, srv, run.Info.ExperimentID, run.Info.RunID, nd.id); own.Info.Status != mlflow.StatusFinished || own.Tags["bridge.exit_code"] != "0" {
+			t.Errorf("round %d: %s's run is %s, tags %v; want FINISHED with its end", round, nd.id, own.Info.Status, own.Tags)
 		}
 	}
 	if run.Info.Status != mlflow.StatusFinished {
@@ -171,7 +174,9 @@ func TestEndReportFallsBackToTheTag(t *testing.T) {
 	if code := j.run(t); code != 0 {
 		t.Fatalf("bridge exited %d; stderr:\n%s", code, &j.err)
 	}
-	run := srv.GetRun(t, j.runID(t))
+	// The spool records the node's run; the report is on the job's run,
+	// its parent.
+	run := srv.GetRun(t, srv.GetRun(t, j.runID(t)).Tags[mlflow.TagParentRun])
 	if got := run.Tags[report.TagReport]; !strings.HasPrefix(got, "tag "+report.TagReportSummary+", written by node-0 at ") {
 		t.Errorf("%s = %q, want the summary tag's", report.TagReport, got)
 	}
