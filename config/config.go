@@ -122,6 +122,10 @@ type Config struct {
 
 	MetricsAddr string // listen address of /metrics; "" = off (a bare port became 127.0.0.1:PORT)
 
+	RunTick          time.Duration // time between the run's ticks (pipeline's Session)
+	PricePerGPUHour  float64       // a GPU's price an hour; 0: none
+	PricePerNodeHour float64       // a node's price an hour; 0: none
+
 	// Options are the values of the registrations' options (Choices.Options),
 	// by key: a collector reads its own with option.Of.Get.
 	Options option.Values

@@ -258,6 +258,9 @@ func TestBadValuesEveryOption(t *testing.T) {
 		{"job-key", "it's"}, {"job-key", "a b"}, {"job-key", strings.Repeat("k", 201)},
 		{"nodes", "-1"}, {"nodes", "1.5"}, {"nodes", "1e3"}, {"nodes", "100001"}, {"nodes", "99999999999999999999"}, {"nodes", "many"},
 		{"job-settle", "0"}, {"job-settle", "10ms"}, {"job-settle", "2m"}, {"job-settle", "1"},
+		{"run-tick", "0"}, {"run-tick", "500ms"}, {"run-tick", "2h"}, {"run-tick", "60"},
+		{"price-per-gpu-hour", "-1"}, {"price-per-gpu-hour", "NaN"}, {"price-per-gpu-hour", "2e6"}, {"price-per-gpu-hour", "cheap"},
+		{"price-per-node-hour", "-0.5"}, {"price-per-node-hour", "+Inf"}, {"price-per-node-hour", "1e7"}, {"price-per-node-hour", "$4"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {
@@ -389,6 +392,7 @@ var goodValues = map[string]string{
 	"flush-timeout": "3s", "start-timeout": "4s", "kill-after": "5s", "proc-root": "/proc",
 	"cgroup-root": "/sys/fs/cgroup", "rootfs": "/", "sys-root": "/sys", "test-list": "0,1", "metrics-addr": "9100",
 	"test-match": "^DCGM_", "test-wait": "1s", "job-key": "slurm:alps:42.0", "nodes": "8", "job-settle": "2s",
+	"run-tick": "30s", "price-per-gpu-hour": "2.5", "price-per-node-hour": "4",
 }
 
 // One whitespace rule for every option and every source: surrounding

@@ -124,6 +124,16 @@ func own(c *Config, ch Choices) []setting {
 		bind(&c.SysRoot, &option.Of[string]{Key: "sys-root", Default: "/sys", Valid: directory,
 			Usage: "where sysfs is mounted (RAPL energy, InfiniBand ports, AMD GPUs and the network interfaces' stacking are read under its class/)",
 			Doc:   "where sysfs is read from: RAPL, InfiniBand, AMD GPUs and which network interfaces `netns_` counts, under `<sys-root>/class`"}),
+		bind(&c.RunTick, &option.Of[time.Duration]{Key: "run-tick", Default: time.Minute, Shown: "`1m`",
+			Valid: option.Within(time.Second, time.Hour, false),
+			Usage: "time between two reads of the run during the job (1s to 1h): the energy per step from the script's steps, and the run's note every 5th",
+			Doc:   "time between the run's ticks (1s to 1h): one read of the run each, for the job's energy per step from the training script's steps, and the run's note kept current every 5th ([docs/metrics.md](docs/metrics.md))"}),
+		bind(&c.PricePerGPUHour, &option.Of[float64]{Key: "price-per-gpu-hour", Shown: "none", Valid: price,
+			Usage: "what a GPU costs an hour, in your currency (0 to 1e6; 0: none): the run's cost goes in a tag, the report and the end-of-run table",
+			Doc:   "what a GPU costs an hour, in your currency (0 to 1e6): with a price the run's cost is a tag (`bridge.cost`), a line in the report and the end-of-run table; no price, no cost"}),
+		bind(&c.PricePerNodeHour, &option.Of[float64]{Key: "price-per-node-hour", Shown: "none", Valid: price,
+			Usage: "what a node costs an hour, in your currency (0 to 1e6; 0: none), added to the GPUs' price",
+			Doc:   "what a node costs an hour, in your currency (0 to 1e6), beside the GPUs' price"}),
 		bind(&c.MetricsAddr, &option.Of[string]{Key: "metrics-addr", Shown: "off", Valid: metricsAddr,
 			Usage: "serve the samples on /metrics in the Prometheus text format: PORT (binds 127.0.0.1), HOST:PORT or :PORT (all interfaces); default off",
 			Doc:   "serve the samples on `/metrics` (Prometheus text format, cAdvisor names); a bare port binds 127.0.0.1 ([docs/prometheus.md](docs/prometheus.md))"}),
@@ -136,6 +146,17 @@ func own(c *Config, ch Choices) []setting {
 func percentage(p float64) (float64, error) {
 	if math.IsNaN(p) || p <= 0 || p > 100 {
 		return p, errors.New("must be a percentage in (0, 100]")
+	}
+	return p, nil
+}
+
+// maxPrice bounds a price an hour: past any machine's, so that a cost stays
+// finite over any run.
+const maxPrice = 1e6
+
+func price(p float64) (float64, error) {
+	if math.IsNaN(p) || p < 0 || p > maxPrice {
+		return p, errors.New("must be a price from 0 (none) to 1e6 an hour")
 	}
 	return p, nil
 }

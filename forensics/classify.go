@@ -24,6 +24,9 @@ const (
 	ReasonUnknown        = "unknown"
 )
 
+// plainSuccess is the summary of a success with nothing to note.
+const plainSuccess = "the command exited with code 0"
+
 // Verdict is how the run ended and the facts that say so.
 type Verdict struct {
 	Reason   string            // one of the Reason constants
@@ -110,10 +113,15 @@ func (c *classifier) classify() Verdict {
 		c.facts["signal_inferred_from_exit_code"] = "true"
 	}
 	if e.ExitCode == 0 && e.Signal == 0 {
-		s := "the command exited with code 0"
+		s := plainSuccess
 		var notes []string
 		if e.OOMKill.Rose() {
-			notes = append(notes, fmt.Sprintf("a process in the cgroup was OOM-killed during the job (oom_kill %s)", counterText(e.OOMKill)))
+			what := "a process in the cgroup was"
+			if len(e.Killed) > 0 {
+				what = victimsText(e.Killed) + " was"
+				c.noteVictims(e.Killed)
+			}
+			notes = append(notes, fmt.Sprintf("%s OOM-killed during the job (oom_kill %s)", what, counterText(e.OOMKill)))
 		}
 		if len(e.Xids) > 0 {
 			notes = append(notes, "GPU Xid errors were reported ("+xidText(e.Xids)+")")
@@ -210,16 +218,21 @@ func (c *classifier) oomVerdict(main, inferred bool) Verdict {
 	if e.Memory.Known {
 		facts += ", " + c.memText()
 	}
+	named := ""
+	if vs := c.victims(main && !inferred); len(vs) > 0 {
+		c.noteVictims(vs)
+		named = "; it killed " + victimsText(vs)
+	}
 	say := func(domain string) string {
 		switch {
 		case !main:
-			return fmt.Sprintf("a process other than the command itself (a worker, most likely) was killed by the kernel's OOM killer %s, and the command then %s: %s",
-				domain, c.how(), facts)
+			return fmt.Sprintf("a process other than the command itself (a worker, most likely) was killed by the kernel's OOM killer %s, and the command then %s%s: %s",
+				domain, c.how(), named, facts)
 		case inferred:
-			return fmt.Sprintf("the command exited with code %d (128+SIGKILL): a process under it was killed by the kernel's OOM killer %s: %s",
-				e.ExitCode, domain, facts)
+			return fmt.Sprintf("the command exited with code %d (128+SIGKILL): a process under it was killed by the kernel's OOM killer %s%s: %s",
+				e.ExitCode, domain, named, facts)
 		default:
-			return fmt.Sprintf("killed by the kernel's OOM killer %s: %s", domain, facts)
+			return fmt.Sprintf("killed by the kernel's OOM killer %s%s: %s", domain, named, facts)
 		}
 	}
 	switch {
@@ -300,6 +313,49 @@ func (c *classifier) sigkillVerdict(inferred bool) Verdict {
 	}
 	return c.verdict(ReasonUnknown, "sigkill+unexplained",
 		fmt.Sprintf("%s, and what bridge measured cannot say by whom: %s", what, c.seen()))
+}
+
+// victims are the processes an OOM kill took: those the kernel's log
+// names, else the largest of the child's processes in the last sample
+// (the OOM killer takes the largest), the command itself left out unless
+// root says the kill ended it.
+func (c *classifier) victims(root bool) []Victim {
+	if len(c.e.Killed) > 0 {
+		return c.e.Killed
+	}
+	if v, ok := largest(c.e.Processes, !root); ok {
+		return []Victim{v}
+	}
+	return nil
+}
+
+// noteVictims adds the victims to the facts: the first's name, pid, RSS
+// and what names it, and how many there were.
+func (c *classifier) noteVictims(vs []Victim) {
+	v := vs[0]
+	c.facts["killed_process"] = v.Name
+	c.facts["killed_pid"] = strconv.Itoa(v.PID)
+	c.facts["killed_rss_megabytes"] = mb(v.RSSMB)
+	c.facts["killed_named_by"] = "kernel log"
+	if !v.Logged {
+		c.facts["killed_named_by"] = "largest process in the last sample"
+	}
+	if len(vs) > 1 {
+		c.facts["killed_processes"] = strconv.Itoa(len(vs))
+	}
+	if c.e.KilledWhy != "" {
+		c.facts["kernel_log"] = c.e.KilledWhy
+	}
+}
+
+// victimsText names the victims: "python3 (pid 12576, RSS 206.3 MB)",
+// several joined by "and".
+func victimsText(vs []Victim) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = v.Text()
+	}
+	return strings.Join(parts, " and ")
 }
 
 func (c *classifier) nearLimit() bool {

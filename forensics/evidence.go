@@ -117,8 +117,30 @@ type Evidence struct {
 
 	Xids []metrics.XidEvent // GPU Xid errors during the job
 
+	// Killed are the job's processes the kernel's log names as OOM-killed
+	// during the job; KilledWhy says why it names none ("" when it
+	// does). Without them an OOM verdict names the largest of Processes,
+	// the child's processes in the last sample that found them, as the
+	// likely victim.
+	Killed    []Victim
+	KilledWhy string
+	Processes metrics.ProcessList
+	// PeakProcessRSS is the highest RSS of the child's process tree (the
+	// sum over its processes) in the samples.
+	PeakProcessRSS Reading
+
+	Start      time.Time // when the command started; zero when not known
 	Samples    int       // samples taken, the final one included
 	LastSample time.Time // time of the last sample
+}
+
+// Duration is how long the command ran: from its start to its exit; 0
+// when either is not known.
+func (e Evidence) Duration() time.Duration {
+	if e.Start.IsZero() || e.ExitTime.IsZero() || e.ExitTime.Before(e.Start) {
+		return 0
+	}
+	return e.ExitTime.Sub(e.Start)
 }
 
 // Run is what FromRun needs at the end of a supervised run.
@@ -131,6 +153,18 @@ type Run struct {
 	Xids []metrics.XidEvent
 	// CgroupVersion is the cgroup collector's Info().Version; "" without one.
 	CgroupVersion string
+	// Start is when the command started.
+	Start time.Time
+	// Kills are the OOM kills the kernel's log named during the job
+	// (KernelLog.Kills), KillsWhy why it could not be read ("" when it
+	// was). Processes are the child's processes in the last sample that
+	// found them (pipeline.Sources.Processes), and Cgroup bridge's memory
+	// cgroup as the kernel names it (OwnCgroup): what tells the job's
+	// kills from others'.
+	Kills     []OOMKill
+	KillsWhy  string
+	Processes metrics.ProcessList
+	Cgroup    string
 }
 
 // FromRun gathers the evidence of a finished run.
@@ -143,7 +177,10 @@ func FromRun(r Run) Evidence {
 		KilledAfter:   r.Exit.KilledAfter,
 		CgroupVersion: r.CgroupVersion,
 		Xids:          append([]metrics.XidEvent(nil), r.Xids...),
+		Start:         r.Start,
 	}
+	e.Killed, e.KilledWhy = logged(r)
+	e.Processes = r.Processes
 	acc := r.Acc
 	if acc == nil {
 		return e
@@ -152,6 +189,10 @@ func FromRun(r Run) Evidence {
 	e.PeakMemoryPressureSome.Expected = acc.Expects(metrics.ContainerPressureMemorySome)
 	e.PeakMemoryPressureFull.Expected = acc.Expects(metrics.ContainerPressureMemoryFull)
 	e.ThrottledShare.Expected = acc.ThrottleExpected()
+	e.PeakProcessRSS.Expected = acc.Expects(metrics.ProcessMemoryRSS)
+	if rss, ok := acc.Get(metrics.ProcessMemoryRSS); ok {
+		e.PeakProcessRSS = Reading{Value: rss.Peak, Known: true, Expected: true}
+	}
 	if acc.Samples() == 0 {
 		return e
 	}

@@ -32,6 +32,12 @@ const (
 	TagOOMKillCount    = "bridge.oom_kill_count"
 	TagPeakMemPressure = "bridge.peak_memory_pressure_percentage"
 	TagThrottledShare  = "bridge.throttled_share_percentage"
+	// TagPeakProcessRSS is the highest RSS of the child's process tree.
+	TagPeakProcessRSS = "bridge.peak_process_tree_rss_megabytes"
+	// TagCommandStarted is when the command started (RFC 3339, UTC,
+	// milliseconds), TagCommandDuration how long it ran, in seconds.
+	TagCommandStarted  = "bridge.command_started"
+	TagCommandDuration = "bridge.command_duration_seconds"
 	maxTagValue        = 5000 // MLflow accepts 8000 characters; keep well under it
 )
 
@@ -53,6 +59,13 @@ func (v Verdict) Tags(e Evidence) map[string]string {
 	}
 	reading(t, e.PeakMemoryPressureSome, TagPeakMemPressure)
 	reading(t, e.ThrottledShare, TagThrottledShare)
+	reading(t, e.PeakProcessRSS, TagPeakProcessRSS)
+	if !e.Start.IsZero() {
+		t[TagCommandStarted] = e.Start.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+		if d := e.Duration(); d > 0 {
+			t[TagCommandDuration] = strconv.FormatFloat(d.Seconds(), 'f', 1, 64)
+		}
+	}
 	return t
 }
 
@@ -82,14 +95,22 @@ func reading(t map[string]string, r Reading, key string) {
 	}
 }
 
-// Rows are the verdict's lines of the end-of-run table.
+// Rows are the verdict's lines of the end-of-run table: the reason and
+// why (docs/forensics.md explains each reason), but for a success with
+// nothing to note; where an OOM verdict
+// could not read the killed process from the kernel's log, why, and
+// where the OOM counters were not read after the exit, what that hides.
 func (v Verdict) Rows(e Evidence) []summary.Row {
-	rows := []summary.Row{
-		{What: "exit reason", Value: v.Reason},
-		{What: "why", Value: v.Summary},
+	var rows []summary.Row
+	if v.Summary != plainSuccess { // exit status 0 says it all
+		rows = append(rows, summary.Row{What: "exit reason", Value: v.Reason + ": " + v.Summary})
+	}
+	if v.Evidence["killed_process"] != "" && e.KilledWhy != "" && len(e.Killed) == 0 {
+		rows = append(rows, summary.Row{What: "killed process", Value: e.KilledWhy +
+			"; bridge names instead the largest of the job's processes in the last sample, which the OOM killer takes first: `dmesg` on the node names the one it killed"})
 	}
 	if e.OOMKill.Known && !e.OOMKill.AtExit {
-		rows = append(rows, summary.Row{What: "note", Value: "the OOM counters could not be read after the exit"})
+		rows = append(rows, summary.Row{What: "OOM counters", Value: "not read after the exit: a kill just before it is not counted, and the reason may miss it"})
 	}
 	return rows
 }

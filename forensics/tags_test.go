@@ -91,8 +91,8 @@ func TestRows(t *testing.T) {
 	e := Evidence{ExitCode: 137, Signal: syscall.SIGKILL, OOMKill: Counter{Known: true, First: 0, Last: 1}}
 	v := Classify(e)
 	rows := v.Rows(e)
-	if len(rows) != 3 || rows[0].What != "exit reason" || rows[0].Value != v.Reason || rows[1].Value != v.Summary ||
-		!strings.Contains(rows[2].Value, "could not be read after the exit") {
+	if len(rows) != 2 || rows[0].What != "exit reason" || rows[0].Value != v.Reason+": "+v.Summary ||
+		!strings.Contains(rows[1].Value, "not read after the exit") {
 		t.Errorf("Rows = %+v", rows)
 	}
 }

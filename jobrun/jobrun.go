@@ -28,6 +28,9 @@ type Node struct {
 	// then the run's own record of it (tracker.TagNodes) counts.
 	Nodes   int
 	Attempt int // the launcher's restart count; -1 unknown
+	// Lead: the lead bridge of the launcher's first node (rank 0), which
+	// ticks during the run for the whole job (Sink.TicksLive).
+	Lead bool
 }
 
 // NodeOf is the node a multi-node job's bridge is on its run; nil for a
@@ -37,7 +40,7 @@ func NodeOf(j *tracker.Job) *Node {
 		return nil
 	}
 	scope, who := tracker.JobScope(j.Node, j.Task)
-	return &Node{Node: j.Node, Task: j.Task, Scope: scope, Who: who, Nodes: j.Nodes, Attempt: j.Attempt}
+	return &Node{Node: j.Node, Task: j.Task, Scope: scope, Who: who, Nodes: j.Nodes, Attempt: j.Attempt, Lead: j.Rank == 0 && j.Task == ""}
 }
 
 // ownScope is the prefix of a bridge's end tags on its node's own run:
@@ -52,25 +55,34 @@ func (n Node) ownScope() string {
 
 // Sink is a tracker's sink whose run is also a run store: after the sink's
 // own Finish has recorded this node's end, its Finish decides the job's
-// end from every node's record (End). Everything else is the sink's.
+// end from every node's record (End); the run's ticks (Tick) read and
+// write the run during the job. Everything else is the sink's.
 type Sink struct {
 	tracker.Sink
 	store tracker.RunStore
 	node  *Node // nil: a single-node job's run
 	log   *slog.Logger
+
+	noteFull bool // the run's note had no room for bridge's section (said once)
 }
 
 // Wrap is s with what this package does on its run: the job's end of a
-// multi-node job (node not nil) on a sink that is a tracker.RunStore, and
-// the end a bridge recorded on a run whose status bridge owns
-// (RecordedEnd, on a tracker.RunOwner). Any other s is returned as it is.
+// multi-node job (node not nil) on a sink that is a tracker.RunStore, the
+// end a bridge recorded on a run whose status bridge owns (RecordedEnd,
+// on a tracker.RunOwner), and the run's ticks on a run store that owns
+// its runs or has notes (tracker.NoteWriter). Any other s is returned as
+// it is.
 func Wrap(s tracker.Sink, node *Node, log *slog.Logger) tracker.Sink {
 	st, ok := s.(tracker.RunStore)
 	if !ok {
 		return s
 	}
-	if _, owner := st.(tracker.RunOwner); node == nil && !owner {
+	_, owner := st.(tracker.RunOwner)
+	if _, noted := st.(tracker.NoteWriter); node == nil && !owner && !noted {
 		return s
+	}
+	if log == nil {
+		log = slog.Default()
 	}
 	return &Sink{Sink: s, store: st, node: node, log: log}
 }
@@ -104,6 +116,15 @@ func (s *Sink) Reached() bool {
 	return !ok || r.Reached()
 }
 
+// Link implements tracker.Linker as the sink does.
+func (s *Sink) Link() ([]string, bool) {
+	l, ok := s.Sink.(tracker.Linker)
+	if !ok {
+		return nil, false
+	}
+	return l.Link()
+}
+
 // RecordedEnd is the end a bridge recorded on the run sink writes to since
 // then (for a multi-node job's run, this node's), and whether there is
 // one: `bridge sync` asks before it records an attempt whose spool has no
@@ -114,6 +135,9 @@ func RecordedEnd(ctx context.Context, sink tracker.Sink, since time.Time) (track
 	s, ok := sink.(*Sink)
 	if !ok {
 		return tracker.EndInfo{}, false, nil
+	}
+	if _, owner := s.store.(tracker.RunOwner); !owner && s.node == nil {
+		return tracker.EndInfo{}, false, nil // a run whose end is not bridge's to record
 	}
 	return recordedEnd(ctx, s.store, runsOf(s.Sink.Run()), s.node, since)
 }

@@ -50,7 +50,7 @@ func nodeRunOf(o tracker.RunOwner) report.NodeRun {
 // reportRun is what the report reads of a run: its end time only once it
 // ended.
 func reportRun(run tracker.StoredRun) report.Run {
-	r := report.Run{ID: run.ID, Status: run.Status, Tags: run.Tags, Latest: run.Latest}
+	r := report.Run{ID: run.ID, Status: run.Status, Tags: run.Tags, Latest: run.Latest, Step: run.Step}
 	if r.Latest == nil {
 		r.Latest = map[string]float64{}
 	}

@@ -10,6 +10,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +136,78 @@ func TestJobReportInSummary(t *testing.T) {
 	run, _ = srv.FindRun("job-1")
 	if sum := run.Summary(); sum["loss"] != 0.25 || sum["bridge"] == nil {
 		t.Errorf("summary after the child's next line and a node's end: %v", sum)
+	}
+}
+
+// notesScript reads (and with notes, first writes) a run's notes with the
+// real wandb client's public API, as a person would; it returns what the
+// client reads. It skips the test, saying why, without BRIDGE_TEST_PYTHON.
+func notesScript(t *testing.T, srv *wandbserver.Server, path string, notes ...string) string {
+	t.Helper()
+	py := os.Getenv("BRIDGE_TEST_PYTHON")
+	if py == "" {
+		t.Skip("SKIPPED: BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 (scripts/test.sh creates .venv and sets it) to write a run's notes with the real client")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, append([]string{filepath.Join("..", "mocks", "wandb", "wandbserver", "testdata", "set_notes.py"), path}, notes...)...)
+	dir := t.TempDir()
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, srv.ClientEnv(dir, wbKey)...)
+	out, err := cmd.CombinedOutput()
+	_, got, ok := strings.Cut(string(out), "notes:\n")
+	if err != nil || !ok {
+		t.Fatalf("set_notes.py: %v\n%s", err, out)
+	}
+	return got
+}
+
+// The run's note in a W&B run: a person writes the run's notes with the
+// real wandb client (wandb.Api: run.notes, run.update(), whose GraphQL the
+// mock speaks); bridge's tick on the run (a single run's W&B sink, wrapped
+// as pipeline.BuildSinks wraps it) reads the step the child's wandb
+// reached (the summary's _step) for the energy per step, and appends its
+// section to the notes once; the real client reads back the person's
+// notes, then bridge's section. The end's tick replaces the section.
+func TestWandbNoteKeepsAPersonsNote(t *testing.T) {
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
+	createWandbRun(t, srv, "demo", "run-1")
+	childSummary(t, srv, "demo", "run-1", `{"_step": 40, "loss": 0.1}`)
+	const person = "Try the *bigger* batch | next: lr 3e-4"
+	path := srv.Entity() + "/demo/run-1"
+	if got := notesScript(t, srv, path, person); got != person {
+		t.Fatalf("the real client reads back %q, want %q", got, person)
+	}
+	s, err := wandb.New(wandb.Config{BaseURL: srv.URL(), APIKey: wbKey, KeySource: "test", Project: "demo", RunID: "run-1",
+		Timeout: 10 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, ok := Wrap(s, nil, quiet(t)).(*Sink)
+	if !ok || !w.TicksLive() {
+		t.Fatal("a W&B run's sink is not wrapped for its ticks")
+	}
+	if _, err := w.Start(context.Background(), tracker.StartInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	live := Live{Tags: map[string]string{"bridge.energy_node_cpu_joules": "400.0", "bridge.peak_working_set_megabytes": "1000"}, Note: true}
+	p, err := w.Tick(context.Background(), "run-1", live)
+	if err != nil || p.Steps != 40 || p.EnergyPerStepJoules != 10 {
+		t.Fatalf("tick: %+v, %v; want 400 J over 40 steps", p, err)
+	}
+	check := func(when, status string) {
+		got := notesScript(t, srv, path)
+		if !strings.HasPrefix(got, person+"\n\n"+noteBegin) || strings.Count(got, noteBegin) != 1 || !strings.HasSuffix(got, noteEnd) ||
+			!strings.Contains(got, "**Status:** "+status) || !strings.Contains(got, "400 J over 40 steps, 10 J a step") {
+			t.Errorf("%s: the notes the real client reads:\n%s", when, got)
+		}
+	}
+	check("during the run", "RUNNING")
+	live.End, live.Status = true, tracker.StatusFinished
+	if _, err := w.Tick(context.Background(), "run-1", live); err != nil {
+		t.Fatal(err)
+	}
+	check("at the end", "FINISHED")
+	if u := srv.UnknownOperations(); len(u) > 0 {
+		t.Errorf("GraphQL operations the mock lacks: %q", u)
 	}
 }

@@ -136,6 +136,30 @@ func (e XidEvent) String() string {
 	return s
 }
 
+// ProcessLister is a collector that walks the job's process tree every
+// sample (the process collector), for forensics, which names the process
+// an OOM kill most likely took where the kernel's log cannot say (the OOM
+// killer takes the largest): the processes of its last walk that found
+// the tree. LastProcesses reads no file, and may be called from any
+// goroutine, beside Collect, and after Close.
+type ProcessLister interface {
+	LastProcesses() ProcessList
+}
+
+// ProcessList is the job's processes in one walk of its tree; empty
+// before the first walk that found it.
+type ProcessList struct {
+	At    time.Time // when the walk was made
+	Procs []ProcessInfo
+}
+
+// ProcessInfo is one process of a ProcessList.
+type ProcessInfo struct {
+	PID      int    // in --proc-root's pid namespace
+	Name     string // its comm
+	RSSBytes uint64
+}
+
 // FailureCounter is a collector that counts its failed reads per source
 // (a --scrape endpoint's URL, as bridge shows it), for /metrics' health
 // (bridge_scrape_failures_total). Failures returns a copy, and may be

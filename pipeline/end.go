@@ -40,6 +40,7 @@ func (s *Session) Stop(abort <-chan struct{}) {
 		s.deadline = time.Now().Add(s.set.FlushTimeout)
 	}
 	s.aborted, s.unwatchAbort = abortContext(abort)
+	s.stopTick(s.deadline)
 	if s.running {
 		close(s.stopS)
 		<-s.doneS
@@ -89,17 +90,20 @@ func (s *Session) Finish(end tracker.EndInfo) {
 			end.Tags[k] = v
 		}
 	}
+	s.adviseEnd(end)
 	if end.Figures == nil {
 		end.Figures = s.acc.FigurePoints()
 	}
 	info := maps.Clone(end.Tags)
 	s.ends = make([]string, len(s.sinks))
 	for i, r := range s.sinks {
-		if s.ends[i] = s.finishSink(ctx, r, end); s.ends[i] == "recorded" {
+		if s.ends[i] = s.finishSink(ctx, r, end); s.ends[i] == endRecorded {
 			// So that `bridge sync` leaves a delivered run it ended alone.
 			info[EndRecordedTag(r.Sink.Name())] = r.run()
 		}
 	}
+	// Once the end is recorded: the run's note, the energy per step.
+	s.endTick(ctx, end.Tags, tracker.TerminalStatus(end))
 	if err := s.spool.WriteEnd(EndRecord(end, info)); err != nil {
 		s.log.Warn("cannot write the end record to the spool", "err", err)
 	}
@@ -114,7 +118,7 @@ func (s *Session) Finish(end tracker.EndInfo) {
 }
 
 // finishSink records the end on r's run within ctx and says, for the
-// table, what became of it: "recorded", or why not and what records it
+// table, what became of it: endRecorded, or why not and what records it
 // ("" when there is no run to record it on).
 func (s *Session) finishSink(ctx context.Context, r SinkRun, end tracker.EndInfo) (row string) {
 	row = "not recorded: bridge failed while recording it; " + s.endLeft()
@@ -123,7 +127,7 @@ func (s *Session) finishSink(ctx context.Context, r SinkRun, end tracker.EndInfo
 	case r.run() == "":
 		return "" // no run to record it on
 	case st == tracker.StateStopped:
-		return "not recorded: the tracker refused bridge's requests (above); " + s.endLeft()
+		return "not recorded: the tracker refused bridge's requests (its error is above); " + s.endLeft()
 	case !forwarded(r):
 		return "not recorded: its forwarder was stuck reading the spool (a stalled disk); " + s.endLeft()
 	}
@@ -144,7 +148,7 @@ func (s *Session) finishSink(ctx context.Context, r SinkRun, end tracker.EndInfo
 		s.log.Warn("cannot record the end of the job on the tracker; it is left for `bridge sync`", "tracker", r.Sink.Name(), "err", err)
 		return "not recorded (" + strings.ReplaceAll(err.Error(), "\n", "; ") + "); " + s.endLeft()
 	}
-	return "recorded"
+	return endRecorded
 }
 
 // Time the spool's last write and fsync get at the end of the run, at

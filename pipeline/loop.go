@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -53,8 +54,12 @@ func (s *Session) loop() {
 
 // take hands a sample to its consumers: the spool (the one buffer, which
 // never waits for the disk), /metrics, after the spool has it, and the
-// end-of-run table.
+// end-of-run table. The sample carries the job's energy per step the
+// run's tick last read (tick.go).
 func (s *Session) take(smp metrics.Sample) {
+	if v := s.perStep.Load(); v != 0 {
+		smp.Points = append(smp.Points, metrics.At(JobEnergyPerStep, math.Float64frombits(v)))
+	}
 	if err := s.spool.Append(smp); err != nil && !s.lostSample {
 		s.lostSample = true // a closed spool: every later sample the same
 		s.log.Error("cannot spool the sample; the trackers do not get it", "seq", smp.Seq, "err", err)
@@ -62,7 +67,9 @@ func (s *Session) take(smp metrics.Sample) {
 	if s.prom != nil {
 		s.prom.Observe(smp)
 	}
+	s.accMu.Lock()
 	s.acc.Add(smp)
+	s.accMu.Unlock()
 }
 
 // prober is the memory probe in flight between samples, if any.

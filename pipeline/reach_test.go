@@ -68,7 +68,7 @@ func TestUnreachedTrackerEndsQuickly(t *testing.T) {
 		t.Error("a tracker never reached was asked to record the end")
 	}
 	r := report(s)
-	for _, want := range []string{`norun +never reached: no run, `, `given +run r1: never reached, 0 samples sent, `, `unsent \(in the spool; bridge sync /`} {
+	for _, want := range []string{`norun +never reached, so no run was created; `, `given +never reached; 0 samples sent to run r1; `, `\d+ not sent: upload them with: bridge sync /`} {
 		if !regexp.MustCompile(want).MatchString(r) {
 			t.Errorf("report:\n%s\nwant %q", r, want)
 		}
@@ -101,7 +101,7 @@ func TestReachedTrackerKeepsFlushTimeout(t *testing.T) {
 		t.Errorf("Finish called %d times on a tracker that was reached, want 1", gone.finished)
 	}
 	r := report(s)
-	for _, want := range []string{`gone +retrying run r1: 0 samples sent, `, `norun +reached, but no run was found or created before bridge exited`} {
+	for _, want := range []string{`gone +0 samples sent to run r1; bridge was still retrying when it exited; `, `norun +reached, but no run was found or created before bridge exited`} {
 		if !regexp.MustCompile(want).MatchString(r) {
 			t.Errorf("report:\n%s\nwant %q", r, want)
 		}
@@ -149,8 +149,8 @@ func TestEndRowSaysWhatHappened(t *testing.T) {
 	}
 	r := report(s)
 	for _, want := range []string{
-		`(?m)^  once end +recorded$`,
-		`(?m)^  never end +not recorded \(after \d+ tries over [0-9.]+m?s: HTTP status 503; setting tags: HTTP status 503\); left for bridge sync /`,
+		`(?m)^  once end +recorded on the run$`,
+		`(?m)^  never end +not recorded \(after \d+ tries over [0-9.]+m?s: HTTP status 503; setting tags: HTTP status 503\); record it later with: bridge sync /`,
 	} {
 		if !regexp.MustCompile(want).MatchString(r) {
 			t.Errorf("report:\n%s\nwant %q", r, want)

@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bridge-dev/bridge/advice"
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/promexport"
 	"github.com/bridge-dev/bridge/spool"
@@ -74,7 +76,7 @@ type Session struct {
 	spoolRemoved bool // closeSpool removed the delivered file
 
 	// ends says, per sink, what became of the end of the job on its
-	// tracker, for the table: "recorded", or why not and what records it
+	// tracker, for the table: endRecorded, or why not and what records it
 	// ("" when there is no run to record it on, or Finish did not run).
 	ends []string
 
@@ -97,6 +99,23 @@ type Session struct {
 	off          []TrackerOff  // trackers off for the job, for the table
 
 	fwdCancel context.CancelFunc
+
+	// The run's tick (tick.go): it reads acc under accMu, which take holds
+	// while it adds a sample; perStep is the job's energy per step it last
+	// read (float64 bits, 0: none), which each sample then carries.
+	accMu      sync.Mutex
+	perStep    atomic.Uint64
+	tickers    []*tickSink
+	tickCtx    context.Context
+	tickCancel context.CancelFunc
+	tickDone   chan struct{}
+	opened     time.Time // for the cost, from here to the end
+
+	// What Finish found for the table: the advice, the energy per step,
+	// the cost (nil without a price).
+	endAdvice  advice.Advice
+	endPerStep jobrun.Progress
+	endCost    *advice.Cost
 }
 
 // Open records the attempt in the spool and starts forwarding to the
@@ -127,6 +146,7 @@ func Open(o Options) *Session {
 		sampler:      metrics.NewSampler(o.Collectors, o.Settings.CollectTimeout, o.Log),
 		sources:      o.Sources,
 		phase:        o.Phase,
+		opened:       now,
 		stopS:        make(chan struct{}),
 		doneS:        make(chan struct{}),
 		ended:        make(chan struct{}),
@@ -148,6 +168,7 @@ func Open(o Options) *Session {
 		s.log.Info("spooling samples", "path", abs)
 	}
 	s.startForwarders()
+	s.startTick()
 	// After the forwarders exist: /metrics reads their counters.
 	s.serveMetrics()
 	return s

@@ -128,7 +128,7 @@ func open(t *testing.T, set config.Config, cs []metrics.Collector, mem MemoryPro
 
 func report(s *Session) string {
 	var b bytes.Buffer
-	s.Report(&b, "end")
+	s.Report(&b, Ending{Title: "end"})
 	return b.String()
 }
 
@@ -160,7 +160,7 @@ func TestSessionOrderAndShutdown(t *testing.T) {
 	if n := s.Acc().Samples(); n != taken {
 		t.Errorf("accumulator has %d samples, want %d", n, taken)
 	}
-	if r := report(s); !strings.Contains(r, "ok run r1: ") || strings.Contains(r, "unsent") || strings.Contains(r, "collector") {
+	if r := report(s); !strings.Contains(r, fmt.Sprintf("  fake      %d samples sent to run r1\n", taken)) || strings.Contains(r, "not sent") || strings.Contains(r, "collector") {
 		t.Errorf("report:\n%s\nwant every sample sent to run r1, and no collector row (none failed)", r)
 	}
 
@@ -205,7 +205,7 @@ func TestSessionDropsAreTheSpools(t *testing.T) {
 	if n := strings.Count(logs.String(), "dropping the oldest samples"); n != 1 {
 		t.Errorf("%d warnings for %d drops, want 1:\n%s", n, lost, logs.String())
 	}
-	if r := report(s); !strings.Contains(r, fmt.Sprintf("%d dropped from the full memory buffer", lost)) {
+	if r := report(s); !strings.Contains(r, fmt.Sprintf("%d of them were dropped from the full memory buffer", lost)) {
 		t.Errorf("report:\n%s\nwant the %d dropped samples", r, lost)
 	}
 }
@@ -279,7 +279,7 @@ func TestSessionHungSink(t *testing.T) {
 				t.Fatal("Stop did not return with a hung sink")
 			}
 			s.Finish(tracker.EndInfo{Time: time.Now()})
-			if r := report(s); !strings.Contains(r, "unsent (in ") {
+			if r := report(s); !strings.Contains(r, " not sent: upload them with: bridge sync ") {
 				t.Errorf("report:\n%s\nwant the unsent samples", r)
 			}
 		})
@@ -464,8 +464,8 @@ func TestSessionReportsFailedCollector(t *testing.T) {
 	s.Finish(tracker.EndInfo{Time: time.Now()})
 	r := report(s)
 	runs := f.calls()
-	want := fmt.Sprintf(`collector flaky +failed %d of %d runs`, (runs+1)/2, runs)
-	if !regexp.MustCompile(want).MatchString(r) || !strings.Contains(r, "last error: reading /sys/x: input/output error") {
+	want := fmt.Sprintf(`collector flaky +failed in %d of its %d runs`, (runs+1)/2, runs)
+	if !regexp.MustCompile(want).MatchString(r) || !strings.Contains(r, "its last error: reading /sys/x: input/output error") {
 		t.Errorf("report:\n%s\nwant %q and the last error", r, want)
 	}
 	if strings.Contains(r, "collector counter") {

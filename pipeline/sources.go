@@ -45,6 +45,7 @@ type Sources struct {
 	memory   MemoryProbe        // the first collector's that offers one; nil: none
 	partial  []partial
 	xids     []metrics.XidReporter
+	procs    metrics.ProcessLister // the first collector's that walks the child's tree; nil: none
 	failures []metrics.FailureCounter
 	// peakStart is the memory high-water mark before the job (StartTags);
 	// nil: not read.
@@ -150,6 +151,9 @@ func (s *Sources) offers(c metrics.Collector, on []metrics.Scope) {
 	}
 	if x, ok := c.(metrics.XidReporter); ok {
 		s.xids = append(s.xids, x)
+	}
+	if p, ok := c.(metrics.ProcessLister); ok && s.procs == nil {
+		s.procs = p
 	}
 	if f, ok := c.(metrics.FailureCounter); ok {
 		s.failures = append(s.failures, f)
@@ -341,6 +345,16 @@ func (s *Sources) XidEvents() []metrics.XidEvent {
 		out = append(out, x.XidEvents()...)
 	}
 	return out
+}
+
+// Processes are the child's processes in the last sample that found its
+// tree (forensics: the process an OOM kill most likely took); empty
+// without a collector that walks it.
+func (s *Sources) Processes() metrics.ProcessList {
+	if s.procs == nil {
+		return metrics.ProcessList{}
+	}
+	return s.procs.LastProcesses()
 }
 
 // Detected is what `bridge sample` reports about the machine: each

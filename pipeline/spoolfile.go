@@ -211,39 +211,36 @@ func (s *Session) closeSpool(ctx context.Context) {
 // went wrong with it; a spool that simply worked gets one short row.
 func (s *Session) spoolRows() []summary.Row {
 	st := s.spool.Stats()
-	where := s.spool.Path()
-	if s.spoolRemoved {
-		where = "removed (every sample delivered)"
-	}
 	if s.spool.InMemory() {
-		v := "none (it could not be opened): samples went to the trackers from memory"
+		v := "none: it could not be opened, so the samples went to the trackers from memory"
 		if st.LostUnwritten > 0 {
-			v += fmt.Sprintf("; %d dropped from the full memory buffer", st.LostUnwritten)
+			v += fmt.Sprintf("; %d of them were dropped from the full memory buffer", st.LostUnwritten)
 		}
 		return []summary.Row{{What: "spool", Value: v}}
 	}
 	var notes []string
 	if st.Outages > 0 {
-		notes = append(notes, fmt.Sprintf("writing failed %d times (%d outages)", st.WriteFailures, st.Outages))
+		notes = append(notes, fmt.Sprintf("writing to it failed %d %s, in %d %s", st.WriteFailures, plural(int(st.WriteFailures), "time", "times"),
+			st.Outages, plural(int(st.Outages), "outage", "outages")))
 	}
 	if st.Buffered > 0 && st.Stalled == "" {
 		// Closed with records still in memory: the file failed to the end.
-		notes = append(notes, fmt.Sprintf("%d records never written (the file could not be written)", st.Buffered))
+		notes = append(notes, fmt.Sprintf("%d records were never written: the file could not be written", st.Buffered))
 	}
 	if st.LostUnwritten > 0 {
-		notes = append(notes, fmt.Sprintf("%d samples dropped from the full memory buffer", st.LostUnwritten))
+		notes = append(notes, fmt.Sprintf("%d samples were dropped from the full memory buffer", st.LostUnwritten))
 	}
 	if st.DroppedByCap > 0 || st.Compactions > 0 {
-		notes = append(notes, fmt.Sprintf("size cap: %d undelivered samples dropped in %d rewrites", st.DroppedByCap, st.Compactions))
+		notes = append(notes, fmt.Sprintf("its size cap (--spool-max-size) dropped %d undelivered samples in %d rewrites", st.DroppedByCap, st.Compactions))
 	}
 	if st.PointsLeftOut > 0 {
 		notes = append(notes, leftOutNote(st))
 	}
 	if st.BadValues > 0 {
-		notes = append(notes, fmt.Sprintf("%d values that are not numbers skipped", st.BadValues))
+		notes = append(notes, fmt.Sprintf("%d values that are not numbers were skipped", st.BadValues))
 	}
 	if st.BadLines > 0 {
-		notes = append(notes, fmt.Sprintf("%d unreadable lines skipped (lines %v)", st.BadLines, st.BadLineNums))
+		notes = append(notes, fmt.Sprintf("%d unreadable lines were skipped (lines %v)", st.BadLines, st.BadLineNums))
 	}
 	if st.TornTail {
 		notes = append(notes, "a torn last line was repaired")
@@ -252,7 +249,10 @@ func (s *Session) spoolRows() []summary.Row {
 		notes = append(notes, fmt.Sprintf("the disk stalled (its %s had not returned when bridge exited): %d records not known to be written, %d bytes written but not fsynced",
 			st.Stalled, st.Buffered, st.Unsynced))
 	}
-	v := fmt.Sprintf("%s: %d samples written", where, st.Written)
+	v := fmt.Sprintf("%d samples written to %s", st.Written, s.spool.Path())
+	if s.spoolRemoved {
+		v = fmt.Sprintf("%d samples written; every one reached every tracker, so the file was removed", st.Written)
+	}
 	if len(notes) > 0 {
 		v += "; " + strings.Join(notes, "; ")
 	}
@@ -271,5 +271,5 @@ func leftOutNote(st spool.Stats) string {
 	if st.LongNames > 0 {
 		parts = append(parts, fmt.Sprintf("%d named in more than %d bytes", st.LongNames, spool.MaxKey))
 	}
-	return fmt.Sprintf("%d points left out over the bounds of a sample (%s)", st.PointsLeftOut, strings.Join(parts, "; "))
+	return fmt.Sprintf("%d points were left out of samples over a sample's bounds (%s)", st.PointsLeftOut, strings.Join(parts, "; "))
 }

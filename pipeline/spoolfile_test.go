@@ -121,7 +121,7 @@ func TestSessionWithoutSpoolFile(t *testing.T) {
 	if got, taken := len(sink.received()), s.Acc().Samples(); got != taken {
 		t.Errorf("sink got %d samples of %d", got, taken)
 	}
-	if r := report(s); !strings.Contains(r, "none (it could not be opened)") || strings.Contains(r, "unsent") {
+	if r := report(s); !strings.Contains(r, "none: it could not be opened") || strings.Contains(r, "not sent") {
 		t.Errorf("report:\n%s\nwant the spool row to say there is none, and nothing unsent", r)
 	}
 }
@@ -183,7 +183,7 @@ func TestLateStartDefaultSpoolRemoved(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("the delivered default spool of a late run was kept (%v):\n%s", err, report(s))
 	}
-	if r := report(s); !strings.Contains(r, "removed (every sample delivered)") || strings.Contains(r, "never written") {
+	if r := report(s); !strings.Contains(r, "every one reached every tracker, so the file was removed") || strings.Contains(r, "never written") {
 		t.Errorf("report:\n%s\nwant the spool row to say it was removed, and nothing of records never written", r)
 	}
 }
@@ -194,7 +194,7 @@ func TestLeftOutNoteNamesWhat(t *testing.T) {
 	st := spool.Stats{PointsLeftOut: 30013, LongNames: 1}
 	st.LeftOutByTier[spool.TierInstance] = 30012
 	st.LeftOutExample[spool.TierInstance] = "node_infiniband_<device>_port_<port>_receive_megabytes_per_second"
-	want := "30013 points left out over the bounds of a sample (30012 per port or device, e.g. node_infiniband_<device>_port_<port>_receive_megabytes_per_second; 1 named in more than 250 bytes)"
+	want := "30013 points were left out of samples over a sample's bounds (30012 per port or device, e.g. node_infiniband_<device>_port_<port>_receive_megabytes_per_second; 1 named in more than 250 bytes)"
 	if got := leftOutNote(st); got != want {
 		t.Errorf("note\n%s\nwant\n%s", got, want)
 	}

@@ -41,16 +41,16 @@ func (o TrackerOff) row(sp *spool.Spool) summary.Row {
 	var v string
 	switch {
 	case o.Mode != nil && o.Mode.RunID != "" && sp.InMemory():
-		v = fmt.Sprintf("offline (%s): the child's run %s is on disk; bridge's samples: no spool file, only in this table", o.Why, o.Mode.RunID)
+		v = fmt.Sprintf("offline (%s): the child's run %s is on disk; bridge's samples are only in this table: there is no spool file", o.Why, o.Mode.RunID)
 	case o.Mode != nil && o.Mode.RunID != "":
 		v = fmt.Sprintf("offline (%s): the child's run %s is on disk; upload it with %s, then bridge's samples with %s (%s): both land in run %s",
 			o.Why, o.Mode.RunID, o.Mode.Upload, SyncCommand(sp.Path()), o.Mode.On, o.Mode.RunID)
 	case o.Mode != nil:
 		v = "off (" + o.Why + ")"
 	case sp.InMemory():
-		v = "off: " + o.Why + "; no spool file: the samples are only in this table"
+		v = "off: " + o.Why + "; there is no spool file, so the samples are only in this table"
 	default:
-		v = "off: " + o.Why + "; the samples are in " + sp.Path() + "; then " + SyncCommand(sp.Path()) + " uploads them"
+		v = "off: " + o.Why + "; upload the samples to it later with: " + SyncCommand(sp.Path())
 	}
 	return summary.Row{What: o.Tracker, Value: v}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bridge-dev/bridge/advice"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/stats"
 	"github.com/bridge-dev/bridge/summary"
@@ -34,6 +35,13 @@ type Figures struct {
 	InfinibandMBps        *metrics.Float `json:"infiniband_megabytes_per_second,omitempty"`
 	GPUXidErrors          *metrics.Float `json:"gpu_xid_errors,omitempty"`
 	GPUECCUncorrected     *metrics.Float `json:"gpu_ecc_uncorrected_errors,omitempty"`
+	// CPUPercentileCores is the CPU use advice.CPUPercentile of the run
+	// stayed under; the suggestions are advice.Suggest's, the cost the
+	// node's at the prices it was given (a tag only).
+	CPUPercentileCores     *metrics.Float `json:"cpu_p90_cores,omitempty"`
+	SuggestedMemoryLimitMB *metrics.Float `json:"suggested_memory_limit_megabytes,omitempty"`
+	SuggestedCPUCores      *metrics.Float `json:"suggested_cpu_cores,omitempty"`
+	Cost                   *metrics.Float `json:"cost,omitempty"`
 }
 
 // keepValid leaves out (nil) each figure outside the range of the series
@@ -52,6 +60,8 @@ func (f *Figures) keepValid() (refused []string) {
 		{&f.NodeCPUEnergyJoules, metrics.NodeCPUEnergy}, {&f.NetworkMBps, metrics.NetnsReceiveRate},
 		{&f.InfinibandMBps, metrics.InfinibandReceiveRate}, {&f.GPUXidErrors, metrics.GPUXidErrors},
 		{&f.GPUECCUncorrected, metrics.GPUECCUncorrected},
+		{&f.CPUPercentileCores, metrics.ContainerCPUUsage}, {&f.SuggestedMemoryLimitMB, metrics.ContainerMemoryLimit},
+		{&f.SuggestedCPUCores, metrics.ContainerCPULimit}, {&f.Cost, costDesc},
 	} {
 		if *x.v != nil && !x.d.Range().Holds((*x.v).Float64()) {
 			refused = append(refused, f.jsonName(x.v)+"="+strconv.FormatFloat((*x.v).Float64(), 'g', -1, 64))
@@ -120,11 +130,13 @@ func readsOverTime(d *metrics.Desc) bool { return reads(d) && slices.Contains(ov
 // Point is one value of a series.
 type Point = stats.Point
 
-// read is one series a node's figures are made of, and its Stat.
+// read is one series a node's figures are made of, its Stat, and for the
+// container's CPU its distribution (nil where not read).
 type read struct {
 	name string
 	d    *metrics.Desc
 	st   stats.Stat
+	dist *stats.Dist
 }
 
 // fromAccumulator is every series the report uses, from what a node's
@@ -138,7 +150,7 @@ func fromAccumulator(a *summary.Accumulator) []read {
 			d, _ = series.Lookup(name)
 		}
 		if d != nil && reads(d) {
-			out = append(out, read{name, d, st})
+			out = append(out, read{name, d, st, a.Dist(d)})
 		}
 	})
 	return out
@@ -166,6 +178,9 @@ func figuresOf(rs []read, samples int) Figures {
 			// As in the end-of-run table: over steady windows.
 			peak, mean, _ := st.Rate()
 			f.CPUMeanCores, f.CPUPeakCores = num(mean), num(peak)
+			if p, ok := r.dist.Percentile(advice.CPUPercentile); ok {
+				f.CPUPercentileCores = num(p)
+			}
 		case metrics.ContainerCPULimit:
 			if st.Last > 0 {
 				f.CPULimitCores = num(st.Last)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/advice"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/metrics"
@@ -40,6 +41,11 @@ var (
 		{"throttled_pct", forensics.TagThrottledShare},
 		{"gpu_j", summary.TagEnergyGPUs},
 		{"cpu_j", summary.TagEnergyNodeCPU},
+		{"dur_s", forensics.TagCommandDuration},
+		{"tree_rss_mb", forensics.TagPeakProcessRSS},
+		{"sug_mem_mb", advice.TagSuggestedMemory},
+		{"sug_cpu", advice.TagSuggestedCPU},
+		{"cost", advice.TagCost},
 		{"why", forensics.TagExitReasonDetail},
 	}
 	// lineFigures: the figures that have no tag of their own.

@@ -1,11 +1,13 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bridge-dev/bridge/internal/printable"
@@ -30,8 +32,13 @@ var columns = []column{
 	}},
 	{"reason", func(n *Node) string { return n.Reason }},
 	{"consequence", func(n *Node) string { return n.Consequence }},
-	{"ended (UTC)", func(n *Node) string {
-		return strings.TrimSuffix(strings.Replace(n.Ended, "T", " ", 1), "Z")
+	{"started (UTC)", func(n *Node) string { return utc(n.Started) }},
+	{"ended (UTC)", func(n *Node) string { return utc(n.Ended) }},
+	{"ran", func(n *Node) string {
+		if n.DurationSeconds == nil {
+			return ""
+		}
+		return summary.Duration(time.Duration(n.DurationSeconds.Float64() * float64(time.Second)))
 	}},
 	{"clock", func(n *Node) string { return n.EndedClock }},
 	{"working set", func(n *Node) string {
@@ -43,6 +50,12 @@ var columns = []column{
 			return "peak " + s + " (the kernel's)"
 		}
 		return "peak " + s
+	}},
+	{"process tree", func(n *Node) string {
+		if n.ProcessTreePeakRSSMB == nil {
+			return ""
+		}
+		return fmt.Sprintf("peak RSS %.1f MB", n.ProcessTreePeakRSSMB.Float64())
 	}},
 	{"CPU", func(n *Node) string {
 		if n.CPUMeanCores == nil {
@@ -77,7 +90,13 @@ var columns = []column{
 		return fmt.Sprint(n.Samples)
 	}},
 	{"differs from the job", func(n *Node) string { return strings.Join(n.Differs, "; ") }},
+	{"next run asks for", suggested},
+	{"never used", func(n *Node) string { return strings.Join(n.Unused, "; ") }},
+	{"cost", func(n *Node) string { return f(n.Cost, "%.2f") }},
 }
+
+// utc is a time of the report (timeLayout) for a table cell.
+func utc(t string) string { return strings.TrimSuffix(strings.Replace(t, "T", " ", 1), "Z") }
 
 func f(v *metrics.Float, format string) string {
 	if v == nil {
@@ -241,6 +260,9 @@ func (r *Report) Markdown(w io.Writer) error {
 	if r.FailureTagDisagrees != "" {
 		b.WriteString("**The first failure tag disagrees with the nodes:** " + printable.Markdown(r.FailureTagDisagrees) + "\n\n")
 	}
+	if s := r.JobLine(); s != "" {
+		b.WriteString("**Energy and cost:** " + s + "\n\n")
+	}
 	heads, cells := r.table()
 	b.WriteString("| " + strings.Join(heads, " | ") + " |\n|")
 	for range heads {
@@ -253,7 +275,9 @@ func (r *Report) Markdown(w io.Writer) error {
 		}
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
-	b.WriteString("\n" + r.footnote() + "\n")
+	if f := r.footnote(); f != "" {
+		b.WriteString("\n" + f + "\n")
+	}
 	for _, n := range r.Notes {
 		b.WriteString("\n- " + printable.Markdown(n))
 	}
@@ -264,7 +288,12 @@ func (r *Report) Markdown(w io.Writer) error {
 	return err
 }
 
+// footnote says how a job's nodes are read against each other; "" for a
+// run of one node, which has none to compare.
 func (r *Report) footnote() string {
+	if !r.multi {
+		return ""
+	}
 	return fmt.Sprintf("Each node's end time is its own clock's; the clocks are assumed NTP-close. A node stopped (SIGTERM, SIGKILL) within %.0f minutes after the first failure is its consequence. Differs from the job: %s.",
 		ConsequenceWindow.Minutes(), DiffersRule)
 }
@@ -273,7 +302,11 @@ func (r *Report) footnote() string {
 // every value read from the run on one line, its control characters
 // escaped (printable.Line).
 func (r *Report) Text(w io.Writer) error {
-	fmt.Fprintf(w, "run %s\n%s\n\n", printable.Line(r.Run), printable.Line(r.headline()))
+	fmt.Fprintf(w, "run %s\n%s\n", printable.Line(r.Run), printable.Line(r.headline()))
+	if s := r.JobLine(); s != "" {
+		fmt.Fprintf(w, "%s\n", s)
+	}
+	fmt.Fprintln(w)
 	heads, cells := r.table()
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(heads, "\t"))
@@ -289,20 +322,29 @@ func (r *Report) Text(w io.Writer) error {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", printable.Line(n))
 	}
-	_, err := fmt.Fprintf(w, "\n%s\n", r.footnote())
-	return err
+	if f := r.footnote(); f != "" {
+		_, err := fmt.Fprintf(w, "\n%s\n", f)
+		return err
+	}
+	return nil
 }
 
 // JSON is the report as `bridge report --json` prints it and the run's
 // bridge-report.json holds.
+// Its text is as read ("->", "<", "&" themselves: it is no HTML page).
 func (r *Report) JSON() []byte {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
 		// Cannot happen: every field is a string, an int, a finite
 		// metrics.Float or a list of them. Said, never a panic.
-		b, _ = json.Marshal(map[string]string{"run": r.Run, "error": "the report could not be encoded: " + err.Error()})
+		b.Reset()
+		enc.SetIndent("", "")
+		enc.Encode(map[string]string{"run": r.Run, "error": "the report could not be encoded: " + err.Error()})
 	}
-	return append(b, '\n')
+	return b.Bytes()
 }
 
 // SummaryMax is the longest Summary, in characters (code points): the
@@ -315,6 +357,9 @@ const SummaryMax = 8000
 // that fit, whole, and says how many it left out.
 func (r *Report) Summary() string {
 	lines := []string{printable.Line(r.headline())}
+	if s := r.JobLine(); s != "" {
+		lines = append(lines, s)
+	}
 	heads, cells := r.table()
 	for _, row := range cells {
 		var parts []string

@@ -63,6 +63,15 @@ type Report struct {
 	// out, out of their series' range (a tag that says 1e306 MB); Notes
 	// name them.
 	ValuesRefused int `json:"values_refused,omitempty"`
+	// The job's energy (every node's GPUs and CPU packages), the largest
+	// step its run's own series reached and the energy per step; the
+	// job's cost (every node's that has one). Left out where not known.
+	EnergyJoules        *metrics.Float `json:"energy_joules,omitempty"`
+	Steps               int64          `json:"steps,omitempty"`
+	EnergyPerStepJoules *metrics.Float `json:"energy_per_step_joules,omitempty"`
+	Cost                *metrics.Float `json:"cost,omitempty"`
+
+	multi bool // a multi-node job's run (TagJobKey), not a single run's
 }
 
 // StatusMissing is the status of a node the job expected (TagNodes) that
@@ -127,14 +136,25 @@ type Node struct {
 	// first failure's node.
 	Consequence   string `json:"consequence,omitempty"`
 	ConsequenceOf string `json:"consequence_of,omitempty"`
-	Ended         string `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
-	EndedClock    string `json:"ended_clock,omitempty"` // that clock's source
+	// Started is when the node's command started, and DurationSeconds
+	// how long it ran, as its bridge recorded them at its end.
+	Started         string         `json:"started,omitempty"` // RFC 3339, UTC
+	DurationSeconds *metrics.Float `json:"duration_seconds,omitempty"`
+	Ended           string         `json:"ended,omitempty"`       // RFC 3339, UTC, by the node's own clock
+	EndedClock      string         `json:"ended_clock,omitempty"` // that clock's source
+	// ProcessTreePeakRSSMB is the highest RSS of the command's process
+	// tree (all its processes together).
+	ProcessTreePeakRSSMB *metrics.Float `json:"process_tree_peak_rss_megabytes,omitempty"`
 	// PeakWorkingSetSource says where the peak comes from: the samples, or
 	// the kernel's high-water mark where the node was OOM-killed.
 	PeakWorkingSetSource string `json:"peak_working_set_source,omitempty"`
 	Figures
 	// Differs lists why the node differs from the job (DiffersRule).
 	Differs []string `json:"differs,omitempty"`
+	// Unused says each limit the node's job left mostly unused
+	// (advice.Suggest); CostBasis how its Cost was reckoned.
+	Unused    []string `json:"unused,omitempty"`
+	CostBasis string   `json:"cost_basis,omitempty"`
 }
 
 // Run is what the report reads of a run.
@@ -144,6 +164,9 @@ type Run struct {
 	EndTime time.Time // zero while the run is active
 	Tags    map[string]string
 	Latest  map[string]float64 // every metric key's last value
+	// Step is the largest step the run's own series reached (the training
+	// script's, not bridge's system/ series), 0 when it has none.
+	Step int64
 }
 
 // History reads every point of one metric key of the run, oldest first.
@@ -190,7 +213,7 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 // from that run (its latest values, then its series), for at most
 // rd.MaxNodeRuns nodes; the others are named in a note.
 func BuildRead(ctx context.Context, run Run, rd Read) (*Report, error) {
-	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}}
+	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}, multi: run.Tags[TagJobKey] != ""}
 	nodes := nodesOf(run)
 	ends := endsOf(run, nodes)
 	rep.setFirstFailure(run, ends)
@@ -211,6 +234,10 @@ func BuildRead(ctx context.Context, run Run, rd Read) (*Report, error) {
 		if !rec.ended.IsZero() {
 			row.Ended = rec.ended.Format(timeLayout)
 		}
+		if !rec.started.IsZero() {
+			row.Started = rec.started.Format(timeLayout)
+		}
+		row.DurationSeconds, row.ProcessTreePeakRSSMB = rec.duration, rec.treeRSS
 		if row.Consequence = consequence(rep.FirstFailure, n.id, rec); row.Consequence != "" {
 			row.ConsequenceOf = rep.FirstFailure.Node
 		}
@@ -256,6 +283,7 @@ func BuildRead(ctx context.Context, run Run, rd Read) (*Report, error) {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d out of range, left out: %s", n.id, len(refused), strings.Join(refused, "; ")))
 		}
 		fromTags(&row, rec)
+		advise(&row, rec)
 		rep.Nodes = append(rep.Nodes, row)
 	}
 	rep.missing(run, nodes)
@@ -263,6 +291,7 @@ func BuildRead(ctx context.Context, run Run, rd Read) (*Report, error) {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the run of node %s of a multi-node job: the job's run is %s (bridge report %s)",
 			run.Tags["bridge.node_id"], parent, parent))
 	}
+	rep.jobFigures(run)
 	byNode(rep.Nodes)
 	differs(rep.Nodes)
 	if len(notRead) > 0 {
@@ -300,6 +329,7 @@ func fromTags(row *Node, rec record) {
 		{&row.MemoryLimitMB, rec.limitMB}, {&row.CPULimitCores, rec.cpuLimit},
 		{&row.ThrottledSharePercent, rec.throttled},
 		{&row.GPUEnergyJoules, rec.gpuJoules}, {&row.NodeCPUEnergyJoules, rec.cpuJoules},
+		{&row.SuggestedMemoryLimitMB, rec.suggestedMB}, {&row.SuggestedCPUCores, rec.suggestedCPU}, {&row.Cost, rec.cost},
 	} {
 		if f.v != nil {
 			*f.dst = f.v
@@ -419,7 +449,7 @@ func (n node) readFigures(ctx context.Context, latest map[string]float64, histor
 		if !readsOverTime(d) {
 			var st stats.Stat
 			st.Add(time.Time{}, latest[key], 0)
-			rs = append(rs, read{name, d, st})
+			rs = append(rs, read{name, d, st, nil})
 			continue
 		}
 		if history == nil {
@@ -434,7 +464,11 @@ func (n node) readFigures(ctx context.Context, latest map[string]float64, histor
 			continue
 		}
 		st := stats.Fold(pts)
-		rs = append(rs, read{name, d, st})
+		var dist *stats.Dist
+		if d == metrics.ContainerCPUUsage {
+			dist = stats.FoldDist(stats.CPUDist(), pts)
+		}
+		rs = append(rs, read{name, d, st, dist})
 		if samples == 0 {
 			samples = st.N
 		}

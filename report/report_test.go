@@ -294,6 +294,27 @@ func TestSingleRun(t *testing.T) {
 	if rep.FirstFailure == nil || rep.FirstFailure.Node != "box" || rep.FirstFailure.Reason != "app_error" {
 		t.Errorf("first failure %+v", rep.FirstFailure)
 	}
+	// One node: nothing to compare it with, so no word of how a job's
+	// nodes are compared.
+	var md, text bytes.Buffer
+	rep.Markdown(&md)
+	rep.Text(&text)
+	for _, out := range []string{md.String(), text.String()} {
+		if strings.Contains(out, "NTP-close") || strings.Contains(out, "Differs from the job") {
+			t.Errorf("a single run's report carries the multi-node footer:\n%s", out)
+		}
+	}
+}
+
+// The JSON writes text as it is: "->", "<" and "&" are no HTML.
+func TestJSONNotEscapedAsHTML(t *testing.T) {
+	tags := map[string]string{"bridge.hostname": "box", "bridge.exit_code": "137", "bridge.exit_reason": "cgroup_oom_kill",
+		"bridge.exit_reason_detail": "oom_kill 0 -> 1, <limit> & more"}
+	rep, _ := Build(context.Background(), Run{ID: "r1", Status: "FAILED", Tags: tags}, nil)
+	js := string(rep.JSON())
+	if !strings.Contains(js, `"oom_kill 0 -> 1, <limit> & more"`) || strings.Contains(js, `\u00`) || !strings.HasSuffix(js, "}\n") {
+		t.Errorf("JSON:\n%s", js)
+	}
 }
 
 // The JSON has the issue's shape; the Markdown and text have a row a node
@@ -337,6 +358,9 @@ func TestRender(t *testing.T) {
 	}
 	if n := strings.Count(md.String(), "\n| node-"); n != 3 {
 		t.Errorf("%d rows in the Markdown table, want 3:\n%s", n, &md)
+	}
+	if !strings.Contains(text.String(), "NTP-close") || !strings.Contains(md.String(), "NTP-close") {
+		t.Errorf("a job's report lacks how its nodes are compared:\n%s\n%s", &text, &md)
 	}
 	if lines := strings.Split(strings.TrimSpace(rep.Summary()), "\n"); len(lines) != 4 || !strings.HasPrefix(lines[2], "node-1: status FAILED") {
 		t.Errorf("summary:\n%s", rep.Summary())

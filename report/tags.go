@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/advice"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
@@ -37,12 +38,15 @@ const (
 type record struct {
 	status, reason, detail, signal, clock string
 	exitCode                              *int
-	ended                                 time.Time // zero: not recorded
-	figures                               *Figures  // nil: the node recorded none
+	ended, started                        time.Time // zero: not recorded
+	duration, treeRSS                     *metrics.Float
+	figures                               *Figures // nil: the node recorded none
 	peakMB, kernelPeakMB                  *metrics.Float
 	peakSource                            string
 	limitMB, cpuLimit, throttled          *metrics.Float
 	gpuJoules, cpuJoules                  *metrics.Float
+	suggestedMB, suggestedCPU, cost       *metrics.Float // the node's advice and cost (package advice)
+	unused, costBasis                     string
 	run                                   string // a state line's: the node's own run, where its series are
 	// refused are the numbers left out, out of their series' range:
 	// "tag=value", "tag name=value" for a figure of TagFigures.
@@ -94,12 +98,23 @@ func recordFrom(get, name func(tag string) string) record {
 	if ms, err := strconv.ParseInt(get("bridge.ended"), 10, 64); err == nil && ms > 0 {
 		r.ended = time.UnixMilli(ms).UTC()
 	}
+	if t, err := time.Parse(time.RFC3339Nano, get(forensics.TagCommandStarted)); err == nil {
+		r.started = t.UTC()
+	}
+	if v, ok := number(get(forensics.TagCommandDuration)); ok {
+		r.duration = r.inRange(name(forensics.TagCommandDuration), v, metrics.UnitSeconds.Range())
+	}
 	r.peakMB = figure(forensics.TagPeakWorkingSet, metrics.ContainerMemoryWorkingSet)
 	r.limitMB = figure("bridge.memory_limit_megabytes", metrics.ContainerMemoryLimit) // "no limit": nil
 	r.cpuLimit = figure("bridge.cpu_limit_cores", metrics.ContainerCPULimit)
 	r.throttled = figure(forensics.TagThrottledShare, metrics.ContainerCPUThrottledPeriods)
+	r.treeRSS = figure(forensics.TagPeakProcessRSS, metrics.ProcessMemoryRSS)
 	r.gpuJoules = figure(summary.TagEnergyGPUs, metrics.GPUEnergy)
 	r.cpuJoules = figure(summary.TagEnergyNodeCPU, metrics.NodeCPUEnergy)
+	r.suggestedMB = figure(advice.TagSuggestedMemory, metrics.ContainerMemoryLimit)
+	r.suggestedCPU = figure(advice.TagSuggestedCPU, metrics.ContainerCPULimit)
+	r.cost = figure(advice.TagCost, costDesc)
+	r.unused, r.costBasis = get(advice.TagUnused), get(advice.TagCostBasis)
 	// The kernel's high-water mark of usage, for a bridge that predates
 	// the peak's source tag (fromTags): the peak-usage tag only where its
 	// source says it is the kernel's (it falls back to the samples), else
@@ -125,7 +140,12 @@ func recordFrom(get, name func(tag string) string) record {
 // within d's range (so finite); nil, and what noted as refused, when it is
 // not.
 func (r *record) within(what string, v float64, d *metrics.Desc) *metrics.Float {
-	if d.Range().Holds(v) {
+	return r.inRange(what, v, d.Range())
+}
+
+// inRange is within for a figure of no series, by its unit's range.
+func (r *record) inRange(what string, v float64, rng metrics.Range) *metrics.Float {
+	if rng.Holds(v) {
 		return num(v)
 	}
 	r.refused = append(r.refused, what+"="+strconv.FormatFloat(v, 'g', -1, 64))

@@ -89,6 +89,8 @@ func TestReportReadsWhatTheBridgeWrites(t *testing.T) {
 		Source: summary.SourceKernelPeak + " memory.peak at the OOM kill", SharePercent: 100, ShareKnown: true}
 	e.Memory.PeakUsage = summary.Figure{Value: 250, Known: true, Expected: true, Source: summary.SourceKernelPeak + " memory.peak"}
 	e.ThrottledShare = forensics.Reading{Value: 12.5, Known: true, Expected: true}
+	e.PeakProcessRSS = forensics.Reading{Value: 180.26, Known: true, Expected: true}
+	e.Start, e.ExitTime = time.Date(2026, 12, 7, 17, 25, 25, 969e6, time.UTC), time.Date(2026, 12, 7, 17, 27, 27, 69e6, time.UTC)
 	tags := v.Tags(e)
 	tags[summary.TagEnergyGPUs], tags[summary.TagEnergyNodeCPU] = "1000.0", "500.0"
 	tags["bridge.status"] = "FAILED"
@@ -106,6 +108,10 @@ func TestReportReadsWhatTheBridgeWrites(t *testing.T) {
 	}
 	if n.PeakWorkingSetMB == nil || n.PeakWorkingSetMB.Float64() != 250 || n.PeakWorkingSetSource != e.Memory.PeakWorkingSet.Source {
 		t.Errorf("peak %v (%s), want the bridge's 250 (%s)", deref(n.PeakWorkingSetMB), n.PeakWorkingSetSource, e.Memory.PeakWorkingSet.Source)
+	}
+	if n.Started != "2026-12-07T17:25:25.969Z" || deref(n.DurationSeconds) != 121.1 || deref(n.ProcessTreePeakRSSMB) != 180.3 {
+		t.Errorf("started %q, ran %v s, process tree %v MB: want the bridge's start, 121.1 s, 180.3 MB",
+			n.Started, deref(n.DurationSeconds), deref(n.ProcessTreePeakRSSMB))
 	}
 	if deref(n.ThrottledSharePercent) != 12.5 || deref(n.GPUEnergyJoules) != 1000.0 || deref(n.NodeCPUEnergyJoules) != 500.0 {
 		t.Errorf("throttled %v, energy %v %v, want 12.5, 1000, 500",

@@ -31,7 +31,8 @@ type attached struct {
 	proc   *supervisor.Watched
 	lock   *attachlock.Lock // nil: not taken
 	me     attachlock.Holder
-	reason string // why attach stopped
+	since  time.Time // when sampling began
+	reason string    // why attach stopped
 }
 
 // Attach is the target of `bridge attach --pid pid --run-id runID` (""
@@ -100,6 +101,7 @@ func (a *attached) cutShort(j *job, sig syscall.Signal, _ string) int {
 // start: the process runs already; its lock says where this attach
 // spools.
 func (a *attached) start(j *job) error {
+	a.since = time.Now()
 	if a.lock == nil {
 		return nil
 	}
@@ -129,7 +131,7 @@ func (a *attached) wait(j *job) ending {
 
 func (a *attached) end(*job) result {
 	return result{end: tracker.EndInfo{Time: time.Now(), Tags: map[string]string{tagAttachEnd: a.reason}},
-		title: "bridge attach: end", rows: []summary.Row{{What: "ended", Value: a.reason}}}
+		title: "bridge attach: end", start: a.since, head: []summary.Row{{What: "ended", Value: "bridge stopped sampling: " + a.reason}}}
 }
 
 func (a *attached) release(j *job) {

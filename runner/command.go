@@ -23,10 +23,14 @@ import (
 // command is `bridge [flags] -- CMD [ARGS...]`: bridge starts CMD as its
 // child (package supervisor), and its exit status is bridge's.
 type command struct {
-	argv  []string
-	lost  *forensics.Lost // an earlier attempt on the spool that was lost
-	child *supervisor.Child
-	exit  supervisor.Exit
+	argv    []string
+	lost    *forensics.Lost // an earlier attempt on the spool that was lost
+	child   *supervisor.Child
+	started time.Time // when the child started
+	exit    supervisor.Exit
+	// klog is the kernel's log from before the child's start: it names
+	// the process an OOM kill took.
+	klog *forensics.KernelLog
 }
 
 // Command is the target of `bridge -- argv`.
@@ -96,6 +100,7 @@ func (c *command) start(j *job) error {
 	// Leftover processes of the child's group get their SIGTERM grace inside
 	// the flush timeout, which counts from the child's exit.
 	grace := min(2*time.Second, max(j.cfg.FlushTimeout, time.Millisecond))
+	c.klog = openKernelLog(j)
 	child, err := supervisor.Start(supervisor.Options{Argv: c.argv, Env: j.started.ChildEnv(os.Environ()), Log: j.log,
 		KillAfter: j.cfg.KillAfter, Grace: grace, Signals: j.early.C})
 	if err != nil {
@@ -105,7 +110,7 @@ func (c *command) start(j *job) error {
 		j.sess.Finish(notRun(code, 0, err.Error()))
 		return exit(code)
 	}
-	c.child = child
+	c.child, c.started = child, time.Now()
 	j.src.SetChild(child.PID(), os.Getpid()) // bridge adopts orphans: the child subreaper (or PID 1)
 	lowerOOMScore(j.log)
 	return nil
@@ -136,11 +141,21 @@ func (c *command) wait(j *job) ending {
 // end: the child's exit, and forensics' verdict on why it ended, each
 // step apart (endStep).
 func (c *command) end(j *job) result {
-	r := result{title: "bridge: end of run", code: c.exit.Code}
+	r := result{title: "bridge: end of run", start: c.started, code: c.exit.Code}
 	r.end.ExitCode, r.end.Signal, r.end.Time, r.end.Tags = c.exit.Code, int(c.exit.Signal), c.exit.Time, c.exit.Tags()
 	var verdictRows []summary.Row
 	endStep(j.log, "the exit's verdict", func() {
-		ev := forensics.FromRun(forensics.Run{Exit: c.exit, Acc: j.sess.Acc(), Xids: j.src.XidEvents(), CgroupVersion: j.src.CgroupVersion()})
+		run := forensics.Run{Exit: c.exit, Acc: j.sess.Acc(), Xids: j.src.XidEvents(), CgroupVersion: j.src.CgroupVersion(),
+			Start: c.started, Processes: j.src.Processes()}
+		// The kernel's log and bridge's cgroup, read within the collect
+		// timeout and the end's own deadline: a read that does not answer
+		// costs the killed process's name, never the exit status.
+		ctx, cancel := context.WithDeadline(context.Background(),
+			earliest(time.Now().Add(j.cfg.CollectTimeout), c.exit.Time.Add(j.cfg.FlushTimeout)))
+		defer cancel()
+		run.Kills, run.KillsWhy = c.klog.Kills(ctx)
+		run.Cgroup = forensics.OwnCgroup(ctx, j.cfg.ProcRoot)
+		ev := forensics.FromRun(run)
 		verdict := forensics.Classify(ev)
 		maps.Copy(r.end.Tags, verdict.Tags(ev))
 		r.end.Status = verdict.Status(ev)
@@ -160,14 +175,24 @@ func (c *command) end(j *job) result {
 			r.end.Tags[report.TagFigures] = report.FiguresTag(j.sess.Acc())
 		})
 	}
-	r.rows = append([]summary.Row{{What: "exit status", Value: c.exit.Describe()}}, verdictRows...)
+	r.head = append([]summary.Row{{What: "exit status", Value: c.exit.Describe()}}, verdictRows...)
 	if c.lost != nil {
-		r.rows = append(r.rows, c.lost.Rows()...)
+		r.head = append(r.head, c.lost.Rows()...)
 	}
 	return r
 }
 
+// openKernelLog opens the kernel's log at its end, before the child
+// starts, within the collect timeout: the OOM kills logged after it are
+// the job's. One that cannot be read says why at the end.
+func openKernelLog(j *job) *forensics.KernelLog {
+	ctx, cancel := context.WithTimeout(j.start, max(j.cfg.CollectTimeout, time.Millisecond))
+	defer cancel()
+	return forensics.OpenKernelLog(ctx, forensics.KernelLogPath)
+}
+
 func (c *command) release(j *job) {
+	c.klog.Close()
 	if c.child != nil {
 		c.child.Release()
 	}

@@ -109,12 +109,14 @@ type ending struct {
 	code     int
 }
 
-// result is what the end of the run records (end), the end-of-run table's
-// title and rows after the measurements, and bridge's exit status.
+// result is what the end of the run records (end), what the end-of-run
+// table is told (the job's span: start to end.Time; the rows that say how
+// it ended), and bridge's exit status.
 type result struct {
 	end   tracker.EndInfo
 	title string
-	rows  []summary.Row
+	start time.Time
+	head  []summary.Row
 	code  int
 }
 
@@ -196,7 +198,9 @@ func Run(ctx context.Context, cfg config.Config, t Target, o Options) (code int,
 	r := t.end(j)
 	endStep(j.log, "recording the end", func() { j.sess.Finish(r.end) })
 	e.done()
-	endStep(j.log, "the end-of-run table", func() { j.sess.Report(o.Stderr, r.title, r.rows...) })
+	endStep(j.log, "the end-of-run table", func() {
+		j.sess.Report(o.Stderr, pipeline.Ending{Title: r.title, Start: r.start, End: r.end.Time, Head: r.head})
+	})
 	return r.code, nil
 }
 

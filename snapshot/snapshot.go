@@ -78,6 +78,7 @@ func (s *Snapshot) JSON(w io.Writer) error {
 		out.Metrics = append(out.Metrics, Point{p.Name(), jsonValue(p.Value), string(p.Desc.Unit), string(p.Desc.Scope), s.Sources[p.Name()]})
 	}
 	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // a path or an error as written: "->", not "-\u003e"
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
 }
@@ -222,10 +223,12 @@ func flat(v any) string {
 	case string:
 		return t
 	default:
-		b, err := json.Marshal(t)
-		if err != nil {
+		var b strings.Builder
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(t); err != nil {
 			return fmt.Sprint(t)
 		}
-		return string(b)
+		return strings.TrimSuffix(b.String(), "\n")
 	}
 }

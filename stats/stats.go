@@ -105,12 +105,34 @@ type Set struct {
 	samples int
 	first   time.Time // when the first sample was taken
 	last    metrics.Sample
+	dists   map[string]func() *Dist // KeepDist's, by name
 }
 
 // series is one Stat of a Set, and its descriptor.
 type series struct {
 	Stat
 	desc *metrics.Desc // nil for a point known by its name only
+	dist *Dist         // nil unless KeepDist asked for it
+}
+
+// KeepDist has the Set keep the distribution of series d's values over
+// the run too (Dist, made by mk when d is first seen), a rate weighted
+// as FoldDist weighs it: fixed memory however long the run. Call it before
+// the first Add.
+func (s *Set) KeepDist(d *metrics.Desc, mk func() *Dist) {
+	if s.dists == nil {
+		s.dists = map[string]func() *Dist{}
+	}
+	s.dists[d.Name] = mk
+}
+
+// Dist is the distribution KeepDist kept of series d, nil when it was not
+// asked for or d never seen.
+func (s *Set) Dist(d *metrics.Desc) *Dist {
+	if st, ok := s.series[d.Name]; ok {
+		return st.dist
+	}
+	return nil
 }
 
 // Add takes one sample into account.
@@ -130,9 +152,15 @@ func (s *Set) Add(smp metrics.Sample) {
 		st := s.series[p.Name()]
 		if st == nil {
 			st = &series{desc: p.Desc}
+			if mk := s.dists[p.Name()]; mk != nil {
+				st.dist = mk()
+			}
 			s.series[p.Name()] = st
 		}
 		st.Add(smp.Time, p.Value, window)
+		if st.dist != nil {
+			st.dist.addWindow(p.Value, window)
+		}
 	}
 }
 

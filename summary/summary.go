@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/bridge-dev/bridge/internal/printable"
 	"github.com/bridge-dev/bridge/metrics"
@@ -98,6 +99,7 @@ func New() *Accumulator { return NewWith(Options{}) }
 // cgroup o describes.
 func NewWith(o Options) *Accumulator {
 	a := &Accumulator{opt: o, expected: map[string]bool{}}
+	a.KeepDist(metrics.ContainerCPUUsage, stats.CPUDist) // for the CPU request it suggests (package advice)
 	for _, d := range o.Expected {
 		a.expected[d.Name] = true
 	}
@@ -239,83 +241,97 @@ func (a *Accumulator) PeakUsage() Figure {
 // Row is one line of the table.
 type Row struct{ What, Value string }
 
-// memoryRow renders a memory figure with its limit and its source.
-func (a *Accumulator) memoryRow(f Figure, extra string) string {
-	if !f.Known {
-		return NotSampled
-	}
-	v := fmt.Sprintf("%.1f MB", f.Value)
+// memoryRow says a memory figure: its value (what it counts: of), its
+// share of the limit, and where it comes from (then extra).
+func (a *Accumulator) memoryRow(f Figure, of, extra string) string {
+	v := fmt.Sprintf("%.1f MB%s", f.Value, of)
 	if f.ShareKnown {
-		v += fmt.Sprintf(" of limit %.1f MB (%.1f%%)", a.memLimit(), f.SharePercent)
-	} else {
-		v += " (no memory limit)"
+		v += fmt.Sprintf(", %.1f%% of the %.1f MB limit", f.SharePercent, a.memLimit())
 	}
-	return v + ", " + f.Source + extra
+	v += ": " + sourceText(f.Source) + extra
+	if !f.ShareKnown {
+		v += "; no memory limit"
+	}
+	return v
 }
 
-// Rows renders the measured part of the table; callers append their own rows
-// (exit status, tracker state, forensics). A peak or mean of a series the
-// job's collectors produce that no sample had reads NotSampled.
+// sourceText says a figure's source in a sentence: "the highest sampled
+// (why not the kernel's mark)", "the kernel high-water mark FILE".
+func sourceText(src string) string {
+	if why, ok := strings.CutPrefix(src, SourceSampled+"; "); ok {
+		return "the highest sampled (" + why + ")"
+	}
+	if src == SourceSampled {
+		return "the highest sampled"
+	}
+	return "the " + src
+}
+
+// Rows renders the measured part of the table; callers add their own rows
+// (how the job ended, where the samples went). A figure whose series the
+// job's collectors produce that no sample had is named in one "not
+// sampled" row; one whose series no collector produces here has no row.
 func (a *Accumulator) Rows() []Row {
-	var rows []Row
-	rows = append(rows, Row{"samples", fmt.Sprintf("%d", a.Samples())})
+	var rows, notSampled []Row
+	unsampled := func(what string) { notSampled = append(notSampled, Row{What: what}) }
 	rows = append(rows, a.opt.Notes...)
-	if f := a.PeakWorkingSet(); f.Known || f.Expected {
+	if f := a.PeakWorkingSet(); f.Known {
 		extra := ""
 		if ws, ok := a.Get(metrics.ContainerMemoryWorkingSet); ok && f.Source != SourceSampled {
-			extra = fmt.Sprintf(" (highest sampled %.1f MB)", ws.Peak)
+			extra = fmt.Sprintf(" (the samples saw at most %.1f MB)", ws.Peak)
 		}
-		rows = append(rows, Row{"peak working set", a.memoryRow(f, extra)})
+		rows = append(rows, Row{"peak working set", a.memoryRow(f, "", extra)})
+	} else if f.Expected {
+		unsampled("peak working set")
 	}
-	if f := a.PeakUsage(); f.Known || f.Expected {
-		extra := ""
-		if strings.HasPrefix(f.Source, SourceKernelPeak) {
-			extra = " (usage: page cache included)"
-		}
-		rows = append(rows, Row{"peak usage", a.memoryRow(f, extra)})
+	if f := a.PeakUsage(); f.Known {
+		rows = append(rows, Row{"peak usage", a.memoryRow(f, " with the page cache", "")})
+	} else if f.Expected {
+		unsampled("peak usage")
 	}
 	if cpu, ok := a.Get(metrics.ContainerCPUUsage); ok {
 		peak, mean, _ := cpu.Rate()
-		v := fmt.Sprintf("%.2f cores (mean %.2f)", peak, mean)
+		v := fmt.Sprintf("%.2f cores at the peak, %.2f on average", peak, mean)
 		_, split := a.Get(metrics.ContainerCPUUsageLimitSplit)
 		if lim, ok := a.Get(metrics.ContainerCPULimit); ok && lim.Last > 0 && split {
-			v += fmt.Sprintf("; the limit, %.2f cores, is another cgroup's (cpu and cpuacct hierarchies differ)", lim.Last)
+			v += fmt.Sprintf("; the %.2f-core limit is another cgroup's (the cpu and cpuacct hierarchies differ)", lim.Last)
 		} else if ok && lim.Last > 0 {
-			v += fmt.Sprintf(" of limit %.2f cores", lim.Last)
+			v += fmt.Sprintf(", of a %.2f-core limit", lim.Last)
 		} else {
-			v += " (no CPU limit)"
+			v += "; no CPU limit"
 		}
 		rows = append(rows, Row{"peak container CPU", v})
 	} else if a.Expects(metrics.ContainerCPUUsage) {
-		// A rate needs two readings: a job that ended before the second
-		// has none.
-		rows = append(rows, Row{"peak container CPU", NotSampled})
+		unsampled("peak container CPU")
 	}
 	if th, ok := a.Get(metrics.ContainerCPUThrottledPeriods); ok {
-		v := fmt.Sprintf("%.1f%% of periods (mean), peak %.1f%%", th.Mean(), th.Peak)
+		v := fmt.Sprintf("in %.1f%% of the CPU periods on average, %.1f%% at the peak", th.Mean(), th.Peak)
 		if ts, ok := a.Get(metrics.ContainerCPUThrottledSecondsTotal); ok {
-			v += fmt.Sprintf(", %.2f s throttled", ts.Last-ts.First)
+			v += fmt.Sprintf("; %.2f s throttled in all", ts.Last-ts.First)
 		}
 		rows = append(rows, Row{"CPU throttled", v})
 	} else if a.ThrottleExpected() {
-		rows = append(rows, Row{"CPU throttled", NotSampled})
+		unsampled("CPU throttled")
 	}
-	if k, ok := a.Get(metrics.ContainerOOMKills); ok {
-		v := fmt.Sprintf("%.0f during the job", k.Last-k.First)
+	// None is nothing to say: the run's tags keep the count.
+	if k, ok := a.Get(metrics.ContainerOOMKills); ok && k.Last > k.First {
+		n := k.Last - k.First
+		v := fmt.Sprintf("%.0f %s killed by the kernel's OOM killer during the job", n, plural(n, "process", "processes"))
 		if e, ok := a.Get(metrics.ContainerOOMEvents); ok {
-			v += fmt.Sprintf(" (OOM events %.0f)", e.Last-e.First)
+			n := e.Last - e.First
+			v += fmt.Sprintf("; the cgroup reached its memory limit %.0f %s (OOM events)", n, plural(n, "time", "times"))
 		}
 		rows = append(rows, Row{"OOM kills", v})
 	}
 	if rss, ok := a.Get(metrics.ProcessMemoryRSS); ok {
-		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB", rss.Peak)})
+		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB, the command's processes together", rss.Peak)})
 	} else if a.Expects(metrics.ProcessMemoryRSS) {
-		rows = append(rows, Row{"peak process-tree RSS", NotSampled})
+		unsampled("peak process-tree RSS")
 	}
 	if psi, ok := a.Get(metrics.ContainerPressureMemorySome); ok {
-		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("some avg10 %.1f%%", psi.Peak)})
+		rows = append(rows, Row{"peak memory pressure", fmt.Sprintf("%.1f%%: the share of time some of the cgroup's tasks waited for memory (PSI some avg10)", psi.Peak)})
 	} else if a.Expects(metrics.ContainerPressureMemorySome) {
-		rows = append(rows, Row{"peak memory pressure", NotSampled})
+		unsampled("peak memory pressure")
 	}
 	var gpus []string
 	a.Each(func(_ string, d *metrics.Desc, st stats.Stat) {
@@ -324,16 +340,45 @@ func (a *Accumulator) Rows() []Row {
 			if d.MIG >= 0 {
 				where += fmt.Sprintf("_mig_%d", d.MIG)
 			}
-			gpus = append(gpus, fmt.Sprintf("%s peak %.0f MB", where, st.Peak))
+			gpus = append(gpus, fmt.Sprintf("%s %.0f MB", where, st.Peak))
 		}
 	})
 	sort.Strings(gpus)
 	if len(gpus) > 0 {
-		rows = append(rows, Row{"GPU memory", strings.Join(gpus, ", ")})
+		rows = append(rows, Row{"GPU memory", "peak " + strings.Join(gpus, ", ")})
 	}
 	e := a.Energy()
-	rows = append(rows, Row{"energy", "GPUs " + joules(e.GPUJoules, e.GPUs > 0) + "; CPU packages (node) " + joules(e.CPUJoules, e.CPU)})
+	var used []string
+	// A GPU whose energy no sample had has no word: a GPU collector
+	// declares the series whether or not its GPUs (if any) report one.
+	if e.GPUs > 0 {
+		used = append(used, "the GPUs "+joules(e.GPUJoules))
+	}
+	if e.CPU {
+		used = append(used, "the node's CPU packages "+joules(e.CPUJoules))
+	} else if a.Expects(metrics.NodeCPUEnergy) {
+		unsampled("CPU energy")
+	}
+	if len(used) > 0 {
+		rows = append(rows, Row{"energy", strings.Join(used, ", ") + " while bridge sampled"})
+	}
+	if len(notSampled) > 0 {
+		names := make([]string, len(notSampled))
+		for i, r := range notSampled {
+			names[i] = r.What
+		}
+		rows = append(rows, Row{NotSampled, strings.Join(names, ", ") +
+			": the job ended before a sample read them (a rate needs two samples); a shorter --interval reads them sooner"})
+	}
 	return rows
+}
+
+// plural is one or many by n.
+func plural(n float64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // ThrottleExpected reports that the throttled share is a series of the
@@ -388,23 +433,37 @@ func (a *Accumulator) EnergyTags() map[string]string {
 	return map[string]string{TagEnergyGPUs: tag(e.GPUJoules, e.GPUs > 0), TagEnergyNodeCPU: tag(e.CPUJoules, e.CPU)}
 }
 
-// joules renders an energy for the table: J and Wh, or NotSampled.
-func joules(v float64, ok bool) string {
-	if !ok {
-		return NotSampled
-	}
-	return fmt.Sprintf("%.1f J (%.3f Wh)", v, v/3600)
-}
+// joules renders an energy for the table: J and Wh.
+func joules(v float64) string { return fmt.Sprintf("%.1f J (%.3f Wh)", v, v/3600) }
 
-// Write renders rows as an aligned two-column table under a title. A
-// row holds text bridge did not write (a server's error, a collector's,
-// a path): each cell is one line, its control characters escaped
-// (printable.Line).
-func Write(w io.Writer, title string, rows []Row) {
+// Write renders the table: its title, the lines that open it (where to
+// see the run, as its tracker's client says it), then rows as two aligned
+// columns. A line or a row holds text bridge did not write (a server's
+// error, a collector's, a path): each is one line, its control characters
+// escaped (printable.Line).
+func Write(w io.Writer, title string, lines []string, rows []Row) {
 	fmt.Fprintf(w, "\n%s\n", title)
+	for _, l := range lines {
+		fmt.Fprintf(w, "  %s\n", printable.Line(l))
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	for _, r := range rows {
 		fmt.Fprintf(tw, "  %s\t%s\n", printable.Line(r.What), printable.Line(r.Value))
 	}
 	tw.Flush()
+}
+
+// Duration says how long something ran, to the second past a minute:
+// "4.3 s", "12 min 5 s", "3 h 2 min".
+func Duration(d time.Duration) string {
+	switch s := d.Round(time.Second); {
+	case d < 0:
+		return "0 s"
+	case d < time.Minute-50*time.Millisecond: // "59.9 s", never "60.0 s"
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case s < time.Hour:
+		return fmt.Sprintf("%d min %d s", int(s.Minutes()), int(s.Seconds())%60)
+	}
+	m := d.Round(time.Minute)
+	return fmt.Sprintf("%d h %d min", int(m.Hours()), int(m.Minutes())%60)
 }

@@ -27,13 +27,13 @@ func TestRowsAgainstLimits(t *testing.T) {
 		}})
 	}
 	var b bytes.Buffer
-	Write(&b, "end", a.Rows())
+	Write(&b, "end", nil, a.Rows())
 	out := b.String()
 	for _, want := range []string{
-		"peak working set    180.0 MB of limit 200.0 MB (90.0%)",
-		"0.50 cores (mean 0.38) of limit 0.50 cores", // over the two one-second windows
-		"OOM kills           1 during the job",
-		"30.0% of periods",
+		"peak working set    180.0 MB, 90.0% of the 200.0 MB limit: the highest sampled",
+		"0.50 cores at the peak, 0.38 on average, of a 0.50-core limit", // over the two one-second windows
+		"OOM kills           1 process killed by the kernel's OOM killer during the job",
+		"in 30.0% of the CPU periods on average",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
@@ -56,8 +56,8 @@ func TestPeakCPUIgnoresShortWindows(t *testing.T) {
 		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
-	Write(&b, "end", a.Rows())
-	if !strings.Contains(b.String(), "peak container CPU  1.50 cores (mean 1.00)") {
+	Write(&b, "end", nil, a.Rows())
+	if !strings.Contains(b.String(), "peak container CPU  1.50 cores at the peak, 1.00 on average") {
 		t.Errorf("the peak is not the one over a full window, or the mean not over the same windows:\n%s", b.String())
 	}
 }
@@ -75,19 +75,24 @@ func TestMeanCPUNeverAbovePeak(t *testing.T) {
 		a.Add(metrics.Sample{Time: t0.Add(s.at), Points: []metrics.Point{metrics.At(metrics.ContainerCPUUsage, s.cores)}})
 	}
 	var b bytes.Buffer
-	Write(&b, "end", a.Rows())
-	if !strings.Contains(b.String(), "peak container CPU  0.01 cores (mean 0.01)") {
+	Write(&b, "end", nil, a.Rows())
+	if !strings.Contains(b.String(), "peak container CPU  0.01 cores at the peak, 0.01 on average") {
 		t.Errorf("want the peak and the mean over the same (steady) windows:\n%s", b.String())
 	}
 }
 
 func TestRowsWithoutLimits(t *testing.T) {
 	a := New()
-	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 5), metrics.At(metrics.ContainerCPUUsage, 1)}})
+	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 5), metrics.At(metrics.ContainerCPUUsage, 1),
+		metrics.At(metrics.ContainerOOMKills, 3)}})
 	var b bytes.Buffer
-	Write(&b, "end", a.Rows())
-	if !strings.Contains(b.String(), "(no memory limit)") || !strings.Contains(b.String(), "(no CPU limit)") {
+	Write(&b, "end", nil, a.Rows())
+	if !strings.Contains(b.String(), "; no memory limit") || !strings.Contains(b.String(), "; no CPU limit") {
 		t.Errorf("limits must be said to be absent, not shown as 0:\n%s", b.String())
+	}
+	// No OOM kill during the job: nothing to say (the tags keep the count).
+	if strings.Contains(b.String(), "OOM kills") {
+		t.Errorf("a row of no OOM kill:\n%s", b.String())
 	}
 }
 
@@ -103,12 +108,12 @@ func TestRowsCPUSplitAndThrottledTotal(t *testing.T) {
 		}})
 	}
 	var b bytes.Buffer
-	Write(&b, "end", a.Rows())
+	Write(&b, "end", nil, a.Rows())
 	out := b.String()
-	if strings.Contains(out, "of limit 0.50 cores") || !strings.Contains(out, "is another cgroup's") {
+	if strings.Contains(out, "of a 0.50-core limit") || !strings.Contains(out, "is another cgroup's") {
 		t.Errorf("split usage presented against the limit:\n%s", out)
 	}
-	if !strings.Contains(out, "2.50 s throttled") {
+	if !strings.Contains(out, "2.50 s throttled in all") {
 		t.Errorf("throttled time is not the cumulative counter's increase:\n%s", out)
 	}
 }
@@ -124,56 +129,58 @@ func TestRowsGPUMemory(t *testing.T) {
 		}})
 	}
 	var b bytes.Buffer
-	Write(&b, "end", a.Rows())
-	if !strings.Contains(b.String(), "GPU memory  gpu_0_mig_3 peak 1500 MB, gpu_1 peak 3000 MB\n") {
+	Write(&b, "end", nil, a.Rows())
+	if !strings.Contains(b.String(), "GPU memory  peak gpu_0_mig_3 1500 MB, gpu_1 3000 MB\n") {
 		t.Errorf("GPU memory row:\n%s", b.String())
 	}
 }
 
 // The job's energy: the last value of each whole GPU's energy series
-// (since bridge started), summed, and the node's CPU packages; a figure
-// never sampled reads "not sampled", in the table and the tags.
+// (since bridge started), summed, and the node's CPU packages. The table
+// names what was sampled, and the node's CPU energy, when its collector
+// is on and no sample had it, among the figures not sampled; a GPU's
+// energy no sample had has no word (a GPU collector declares the series
+// whatever its GPUs report). The tags say "not sampled" for each.
 func TestEnergy(t *testing.T) {
-	// A per-GPU series in joules, as a GPU collector declares it.
-	gpuEnergy := &metrics.Desc{Name: "energy_joules", Unit: metrics.UnitJoules, Scope: metrics.ScopeGPU, PerGPU: true, Help: "Energy."}
-	g0, g1, mig := gpuEnergy.ForGPU(0), gpuEnergy.ForGPU(1), gpuEnergy.ForMIG(0, 1)
+	g0, g1, mig := metrics.GPUEnergy.ForGPU(0), metrics.GPUEnergy.ForGPU(1), metrics.GPUEnergy.ForMIG(0, 1)
 	t0 := time.Unix(1000, 0)
 	for _, tc := range []struct {
-		name    string
-		samples [][]metrics.Point
-		row     string
-		tags    map[string]string
+		name       string
+		expected   []*metrics.Desc
+		samples    [][]metrics.Point
+		row        string
+		notSampled string // the figures the "not sampled" row names
+		tags       map[string]string
 	}{
-		{"both", [][]metrics.Point{
+		{"both", nil, [][]metrics.Point{
 			{metrics.At(g0, 10), metrics.At(g1, 20), metrics.At(metrics.NodeCPUEnergy, 5)},
 			{metrics.At(g0, 100), metrics.At(g1, 250), metrics.At(mig, 40), metrics.At(metrics.NodeCPUEnergy, 72),
 				metrics.At(metrics.GPUPowerUsage.ForGPU(0), 300)},
-		}, "GPUs 350.0 J (0.097 Wh); CPU packages (node) 72.0 J (0.020 Wh)",
+		}, "the GPUs 350.0 J (0.097 Wh), the node's CPU packages 72.0 J (0.020 Wh) while bridge sampled", "",
 			map[string]string{TagEnergyGPUs: "350.0", TagEnergyNodeCPU: "72.0"}},
-		{"a GPU that stopped answering keeps its last value", [][]metrics.Point{
+		{"a GPU that stopped answering keeps its last value", []*metrics.Desc{metrics.NodeCPUEnergy}, [][]metrics.Point{
 			{metrics.At(g0, 10), metrics.At(g1, 20)},
 			{metrics.At(g0, 30)},
-		}, "GPUs 50.0 J (0.014 Wh); CPU packages (node) not sampled",
+		}, "the GPUs 50.0 J (0.014 Wh) while bridge sampled", "CPU energy",
 			map[string]string{TagEnergyGPUs: "50.0", TagEnergyNodeCPU: "not sampled"}},
-		{"none", [][]metrics.Point{{metrics.At(metrics.ContainerMemoryWorkingSet, 1)}},
-			"GPUs not sampled; CPU packages (node) not sampled",
+		{"no energy source", nil, [][]metrics.Point{{metrics.At(metrics.ContainerMemoryWorkingSet, 1)}}, "", "",
 			map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
-		{"no sample at all", nil, "GPUs not sampled; CPU packages (node) not sampled",
+		{"sources, no sample at all", []*metrics.Desc{metrics.GPUEnergy, metrics.NodeCPUEnergy}, nil, "", "CPU energy",
 			map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
+		{"a GPU whose energy was not read", []*metrics.Desc{metrics.GPUEnergy}, [][]metrics.Point{{metrics.At(metrics.GPUPowerUsage.ForGPU(0), 300)}},
+			"", "", map[string]string{TagEnergyGPUs: "not sampled", TagEnergyNodeCPU: "not sampled"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := New()
+			a := NewWith(Options{Expected: tc.expected})
 			for i, pts := range tc.samples {
 				a.Add(metrics.Sample{Seq: int64(i), Time: t0.Add(time.Duration(i) * time.Second), Points: pts})
 			}
-			var row string
-			for _, r := range a.Rows() {
-				if r.What == "energy" {
-					row = r.Value
-				}
-			}
-			if row != tc.row {
+			rows := a.Rows()
+			if row := rowOf(rows, "energy"); row != tc.row {
 				t.Errorf("energy row %q, want %q", row, tc.row)
+			}
+			if ns := rowOf(rows, NotSampled); (tc.notSampled == "") != (ns == "") || !strings.HasPrefix(ns, tc.notSampled+": ") && tc.notSampled != "" {
+				t.Errorf("not sampled row %q, want it to name %q", ns, tc.notSampled)
 			}
 			got := a.EnergyTags()
 			if len(got) != len(tc.tags) {
@@ -235,13 +242,13 @@ func TestPeakWorkingSetAtOOMKillBetweenSamples(t *testing.T) {
 			}
 			rows := a.Rows()
 			ws := rowOf(rows, "peak working set")
-			if !strings.Contains(ws, fmt.Sprintf("%.1f MB of limit 150.0 MB", tc.wantWS)) || !strings.Contains(ws, tc.wantFrom) {
+			if !strings.HasPrefix(ws, fmt.Sprintf("%.1f MB, ", tc.wantWS)) || !strings.Contains(ws, "of the 150.0 MB limit") || !strings.Contains(ws, tc.wantFrom) {
 				t.Errorf("peak working set row %q: want %.1f MB and its source %q", ws, tc.wantWS, tc.wantFrom)
 			}
-			if tc.wantFrom != SourceSampled && !strings.Contains(ws, "highest sampled 4.7 MB") {
+			if tc.wantFrom != SourceSampled && !strings.Contains(ws, "the samples saw at most 4.7 MB") {
 				t.Errorf("peak working set row %q does not keep the sampled peak beside the kernel's", ws)
 			}
-			if us := rowOf(rows, "peak usage"); !strings.Contains(us, "150.0 MB of limit 150.0 MB (100.0%), kernel high-water mark memory.max_usage_in_bytes (usage: page cache included)") {
+			if us := rowOf(rows, "peak usage"); us != "150.0 MB with the page cache, 100.0% of the 150.0 MB limit: the kernel high-water mark memory.max_usage_in_bytes" {
 				t.Errorf("peak usage row %q", us)
 			}
 		})
@@ -273,9 +280,14 @@ func TestRowsNotSampled(t *testing.T) {
 		metrics.At(metrics.ContainerCPULimit, 1),
 	}})
 	rows := a.Rows()
+	want := "peak working set, peak usage, peak container CPU, CPU throttled, peak process-tree RSS, peak memory pressure: " +
+		"the job ended before a sample read them (a rate needs two samples); a shorter --interval reads them sooner"
+	if v := rowOf(rows, NotSampled); v != want {
+		t.Errorf("row %q = %q, want %q", NotSampled, v, want)
+	}
 	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
-		if v := rowOf(rows, what); v != NotSampled {
-			t.Errorf("row %q = %q, want %q", what, v, NotSampled)
+		if v := rowOf(rows, what); v != "" {
+			t.Errorf("row %q = %q: a figure not sampled has no row of its own", what, v)
 		}
 	}
 	if f := a.PeakWorkingSet(); f.Known || !f.Expected {
@@ -287,7 +299,7 @@ func TestRowsNotSampled(t *testing.T) {
 	b := NewWith(Options{Expected: node.Series})
 	b.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerCPUPeriodsTotal, 0)}})
 	rows = b.Rows()
-	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure"} {
+	for _, what := range []string{"peak working set", "peak usage", "peak container CPU", "CPU throttled", "peak process-tree RSS", "peak memory pressure", NotSampled} {
 		if v := rowOf(rows, what); v != "" {
 			t.Errorf("row %q = %q for a series of no collector of the job", what, v)
 		}
@@ -319,8 +331,8 @@ func TestRowsAtRoot(t *testing.T) {
 	a := NewWith(Options{Notes: []Row{{"container scope", note}}, Expected: []*metrics.Desc{metrics.ContainerMemoryWorkingSet}})
 	a.Add(metrics.Sample{Points: []metrics.Point{metrics.At(metrics.ContainerMemoryWorkingSet, 10)}})
 	rows := a.Rows()
-	if v := rowOf(rows, "container scope"); v != note || rows[1].What != "container scope" {
-		t.Errorf("rows %q: want the container scope's note after the sample count", rows)
+	if v := rowOf(rows, "container scope"); v != note || rows[0].What != "container scope" {
+		t.Errorf("rows %q: want the container scope's note first", rows)
 	}
 	if v := rowOf(rows, "peak container CPU"); v != "" {
 		t.Errorf("peak container CPU row = %q, want none", v)
@@ -373,11 +385,12 @@ func TestKernelPeakOnlyTheJobs(t *testing.T) {
 			if f.Source != wantSource {
 				t.Errorf("source %q, want %q", f.Source, wantSource)
 			}
-			wantEnd := wantSource // a sampled peak's row ends with why not the mark
-			if tc.kernel {
-				wantEnd += " (usage: page cache included)"
+			wantEnd := "the " + wantSource
+			if !tc.kernel { // a sampled peak's row ends with why not the mark
+				wantEnd = "the highest sampled (" + strings.TrimPrefix(wantSource, "sampled; ") + ")"
 			}
-			if row := rowOf(a.Rows(), "peak usage"); !strings.HasPrefix(row, fmt.Sprintf("%.1f MB of limit 1000.0 MB", tc.want)) || !strings.HasSuffix(row, wantEnd) {
+			if row := rowOf(a.Rows(), "peak usage"); !strings.HasPrefix(row, fmt.Sprintf("%.1f MB with the page cache, ", tc.want)) ||
+				!strings.Contains(row, "of the 1000.0 MB limit") || !strings.HasSuffix(row, wantEnd) {
 				t.Errorf("peak usage row %q: want %.1f MB, ending with %q", row, tc.want, wantEnd)
 			}
 		})
@@ -396,5 +409,20 @@ func TestPeakWorkingSetNotFromAnEarlierJobsMark(t *testing.T) {
 	}
 	if f := a.PeakWorkingSet(); f.Value != 4.7 || f.Source != SourceSampled {
 		t.Errorf("peak working set %+v, want the sampled 4.7 MB", f)
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{-time.Second, "0 s"}, {4300 * time.Millisecond, "4.3 s"}, {59*time.Second + 940*time.Millisecond, "59.9 s"},
+		{12*time.Minute + 5*time.Second + 400*time.Millisecond, "12 min 5 s"}, {59*time.Minute + 59*time.Second + 600*time.Millisecond, "1 h 0 min"}, {59*time.Second + 970*time.Millisecond, "1 min 0 s"},
+		{3*time.Hour + 2*time.Minute + 20*time.Second, "3 h 2 min"}, {49 * time.Hour, "49 h 0 min"},
+	} {
+		if got := Duration(tc.d); got != tc.want {
+			t.Errorf("Duration(%v) = %q, want %q", tc.d, got, tc.want)
+		}
 	}
 }

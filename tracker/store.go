@@ -19,6 +19,13 @@ type StoredRun struct {
 	// Artifacts is where the run's artifacts are (MLflow's artifact_uri),
 	// for PutArtifact.
 	Artifacts string
+	// Step is the largest step the run's own series reached (the training
+	// script's: bridge's system/ series are not its steps), 0 when the
+	// store does not know one.
+	Step int64
+	// Note is the run's description a person reads and may write
+	// (MLflow's mlflow.note.content, W&B's notes); "" for none.
+	Note string
 }
 
 // Point is one point of a series' history.
@@ -36,11 +43,12 @@ var ErrHistoryTooLong = errors.New("more points than bridge report reads")
 // (package jobrun). A sink that is one gets the job's end decided on its
 // run; on any other run bridge records nothing but its samples and end.
 //
-// Contract: the methods are called from one goroutine, after the sink's
-// Start found the run and once its forwarder has returned (never beside
-// Send), or on a store Registration.Store opened. Every call honours ctx
-// and sends its requests through Request: retried by the write policy
-// unless ctx is OneAttempt, so each is safe to repeat.
+// Contract: the methods are called one at a time, after the sink's Start
+// found the run: during the job from the run's tick (pipeline's Session),
+// beside Send, which an implementation is safe for; at the job's end once
+// its forwarder has returned; or on a store Registration.Store opened.
+// Every call honours ctx and sends its requests through Request: retried
+// by the write policy unless ctx is OneAttempt, so each is safe to repeat.
 type RunStore interface {
 	// GetRun reads run id: its status, tags and what else the store holds
 	// (StoredRun), in one bounded read. A run that does not exist yet (W&B's
@@ -49,6 +57,17 @@ type RunStore interface {
 	// SetTags sets tags on run id. Setting a tag again to the same value
 	// changes nothing.
 	SetTags(ctx context.Context, id string, tags map[string]string) error
+}
+
+// NoteWriter is a RunStore whose runs have a note a person reads
+// (StoredRun.Note): MLflow's description on the run's Overview page, W&B's
+// notes. The note is a person's as much as bridge's: package jobrun writes
+// only its own section of it.
+type NoteWriter interface {
+	RunStore
+	// SetNote writes run id's note whole. Setting the same note again
+	// changes nothing.
+	SetNote(ctx context.Context, id, note string) error
 }
 
 // RunOwner is a RunStore whose runs bridge owns (MLflow's): their status

@@ -74,6 +74,9 @@ const (
 	StatusFinished = "FINISHED"
 	StatusFailed   = "FAILED"
 	StatusKilled   = "KILLED"
+	// StatusRunning is no end: a multi-node job's bridge's state line
+	// while it runs (LineStatus).
+	StatusRunning = "RUNNING"
 )
 
 // TerminalStatus is the status bridge gives a run it owns: end.Status when

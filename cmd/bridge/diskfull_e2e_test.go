@@ -118,7 +118,7 @@ func TestDiskFullSpoolRecovers(t *testing.T) {
 			row = l
 		}
 	}
-	if !strings.Contains(row, "writing failed") || !strings.Contains(row, "1 outages") {
+	if !strings.Contains(row, "writing to it failed") || !strings.Contains(row, "in 1 outage") {
 		t.Errorf("the end-of-run table does not count the failures (row %q):\n%s", row, stderr)
 	}
 	// Every sample is in the file (written late, in order) and in MLflow once.

@@ -32,7 +32,7 @@ import (
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
 
-var endRecorded = regexp.MustCompile(`(?m)^  mlflow end +recorded$`)
+var endRecorded = regexp.MustCompile(`(?m)^  mlflow end +recorded on the run$`)
 
 // endJob is a job through p that exits 0 after a second, in an experiment
 // of its own.
@@ -75,7 +75,7 @@ func TestEndRetriedSingleNode(t *testing.T) {
 			t.Fatalf("bridge exited %d; stderr:\n%s", code, &j.err)
 		}
 		id := j.runID(t)
-		left := regexp.MustCompile(`(?m)^  mlflow end +not recorded \(after (\d+) tries over [0-9.]+m?s: MLflow at \S+ answered 503 .*\); left for bridge sync /\S+spool.jsonl$`)
+		left := regexp.MustCompile(`(?m)^  mlflow end +not recorded \(after (\d+) tries over [0-9.]+m?s: MLflow at \S+ answered 503 .*\); record it later with: bridge sync /\S+spool.jsonl$`)
 		m := left.FindStringSubmatch(j.err.String())
 		if m == nil {
 			t.Fatalf("the table does not say why the end was not recorded; stderr:\n%s", &j.err)
@@ -216,7 +216,7 @@ func TestEndRetriedWandb(t *testing.T) {
 	if !slices.Contains(run.Tags, "bridge-exit-0") || !strings.Contains(run.Notes, "bridge.exit_code: 0") || p.Hits(faultproxy.Status) != 1 {
 		t.Errorf("run tags %v, notes %q after %d faults: want the verdict after one refused UpsertBucket", run.Tags, run.Notes, p.Hits(faultproxy.Status))
 	}
-	if !regexp.MustCompile(`(?m)^  wandb end +recorded$`).MatchString(j.err.String()) {
+	if !regexp.MustCompile(`(?m)^  wandb end +recorded on the run$`).MatchString(j.err.String()) {
 		t.Errorf("the table does not say the end was recorded; stderr:\n%s", &j.err)
 	}
 	_, _, attempts, err := spooltest.ReadFile(spool)

@@ -251,9 +251,8 @@ func TestNonHTTPTrackingURISaysWhatToDo(t *testing.T) {
 	if !strings.Contains(row, "off: ") || !strings.Contains(row, fix) || strings.Contains(table, "none configured") {
 		t.Fatalf("the end-of-run table does not say what the warning said (%q):\n%s", fix, table)
 	}
-	_, sync, ok := strings.Cut(row, "then bridge sync ")
-	path, _, ok2 := strings.Cut(sync, " uploads them")
-	if !ok || !ok2 || path != spoolPath(t, cmd) {
+	_, path, ok := strings.Cut(row, "upload the samples to it later with: bridge sync ")
+	if path = strings.TrimSpace(path); !ok || path != spoolPath(t, cmd) {
 		t.Fatalf("the table names no `bridge sync %s`: %q", spoolPath(t, cmd), row)
 	}
 	// As the row says: a server on the store, MLFLOW_TRACKING_URI its URL.

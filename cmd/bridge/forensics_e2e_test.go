@@ -288,8 +288,8 @@ func TestForensicsOOMBetweenSamples(t *testing.T) {
 	})
 	table := j.err.String()
 	for _, want := range []string{
-		fmt.Sprintf("peak working set       %.1f MB of limit %.1f MB (100.0%%), %s", limitMB, limitMB, wantSource),
-		fmt.Sprintf("peak usage             %.1f MB of limit %.1f MB (100.0%%), kernel high-water mark memory.max_usage_in_bytes (usage: page cache included)", limitMB, limitMB),
+		fmt.Sprintf("peak working set       %.1f MB, 100.0%% of the %.1f MB limit: the %s", limitMB, limitMB, wantSource),
+		fmt.Sprintf("peak usage             %.1f MB with the page cache, 100.0%% of the %.1f MB limit: the kernel high-water mark memory.max_usage_in_bytes\n", limitMB, limitMB),
 	} {
 		if sampledWS < summary.AtLimit*limitMB && !strings.Contains(table, want) {
 			t.Errorf("end-of-run table lacks %q:\n%s", want, table)

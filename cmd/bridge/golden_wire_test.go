@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -48,7 +49,7 @@ const (
 // The volatile values and what replaces them in the golden files.
 const (
 	phTime     = "<time>"    // wall-clock times: run start and end, sample timestamps
-	phRuntime  = "<runtime>" // W&B _runtime: seconds from bridge's start to the sample
+	phRuntime  = "<runtime>" // W&B _runtime: seconds from bridge's start to the sample; how long the command ran
 	phRandom   = "<random>"  // bridge.start_id: random per run
 	phVersion  = "<version>" // bridge.version: the build's version
 	phHostname = "<hostname>"
@@ -314,8 +315,16 @@ func (n *wireNormaliser) header(key, v string) string {
 }
 
 func (n *wireNormaliser) text(s string) string {
+	s = commandStarted.ReplaceAllString(s, "${1}"+phTime)
+	s = commandDuration.ReplaceAllString(s, "${1}"+phRuntime)
 	return strings.ReplaceAll(s, n.root, phRoot)
 }
+
+// The command's start and how long it ran, in a W&B run's notes.
+var (
+	commandStarted  = regexp.MustCompile(`(bridge\.command_started: )\S+`)
+	commandDuration = regexp.MustCompile(`(bridge\.command_duration_seconds: )\S+`)
+)
 
 // value normalises a decoded body; path is the JSON path of v ("" at the
 // top, "metrics[]" for an element of metrics).
@@ -373,7 +382,8 @@ func (n *wireNormaliser) object(path string, o map[string]any) {
 			set("value", ph)
 		}
 	case "tags[]": // MLflow runs/create, runs/log-batch
-		ph := map[string]string{"bridge.start_id": phRandom, "bridge.version": phVersion, "bridge.hostname": phHostname}
+		ph := map[string]string{"bridge.start_id": phRandom, "bridge.version": phVersion, "bridge.hostname": phHostname,
+			"bridge.command_started": phTime, "bridge.command_duration_seconds": phRuntime}
 		if k, _ := o["key"].(string); ph[k] != "" {
 			set("value", ph[k])
 		}

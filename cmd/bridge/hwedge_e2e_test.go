@@ -277,7 +277,7 @@ func TestPartitionAndDiesEndToEnd(t *testing.T) {
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("bridge did not exit 2 minutes after its child was told to stop\n%s", &jobOut)
 	}
-	if s := jobOut.String(); !strings.Contains(s, "CPU packages (node) 50.0 J") {
+	if s := jobOut.String(); !strings.Contains(s, "the node's CPU packages 50.0 J") {
 		t.Errorf("the end-of-run table lacks the package's 50 J:\n%s", s)
 	}
 

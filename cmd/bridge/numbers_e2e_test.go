@@ -70,7 +70,7 @@ func TestScraped1e306Refused(t *testing.T) {
 	if strings.Contains(stderr, "panic") || strings.Contains(stderr, "internal error") {
 		t.Errorf("a panic in the end:\n%s", stderr)
 	}
-	if !strings.Contains(stderr, "end of run") || !strings.Contains(stderr, "collector scrape") || !strings.Contains(stderr, "values out of range left out") {
+	if !strings.Contains(stderr, "end of run") || !strings.Contains(stderr, "collector scrape") || !strings.Contains(stderr, "outside the series' range") {
 		t.Errorf("the end-of-run table does not count the values refused:\n%s", stderr)
 	}
 	for _, series := range []string{"gpu_0_utilization_percentage", "gpu_0_power_usage_watts"} {
@@ -312,7 +312,7 @@ func TestCountersStepBackByOne(t *testing.T) {
 		}
 	}
 	out := jobErr.String()
-	if !strings.Contains(out, "CPU packages (node) 0.0 J ") {
+	if !strings.Contains(out, "the node's CPU packages 0.0 J ") {
 		t.Errorf("the end-of-run table's energy is not the 0 J the job used:\n%s", out)
 	}
 	for _, want := range []string{"went back from 1000000 to 999999", "went back from 4000000000 to 3999999999"} {

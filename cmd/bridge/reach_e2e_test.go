@@ -76,7 +76,7 @@ func TestTrackerNeverReachedEndsQuickly(t *testing.T) {
 			if took > flush/2 {
 				t.Errorf("bridge exited %v after the child with a tracker never reached, want long before --flush-timeout=%s:\n%s", took, flush, errb.String())
 			}
-			if !regexp.MustCompile(`mlflow +never reached: no run, \d+ unsent \(in the spool; bridge sync `).MatchString(errb.String()) {
+			if !regexp.MustCompile(`mlflow +never reached, so no run was created; \d+ not sent: upload them with: bridge sync `).MatchString(errb.String()) {
 				t.Errorf("the table does not say the tracker was never reached and how to upload:\n%s", errb.String())
 			}
 
@@ -123,7 +123,7 @@ func TestTrackerReachedWithoutRunSaysSo(t *testing.T) {
 	if code := exitCode(t, err); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
-	if !regexp.MustCompile(`mlflow +reached, but no run was found or created before bridge exited, \d+ unsent \(in the spool; bridge sync `).Match(out) ||
+	if !regexp.MustCompile(`mlflow +reached, but no run was found or created before bridge exited; \d+ not sent: upload them with: bridge sync `).Match(out) ||
 		strings.Contains(string(out), "never reached") {
 		t.Errorf("the table does not say the tracker answered without a run:\n%s", out)
 	}

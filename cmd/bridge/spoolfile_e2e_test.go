@@ -49,7 +49,7 @@ func TestDefaultSpoolRemovedOnlyWhenDelivered(t *testing.T) {
 	if left := defaultSpools(t, dir); len(left) != 0 {
 		t.Errorf("a delivered spool was left behind: %v\n%s", left, out)
 	}
-	if !strings.Contains(out, "removed (every sample delivered)") || strings.Contains(out, "never written") {
+	if !strings.Contains(out, "so the file was removed") || strings.Contains(out, "never written") {
 		t.Errorf("the table does not say the spool was removed, or says records were never written:\n%s", out)
 	}
 
@@ -110,7 +110,7 @@ func TestDefaultSpoolRemovedAfterLateStart(t *testing.T) {
 	if !strings.Contains(out.String(), "tracker answered after the job started") {
 		t.Fatalf("the tracker did not start late:\n%s", &out)
 	}
-	if left := defaultSpools(t, dir); len(left) != 0 || !strings.Contains(out.String(), "removed (every sample delivered)") {
+	if left := defaultSpools(t, dir); len(left) != 0 || !strings.Contains(out.String(), "so the file was removed") {
 		t.Errorf("the delivered spool of a late run was kept: %v\n%s", left, &out)
 	}
 }

@@ -384,7 +384,7 @@ func TestReadOnlyWorkdirStillSamples(t *testing.T) {
 			if code := exitCode(t, err); code != 3 {
 				t.Fatalf("exit %d, want the child's 3:\n%s", code, out)
 			}
-			for _, want := range []string{"cannot open the spool", "point --spool", "read-only file system", "none (it could not be opened)"} {
+			for _, want := range []string{"cannot open the spool", "point --spool", "read-only file system", "none: it could not be opened"} {
 				if !strings.Contains(string(out), want) {
 					t.Errorf("output lacks %q:\n%s", want, out)
 				}

@@ -170,7 +170,7 @@ func TestStalledSpoolDiskAtStart(t *testing.T) {
 	var logged, row bool
 	for _, l := range strings.Split(out.String(), "\n") {
 		logged = logged || strings.Contains(l, "the disk under the spool does not answer") && strings.Contains(l, spool)
-		row = row || strings.Contains(l, "spool") && strings.Contains(l, "none (it could not be opened)")
+		row = row || strings.Contains(l, "spool") && strings.Contains(l, "none: it could not be opened")
 	}
 	if !logged || !row {
 		t.Errorf("the log (%v) or the end-of-run table's spool row (%v) does not say the spool's disk did not answer:\n%s", logged, row, out)

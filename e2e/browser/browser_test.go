@@ -353,3 +353,133 @@ while True:
 		t.Logf("updated %s", dst)
 	}
 }
+
+// The run's own note as the MLflow UI shows it: train.py, in a cgroup of a
+// small pod's limits, writes the run's note as a person would, then
+// trains; bridge (a --run-tick of 1 s, prices set, a CPU package whose
+// fixture counter the test raises by 12 J every 250 ms, about 48 W) adds
+// its section to the note. The run's Overview page shows the person's note
+// and bridge's section rendered (memory and CPU with what the next run
+// should ask for, energy per step, cost), and not bridge's marks.
+//
+// BRIDGE_UPDATE_SCREENSHOT=1 copies the screenshot to
+// docs/mlflow-run-note.png (only from a run inside the cgroup):
+//
+//	BRIDGE_TEST_PYTHON=$PWD/.venv/bin/python BRIDGE_UPDATE_SCREENSHOT=1 \
+//	  go test ./e2e/browser -run TestRunNoteOverview -v
+func TestRunNoteOverview(t *testing.T) {
+	node := nodeJS(t)
+	d := demo{node: node, python: mlflowtest.Python(t), srv: mlflowtest.Shared(t), bridge: testbin.Bridge(t)}
+	inGroup := false
+	t.Run("cgroup", func(t *testing.T) {
+		g := cgrouptest.NewV1(t, demoLimits)
+		inGroup = true
+		d.note(t, g)
+	})
+	if !inGroup {
+		t.Log("no cgroup of the test's own could be made (see the skipped subtest): running bridge without the pod's limits")
+		d.note(t, nil)
+	}
+}
+
+// personsNote is what train.py writes in the run's note first.
+const personsNote = "Baseline for the **new tokenizer**: compare with last week's run."
+
+// note runs train.py under bridge (inside g when g is not nil) and checks
+// the run's Overview page.
+func (d demo) note(t *testing.T, g *cgrouptest.Group) {
+	dir := t.TempDir()
+	sys := filepath.Join(dir, "sys")
+	uj := filepath.Join(sys, "class", "powercap", "intel-rapl:0", "energy_uj")
+	for p, v := range map[string]string{
+		"class/powercap/intel-rapl/enabled": "1\n", "class/powercap/intel-rapl:0/name": "package-0\n",
+		"class/powercap/intel-rapl:0/energy_uj": "1000000\n", "class/powercap/intel-rapl:0/max_energy_range_uj": "262143328850\n",
+		"class/powercap/intel-rapl:0/enabled": "1\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(sys, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sys, p), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for e := uint64(1_000_000); ; e += 12_000_000 {
+			select {
+			case <-done:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			os.WriteFile(uj, []byte(fmt.Sprintf("%d\n", e)), 0o644)
+		}
+	}()
+	spoolPath := filepath.Join(dir, "spool.jsonl")
+	train, err := filepath.Abs(filepath.Join("testdata", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--interval", "1s", "--run-tick", "1s", "--run-name", "bridge-note-demo", "--sys-root", sys,
+		"--price-per-gpu-hour", "2.5", "--price-per-node-hour", "4", "--", d.python, train}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // a hang guard
+	defer cancel()
+	var cmd *exec.Cmd
+	if g != nil {
+		cmd = exec.CommandContext(ctx, "/bin/sh", append([]string{"-c", g.ShellEnter() + `exec "$0" "$@"`, d.bridge}, args...)...)
+	} else {
+		cmd = exec.CommandContext(ctx, d.bridge, args...)
+	}
+	cmd.Dir = dir
+	cmd.Env = append(testbin.CleanEnv(), "BRIDGE_SPOOL="+spoolPath, "MLFLOW_TRACKING_URI="+d.srv.URL, "MLFLOW_EXPERIMENT_NAME="+experiment,
+		fmt.Sprintf("TRAIN_STEPS=%d", trainSteps), "TRAIN_STEP_MB=40", "TRAIN_NOTE="+personsNote)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 10 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	if code := testbin.ExitCode(t, cmd.Wait()); code != 0 {
+		t.Fatalf("bridge exited %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	_, _, attempts, err := spooltest.ReadFile(spoolPath)
+	if err != nil || len(attempts) == 0 || attempts[0].Start.Runs["mlflow"] == "" {
+		t.Fatalf("reading spool %s: %v\nstderr:\n%s", spoolPath, err, &stderr)
+	}
+	runID := attempts[0].Start.Runs["mlflow"]
+	run := d.srv.GetRun(t, runID)
+	note := run.Tags["mlflow.note.content"]
+	if !strings.HasPrefix(note, personsNote+"\n\n<!-- bridge: begin") || strings.Count(note, "<!-- bridge: begin") != 1 ||
+		!strings.Contains(note, "J a step") || !strings.Contains(note, "cost ") {
+		t.Fatalf("the run's note:\n%s\nstderr:\n%s", note, &stderr)
+	}
+	t.Logf("the run's note:\n%s", note)
+
+	out := filepath.Join(t.ArtifactDir(), "run-note.png")
+	expect := []string{"new tokenizer", "Peak working set", "next run", "J a step", "cost "}
+	shot := exec.CommandContext(ctx, d.node, "shot.mjs", "--url", d.srv.URL, "--experiment", run.Info.ExperimentID, "--run", runID,
+		"--overview-expect", strings.Join(expect, ","), "--overview-absent", "bridge: begin,bridge: end,**",
+		"--out", out, "--chromium", chromiumPath)
+	var output bytes.Buffer
+	shot.Stdout, shot.Stderr = &output, &output
+	if err := shot.Run(); err != nil {
+		t.Fatalf("node shot.mjs: %v\n%s", err, output.String())
+	}
+	t.Log(strings.TrimSpace(output.String()))
+	png, err := os.ReadFile(out)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Fatalf("no PNG screenshot at %s: %v", out, err)
+	}
+	if os.Getenv("BRIDGE_UPDATE_SCREENSHOT") == "1" {
+		if g == nil {
+			t.Fatal("BRIDGE_UPDATE_SCREENSHOT=1: not updating docs/mlflow-run-note.png from a run without the cgroup limits (run as root on a cgroup v1 host)")
+		}
+		dst := filepath.Join("..", "..", "docs", "mlflow-run-note.png")
+		if err := os.WriteFile(dst, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("updated %s", dst)
+	}
+}

@@ -4,7 +4,10 @@
 // that the Model metrics tab shows the training script's own metrics.
 // With --artifact instead, it opens the run's Artifacts tab, selects that
 // file, waits until each --artifact-expect text is shown in its preview
-// and saves a screenshot of it.
+// and saves a screenshot of it. With --overview-expect instead, it stays on
+// the run's Overview page, waits until each text is shown there (the run's
+// description, mlflow.note.content, rendered), checks that no
+// --overview-absent text is, and saves a screenshot.
 //
 //   node shot.mjs --url http://127.0.0.1:5000 --experiment 1 --run <run_id> \
 //     --expect container_memory_working_set_megabytes,node_memory_usage_megabytes \
@@ -12,6 +15,8 @@
 //     --out shot.png [--chromium /usr/bin/chromium] [--timeout-ms 90000]
 //   node shot.mjs --url ... --experiment 1 --run <run_id> \
 //     --artifact bridge-report.md --artifact-expect 'first failure,node-1' --out shot.png
+//   node shot.mjs --url ... --experiment 1 --run <run_id> \
+//     --overview-expect 'Memory:,next run' [--overview-absent 'bridge: begin'] --out shot.png
 //
 // Exit status: 0 when every expected name is shown, 1 otherwise (a screenshot
 // of what the page showed is still written, to <out> with .failed.png).
@@ -30,12 +35,15 @@ const { values: opt } = parseArgs({
     'model-expect': { type: 'string', default: '' },
     artifact: { type: 'string', default: '' },
     'artifact-expect': { type: 'string', default: '' },
+    'overview-expect': { type: 'string', default: '' },
+    'overview-absent': { type: 'string', default: '' },
     out: { type: 'string' },
     chromium: { type: 'string', default: '/usr/bin/chromium' },
     'timeout-ms': { type: 'string', default: '90000' },
   },
 });
-for (const k of ['url', 'experiment', 'run', opt.artifact ? 'artifact' : 'expect', 'out']) {
+const overview = opt['overview-expect'].split(',').filter(Boolean);
+for (const k of ['url', 'experiment', 'run', opt.artifact ? 'artifact' : overview.length > 0 ? 'overview-expect' : 'expect', 'out']) {
   if (!opt[k]) {
     console.error(`shot.mjs: --${k} is required`);
     process.exit(2);
@@ -128,7 +136,25 @@ async function showArtifact(name, texts) {
 
 try {
   await page.goto(runURL, { waitUntil: 'domcontentloaded' });
-  if (opt.artifact) {
+  if (overview.length > 0) {
+    // A long description is folded under "Show more": unfold it.
+    await page.getByText(overview[0], { exact: false }).first().waitFor({ state: 'visible' });
+    const more = page.getByText(/^show more$/i);
+    if ((await more.count()) > 0) await more.first().click();
+    for (const text of overview) {
+      await page.getByText(text, { exact: false }).first().waitFor({ state: 'visible' });
+    }
+    await page.waitForTimeout(1000); // let the page finish rendering
+    const shown = [];
+    for (const text of opt['overview-absent'].split(',').filter(Boolean)) {
+      if ((await page.getByText(text, { exact: false }).count()) > 0) shown.push(text);
+    }
+    if (shown.length > 0) {
+      failed = `the Overview page shows ${shown.join(', ')}`;
+    } else {
+      await page.screenshot({ path: opt.out, fullPage: true });
+    }
+  } else if (opt.artifact) {
     await showArtifact(opt.artifact, artifactExpected);
     await page.waitForTimeout(1000); // let the preview finish rendering
     await page.screenshot({ path: opt.out, fullPage: true });
@@ -172,6 +198,10 @@ rmSync(profile, { recursive: true, force: true });
 if (failed) {
   console.error(`shot.mjs: ${runURL}: ${failed} (screenshot: ${out})`);
   process.exit(1);
+}
+if (overview.length > 0) {
+  console.log(`shot.mjs: the Overview page shows ${overview.join(', ')} at ${runURL}; screenshot ${opt.out}`);
+  process.exit(0);
 }
 if (opt.artifact) {
   console.log(`shot.mjs: ${opt.artifact} shown with ${artifactExpected.join(', ')} at ${runURL}; screenshot ${opt.out}`);

@@ -168,6 +168,8 @@ func KindOf(m fs.FileMode) string {
 func kind(mode uint32) string {
 	var m fs.FileMode
 	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		return "a regular file"
 	case syscall.S_IFDIR:
 		m = fs.ModeDir
 	case syscall.S_IFIFO:

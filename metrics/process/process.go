@@ -107,6 +107,10 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 
 var pageSize = float64(os.Getpagesize())
 
+// LastProcesses implements metrics.ProcessLister: the processes of the
+// tree's last walk that found it (Tree.LastProcesses).
+func (c *Collector) LastProcesses() metrics.ProcessList { return c.tree.LastProcesses() }
+
 // Close releases the tree's files kept open, without waiting for a
 // Collect in flight (see Tree.Close).
 func (c *Collector) Close() error { return c.tree.Close() }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -338,4 +339,50 @@ func schedRun(t *testing.T, pids []int) time.Duration {
 		total += time.Duration(ns)
 	}
 	return total
+}
+
+// The processes of the last walk that found the tree, with their names
+// and RSS, stay known once the tree is gone (forensics names the process
+// an OOM kill most likely took from them); a process that execs is known
+// by its new name; a walk of zombies (killed, RSS 0) does not replace them.
+func TestLastProcesses(t *testing.T) {
+	root := t.TempDir()
+	pid := 0
+	c := newCollector(t, TreeOptions{ProcRoot: root, RootPID: func() int { return pid }})
+	at := time.Unix(1764682500, 0)
+	c.tree.now = func() time.Time { return at }
+	if l := c.LastProcesses(); len(l.Procs) != 0 || !l.At.IsZero() {
+		t.Fatalf("before any walk: %+v", l)
+	}
+	pid = 100
+	writeProcs(t, root,
+		fakeProc{pid: 100, ppid: 1, comm: "sh", start: 500, rssPages: 10},
+		fakeProc{pid: 101, ppid: 100, comm: "pt (worker) 1", start: 600, rssPages: 300},
+	)
+	collect(t, c)
+	at = at.Add(time.Second)
+	writeProcs(t, root,
+		fakeProc{pid: 100, ppid: 1, comm: "python3", start: 500, rssPages: 1000},
+		fakeProc{pid: 101, ppid: 100, comm: "pt (worker) 1", start: 600, rssPages: 300},
+	)
+	collect(t, c)
+	last := at
+	at = at.Add(time.Second)
+	// Killed, not yet reaped: zombies hold no memory.
+	writeProcs(t, root,
+		fakeProc{pid: 100, ppid: 1, comm: "python3", state: "Z", start: 500},
+		fakeProc{pid: 101, ppid: 100, comm: "pt (worker) 1", state: "Z", start: 600},
+	)
+	collect(t, c)
+	at = at.Add(time.Second)
+	writeProcs(t, root)
+	collect(t, c)
+	page := uint64(os.Getpagesize())
+	want := metrics.ProcessList{At: last, Procs: []metrics.ProcessInfo{
+		{PID: 100, Name: "python3", RSSBytes: 1000 * page}, {PID: 101, Name: "pt (worker) 1", RSSBytes: 300 * page},
+	}}
+	var lister metrics.ProcessLister = c
+	if got := lister.LastProcesses(); !reflect.DeepEqual(got, want) {
+		t.Errorf("LastProcesses = %+v\nwant %+v", got, want)
+	}
 }

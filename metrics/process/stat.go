@@ -22,6 +22,8 @@ type procStat struct {
 	NumThreads int
 	Starttime  uint64 // ticks since boot
 	RSSPages   int64
+	// Name is its comm (statFiles.read; parseStat leaves it empty).
+	Name string
 }
 
 var errGarbled = errors.New("malformed stat line")
@@ -145,10 +147,13 @@ type statFiles struct {
 	procRoot string
 	files    *kfile.Reader[int]
 	buf      []byte
+	// names keeps each process's comm, made a string once and again only
+	// when it changes (an exec): a sample allocates none.
+	names map[int]string
 }
 
 func newStatFiles(procRoot string) *statFiles {
-	f := &statFiles{procRoot: procRoot}
+	f := &statFiles{procRoot: procRoot, names: map[int]string{}}
 	f.files = kfile.NewReader(f.path, kfile.Options{Size: 1024, MaxKept: maxOpenStats})
 	return f
 }
@@ -170,10 +175,24 @@ func (f *statFiles) read(ctx context.Context, pid int) (s procStat, gone bool, e
 		}
 		return s, false, fmt.Errorf("reading the stat file of process %d (%s): %w", pid, f.path(pid), err)
 	}
+	comm := f.buf[bytes.IndexByte(f.buf, '(')+1 : bytes.LastIndexByte(f.buf, ')')]
+	if name, ok := f.names[pid]; !ok || name != string(comm) {
+		f.names[pid] = string(comm)
+	}
+	s.Name = f.names[pid]
 	return s, false, nil
 }
 
-func (f *statFiles) sweep() { f.files.Sweep() }
+// sweep closes the files of the processes not read since the last sweep,
+// and forgets the names of those not in read.
+func (f *statFiles) sweep(read map[int]procStat) {
+	f.files.Sweep()
+	for pid := range f.names {
+		if _, ok := read[pid]; !ok {
+			delete(f.names, pid)
+		}
+	}
+}
 func (f *statFiles) close() { f.files.Close() }
 
 func (f *statFiles) dir(pid int) string  { return f.procRoot + "/" + strconv.Itoa(pid) }

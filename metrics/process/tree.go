@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -60,6 +61,10 @@ type Tree struct {
 	all   map[int]procStat // reused between walks
 	last  *walk            // the last walk made for a sample
 	walks int              // walks made (tests)
+
+	// found is the last walk that found the tree (LastProcesses), read
+	// beside the walks.
+	found atomic.Pointer[walk]
 }
 
 // walk is one reading of the tree; read-only once made, but for nspids,
@@ -130,6 +135,35 @@ func (t *Tree) NSpids(ctx context.Context) ([][]int, error) {
 	return w.nspids, w.nsErr
 }
 
+// LastProcesses is the tree's processes in the last walk that found any
+// holding memory (none before the child's first): the processes alive in
+// the last sample before the tree's end, or before its processes were
+// killed and left as zombies. It reads no file, and
+// may be called from any goroutine, beside a walk, and after Close.
+func (t *Tree) LastProcesses() metrics.ProcessList {
+	w := t.found.Load()
+	if w == nil {
+		return metrics.ProcessList{}
+	}
+	l := metrics.ProcessList{At: w.at, Procs: make([]metrics.ProcessInfo, len(w.procs))}
+	for i, s := range w.procs {
+		l.Procs[i] = metrics.ProcessInfo{PID: s.PID, Name: s.Name, RSSBytes: uint64(max(s.RSSPages, 0)) * uint64(pageSize)}
+	}
+	return l
+}
+
+// resident reports whether any of procs holds memory: a tree whose
+// processes are all zombies (killed, not yet reaped: RSS 0) has lost what
+// LastProcesses says.
+func resident(procs []procStat) bool {
+	for _, p := range procs {
+		if p.RSSPages > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Close releases the files kept open, without waiting for a walk in
 // flight; a walk after it keeps nothing open. A second Close does nothing.
 func (t *Tree) Close() error {
@@ -159,6 +193,9 @@ func (t *Tree) get(ctx context.Context, nspids bool) (*walk, error) {
 		}
 		if marked {
 			t.last = w
+		}
+		if w.err == nil && resident(w.procs) {
+			t.found.Store(w)
 		}
 	}
 	if w.err != nil {
@@ -190,7 +227,7 @@ func (t *Tree) read(ctx context.Context, root, adopter int) ([]procStat, error) 
 			t.all[pid] = s
 		}
 	}
-	t.stats.sweep()
+	t.stats.sweep(t.all)
 	return buildTree(t.all, root, adopter), nil
 }
 

@@ -543,7 +543,7 @@ func TestServerFollowStopsAtTheRunsEnd(t *testing.T) {
 	if acked != 3 || !errors.Is(err, tracker.ErrRunEnded) {
 		t.Fatalf("Send after the end = %d, %v; want 3 acknowledged and ErrRunEnded", acked, err)
 	}
-	if !strings.Contains(err.Error(), "2 taken after that were left out") {
+	if !strings.Contains(err.Error(), "bridge left out the 2 samples taken after that") {
 		t.Errorf("the error does not count what was left out: %v", err)
 	}
 	checkHistories(t, srv, runID, "system/", in[:3])

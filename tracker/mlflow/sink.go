@@ -89,8 +89,9 @@ type Sink struct {
 	// waits for fewer requests.
 	startTags map[string]string
 
-	expMu sync.Mutex
-	expID string // the experiment of the run, once known (Place)
+	expMu    sync.Mutex
+	expID    string // the experiment of the run, once known (Place)
+	linkName string // the run's name, once known (Link)
 
 	// A multi-node job (Config.Job, jobend.go): the job's run, this
 	// bridge's node and task, its name in the job's records, and the
@@ -119,8 +120,9 @@ type Sink struct {
 }
 
 var (
-	_ tracker.Sink     = (*Sink)(nil)
-	_ tracker.RunOwner = (*Sink)(nil)
+	_ tracker.Sink       = (*Sink)(nil)
+	_ tracker.RunOwner   = (*Sink)(nil)
+	_ tracker.NoteWriter = (*Sink)(nil)
 )
 
 // New checks cfg and builds the sink; it makes no request.
@@ -225,6 +227,7 @@ func (s *Sink) attach(ctx context.Context, info tracker.StartInfo) ([]string, er
 			EnvRunID, s.runID, s.url, s.runID, EnvRunID))
 	}
 	s.setExperiment(run.Info.ExperimentID)
+	s.setRunName(run.Info.RunName)
 	s.startTags = maps.Clone(info.Tags)
 	s.nextStep = nextStepOf(run.Data.Metrics, s.prefix)
 	return env, nil
@@ -297,15 +300,18 @@ func (s *Sink) create(ctx context.Context, info tracker.StartInfo) ([]string, er
 				return nil, tracker.Permanent(fmt.Errorf("MLflow at %s: %w", s.url, err))
 			}
 			s.runID, s.created = run.RunID, true
+			s.setRunName(run.RunName)
 			s.log.Info("found the MLflow run an earlier attempt created (its answer was lost)", "run_id", s.runID, "experiment_id", expID)
 			return []string{EnvRunID + "=" + s.runID, EnvExperimentID + "=" + expID}, nil
 		}
 	}
-	id, err := s.createRun(ctx, expID, s.runName(info), info.Time, tags)
+	name := s.runName(info)
+	id, err := s.createRun(ctx, expID, name, info.Time, tags)
 	if err != nil {
 		return nil, err
 	}
 	s.runID, s.created = id, true
+	s.setRunName(name)
 	s.log.Info("created MLflow run", "run_id", s.runID, "experiment_id", expID)
 	// The experiment id goes along even when the user named the experiment
 	// (MLFLOW_EXPERIMENT_NAME, which the Python client checks against it, or
@@ -346,6 +352,12 @@ func (s *Sink) place() map[string]string {
 func (s *Sink) setExperiment(id string) {
 	s.expMu.Lock()
 	s.expID = id
+	s.expMu.Unlock()
+}
+
+func (s *Sink) setRunName(name string) {
+	s.expMu.Lock()
+	s.linkName = name
 	s.expMu.Unlock()
 }
 
@@ -600,8 +612,12 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 		return acked, err
 	}
 	if s.ended {
-		return acked, fmt.Errorf("%w: its owner set run %s %s at %s; of the samples, %d taken after that were left out",
-			tracker.ErrRunEnded, s.runID, s.endState, time.UnixMilli(s.endedAt).UTC().Format("2006-01-02T15:04:05.000Z"), s.afterEnd)
+		taken := fmt.Sprintf("%d samples", s.afterEnd)
+		if s.afterEnd == 1 {
+			taken = "1 sample"
+		}
+		return acked, fmt.Errorf("%w: its owner set run %s %s at %s, and bridge left out the %s taken after that",
+			tracker.ErrRunEnded, s.runID, s.endState, time.UnixMilli(s.endedAt).UTC().Format("2006-01-02T15:04:05.000Z"), taken)
 	}
 	return acked, nil
 }

@@ -21,7 +21,9 @@ import (
 // reads.
 
 // GetRun implements tracker.RunStore: one runs/get, the run's status,
-// tags, latest value of every series, and its artifact root.
+// tags, latest value of every series, its artifact root, its note
+// (NoteTag) and the largest step of the series outside system/ (the
+// training script's; a latest metric holds its key's largest step).
 func (s *Sink) GetRun(ctx context.Context, id string) (tracker.StoredRun, error) {
 	run, err := s.getRun(ctx, id)
 	if err != nil {
@@ -34,8 +36,22 @@ func (s *Sink) GetRun(ctx context.Context, id string) (tracker.StoredRun, error)
 	}
 	for _, m := range run.Data.Metrics {
 		r.Latest[m.Key] = float64(m.Value)
+		if !strings.HasPrefix(m.Key, "system/") && int64(m.Step) > r.Step {
+			r.Step = int64(m.Step)
+		}
 	}
+	r.Note = r.Tags[NoteTag]
 	return r, nil
+}
+
+// NoteTag is the tag MLflow shows as the run's description on its
+// Overview page (mlflow/utils/mlflow_tags.py MLFLOW_RUN_NOTE), in
+// Markdown.
+const NoteTag = "mlflow.note.content"
+
+// SetNote implements tracker.NoteWriter: the note is the tag NoteTag.
+func (s *Sink) SetNote(ctx context.Context, id, note string) error {
+	return s.SetTags(ctx, id, map[string]string{NoteTag: note})
 }
 
 // The series reads page metrics/get-history with max_results and

@@ -30,6 +30,7 @@ const runSummaryQuery = `query RunSummary($project: String, $entity: String, $na
 		bucket(name: $name, missingOk: true) {
 			id
 			summaryMetrics
+			notes
 		}
 	}
 }`
@@ -44,23 +45,36 @@ const upsertSummaryMutation = `mutation UpsertBucket($name: String, $project: St
 	}
 }`
 
-var _ tracker.RunStore = (*Sink)(nil)
+// upsertNotesMutation sets the run's notes alone, as the public API's
+// run.notes then run.update() does for that field (UpsertBucket updates
+// the fields it is given).
+const upsertNotesMutation = `mutation UpsertBucket($name: String, $project: String, $entity: String, $notes: String) {
+	upsertBucket(input: {name: $name, modelName: $project, entityName: $entity, notes: $notes}) {
+		bucket {
+			id
+		}
+	}
+}`
+
+var _ tracker.NoteWriter = (*Sink)(nil)
 
 // summary is a run's summary as read, and bridge's section of it.
 type summary struct {
 	all    map[string]any // the whole summary: the child's, and bridge's section
 	bridge map[string]any // all[summaryKey]
 	nodes  map[string]any // bridge["nodes"]
+	notes  string         // the run's notes, "" for none
 }
 
 // readSummary reads run's summary; the run not created yet (by the child's
 // wandb.init) wraps tracker.ErrNotReady.
 func (s *Sink) readSummary(ctx context.Context, run string) (summary, error) {
-	v := map[string]any{"name": run, "project": nilIfEmpty(s.project), "entity": nilIfEmpty(s.entity)}
+	v := s.runVars(run)
 	var resp struct {
 		Model *struct {
 			Bucket *struct {
 				Summary *string `json:"summaryMetrics"`
+				Notes   *string `json:"notes"`
 			} `json:"bucket"`
 		} `json:"model"`
 	}
@@ -70,7 +84,7 @@ func (s *Sink) readSummary(ctx context.Context, run string) (summary, error) {
 	if resp.Model == nil || resp.Model.Bucket == nil {
 		return summary{}, fmt.Errorf("%w: W&B run %s does not exist (the training process creates it with wandb.init)", tracker.ErrNotReady, s.runPath())
 	}
-	sum := summary{all: map[string]any{}}
+	sum := summary{all: map[string]any{}, notes: derefOr(resp.Model.Bucket.Notes, "")}
 	if raw := resp.Model.Bucket.Summary; raw != nil && *raw != "" {
 		if err := json.Unmarshal([]byte(*raw), &sum.all); err != nil {
 			// Writing it back would lose the child's summary.
@@ -101,7 +115,8 @@ func (s *Sink) writeSummary(ctx context.Context, run string, sum summary) error 
 	if err != nil {
 		return tracker.Permanent(fmt.Errorf("encoding the run's summary: %w", err))
 	}
-	v := map[string]any{"name": run, "project": nilIfEmpty(s.project), "entity": nilIfEmpty(s.entity), "summaryMetrics": string(js)}
+	v := s.runVars(run)
+	v["summaryMetrics"] = string(js)
 	var out struct {
 		UpsertBucket *struct{} `json:"upsertBucket"`
 	}
@@ -174,12 +189,13 @@ func nodeEnd(end tracker.EndInfo) map[string]any {
 }
 
 // GetRun implements tracker.RunStore: the job's records in the run's
-// summary, read as the MLflow run's tags would be (the run marked a job's
-// by its id as the key; each node's end under bridge.node.<label>., its
-// failure in bridge.failed.<label>; the first failure recorded). Its
-// status is FAILED or KILLED as the worst of the nodes' ends, else none:
-// W&B's run state is the child's, and how many nodes are still to end is
-// not known here.
+// summary, read as the MLflow run's tags would be (a shared run marked a
+// job's by its id as the key; each node's end under bridge.node.<label>.,
+// its failure in bridge.failed.<label>; the first failure recorded), the
+// run's notes, and the step the child's wandb reached (the summary's
+// _step). Its status is FAILED or KILLED as the worst of the nodes' ends,
+// else none: W&B's run state is the child's, and how many nodes are still
+// to end is not known here.
 func (s *Sink) GetRun(ctx context.Context, id string) (tracker.StoredRun, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -188,7 +204,13 @@ func (s *Sink) GetRun(ctx context.Context, id string) (tracker.StoredRun, error)
 		return tracker.StoredRun{}, err
 	}
 	first, _ := sum.bridge["first_failure"].(string)
-	run := tracker.StoredRun{ID: id, Tags: map[string]string{tracker.TagJobKey: id, tracker.TagFirstFailure: first}}
+	run := tracker.StoredRun{ID: id, Tags: map[string]string{tracker.TagFirstFailure: first}, Note: sum.notes}
+	if s.cfg.Shared {
+		run.Tags[tracker.TagJobKey] = id
+	}
+	if step, ok := sum.all["_step"].(float64); ok && step > 0 && step < 1<<62 {
+		run.Step = int64(step)
+	}
 	for label, n := range sum.nodes {
 		m, _ := n.(map[string]any)
 		for k, v := range m {
@@ -231,4 +253,23 @@ func (s *Sink) SetTags(ctx context.Context, id string, tags map[string]string) e
 		}
 	}
 	return s.writeSummary(ctx, id, sum)
+}
+
+// SetNote implements tracker.NoteWriter: the run's notes, alone.
+func (s *Sink) SetNote(ctx context.Context, id, note string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := s.runVars(id)
+	v["notes"] = note
+	var out struct {
+		UpsertBucket *struct{} `json:"upsertBucket"`
+	}
+	return s.graphql(ctx, "UpsertBucket", upsertNotesMutation, v, &out)
+}
+
+// runVars name run for a GraphQL request: its project and entity as
+// found (lookupRun), else as configured (nil: the server's defaults).
+func (s *Sink) runVars(run string) map[string]any {
+	return map[string]any{"name": run, "project": nilIfEmpty(firstNonEmpty(s.project, s.cfg.Project)),
+		"entity": nilIfEmpty(firstNonEmpty(s.entity, s.cfg.Entity))}
 }

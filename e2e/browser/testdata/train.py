@@ -5,7 +5,8 @@ run bridge created, whose id bridge passes in MLFLOW_RUN_ID) while doing work
 that bridge's system metrics can see: each step it grows a bytearray by
 STEP_MB and touches every page of it, so the container's working set climbs
 toward STEPS * STEP_MB, and it keeps one core busy for a growing part of the
-second.
+second. With TRAIN_NOTE set it first writes the run's note, as a person
+would.
 """
 
 import math
@@ -19,6 +20,8 @@ STEP_MB = int(os.environ.get("TRAIN_STEP_MB", "75"))
 PAGE = 4096
 
 run = mlflow.start_run()
+if os.environ.get("TRAIN_NOTE"):
+    mlflow.set_tag("mlflow.note.content", os.environ["TRAIN_NOTE"])
 print(f"train.py: run {run.info.run_id}, {STEPS} steps of {STEP_MB} MB", flush=True)
 
 buf = bytearray()
@@ -38,7 +41,7 @@ for step in range(STEPS):
 
     loss = 2.0 * math.exp(-0.4 * step) + 0.05
     accuracy = 1.0 - 0.9 * math.exp(-0.5 * step)
-    mlflow.log_metrics({"loss": loss, "accuracy": accuracy}, step=step)
+    mlflow.log_metrics({"loss": loss, "accuracy": accuracy}, step=step + 1)
     print(f"train.py: step {step} loss {loss:.3f} accuracy {accuracy:.3f} held {len(buf) >> 20} MB", flush=True)
 
     rest = 1.0 - (time.monotonic() - t0)

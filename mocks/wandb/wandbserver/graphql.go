@@ -45,7 +45,8 @@ func (s *Server) serveGraphQL(w http.ResponseWriter, r *http.Request, body []byt
 	v := vars(q.Variables)
 	var data any
 	switch op {
-	case "Viewer":
+	case "Viewer", "GetDefaultEntity":
+		// GetDefaultEntity is the public API's (wandb.Api) first question.
 		data = map[string]any{"viewer": s.viewer()}
 	case "ServerFeaturesQuery":
 		// No optional features: the client takes its conservative paths
@@ -57,9 +58,10 @@ func (s *Server) serveGraphQL(w http.ResponseWriter, r *http.Request, body []byt
 			"latestLocalVersionInfo": nil,
 		}}
 	case "UpsertBucket":
-		if v.str("name") == "" {
-			// wandb-core always sends the run id; the real server would
-			// generate one, the mock refuses so that a test notices.
+		if v.str("name") == "" && v.str("id") == "" {
+			// wandb-core always sends the run id, the public API the run's
+			// storage id; the real server would generate one, the mock
+			// refuses so that a test notices.
 			writeJSON(w, http.StatusOK, map[string]any{"data": map[string]any{"upsertBucket": nil},
 				"errors": []any{map[string]any{"message": "wandb mock: UpsertBucket without a name", "path": []any{"upsertBucket"}}}})
 			return op
@@ -69,6 +71,8 @@ func (s *Server) serveGraphQL(w http.ResponseWriter, r *http.Request, body []byt
 		// RunSummary (bridge's read of a job run's summary) selects fewer
 		// fields of the same bucket.
 		data = s.runResumeStatus(v)
+	case "Run":
+		data = s.publicRun(v)
 	case "RunStoppedStatus":
 		data = s.runStoppedStatus(v)
 	case "OrganizationCoreWeaveOrganizationID":
@@ -139,11 +143,23 @@ func projectOr(p string) string {
 	return p
 }
 
-// upsertBucket creates or updates a run (mutation UpsertBucket).
+// upsertBucket creates or updates a run (mutation UpsertBucket), named by
+// entity, project and name (wandb-core), or by its storage id alone (the
+// public API's run.update() and summary writes).
 func (s *Server) upsertBucket(v vars, clientID string) any {
 	key := runKey{s.entityOr(v.str("entity")), projectOr(v.str("project")), v.str("name")}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if id := v.str("id"); key.name == "" {
+		for k, r := range s.runs {
+			if r.storageID == id {
+				key = k
+			}
+		}
+		if key.name == "" {
+			return map[string]any{"upsertBucket": nil}
+		}
+	}
 	ru, ok := s.runs[key]
 	inserted := !ok
 	if !ok {
@@ -302,6 +318,37 @@ func (s *Server) runResumeStatus(v vars) any {
 		}
 	}
 	return map[string]any{"model": model}
+}
+
+// publicRun answers the public API's query Run: project(name,
+// entityName) { run(name) { ...RunFragment } } (wandb/apis/public/runs.py);
+// a null run for an unknown one.
+func (s *Server) publicRun(v vars) any {
+	key := runKey{s.entityOr(v.str("entity")), projectOr(v.str("project")), v.str("name")}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ru, ok := s.runs[key]
+	if !ok {
+		return map[string]any{"project": map[string]any{"run": nil}}
+	}
+	cfgJSON, _ := json.Marshal(ru.config)
+	summary := "{}"
+	if m := ru.snapshot().Summary(); m != nil {
+		b, _ := json.Marshal(m)
+		summary = string(b)
+	}
+	state := "running"
+	if ru.complete {
+		state = "finished"
+	}
+	return map[string]any{"project": map[string]any{"run": map[string]any{
+		"projectId": "1", "id": ru.storageID, "name": key.name, "displayName": ru.display, "tags": append([]string{}, ru.tags...),
+		"sweepName": nil, "state": state, "config": string(cfgJSON), "group": nil, "jobType": nil, "commit": nil,
+		"readOnly": false, "createdAt": ru.created.UTC().Format("2006-01-02T15:04:05"), "heartbeatAt": ru.created.UTC().Format("2006-01-02T15:04:05"),
+		"description": nil, "notes": ru.notesOrNil(), "systemMetrics": "{}", "summaryMetrics": summary,
+		"historyLineCount": ru.lineCount(Primary, HistoryFile), "user": map[string]any{"name": s.opts.Username, "username": s.opts.Username},
+		"historyKeys": map[string]any{"keys": map[string]any{}, "lastStep": 0},
+	}}}
 }
 
 func (s *Server) runStoppedStatus(v vars) any {

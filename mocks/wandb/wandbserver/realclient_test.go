@@ -157,3 +157,35 @@ func TestRealClientBadKey(t *testing.T) {
 		t.Errorf("a run was created with a wrong key")
 	}
 }
+
+// TestRealClientNotes: the real client's public API (wandb.Api) writes a
+// run's notes as a person does (run.notes, run.update(): UpsertBucket by
+// the run's storage id, then its summary) and reads them back (query Run);
+// the mock holds them, with nothing it does not speak and no error.
+func TestRealClientNotes(t *testing.T) {
+	py := pythonOrSkip(t)
+	srv := StartTest(t, Options{APIKey: testKey})
+	srv.CreateStartedRun("", "notes", "n0tes001")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const notes = "a person's *notes*\nsecond line"
+	notesPy, _ := filepath.Abs(filepath.Join("testdata", "set_notes.py"))
+	cmd := exec.CommandContext(ctx, py, notesPy, srv.Entity()+"/notes/n0tes001", notes)
+	dir := t.TempDir()
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, srv.ClientEnv(dir, "")...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.HasSuffix(string(out), "notes:\n"+notes) {
+		t.Fatalf("set_notes.py: %v\n%s", err, out)
+	}
+	if run, ok := srv.Run(srv.Entity(), "notes", "n0tes001"); !ok || run.Notes != notes {
+		t.Errorf("the mock holds notes %q, want %q", run.Notes, notes)
+	}
+	if u := srv.UnknownOperations(); len(u) > 0 {
+		t.Errorf("client used GraphQL operations the mock lacks: %q", u)
+	}
+	for _, r := range srv.Requests() {
+		if r.Status >= 400 {
+			t.Errorf("request %s %s (%s) got %d", r.Method, r.Path, r.Operation, r.Status)
+		}
+	}
+}
