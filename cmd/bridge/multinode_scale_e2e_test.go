@@ -168,4 +168,3 @@ func runsGetSize(t *testing.T, uri, run string) int {
 	}
 	return len(b)
 }
-
