@@ -53,6 +53,9 @@ func main() {
 			"at most %d requests a node in a minute, %.1f a node in all; first failure %q; report %d rows (%.1fs)\n  requests: %v\n",
 			seed, *nodes, j.Status, j.Want, j.Lines, j.Ended, j.RunBytes, j.MaxPerNodeMinute, float64(total)/float64(*nodes),
 			j.FirstFailure, j.ReportRows, time.Since(began).Seconds(), kinds)
+		if len(j.BudgetSpent) > 0 {
+			fmt.Printf("  ends left to the spool (a request failed on every try within 30 s): %v\n", j.BudgetSpent)
+		}
 		if err != nil {
 			bad++
 			fmt.Printf("  INVARIANT BROKEN: %v\n", err)

@@ -51,6 +51,10 @@ type JobResult struct {
 	History          int
 	Ended            int      // nodes whose bridge recorded its end (a life of it)
 	EndErrors        []string // ends that failed for good on a live node
+	// BudgetSpent are the live nodes whose end gave up: a request failed
+	// on every try within the write policy's budget (tracker.Writes, 30
+	// s). Their end stays in their spool, for `bridge sync`.
+	BudgetSpent []string
 }
 
 // jobRun is the job's run in the model: what runs/get returns.
@@ -161,6 +165,9 @@ func (n *node) runJob(ctx context.Context, job string) {
 	err := jobrun.End(ctx, n, jobrun.Runs{Job: job, Node: own}, node, end, discard)
 	switch {
 	case errors.Is(err, errKilled) || n.dead:
+	case errors.Is(err, errTimeout) || errors.Is(err, errRefused):
+		e.res.Job.BudgetSpent = append(e.res.Job.BudgetSpent, fmt.Sprintf("node %d.%d: %v", n.index, n.life, err))
+		n.ended, n.spent = true, true
 	case err != nil:
 		e.res.Job.EndErrors = append(e.res.Job.EndErrors, fmt.Sprintf("node %d.%d: %v", n.index, n.life, err))
 		n.ended = true
@@ -272,7 +279,7 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 		return fail("the job's end read %d series", r.History)
 	}
 	for _, n := range e.nodes {
-		if n.dead || !n.joined {
+		if n.dead || !n.joined || n.spent {
 			continue
 		}
 		who := fmt.Sprintf("node-%d", n.index)

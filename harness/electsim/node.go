@@ -28,6 +28,7 @@ type node struct {
 
 	// Owned by the engine while the node is blocked.
 	dead, joined, blocked, ended bool
+	spent                        bool // its end gave up within the write budget (job.go)
 }
 
 func (e *engine) spawn(index, life int) {
