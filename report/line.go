@@ -90,6 +90,9 @@ type Ending struct {
 	Ended   time.Time
 	Attempt int
 	Run     string
+	// At is when a running bridge wrote its line (tracker.LineAt): the
+	// job's tick names a node whose line stops moving.
+	At time.Time
 }
 
 // EndLine is a bridge's state line at its end (tracker.StateTag's value),
@@ -141,6 +144,9 @@ func EndLine(tags map[string]string, e Ending) string {
 		case "reason":
 			if e.Attempt >= 0 {
 				add(tracker.LineAttempt, strconv.Itoa(e.Attempt))
+			}
+			if !e.At.IsZero() {
+				add(tracker.LineAt, strconv.FormatInt(e.At.UnixMilli(), 10))
 			}
 		case "clock":
 			add(tracker.LineRun, e.Run)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
@@ -167,4 +170,79 @@ func runsGetSize(t *testing.T, uri, run string) int {
 		t.Fatalf("runs/get %s: %d %v", run, resp.StatusCode, err)
 	}
 	return len(b)
+}
+
+// TestMultinodeLiveLines: while a 3-node job runs (--run-tick=1s), every
+// node's line on the job's run carries its figures so far and moves (at),
+// each node writing its own, and the first node's lead writes which nodes
+// differ now (bridge.job.differs: none here). The children end once the
+// test has seen that; the job ends FINISHED.
+func TestMultinodeLiveLines(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("live-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 3, 0)
+	shared := t.TempDir()
+	child := `i=0; while [ ! -e "$SHARED/go" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`
+	var nodes []*mnNode
+	for i := range 3 {
+		n := &mnNode{id: fmt.Sprintf("node-%d", i), dir: t.TempDir()}
+		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "250ms", "--run-tick", "1s", "--start-timeout", "3m", "--flush-timeout", "1m",
+			"--", "/bin/sh", "-c", child)
+		n.cmd.Dir = n.dir
+		n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + srv.URL, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n.dir,
+			"BRIDGE_SCOPES=node", "SHARED=" + shared}, env(i)...)...)
+		n.cmd.Stderr = &n.stderr
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = n.cmd.Process.Kill()
+			if t.Failed() {
+				t.Logf("%s: bridge's stderr:\n%s", n.id, n.stderr.String())
+			}
+		})
+		nodes = append(nodes, n)
+	}
+	key := "slurm:e2e:" + id + ".0"
+	var run mlflowtest.Run
+	first := map[string]string{}
+	waitfor.Cond(t, 3*time.Minute, "every node's line with its figures, moving, and the job's differs tag", func() bool {
+		expID := srv.ExperimentID(t, exp)
+		if expID == "" {
+			return false // no bridge made it yet
+		}
+		runs := srv.SearchRuns(t, expID, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ACTIVE_ONLY")
+		if len(runs) != 1 {
+			return false
+		}
+		run = runs[0]
+		for _, n := range nodes {
+			l := line(run, n.id)
+			if l["status"] != "RUNNING" || l["samples"] == "" || l["at"] == "" {
+				return false
+			}
+			if first[n.id] == "" {
+				first[n.id] = l["at"]
+			}
+			if l["at"] == first[n.id] {
+				return false
+			}
+		}
+		return run.Tags[jobrun.TagDiffers] != ""
+	})
+	if d := run.Tags[jobrun.TagDiffers]; d != "none" {
+		t.Errorf("%s = %q, want none: three alike nodes", jobrun.TagDiffers, d)
+	}
+	if err := os.WriteFile(filepath.Join(shared, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, nodes...)
+	for _, n := range nodes {
+		if n.code != 0 {
+			t.Errorf("%s exited %d", n.id, n.code)
+		}
+	}
+	if r := srv.GetRun(t, run.Info.RunID); r.Info.Status != mlflow.StatusFinished || line(r, "node-1")["status"] != mlflow.StatusFinished {
+		t.Errorf("the job's run %s, node 1's line %v; want FINISHED", r.Info.Status, line(r, "node-1"))
+	}
 }
