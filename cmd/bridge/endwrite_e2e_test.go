@@ -24,6 +24,7 @@ import (
 
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
@@ -152,6 +153,13 @@ func endUnderFailures(t *testing.T, srv *mlflowtest.Server, n, round int, seed u
 	if run.Info.Status != mlflow.StatusFinished {
 		t.Errorf("round %d: the job's run is %s, want FINISHED", round, run.Info.Status)
 	}
+	// `bridge report` lists every node, from the job's run's lines.
+	began = time.Now()
+	rep := (&rjob{bridge: testbin.Bridge(t), srv: srv}).report(t, run.Info.RunID)
+	if rows := rowsByNode(rep); len(rows) != n {
+		t.Errorf("round %d: bridge report has %d rows, want %d", round, len(rows), n)
+	}
+	t.Logf("round %d: bridge report of %d nodes in %v; the job's run: %d bytes of runs/get", round, n, time.Since(began).Round(time.Millisecond), runsGetSize(t, srv.URL, run.Info.RunID))
 	if faults == 0 {
 		t.Errorf("round %d: no fault was applied", round)
 	}
