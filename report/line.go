@@ -226,8 +226,8 @@ func lineRecord(tag, line string) (record, map[string]string) {
 }
 
 // Record is one bridge's end as a job's run records it, for the job's end
-// (package jobrun): from its state line, or its tags (bridges before the
-// state lines, W&B's shared run).
+// (package jobrun): from its state line, or its scoped tags (the shared
+// run's layout: W&B's, and MLflow runs without state lines).
 type Record struct {
 	Who    string // <node>, or <node>.<task>
 	Task   bool   // a further bridge of a node

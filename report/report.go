@@ -346,8 +346,8 @@ type node struct {
 	line            string
 }
 
-// nodeScopeTag finds a job's nodes in the layout of bridges before the
-// state lines: every node recorded when it started, and when it ended,
+// nodeScopeTag finds a job's nodes in the shared run's layout (no state
+// lines): every node recorded when it started, and when it ended,
 // under bridge.node.<id>. (a node id has no '/', but may have '.', as some
 // of its other tags do: .gpu.status).
 var nodeScopeTag = regexp.MustCompile(`^bridge\.node\.(.+)\.(started|ended)$`)
@@ -361,8 +361,8 @@ const tagParentRun = "mlflow.parentRunId"
 const TagJob = "bridge.job"
 
 // nodesOf lists run's nodes: a job's run (tagged bridge.job_key) has the
-// nodes that wrote a state line, or (bridges before the state lines)
-// recorded tags or series under their id; any other run is one node (a
+// nodes that wrote a state line, or (the shared run's layout) recorded
+// tags or series under their id; any other run is one node (a
 // node's own run: the node it names).
 func nodesOf(run Run) []node {
 	if run.Tags[TagJobKey] == "" {

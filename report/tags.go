@@ -54,8 +54,8 @@ type record struct {
 }
 
 // readRecord reads a node's end from the run's tags under scope
-// ("bridge.node.<id>." for a job's node in the layout of bridges before
-// the state lines, "bridge." for a single run or a node's own run).
+// ("bridge.node.<id>." for a job's node in the shared run's layout,
+// "bridge." for a single run or a node's own run).
 func readRecord(tags map[string]string, scope string) record {
 	key := func(tag string) string { return scope + strings.TrimPrefix(tag, "bridge.") }
 	r := recordFrom(func(tag string) string { return strings.TrimSpace(tags[key(tag)]) }, key)
