@@ -38,8 +38,12 @@ start_mlflow() {
 		store="sqlite:///$dir/mlflow.db"
 	fi
 	mlflow_db=$store
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true setsid "$py" -m mlflow server --host 127.0.0.1 --port "$mlflow_port" \
-		--backend-store-uri "$store" --default-artifact-root "$dir/artifacts" --workers "${MLFLOW_WORKERS:-1}" >"$dir/mlflow.log" 2>&1 &
+	# In DIR: python -m puts its working directory first on sys.path, and
+	# the repository's Go package bottleneck/ would be the module pandas
+	# (which MLflow imports) tries as its optional bottleneck, and fails on.
+	[[ $py == */* && $py != /* ]] && py=$PWD/$py
+	(cd "$dir" && MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true exec setsid "$py" -m mlflow server --host 127.0.0.1 --port "$mlflow_port" \
+		--backend-store-uri "$store" --default-artifact-root "$dir/artifacts" --workers "${MLFLOW_WORKERS:-1}" >"$dir/mlflow.log" 2>&1) &
 	mlflow_pid=$!
 	disown "$mlflow_pid" # no "Killed" line from bash when it is ended
 	echo "$mlflow_pid" >"$dir/mlflow.pgid" # for stop_mlflow, which may run after another start

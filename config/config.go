@@ -92,6 +92,7 @@ type Config struct {
 	FastThreshold  float64       // percent of the memory limit above which FastInterval applies
 	CollectTimeout time.Duration // bound on each collector's call
 	Window         time.Duration // `bridge sample`: time between its two readings
+	AnalysisWindow time.Duration // the span of each bottleneck verdict
 	Scopes         []string      // which scopes to collect
 	NodeID         string        // multi-node runs: keys go under system/<node_id>/
 	LogLevel       string        // debug, info, warn, error

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/summary"
@@ -196,7 +197,7 @@ func TestV2MemoryEventsFixture(t *testing.T) {
 			c := cgroup.New(l, log)
 			acc := summary.New()
 			collect := func(seq int64) {
-				pts, err := metrics.Collect(context.Background(), c)
+				pts, err := collecttest.Collect(context.Background(), c)
 				if err != nil {
 					t.Fatalf("Collect: %v", err)
 				}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/spooltest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/spool"
 )
@@ -36,7 +37,7 @@ func writeSpool(t *testing.T, attempts []attempt, now time.Duration) []spool.Att
 		}
 	}
 	for _, a := range attempts {
-		sp, err := spool.Open(path)
+		sp, err := spooltest.Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +58,7 @@ func writeSpool(t *testing.T, attempts []attempt, now time.Duration) []spool.Att
 			t.Fatal(err)
 		}
 	}
-	sp, err := spool.Open(path)
+	sp, err := spooltest.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 	"github.com/bridge-dev/bridge/summary"
@@ -114,7 +115,7 @@ func runInCgroup(t *testing.T, g *cgrouptest.Group, mode string, act func(pid in
 	acc := summary.NewWith(summary.Options{PeakStart: &summary.PeakStart{MB: metrics.MB(float64(ps.Bytes)), Reset: ps.Reset}})
 	var seq int64
 	sampleNow := func() {
-		pts, err := metrics.Collect(context.Background(), c)
+		pts, err := collecttest.Collect(context.Background(), c)
 		if err != nil {
 			t.Logf("collect: %v", err)
 		}

@@ -14,27 +14,27 @@ import (
 // host name) are not bridge's to refuse: a value a key or a node id cannot
 // hold as it is is cleaned instead. Cleaning alone would map two values to
 // one ("a b" and "a_b"; two ids that share their first 120 characters;
-// "run-é" and "run-ü"), so a cleaned value ends in HashSep and HashDigits
+// "run-é" and "run-ü"), so a cleaned value ends in hashSep and hashDigits
 // hex digits of the SHA-256 of the raw value(s). A value used as it is
 // never ends like that (one that already does is cleaned too), so a
 // cleaned value never equals a value used as it is, and two cleaned values
 // are equal only when the raw values' hashes are.
 const (
-	HashSep    = "--"
-	HashDigits = 10
-	hashLen    = len(HashSep) + HashDigits
+	hashSep    = "--"
+	hashDigits = 10
+	hashLen    = len(hashSep) + hashDigits
 )
 
 // MaxNodeID is the longest node id.
 const MaxNodeID = 100
 
-// looksHashed reports whether s ends like a cleaned value: HashSep and
-// HashDigits lowercase hex digits.
+// looksHashed reports whether s ends like a cleaned value: hashSep and
+// hashDigits lowercase hex digits.
 func looksHashed(s string) bool {
-	if len(s) < hashLen || s[len(s)-hashLen:len(s)-HashDigits] != HashSep {
+	if len(s) < hashLen || s[len(s)-hashLen:len(s)-hashDigits] != hashSep {
 		return false
 	}
-	for _, c := range s[len(s)-HashDigits:] {
+	for _, c := range s[len(s)-hashDigits:] {
 		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
 			return false
 		}
@@ -42,14 +42,14 @@ func looksHashed(s string) bool {
 	return true
 }
 
-// digest is HashDigits hex digits of the SHA-256 of parts, each length-
+// digest is hashDigits hex digits of the SHA-256 of parts, each length-
 // prefixed so that no two lists of parts hash the same input.
 func digest(parts ...string) string {
 	h := sha256.New()
 	for _, p := range parts {
 		h.Write([]byte(strconv.Itoa(len(p)) + ":" + p))
 	}
-	return hex.EncodeToString(h.Sum(nil))[:HashDigits]
+	return hex.EncodeToString(h.Sum(nil))[:hashDigits]
 }
 
 // fits reports whether s is at most n bytes of runes ok allows.
@@ -96,13 +96,13 @@ func SegmentRune(r rune) bool {
 // the host name) to a node id, one key segment: a valid id is used as it
 // is; any other value has each character other than letters, digits,
 // '_', '-' and '.' made '_', is cut to MaxNodeID-12 bytes, and gets
-// HashSep and HashDigits hex digits of the raw value's SHA-256. changed
+// hashSep and hashDigits hex digits of the raw value's SHA-256. changed
 // reports the latter. "" stays "".
 func NodeIDFrom(raw string) (id string, changed bool) {
 	if raw == "" || ValidNodeID(raw) && !looksHashed(raw) {
 		return raw, false
 	}
-	return scrub(raw, MaxNodeID-hashLen, SegmentRune) + HashSep + digest(raw), true
+	return scrub(raw, MaxNodeID-hashLen, SegmentRune) + hashSep + digest(raw), true
 }
 
 // field is one launcher value that goes into a key.
@@ -118,7 +118,7 @@ type field struct {
 // rule, the key is their values as they are: each rule leaves out the
 // separator that follows its field, so that such keys are distinct for
 // distinct values. Otherwise every field is cleaned (scrub) and the key
-// ends in HashSep and a digest of the raw values; changed shows the fields
+// ends in hashSep and a digest of the raw values; changed shows the fields
 // that did not fit (NAME="value").
 func keyOf(prefix string, fields ...field) (key string, changed []string) {
 	var b strings.Builder
@@ -143,7 +143,7 @@ func keyOf(prefix string, fields ...field) (key string, changed []string) {
 		b.WriteString(f.sep + scrub(f.raw, f.max, f.ok))
 		material = append(material, f.name, f.raw)
 	}
-	return b.String() + HashSep + digest(material...), changed
+	return b.String() + hashSep + digest(material...), changed
 }
 
 // keyRuneBut is keyRune without the runes of not.

@@ -228,8 +228,8 @@ func TestKeyCleaned(t *testing.T) {
 			j := Detect(Input{Getenv: env(c.env...), Argv: c.argv, Hostname: "h"})
 			want := c.prefix
 			if c.hashed {
-				if !looksHashed(j.Key) || !strings.HasPrefix(j.Key, c.prefix+HashSep) || len(j.Key) != len(c.prefix)+hashLen {
-					t.Fatalf("key %q, want %s%s<%d hex digits>", j.Key, c.prefix, HashSep, HashDigits)
+				if !looksHashed(j.Key) || !strings.HasPrefix(j.Key, c.prefix+hashSep) || len(j.Key) != len(c.prefix)+hashLen {
+					t.Fatalf("key %q, want %s%s<%d hex digits>", j.Key, c.prefix, hashSep, hashDigits)
 				}
 				want = j.Key
 			}

@@ -5,9 +5,9 @@
 //
 // Detect is a pure function of its Input: no files, no network, no clock.
 // The precedence, documented in docs/multinode.md, is: the explicit
-// settings (--job-key, --node-id, --nodes), then the launchers in the
-// order of Launchers, field by field: the first launcher that knows a field
-// gives it.
+// settings (--job-key, --node-id, --nodes), then the launchers in Detect's
+// order (Slurm, JobSet, Indexed Job, PyTorchJob, torchelastic, torchrun,
+// MPI), field by field: the first launcher that knows a field gives it.
 package jobkey
 
 import (
@@ -107,9 +107,6 @@ type part struct {
 	keyWarns   []string // about the key: used when this launcher's key is the job's
 	warns      []string // about the other fields
 }
-
-// Launchers are the launchers Detect reads, in order of precedence.
-var Launchers = []string{"slurm", "jobset", "indexed-job", "pytorchjob", "torchelastic", "torchrun", "mpi"}
 
 // Detect finds the job's key and this node's place in it. It never fails:
 // what it cannot find stays unknown, and Notes say why.

@@ -259,15 +259,15 @@ func TestDeployExamples(t *testing.T) {
 		key      string
 	}{
 		{"indexed-job.yaml", map[string]string{
-			EnvJobUID:  "metadata.labels['batch.kubernetes.io/controller-uid']",
-			EnvJobName: "metadata.labels['batch.kubernetes.io/job-name']",
+			envJobUID:  "metadata.labels['batch.kubernetes.io/controller-uid']",
+			envJobName: "metadata.labels['batch.kubernetes.io/job-name']",
 		}, []string{"JOB_COMPLETION_INDEX=2", "JOB_UID=u-1", "JOB_NAME=train-llm", "BRIDGE_NODES=4"}, "k8s-job:train-llm:u-1"},
 		{"jobset.yaml", map[string]string{
-			EnvJobSetName:     "metadata.annotations['jobset.sigs.k8s.io/jobset-name']",
-			EnvJobSetUID:      "metadata.annotations['jobset.sigs.k8s.io/jobset-uid']",
-			EnvJobIndex:       "metadata.annotations['jobset.sigs.k8s.io/job-global-index']",
-			EnvJobSetReplicas: "metadata.annotations['jobset.sigs.k8s.io/global-replicas']",
-			EnvJobSetRestart:  "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']",
+			envJobSetName:     "metadata.annotations['jobset.sigs.k8s.io/jobset-name']",
+			envJobSetUID:      "metadata.annotations['jobset.sigs.k8s.io/jobset-uid']",
+			envJobIndex:       "metadata.annotations['jobset.sigs.k8s.io/job-global-index']",
+			envJobSetReplicas: "metadata.annotations['jobset.sigs.k8s.io/global-replicas']",
+			envJobSetRestart:  "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']",
 		}, []string{"JOBSET_NAME=pretrain", "JOBSET_UID=u-2", "JOB_GLOBAL_INDEX=2", "JOBSET_GLOBAL_REPLICAS=4", "JOBSET_RESTART_ATTEMPT=0", "JOB_COMPLETION_INDEX=0"}, "jobset:pretrain:u-2"},
 	}
 	for _, c := range cases {

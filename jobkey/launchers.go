@@ -147,14 +147,14 @@ func generation(p *part, get getter, name string) string {
 // and an Indexed Job (docs/multinode.md, deploy/jobset.yaml,
 // deploy/indexed-job.yaml). Kubernetes injects only JOB_COMPLETION_INDEX.
 const (
-	EnvJobSetName     = "JOBSET_NAME"            // annotation jobset.sigs.k8s.io/jobset-name
-	EnvJobSetUID      = "JOBSET_UID"             // label jobset.sigs.k8s.io/jobset-uid
-	EnvJobIndex       = "JOB_GLOBAL_INDEX"       // annotation jobset.sigs.k8s.io/job-global-index
-	EnvJobSetReplicas = "JOBSET_GLOBAL_REPLICAS" // annotation jobset.sigs.k8s.io/global-replicas
-	EnvJobSetRestart  = "JOBSET_RESTART_ATTEMPT" // annotation jobset.sigs.k8s.io/restart-attempt
-	EnvJobName        = "JOB_NAME"               // label batch.kubernetes.io/job-name
-	EnvJobUID         = "JOB_UID"                // label batch.kubernetes.io/controller-uid
-	EnvCompletion     = "JOB_COMPLETION_INDEX"   // injected by the Job controller (Indexed mode)
+	envJobSetName     = "JOBSET_NAME"            // annotation jobset.sigs.k8s.io/jobset-name
+	envJobSetUID      = "JOBSET_UID"             // label jobset.sigs.k8s.io/jobset-uid
+	envJobIndex       = "JOB_GLOBAL_INDEX"       // annotation jobset.sigs.k8s.io/job-global-index
+	envJobSetReplicas = "JOBSET_GLOBAL_REPLICAS" // annotation jobset.sigs.k8s.io/global-replicas
+	envJobSetRestart  = "JOBSET_RESTART_ATTEMPT" // annotation jobset.sigs.k8s.io/restart-attempt
+	envJobName        = "JOB_NAME"               // label batch.kubernetes.io/job-name
+	envJobUID         = "JOB_UID"                // label batch.kubernetes.io/controller-uid
+	envCompletion     = "JOB_COMPLETION_INDEX"   // injected by the Job controller (Indexed mode)
 )
 
 // jobSet reads a JobSet's annotations projected into the environment. A
@@ -162,33 +162,33 @@ const (
 // which a restart of the JobSet keeps. The node is the child Job's global
 // index, with the pod's completion index when a Job has several pods.
 func jobSet(get getter) part {
-	name, uid := get(EnvJobSetName), get(EnvJobSetUID)
+	name, uid := get(envJobSetName), get(envJobSetUID)
 	if name == "" && uid == "" {
 		return part{}
 	}
 	p := part{launcher: "jobset"}
 	if uid == "" {
-		p.notes = append(p.notes, fmt.Sprintf("%s is set but %s is not: a JobSet's name is reused, so it is no key; project the label jobset.sigs.k8s.io/jobset-uid into %s", EnvJobSetName, EnvJobSetUID, EnvJobSetUID))
+		p.notes = append(p.notes, fmt.Sprintf("%s is set but %s is not: a JobSet's name is reused, so it is no key; project the label jobset.sigs.k8s.io/jobset-uid into %s", envJobSetName, envJobSetUID, envJobSetUID))
 		return p
 	}
-	p.setKey(keyOf("jobset", field{":", EnvJobSetName, name, 63, keyRuneBut(":")}, field{":", EnvJobSetUID, uid, 40, keyRune}))
-	p.keyOf = EnvJobSetName + ", " + EnvJobSetUID + " (JobSet, downward API)"
-	g, gok := p.number(get, EnvJobIndex)
-	c, cok := p.number(get, EnvCompletion)
+	p.setKey(keyOf("jobset", field{":", envJobSetName, name, 63, keyRuneBut(":")}, field{":", envJobSetUID, uid, 40, keyRune}))
+	p.keyOf = envJobSetName + ", " + envJobSetUID + " (JobSet, downward API)"
+	g, gok := p.number(get, envJobIndex)
+	c, cok := p.number(get, envCompletion)
 	switch {
 	case gok && cok && c > 0:
 		// Several pods per child Job: the pod is not a whole node index.
-		p.node, p.nodeOf = fmt.Sprintf("node-%d-%d", g, c), EnvJobIndex+", "+EnvCompletion+" (JobSet)"
+		p.node, p.nodeOf = fmt.Sprintf("node-%d-%d", g, c), envJobIndex+", "+envCompletion+" (JobSet)"
 	case gok:
-		p.rank, p.hasRank, p.nodeOf = g, true, EnvJobIndex+" (JobSet)"
-		if n, ok := p.number(get, EnvJobSetReplicas); ok && n > 0 {
-			p.nodes, p.nodesOf = n, EnvJobSetReplicas+" (JobSet; one pod per child Job)"
+		p.rank, p.hasRank, p.nodeOf = g, true, envJobIndex+" (JobSet)"
+		if n, ok := p.number(get, envJobSetReplicas); ok && n > 0 {
+			p.nodes, p.nodesOf = n, envJobSetReplicas+" (JobSet; one pod per child Job)"
 		}
 	default:
-		p.notes = append(p.notes, fmt.Sprintf("JobSet: %s is not set: project the annotation jobset.sigs.k8s.io/job-global-index into it for the node id", EnvJobIndex))
+		p.notes = append(p.notes, fmt.Sprintf("JobSet: %s is not set: project the annotation jobset.sigs.k8s.io/job-global-index into it for the node id", envJobIndex))
 	}
-	if n, ok := p.number(get, EnvJobSetRestart); ok {
-		p.attempt, p.hasAttempt, p.attemptOf = n, true, EnvJobSetRestart+" (JobSet)"
+	if n, ok := p.number(get, envJobSetRestart); ok {
+		p.attempt, p.hasAttempt, p.attemptOf = n, true, envJobSetRestart+" (JobSet)"
 	}
 	return p
 }
@@ -198,23 +198,23 @@ func jobSet(get getter) part {
 // Job's completions are not visible in a pod: the node count must be given
 // (--nodes).
 func indexedJob(get getter) part {
-	idx := get(EnvCompletion)
+	idx := get(envCompletion)
 	if idx == "" {
 		return part{}
 	}
 	p := part{launcher: "indexed-job"}
-	if n, ok := p.number(get, EnvCompletion); ok {
-		p.rank, p.hasRank, p.nodeOf = n, true, EnvCompletion+" (Indexed Job)"
+	if n, ok := p.number(get, envCompletion); ok {
+		p.rank, p.hasRank, p.nodeOf = n, true, envCompletion+" (Indexed Job)"
 	}
-	uid := get(EnvJobUID)
+	uid := get(envJobUID)
 	if uid == "" {
-		if get(EnvJobSetUID) == "" {
-			p.notes = append(p.notes, fmt.Sprintf("%s is set but %s is not: project the label batch.kubernetes.io/controller-uid into %s for the job key", EnvCompletion, EnvJobUID, EnvJobUID))
+		if get(envJobSetUID) == "" {
+			p.notes = append(p.notes, fmt.Sprintf("%s is set but %s is not: project the label batch.kubernetes.io/controller-uid into %s for the job key", envCompletion, envJobUID, envJobUID))
 		}
 		return p
 	}
-	p.setKey(keyOf("k8s-job", field{":", EnvJobName, get(EnvJobName), 63, keyRuneBut(":")}, field{":", EnvJobUID, uid, 40, keyRune}))
-	p.keyOf = EnvJobName + ", " + EnvJobUID + " (Indexed Job, downward API)"
+	p.setKey(keyOf("k8s-job", field{":", envJobName, get(envJobName), 63, keyRuneBut(":")}, field{":", envJobUID, uid, 40, keyRune}))
+	p.keyOf = envJobName + ", " + envJobUID + " (Indexed Job, downward API)"
 	return p
 }
 

@@ -2,7 +2,6 @@ package jobrun
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -214,24 +213,4 @@ func firstFailure(rep *report.Report) string {
 		return "none"
 	}
 	return rep.FirstFailure.Tag()
-}
-
-// Shares renders the bottleneck's shares ("input 61%, gpu_compute 30%"),
-// largest first, from each cause's share in percent; "" for none.
-func Shares(byCause map[string]float64) string {
-	causes := make([]string, 0, len(byCause))
-	for c := range byCause {
-		causes = append(causes, c)
-	}
-	sort.Slice(causes, func(i, j int) bool {
-		if byCause[causes[i]] != byCause[causes[j]] {
-			return byCause[causes[i]] > byCause[causes[j]]
-		}
-		return causes[i] < causes[j]
-	})
-	parts := make([]string, 0, len(causes))
-	for _, c := range causes {
-		parts = append(parts, fmt.Sprintf("%s %.0f%%", c, byCause[c]))
-	}
-	return strings.Join(parts, ", ")
 }

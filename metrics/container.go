@@ -29,7 +29,7 @@ var (
 	ContainerMemoryHighEvents = &Desc{Name: "container_memory_high_events_count", Unit: UnitCount, Scope: ScopeContainer, Steady: true,
 		Help: "Times the container's memory usage went over memory.high (memory.events high)."}
 	ContainerMemoryMaxEvents = &Desc{Name: "container_memory_max_events_count", Unit: UnitCount, Scope: ScopeContainer, Steady: true,
-		Help: "Times the container's memory usage reached its limit (memory.events max)."}
+		Help: "Times the container's memory usage reached its limit (memory.events max; v1 memory.failcnt)."}
 	ContainerOOMEvents = &Desc{Name: "container_memory_oom_events_count", Unit: UnitCount, Scope: ScopeContainer, Steady: true,
 		Help: "Times the container hit its memory limit and the OOM path ran (memory.events oom)."}
 	ContainerOOMKills = &Desc{Name: "container_memory_oom_kill_events_count", Unit: UnitCount, Scope: ScopeContainer, Steady: true, Kind: Counter,

@@ -122,14 +122,6 @@ func (b *Batch) Reset() {
 	b.Points, b.Sources = b.Points[:0], b.Sources[:0]
 }
 
-// Collect runs one Collect of c into a fresh Batch and returns its points:
-// for tests and one-off reads.
-func Collect(ctx context.Context, c Collector) ([]Point, error) {
-	var b Batch
-	err := c.Collect(ctx, &b)
-	return b.Points, err
-}
-
 // Collector reads one source.
 //
 // Contract: Collect is called from one goroutine at a time (the Sampler's);

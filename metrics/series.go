@@ -21,6 +21,15 @@ var (
 		Prom: "node_memory_MemAvailable_bytes", Help: "Memory information field MemAvailable_bytes."}
 )
 
+// NodeCPUCount is the node's online CPUs (metrics/node, /proc/stat): the
+// bottleneck verdict reads it as the CPU a job without a limit may use.
+var NodeCPUCount = &Desc{Name: "node_cpu_count", Unit: UnitCount, Scope: ScopeNode, Steady: true,
+	Help: "Online CPUs of the node."}
+
+// NodePressure are the node's PSI series (metrics/node, /proc/pressure):
+// the bottleneck verdict reads the node's I/O stalls.
+var NodePressure = PressureSeries(ScopeNode, "node")
+
 // The network namespace's rates (metrics/node, /proc/net/dev): the job's
 // report reads them.
 var (
@@ -50,6 +59,11 @@ var (
 	InfinibandTransmitRate = &Desc{Name: "node_infiniband_<device>_port_<port>_transmit_megabytes_per_second", Unit: UnitMegabytesPerSecond,
 		Scope: ScopeNode, Instance: []string{"device", "port"}, Prom: "bridge_node_infiniband_transmit_bytes_per_second",
 		Help: "Bytes the port transmitted per second over the last interval."}
+	// InfinibandLinkRate is the port's link rate: the bottleneck verdict
+	// reads the rates against it.
+	InfinibandLinkRate = &Desc{Name: "node_infiniband_<device>_port_<port>_link_rate_megabytes_per_second", Unit: UnitMegabytesPerSecond,
+		Scope: ScopeNode, Instance: []string{"device", "port"}, Steady: true, Prom: "bridge_node_infiniband_link_rate_bytes_per_second",
+		Help: "The port's link rate (its sysfs rate), in bytes per second each way."}
 )
 
 // Pressure is one resource's PSI series: the avg10 share of its "some" and
@@ -63,9 +77,9 @@ type Pressure struct {
 // order.
 type Pressures []Pressure
 
-// PressureSeries describes the PSI series of scope, the stalls of the
-// tasks of whose (the cgroup's and the node's are the same files at two
-// levels).
+// PressureSeries describes the PSI series of scope; whose names, in their
+// help, whose tasks stall ("node", "container's cgroup"): the node's and a
+// cgroup's are the same files at two levels.
 func PressureSeries(scope Scope, whose string) Pressures {
 	out := make(Pressures, 0, 3)
 	for _, res := range []string{"cpu", "memory", "io"} {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -84,7 +85,7 @@ func TestCollectorsAddOnlyDeclaredSeries(t *testing.T) {
 	for _, c := range src.Collectors {
 		reg := registration(t, c.Name())
 		for range 2 { // the second has the rates
-			pts, err := metrics.Collect(context.Background(), c)
+			pts, err := collecttest.Collect(context.Background(), c)
 			if err != nil {
 				t.Logf("%s: %v", c.Name(), err)
 			}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -45,7 +46,7 @@ func (s *Session) Stop(abort <-chan struct{}) {
 		close(s.stopS)
 		<-s.doneS
 		ctx, cancel := context.WithDeadline(context.Background(), s.deadline)
-		s.take(s.sampler.Sample(ctx))
+		s.take(s.sampler.Sample(ctx), true)
 		cancel()
 	}
 	// Forwarders send what is left, then return; the deadline (or a second
@@ -88,6 +89,13 @@ func (s *Session) Finish(end tracker.EndInfo) {
 	for k, v := range s.acc.EnergyTags() {
 		if _, set := end.Tags[k]; !set {
 			end.Tags[k] = v
+		}
+	}
+	// The node's bottleneck verdict over the job (its tag is scoped to the
+	// node by a multi-node job's sink, as every bridge.* tag).
+	if r, ok := s.Bottleneck(); ok {
+		if _, set := end.Tags[bottleneck.Tag]; !set {
+			end.Tags[bottleneck.Tag] = r.Text()
 		}
 	}
 	s.adviseEnd(end)

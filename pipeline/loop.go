@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/bridge-dev/bridge/metrics"
@@ -33,7 +35,7 @@ func (s *Session) loop() {
 			s.sampler.SetNextSeq(f)
 		}
 		smp := s.sampler.Sample(context.Background())
-		s.take(smp)
+		s.take(smp, false)
 		next := smp.Time.Add(s.set.Interval)
 		if first {
 			// The first sample is taken at once; the rest keep a random
@@ -54,9 +56,14 @@ func (s *Session) loop() {
 
 // take hands a sample to its consumers: the spool (the one buffer, which
 // never waits for the disk), /metrics, after the spool has it, and the
-// end-of-run table. The sample carries the job's energy per step the
-// run's tick last read (tick.go).
-func (s *Session) take(smp metrics.Sample) {
+// end-of-run table. First the bottleneck verdict takes it: a sample that
+// closes a verdict's window (last: the job's last sample) carries each
+// cause's share so far. The sample also carries the job's energy per step
+// the run's tick last read (tick.go).
+func (s *Session) take(smp metrics.Sample, last bool) {
+	s.accMu.Lock() // the run's tick reads the verdict beside the loop
+	smp = s.analyse(smp, last)
+	s.accMu.Unlock()
 	if v := s.perStep.Load(); v != 0 {
 		smp.Points = append(smp.Points, metrics.At(JobEnergyPerStep, math.Float64frombits(v)))
 	}
@@ -144,4 +151,22 @@ func (s *Session) nearLimit(pts []metrics.Point) bool {
 		}
 	}
 	return false
+}
+
+// analyse gives smp to the bottleneck verdict, and returns it with the
+// verdict's points when it closed a window, in name order as the Sampler
+// sorts a sample's points. A panic there loses the verdict's points of this
+// sample, never the sample.
+func (s *Session) analyse(smp metrics.Sample, last bool) (out metrics.Sample) {
+	out = smp
+	defer s.recoverGo("bottleneck verdict")
+	var b metrics.Batch
+	s.analysis.Add(smp, &b, last)
+	if len(b.Points) == 0 {
+		return out
+	}
+	pts := append(slices.Clip(smp.Points), b.Points...)
+	slices.SortStableFunc(pts, func(a, b metrics.Point) int { return strings.Compare(a.Name(), b.Name()) })
+	smp.Points = pts
+	return smp
 }

@@ -44,7 +44,7 @@ func (s *Session) runID() string {
 func (s *Session) health() promexport.Health {
 	h := promexport.Health{Dropped: int(s.spool.Stats().LostUnwritten)}
 	for _, r := range s.sinks {
-		_, _, sent := r.fwd.Status()
+		_, sent, _ := r.fwd.Status()
 		errs, last := r.fwd.Counters()
 		h.Sinks = append(h.Sinks, promexport.SinkHealth{
 			Name: r.Sink.Name(), Sent: sent, Pending: s.spool.PendingCount(r.Sink.Name(), r.run()),

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/advice"
+	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
@@ -62,10 +64,12 @@ type Session struct {
 	sinks   []SinkRun
 	// acc is the sampling loop's until it returns (doneS), then Stop's
 	// and its readers'.
-	acc     *summary.Accumulator
-	prom    *promexport.Exporter // nil unless MetricsAddr is set
-	sources *Sources             // nil when the driver gave bare collectors
-	phase   func(time.Duration) time.Duration
+	acc *summary.Accumulator
+	// analysis is the bottleneck verdict, the sampling loop's as acc is.
+	analysis *bottleneck.Analysis
+	prom     *promexport.Exporter // nil unless MetricsAddr is set
+	sources  *Sources             // nil when the driver gave bare collectors
+	phase    func(time.Duration) time.Duration
 
 	stopS      chan struct{} // closes the sampling loop
 	doneS      chan struct{} // the sampling loop has returned
@@ -140,6 +144,7 @@ func Open(o Options) *Session {
 	}
 	s := &Session{
 		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: acc,
+		analysis:     bottleneck.New(cmp.Or(o.Settings.AnalysisWindow, time.Minute)),
 		sinks:        append([]SinkRun(nil), o.Started.Runs...),
 		failedStarts: o.Started.Failed,
 		off:          o.Off,
@@ -192,3 +197,9 @@ func (s *Session) SpoolFile() string { return s.spool.Path() }
 
 // Acc is what was measured; read it only after Stop.
 func (s *Session) Acc() *summary.Accumulator { return s.acc }
+
+// Bottleneck is the node's bottleneck verdict over the job (package
+// bottleneck): the cause of the most of its time, why, and every cause's
+// share; ok is false before a verdict's window closed. Read it only after
+// Stop, as Acc.
+func (s *Session) Bottleneck() (bottleneck.Result, bool) { return s.analysis.Result() }

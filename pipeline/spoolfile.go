@@ -87,7 +87,7 @@ func spoolOptions(use SpoolUse, set config.Config, log *slog.Logger) spool.Optio
 // a live disk answers each read in far less, even on a loaded machine.
 const spoolOpenStall = 5 * time.Second
 
-// ErrSpoolNotFile: --spool names a directory.
+// ErrSpoolNotFile means --spool names a directory.
 var ErrSpoolNotFile = errors.New("is a directory; name a file")
 
 // spoolCheckWait bounds CheckSpool's stat.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/harness/spooltest"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/spool"
@@ -61,7 +62,7 @@ func TestSpoolPathUniquePerBridge(t *testing.T) {
 func TestOpenSpoolFallsBackToMemory(t *testing.T) {
 	dir := t.TempDir()
 	held := filepath.Join(dir, "held.jsonl")
-	first, err := spool.Open(held)
+	first, err := spooltest.Open(held)
 	if err != nil {
 		t.Fatal(err)
 	}

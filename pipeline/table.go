@@ -30,7 +30,7 @@ type Ending struct {
 // any), e.Rows, then where the samples went.
 func (s *Session) Report(w io.Writer, e Ending) {
 	rows := append([]summary.Row{s.spanRow(e.Start, e.End)}, e.Head...)
-	rows = append(append(append(append(rows, s.acc.Rows()...), s.adviceRows()...), s.collectorRows()...), e.Rows...)
+	rows = append(append(append(append(append(rows, s.acc.Rows()...), s.bottleneckRows()...), s.adviceRows()...), s.collectorRows()...), e.Rows...)
 	summary.Write(w, e.Title, s.links(), append(rows, s.trackerRows()...))
 }
 
@@ -73,6 +73,16 @@ func plural(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// bottleneckRows is the node's bottleneck verdict over the job and each
+// cause's share of it; none before a verdict's window closed.
+func (s *Session) bottleneckRows() []summary.Row {
+	r, ok := s.Bottleneck()
+	if !ok {
+		return nil
+	}
+	return []summary.Row{{What: "bottleneck", Value: r.Text() + "; " + r.SharesText()}}
 }
 
 // collectorRows say, per collector that failed during the job, how often
@@ -143,7 +153,7 @@ func (s *Session) endLeft() string {
 // trackerRow says what happened with one tracker, from what happened: its
 // run, whether it ever answered, what it was sent and what it was not.
 func (s *Session) trackerRow(r SinkRun) string {
-	st, err, sent := r.fwd.Status()
+	st, sent, err := r.fwd.Status()
 	run := r.run()
 	samples := fmt.Sprintf("%d %s", sent, plural(sent, "sample", "samples"))
 	var v string

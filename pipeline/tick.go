@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/advice"
+	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
@@ -169,8 +170,9 @@ func (s *Session) live(note bool) jobrun.Live {
 // liveWith is this node's figures for a tick, over end (the end's tags,
 // nil during the run): its figures (jobreport.TagFigures: the report reads
 // them in place of series it would read the history of), its energy, its
-// advice and cost, and the bottleneck's shares. The accumulator is the
-// sampling loop's: read under accMu, a copy of a few figures.
+// advice and cost, and the bottleneck's verdict and shares. The
+// accumulator and the verdict are the sampling loop's: read under accMu,
+// a copy of a few figures.
 func (s *Session) liveWith(end map[string]string, note bool) jobrun.Live {
 	s.accMu.Lock()
 	defer s.accMu.Unlock()
@@ -182,8 +184,13 @@ func (s *Session) liveWith(end map[string]string, note bool) jobrun.Live {
 			maps.Copy(tags, c.Tags())
 		}
 	}
+	shares := ""
+	if r, ok := s.analysis.Result(); ok {
+		shares = r.SharesText()
+		tags[bottleneck.Tag] = r.Text()
+	}
 	maps.Copy(tags, end)
-	return jobrun.Live{Tags: tags, Shares: jobrun.Shares(bottleneckShares(&s.acc.Set)), Note: note}
+	return jobrun.Live{Tags: tags, Shares: shares, Note: note}
 }
 
 // cost is this node's cost from the session's start to at, at the prices
@@ -201,31 +208,6 @@ func gpusOf(set *stats.Set) int {
 		}
 	})
 	return len(gpus)
-}
-
-// bottleneckShares is each bottleneck cause's mean share of the samples,
-// in percent, from the series that hold them (named
-// <scope>_bottleneck_<cause>_share_percentage, or _ratio), by cause; none
-// when the job's collectors make no such series.
-func bottleneckShares(set *stats.Set) map[string]float64 {
-	out := map[string]float64{}
-	set.Each(func(name string, d *metrics.Desc, st stats.Stat) {
-		_, rest, ok := strings.Cut(name, "bottleneck_")
-		if !ok || d == nil || st.N == 0 {
-			return
-		}
-		cause, unit := rest, 1.0
-		switch {
-		case d.Unit == metrics.UnitPercentage:
-			cause = strings.TrimSuffix(strings.TrimSuffix(rest, "_percentage"), "_share")
-		case d.Unit == metrics.UnitRatio:
-			cause, unit = strings.TrimSuffix(strings.TrimSuffix(rest, "_ratio"), "_share"), 100
-		default:
-			return
-		}
-		out[cause] = st.Mean() * unit
-	})
-	return out
 }
 
 // adviceRows are the end-of-run table's rows of what the job should ask

@@ -38,16 +38,6 @@ func (f *Failure) Tag() string {
 	return fmt.Sprintf("%s: %s at %s (%s)", f.Node, f.Reason, f.Time, why)
 }
 
-// FailureTagTime is the time in a TagFirstFailure value; ok is false when
-// the value is not one.
-func FailureTagTime(v string) (time.Time, bool) {
-	f, ok := parseFailureTag(v)
-	if !ok {
-		return time.Time{}, false
-	}
-	return f.at, true
-}
-
 // parseFailureTag reads a TagFirstFailure value back (a node id and a
 // reason hold no space).
 func parseFailureTag(v string) (*Failure, bool) {

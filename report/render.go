@@ -81,6 +81,7 @@ var columns = []column{
 		}
 		return strings.Join(parts, ", ")
 	}},
+	{"bottleneck", (*Node).bottleneckCell},
 	{"network", func(n *Node) string { return f(n.NetworkMBps, "%.2f MB/s") }},
 	{"InfiniBand", func(n *Node) string { return f(n.InfinibandMBps, "%.1f MB/s") }},
 	{"samples", func(n *Node) string {
@@ -97,6 +98,37 @@ var columns = []column{
 
 // utc is a time of the report (timeLayout) for a table cell.
 func utc(t string) string { return strings.TrimSuffix(strings.Replace(t, "T", " ", 1), "Z") }
+
+// bottleneckCell is the node's verdict in a cell: its cause and share
+// ("input 72%"); the cause of the largest share where the node recorded
+// no verdict (still running, or its bridge died).
+func (n *Node) bottleneckCell() string {
+	cause, _, _ := strings.Cut(n.Bottleneck, ":")
+	if cause == "" {
+		var top float64
+		for c, v := range n.BottleneckShares {
+			if v != nil && (v.Float64() > top || (v.Float64() == top && c < cause)) {
+				cause, top = c, v.Float64()
+			}
+		}
+	}
+	if v := n.BottleneckShares[cause]; v != nil {
+		return fmt.Sprintf("%s %.0f%%", cause, 100*v.Float64())
+	}
+	return cause
+}
+
+// bottlenecks are the nodes' verdicts in words, one line a node that
+// recorded one: "node-1: input: the 6 data-loading workers ...".
+func (r *Report) bottlenecks() []string {
+	var out []string
+	for _, n := range r.Nodes {
+		if n.Bottleneck != "" {
+			out = append(out, n.Node+": "+n.Bottleneck)
+		}
+	}
+	return out
+}
 
 func f(v *metrics.Float, format string) string {
 	if v == nil {
@@ -275,6 +307,12 @@ func (r *Report) Markdown(w io.Writer) error {
 		}
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
+	if bs := r.bottlenecks(); len(bs) > 0 {
+		b.WriteString("\n**Bottleneck** (docs/metrics.md, The bottleneck):\n\n")
+		for _, l := range bs {
+			b.WriteString("- " + printable.Markdown(l) + "\n")
+		}
+	}
 	if f := r.footnote(); f != "" {
 		b.WriteString("\n" + f + "\n")
 	}
@@ -318,6 +356,9 @@ func (r *Report) Text(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for _, l := range r.bottlenecks() {
+		fmt.Fprintf(w, "bottleneck %s\n", printable.Line(l))
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", printable.Line(n))

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
@@ -149,6 +150,12 @@ type Node struct {
 	// the kernel's high-water mark where the node was OOM-killed.
 	PeakWorkingSetSource string `json:"peak_working_set_source,omitempty"`
 	Figures
+	// Bottleneck is the node's bottleneck verdict over the job, as its
+	// bridge recorded it (bottleneck.Tag: the cause, then why); "" when
+	// it recorded none. BottleneckShares is each cause's share of the
+	// node's time, from its series' last values (every cause with some).
+	Bottleneck       string                    `json:"bottleneck,omitempty"`
+	BottleneckShares map[string]*metrics.Float `json:"bottleneck_shares,omitempty"`
 	// Differs lists why the node differs from the job (DiffersRule).
 	Differs []string `json:"differs,omitempty"`
 	// Unused says each limit the node's job left mostly unused
@@ -284,6 +291,14 @@ func BuildRead(ctx context.Context, run Run, rd Read) (*Report, error) {
 		}
 		fromTags(&row, rec)
 		advise(&row, rec)
+		row.Bottleneck = rec.bottleneck
+		if shares, refused := n.bottleneckShares(run); len(shares) > 0 || len(refused) > 0 {
+			row.BottleneckShares = shares
+			if len(refused) > 0 {
+				rep.ValuesRefused += len(refused)
+				rep.Notes = append(rep.Notes, fmt.Sprintf("%s: %d out of range, left out: %s", n.id, len(refused), strings.Join(refused, "; ")))
+			}
+		}
 		rep.Nodes = append(rep.Nodes, row)
 	}
 	rep.missing(run, nodes)
@@ -480,6 +495,27 @@ func (n node) readFigures(ctx context.Context, latest map[string]float64, histor
 		samples = wsN
 	}
 	return figuresOf(rs, samples), errors.Join(errs...)
+}
+
+// bottleneckShares reads each cause's share of the node's time from the
+// last value of its series (runs/get gives every series' at once): a
+// share out of its range is refused ("key=value").
+func (n node) bottleneckShares(run Run) (shares map[string]*metrics.Float, refused []string) {
+	for _, c := range bottleneck.Causes {
+		d := bottleneck.ShareSeries[c]
+		v, ok := run.Latest[n.keys+d.Name]
+		switch {
+		case !ok:
+		case !d.Range().Holds(v):
+			refused = append(refused, "series "+n.keys+d.Name+"="+strconv.FormatFloat(v, 'g', -1, 64))
+		case v > 0:
+			if shares == nil {
+				shares = map[string]*metrics.Float{}
+			}
+			shares[string(c)] = num(v)
+		}
+	}
+	return shares, refused
 }
 
 // FirstFailureOf is the first failure the run's tags record, nil for none.

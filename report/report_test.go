@@ -110,13 +110,13 @@ func TestFailureTag(t *testing.T) {
 	if f == nil || f.Tag() != want {
 		t.Fatalf("tag %q, want %q", f.Tag(), want)
 	}
-	at, ok := FailureTagTime(f.Tag())
-	if !ok || !at.Equal(t0.Add(1500*time.Millisecond)) {
-		t.Errorf("FailureTagTime = %v, %v", at, ok)
+	back, ok := parseFailureTag(f.Tag())
+	if !ok || !back.at.Equal(t0.Add(1500*time.Millisecond)) {
+		t.Errorf("parseFailureTag = %+v, %v", back, ok)
 	}
 	for _, bad := range []string{"", "node-1", "node-1: oom at yesterday (x)"} {
-		if _, ok := FailureTagTime(bad); ok {
-			t.Errorf("FailureTagTime(%q) ok", bad)
+		if _, ok := parseFailureTag(bad); ok {
+			t.Errorf("parseFailureTag(%q) ok", bad)
 		}
 	}
 }

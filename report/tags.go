@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/advice"
+	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
@@ -37,6 +38,7 @@ const (
 // record is what one node's tags say of its end.
 type record struct {
 	status, reason, detail, signal, clock string
+	bottleneck                            string // the verdict's text
 	exitCode                              *int
 	ended, started                        time.Time // zero: not recorded
 	duration, treeRSS                     *metrics.Float
@@ -81,7 +83,7 @@ func recordFrom(get, name func(tag string) string) record {
 	r := record{
 		status: get("bridge.status"), reason: get(forensics.TagExitReason), detail: get(forensics.TagExitReasonDetail),
 		signal: get("bridge.exit_signal"), clock: get(TagEndedClock),
-		peakSource: get(forensics.TagPeakWorkingSource),
+		peakSource: get(forensics.TagPeakWorkingSource), bottleneck: get(bottleneck.Tag),
 	}
 	// figure reads tag as a figure of series d: nil for no number ("no
 	// limit", "not sampled"), and for one out of d's range, refused.

@@ -11,9 +11,9 @@ import (
 // Bounds on what one sample record may hold, whatever a collector emits
 // (--scrape-passthrough can emit a series per label set).
 const (
-	// DefaultMaxPoints is how many points a sample keeps: a node with eight
+	// defaultMaxPoints is how many points a sample keeps: a node with eight
 	// GPUs gives a few hundred.
-	DefaultMaxPoints = 10000
+	defaultMaxPoints = 10000
 	// MaxKey is the longest metric name kept: MLflow refuses keys over 250
 	// characters (its "system/" prefix included, which its sink checks).
 	MaxKey = 250

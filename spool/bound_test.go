@@ -125,12 +125,12 @@ func TestPointCapKeepsBridgesOwn(t *testing.T) {
 				t.Errorf("sample %d: %s left out", smp.Seq, p.Name())
 			}
 		}
-		if len(smp.Points) > DefaultMaxPoints {
-			t.Errorf("sample %d: %d points, over %d", smp.Seq, len(smp.Points), DefaultMaxPoints)
+		if len(smp.Points) > defaultMaxPoints {
+			t.Errorf("sample %d: %d points, over %d", smp.Seq, len(smp.Points), defaultMaxPoints)
 		}
 	}
 	st := stats(s)
-	if st.LeftOutByTier[TierInstance] != int64(3*(20000+len(own)-DefaultMaxPoints)) || st.LeftOutByTier[TierOwn] != 0 ||
+	if st.LeftOutByTier[TierInstance] != int64(3*(20000+len(own)-defaultMaxPoints)) || st.LeftOutByTier[TierOwn] != 0 ||
 		st.LeftOutExample[TierInstance] != portDesc.Name {
 		t.Errorf("stats %+v", st)
 	}
@@ -373,7 +373,7 @@ func TestMemorySpool(t *testing.T) {
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Append(sample(19, 1)); err != ErrClosed {
+			if err := s.Append(sample(19, 1)); err != errClosed {
 				t.Fatalf("append after close: %v", err)
 			}
 		})

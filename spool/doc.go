@@ -33,12 +33,12 @@
 //
 // # One writer
 //
-// A spool has one writer at a time: OpenWith takes an exclusive lock on the
+// A spool has one writer at a time: OpenWithin takes an exclusive lock on the
 // file (flock, which the kernel releases when the holder dies, kill -9
 // included) and fails with ErrLocked while another live process holds it.
 // NewMemory is the spool of a job that could not open its file: samples
 // wait in memory for the trackers, and nothing is kept. The file is
-// private: created 0600, and a directory OpenWith creates for it 0700 (an
+// private: created 0600, and a directory OpenWithin creates for it 0700 (an
 // existing file keeps its mode).
 //
 // # Which samples go to which run
@@ -72,7 +72,7 @@
 //
 // # Reading and repair
 //
-// OpenWith reads every line that ends with a newline. A record is a JSON
+// OpenWithin reads every line that ends with a newline. A record is a JSON
 // object with a type and, for a sample or an ack, a seq; any other
 // complete line (garbage, a wrong type, longer than MaxLine) is skipped
 // and counted (Stats.BadLines, the first line numbers in BadLineNums),

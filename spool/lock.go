@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrLocked is returned by OpenWith when another live process writes the
+// ErrLocked is returned by OpenWithin when another live process writes the
 // spool: a spool has one writer at a time.
 var ErrLocked = errors.New("another bridge is writing this spool")
 

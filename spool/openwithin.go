@@ -11,11 +11,17 @@ import (
 	"github.com/bridge-dev/bridge/internal/kfile"
 )
 
-// OpenWithin is OpenWith for a job that must not wait on a dead disk (a
-// hard NFS mount whose server went away blocks open, read and fsync with
-// no end): when one step of the open (creating the directory, opening and
-// locking the file, one read, repairing its tail) has not returned after
-// stall, it gives up with ErrStalled; when ctx ends first (a signal before
+// OpenWithin opens (creating if needed, private to the user) the spool at
+// path, takes its writer lock, and reads what it holds; ErrLocked while
+// another live process holds the lock. An unterminated last line (a crash
+// or a full disk mid-write) is repaired: kept when it is a whole record,
+// cut off otherwise; lines that are not records are skipped, counted and
+// logged once.
+//
+// A job must not wait on a dead disk (a hard NFS mount whose server went
+// away blocks open, read and fsync with no end): when one step of the open
+// (creating the directory, opening and locking the file, one read,
+// repairing its tail) has not returned after stall, it gives up with ErrStalled; when ctx ends first (a signal before
 // the child starts), it gives up at once with ctx's cause. A slow but live
 // disk is waited for however long the whole read takes. The abandoned open
 // goes on in the background (kfile.Call) and closes the file if the disk

@@ -23,18 +23,18 @@ import (
 // the sample counts first: 1024 of them hold 9 MiB, and 4096 waiting for
 // the file 46 MiB (their lines too).
 const (
-	DefaultMemSamples       = 1024
-	DefaultMemBytes         = 16 << 20
-	DefaultMaxBuffered      = 4096
-	DefaultMaxBufferedBytes = 64 << 20
+	defaultMemSamples       = 1024
+	defaultMemBytes         = 16 << 20
+	defaultMaxBuffered      = 4096
+	defaultMaxBufferedBytes = 64 << 20
 )
 
 // maxBatchBytes bounds what one Pending returns (at least one sample): a
 // batch read back from the file is that much more memory, per sink.
 const maxBatchBytes = 8 << 20
 
-// ErrClosed is returned by writes to a closed spool.
-var ErrClosed = errors.New("spool is closed")
+// errClosed is returned by writes to a closed spool.
+var errClosed = errors.New("spool is closed")
 
 // Options tune a spool; the zero value gives the defaults.
 type Options struct {
@@ -50,19 +50,19 @@ type Options struct {
 	// read, and a sample is cut to fit before it is written. 0 means
 	// DefaultMaxLine.
 	MaxLine int
-	// MaxPoints bounds the points of one sample; 0 means DefaultMaxPoints.
+	// MaxPoints bounds the points of one sample; 0 means defaultMaxPoints.
 	MaxPoints int
 	// MemSamples is how many unacknowledged samples stay in memory, and
 	// MemBytes how much memory they may hold; past either, the oldest are
-	// re-read from the file when needed. 0 means DefaultMemSamples,
-	// DefaultMemBytes.
+	// re-read from the file when needed. 0 means defaultMemSamples,
+	// defaultMemBytes.
 	MemSamples int
 	MemBytes   int64
 	// MaxBuffered is how many samples wait in memory while the file cannot
 	// be written (or, for a memory spool, for the trackers), and
 	// MaxBufferedBytes how much memory they may hold (their lines and
 	// samples); past either, the oldest of them are dropped (and counted),
-	// never the newest. 0 means DefaultMaxBuffered, DefaultMaxBufferedBytes.
+	// never the newest. 0 means defaultMaxBuffered, defaultMaxBufferedBytes.
 	MaxBuffered      int
 	MaxBufferedBytes int64
 	// MustExist refuses a missing file (`bridge sync` of a mistyped path)
@@ -81,19 +81,19 @@ func (o *Options) defaults() {
 		o.MaxLine = DefaultMaxLine
 	}
 	if o.MaxPoints <= 0 {
-		o.MaxPoints = DefaultMaxPoints
+		o.MaxPoints = defaultMaxPoints
 	}
 	if o.MemSamples <= 0 {
-		o.MemSamples = DefaultMemSamples
+		o.MemSamples = defaultMemSamples
 	}
 	if o.MemBytes <= 0 {
-		o.MemBytes = DefaultMemBytes
+		o.MemBytes = defaultMemBytes
 	}
 	if o.MaxBuffered <= 0 {
-		o.MaxBuffered = DefaultMaxBuffered
+		o.MaxBuffered = defaultMaxBuffered
 	}
 	if o.MaxBufferedBytes <= 0 {
-		o.MaxBufferedBytes = DefaultMaxBufferedBytes
+		o.MaxBufferedBytes = defaultMaxBufferedBytes
 	}
 }
 
@@ -162,20 +162,13 @@ type Spool struct {
 	bufLog  bool    // a memory spool's buffer-full message was given
 }
 
-// Open opens the spool at path with default options.
-func Open(path string) (*Spool, error) { return OpenWith(path, Options{}) }
-
-// OpenWith opens (creating if needed, private to the user) the spool at
+// openWith opens (creating if needed, private to the user) the spool at
 // path, takes its writer lock, and reads what it holds. While another live
 // process holds the lock it fails with ErrLocked. An unterminated last line
 // (a crash or a full disk mid-write) is repaired: kept when it is a whole
 // record, cut off otherwise. Lines that are not records are skipped,
 // counted and logged once. Otherwise it fails only when the file cannot be
-// opened or read.
-func OpenWith(path string, opt Options) (*Spool, error) {
-	return openWith(path, opt, nil)
-}
-
+// opened or read. p, when not nil, is marked at each step (OpenWithin).
 func openWith(path string, opt Options, p *progress) (*Spool, error) {
 	opt.defaults()
 	flags := os.O_RDWR | os.O_APPEND
@@ -366,7 +359,7 @@ func (s *Spool) writeRecord(rec Record, index func(*Record)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	index(&rec)
 	return s.enqueueLocked(rec)
@@ -422,7 +415,7 @@ func (s *Spool) Append(smp metrics.Sample) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return errClosed
 	}
 	c, line := s.boundLocked(&smp)
 	if c.Seq >= s.nextSeq {
@@ -539,7 +532,7 @@ func (s *Spool) Ack(sink, run string, seq int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return ErrClosed
+		return errClosed
 	}
 	k := ackKey(sink, run)
 	if !s.ix.ack(k, seq) || s.w == nil {

@@ -13,17 +13,17 @@ import (
 
 // Exit codes of a command that could not be started, as a shell gives them.
 const (
-	ExitNotFound  = 127 // the command was not found
-	ExitCannotRun = 126 // it was found and could not be executed
+	exitNotFound  = 127 // the command was not found
+	exitCannotRun = 126 // it was found and could not be executed
 )
 
 // StartFailureCode is the exit status for a command that could not be
 // started (err from exec.LookPath or Start), following the shell.
 func StartFailureCode(err error) int {
 	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-		return ExitNotFound
+		return exitNotFound
 	}
-	return ExitCannotRun
+	return exitCannotRun
 }
 
 // SignalName is the signal's name (SIGTERM), or "signal N" for a number

@@ -13,19 +13,6 @@ import (
 	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
-// waitFile polls for path (the child writes it once its trap is set).
-func waitFile(t *testing.T, path string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("child never wrote %s", path)
-}
-
 // A child that ignores SIGTERM gets SIGKILL KillAfter after the forwarded
 // signal; the exit says bridge killed it.
 func TestKillAfter(t *testing.T) {
@@ -38,7 +25,7 @@ func TestKillAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, ready)
+	waitfor.File(t, 30*time.Second, ready)
 	// Bridge's own process gets the signal, as from `docker stop`.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -72,7 +59,7 @@ func TestKillAfterNotNeeded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, ready)
+	waitfor.File(t, 30*time.Second, ready)
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +144,7 @@ func TestLateCopyOfEndingSignal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Release()
-	waitFile(t, ready)
+	waitfor.File(t, 30*time.Second, ready)
 	// The job's signal reaches the child first, then bridge.
 	if err := syscall.Kill(c.PID(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -193,7 +180,7 @@ func TestReapOnSIGCHLD(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, pidFile)
+	waitfor.File(t, 30*time.Second, pidFile)
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
 		t.Fatal(err)

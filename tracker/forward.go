@@ -89,7 +89,10 @@ type Forwarder struct {
 	downSince time.Time // start of the current outage, zero when none
 	finalTry  bool      // a backoff was cut short by Finish (done once)
 	paceTill  time.Time // no send before this (a slow answer's pace, Gather), unless finishing
-	now       func() time.Time
+
+	// now is the clock of every time the loop reads: time.Now, or a
+	// test's on which a send takes long.
+	now func() time.Time
 
 	stopOnce sync.Once
 	endOnce  sync.Once     // OnRunEnded
@@ -130,18 +133,18 @@ func (f *Forwarder) CurrentRun() string {
 	return f.RunID
 }
 
-// Status reports the state, the last error and how many samples were sent.
-func (f *Forwarder) Status() (state string, lastErr error, sent int) {
+// Status reports the state, how many samples were sent and the last error.
+func (f *Forwarder) Status() (state string, sent int, lastErr error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.state == "" {
 		// Nothing happened yet: "ok" only for a forwarder that has its run.
 		if f.Start != nil {
-			return StateStarting, f.lastErr, f.sent
+			return StateStarting, f.sent, f.lastErr
 		}
-		return StateOK, f.lastErr, f.sent
+		return StateOK, f.sent, f.lastErr
 	}
-	return f.state, f.lastErr, f.sent
+	return f.state, f.sent, f.lastErr
 }
 
 func (f *Forwarder) set(state string, err error) {
@@ -241,14 +244,14 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				continue
 			}
 			var acked int
-			began, startedAt := f.now(), time.Now()
+			began := f.now()
 			acked, err = f.send(ctx, batch)
 			took = f.now().Sub(began)
 			short = acked < len(batch)
 			if len(batch) < f.Batch {
 				// A full batch leaves more waiting (an outage's backlog):
 				// that goes at once.
-				gatherTill = startedAt.Add(f.Gather)
+				gatherTill = began.Add(f.Gather)
 			}
 			if acked > 0 {
 				if aerr := f.Queue.Ack(f.Sink.Name(), f.CurrentRun(), batch[acked-1].Seq); aerr != nil {
@@ -256,7 +259,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 				}
 				f.mu.Lock()
 				f.sent += acked
-				f.lastOK = time.Now()
+				f.lastOK = f.now()
 				f.mu.Unlock()
 			}
 		}
@@ -277,13 +280,13 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 			pace = min(took, f.MaxGap)
 		}
 		if err == nil {
-			f.paceTill = time.Now().Add(pace)
+			f.paceTill = f.now().Add(pace)
 			if gatherTill.After(f.paceTill) {
 				f.paceTill = gatherTill
 			}
 			if !f.downSince.IsZero() {
 				log.Info("tracker reachable again; sending the samples held in the spool",
-					"down_for", time.Since(f.downSince).Round(time.Second), "failed_attempts", f.failures)
+					"down_for", f.now().Sub(f.downSince).Round(time.Second), "failed_attempts", f.failures)
 			}
 			f.failures, f.notReady, f.downSince = 0, false, time.Time{}
 			f.set(StateOK, nil)
@@ -299,7 +302,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		if stop {
 			return false
 		}
-		allowed := time.Now().Add(hint)
+		allowed := f.now().Add(hint)
 		// A failure that took long (a pool timeout) says the server is
 		// saturated: wait at least as long as it took.
 		wait = max(wait, pace)
@@ -314,7 +317,7 @@ func (f *Forwarder) loop(ctx context.Context, drain bool) bool {
 		cutShort, ok := waitFor(ctx, wait, cut)
 		if cutShort {
 			f.finalTry = true
-			_, ok = waitFor(ctx, time.Until(allowed), nil)
+			_, ok = waitFor(ctx, allowed.Sub(f.now()), nil)
 		}
 		if !ok {
 			return false
@@ -343,7 +346,7 @@ func waitFor(ctx context.Context, d time.Duration, cut <-chan struct{}) (cutShor
 // pace waits out a slow answer's pace and Gather; Finish ends it at once
 // (the job's end never waits for one). It is false when ctx ended first.
 func (f *Forwarder) pace(ctx context.Context) bool {
-	_, ok := waitFor(ctx, time.Until(f.paceTill), f.quit)
+	_, ok := waitFor(ctx, f.paceTill.Sub(f.now()), f.quit)
 	return ok
 }
 
@@ -378,7 +381,7 @@ func (f *Forwarder) failed(err error, log *slog.Logger) (wait, hint time.Duratio
 		wait = max(wait, hint)
 	}
 	if f.downSince.IsZero() {
-		f.downSince = time.Now()
+		f.downSince = f.now()
 		log.Warn("cannot send to the tracker; samples wait in the spool (within --spool-max-size, the oldest go first) and are retried with backoff until it answers (reported again when it does)", "err", err)
 	} else {
 		log.Debug("tracker still failing", "err", err, "failures", f.failures, "next_try_in", wait)

@@ -139,7 +139,7 @@ func TestForwarderRetriesInOrderWithoutDuplicates(t *testing.T) {
 			t.Fatalf("accepted out of order or twice: %v", sink.accepted)
 		}
 	}
-	if _, _, sent := f.Status(); sent != 25 {
+	if _, sent, _ := f.Status(); sent != 25 {
 		t.Errorf("sent = %d", sent)
 	}
 }
@@ -162,7 +162,7 @@ func TestForwarderStopsOnPermanent(t *testing.T) {
 	if f.Drain(context.Background()) {
 		t.Fatal("drain reported success after a permanent error")
 	}
-	st, err, _ := f.Status()
+	st, _, err := f.Status()
 	if st != StateStopped || !errors.Is(err, ErrPermanent) {
 		t.Fatalf("state %q err %v", st, err)
 	}
@@ -368,17 +368,18 @@ func drainFinishedAfterFirstCall(t *testing.T, f *Forwarder, sink *scriptSink) b
 	}
 }
 
-// fakeClock is the forwarder's clock for the pace tests: a Send "takes" as
-// long as the sink says, whatever the real time it took.
+// fakeClock is the forwarder's clock for the pace tests: real time, moved
+// on as long as the sink says a Send takes, so that a Send "takes" that
+// long and the waits the forwarder measures on the same clock follow.
 type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+	mu  sync.Mutex
+	off time.Duration
 }
 
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return time.Now().Add(c.off) }
 func (c *fakeClock) add(d time.Duration) {
 	c.mu.Lock()
-	c.t = c.t.Add(d)
+	c.off += d
 	c.mu.Unlock()
 }
 
@@ -670,7 +671,7 @@ func TestForwarderRunEnded(t *testing.T) {
 	if n := len(q.Pending("", "", 10)); n != 0 || sink.calls != 3 || q.untrack {
 		t.Errorf("pending %d, Send calls %d (want 3 batches), untracked %v: every sample acknowledged, no retry", n, sink.calls, q.untrack)
 	}
-	if st, err, _ := f.Status(); st != StateRunEnded || !errors.Is(err, ErrRunEnded) {
+	if st, _, err := f.Status(); st != StateRunEnded || !errors.Is(err, ErrRunEnded) {
 		t.Errorf("state %q err %v", st, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/config"
+	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/pipeline"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/tracker"
@@ -224,7 +225,7 @@ func (j Job) send(ctx context.Context, o Options, r pipeline.SinkRun) (sent, err
 	s := sent{pending: sp.PendingCount(t, r.RunID)}
 	fwd := &tracker.Forwarder{Sink: r.Sink, RunID: r.RunID, Queue: sp, Log: o.Log}
 	s.done = fwd.Drain(ctx)
-	_, s.err, s.sent = fwd.Status()
+	_, s.sent, s.err = fwd.Status()
 	line := fmt.Sprintf("%s run %s: %d samples sent%s", t, r.RunID, s.sent, ackedBefore(before))
 	if s.left = r.Sink.Run().Dropped; s.left > 0 {
 		line += fmt.Sprintf("; %d points left out (the tracker refuses them)", s.left)
@@ -263,10 +264,26 @@ func (j Job) finish(ctx context.Context, o Options, r pipeline.SinkRun, owned bo
 		code = 1
 	case r.Created || owned:
 		fmt.Fprintf(o.Stdout, "%s run %s: end recorded (%s)\n", t, r.RunID, how)
+		j.note(ctx, o, r, end)
 	default:
 		fmt.Fprintf(o.Stdout, "%s run %s: not created by bridge, its status is left as it is\n", t, r.RunID)
 	}
 	return code
+}
+
+// note writes the run's note as the live run's last tick would have (a
+// synced run is the run a live upload makes): read from the run, now that
+// its end is recorded. A note that cannot be written leaves the run as it
+// is, said.
+func (j Job) note(ctx context.Context, o Options, r pipeline.SinkRun, end tracker.EndInfo) {
+	js, ok := r.Sink.(*jobrun.Sink)
+	if !ok || end.KeepStatus {
+		return
+	}
+	live := jobrun.Live{Tags: end.Tags, End: true, Status: tracker.TerminalStatus(end)}
+	if _, err := js.Tick(ctx, r.RunID, live); err != nil {
+		o.Log.Warn("cannot write the run's note", "tracker", j.tracker, "run", r.RunID, "err", err)
+	}
 }
 
 // ackedBefore says what the tracker had acknowledged before this sync

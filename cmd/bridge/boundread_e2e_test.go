@@ -183,7 +183,7 @@ func TestSysfsFaultsAtStart(t *testing.T) {
 				putFault(t, root, ff.rel, f)
 			}
 			job, out, dir := sysFaultJob(t, root)
-			pollFile(t, filepath.Join(dir, "started"), 2*time.Minute)
+			waitfor.File(t, 2*time.Minute, filepath.Join(dir, "started"))
 			endSysFaultJob(t, job, out, dir)
 			for _, ff := range faultFiles[1:] {
 				if !warned(out.String(), ff.rel, ff.collector) {
@@ -279,7 +279,7 @@ func TestClockSourceFaultAtJobEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { cmd.Process.Kill() }) // before the mount's cleanup releases the stall
-			pollFile(t, filepath.Join(dir, "started"), 2*time.Minute)
+			waitfor.File(t, 2*time.Minute, filepath.Join(dir, "started"))
 			if tc.stall {
 				fs.StallAll()
 			}

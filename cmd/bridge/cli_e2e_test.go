@@ -43,20 +43,6 @@ func hungAfterStart(t *testing.T) (uri, run string) {
 	return p.URL(), run
 }
 
-// pollFile waits (generously) for path and returns when it appeared.
-func pollFile(t *testing.T, path string, d time.Duration) time.Time {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return time.Now()
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s did not appear within %v", path, d)
-	return time.Time{}
-}
-
 // waitGone waits (generously) until the process whose pid pidFile holds
 // is gone: bridge reaped its child.
 func waitGone(t *testing.T, pidFile string) {
@@ -108,6 +94,7 @@ var badValues = map[string]string{
 	"metrics-addr": "70000", "scrape": "ftp://x/metrics", "scrape-include": "(", "scrape-exclude": "[z-a]",
 	"scrape-passthrough": "sometimes", "scrape-timeout": "1ms",
 	"job-key": "it's", "nodes": "-1", "job-settle": "10ms",
+	"run-tick": "0", "price-per-gpu-hour": "cheap", "price-per-node-hour": "-1", "analysis-window": "500ms",
 }
 
 // Every option, as a flag, a variable and a file key, with a wrong value:
@@ -222,7 +209,7 @@ func TestStartTimeoutHungTracker(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	at := pollFile(t, started, 60*time.Second)
+	at := waitfor.File(t, 60*time.Second, started)
 	code := exitCode(t, cmd.Wait())
 	// Bound, not speed: 2s of start timeout and 6s for bridge's own start
 	// on a loaded machine; the old fixed wait was 15s.
@@ -248,7 +235,7 @@ func TestFlushTimeoutIsTotal(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	at := pollFile(t, exited, 60*time.Second)
+	at := waitfor.File(t, 60*time.Second, exited)
 	code := exitCode(t, cmd.Wait())
 	// 3s of flush timeout and a documented 1s constant, with 3s more of
 	// margin for a loaded machine; the old end-of-run step alone could add 15s.
@@ -278,7 +265,7 @@ func TestSecondSignalEndsFlush(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pollFile(t, pidFile, 60*time.Second)
+	waitfor.File(t, 60*time.Second, pidFile)
 	cmd.Process.Signal(syscall.SIGTERM) // forwarded: the child dies of it
 	waitGone(t, pidFile)                // reaped by bridge: it is flushing now
 	took, werr := termUntilExit(t, cmd, errb)
@@ -304,7 +291,7 @@ func TestKillAfterBinary(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pollFile(t, ready, 60*time.Second)
+	waitfor.File(t, 60*time.Second, ready)
 	cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -425,7 +412,7 @@ func TestSyncEndsRuns(t *testing.T) {
 		if err := j.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		pollFile(t, filepath.Join(j.dir, "pid"), 60*time.Second)
+		waitfor.File(t, 60*time.Second, filepath.Join(j.dir, "pid"))
 		b, err := os.ReadFile(filepath.Join(j.dir, "pid"))
 		if err != nil {
 			t.Fatal(err)
@@ -435,7 +422,7 @@ func TestSyncEndsRuns(t *testing.T) {
 		// The child has a process group of its own: it outlives bridge
 		// (as when bridge alone is OOM-killed) until the test ends it.
 		t.Cleanup(func() { syscall.Kill(-childPID, syscall.SIGKILL) })
-		time.Sleep(time.Second) // a few samples
+		waitSamples(t, j.spool, 3, 60*time.Second)
 		j.cmd.Process.Signal(syscall.SIGKILL)
 		syscall.Kill(-childPID, syscall.SIGKILL)
 		j.cmd.Wait()
@@ -656,7 +643,7 @@ func TestCtrlCInTerminalEndsFlush(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pollFile(t, pidFile, 60*time.Second)
+	waitfor.File(t, 60*time.Second, pidFile)
 	waitGone(t, pidFile)
 	// Not termUntilExit: the signal under test is the terminal's ^C, not
 	// a SIGTERM sent to bridge.

@@ -135,14 +135,16 @@ func TestFaultRefusedDuringRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	deadline := time.Now().Add(60 * time.Second)
-	for p.Count("runs/log-batch") == 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitfor.Cond(t, 60*time.Second, "a first log-batch through the proxy", func() bool {
+		return p.Count("runs/log-batch") > 0
+	})
 	if err := p.Down(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	// The outage lasts until bridge has found it.
+	waitfor.Cond(t, 60*time.Second, "bridge to report the outage", func() bool {
+		return strings.Contains(j.err.String(), "cannot send to the tracker")
+	})
 	if err := p.Up(); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/summary"
 )
 
@@ -100,7 +101,7 @@ func TestForensicsForwardedSIGTERM(t *testing.T) {
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, filepath.Join(j.dir, "ready"), 30*time.Second)
+	waitfor.File(t, 30*time.Second, filepath.Join(j.dir, "ready"))
 	j.cmd.Process.Signal(syscall.SIGTERM)
 	if code := exitCode(t, j.cmd.Wait()); code != 143 {
 		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
@@ -121,7 +122,7 @@ func TestForensicsForeignSIGKILLIsNotOOM(t *testing.T) {
 		t.Fatal(err)
 	}
 	pidFile := filepath.Join(j.dir, "pid")
-	waitFile(t, pidFile, 30*time.Second)
+	waitfor.File(t, 30*time.Second, pidFile)
 	waitSamples(t, j.spool, 2, time.Minute) // a counter reading before the kill
 	b, _ := os.ReadFile(pidFile)
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
@@ -151,7 +152,7 @@ func TestForensicsPreviousAttemptLost(t *testing.T) {
 	if err := first.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, filepath.Join(first.dir, "ready"), 30*time.Second)
+	waitfor.File(t, 30*time.Second, filepath.Join(first.dir, "ready"))
 	waitSamples(t, first.spool, 2, time.Minute) // the lost attempt must leave a sample
 	first.cmd.Process.Kill()                    // SIGKILL: no end record, run left RUNNING
 	first.cmd.Wait()
@@ -226,16 +227,10 @@ while samples() < start + 6 and time.time() < deadline:
 // samples waits for them rather than for a time in which they usually come.
 func waitSamples(t *testing.T, path string, n int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	got := 0
-	for time.Now().Before(deadline) {
+	waitfor.Cond(t, d, fmt.Sprintf("%d samples in %s", n, path), func() bool {
 		b, _ := os.ReadFile(path)
-		if got = strings.Count(string(b), `"type":"sample"`); got >= n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s holds %d samples after %v, want %d", path, got, d, n)
+		return strings.Count(string(b), `"type":"sample"`) >= n
+	})
 }
 
 // A job that allocates past its limit faster than bridge samples dies

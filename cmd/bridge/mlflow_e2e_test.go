@@ -25,7 +25,7 @@ import (
 type job struct {
 	cmd    *exec.Cmd
 	out    bytes.Buffer
-	err    bytes.Buffer
+	err    syncbuf.Buffer // read while bridge runs
 	spool  string
 	dir    string
 	python string
@@ -282,7 +282,7 @@ func TestMLflowTerminalStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.term {
-				waitFile(t, filepath.Join(j.dir, "ready"), 30*time.Second)
+				waitfor.File(t, 30*time.Second, filepath.Join(j.dir, "ready"))
 				j.cmd.Process.Signal(syscall.SIGTERM)
 			}
 			if code := exitCode(t, j.cmd.Wait()); code != tc.code {
@@ -308,20 +308,27 @@ func TestMLflowOutageLosesNothing(t *testing.T) {
 	if err := j.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, filepath.Join(j.dir, "up"), 30*time.Second)
-	time.Sleep(time.Second)
+	waitfor.File(t, 30*time.Second, filepath.Join(j.dir, "up"))
+	const key = "system/node_memory_used_megabytes"
+	id := j.runID(t)
+	waitfor.Cond(t, 60*time.Second, "samples in MLflow before the outage", func() bool {
+		return len(srv.History(t, id, key)) > 0
+	})
 	srv.Stop(t)
 	down := time.Now()
-	time.Sleep(3 * time.Second)
+	before := len(j.samples(t))
+	// The outage lasts until bridge has found it and sampled through it.
+	waitfor.Cond(t, 60*time.Second, "bridge to report the outage and sample through it", func() bool {
+		return strings.Contains(j.err.String(), "cannot send to the tracker") && len(j.samples(t)) >= before+3
+	})
 	srv.Restart(t)
 	outage := time.Since(down)
 	os.WriteFile(filepath.Join(j.dir, "back"), nil, 0o644)
 	if code := exitCode(t, j.cmd.Wait()); code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, &j.err)
 	}
-	id := j.runID(t)
 	seqs := j.samples(t)
-	hist := requireHistory(t, srv, j, id, "system/node_memory_used_megabytes")
+	hist := requireHistory(t, srv, j, id, key)
 	requireHistory(t, srv, j, id, "system/container_memory_working_set_megabytes")
 	// Timestamps are those of the samples, not of the late upload.
 	for i := 1; i < len(hist); i++ {

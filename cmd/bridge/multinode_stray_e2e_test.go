@@ -5,8 +5,8 @@ package main
 // candidate became eligible, or before. The other nodes and the restarted
 // node, with a key that has no generation (a JobSet's), still give their
 // children the job's run. (--start-timeout is generous here, for a busy
-// machine; that the default covers clearing a stray is checked in config,
-// TestStartTimeoutCoversStray.)
+// machine; that the default covers clearing a stray is checked in
+// tracker/mlflow/election, TestStartTimeoutCoversStray.)
 
 import (
 	"fmt"

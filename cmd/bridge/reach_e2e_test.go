@@ -17,6 +17,7 @@ import (
 
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
@@ -66,7 +67,7 @@ func TestTrackerNeverReachedEndsQuickly(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			at := pollFile(t, exited, time.Minute)
+			at := waitfor.File(t, time.Minute, exited)
 			code := exitCode(t, cmd.Wait())
 			took := time.Since(at)
 			t.Logf("bridge exited %v after the child (tracker never reached, --flush-timeout=%s)", took, flush)

@@ -153,7 +153,7 @@ func TestSpoolLockReleasedByKill(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pollFile(t, filepath.Join(dir, "pid"), 60*time.Second)
+	waitfor.File(t, 60*time.Second, filepath.Join(dir, "pid"))
 	b, err := os.ReadFile(filepath.Join(dir, "pid"))
 	if err != nil {
 		t.Fatal(err)
@@ -164,13 +164,13 @@ func TestSpoolLockReleasedByKill(t *testing.T) {
 		ss, _, _, _ := spooltest.ReadFile(path)
 		return len(ss) >= 2
 	})
-	if _, err := spool.Open(path); !errors.Is(err, spool.ErrLocked) {
+	if _, err := spooltest.Open(path); !errors.Is(err, spool.ErrLocked) {
 		t.Fatalf("open while bridge runs: %v, want it locked", err)
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	// The child lives on (bridge alone was killed): it never held the lock.
-	sp, err := spool.Open(path)
+	sp, err := spooltest.Open(path)
 	if err != nil {
 		t.Fatalf("open after kill -9: %v", err)
 	}
@@ -321,7 +321,7 @@ func TestSyncKeepsNodeID(t *testing.T) {
 	}
 
 	dir, out := offline()
-	_, advice, ok := strings.Cut(out, "upload them with: ")
+	_, advice, ok := strings.Cut(out, "upload the samples to one with: ")
 	advice, _, _ = strings.Cut(advice, "\n")
 	if !ok || !strings.HasPrefix(advice, "bridge sync /") {
 		t.Fatalf("the end-of-run table gives no upload command:\n%s", out)

@@ -94,7 +94,7 @@ func TestStalledSpoolDiskEndsInTime(t *testing.T) {
 		return len(srv.History(t, id, key)) >= before+3
 	})
 	os.WriteFile(goFile, nil, 0o600)
-	at := pollFile(t, exited, 60*time.Second)
+	at := waitfor.File(t, 60*time.Second, exited)
 	err := waitExit(t, cmd, out, 60*time.Second)
 	// 3s of flush timeout and a documented 1s, with 4s of margin for a
 	// loaded machine; before, bridge waited for the disk without end.
@@ -113,7 +113,7 @@ func TestStalledSpoolDiskEndsInTime(t *testing.T) {
 func TestStalledSpoolDiskSecondSignal(t *testing.T) {
 	cmd, out, spool, goFile, exited := stalledJob(t, nil, "--trackers=none", "--spool-sync=100ms", "--flush-timeout=10m")
 	os.WriteFile(goFile, nil, 0o600)
-	pollFile(t, exited, 60*time.Second)
+	waitfor.File(t, 60*time.Second, exited)
 	waitGone(t, exited)
 	took, werr := termUntilExit(t, cmd, out)
 	t.Logf("bridge exited %v after the first signal that followed the child's exit (--flush-timeout=10m)", took)
@@ -152,7 +152,7 @@ func TestStalledSpoolDiskAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill() }) // before the mount's cleanup releases the stall
-	at := pollFile(t, started, 60*time.Second)
+	at := waitfor.File(t, 60*time.Second, started)
 	t.Logf("the child started %v after bridge (the spool's open gives up after 5s without an answer)", at.Sub(begin))
 	waitfor.Cond(t, 60*time.Second, "samples reaching MLflow from memory", func() bool {
 		return len(srv.History(t, id, key)) >= 3

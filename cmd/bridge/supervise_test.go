@@ -13,6 +13,7 @@ import (
 
 	"github.com/bridge-dev/bridge/harness/spooltest"
 	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -92,7 +93,7 @@ func TestSIGTERMForwardedAnd143(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, ready, 10*time.Second)
+	waitfor.File(t, 10*time.Second, ready)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -217,18 +218,6 @@ func TestPID1ReapsZombies(t *testing.T) {
 	}
 }
 
-func waitFile(t *testing.T, path string, d time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s did not appear within %v", path, d)
-}
-
 // In a terminal the child's process group gets the terminal: Ctrl-C reaches
 // it as it would without bridge, and interactive reads work. `script` gives
 // bridge a pseudo-terminal; the ^C byte is typed into it once the child runs.
@@ -238,8 +227,8 @@ func TestCtrlCInTerminal(t *testing.T) {
 	}
 	bin := testbin.Bridge(t)
 	dir := t.TempDir()
-	ready := filepath.Join(dir, "ready")
-	child := `trap "echo got-int; exit 130" INT; read -r line; echo "read:$line"; touch ` + ready + `; while :; do sleep 0.05; done`
+	ready, reading := filepath.Join(dir, "ready"), filepath.Join(dir, "reading")
+	child := `trap "echo got-int; exit 130" INT; touch ` + reading + `; read -r line; echo "read:$line"; touch ` + ready + `; while :; do sleep 0.05; done`
 	cmd := exec.Command("script", "-qec", "exec "+bin+" --trackers=none --spool "+filepath.Join(dir, "s.jsonl")+" -- sh -c '"+child+"' 2>"+filepath.Join(dir, "err"), "/dev/null")
 	cmd.Env = cleanEnv()
 	stdin, err := cmd.StdinPipe()
@@ -251,9 +240,9 @@ func TestCtrlCInTerminal(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the terminal echoes only once the child reads
+	waitfor.File(t, 30*time.Second, reading) // the terminal is the child's
 	stdin.Write([]byte("typed\n"))
-	waitFile(t, ready, 30*time.Second)
+	waitfor.File(t, 30*time.Second, ready)
 	stdin.Write([]byte{3}) // ^C
 	code := exitCode(t, cmd.Wait())
 	if code != 130 || !strings.Contains(out.String(), "read:typed") || !strings.Contains(out.String(), "got-int") {

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/bridge-dev/bridge/harness/waitfor"
 )
 
 // A tracker whose TLS certificate bridge does not trust is a configuration
@@ -50,7 +52,7 @@ func TestUntrustedCertificateIsConfiguration(t *testing.T) {
 			t.Cleanup(func() { cmd.Process.Kill() })
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
-			pollFile(t, filepath.Join(cmd.Dir, "started"), time.Minute)
+			waitfor.File(t, time.Minute, filepath.Join(cmd.Dir, "started"))
 			var err error
 			select {
 			case err = <-done:

@@ -485,7 +485,7 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 	// finished the run.
 	type wf struct{ writer, file string }
 	last := map[wf]int{}
-	bridgeReqs, bridgeMaxBatch, afterComplete, verdicts, figures := 0, 0, 0, 0, 0
+	bridgeReqs, bridgeMaxBatch, afterComplete, verdicts, figures, notes := 0, 0, 0, 0, 0, 0
 	complete := false
 	for _, r := range srv.Requests() {
 		if r.Header.Get("X-WANDB-CLIENT-ID") == bridgeID && r.Operation == "UpsertBucket" {
@@ -495,10 +495,15 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 			if err := json.Unmarshal([]byte(r.Body), &q); err != nil {
 				t.Fatalf("UpsertBucket body: %v", err)
 			}
-			if _, ok := q.Variables["summaryMetrics"]; ok {
+			_, sum := q.Variables["summaryMetrics"]
+			_, tags := q.Variables["tags"]
+			switch {
+			case sum:
 				figures++
-			} else {
+			case tags:
 				verdicts++
+			default:
+				notes++ // the run's note alone (jobrun's tick)
 			}
 			for k, v := range q.Variables {
 				switch k {
@@ -556,6 +561,9 @@ func checkWandbRun(t *testing.T, srv *wandbserver.Server, runID, label string, e
 			}
 			last[k] = f.Offset
 		}
+	}
+	if final, _ := srv.FindRun(runID); notes > 0 && !strings.Contains(final.Notes, "<!-- bridge: begin") {
+		t.Errorf("bridge wrote the run's note %d times, but the run's notes hold no section of bridge's: %q", notes, final.Notes)
 	}
 	if figures != 1 {
 		t.Errorf("the job's figures were written into the run's summary %d times, want once", figures)

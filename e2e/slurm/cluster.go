@@ -280,6 +280,3 @@ func (c *Cluster) Scontrol(t testing.TB, args ...string) string {
 func (c *Cluster) Wrap(name string, cmd ...string) []string {
 	return append([]string{filepath.Join(c.bin, "task.sh"), name}, cmd...)
 }
-
-// TaskScript is the path of task.sh, for scripts a test writes itself.
-func (c *Cluster) TaskScript() string { return filepath.Join(c.bin, "task.sh") }

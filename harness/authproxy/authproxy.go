@@ -7,7 +7,6 @@ package authproxy
 import (
 	"crypto/subtle"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -81,6 +80,3 @@ func Start(t testing.TB, targetURL, token string) *Server {
 	t.Cleanup(ts.Close)
 	return &Server{Proxy: p, URL: ts.URL}
 }
-
-// String names the proxy in test logs without the token.
-func (s *Server) String() string { return fmt.Sprintf("authproxy at %s", s.URL) }

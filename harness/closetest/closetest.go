@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -76,7 +77,7 @@ func CloseWhileStuck(t *testing.T, c metrics.Collector, root string, release fun
 	waitfor.Cond(t, deadline, c.Name()+": the stuck Collect returning once released", waitfor.Closed(w.returned))
 	waitfor.Cond(t, deadline, c.Name()+": Detect returning", waitfor.Closed(detected))
 	noneOpen(t, root)
-	if _, err := metrics.Collect(context.Background(), c); err != nil {
+	if _, err := collecttest.Collect(context.Background(), c); err != nil {
 		t.Logf("%s: Collect after Close: %v", c.Name(), err)
 	}
 	noneOpen(t, root)
@@ -104,7 +105,7 @@ func Race(t *testing.T, c metrics.Collector) {
 	go func() {
 		defer close(collected)
 		for range 100 {
-			metrics.Collect(context.Background(), c)
+			collecttest.Collect(context.Background(), c)
 		}
 	}()
 	for !waitfor.Closed(collected)() {

@@ -1,9 +1,11 @@
 // Package spooltest reads a spool file for tests: what a finished bridge left,
 // read independently of the spool package's writer, by the documented format.
+// Open opens one as bridge does, for a test that writes one or checks its lock.
 package spooltest
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +15,12 @@ import (
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/spool"
 )
+
+// Open opens the spool at path as bridge does (spool.OpenWithin), with
+// default options and a stall bound no test's disk reaches.
+func Open(path string) (*spool.Spool, error) {
+	return spool.OpenWithin(context.Background(), path, spool.Options{}, time.Hour)
+}
 
 // ReadFile reads every record of a spool: its samples in file order, the
 // highest ack per "sink\x00run", and the attempts. Lines that are not records

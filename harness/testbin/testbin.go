@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -57,7 +56,8 @@ func (b *build) get(t testing.TB, race bool) string {
 			args = append(args, "-race")
 		}
 		args = append(args, "github.com/bridge-dev/bridge/cmd/bridge")
-		cmd := exec.Command(runtime.GOROOT()+"/bin/go", args...)
+		// go test puts its own GOROOT/bin first on the test's PATH.
+		cmd := exec.Command("go", args...)
 		b.out, b.err = cmd.CombinedOutput()
 	})
 	if b.err != nil {

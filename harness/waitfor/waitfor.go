@@ -4,6 +4,7 @@
 package waitfor
 
 import (
+	"os"
 	"testing"
 	"time"
 )
@@ -31,4 +32,15 @@ func Closed(ch <-chan struct{}) func() bool {
 			return false
 		}
 	}
+}
+
+// File waits for path to exist (a process writes it when it gets somewhere),
+// as Cond does, and returns the time it was seen.
+func File(t testing.TB, d time.Duration, path string) time.Time {
+	t.Helper()
+	Cond(t, d, path+" to appear", func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	})
+	return time.Now()
 }

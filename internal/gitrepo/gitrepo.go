@@ -39,12 +39,12 @@ const (
 	maxParents    = 64
 )
 
-// ErrNoRepo: no directory from dir up to the root holds a .git.
+// ErrNoRepo means no directory from dir up to the root holds a .git.
 var ErrNoRepo = errors.New("not in a git repository")
 
-// ErrUnsupported: the repository keeps its refs in a form this package
-// does not read (reftable).
-var ErrUnsupported = errors.New("refs in a format bridge does not read (reftable)")
+// errUnsupported means the repository keeps its refs in a form this
+// package does not read (reftable).
+var errUnsupported = errors.New("refs in a format bridge does not read (reftable)")
 
 // Read returns the Head of the repository dir is in, looking for .git in
 // dir and its parents as GitPython does (search_parent_directories).
@@ -67,7 +67,7 @@ func Read(ctx context.Context, dir string) (Head, error) {
 	if ref, ok := strings.CutPrefix(line, "ref:"); ok {
 		ref = strings.TrimSpace(ref)
 		if ref == "refs/heads/.invalid" {
-			return Head{}, ErrUnsupported
+			return Head{}, errUnsupported
 		}
 		h.Branch, _ = strings.CutPrefix(ref, "refs/heads/")
 		if h.Commit, err = resolve(ctx, gitDir, common, ref); err != nil {
@@ -81,7 +81,7 @@ func Read(ctx context.Context, dir string) (Head, error) {
 	cfg, err := kfile.ReadFile(ctx, filepath.Join(common, "config"), maxConfig)
 	switch {
 	case err == nil:
-		h.RepoURL = StripCredentials(firstRemoteURL(string(cfg)))
+		h.RepoURL = stripCredentials(firstRemoteURL(string(cfg)))
 	case !kfile.IsAbsent(err):
 		return h, fmt.Errorf("reading %s: %w", filepath.Join(common, "config"), err)
 	}
@@ -135,7 +135,7 @@ func relTo(base, p string) string {
 // "" for a branch with no commit yet.
 func resolve(ctx context.Context, gitDir, common, ref string) (string, error) {
 	if kfile.Exists(ctx, filepath.Join(common, "reftable")) {
-		return "", ErrUnsupported
+		return "", errUnsupported
 	}
 	for range maxSymlinks {
 		if !validRef(ref) {
@@ -254,12 +254,12 @@ func configValue(v string) string {
 	return strings.TrimSpace(b.String())
 }
 
-// StripCredentials removes a user and password from a URL with a scheme,
+// stripCredentials removes a user and password from a URL with a scheme,
 // as MLflow does before it records a repository's URL
 // (_strip_credentials_from_url, on Python's urlsplit): the part of the
 // authority up to its last '@' goes, the scheme is lowercased;
 // git@host:path and other URLs without a scheme stay as they are.
-func StripCredentials(raw string) string {
+func stripCredentials(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || !validScheme(scheme) || !strings.HasPrefix(rest, "//") {
 		return raw

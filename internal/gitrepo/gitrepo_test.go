@@ -122,8 +122,8 @@ func TestStripCredentials(t *testing.T) {
 		"/local/path":                              "/local/path",
 		"https://u:p@host":                         "https://host",
 	} {
-		if got := StripCredentials(in); got != want {
-			t.Errorf("StripCredentials(%q) = %q; want %q", in, got, want)
+		if got := stripCredentials(in); got != want {
+			t.Errorf("stripCredentials(%q) = %q; want %q", in, got, want)
 		}
 	}
 }

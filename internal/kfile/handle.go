@@ -16,7 +16,7 @@ import (
 // once the read is over, and the read then fails).
 type Handle struct{ f *os.File }
 
-// ErrNotCgroup2: OpenCgroup2 found the file on another filesystem.
+// ErrNotCgroup2 means OpenCgroup2 found the file on another filesystem.
 var ErrNotCgroup2 = errors.New("not on a cgroup2 filesystem")
 
 // cgroup2Magic is CGROUP2_SUPER_MAGIC.

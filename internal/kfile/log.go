@@ -28,7 +28,7 @@ type Log struct {
 	closed bool
 }
 
-// ErrNotLog: OpenLog found something other than a character device at its
+// ErrNotLog means OpenLog found something other than a character device at its
 // path (a regular file in its place holds no live log).
 var ErrNotLog = errors.New("not the kernel's log device")
 

@@ -192,10 +192,6 @@ type Entry struct {
 	Type uint8 // syscall.DT_*; DT_UNKNOWN where the filesystem does not say
 }
 
-// IsDir reports whether the entry is a directory, as its filesystem says
-// (procfs, sysfs, cgroupfs and tmpfs do; a symlink to one is not).
-func (e Entry) IsDir() bool { return e.Type == syscall.DT_DIR }
-
 // ReadDir lists the directory dir (but . and ..), sorted by name, within
 // ctx: at most limit entries (Entries, or a cap of the caller's), more is
 // ErrTooLarge. A path that is not a directory is an error at once (the

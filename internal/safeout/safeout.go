@@ -5,7 +5,7 @@
 // error, or a pipe that nobody drains (a stalled log shipper) costs the
 // lines that could not be written, and nothing else.
 //
-// Lines are queued, up to MaxQueued bytes, and written in order by one
+// Lines are queued, up to maxQueued bytes, and written in order by one
 // goroutine; past the bound new lines are dropped and counted, and the next
 // line that is written says how many were lost.
 package safeout
@@ -17,8 +17,8 @@ import (
 	"time"
 )
 
-// MaxQueued bounds the bytes waiting to be written: a few hundred log lines.
-const MaxQueued = 256 << 10
+// maxQueued bounds the bytes waiting to be written: a few hundred log lines.
+const maxQueued = 256 << 10
 
 // Writer is an io.Writer whose Write always succeeds at once. Safe for
 // concurrent use; each Write is kept whole (slog writes one record, fmt one
@@ -49,11 +49,11 @@ func New(out io.Writer) *Writer {
 }
 
 // Write queues a copy of p and returns len(p), nil; it drops p when
-// MaxQueued bytes already wait, and the output then says so at that place.
+// maxQueued bytes already wait, and the output then says so at that place.
 func (w *Writer) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.queued+len(p) > MaxQueued {
+	if w.queued+len(p) > maxQueued {
 		w.markLost(1)
 		return len(p), nil
 	}

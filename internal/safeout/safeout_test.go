@@ -23,7 +23,7 @@ func pipe(t *testing.T) (r, w *os.File) {
 }
 
 // Nobody drains the pipe: it fills, and Write still returns at once;
-// past MaxQueued lines are dropped, and once a reader drains it every
+// past maxQueued lines are dropped, and once a reader drains it every
 // queued line arrives in order, then the count of the lost ones.
 func TestStalledReaderNeverBlocks(t *testing.T) {
 	r, pw := pipe(t)

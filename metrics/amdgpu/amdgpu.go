@@ -80,6 +80,10 @@ type ProcessTree interface {
 	// PIDs lists the tree's processes as seen in the PID namespace of
 	// bridge's proc root; none while there is no child.
 	PIDs(ctx context.Context) ([]int, error)
+	// NoteGPUHolders records which of the tree's processes hold VRAM on
+	// the GPUs collector source collects, as its last sample found them.
+	// Safe beside PIDs.
+	NoteGPUHolders(source string, pids []int)
 	// Close releases what the tree keeps open. It may run beside PIDs,
 	// and more than once (the tree has other users).
 	Close() error

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/procfs/sysfs"
 
 	"github.com/bridge-dev/bridge/harness/closetest"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -41,7 +42,7 @@ func newIn(t *testing.T, root string, o Options) (*Collector, error) {
 
 func collect(t *testing.T, c *Collector) (map[string]float64, error) {
 	t.Helper()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	out := map[string]float64{}
 	for _, p := range pts {
 		if _, dup := out[p.Name()]; dup {
@@ -322,17 +323,20 @@ func TestProcessVRAM(t *testing.T) {
 		env     []string
 		want    map[string]float64 // process_gpu_ series
 		errText string
+		holders []int // noted on the tree: the trainers
 	}{
 		{name: "the tree's processes", procs: func(f files) files {
 			kfdProc(f, 100, map[int]uint64{1234: gib, 5678: 2 * gib}) // the child, on both GPUs
 			kfdProc(f, 101, map[int]uint64{1234: 512 << 20})          // a worker
 			return kfdProc(f, 900, map[int]uint64{1234: 8 * gib})     // another job
 		}, tree: []int{100, 101, 102},
-			want: map[string]float64{"process_gpu_memory_megabytes": metrics.MB(3*gib + 512<<20), "process_gpu_processes_count": 3, "process_gpu_unmatched_processes_count": 1}},
+			want:    map[string]float64{"process_gpu_memory_megabytes": metrics.MB(3*gib + 512<<20), "process_gpu_processes_count": 3, "process_gpu_unmatched_processes_count": 1},
+			holders: []int{100, 101}},
 		{name: "only the job's GPUs", procs: func(f files) files {
 			return kfdProc(f, 100, map[int]uint64{1234: gib, 5678: 2 * gib})
 		}, tree: []int{100}, env: []string{"ROCR_VISIBLE_DEVICES", "1"},
-			want: map[string]float64{"process_gpu_memory_megabytes": metrics.MB(2 * gib), "process_gpu_processes_count": 1, "process_gpu_unmatched_processes_count": 0}},
+			want:    map[string]float64{"process_gpu_memory_megabytes": metrics.MB(2 * gib), "process_gpu_processes_count": 1, "process_gpu_unmatched_processes_count": 0},
+			holders: []int{100}},
 		{name: "none matched (host PIDs in a container)", procs: func(f files) files {
 			return kfdProc(f, 900, map[int]uint64{1234: gib})
 		}, tree: []int{7},
@@ -346,14 +350,16 @@ func TestProcessVRAM(t *testing.T) {
 			f["sys/class/kfd/kfd/proc/100/vram_1234"] = "a lot\n"
 			return f
 		}, tree: []int{100}, errText: "proc/100/vram_1234",
-			want: map[string]float64{"process_gpu_processes_count": 1, "process_gpu_unmatched_processes_count": 0}},
+			want:    map[string]float64{"process_gpu_processes_count": 1, "process_gpu_unmatched_processes_count": 0},
+			holders: []int{100}}, // it holds VRAM, whatever its file says
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
 			f := tc.procs(base())
 			f["sys/class/kfd/kfd/proc/"] = ""
 			write(t, root, f)
-			c, err := newIn(t, root, Options{LookupEnv: env(tc.env...), ProcessTree: fakeTree(tc.tree)})
+			tree := &holderTree{fakeTree: fakeTree(tc.tree)}
+			c, err := newIn(t, root, Options{LookupEnv: env(tc.env...), ProcessTree: tree})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -368,6 +374,9 @@ func TestProcessVRAM(t *testing.T) {
 				}
 			}
 			checkValues(t, proc, tc.want)
+			if tc.tree != nil && !slices.Equal(tree.holders, tc.holders) {
+				t.Errorf("GPU holders noted %v, want %v", tree.holders, tc.holders)
+			}
 			if d := c.Detect(context.Background()); tc.tree != nil && d["process_pids"] == "" {
 				t.Errorf("detect says nothing of the match: %v", d)
 			}

@@ -135,6 +135,15 @@ type fakeTree []int
 
 func (f fakeTree) PIDs(context.Context) ([]int, error) { return f, nil }
 func (f fakeTree) Close() error                        { return nil }
+func (f fakeTree) NoteGPUHolders(string, []int)        {}
+
+// holderTree is a fakeTree that keeps the last GPU holders noted.
+type holderTree struct {
+	fakeTree
+	holders []int
+}
+
+func (h *holderTree) NoteGPUHolders(_ string, pids []int) { h.holders = pids }
 
 // apuCard adds card<num>, an APU's integrated GPU (a Radeon 780M, gfx1103)
 // as amdgpu lays it out: a small VRAM carve-out and most of its memory in

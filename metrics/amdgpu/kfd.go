@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,6 +24,7 @@ import (
 // process and job GPU (as NVIDIA's per process and device).
 type kfdMatch struct {
 	listed    bool   // the process list was read
+	holders   []int  // the tree's processes with VRAM on a job GPU
 	Processes int    // (process, job GPU) pairs with a vram file
 	Matched   int    // of them, the tree's
 	UsedBytes uint64 // the tree's VRAM on the job's GPUs
@@ -35,12 +37,14 @@ func (c *Collector) collectProcesses(ctx context.Context, b *metrics.Batch) erro
 		return fmt.Errorf("listing the child's processes: %w", err)
 	}
 	if len(tree) == 0 {
+		c.tree.NoteGPUHolders(Name, nil)
 		return nil // no child yet, or it has exited
 	}
 	dir := filepath.Join(c.sysRoot, "class/kfd/kfd/proc")
 	m, err := c.matchKFD(ctx, dir, tree)
 	if m.listed {
 		c.noteMatch(m)
+		c.tree.NoteGPUHolders(Name, m.holders)
 		b.Add(metrics.ProcessGPUProcesses, float64(m.Matched), dir)
 		b.Add(metrics.ProcessGPUUnmatchedProcesses, float64(m.Processes-m.Matched), dir)
 	}
@@ -92,6 +96,9 @@ func (c *Collector) matchKFD(ctx context.Context, dir string, tree []int) (kfdMa
 				continue
 			}
 			m.Matched++
+			if n, err := strconv.Atoi(pid); err == nil && !slices.Contains(m.holders, n) {
+				m.holders = append(m.holders, n)
+			}
 			path := filepath.Join(dir, pid, file)
 			v, err := c.readBytes(path)
 			if errors.Is(err, fs.ErrNotExist) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -17,7 +18,7 @@ func BenchmarkCollect(b *testing.B) {
 	pid := startIn(b, g, "idle")
 	c := collectorFor(b, pid)
 	ctx := context.Background()
-	if _, err := metrics.Collect(ctx, c); err != nil {
+	if _, err := collecttest.Collect(ctx, c); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()

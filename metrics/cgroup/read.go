@@ -146,6 +146,7 @@ func (r *round) memory() {
 		inactive, rss, cache, hasPeak = vals[0], vals[1], vals[2], true
 		r.v1Limit = &vals[3]
 		r.v1OOMKill(p)
+		r.v1Failcnt(p)
 	} else {
 		usageFile, statFile, peakFile = "memory.current", "memory.stat", v2PeakFile
 		inactiveKey, rssKey, cacheKey = "inactive_file", "anon", "file"
@@ -231,6 +232,29 @@ func (r *round) v1OOMKill(p place) {
 	} else {
 		r.c.noData(path+" oom_kill", "OOM kill counter (kernel before 4.13)")
 	}
+}
+
+// v1Failcnt adds v1's memory.failcnt as the count of times the usage
+// reached the limit: the kernel counts a failed charge there
+// (page_counter_try_charge) where v2 counts memory.events max for the
+// same failure, and reclaim runs after either. An absent file is no data.
+func (r *round) v1Failcnt(p place) {
+	path := filepath.Join(p.dir, "memory.failcnt")
+	s, found, err := r.c.files.read(path)
+	if err != nil {
+		r.fail(err)
+		return
+	}
+	if !found {
+		r.c.noData(path, "memory limit hits")
+		return
+	}
+	v, err := parseV1Uint(s)
+	if err != nil {
+		r.fail(fmt.Errorf("%s: %w", path, err))
+		return
+	}
+	r.add(metrics.ContainerMemoryMaxEvents, float64(v), path)
 }
 
 // memoryEvents adds v2's memory.events counters (cumulative, hierarchical).
@@ -510,7 +534,7 @@ func (r *round) pids() {
 			r.fail(fmt.Errorf("%s: %w", path, err))
 			return
 		}
-		// containerd's v1 reader turned "max" into 0; parseV1Uint too.
+		// "max" (no limit) reads as 0, as in containerd's v1 reader.
 		if limit, err = c.readV1Uint(filepath.Join(p.dir, "pids.max")); err != nil {
 			r.fail(err)
 			return

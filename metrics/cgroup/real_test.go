@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/cgrouptest"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/metrics/cgroup"
 )
@@ -181,7 +182,7 @@ func TestRealBusyLoopIsThrottled(t *testing.T) {
 	g := cgrouptest.NewV1(t, busyLimits)
 	pid := startIn(t, g, "busy")
 	c := collectorFor(t, pid)
-	if _, err := metrics.Collect(context.Background(), c); err != nil {
+	if _, err := collecttest.Collect(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * time.Second) // the window the usage is averaged over, not a timing check

@@ -76,6 +76,8 @@ func TestV1NoLimit(t *testing.T) {
 	wantValue(t, pts, "container_memory_cache_megabytes", 140*mib/1e6)
 	wantValue(t, pts, "container_memory_peak_megabytes", 400*mib/1e6)
 	wantValue(t, pts, "container_memory_oom_kill_events_count", 2)
+	wantValue(t, pts, "container_memory_max_events_count", 0)
+	wantSource(t, pts, "container_memory_max_events_count", v.memLeaf+"/memory.failcnt")
 	wantValue(t, pts, "container_pids_count", 3)
 	// 9223372036854771712 everywhere is no limit; v1 has no PSI and no
 	// count of OOM situations.

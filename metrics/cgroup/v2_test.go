@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -290,7 +291,7 @@ func TestV2NoPeriodsNoThrottleShare(t *testing.T) {
 func TestV2MalformedFileIsAnError(t *testing.T) {
 	f, pod, _ := k8sV2(t, nil, map[string]string{"memory.max": "lots\n"})
 	c := f.collector()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if !errors.Is(err, ErrFormat) {
 		t.Fatalf("err = %v, want ErrFormat", err)
 	}

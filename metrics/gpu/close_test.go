@@ -12,8 +12,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 
 	"github.com/bridge-dev/bridge/harness/closetest"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/harness/waitfor"
-	"github.com/bridge-dev/bridge/metrics"
 )
 
 // Sampler.Close beside an NVML call that hangs (the mock's, as a hung
@@ -35,14 +35,14 @@ func TestSamplerCloseWhileHung(t *testing.T) {
 	// The call hangs in its own goroutine; Collect gives up at its context.
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-entered; cancel() }()
-	if _, err := metrics.Collect(ctx, c); !errors.Is(err, context.Canceled) {
+	if _, err := collecttest.Collect(ctx, c); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Collect err = %v, want the context's", err)
 	}
 	closetest.CloseWhileStuck(t, c, "", func() {
 		close(release)
 		waitfor.Cond(t, time.Minute, "the hung NVML call returning once released", func() bool { return !c.g.isStuck() })
 	})
-	if _, err := metrics.Collect(context.Background(), c); !errors.Is(err, ErrClosed) {
+	if _, err := collecttest.Collect(context.Background(), c); !errors.Is(err, ErrClosed) {
 		t.Errorf("Collect after Close: %v, want ErrClosed", err)
 	}
 }

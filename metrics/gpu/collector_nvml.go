@@ -607,11 +607,13 @@ func (c *Collector) readProcesses(r *reading) {
 		r.errs = append(r.errs, err) // the set still holds every PID that could be read
 	}
 	if len(tree) == 0 {
+		c.opts.ProcessTree.NoteGPUHolders(Name, nil)
 		return // no child yet, or it has exited: nothing to match
 	}
 	set := treePIDs(tree)
 	m := matchProcs(set, procs)
 	c.noteProcs(m)
+	c.opts.ProcessTree.NoteGPUHolders(Name, holders(tree, procs))
 	src := "nvmlDeviceGetComputeRunningProcesses"
 	r.b.Add(metrics.ProcessGPUProcesses, float64(m.Matched), src)
 	r.b.Add(metrics.ProcessGPUUnmatchedProcesses, float64(m.Processes-m.Matched), src)

@@ -20,6 +20,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -457,7 +458,7 @@ func TestMissingLibrary(t *testing.T) {
 	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
 	trapAll(t, lib)
 	c, log := newCollector(t, Options{Lib: lib, ProcessTree: &fakeTree{nspids: [][]int{{1}}}})
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if len(pts) != 0 || err != nil {
 		t.Errorf("Collect = %v, %v; want nothing", pts, err)
 	}
@@ -514,15 +515,16 @@ func TestProcesses(t *testing.T) {
 		matched   float64
 		unmatched float64
 		note      string
+		holders   []int // noted on the tree: the trainers
 	}{
 		{"PIDs of bridge's namespace", [][]nvml.ProcessInfo{{{Pid: 4242, UsedGpuMemory: 1e9}}, {{Pid: 4243, UsedGpuMemory: 5e8}}},
-			1500, 2, 0, "matched 2 of 2 GPU processes"},
+			1500, 2, 0, "matched 2 of 2 GPU processes", []int{4242, 4243}},
 		{"inner-namespace PID mapped by NSpid", [][]nvml.ProcessInfo{{{Pid: 7, UsedGpuMemory: 2e9}, {Pid: 555, UsedGpuMemory: 3e9}}, nil},
-			2000, 1, 1, "1 by an inner-namespace PID"},
+			2000, 1, 1, "1 by an inner-namespace PID", []int{4243}},
 		{"host PIDs a container cannot map", [][]nvml.ProcessInfo{{{Pid: 98765, UsedGpuMemory: 2e9}}, {{Pid: 98766, UsedGpuMemory: 1e9}}},
-			-1, 0, 2, "unmatched: NVML lists 2 GPU processes"},
-		{"no GPU process yet", [][]nvml.ProcessInfo{nil, nil}, 0, 0, 0, "no GPU processes yet"},
-		{"no memory figure", [][]nvml.ProcessInfo{{{Pid: 4242, UsedGpuMemory: noValue}}, nil}, -1, 1, 0, "matched 1 of 1"},
+			-1, 0, 2, "unmatched: NVML lists 2 GPU processes", []int{}},
+		{"no GPU process yet", [][]nvml.ProcessInfo{nil, nil}, 0, 0, 0, "no GPU processes yet", []int{}},
+		{"no memory figure", [][]nvml.ProcessInfo{{{Pid: 4242, UsedGpuMemory: noValue}}, nil}, -1, 1, 0, "matched 1 of 1", []int{4242}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -530,7 +532,8 @@ func TestProcesses(t *testing.T) {
 			for i, ps := range tt.procs {
 				dev(s, i).GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return ps, nvml.SUCCESS }
 			}
-			c, log := newCollector(t, Options{Lib: s, ProcessTree: &fakeTree{nspids: [][]int{{4242}, {4243, 7}}}})
+			tree := &fakeTree{nspids: [][]int{{4242}, {4243, 7}}}
+			c, log := newCollector(t, Options{Lib: s, ProcessTree: tree})
 			if note := c.Detect(context.Background())["process_pids"].(string); !strings.Contains(note, tt.note) {
 				t.Errorf("Detect process_pids = %q, want %q", note, tt.note)
 			}
@@ -542,6 +545,9 @@ func TestProcesses(t *testing.T) {
 			}
 			wantValue(t, pts, "process_gpu_processes_count", tt.matched, metrics.UnitCount)
 			wantValue(t, pts, "process_gpu_unmatched_processes_count", tt.unmatched, metrics.UnitCount)
+			if got := tree.Holders(); !slices.Equal(got, tt.holders) || got == nil {
+				t.Errorf("GPU holders noted %#v, want %v", got, tt.holders)
+			}
 			if pts["process_gpu_processes_count"].Desc != metrics.ProcessGPUProcesses {
 				t.Errorf("desc %+v", pts["process_gpu_processes_count"].Desc)
 			}
@@ -644,7 +650,7 @@ func TestHungCall(t *testing.T) {
 	}
 	c, _ := newCollector(t, Options{Lib: s, CallTimeout: 20 * time.Millisecond})
 
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Collect err = %v, want ErrTimeout", err)
 	}
@@ -652,7 +658,7 @@ func TestHungCall(t *testing.T) {
 		t.Error("GPU 1 read while GPU 0 hung")
 	}
 	util1 := len(dev(s, 1).GetUtilizationRatesCalls())
-	pts, err = metrics.Collect(context.Background(), c)
+	pts, err = collecttest.Collect(context.Background(), c)
 	if !errors.Is(err, ErrStuck) || len(pts) != 0 {
 		t.Fatalf("second Collect = %d points, %v; want none and ErrStuck", len(pts), err)
 	}
@@ -681,7 +687,7 @@ func TestCloseWhileHung(t *testing.T) {
 	dev(s, 0).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { <-release; return nvml.Utilization{}, nvml.SUCCESS }
 	s.ShutdownFunc = func() nvml.Return { t.Error("Shutdown under a hung call"); return nvml.SUCCESS }
 	c, _ := newCollector(t, Options{Lib: s, CallTimeout: 20 * time.Millisecond})
-	if _, err := metrics.Collect(context.Background(), c); !errors.Is(err, ErrTimeout) {
+	if _, err := collecttest.Collect(context.Background(), c); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Collect err = %v", err)
 	}
 	if err := c.Close(); !errors.Is(err, ErrStuck) {
@@ -747,7 +753,7 @@ func TestNoCallAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := len(dev(s, 0).GetUtilizationRatesCalls())
-	_, err := metrics.Collect(context.Background(), c)
+	_, err := collecttest.Collect(context.Background(), c)
 	if !errors.Is(err, ErrClosed) || len(dev(s, 0).GetUtilizationRatesCalls()) != before {
 		t.Errorf("Collect after Close: %v", err)
 	}
@@ -765,12 +771,12 @@ func TestSystemLibrary(t *testing.T) {
 		if !strings.HasPrefix(st, "off: ") || strings.Count(log.String(), "GPU metrics off") != 1 {
 			t.Fatalf("status %q, log:\n%s", st, log)
 		}
-		if pts, err := metrics.Collect(context.Background(), c); len(pts) != 0 || err != nil {
+		if pts, err := collecttest.Collect(context.Background(), c); len(pts) != 0 || err != nil {
 			t.Errorf("Collect while off = %v, %v", pts, err)
 		}
 		return
 	}
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -529,7 +530,7 @@ func TestGPMErrors(t *testing.T) {
 			return fill(smp)
 		}
 		drv.run(src, time.Second, map[nvml.GpmMetricId]float64{nvml.GPM_METRIC_SM_UTIL: 90})
-		if _, err := metrics.Collect(context.Background(), c); !errors.Is(err, nvml.ERROR_UNKNOWN) || !strings.Contains(err.Error(), "GPU 0: nvmlGpmSampleGet") {
+		if _, err := collecttest.Collect(context.Background(), c); !errors.Is(err, nvml.ERROR_UNKNOWN) || !strings.Contains(err.Error(), "GPU 0: nvmlGpmSampleGet") {
 			t.Errorf("Collect err = %v", err)
 		}
 		fail = false
@@ -544,7 +545,7 @@ func TestGPMErrors(t *testing.T) {
 		metricsGet := s.GpmMetricsGetFunc
 		s.GpmMetricsGetFunc = func(*nvml.GpmMetricsGetType) nvml.Return { return nvml.ERROR_UNKNOWN }
 		drv.run(src, time.Second, map[nvml.GpmMetricId]float64{nvml.GPM_METRIC_SM_UTIL: 10})
-		if _, err := metrics.Collect(context.Background(), c); !errors.Is(err, nvml.ERROR_UNKNOWN) {
+		if _, err := collecttest.Collect(context.Background(), c); !errors.Is(err, nvml.ERROR_UNKNOWN) {
 			t.Errorf("Collect err = %v", err)
 		}
 		s.GpmMetricsGetFunc = metricsGet
@@ -570,7 +571,7 @@ func TestGPMCloseWhileHung(t *testing.T) {
 	fill := dev(s, 0).GpmSampleGetFunc
 	dev(s, 0).GpmSampleGetFunc = func(smp nvml.GpmSample) nvml.Return { <-release; return fill(smp) }
 	drv.run(gpmSource{dev(s, 0), -1}, time.Second, busy)
-	if _, err := metrics.Collect(context.Background(), c); !errors.Is(err, ErrTimeout) {
+	if _, err := collecttest.Collect(context.Background(), c); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Collect err = %v, want ErrTimeout", err)
 	}
 	if err := c.Close(); !errors.Is(err, ErrStuck) {
@@ -583,7 +584,7 @@ func TestGPMCloseWhileHung(t *testing.T) {
 	if n := len(s.GpmSampleFreeCalls()); n != 0 {
 		t.Errorf("%d samples freed under a hung call", n)
 	}
-	if _, err := metrics.Collect(context.Background(), c); !errors.Is(err, ErrClosed) {
+	if _, err := collecttest.Collect(context.Background(), c); !errors.Is(err, ErrClosed) {
 		t.Errorf("Collect after Close: %v", err)
 	}
 	if n := len(s.GpmMetricsGetCalls()); n != 0 {

@@ -47,6 +47,10 @@ type ProcessTree interface {
 	// nested in it (NSpid). None while there is no child. An error with a
 	// list says which processes have their first PID only.
 	NSpids(ctx context.Context) ([][]int, error)
+	// NoteGPUHolders records which of the tree's processes (by their PID
+	// in bridge's proc root) hold memory on the GPUs collector source
+	// collects, as its last sample found them. Safe beside NSpids.
+	NoteGPUHolders(source string, pids []int)
 	// Close releases what the tree keeps open. It may run beside NSpids,
 	// and more than once (the tree has other users).
 	Close() error

@@ -40,6 +40,33 @@ func treePIDs(tree [][]int) pidSet {
 	return set
 }
 
+// holders are the processes of the tree among procs, each by its PID in
+// bridge's proc root (tree: NSpids, local PID first): those holding GPU
+// memory, for process.Tree.NoteGPUHolders. A local PID matches before
+// an inner-namespace one, as in treePIDs.
+func holders(tree [][]int, procs []gpuProc) []int {
+	local := map[uint32]int{}
+	for _, ids := range tree {
+		if len(ids) > 0 && ids[0] > 0 {
+			local[uint32(ids[0])] = ids[0]
+		}
+	}
+	for _, ids := range tree {
+		for _, id := range ids[min(1, len(ids)):] {
+			if _, seen := local[uint32(id)]; !seen && id > 0 && len(ids) > 0 && ids[0] > 0 {
+				local[uint32(id)] = ids[0]
+			}
+		}
+	}
+	out := []int{}
+	for _, p := range procs {
+		if pid, ok := local[p.PID]; ok {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
 // gpuProc is one process NVML lists on a device or MIG slice.
 type gpuProc struct {
 	PID  uint32

@@ -3,10 +3,24 @@ package gpu
 import (
 	"context"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
+
+func TestHolders(t *testing.T) {
+	// 4243 is 7 in a nested PID namespace; 4250 is not the tree's.
+	tree := [][]int{{4242}, {4243, 7}, {4244}}
+	got := holders(tree, []gpuProc{{PID: 4242, Used: 1}, {PID: 7, Used: noValue}, {PID: 4250, Used: 5}})
+	if !slices.Equal(got, []int{4242, 4243}) {
+		t.Errorf("holders = %v, want 4242 and 4243 (by its nested PID 7), not 4250", got)
+	}
+	if got := holders(tree, nil); got == nil || len(got) != 0 {
+		t.Errorf("holders of no GPU process = %#v, want an empty list (none holds GPU memory now)", got)
+	}
+}
 
 func TestTreePIDs(t *testing.T) {
 	// 4243 is 7 in a nested PID namespace; 0 is no process.
@@ -24,15 +38,30 @@ func TestTreePIDs(t *testing.T) {
 
 // fakeTree is a ProcessTree of fixed NSpids that counts its walks.
 type fakeTree struct {
-	nspids [][]int
-	err    error
-	walks  atomic.Int32
-	closed atomic.Int32
+	nspids  [][]int
+	mu      sync.Mutex
+	holders []int // the last NoteGPUHolders
+	err     error
+	walks   atomic.Int32
+	closed  atomic.Int32
 }
 
 func (f *fakeTree) NSpids(context.Context) ([][]int, error) {
 	f.walks.Add(1)
 	return f.nspids, f.err
+}
+
+// Holders is the last NoteGPUHolders' list.
+func (f *fakeTree) Holders() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.holders
+}
+
+func (f *fakeTree) NoteGPUHolders(_ string, pids []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holders = slices.Clone(pids)
 }
 
 func (f *fakeTree) Close() error {

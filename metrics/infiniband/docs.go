@@ -9,6 +9,7 @@ var docs = []metrics.DocTable{
 	{ID: "infiniband", Columns: []string{"Source", "Formula"}, Rows: []metrics.DocRow{
 		{Series: []*metrics.Desc{metrics.InfinibandReceiveRate}, Cells: []string{"`counters_ext/port_rcv_data_64` where present, else `counters/port_rcv_data`", "Δcounter × 4 (the counters count 4-byte words) / 10^6 / interval seconds. Needs two readings."}},
 		{Series: []*metrics.Desc{metrics.InfinibandTransmitRate}, Cells: []string{"`counters_ext/port_xmit_data_64`, else `counters/port_xmit_data`", "likewise"}},
+		{Series: []*metrics.Desc{metrics.InfinibandLinkRate}, Cells: []string{"`rate` (`200 Gb/sec (4X HDR)`), read at start", "Gb/s × 10^9 / 8 / 10^6: what a port carries each way at most; with the port's rates, none where its rate is unknown"}},
 		{Series: []*metrics.Desc{SymbolErrors}, Cells: []string{"`counters/symbol_error`", "minor link errors since bridge started. Needs two readings, as the counts below."}},
 		{Series: []*metrics.Desc{LinkDowned}, Cells: []string{"`counters/link_downed`", "times the link went down since bridge started"}},
 		{Series: []*metrics.Desc{ReceiveErrors}, Cells: []string{"`counters/port_rcv_errors`", "packets received with errors since bridge started"}},

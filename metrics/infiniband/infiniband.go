@@ -74,6 +74,7 @@ type port struct {
 	facts       facts
 	data        []*portCounter // rx and tx, those the port has
 	errs        []*portCounter
+	link        *metrics.Desc // its link rate's series; nil when the rate is unknown
 }
 
 // facts are a port's state at start.
@@ -173,6 +174,9 @@ func (c *Collector) findPorts(ctx context.Context, classDir, name string) ([]*po
 			p.facts.Err = fmt.Sprintf("reading %s: %v", filepath.Join(classDir, name), err)
 		}
 		dir := filepath.Join(portsDir, num)
+		if p.facts.RateGbps > 0 {
+			p.link = metrics.InfinibandLinkRate.For(name, num)
+		}
 		for _, k := range []*portCounter{
 			c.dataCounter(ctx, dir, "port_rcv_data", metrics.InfinibandReceiveRate.For(name, num)),
 			c.dataCounter(ctx, dir, "port_xmit_data", metrics.InfinibandTransmitRate.For(name, num)),
@@ -299,6 +303,7 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 		if err := ctx.Err(); err != nil {
 			return errors.Join(append(errs, err)...)
 		}
+		rated := false
 		for _, dc := range p.data {
 			st, err := c.take(dc)
 			if err != nil {
@@ -306,7 +311,12 @@ func (c *Collector) Collect(ctx context.Context, b *metrics.Batch) error {
 			}
 			if st.Counted() {
 				b.Add(dc.desc, metrics.MB(4*st.Rate()), dc.path) // the counters count 4-byte words
+				rated = true
 			}
+		}
+		// The link's rate beside the port's, against which it is read.
+		if p.link != nil && rated {
+			b.Add(p.link, p.facts.RateGbps*1e9/8/metrics.Megabyte, "rate") // Gb/s
 		}
 		for _, ec := range p.errs {
 			st, err := c.take(ec)

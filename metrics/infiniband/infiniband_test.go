@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/closetest"
-	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 )
 
 // files is a fixture: path under <sys>/class/infiniband -> content.
@@ -71,7 +71,7 @@ func (c *clock) now() time.Time { return c.t }
 
 func collect(t *testing.T, c *Collector) (map[string]float64, error) {
 	t.Helper()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	out := map[string]float64{}
 	for _, p := range pts {
 		if _, dup := out[p.Name()]; dup {
@@ -187,6 +187,14 @@ func TestFixtures(t *testing.T) {
 			if tc.collErr == "" && err != nil || tc.collErr != "" && (err == nil || !strings.Contains(err.Error(), tc.collErr)) {
 				t.Errorf("Collect: %v; want an error naming %q", err, tc.collErr)
 			}
+			// The link's rate (200 Gb/s) goes with the port's rates.
+			link, hasLink := got["node_infiniband_mlx5_0_port_1_link_rate_megabytes_per_second"]
+			delete(got, "node_infiniband_mlx5_0_port_1_link_rate_megabytes_per_second")
+			_, rx := tc.want["node_infiniband_mlx5_0_port_1_receive_megabytes_per_second"]
+			_, tx := tc.want["node_infiniband_mlx5_0_port_1_transmit_megabytes_per_second"]
+			if hasLink != (rx || tx) || (hasLink && link != 25000) {
+				t.Errorf("link rate %v (%v), want 25000 MB/s with the port's rates (%v)", link, hasLink, rx || tx)
+			}
 			if len(got) != len(tc.want) {
 				t.Errorf("got %v\nwant %v", got, tc.want)
 			}
@@ -249,8 +257,15 @@ func TestDevicesPortsAndTags(t *testing.T) {
 			t.Errorf("%stransmit_megabytes_per_second = %v, want 1 (250000 words in 1 s)", k, got[k+"transmit_megabytes_per_second"])
 		}
 	}
-	if len(got) != 4*7 {
-		t.Errorf("%d points, want 7 for each of 4 ports: %v", len(got), got)
+	// Each port's link rate beside its rates, where its rate is known
+	// (not ibp12s0's): 400 Gb/s, and 100 Gb/s, in MB/s.
+	for k, v := range map[string]float64{"node_infiniband_mlx5_0_port_1_": 50000, "node_infiniband_mlx5_0_port_2_": 50000, "node_infiniband_mlx5_1_port_1_": 12500} {
+		if got[k+"link_rate_megabytes_per_second"] != v {
+			t.Errorf("%slink_rate_megabytes_per_second = %v, want %v", k, got[k+"link_rate_megabytes_per_second"], v)
+		}
+	}
+	if len(got) != 4*7+3 {
+		t.Errorf("%d points, want 7 for each of 4 ports and 3 link rates: %v", len(got), got)
 	}
 	d := c.Detect(context.Background())
 	if ports, _ := d["ports"].([]map[string]any); len(ports) != 4 || !strings.Contains(ports[0]["facts"].(string), "fw_ver") {

@@ -22,4 +22,4 @@ func portSeries(name string, u metrics.Unit, k metrics.Kind, steady bool, prom, 
 
 // Series are every series the collector may add, as its registration
 // declares them.
-var Series = []*metrics.Desc{metrics.InfinibandReceiveRate, metrics.InfinibandTransmitRate, SymbolErrors, LinkDowned, ReceiveErrors, XmitDiscards, XmitWait}
+var Series = []*metrics.Desc{metrics.InfinibandReceiveRate, metrics.InfinibandTransmitRate, metrics.InfinibandLinkRate, SymbolErrors, LinkDowned, ReceiveErrors, XmitDiscards, XmitWait}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -27,7 +28,7 @@ func BenchmarkCollect(b *testing.B) {
 			}
 			defer c.Close()
 			ctx := context.Background()
-			if _, err := metrics.Collect(ctx, c); err != nil {
+			if _, err := collecttest.Collect(ctx, c); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()

@@ -10,11 +10,11 @@ import (
 	"github.com/bridge-dev/bridge/metrics/internal/counter"
 )
 
-// MaxInterfaceBytesPerSecond is the stated physical bound of one network
+// maxInterfaceBytesPerSecond is the stated physical bound of one network
 // interface: five times the fastest NIC today (1.6 Tb/s moves 200 GB/s); a
 // veth is a memory copy, well below it. A counter that grows faster over
 // an interval is a glitch: that interval is not counted.
-const MaxInterfaceBytesPerSecond = 1e12
+const maxInterfaceBytesPerSecond = 1e12
 
 // netTracker accumulates traffic of the network namespace since the first
 // reading, over the interfaces counted (netTopology), each counter followed
@@ -53,7 +53,7 @@ func (t *netTracker) update(nd procfs.NetDev, now time.Time, counts func(string)
 		seen[name] = true
 		k := t.ifs[name]
 		if k == nil {
-			k = &netCounters{rx: counter.Counter{MaxRate: MaxInterfaceBytesPerSecond}, tx: counter.Counter{MaxRate: MaxInterfaceBytesPerSecond}}
+			k = &netCounters{rx: counter.Counter{MaxRate: maxInterfaceBytesPerSecond}, tx: counter.Counter{MaxRate: maxInterfaceBytesPerSecond}}
 			t.ifs[name] = k
 			if t.started {
 				// Created since the previous reading: it counted from 0

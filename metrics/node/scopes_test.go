@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -69,7 +70,7 @@ func TestScopesNodeOnly(t *testing.T) {
 // --scopes rootfs: statfs only; /proc is not read (its net/dev is garbage).
 func TestScopesRootfsOnly(t *testing.T) {
 	c, statfs := scopedFixture(t, ScopeRootfs)
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestScopesRootfsOnly(t *testing.T) {
 // No Scopes is all three, as before; the garbage net/dev is then read.
 func TestScopesDefaultAll(t *testing.T) {
 	c, statfs := scopedFixture(t)
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if err == nil || !strings.Contains(err.Error(), "net/dev") {
 		t.Errorf("error = %v, want one about net/dev (read with all scopes)", err)
 	}

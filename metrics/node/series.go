@@ -25,8 +25,8 @@ var (
 		Prom: "node_load5", Help: "5m load average."}
 	Load15 = &metrics.Desc{Name: "node_load_15m", Unit: metrics.UnitLoad, Scope: metrics.ScopeNode,
 		Prom: "node_load15", Help: "15m load average."}
-	CPUCount = &metrics.Desc{Name: "node_cpu_count", Unit: metrics.UnitCount, Scope: metrics.ScopeNode, Steady: true,
-		Help: "Online CPUs of the node."}
+	// CPUCount is metrics': the bottleneck verdict reads it.
+	CPUCount       = metrics.NodeCPUCount
 	CPUUtilization = &metrics.Desc{Name: "node_cpu_utilization_percentage", Unit: metrics.UnitPercentage, Scope: metrics.ScopeNode,
 		Help: "CPU the node used over the last interval, as a percentage of all its CPUs."}
 
@@ -45,8 +45,9 @@ var (
 		Prom: "bridge_netns_network_transmit_bytes", Help: "Bytes transmitted in the network namespace since bridge started, over its interfaces at the bottom of their stacks (not lo, bonds, bridges or VLANs)."}
 )
 
-// Pressure are the node's PSI series (/proc/pressure).
-var Pressure = metrics.PressureSeries(metrics.ScopeNode, "node")
+// Pressure are the node's PSI series (/proc/pressure), metrics': the
+// bottleneck verdict reads them.
+var Pressure = metrics.NodePressure
 
 // Series are every series the collector may add, as its registration
 // declares them.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/internal/kfile"
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -55,7 +56,7 @@ func BenchmarkCollect(b *testing.B) {
 			if !c.force(method) {
 				b.Skipf("SKIP: finding the tree by %s is not possible on this machine", method)
 			}
-			if _, err := metrics.Collect(ctx, c); err != nil {
+			if _, err := collecttest.Collect(ctx, c); err != nil {
 				b.Fatal(err)
 			}
 			var pts metrics.Batch // reused, as the Sampler does

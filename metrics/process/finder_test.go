@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 )
 
 func TestParseStat(t *testing.T) {
@@ -24,10 +24,12 @@ func TestParseStat(t *testing.T) {
 		want    procStat
 		wantErr bool
 	}{
-		{"spaces and parentheses in comm", good.statLine(), procStat{PID: 103, PPID: 101, UTime: 7, STime: 3,
-			CUTime: 11, CSTime: 2, NumThreads: 4, Starttime: 900, RSSPages: 321}, false},
-		{"negative cutime", strings.Replace(good.statLine(), " 7 3 11 2 ", " 7 3 -1 2 ", 1), procStat{PID: 103, PPID: 101,
-			UTime: 7, STime: 3, CUTime: -1, CSTime: 2, NumThreads: 4, Starttime: 900, RSSPages: 321}, false},
+		{"spaces and parentheses in comm", good.statLine(), named(procStat{PID: 103, PPID: 101, State: 'S', UTime: 7, STime: 3,
+			CUTime: 11, CSTime: 2, NumThreads: 4, Starttime: 900, RSSPages: 321}, "sh -c (x) y"), false},
+		{"negative cutime", strings.Replace(good.statLine(), " 7 3 11 2 ", " 7 3 -1 2 ", 1), named(procStat{PID: 103, PPID: 101, State: 'S',
+			UTime: 7, STime: 3, CUTime: -1, CSTime: 2, NumThreads: 4, Starttime: 900, RSSPages: 321}, "sh -c (x) y"), false},
+		{"blocked, a name of 15 bytes", strings.Replace(good.statLine(), "(sh -c (x) y) S", "(pt_multiprocess) D", 1),
+			named(procStat{PID: 103, PPID: 101, State: 'D', UTime: 7, STime: 3, CUTime: 11, CSTime: 2, NumThreads: 4, Starttime: 900, RSSPages: 321}, "pt_multiprocess"), false},
 		{"garbage", "garbage", procStat{}, true},
 		{"cut short", "5 (x) S 1 5 5 0 -1 4194304 103 0 0 0 1 2\n", procStat{}, true},
 		{"not a number", strings.Replace(good.statLine(), " 7 3 ", " x 3 ", 1), procStat{}, true},
@@ -44,6 +46,12 @@ func TestParseStat(t *testing.T) {
 			}
 		})
 	}
+}
+
+// named is s with the name comm.
+func named(s procStat, comm string) procStat {
+	s.commN = uint8(copy(s.comm[:], comm))
+	return s
 }
 
 // writeFile writes content to root/rel, making its directories.
@@ -125,7 +133,7 @@ func TestRealFinderAvoidsScan(t *testing.T) {
 	cmd := startBusyTree(t)
 	waitForTree(t, cmd.Process.Pid, 3)
 	c := newCollector(t, TreeOptions{RootPID: func() int { return cmd.Process.Pid }, Cgroups: realCgroups(t)})
-	if _, err := metrics.Collect(context.Background(), c); err != nil {
+	if _, err := collecttest.Collect(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	if c.tree.find.method == viaScan {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 )
@@ -144,7 +145,7 @@ func TestCollectFixture(t *testing.T) {
 		fakeProc{pid: 100, ppid: 1, comm: "python", utime: 100, stime: 20, threads: 8, start: 500, rssPages: 1000},
 		fakeProc{pid: 101, ppid: 100, comm: "worker", utime: 50, threads: 2, start: 600, rssPages: 300},
 	)
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if err != nil || len(pts) != 0 {
 		t.Fatalf("before the child starts: %v, %v; want no points", pts, err)
 	}
@@ -209,7 +210,7 @@ func TestNewNeedsRootPID(t *testing.T) {
 
 func collect(t *testing.T, c *Collector) map[string]metrics.Point {
 	t.Helper()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
@@ -385,4 +386,12 @@ func TestLastProcesses(t *testing.T) {
 	if got := lister.LastProcesses(); !reflect.DeepEqual(got, want) {
 		t.Errorf("LastProcesses = %+v\nwant %+v", got, want)
 	}
+}
+
+// cpuTicks is the CPU time the tree used between two readings
+// (intervalUse).
+func cpuTicks(prev, cur map[int]procTimes) uint64 {
+	var ticks uint64
+	intervalUse(prev, cur, func(_ procTimes, t, _, _ uint64) { ticks += t })
+	return ticks
 }

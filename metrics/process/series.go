@@ -14,5 +14,11 @@ var (
 )
 
 // Series are every series the collector may add, as its registration
-// declares them.
-var Series = []*metrics.Desc{metrics.ProcessMemoryRSS, Count, Threads, CPUUsage}
+// declares them: the tree's, then each role's (metrics.ProcessRoles).
+var Series = func() []*metrics.Desc {
+	out := []*metrics.Desc{metrics.ProcessMemoryRSS, Count, Threads, CPUUsage, metrics.ProcessIORead, metrics.ProcessIOWrite, metrics.ProcessBlocked}
+	for _, r := range metrics.ProcessRoles {
+		out = append(out, r.All()...)
+	}
+	return out
+}()

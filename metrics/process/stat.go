@@ -15,6 +15,7 @@ import (
 type procStat struct {
 	PID        int
 	PPID       int
+	State      byte   // R, S, D, Z...: the process's state at the read
 	UTime      uint64 // ticks
 	STime      uint64
 	CUTime     int64 // ticks; signed in proc(5)
@@ -22,9 +23,17 @@ type procStat struct {
 	NumThreads int
 	Starttime  uint64 // ticks since boot
 	RSSPages   int64
-	// Name is its comm (statFiles.read; parseStat leaves it empty).
-	Name string
+	// comm is the process's name (comm, at most 15 bytes), in a fixed
+	// array: reading it allocates nothing.
+	comm  [15]byte
+	commN uint8
 }
+
+// Comm is the process's name (/proc/<pid>/comm).
+func (s *procStat) Comm() string { return string(s.comm[:s.commN]) }
+
+// commIs reports whether the process's name is name, without allocating.
+func (s *procStat) commIs(name string) bool { return string(s.comm[:s.commN]) == name }
 
 var errGarbled = errors.New("malformed stat line")
 
@@ -43,6 +52,7 @@ func parseStat(b []byte) (procStat, error) {
 		return s, errGarbled
 	}
 	s.PID = pid
+	s.commN = uint8(copy(s.comm[:], b[open+1:closing]))
 	// Fields after comm, 0-based: 0 state, 1 ppid, 11 utime, 12 stime,
 	// 13 cutime, 14 cstime, 17 num_threads, 19 starttime, 21 rss.
 	rest := b[closing+1:]
@@ -61,6 +71,8 @@ func parseStat(b []byte) (procStat, error) {
 			break
 		}
 		switch field {
+		case 0:
+			s.State = tok[0]
 		case 1:
 			v, ok := atoi(tok)
 			if !ok {
@@ -147,13 +159,10 @@ type statFiles struct {
 	procRoot string
 	files    *kfile.Reader[int]
 	buf      []byte
-	// names keeps each process's comm, made a string once and again only
-	// when it changes (an exec): a sample allocates none.
-	names map[int]string
 }
 
 func newStatFiles(procRoot string) *statFiles {
-	f := &statFiles{procRoot: procRoot, names: map[int]string{}}
+	f := &statFiles{procRoot: procRoot}
 	f.files = kfile.NewReader(f.path, kfile.Options{Size: 1024, MaxKept: maxOpenStats})
 	return f
 }
@@ -175,24 +184,10 @@ func (f *statFiles) read(ctx context.Context, pid int) (s procStat, gone bool, e
 		}
 		return s, false, fmt.Errorf("reading the stat file of process %d (%s): %w", pid, f.path(pid), err)
 	}
-	comm := f.buf[bytes.IndexByte(f.buf, '(')+1 : bytes.LastIndexByte(f.buf, ')')]
-	if name, ok := f.names[pid]; !ok || name != string(comm) {
-		f.names[pid] = string(comm)
-	}
-	s.Name = f.names[pid]
 	return s, false, nil
 }
 
-// sweep closes the files of the processes not read since the last sweep,
-// and forgets the names of those not in read.
-func (f *statFiles) sweep(read map[int]procStat) {
-	f.files.Sweep()
-	for pid := range f.names {
-		if _, ok := read[pid]; !ok {
-			delete(f.names, pid)
-		}
-	}
-}
+func (f *statFiles) sweep() { f.files.Sweep() }
 func (f *statFiles) close() { f.files.Close() }
 
 func (f *statFiles) dir(pid int) string  { return f.procRoot + "/" + strconv.Itoa(pid) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,11 @@ type Tree struct {
 	// found is the last walk that found the tree (LastProcesses), read
 	// beside the walks.
 	found atomic.Pointer[walk]
+	// holders are the processes of the tree that hold GPU memory, by the
+	// GPU collector that found them (NoteGPUHolders); guarded by hmu,
+	// never held across a read.
+	hmu     sync.Mutex
+	holders map[string][]int
 }
 
 // walk is one reading of the tree; read-only once made, but for nspids,
@@ -147,7 +153,7 @@ func (t *Tree) LastProcesses() metrics.ProcessList {
 	}
 	l := metrics.ProcessList{At: w.at, Procs: make([]metrics.ProcessInfo, len(w.procs))}
 	for i, s := range w.procs {
-		l.Procs[i] = metrics.ProcessInfo{PID: s.PID, Name: s.Name, RSSBytes: uint64(max(s.RSSPages, 0)) * uint64(pageSize)}
+		l.Procs[i] = metrics.ProcessInfo{PID: s.PID, Name: s.Comm(), RSSBytes: uint64(max(s.RSSPages, 0)) * uint64(pageSize)}
 	}
 	return l
 }
@@ -162,6 +168,40 @@ func resident(procs []procStat) bool {
 		}
 	}
 	return false
+}
+
+// NoteGPUHolders records that pids (in ProcRoot's namespace) are the
+// processes of the tree that hold memory on the GPUs source collects, as
+// it found them in its last sample (none: an empty list). The process
+// collector takes them as the job's trainers (metrics.RoleTrainer), from
+// the latest note of each source: this sample's or the one before.
+func (t *Tree) NoteGPUHolders(source string, pids []int) {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	if t.holders == nil {
+		t.holders = map[string][]int{}
+	}
+	t.holders[source] = append(t.holders[source][:0], pids...)
+}
+
+// gpuHolders reports whether a pid holds GPU memory, by every source's
+// latest note; nil when none holds any.
+func (t *Tree) gpuHolders() func(pid int) bool {
+	t.hmu.Lock()
+	defer t.hmu.Unlock()
+	var set map[int]bool
+	for _, pids := range t.holders {
+		for _, pid := range pids {
+			if set == nil {
+				set = map[int]bool{}
+			}
+			set[pid] = true
+		}
+	}
+	if set == nil {
+		return nil
+	}
+	return func(pid int) bool { return set[pid] }
 }
 
 // Close releases the files kept open, without waiting for a walk in
@@ -227,7 +267,7 @@ func (t *Tree) read(ctx context.Context, root, adopter int) ([]procStat, error) 
 			t.all[pid] = s
 		}
 	}
-	t.stats.sweep(t.all)
+	t.stats.sweep()
 	return buildTree(t.all, root, adopter), nil
 }
 

@@ -45,7 +45,7 @@ func TestZoneFilesBounded(t *testing.T) {
 		root := tree(t, zoneFiles("intel-rapl:0", "package-0", 5, nil))
 		replace(t, root, "intel-rapl:0/"+tc.file, tc.make)
 		_, err := New(Options{SysRoot: root})
-		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, kfile.ErrNotRegular) || !strings.Contains(err.Error(), tc.file) {
+		if !errors.Is(err, errUnavailable) || !errors.Is(err, kfile.ErrNotRegular) || !strings.Contains(err.Error(), tc.file) {
 			t.Errorf("%s as a FIFO or /dev/zero: %v; want unavailable, naming it as no regular file", tc.file, err)
 		}
 		if off := metrics.Absent(err); off.Level != slog.LevelWarn {

@@ -44,9 +44,9 @@ import (
 // Name is the collector's name in `bridge sample` and the registrations.
 const Name = "rapl"
 
-// ErrUnavailable says that this machine has no package zone bridge can read:
+// errUnavailable says that this machine has no package zone bridge can read:
 // no powercap class, no RAPL driver, or energy_uj readable by root only.
-var ErrUnavailable = errors.New("no readable RAPL package zone")
+var errUnavailable = errors.New("no readable RAPL package zone")
 
 // MaxPackageWatts is the stated physical bound of one CPU package's power:
 // twice the largest package's TDP today (500 W). A growth of its energy
@@ -114,7 +114,7 @@ var packageZone = regexp.MustCompile(`^intel-rapl:[0-9]+$`)
 var packageName = regexp.MustCompile(`^package-([0-9]+)(?:-die-([0-9]+))?$`)
 
 // New finds the package zones under opts.SysRoot. It returns an error
-// wrapping ErrUnavailable when there is none to read: the collector is then
+// wrapping errUnavailable when there is none to read: the collector is then
 // off on this machine (no powercap class, a kernel without RAPL, or an
 // energy_uj that only root may read).
 func New(opts Options) (*Collector, error) {
@@ -133,10 +133,10 @@ func New(opts Options) (*Collector, error) {
 	classDir := filepath.Join(opts.SysRoot, "class/powercap")
 	all, err := findZones(opts.Context, classDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: no %s (no powercap driver on this machine)", ErrUnavailable, classDir)
+		return nil, fmt.Errorf("%w: no %s (no powercap driver on this machine)", errUnavailable, classDir)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: listing the zones of %s: %w", ErrUnavailable, classDir, err)
+		return nil, fmt.Errorf("%w: listing the zones of %s: %w", errUnavailable, classDir, err)
 	}
 	c := &Collector{sysRoot: opts.SysRoot, allSrc: filepath.Join(classDir, "intel-rapl:*/energy_uj"), now: opts.Now, log: opts.Log.With("source", Name), noted: map[string]bool{},
 		files: kfile.NewPathReader(kfile.Options{Size: 64})}
@@ -196,11 +196,11 @@ func New(opts Options) (*Collector, error) {
 			c.log.Warn("RAPL zones unreadable; left out, the others are read", "err", errors.Join(broken...))
 		}
 	case denied != nil:
-		return nil, fmt.Errorf("%w: %w (energy_uj is readable by root only since Linux 5.10, CVE-2020-8694; a user namespace's root is not enough)", ErrUnavailable, denied)
+		return nil, fmt.Errorf("%w: %w (energy_uj is readable by root only since Linux 5.10, CVE-2020-8694; a user namespace's root is not enough)", errUnavailable, denied)
 	case len(broken) > 0:
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, errors.Join(broken...))
+		return nil, fmt.Errorf("%w: %w", errUnavailable, errors.Join(broken...))
 	default:
-		return nil, fmt.Errorf("%w: no package zone (intel-rapl:N named package-P or package-P-die-D) in %s", ErrUnavailable, classDir)
+		return nil, fmt.Errorf("%w: no package zone (intel-rapl:N named package-P or package-P-die-D) in %s", errUnavailable, classDir)
 	}
 	pkgs := make([]map[string]any, 0, len(c.pkgs))
 	for _, pk := range c.pkgs {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/closetest"
-	"github.com/bridge-dev/bridge/metrics"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 )
 
 // The range of an Intel package counter as the kernel shows it.
@@ -99,7 +99,7 @@ func set(t *testing.T, root, dir string, energy uint64) {
 
 func values(t *testing.T, c *Collector) (map[string]float64, error) {
 	t.Helper()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	out := map[string]float64{}
 	for _, p := range pts {
 		if _, dup := out[p.Name()]; dup {
@@ -158,7 +158,7 @@ func TestFixtures(t *testing.T) {
 		name    string
 		files   map[string]string
 		noClass bool
-		newErr  string // New fails with ErrUnavailable and this in its message
+		newErr  string // New fails with errUnavailable and this in its message
 		// after the first reading, energy_uj of intel-rapl:0 becomes next
 		next    string
 		want    map[string]float64
@@ -206,8 +206,8 @@ func TestFixtures(t *testing.T) {
 			clk := &clock{t: time.Unix(1000, 0)}
 			c, err := New(Options{SysRoot: root, Now: clk.now})
 			if tc.newErr != "" {
-				if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), tc.newErr) {
-					t.Fatalf("New: %v; want ErrUnavailable naming %q", err, tc.newErr)
+				if !errors.Is(err, errUnavailable) || !strings.Contains(err.Error(), tc.newErr) {
+					t.Fatalf("New: %v; want errUnavailable naming %q", err, tc.newErr)
 				}
 				return
 			}
@@ -335,9 +335,9 @@ func TestRootOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("running as nobody: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "NEW: "+ErrUnavailable.Error()) || !strings.Contains(string(out), "root only") ||
+	if !strings.Contains(string(out), "NEW: "+errUnavailable.Error()) || !strings.Contains(string(out), "root only") ||
 		!strings.Contains(string(out), "permission denied") {
-		t.Errorf("as nobody: %s\nwant ErrUnavailable saying energy_uj is root only", out)
+		t.Errorf("as nobody: %s\nwant errUnavailable saying energy_uj is root only", out)
 	}
 	t.Logf("as nobody: %s", out)
 }

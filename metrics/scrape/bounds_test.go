@@ -84,16 +84,16 @@ func seriesBody(name string, n, labelBytes int) []byte {
 func TestAnswerOverBoundDroppedWhole(t *testing.T) {
 	// 16 MiB and more of comment lines: cheap to parse, so the bytes are
 	// what the bound meets.
-	comments := bytes.Repeat([]byte("# "+strings.Repeat("c", 1000)+"\n"), MaxBodyBytes/1000+1)
+	comments := bytes.Repeat([]byte("# "+strings.Repeat("c", 1000)+"\n"), maxBodyBytes/1000+1)
 	var emptyMembers []byte
-	for one := gzipped(t, nil); len(emptyMembers) <= MaxBodyBytes; {
+	for one := gzipped(t, nil); len(emptyMembers) <= maxBodyBytes; {
 		emptyMembers = append(emptyMembers, one...)
 	}
 	// A dcgm series keeps only gpu_N_mig_M_: its labels are read, not kept.
 	var dcgmLabels bytes.Buffer
 	junk := strings.Repeat("j", 1100)
-	for g := range MaxGPUs {
-		for m := range MaxMIGID {
+	for g := range maxGPUs {
+		for m := range maxMIGID {
 			fmt.Fprintf(&dcgmLabels, "DCGM_FI_DEV_GPU_TEMP{gpu=\"%d\",GPU_I_ID=\"%d\",junk=\"%s\"} 40\n", g, m, junk)
 		}
 	}
@@ -103,9 +103,9 @@ func TestAnswerOverBoundDroppedWhole(t *testing.T) {
 		h     http.HandlerFunc
 		bound string
 	}{
-		{"body over MaxBodyBytes", false, answer200(comments, ""), "on the wire"},
+		{"body over maxBodyBytes", false, answer200(comments, ""), "on the wire"},
 		{"gzip bomb", false, answer200(gzipped(t, comments), "gzip"), "after inflating"},
-		{"gzip over MaxBodyBytes on the wire", false, answer200(emptyMembers, "gzip"), "on the wire"},
+		{"gzip over maxBodyBytes on the wire", false, answer200(emptyMembers, "gzip"), "on the wire"},
 		{"endless body", false, func(w http.ResponseWriter, r *http.Request) {
 			line := []byte("# " + strings.Repeat("e", 1000) + "\n")
 			for r.Context().Err() == nil {
@@ -114,9 +114,9 @@ func TestAnswerOverBoundDroppedWhole(t *testing.T) {
 				}
 			}
 		}, "on the wire"},
-		{"line over MaxLineBytes", true, answer200(seriesBody("big", 1, MaxLineBytes), ""), "line longer"},
-		{"more series kept than MaxSeries", true, answer200(seriesBody("many", MaxSeries+1, 1), ""), "series kept"},
-		{"labels over MaxLabelBytes", false, answer200(dcgmLabels.Bytes(), ""), "names and labels"},
+		{"line over maxLineBytes", true, answer200(seriesBody("big", 1, maxLineBytes), ""), "line longer"},
+		{"more series kept than maxSeries", true, answer200(seriesBody("many", maxSeries+1, 1), ""), "series kept"},
+		{"labels over maxLabelBytes", false, answer200(dcgmLabels.Bytes(), ""), "names and labels"},
 	}
 	healthy := serve(t, "testdata/dcgm.txt")
 	for _, tc := range cases {
@@ -149,7 +149,7 @@ func TestAnswerOverBoundDroppedWhole(t *testing.T) {
 // not once a scrape, and counted every time.
 func TestOverBoundReportedOnce(t *testing.T) {
 	var logs logBuffer
-	u := server(t, answer200(seriesBody("many", MaxSeries+1, 1), ""))
+	u := server(t, answer200(seriesBody("many", maxSeries+1, 1), ""))
 	c := newTest(Options{URLs: []string{u}, Passthrough: true, Log: logs.logger()})
 	for range 3 {
 		if got := points(t, c); len(got) != 0 {
@@ -163,9 +163,9 @@ func TestOverBoundReportedOnce(t *testing.T) {
 		t.Errorf("reported %d times, want once:\n%s", n, logs.String())
 	}
 	// Within the bounds it is used again.
-	ok := server(t, answer200(seriesBody("many", MaxSeries, 1), ""))
-	if got := points(t, newTest(Options{URLs: []string{ok}, Passthrough: true})); len(got) != MaxSeries {
-		t.Errorf("an answer at MaxSeries gave %d points, want %d", len(got), MaxSeries)
+	ok := server(t, answer200(seriesBody("many", maxSeries, 1), ""))
+	if got := points(t, newTest(Options{URLs: []string{ok}, Passthrough: true})); len(got) != maxSeries {
+		t.Errorf("an answer at maxSeries gave %d points, want %d", len(got), maxSeries)
 	}
 }
 
@@ -247,9 +247,9 @@ func TestStreamedParseMatchesWholeParse(t *testing.T) {
 }
 
 // No label an exporter sends can inflate the key space: the gpu label is
-// a GPU index below MaxGPUs, GPU_I_ID a MIG id below MaxMIGID (a slice's
+// a GPU index below maxGPUs, GPU_I_ID a MIG id below maxMIGID (a slice's
 // series never counts as its GPU's), and no key is longer than
-// MaxKeyLength, whatever the name or labels.
+// maxKeyLength, whatever the name or labels.
 func TestExporterCannotInflateKeys(t *testing.T) {
 	var b bytes.Buffer
 	b.WriteString("# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n")
@@ -274,12 +274,12 @@ func TestExporterCannotInflateKeys(t *testing.T) {
 		t.Errorf("keys %v, want only %v: %v", got, want, diff(got, want))
 	}
 	if n := strings.Count(logs.String(), "longer than MLflow takes"); n != 1 {
-		t.Errorf("keys over MaxKeyLength reported %d times, want once:\n%s", n, logs.String())
+		t.Errorf("keys over maxKeyLength reported %d times, want once:\n%s", n, logs.String())
 	}
 }
 
 // An exporter whose label values change at every answer adds at most
-// MaxKeys keys over the run; the keys it had already added still come
+// maxKeys keys over the run; the keys it had already added still come
 // through, and it is reported once.
 func TestKeySpaceBoundedOverRun(t *testing.T) {
 	var n atomic.Int64
@@ -287,7 +287,7 @@ func TestKeySpaceBoundedOverRun(t *testing.T) {
 		k := n.Add(1)
 		var b bytes.Buffer
 		b.WriteString("# TYPE churn gauge\nstable 1\n")
-		for i := range MaxSeries - 1 {
+		for i := range maxSeries - 1 {
 			fmt.Fprintf(&b, "churn{answer=\"%d\",i=\"%d\"} 1\n", k, i)
 		}
 		w.Write(b.Bytes())
@@ -295,7 +295,7 @@ func TestKeySpaceBoundedOverRun(t *testing.T) {
 	var logs logBuffer
 	c := newTest(Options{URLs: []string{u}, Passthrough: true, Log: logs.logger()})
 	all := map[string]bool{}
-	answers := MaxKeys/(MaxSeries-1) + 3
+	answers := maxKeys/(maxSeries-1) + 3
 	for i := range answers {
 		got := points(t, c)
 		if got["prom_stable"] != 1 {
@@ -305,8 +305,8 @@ func TestKeySpaceBoundedOverRun(t *testing.T) {
 			all[k] = true
 		}
 	}
-	if len(all) != MaxKeys {
-		t.Errorf("%d distinct keys over %d answers, want MaxKeys (%d)", len(all), answers, MaxKeys)
+	if len(all) != maxKeys {
+		t.Errorf("%d distinct keys over %d answers, want maxKeys (%d)", len(all), answers, maxKeys)
 	}
 	if n := strings.Count(logs.String(), "new keys left out"); n != 1 {
 		t.Errorf("reported %d times, want once:\n%s", n, logs.String())
@@ -323,8 +323,7 @@ func TestRedirects(t *testing.T) {
 		w.Write(body)
 	}))
 	t.Cleanup(other.Close)
-	var srv *httptest.Server
-	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/moved":
 			http.Redirect(w, r, "/metrics", http.StatusMovedPermanently)
@@ -345,7 +344,7 @@ func TestRedirects(t *testing.T) {
 		var logs logBuffer
 		u := srv.URL + path
 		c := newTest(Options{URLs: []string{u}, Log: logs.logger()})
-		if got := points(t, c); len(got) != 0 || c.Failures()[u] != 1 || !strings.Contains(logs.String(), ErrRedirect.Error()) {
+		if got := points(t, c); len(got) != 0 || c.Failures()[u] != 1 || !strings.Contains(logs.String(), errRedirect.Error()) {
 			t.Errorf("%s: points %v, failures %v, log:\n%s", path, got, c.Failures(), logs.String())
 		}
 	}
@@ -371,7 +370,7 @@ func TestURLSecretsNeverShown(t *testing.T) {
 		case "/other-host":
 			http.Redirect(w, r, withSecrets(strings.TrimSuffix(other, "/metrics")+"/x"), http.StatusFound)
 		case "/big":
-			w.Write(seriesBody("many", MaxSeries+1, 1))
+			w.Write(seriesBody("many", maxSeries+1, 1))
 		default:
 			w.Write(body)
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/harness/closetest"
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/harness/syncbuf"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
@@ -62,7 +63,7 @@ func TestCloseCancelsRequests(t *testing.T) {
 	u := srv.URL + "/metrics"
 	c := New(Options{URLs: []string{u}, Timeout: time.Hour, Grace: 10 * time.Millisecond,
 		Log: slog.New(slog.NewTextHandler(&logs, nil))})
-	metrics.Collect(context.Background(), c)
+	collecttest.Collect(context.Background(), c)
 	waitfor.Cond(t, time.Minute, "the request reaching the exporter", func() bool { return asked.Load() == 1 })
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -73,7 +74,7 @@ func TestCloseCancelsRequests(t *testing.T) {
 		defer c.mu.Unlock()
 		return !c.targets[0].busy
 	})
-	if pts, err := metrics.Collect(context.Background(), c); len(pts) != 0 || err != nil {
+	if pts, err := collecttest.Collect(context.Background(), c); len(pts) != 0 || err != nil {
 		t.Errorf("Collect after Close = %v, %v; want nothing", pts, err)
 	}
 	if n := asked.Load(); n != 1 {

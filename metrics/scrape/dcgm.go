@@ -83,7 +83,7 @@ func (c *Collector) dcgm(name string, labels map[string]string, v float64) (seri
 	}
 	if mig := labels["GPU_I_ID"]; mig != "" {
 		// A slice's series never counts as its whole GPU's.
-		if s.mig, ok = boundedIndex(mig, MaxMIGID); !ok {
+		if s.mig, ok = boundedIndex(mig, maxMIGID); !ok {
 			return s, 0, false
 		}
 	}
@@ -92,7 +92,7 @@ func (c *Collector) dcgm(name string, labels map[string]string, v float64) (seri
 }
 
 // gpuIndex is the GPU's index: NVML's for its UUID when NVML works here,
-// else dcgm-exporter's gpu label (the node's index), below MaxGPUs.
+// else dcgm-exporter's gpu label (the node's index), below maxGPUs.
 func (c *Collector) gpuIndex(labels map[string]string) (int, bool) {
 	if c.o.GPUIndexes != nil {
 		if m := c.o.GPUIndexes(); len(m) > 0 {
@@ -100,7 +100,7 @@ func (c *Collector) gpuIndex(labels map[string]string) (int, bool) {
 			return idx, ok
 		}
 	}
-	return boundedIndex(labels["gpu"], MaxGPUs)
+	return boundedIndex(labels["gpu"], maxGPUs)
 }
 
 // boundedIndex reads a label that becomes part of a key: digits only, below

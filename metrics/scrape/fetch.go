@@ -21,8 +21,8 @@ const (
 	maxRedirects = 5
 )
 
-// ErrRedirect is the error of a redirect bridge does not follow.
-var ErrRedirect = errors.New("redirect not followed")
+// errRedirect is the error of a redirect bridge does not follow.
+var errRedirect = errors.New("redirect not followed")
 
 func newHTTPClient() *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -37,18 +37,18 @@ func newHTTPClient() *http.Client {
 // exporter that moved its path (/metrics to /metrics/) still works.
 func sameOrigin(req *http.Request, via []*http.Request) error {
 	if len(via) > maxRedirects {
-		return fmt.Errorf("%w: more than %d redirects", ErrRedirect, maxRedirects)
+		return fmt.Errorf("%w: more than %d redirects", errRedirect, maxRedirects)
 	}
 	from := via[0].URL
 	if !strings.EqualFold(req.URL.Scheme, from.Scheme) || !strings.EqualFold(req.URL.Host, from.Host) {
-		return fmt.Errorf("%w: it leaves %s://%s (only redirects within the URL's own scheme, host and port are followed)", ErrRedirect, from.Scheme, from.Host)
+		return fmt.Errorf("%w: it leaves %s://%s (only redirects within the URL's own scheme, host and port are followed)", errRedirect, from.Scheme, from.Host)
 	}
 	return nil
 }
 
 // fetch reads one answer of t within the bounds (see the package's
 // constants) and maps it. An answer over a bound is returned with
-// ErrTooLarge (what it had kept then is not to be used).
+// errTooLarge (what it had kept then is not to be used).
 func (c *Collector) fetch(ctx context.Context, t *target) (*answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.o.Timeout)
 	defer cancel()
@@ -71,7 +71,7 @@ func (c *Collector) fetch(ctx context.Context, t *target) (*answer, error) {
 		// The code only: the status text is the exporter's to choose.
 		return nil, fmt.Errorf("HTTP %d %s", resp.StatusCode, http.StatusText(resp.StatusCode))
 	}
-	var body io.Reader = &capped{r: resp.Body, left: MaxBodyBytes, what: "on the wire"}
+	var body io.Reader = &capped{r: resp.Body, left: maxBodyBytes, what: "on the wire"}
 	switch enc := strings.ToLower(strings.TrimSpace(resp.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
 	case "gzip":
@@ -80,7 +80,7 @@ func (c *Collector) fetch(ctx context.Context, t *target) (*answer, error) {
 			return nil, fmt.Errorf("reading the gzip answer: %w", err)
 		}
 		defer zr.Close()
-		body = &capped{r: zr, left: MaxBodyBytes, what: "after inflating the gzip answer"}
+		body = &capped{r: zr, left: maxBodyBytes, what: "after inflating the gzip answer"}
 	default:
 		return nil, fmt.Errorf("unsupported Content-Encoding %.40q (bridge asks for gzip or none)", enc)
 	}
@@ -97,7 +97,7 @@ func shownError(err error) error {
 	return err
 }
 
-// capped reads at most left bytes of r. One byte more is ErrTooLarge,
+// capped reads at most left bytes of r. One byte more is errTooLarge,
 // never a quiet end of input: a cut answer must not pass for a whole one.
 type capped struct {
 	r    io.Reader
@@ -115,7 +115,7 @@ func (c *capped) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	if int64(n) > c.left {
-		c.err = fmt.Errorf("%w: more than %d MiB %s", ErrTooLarge, MaxBodyBytes>>20, c.what)
+		c.err = fmt.Errorf("%w: more than %d MiB %s", errTooLarge, maxBodyBytes>>20, c.what)
 		return 0, c.err
 	}
 	c.left -= int64(n)

@@ -30,7 +30,7 @@ const chunkBytes = 16 << 10
 // histogram's _bucket lines stay a histogram's, and are skipped).
 func (c *Collector) read(r io.Reader, t *target) (*answer, error) {
 	if t.reader == nil {
-		t.reader = &reader{br: bufio.NewReaderSize(r, MaxLineBytes), p: expfmt.NewTextParser(model.UTF8Validation)}
+		t.reader = &reader{br: bufio.NewReaderSize(r, maxLineBytes), p: expfmt.NewTextParser(model.UTF8Validation)}
 	}
 	br, p, chunk := t.reader.br, &t.reader.p, &t.reader.chunk
 	br.Reset(r)
@@ -42,7 +42,7 @@ func (c *Collector) read(r io.Reader, t *target) (*answer, error) {
 		line, err := br.ReadSlice('\n')
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull):
-			return nil, fmt.Errorf("%w: a line longer than %d KiB", ErrTooLarge, MaxLineBytes>>10)
+			return nil, fmt.Errorf("%w: a line longer than %d KiB", errTooLarge, maxLineBytes>>10)
 		case err != nil && err != io.EOF:
 			return nil, err
 		}
@@ -95,8 +95,8 @@ type answer struct {
 	labelBytes int                                     // names and labels of the kept series
 	seen       map[unique.Handle[string]]*metrics.Desc // keys kept: a repeated series counts once
 	fresh      int                                     // kept keys the URL had not added before
-	long       int                                     // series left out for MaxKeyLength
-	overKeys   int                                     // series left out for MaxKeys
+	long       int                                     // series left out for maxKeyLength
+	overKeys   int                                     // series left out for maxKeys
 	// longExample is the start of one key left out for its length.
 	longExample string
 }
@@ -149,9 +149,9 @@ func (a *answer) add(fams map[string]*dto.MetricFamily) error {
 
 // keep adds the value v of series s, whose names and labels are size
 // bytes. A key the URL added before keeps its descriptor; a new one gets
-// one, within MaxKeys.
+// one, within maxKeys.
 func (a *answer) keep(s series, v float64, size int) error {
-	if len(s.key) > MaxKeyLength {
+	if len(s.key) > maxKeyLength {
 		a.long++
 		a.longExample = strings.ToValidUTF8(s.key[:64], "") + "..."
 		return nil
@@ -162,18 +162,18 @@ func (a *answer) keep(s series, v float64, size int) error {
 	}
 	d, known := a.t.keys[h]
 	if !known {
-		if len(a.t.keys)+a.fresh >= MaxKeys {
+		if len(a.t.keys)+a.fresh >= maxKeys {
 			a.overKeys++
 			return nil
 		}
 		a.fresh++
 		d = s.desc()
 	}
-	if len(a.points) == MaxSeries {
-		return fmt.Errorf("%w: more than %d series kept", ErrTooLarge, MaxSeries)
+	if len(a.points) == maxSeries {
+		return fmt.Errorf("%w: more than %d series kept", errTooLarge, maxSeries)
 	}
-	if a.labelBytes += size; a.labelBytes > MaxLabelBytes {
-		return fmt.Errorf("%w: more than %d MiB of names and labels in the series kept", ErrTooLarge, MaxLabelBytes>>20)
+	if a.labelBytes += size; a.labelBytes > maxLabelBytes {
+		return fmt.Errorf("%w: more than %d MiB of names and labels in the series kept", errTooLarge, maxLabelBytes>>20)
 	}
 	a.seen[h] = d
 	a.points = append(a.points, metrics.At(d, v))

@@ -6,7 +6,7 @@
 // No exporter can harm bridge through it: each answer is read as a stream
 // within the bounds below (bytes before and after inflating, line length,
 // series kept and their label bytes), an answer over any of them is dropped
-// whole, a URL adds at most MaxKeys keys over the run, redirects leave
+// whole, a URL adds at most maxKeys keys over the run, redirects leave
 // neither the URL's scheme nor its host, and a URL is only ever shown
 // through redact.URI (its password and secret-looking query values hidden).
 package scrape
@@ -29,43 +29,43 @@ import (
 // Bounds on what one --scrape URL may cost, whatever its exporter sends.
 // An answer over a per-answer bound adds nothing (it is dropped whole).
 const (
-	// MaxBodyBytes bounds the bytes read from the connection, and again
+	// maxBodyBytes bounds the bytes read from the connection, and again
 	// the bytes a gzip body inflates to: a gzip bomb stops here.
-	MaxBodyBytes = 16 << 20
-	// MaxLineBytes bounds one line: one series with its labels, or a
+	maxBodyBytes = 16 << 20
+	// maxLineBytes bounds one line: one series with its labels, or a
 	// comment.
-	MaxLineBytes = 64 << 10
-	// MaxSeries bounds the series bridge keeps from one answer (mapped to
+	maxLineBytes = 64 << 10
+	// maxSeries bounds the series bridge keeps from one answer (mapped to
 	// gpu_N_ keys or passed through), after --scrape-include and
 	// --scrape-exclude: dcgm-exporter serves a few hundred on an 8-GPU
 	// node; a larger exporter is narrowed with those filters. Every
 	// sample held (the spool keeps up to 1024 unacknowledged ones in
 	// memory) holds at most this many points from one URL.
-	MaxSeries = 2000
-	// MaxLabelBytes bounds the metric names, label names and label values
+	maxSeries = 2000
+	// maxLabelBytes bounds the metric names, label names and label values
 	// of the series bridge keeps from one answer.
-	MaxLabelBytes = 1 << 20
-	// MaxKeyLength bounds a key (MLflow refuses keys over 250 characters):
+	maxLabelBytes = 1 << 20
+	// maxKeyLength bounds a key (MLflow refuses keys over 250 characters):
 	// a series whose key would be longer is left out.
-	MaxKeyLength = 250
-	// MaxKeys bounds the distinct keys one URL adds over the whole run: an
+	maxKeyLength = 250
+	// maxKeys bounds the distinct keys one URL adds over the whole run: an
 	// exporter whose label values change at every answer (a timestamp, a
 	// request id) cannot grow the key space of the run, and the memory
 	// bridge and the trackers keep per key, without end. Series with new
 	// keys past it are left out.
-	MaxKeys = 10_000
-	// MaxGPUs bounds dcgm-exporter's gpu label (the GPU's index on the
+	maxKeys = 10_000
+	// maxGPUs bounds dcgm-exporter's gpu label (the GPU's index on the
 	// node): the NVIDIA driver supports at most 32 GPUs in one system
 	// (NV_MAX_DEVICES, open-gpu-kernel-modules nvlimits.h).
-	MaxGPUs = 32
-	// MaxMIGID bounds the GPU_I_ID label (a MIG GPU instance id): a GPU
+	maxGPUs = 32
+	// maxMIGID bounds the GPU_I_ID label (a MIG GPU instance id): a GPU
 	// holds at most 7 MIG instances, numbered by their placement, far
 	// below this.
-	MaxMIGID = 32
+	maxMIGID = 32
 )
 
-// ErrTooLarge is the error of an answer over one of the bounds.
-var ErrTooLarge = errors.New("answer over a bound")
+// errTooLarge is the error of an answer over one of the bounds.
+var errTooLarge = errors.New("answer over a bound")
 
 // Options configure the collector.
 type Options struct {
@@ -118,7 +118,7 @@ type target struct {
 	failing  bool            // in a failure streak (logged once)
 	warned   map[string]bool // reports made once a run: "bound", "long", "keys"
 
-	// keys are those this URL has added (MaxKeys), each with its
+	// keys are those this URL has added (maxKeys), each with its
 	// descriptor: the samples held in memory share one of each.
 	keys   map[unique.Handle[string]]*metrics.Desc
 	reader *reader // the request in flight's
@@ -271,7 +271,7 @@ func (c *Collector) record(t *target, a *answer, err error) {
 		}
 	}
 	switch {
-	case errors.Is(err, ErrTooLarge):
+	case errors.Is(err, errTooLarge):
 		t.failures++
 		once("bound", "scrape answer dropped whole: it is over a bound of what one answer may cost bridge (narrow a large exporter with --scrape-include or --scrape-exclude); such answers are counted in bridge_scrape_failures_total and not reported again (sampling goes on)", "err", err)
 	case err != nil:
@@ -288,9 +288,9 @@ func (c *Collector) record(t *target, a *answer, err error) {
 		return
 	}
 	if a.long > 0 {
-		once("long", "scraped series left out: their keys would be longer than MLflow takes; not reported again", "max_key_length", MaxKeyLength, "example", a.longExample)
+		once("long", "scraped series left out: their keys would be longer than MLflow takes; not reported again", "max_key_length", maxKeyLength, "example", a.longExample)
 	}
 	if a.overKeys > 0 {
-		once("keys", "scraped series with new keys left out: this URL has added the most distinct keys bridge takes from one URL in a run (are its label values changing at every answer?); not reported again", "max_keys", MaxKeys)
+		once("keys", "scraped series with new keys left out: this URL has added the most distinct keys bridge takes from one URL in a run (are its label values changing at every answer?); not reported again", "max_keys", maxKeys)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bridge-dev/bridge/harness/collecttest"
 	"github.com/bridge-dev/bridge/metrics"
 )
 
@@ -36,7 +37,7 @@ func serve(t *testing.T, file string) string {
 
 func points(t *testing.T, c *Collector) map[string]float64 {
 	t.Helper()
-	pts, err := metrics.Collect(context.Background(), c)
+	pts, err := collecttest.Collect(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}

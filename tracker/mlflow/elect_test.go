@@ -220,7 +220,7 @@ func TestElectStrayCandidates(t *testing.T) {
 			})
 			// Generous: on a busy machine the requests take long. That the
 			// defaults clear a stray within --start-timeout is checked in
-			// config (TestStartTimeoutCoversStray).
+			// election (TestStartTimeoutCoversStray).
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var wg sync.WaitGroup

@@ -10,6 +10,13 @@
  * metrics, freed. Misuse (a freed or unfilled sample, Sample1 not older
  * than Sample2) fails the call and is counted; with FAKE_NVML_REPORT set,
  * nvmlShutdown writes the counts to that file.
+ *
+ * FAKE_NVML_PROFILE sets the GPU's activity and clock events, for the
+ * bottleneck verdict's tests: "busy" (SM activity 90%, held at its power
+ * cap: the SW power cap event, normal for a busy GPU), "idle" (SM activity
+ * 2%, the GPU idle event), "hot" (SM activity 90%, hardware and software
+ * thermal slowdown). Unset: the levels below, and no clock events
+ * (NOT_SUPPORTED).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +36,12 @@ typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
 #define RESERVED 500000000ULL
 
 static int gpu0; /* its address is the device handle */
+
+static const char *profile(void) {
+	const char *p = getenv("FAKE_NVML_PROFILE");
+	return p ? p : "";
+}
+static int is(const char *p) { return strcmp(profile(), p) == 0; }
 
 static nvmlReturn_t str(char *buf, unsigned int len, const char *s) {
 	if (strlen(s) + 1 > len) return ERROR_INSUFFICIENT_SIZE;
@@ -72,7 +85,23 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *h, nvmlMemory_v2_t *m) {
 	m->total = TOTAL; m->reserved = RESERVED; m->used = USED; m->free = TOTAL - USED - RESERVED;
 	return SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetUtilizationRates(void *h, nvmlUtilization_t *u) { (void)h; u->gpu = 42; u->memory = 17; return SUCCESS; }
+nvmlReturn_t nvmlDeviceGetUtilizationRates(void *h, nvmlUtilization_t *u) {
+	(void)h;
+	u->gpu = is("idle") ? 1 : (is("busy") || is("hot")) ? 95 : 42;
+	u->memory = 17;
+	return SUCCESS;
+}
+
+/* Clock event reasons (nvml.h's nvmlClocksEventReason* bits). */
+static nvmlReturn_t reasons(unsigned long long *r) {
+	if (is("busy")) *r = 0x4;              /* SwPowerCap */
+	else if (is("idle")) *r = 0x1;         /* GpuIdle */
+	else if (is("hot")) *r = 0x40 | 0x20;  /* HwThermalSlowdown, SwThermalSlowdown */
+	else return ERROR_NOT_SUPPORTED;
+	return SUCCESS;
+}
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(void *h, unsigned long long *r) { (void)h; return reasons(r); }
+nvmlReturn_t nvmlDeviceGetCurrentClocksThrottleReasons(void *h, unsigned long long *r) { (void)h; return reasons(r); }
 nvmlReturn_t nvmlDeviceGetPowerUsage(void *h, unsigned int *mw) { (void)h; *mw = 123456; return SUCCESS; } /* POWER_MW */
 
 /*
@@ -137,8 +166,8 @@ nvmlReturn_t nvmlGpmSampleGet(void *h, nvmlGpmSample_t s) {
  * counted: a PCIe board. */
 static nvmlReturn_t level(unsigned int id, double *v) {
 	switch (id) {
-	case 1: *v = 90; break;     /* GRAPHICS_UTIL */
-	case 2: *v = 37.5; break;   /* SM_UTIL */
+	case 1: *v = is("idle") ? 2 : 90; break;                                  /* GRAPHICS_UTIL */
+	case 2: *v = is("idle") ? 2 : (is("busy") || is("hot")) ? 90 : 37.5; break; /* SM_UTIL */
 	case 3: *v = 20; break;     /* SM_OCCUPANCY */
 	case 4: *v = 7.5; break;    /* INTEGER_UTIL */
 	case 5: *v = 25; break;     /* ANY_TENSOR_UTIL */

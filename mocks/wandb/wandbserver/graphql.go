@@ -249,18 +249,18 @@ func (s *Server) CreateStartedRun(entity, project, name string) {
 	ru.config["_wandb"] = map[string]any{"value": map[string]any{"t": map[string]any{}}}
 }
 
-func (ru *run) notesOrNil() any {
-	if ru.notes == nil {
+func (r *run) notesOrNil() any {
+	if r.notes == nil {
 		return nil
 	}
-	return *ru.notes
+	return *r.notes
 }
 
 // wandbT returns {"t": ...} from the run's _wandb config value, the field
 // wandbConfig(keys: ["t"]) selects; wandb-core counts a run without it as
 // not started (core/internal/runbranch/resume.go).
-func (ru *run) wandbT() any {
-	wb, _ := ru.config["_wandb"].(map[string]any)
+func (r *run) wandbT() any {
+	wb, _ := r.config["_wandb"].(map[string]any)
 	val, _ := wb["value"].(map[string]any)
 	t, ok := val["t"]
 	if !ok {

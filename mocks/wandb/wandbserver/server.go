@@ -244,9 +244,6 @@ func (s *Server) FailAfterHandling(n int, status int, match func(*http.Request) 
 // IsFileStream matches file_stream requests, for FailNext.
 func IsFileStream(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/file_stream") }
 
-// IsGraphQL matches GraphQL requests, for FailNext.
-func IsGraphQL(r *http.Request) bool { return r.URL.Path == "/graphql" }
-
 // maxBody caps a request body; wandb-core caps file_stream near 10 MiB.
 const maxBody = 64 << 20
 

@@ -181,16 +181,6 @@ func New(cfg Config, store Store) *Election {
 // slews by at most 0.05%), plus a tick.
 func stretch(w time.Duration) time.Duration { return w + w/100 + 20*time.Millisecond }
 
-// StrayCleared is how long after a node of tier 0 first sees a stray
-// candidate (its creator died) the node has the job's run, when requests
-// take no time: an eligible stray's window and the grace, then the
-// decision; or the grace, then an election of its own. --start-timeout's
-// default is longer (config's TestStartTimeoutCoversStray), so that a
-// restarted node's child gets the run.
-func StrayCleared(settle time.Duration) time.Duration {
-	return stretch(settle) + settle + time.Second
-}
-
 // grace is how long a node waits for another one to finish a step (write
 // its candidate's eligibility, mark the winner) before doing it itself;
 // longer for a higher tier, so that on a large job the lowest live tier
