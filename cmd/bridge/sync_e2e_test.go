@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -214,10 +215,14 @@ func TestSyncKeepsEndAfterDiskFull(t *testing.T) {
 				raw, _ := os.ReadFile(path)
 				t.Fatalf("attempts %+v (%v): want one, without its end record (the disk was full)\n%s\n%s", len(attempts), err, raw, &out)
 			}
+			// A multi-node job's: its run and its node's run under it.
 			ids := srv.RunIDs(t, exp)
-			if len(ids) != 1 {
-				t.Fatalf("runs %v, want one", ids)
+			if want := map[bool]int{true: 2, false: 1}[tc.args != nil]; len(ids) != want {
+				t.Fatalf("runs %v, want %d", ids, want)
 			}
+			slices.SortFunc(ids, func(a, b string) int {
+				return strings.Compare(srv.GetRun(t, b).Tags[mlflow.TagJobKey], srv.GetRun(t, a).Tags[mlflow.TagJobKey])
+			})
 			before := srv.GetRun(t, ids[0])
 			if before.Info.Status != mlflow.StatusFinished {
 				t.Fatalf("the job's run is %s before the sync, want FINISHED (its end was recorded)", before.Info.Status)
@@ -236,9 +241,11 @@ func TestSyncKeepsEndAfterDiskFull(t *testing.T) {
 			if after.Info.Status != mlflow.StatusFinished {
 				t.Errorf("the run is %s after the sync, want FINISHED kept:\n%s", after.Info.Status, sout)
 			}
-			for k, v := range after.Tags {
-				if strings.Contains(v, "lost") || strings.HasPrefix(k, "bridge.failed.") {
-					t.Errorf("the sync recorded a lost attempt: %s=%q\n%s", k, v, sout)
+			for _, id := range ids {
+				for k, v := range srv.GetRun(t, id).Tags {
+					if strings.Contains(v, "lost") || strings.HasPrefix(k, "bridge.failed.") {
+						t.Errorf("the sync recorded a lost attempt on run %s: %s=%q\n%s", id, k, v, sout)
+					}
 				}
 			}
 		})
