@@ -72,7 +72,7 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 func endTags(runs Runs, node Node, end tracker.EndInfo) map[string]string {
 	status := tracker.TerminalStatus(end)
 	tags := map[string]string{tracker.StateTag(node.Node, node.Task): report.EndLine(end.Tags,
-		report.Ending{Status: status, Ended: end.Time, Attempt: node.Attempt, Run: runs.Node})}
+		report.Ending{Who: node.Who, Status: status, Ended: end.Time, Attempt: node.Attempt, Run: runs.Node})}
 	if status != tracker.StatusFinished {
 		at := ""
 		if node.Attempt >= 0 {

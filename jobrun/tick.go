@@ -186,7 +186,7 @@ func (s *Sink) writeNote(ctx context.Context, run tracker.StoredRun, rep *report
 // liveLine is this node's state line while it runs: RUNNING, its attempt,
 // when (now), its run and its figures so far (live.Tags).
 func (s *Sink) liveLine(live Live, runs Runs) string {
-	return report.EndLine(live.Tags, report.Ending{Status: tracker.StatusRunning, Attempt: s.node.Attempt, Run: runs.Node, At: time.Now()})
+	return report.EndLine(live.Tags, report.Ending{Who: s.node.Who, Status: tracker.StatusRunning, Attempt: s.node.Attempt, Run: runs.Node, At: time.Now()})
 }
 
 // TagDiffers holds, on a job's run, the nodes that differ from the job

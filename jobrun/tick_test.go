@@ -246,8 +246,9 @@ func TestTickLiveLines(t *testing.T) {
 		t.Fatalf("node 1's tick: %v, %d reads; want its line written, no read", err, st.reads)
 	}
 	l := tracker.ParseLine(st.tags[tracker.StateTag("node-1", "")])
-	if l["status"] != "RUNNING" || l["run"] != "own1" || l["samples"] != "12" || l["cpu_mean"] != "1.5" || l["at"] == "" {
-		t.Errorf("node 1's line %v, want RUNNING with its run, figures and time", l)
+	if l["who"] != "node-1" || !strings.HasPrefix(st.tags[tracker.StateTag("node-1", "")], "who=node-1 ") ||
+		l["status"] != "RUNNING" || l["run"] != "own1" || l["samples"] != "12" || l["cpu_mean"] != "1.5" || l["at"] == "" {
+		t.Errorf("node 1's line %v, want its node first, RUNNING with its run, figures and time", l)
 	}
 	st.plainSink = plainSink{run: "own0", job: "job"}
 	n0 := Wrap(st, NodeOf(&tracker.Job{Node: "node-0", Rank: 0, Attempt: 0}), nil).(*Sink)

@@ -86,6 +86,7 @@ const (
 // Ending is what a bridge's end line says beside its end tags: its
 // status, when it ended, its attempt (-1: unknown) and its own run.
 type Ending struct {
+	Who     string // the bridge, first in the line (tracker.LineWho)
 	Status  string
 	Ended   time.Time
 	Attempt int
@@ -113,6 +114,7 @@ func EndLine(tags map[string]string, e Ending) string {
 		}
 	}
 	why := ""
+	add(tracker.LineWho, e.Who)
 	for _, lt := range lineTags {
 		v := get(lt.tag)
 		switch lt.field {

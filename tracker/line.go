@@ -23,6 +23,9 @@ const TagStatePrefix = "bridge.state."
 // Fields of a state line that a tracker adapter writes itself (the rest
 // are the report's, package report).
 const (
+	// LineWho comes first: MLflow's Tags panel cuts a long tag's name,
+	// and a line whose value begins with its node reads on its own.
+	LineWho     = "who"     // the bridge: <node>, or <node>.<task>
 	LineStatus  = "status"  // RUNNING, or the bridge's end: FINISHED, FAILED, KILLED
 	LineAttempt = "attempt" // the launcher's restart count
 	LineStarted = "started" // when this attempt started, ms since 1970

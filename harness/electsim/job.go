@@ -130,7 +130,7 @@ func (n *node) runJob(ctx context.Context, job string) {
 	who := fmt.Sprintf("node-%d", n.index)
 	own := fmt.Sprintf("own-%d-%d", n.index, n.life) // its node run (not modelled)
 	start := map[string]string{tracker.StateTag(who, ""): tracker.FormatLine([]tracker.Field{
-		{Name: tracker.LineStatus, Value: tracker.StatusRunning}, {Name: tracker.LineAttempt, Value: strconv.Itoa(n.life)},
+		{Name: tracker.LineWho, Value: who}, {Name: tracker.LineStatus, Value: tracker.StatusRunning}, {Name: tracker.LineAttempt, Value: strconv.Itoa(n.life)},
 		{Name: tracker.LineStarted, Value: strconv.FormatInt(n.Now().UnixMilli(), 10)}, {Name: tracker.LineRun, Value: own}})}
 	if n.life > 0 && !e.recorded[n.index] {
 		start["bridge.failed."+who] = tracker.StatusKilled + ": the previous attempt was lost: electsim"

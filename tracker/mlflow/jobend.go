@@ -130,7 +130,7 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 func (s *Sink) jobStartTags(info tracker.StartInfo) map[string]string {
 	job := s.cfg.Job
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	line := []tracker.Field{{Name: tracker.LineStatus, Value: StatusRunning}}
+	line := []tracker.Field{{Name: tracker.LineWho, Value: s.who}, {Name: tracker.LineStatus, Value: StatusRunning}}
 	if job.Attempt >= 0 {
 		line = append(line, tracker.Field{Name: tracker.LineAttempt, Value: strconv.Itoa(job.Attempt)})
 	}
