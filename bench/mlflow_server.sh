@@ -38,9 +38,8 @@ start_mlflow() {
 		store="sqlite:///$dir/mlflow.db"
 	fi
 	mlflow_db=$store
-	# In DIR: python -m puts its working directory first on sys.path, and
-	# the repository's Go package bottleneck/ would be the module pandas
-	# (which MLflow imports) tries as its optional bottleneck, and fails on.
+	# In DIR: python -m puts its working directory first on sys.path, where
+	# a folder of the repository could stand in for a module MLflow imports.
 	[[ $py == */* && $py != /* ]] && py=$PWD/$py
 	(cd "$dir" && MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true exec setsid "$py" -m mlflow server --host 127.0.0.1 --port "$mlflow_port" \
 		--backend-store-uri "$store" --default-artifact-root "$dir/artifacts" --workers "${MLFLOW_WORKERS:-1}" >"$dir/mlflow.log" 2>&1) &

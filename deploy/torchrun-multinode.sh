@@ -19,6 +19,6 @@ RDZV_ID=${RDZV_ID:-finetune-2026-12-04-a}          # one value per job, on every
 MASTER=${MASTER:-gpu-a.example.com}
 
 exec bridge -- torchrun \
-	--nnodes 2 --nproc-per-node 8 --node-rank "${NODE_RANK:?set NODE_RANK to this machine's index}" \
+	--nnodes 2 --nproc-per-node 8 --node-rank "${NODE_RANK:?set NODE_RANK to the index of this machine}" \
 	--rdzv-id "$RDZV_ID" --master-addr "$MASTER" --master-port 29500 \
 	train.py

@@ -8,7 +8,10 @@
 // page differs from what it would write.
 package docgen
 
-//go:generate go run ./gendocs -root ..
+// -w: gendocs links the GPU collector, whose cgo build would print the C
+// compiler's deprecation warnings about the NVML calls go-nvml wraps.
+//
+//go:generate env "CGO_CFLAGS=-O2 -g -w" go run ./gendocs -root ..
 
 import (
 	"bytes"

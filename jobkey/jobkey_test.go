@@ -301,7 +301,7 @@ func TestDeployExamples(t *testing.T) {
 		t.Fatal("deploy/torchrun-multinode.sh runs no `exec bridge -- torchrun ...`")
 	}
 	cmd, _, _ = strings.Cut(cmd, "\n")
-	vars := strings.NewReplacer(`"${NODE_RANK:?set NODE_RANK to this machine's index}"`, "1", `"$RDZV_ID"`, "ft-a", `"$MASTER"`, "gpu-a")
+	vars := strings.NewReplacer(`"${NODE_RANK:?set NODE_RANK to the index of this machine}"`, "1", `"$RDZV_ID"`, "ft-a", `"$MASTER"`, "gpu-a")
 	argv := strings.Fields(vars.Replace(cmd))
 	j := Detect(Input{Getenv: env(), Argv: argv, Hostname: "gpu-b"})
 	if j.Key != "torchrun:ft-a" || j.NodeID != "node-1" || j.Nodes != 2 {

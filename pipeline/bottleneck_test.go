@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/harness/spooltest"
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/whyslow"
 )
 
 // idleJob is a collector of a container that uses almost none of its 4
@@ -84,10 +84,10 @@ func TestSessionBottleneck(t *testing.T) {
 		}
 	}
 	sink.mu.Lock()
-	tag := sink.end.Tags[bottleneck.Tag]
+	tag := sink.end.Tags[whyslow.Tag]
 	sink.mu.Unlock()
 	if !strings.HasPrefix(tag, "idle: the job used 0.01 of the 4.0 cores allowed: it waits on something outside this node; the cause for 100% of ") {
-		t.Errorf("%s = %q, want the idle verdict", bottleneck.Tag, tag)
+		t.Errorf("%s = %q, want the idle verdict", whyslow.Tag, tag)
 	}
 	if r := report(s); !strings.Contains(r, "bottleneck  ") || !strings.Contains(r, "idle: the job used 0.01 of the 4.0 cores allowed") ||
 		!strings.Contains(r, "; idle 100%") {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/whyslow"
 )
 
 // The end of the run: the last sample, the forwarders' last sends and the
@@ -94,8 +94,8 @@ func (s *Session) Finish(end tracker.EndInfo) {
 	// The node's bottleneck verdict over the job (its tag is scoped to the
 	// node by a multi-node job's sink, as every bridge.* tag).
 	if r, ok := s.Bottleneck(); ok {
-		if _, set := end.Tags[bottleneck.Tag]; !set {
-			end.Tags[bottleneck.Tag] = r.Text()
+		if _, set := end.Tags[whyslow.Tag]; !set {
+			end.Tags[whyslow.Tag] = r.Text()
 		}
 	}
 	s.adviseEnd(end)
@@ -136,6 +136,8 @@ func (s *Session) finishSink(ctx context.Context, r SinkRun, end tracker.EndInfo
 		return "" // no run to record it on
 	case st == tracker.StateStopped:
 		return "not recorded: the tracker refused bridge's requests (its error is above); " + s.endLeft()
+	case st == tracker.StateRunEnded:
+		return "left as its owner ended it: bridge writes nothing into a run after its owner's end"
 	case !forwarded(r):
 		return "not recorded: its forwarder was stuck reading the spool (a stalled disk); " + s.endLeft()
 	}

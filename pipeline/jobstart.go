@@ -173,7 +173,8 @@ var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true
 var setup = map[string]bool{"cd": true, "source": true, ".": true, "export": true, "set": true, "unset": true,
 	"echo": true, "printf": true, "true": true, ":": true, "ulimit": true, "umask": true, "trap": true,
 	"mkdir": true, "module": true, "conda": true, "nvidia-smi": true, "wait": true,
-	"[": true, "[[": true, "test": true, "done": true, "fi": true, "esac": true, "{": true, "}": true}
+	"[": true, "[[": true, "test": true, "done": true, "fi": true, "esac": true, "{": true, "}": true,
+	"exit": true, "return": true, "shift": true, "break": true, "continue": true}
 
 // prefixWords are words before a shell's command that are not it: the
 // keywords that start a clause, exec, time.

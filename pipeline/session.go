@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/advice"
-	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/config"
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/promexport"
 	"github.com/bridge-dev/bridge/spool"
 	"github.com/bridge-dev/bridge/summary"
+	"github.com/bridge-dev/bridge/whyslow"
 )
 
 // Options are what Open needs.
@@ -66,7 +66,7 @@ type Session struct {
 	// and its readers'.
 	acc *summary.Accumulator
 	// analysis is the bottleneck verdict, the sampling loop's as acc is.
-	analysis *bottleneck.Analysis
+	analysis *whyslow.Analysis
 	prom     *promexport.Exporter // nil unless MetricsAddr is set
 	sources  *Sources             // nil when the driver gave bare collectors
 	phase    func(time.Duration) time.Duration
@@ -144,7 +144,7 @@ func Open(o Options) *Session {
 	}
 	s := &Session{
 		set: o.Settings, log: o.Log, memory: o.Memory, spool: sp, acc: acc,
-		analysis:     bottleneck.New(cmp.Or(o.Settings.AnalysisWindow, time.Minute)),
+		analysis:     whyslow.New(cmp.Or(o.Settings.AnalysisWindow, time.Minute)),
 		sinks:        append([]SinkRun(nil), o.Started.Runs...),
 		failedStarts: o.Started.Failed,
 		off:          o.Off,
@@ -202,4 +202,4 @@ func (s *Session) Acc() *summary.Accumulator { return s.acc }
 // bottleneck): the cause of the most of its time, why, and every cause's
 // share; ok is false before a verdict's window closed. Read it only after
 // Stop, as Acc.
-func (s *Session) Bottleneck() (bottleneck.Result, bool) { return s.analysis.Result() }
+func (s *Session) Bottleneck() (whyslow.Result, bool) { return s.analysis.Result() }

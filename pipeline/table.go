@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -154,6 +155,9 @@ func (s *Session) endLeft() string {
 // run, whether it ever answered, what it was sent and what it was not.
 func (s *Session) trackerRow(r SinkRun) string {
 	st, sent, err := r.fwd.Status()
+	if re := (*tracker.RunEnded)(nil); errors.As(err, &re) {
+		sent = max(sent-re.LeftOut, 0) // acknowledged, not sent
+	}
 	run := r.run()
 	samples := fmt.Sprintf("%d %s", sent, plural(sent, "sample", "samples"))
 	var v string

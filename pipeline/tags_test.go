@@ -52,6 +52,8 @@ func TestRunNameIsTheScript(t *testing.T) {
 		{[]string{"sh", "-c", "echo run $MLFLOW_RUN_ID node $MLFLOW_SYSTEM_METRICS_NODE_ID; sleep 20"}, "sleep 20"},
 		{[]string{"sh", "-c", "OMP_NUM_THREADS=4 ./train --steps 10 --token=s3cr3tvalue123"}, "train 10"},
 		{[]string{"sh", "-c", "echo hi"}, "sh"},
+		{[]string{"sh", "-c", "echo hi; exit 3"}, "sh"},
+		{[]string{"bash", "-c", "python3 -c pass; exit $?"}, "python3"},
 		{[]string{"sh", "-c", "sleep 1", "train.py", "--lr", "0.1"}, "train.py"},
 		{[]string{"sh", "-c", "while [ ! -e go ]; do sleep 0.01; done"}, "sleep 0.01"},
 		{[]string{"bash", "-c", "if true; then exec torchrun --nproc_per_node=8 train.py; fi"}, "train.py"},

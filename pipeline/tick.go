@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/advice"
-	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
@@ -17,6 +16,7 @@ import (
 	"github.com/bridge-dev/bridge/stats"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/whyslow"
 )
 
 // The run's tick: the one place where bridge reads and writes its runs
@@ -187,7 +187,7 @@ func (s *Session) liveWith(end map[string]string, note bool) jobrun.Live {
 	shares := ""
 	if r, ok := s.analysis.Result(); ok {
 		shares = r.SharesText()
-		tags[bottleneck.Tag] = r.Text()
+		tags[whyslow.Tag] = r.Text()
 	}
 	maps.Copy(tags, end)
 	return jobrun.Live{Tags: tags, Shares: shares, Note: note}

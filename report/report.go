@@ -18,13 +18,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/jobkey"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/stats"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/whyslow"
 )
 
 // Run statuses the report reads (MLflow's names; package tracker has no
@@ -151,7 +151,7 @@ type Node struct {
 	PeakWorkingSetSource string `json:"peak_working_set_source,omitempty"`
 	Figures
 	// Bottleneck is the node's bottleneck verdict over the job, as its
-	// bridge recorded it (bottleneck.Tag: the cause, then why); "" when
+	// bridge recorded it (whyslow.Tag: the cause, then why); "" when
 	// it recorded none. BottleneckShares is each cause's share of the
 	// node's time, from its series' last values (every cause with some).
 	Bottleneck       string                    `json:"bottleneck,omitempty"`
@@ -501,8 +501,8 @@ func (n node) readFigures(ctx context.Context, latest map[string]float64, histor
 // last value of its series (runs/get gives every series' at once): a
 // share out of its range is refused ("key=value").
 func (n node) bottleneckShares(run Run) (shares map[string]*metrics.Float, refused []string) {
-	for _, c := range bottleneck.Causes {
-		d := bottleneck.ShareSeries[c]
+	for _, c := range whyslow.Causes {
+		d := whyslow.ShareSeries[c]
 		v, ok := run.Latest[n.keys+d.Name]
 		switch {
 		case !ok:

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/bridge-dev/bridge/advice"
-	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/forensics"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
+	"github.com/bridge-dev/bridge/whyslow"
 )
 
 // Tag keys of the job's run that the report writes, and a node's record
@@ -83,7 +83,7 @@ func recordFrom(get, name func(tag string) string) record {
 	r := record{
 		status: get("bridge.status"), reason: get(forensics.TagExitReason), detail: get(forensics.TagExitReasonDetail),
 		signal: get("bridge.exit_signal"), clock: get(TagEndedClock),
-		peakSource: get(forensics.TagPeakWorkingSource), bottleneck: get(bottleneck.Tag),
+		peakSource: get(forensics.TagPeakWorkingSource), bottleneck: get(whyslow.Tag),
 	}
 	// figure reads tag as a figure of series d: nil for no number ("no
 	// limit", "not sampled"), and for one out of d's range, refused.

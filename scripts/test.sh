@@ -79,9 +79,11 @@ bash e2e/slurm/prepare.sh || log "Slurm unavailable: the e2e/slurm tests will sk
 tmp=$(mktemp -d)
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 log "starting mlflow server on 127.0.0.1:$port"
-MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false setsid "$BRIDGE_TEST_PYTHON" -m mlflow server --host 127.0.0.1 --port "$port" \
+# In $tmp: python -m puts its working directory first on sys.path, where a
+# folder of the repository could stand in for a module MLflow imports.
+(cd "$tmp" && MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false exec setsid "$BRIDGE_TEST_PYTHON" -m mlflow server --host 127.0.0.1 --port "$port" \
   --backend-store-uri "sqlite:///$tmp/mlflow.db" --default-artifact-root "$tmp/artifacts" \
-  --artifacts-destination "$tmp/mlartifacts" --workers 1 >"$tmp/mlflow.log" 2>&1 &
+  --artifacts-destination "$tmp/mlartifacts" --workers 1 >"$tmp/mlflow.log" 2>&1) &
 server=$!
 cleanup() {
   kill -TERM -- "-$server" 2>/dev/null || true
@@ -109,7 +111,7 @@ fi
 # tests must write only into temporary directories, never the repository.
 untracked() { git status --porcelain --ignored=matching --untracked-files=all 2>/dev/null | grep -E '^(\?\?|!!) ' | sort || true; }
 before=$(untracked)
-go test -race -count=1 -timeout 15m -parallel 4 -json ./... | go run ./harness/testbin/skipcheck -allow .ci/allowed-skips
+go test -race -count=1 -timeout 30m -parallel 4 -json ./... | go run ./harness/testbin/skipcheck -allow .ci/allowed-skips
 after=$(untracked)
 added=$(comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | sed '/^$/d')
 if [ -n "$added" ]; then

@@ -324,7 +324,11 @@ func (a *Accumulator) Rows() []Row {
 		rows = append(rows, Row{"OOM kills", v})
 	}
 	if rss, ok := a.Get(metrics.ProcessMemoryRSS); ok {
-		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB, the command's processes together", rss.Peak)})
+		// Sampled only: a process that grew and died between two samples
+		// (an OOM kill, a short job) is not in it, so the row says how
+		// many samples it is the highest of.
+		rows = append(rows, Row{"peak process-tree RSS", fmt.Sprintf("%.1f MB, the command's processes together, the highest of %d %s",
+			rss.Peak, rss.N, plural(float64(rss.N), "sample", "samples"))})
 	} else if a.Expects(metrics.ProcessMemoryRSS) {
 		unsampled("peak process-tree RSS")
 	}

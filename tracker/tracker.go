@@ -217,6 +217,17 @@ func (r *Reach) Reached() bool { return r.answered.Load() }
 // (Forwarder.OnRunEnded) and sends nothing more into the run.
 var ErrRunEnded = errors.New("the run has ended")
 
+// RunEnded is Send's error once the run's owner ended it: it wraps
+// ErrRunEnded and says how many samples bridge left out (acknowledged
+// without sending), so that what was sent is told apart from them.
+type RunEnded struct {
+	LeftOut int
+	Msg     string // what its owner did, and when
+}
+
+func (e *RunEnded) Error() string { return e.Msg }
+func (e *RunEnded) Unwrap() error { return ErrRunEnded }
+
 // ErrPermanent marks an error that retrying cannot fix (401, 403, a deleted
 // run). The forwarder reports it once and stops sending to that sink; the
 // samples stay in the spool for `bridge sync`.

@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bridge-dev/bridge/bottleneck"
 	"github.com/bridge-dev/bridge/harness/cgrouptest"
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/spooltest"
@@ -32,6 +31,7 @@ import (
 	"github.com/bridge-dev/bridge/harness/waitfor"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/report"
+	"github.com/bridge-dev/bridge/whyslow"
 )
 
 // whyJob is one job of these tests: its bridge, the file that tells the
@@ -82,9 +82,9 @@ func startWhy(t *testing.T, srv *mlflowtest.Server, g *cgrouptest.Group, env []s
 
 // waitCause waits until the job's spool holds at least n verdicts and
 // cause's share of them is at least half.
-func (j *whyJob) waitCause(t *testing.T, cause bottleneck.Cause, n int) {
+func (j *whyJob) waitCause(t *testing.T, cause whyslow.Cause, n int) {
 	t.Helper()
-	key := bottleneck.ShareSeries[cause].Name
+	key := whyslow.ShareSeries[cause].Name
 	waitfor.Cond(t, 3*time.Minute, fmt.Sprintf("%d verdicts in the spool, half of the time %s", n, cause), func() bool {
 		smp, _, _, err := spooltest.ReadFile(j.spool)
 		if err != nil {
@@ -114,7 +114,7 @@ func (j *whyJob) end(t *testing.T) int {
 // holds each of evidence, its share series in MLflow end with cause's
 // share the largest, and `bridge report --json` has the same verdict and
 // shares in the node's row. It returns the run.
-func (j *whyJob) verdict(t *testing.T, srv *mlflowtest.Server, cause bottleneck.Cause, evidence ...string) mlflowtest.Run {
+func (j *whyJob) verdict(t *testing.T, srv *mlflowtest.Server, cause whyslow.Cause, evidence ...string) mlflowtest.Run {
 	t.Helper()
 	_, _, attempts, err := spooltest.ReadFile(j.spool)
 	if err != nil || len(attempts) == 0 || attempts[0].Start.Runs["mlflow"] == "" {
@@ -122,19 +122,19 @@ func (j *whyJob) verdict(t *testing.T, srv *mlflowtest.Server, cause bottleneck.
 	}
 	id := attempts[0].Start.Runs["mlflow"]
 	run := srv.GetRun(t, id)
-	tag := run.Tags[bottleneck.Tag]
-	t.Logf("%s = %q", bottleneck.Tag, tag)
+	tag := run.Tags[whyslow.Tag]
+	t.Logf("%s = %q", whyslow.Tag, tag)
 	if !strings.HasPrefix(tag, string(cause)+": ") {
-		t.Errorf("%s = %q, want the cause %s first", bottleneck.Tag, tag, cause)
+		t.Errorf("%s = %q, want the cause %s first", whyslow.Tag, tag, cause)
 	}
 	for _, e := range evidence {
 		if !strings.Contains(tag, e) {
-			t.Errorf("%s = %q, want the evidence %q", bottleneck.Tag, tag, e)
+			t.Errorf("%s = %q, want the evidence %q", whyslow.Tag, tag, e)
 		}
 	}
 	shares := map[string]float64{}
-	for _, c := range bottleneck.Causes {
-		key := "system/" + bottleneck.ShareSeries[c].Name
+	for _, c := range whyslow.Causes {
+		key := "system/" + whyslow.ShareSeries[c].Name
 		m, ok := run.Latest[key]
 		if !ok {
 			t.Errorf("no %s in the run", key)
@@ -147,7 +147,7 @@ func (j *whyJob) verdict(t *testing.T, srv *mlflowtest.Server, cause bottleneck.
 			t.Errorf("%s's share %v is larger than %s's %v", c, v, cause, shares[string(cause)])
 		}
 	}
-	if h := srv.History(t, id, "system/"+bottleneck.ShareSeries[cause].Name); len(h) < 2 {
+	if h := srv.History(t, id, "system/"+whyslow.ShareSeries[cause].Name); len(h) < 2 {
 		t.Errorf("%d points of %s's share, want one a window", len(h), cause)
 	}
 
@@ -263,11 +263,11 @@ if __name__ == "__main__":
         except queue.Empty:
             pass
 `)
-	j.waitCause(t, bottleneck.Input, 3)
+	j.waitCause(t, whyslow.Input, 3)
 	if code := j.end(t); code != 0 {
 		t.Fatalf("bridge exited %d", code)
 	}
-	j.verdict(t, srv, bottleneck.Input, "the 4 data-loading workers used", "of the 0.20 cores allowed", "while the trainer used", "the CPU quota throttled")
+	j.verdict(t, srv, whyslow.Input, "the 4 data-loading workers used", "of the 0.20 cores allowed", "while the trainer used", "the CPU quota throttled")
 	j.rolesAddUp(t, 1, 4)
 }
 
@@ -282,11 +282,11 @@ while not os.path.exists(os.environ["STOP"]):
     for _ in range(100000):
         pass
 `)
-	j.waitCause(t, bottleneck.CPUThrottled, 3)
+	j.waitCause(t, whyslow.CPUThrottled, 3)
 	if code := j.end(t); code != 0 {
 		t.Fatalf("bridge exited %d", code)
 	}
-	j.verdict(t, srv, bottleneck.CPUThrottled, "the CPU quota throttled", "the trainer used", "of the 0.10 cores allowed")
+	j.verdict(t, srv, whyslow.CPUThrottled, "the CPU quota throttled", "the trainer used", "of the 0.10 cores allowed")
 }
 
 // memory_pressure on cgroup v1, which has no PSI per cgroup: the job holds
@@ -323,11 +323,11 @@ while not os.path.exists(os.environ["STOP"]):
         while f.read(1 << 20):
             pass
 `)
-	j.waitCause(t, bottleneck.MemoryPressure, 3)
+	j.waitCause(t, whyslow.MemoryPressure, 3)
 	if code := j.end(t); code != 0 {
 		t.Fatalf("bridge exited %d (an OOM kill would be 137)", code)
 	}
-	j.verdict(t, srv, bottleneck.MemoryPressure, "the usage reached the memory limit", "memory.failcnt", "of the 268 MB limit")
+	j.verdict(t, srv, whyslow.MemoryPressure, "the usage reached the memory limit", "memory.failcnt", "of the 268 MB limit")
 }
 
 // io: the job's trainer writes a file on a disk that stalls while its
@@ -352,7 +352,7 @@ while not os.path.exists(os.environ["STOP"]):
     os.write(fd, b"y")
 os.waitpid(child, 0)
 `)
-	j.waitCause(t, bottleneck.IO, 3)
+	j.waitCause(t, whyslow.IO, 3)
 	if err := os.WriteFile(j.stop, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ os.waitpid(child, 0)
 	if code := exitCode(t, j.cmd.Wait()); code != 0 {
 		t.Fatalf("bridge exited %d", code)
 	}
-	j.verdict(t, srv, bottleneck.IO, "of the job's processes were blocked in the kernel (state D")
+	j.verdict(t, srv, whyslow.IO, "of the job's processes were blocked in the kernel (state D")
 }
 
 // With the stand-in NVML: a busy GPU is gpu_compute whatever the host
@@ -379,12 +379,12 @@ while not os.path.exists(os.environ["STOP"]):
 `
 	for _, tc := range []struct {
 		profile  string
-		cause    bottleneck.Cause
+		cause    whyslow.Cause
 		evidence []string
 	}{
-		{"busy", bottleneck.GPUCompute, []string{"the GPU was busy 90% of the time (SM activity)"}},
-		{"idle", bottleneck.Idle, []string{"the GPU was idle 98% of the time", "it waits on something outside this node"}},
-		{"hot", bottleneck.GPUThrottled, []string{"GPU 0 had hw_thermal clock events in 100% of the samples", "busy 90% of the time"}},
+		{"busy", whyslow.GPUCompute, []string{"the GPU was busy 90% of the time (SM activity)"}},
+		{"idle", whyslow.Idle, []string{"the GPU was idle 98% of the time", "it waits on something outside this node"}},
+		{"hot", whyslow.GPUThrottled, []string{"GPU 0 had hw_thermal clock events in 100% of the samples", "busy 90% of the time"}},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			t.Parallel()

@@ -134,7 +134,7 @@ func TestOOMTableNamesTheKilledProcess(t *testing.T) {
 		regexp.MustCompile(`(?m)^  duration +\d+\.\d s, from \d\d:\d\d:\d\d to \d\d:\d\d:\d\d UTC on \d{4}-\d\d-\d\d; \d+ samples taken$`),
 		regexp.MustCompile(`(?m)^  exit status +137 \(killed by SIGKILL\)$`),
 		regexp.MustCompile(`(?m)^  exit reason +cgroup_oom_kill: killed by the kernel's OOM killer .*; it killed python3 \(pid ` + pid + `, RSS \d+\.\d MB\): oom_kill 0 -> 1`),
-		regexp.MustCompile(`(?m)^  peak process-tree RSS +\d+\.\d MB, the command's processes together$`),
+		regexp.MustCompile(`(?m)^  peak process-tree RSS +\d+\.\d MB, the command's processes together, the highest of \d+ samples?$`),
 		regexp.MustCompile(`(?m)^  OOM kills +1 process killed by the kernel's OOM killer during the job$`),
 	} {
 		if !want.MatchString(table) {

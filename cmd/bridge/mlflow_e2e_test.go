@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -559,8 +560,22 @@ func TestAttachTwiceAndRunEnd(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^  ended +bridge stopped sampling: the run was ended by its owner$`).MatchString(log) {
 		t.Errorf("attach did not stop because the run ended:\n%s", log)
 	}
-	if !regexp.MustCompile(`bridge left out the [1-9]\d* samples? taken after that`).MatchString(log) {
+	// The last count is the table's: a warning said an earlier one.
+	var left []string
+	for _, m := range regexp.MustCompile(`bridge left out the ([1-9]\d*) samples? taken after that`).FindAllStringSubmatch(log, -1) {
+		left = m
+	}
+	if left == nil {
 		t.Errorf("the sample taken at the stop, after the run's end, was not left out:\n%s", log)
+	}
+	// The table tells sent from left out, and records no end of its own.
+	taken := regexp.MustCompile(`(?m)^  duration .*; (\d+) samples? taken$`).FindStringSubmatch(log)
+	sent := regexp.MustCompile(`(?m)^  mlflow +(\d+) samples? sent to run`).FindStringSubmatch(log)
+	if left != nil && (taken == nil || sent == nil || atoi(t, sent[1])+atoi(t, left[1]) != atoi(t, taken[1])) {
+		t.Errorf("sent (%q) and left out (%q) do not add up to the samples taken (%q):\n%s", sent, left, taken, log)
+	}
+	if !regexp.MustCompile(`(?m)^  mlflow end +left as its owner ended it`).MatchString(log) {
+		t.Errorf("the table does not say the run was left as its owner ended it:\n%s", log)
 	}
 	run := srv.GetRun(t, id)
 	if _, ok := run.Tags["bridge.attach_end"]; ok || run.Info.Status != "FINISHED" || run.Info.EndTime != ended.EndTime {
@@ -575,4 +590,13 @@ func TestAttachTwiceAndRunEnd(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(firstDir, "bridge-spool-*.jsonl")); len(left) != 0 {
 		t.Errorf("the delivered spool was left in the working directory: %v\n%s", left, log)
 	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("not a number: %q", s)
+	}
+	return n
 }

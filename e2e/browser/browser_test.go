@@ -191,34 +191,9 @@ func (d demo) check(t *testing.T, g *cgrouptest.Group) {
 
 	// go test -artifacts keeps the screenshots (and a .failed.png) for a look.
 	out := filepath.Join(t.ArtifactDir(), "system-metrics.png")
-	shot := exec.CommandContext(ctx, d.node, "shot.mjs",
+	screenshot(t, ctx, d.node, out, "mlflow-system-metrics.png", g != nil, "from a run without the cgroup limits",
 		"--url", d.srv.URL, "--experiment", run.Info.ExperimentID, "--run", runID,
-		"--expect", strings.Join(expect, ","), "--model-expect", "loss",
-		"--out", out, "--chromium", chromiumPath)
-	var output bytes.Buffer
-	shot.Stdout, shot.Stderr = &output, &output
-	if err := shot.Run(); err != nil {
-		t.Fatalf("node shot.mjs: %v\n%s", err, output.String())
-	}
-	t.Log(strings.TrimSpace(output.String()))
-
-	png, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatalf("no screenshot: %v", err)
-	}
-	if !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
-		t.Fatalf("%s is not a PNG", out)
-	}
-	if os.Getenv("BRIDGE_UPDATE_SCREENSHOT") == "1" {
-		if g == nil {
-			t.Fatal("BRIDGE_UPDATE_SCREENSHOT=1: not updating docs/mlflow-system-metrics.png from a run without the cgroup limits (run as root on a cgroup v1 host)")
-		}
-		dst := filepath.Join("..", "..", "docs", "mlflow-system-metrics.png")
-		if err := os.WriteFile(dst, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("updated %s", dst)
-	}
+		"--expect", strings.Join(expect, ","), "--model-expect", "loss")
 }
 
 // The job's report as the MLflow UI shows it: three nodes of one job, each
@@ -329,29 +304,9 @@ while True:
 	}
 
 	out := filepath.Join(t.ArtifactDir(), "job-report.png")
-	shot := exec.CommandContext(ctx, node, "shot.mjs", "--url", srv.URL, "--experiment", expID, "--run", runID,
-		"--artifact", "bridge-report.md", "--artifact-expect", "node-1: "+reason+" at ,node-0,node-2",
-		"--out", out, "--chromium", chromiumPath)
-	var output bytes.Buffer
-	shot.Stdout, shot.Stderr = &output, &output
-	if err := shot.Run(); err != nil {
-		t.Fatalf("node shot.mjs: %v\n%s", err, output.String())
-	}
-	t.Log(strings.TrimSpace(output.String()))
-	png, err := os.ReadFile(out)
-	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
-		t.Fatalf("no PNG screenshot at %s: %v", out, err)
-	}
-	if os.Getenv("BRIDGE_UPDATE_SCREENSHOT") == "1" {
-		if groups == nil {
-			t.Fatal("BRIDGE_UPDATE_SCREENSHOT=1: not updating docs/mlflow-job-report.png from a run without cgroups (run as root on a cgroup v1 host)")
-		}
-		dst := filepath.Join("..", "..", "docs", "mlflow-job-report.png")
-		if err := os.WriteFile(dst, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("updated %s", dst)
-	}
+	screenshot(t, ctx, node, out, "mlflow-job-report.png", groups != nil, "from a run without cgroups",
+		"--url", srv.URL, "--experiment", expID, "--run", runID,
+		"--artifact", "bridge-report.md", "--artifact-expect", "node-1: "+reason+" at ,node-0,node-2")
 }
 
 // The run's own note as the MLflow UI shows it: train.py, in a cgroup of a
@@ -459,9 +414,18 @@ func (d demo) note(t *testing.T, g *cgrouptest.Group) {
 
 	out := filepath.Join(t.ArtifactDir(), "run-note.png")
 	expect := []string{"new tokenizer", "Peak working set", "next run", "J a step", "cost "}
-	shot := exec.CommandContext(ctx, d.node, "shot.mjs", "--url", d.srv.URL, "--experiment", run.Info.ExperimentID, "--run", runID,
-		"--overview-expect", strings.Join(expect, ","), "--overview-absent", "bridge: begin,bridge: end,**",
-		"--out", out, "--chromium", chromiumPath)
+	screenshot(t, ctx, d.node, out, "mlflow-run-note.png", g != nil, "from a run without the cgroup limits",
+		"--url", d.srv.URL, "--experiment", run.Info.ExperimentID, "--run", runID,
+		"--overview-expect", strings.Join(expect, ","), "--overview-absent", "bridge: begin,bridge: end,**")
+}
+
+// screenshot runs shot.mjs with args into out and checks it wrote a PNG;
+// with BRIDGE_UPDATE_SCREENSHOT=1 it copies it to docs/<doc>, only from a
+// run with the cgroups the picture needs (real: false names what was
+// missing, and the update fails).
+func screenshot(t *testing.T, ctx context.Context, node, out, doc string, real bool, missing string, args ...string) {
+	t.Helper()
+	shot := exec.CommandContext(ctx, node, append(append([]string{"shot.mjs"}, args...), "--out", out, "--chromium", chromiumPath)...)
 	var output bytes.Buffer
 	shot.Stdout, shot.Stderr = &output, &output
 	if err := shot.Run(); err != nil {
@@ -472,14 +436,15 @@ func (d demo) note(t *testing.T, g *cgrouptest.Group) {
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
 		t.Fatalf("no PNG screenshot at %s: %v", out, err)
 	}
-	if os.Getenv("BRIDGE_UPDATE_SCREENSHOT") == "1" {
-		if g == nil {
-			t.Fatal("BRIDGE_UPDATE_SCREENSHOT=1: not updating docs/mlflow-run-note.png from a run without the cgroup limits (run as root on a cgroup v1 host)")
-		}
-		dst := filepath.Join("..", "..", "docs", "mlflow-run-note.png")
-		if err := os.WriteFile(dst, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("updated %s", dst)
+	if os.Getenv("BRIDGE_UPDATE_SCREENSHOT") != "1" {
+		return
 	}
+	if !real {
+		t.Fatalf("BRIDGE_UPDATE_SCREENSHOT=1: not updating docs/%s %s (run as root on a cgroup v1 host)", doc, missing)
+	}
+	dst := filepath.Join("..", "..", "docs", doc)
+	if err := os.WriteFile(dst, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("updated %s", dst)
 }

@@ -616,8 +616,8 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 		if s.afterEnd == 1 {
 			taken = "1 sample"
 		}
-		return acked, fmt.Errorf("%w: its owner set run %s %s at %s, and bridge left out the %s taken after that",
-			tracker.ErrRunEnded, s.runID, s.endState, time.UnixMilli(s.endedAt).UTC().Format("2006-01-02T15:04:05.000Z"), taken)
+		return acked, &tracker.RunEnded{LeftOut: s.afterEnd, Msg: fmt.Sprintf("%v: its owner set run %s %s at %s, and bridge left out the %s taken after that",
+			tracker.ErrRunEnded, s.runID, s.endState, time.UnixMilli(s.endedAt).UTC().Format("2006-01-02T15:04:05.000Z"), taken)}
 	}
 	return acked, nil
 }

@@ -6,7 +6,7 @@
 // its time. The rules and their thresholds, with where each comes from, are
 // docs/metrics.md's ("The bottleneck"): a first answer from outside the
 // job, not a profile.
-package bottleneck
+package whyslow
 
 import (
 	"fmt"

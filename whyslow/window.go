@@ -1,4 +1,4 @@
-package bottleneck
+package whyslow
 
 import (
 	"cmp"
