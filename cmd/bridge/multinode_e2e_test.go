@@ -649,7 +649,7 @@ func TestMultinodeTasksOnOneNode(t *testing.T) {
 		t.Errorf("no %s* key; node 0's keys: %v", prefix, keys)
 	}
 	// Every bridge sends its own bottleneck verdict's ratios (package
-	// bottleneck), a further one under its task too.
+	// whyslow), a further one under its task too.
 	if slices.ContainsFunc(keys, func(k string) bool {
 		return strings.HasPrefix(k, "system/task-") && !strings.HasPrefix(k, prefix) &&
 			!strings.HasPrefix(k, fmt.Sprintf("system/task-%d/node_bottleneck_", other))

@@ -172,7 +172,7 @@ func JobRun(t testing.TB, srv *mlflowtest.Server, nodes int, tasks []Task, exper
 		for _, k := range keys {
 			rest := strings.TrimPrefix(k, "system/")
 			// A task's process series, and its bridge's own bottleneck
-			// verdict (package bottleneck).
+			// verdict (package whyslow).
 			if task, name, ok := strings.Cut(rest, "/"); ok && (!strings.HasPrefix(task, "task-") ||
 				!strings.HasPrefix(name, "process_") && !strings.HasPrefix(name, "node_bottleneck_")) {
 				t.Errorf("%s's run %s: key %s: under a task only its process's series belong", id, r.Info.RunID, k)
