@@ -3,6 +3,7 @@ package jobrun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -18,41 +19,68 @@ import (
 // changes nothing.
 const TagFinishedBy = "bridge.finished_by"
 
-// End decides a multi-node job's end on its run id, once node's end is
-// recorded there (the sink's Finish): within ctx, every write retried by
-// the write policy (tracker.Request).
+// End decides a multi-node job's end on the job's run (runs.Job), once
+// node's end is recorded on its own (the sink's Finish): within ctx, every
+// write retried by the write policy (tracker.Request).
 //
-// On a run bridge owns (tracker.RunOwner, MLflow's), the run's status
-// from every node's record (FAILED or KILLED as soon as one node's child
-// failed, a record that stays; FINISHED once every node the launcher
-// started ended cleanly; with the node count unknown nothing more, the
-// child's mlflow.end_run() decides; a status only gets worse), the job's
-// first failure, and its report: the node that set the job's status writes
-// it, and every node that ends after one was written writes it again, so
-// the last node to end leaves the report of every node's end.
+// On a run bridge owns (tracker.RunOwner, MLflow's), the node's state line
+// (its end, report.EndLine) and, when it did not end cleanly, its failure
+// (bridge.failed.<who>, a record that stays) go to the job's run; then one
+// read of the job's run decides, from every node's line, the run's status
+// (FAILED or KILLED as soon as one node's child failed; FINISHED once every
+// node the launcher started ended cleanly; with the node count unknown
+// nothing more, the child's mlflow.end_run() decides; a status only gets
+// worse), the job's first failure, and whether to write its report: the
+// node that set the job's status writes it, and so does a node whose read
+// shows every node ended (the last to end), or a report claim left by a
+// bridge that stopped first. No node's series is read: a node's end costs
+// a write and a read of the job's run (more only where it changes what the
+// run says), whatever the job's size.
 //
 // On a run whose status is not bridge's (W&B's shared run), every node's
 // end writes the first failure and the report's summary: there is no one
 // node that settles the job.
-func End(ctx context.Context, st tracker.RunStore, id string, node Node, end tracker.EndInfo, log *slog.Logger) error {
-	if id == "" {
+func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tracker.EndInfo, log *slog.Logger) error {
+	if runs.Job == "" {
 		return errNoRun
 	}
 	o, ok := st.(tracker.RunOwner)
 	if !ok {
-		return summarize(ctx, st, id, log)
+		return summarize(ctx, st, runs.Job, log)
 	}
-	run, wrote, err := settle(ctx, o, id, node, end, log)
+	if runs.Node != "" {
+		if err := o.SetTags(ctx, runs.Job, endTags(runs, node, end)); err != nil {
+			return err
+		}
+	}
+	run, wrote, err := settle(ctx, o, runs.Job, node, end, log)
 	if err != nil {
 		return err
 	}
-	if err := recordFirstFailure(ctx, o, run, node, log); err != nil {
+	named, err := recordFirstFailure(ctx, o, run, node, log)
+	if err != nil {
 		return err
 	}
-	if !wrote && run.Tags[report.TagReport] == "" {
+	if !wrote && !named && !allEnded(run, node.Nodes) && !staleClaim(run.Tags[report.TagReport], time.Now()) {
 		return nil
 	}
-	return writeReport(ctx, o, id, node, log)
+	return writeReport(ctx, o, runs.Job, node, log)
+}
+
+// endTags are what a node's end writes on the job's run: its state line,
+// and its failure where it did not end cleanly.
+func endTags(runs Runs, node Node, end tracker.EndInfo) map[string]string {
+	status := tracker.TerminalStatus(end)
+	tags := map[string]string{tracker.StateTag(node.Node, node.Task): report.EndLine(end.Tags,
+		report.Ending{Who: node.Who, Status: status, Ended: end.Time, Attempt: node.Attempt, Run: runs.Node})}
+	if status != tracker.StatusFinished {
+		at := ""
+		if node.Attempt >= 0 {
+			at = fmt.Sprintf(", attempt %d", node.Attempt)
+		}
+		tags["bridge.failed."+node.Who] = fmt.Sprintf("%s: exit %d%s", status, end.ExitCode, at)
+	}
+	return tags
 }
 
 // Status is the status the nodes' records on a job's run call for ("" for
@@ -72,8 +100,8 @@ func Status(tags map[string]string, nodes int) string {
 		return worst
 	}
 	clean := 0
-	for k, v := range tags {
-		if strings.HasPrefix(k, "bridge.node.") && strings.HasSuffix(k, ".status") && v == tracker.StatusFinished {
+	for _, r := range report.Records(report.Run{Tags: tags}) {
+		if !r.Task && r.Status == tracker.StatusFinished {
 			clean++
 		}
 	}
@@ -81,6 +109,43 @@ func Status(tags map[string]string, nodes int) string {
 		return tracker.StatusFinished
 	}
 	return ""
+}
+
+// allEnded reports whether every bridge the job's run records has ended,
+// and (when the node count is known: nodes, else the run's record of it)
+// every node the launcher started: the node that reads it is among the
+// last to end.
+func allEnded(run tracker.StoredRun, nodes int) bool {
+	if nodes <= 0 {
+		nodes, _ = strconv.Atoi(run.Tags[tracker.TagNodes])
+	}
+	recs := report.Records(reportRun(run))
+	ended := 0
+	for _, r := range recs {
+		if r.Status == "" {
+			return false
+		}
+		if !r.Task {
+			ended++
+		}
+	}
+	return len(recs) > 0 && ended >= nodes
+}
+
+// staleClaim reports whether a report tag (report.TagReport) is a claim
+// whose writer's budget ended before now (reportClaim): its bridge stopped
+// before it wrote the report.
+func staleClaim(tag string, now time.Time) bool {
+	if !strings.HasPrefix(tag, "being written by ") {
+		return false
+	}
+	_, rest, ok := strings.Cut(tag, ", until ")
+	if !ok {
+		return false
+	}
+	until, _, _ := strings.Cut(rest, " ")
+	t, err := time.Parse(time.RFC3339, until)
+	return err == nil && t.Before(now)
 }
 
 // settle moves the run to the status the records call for, and says
@@ -120,22 +185,19 @@ func settle(ctx context.Context, o tracker.RunOwner, id string, node Node, end t
 	return last, wrote, nil
 }
 
-// lastEnd is the latest end the nodes' records on a job's run hold
-// (bridge.node.<id>.ended, bridge.task.<id>.<task>.ended, in ms), else
-// def.
+// lastEnd is the latest end the nodes' records on a job's run hold (their
+// state lines' ended, ms), else def.
 func lastEnd(tags map[string]string, def time.Time) time.Time {
-	var last int64
-	for k, v := range tags {
-		if (strings.HasPrefix(k, "bridge.node.") || strings.HasPrefix(k, "bridge.task.")) && strings.HasSuffix(k, ".ended") {
-			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > last {
-				last = ms
-			}
+	var last time.Time
+	for _, r := range report.Records(report.Run{Tags: tags}) {
+		if r.Ended.After(last) {
+			last = r.Ended
 		}
 	}
-	if last <= 0 {
+	if last.IsZero() {
 		return def
 	}
-	return time.UnixMilli(last)
+	return last
 }
 
 // recordFirstFailure sets report.TagFirstFailure to the earliest failure
@@ -144,27 +206,28 @@ func lastEnd(tags map[string]string, def time.Time) time.Time {
 // and a tag that names no failed node (forged, or garbled) does not stay.
 // Nodes failing together may each write theirs: the writer reads again,
 // and writes again while the tag names a later failure than the records
-// show. run is the job's run as read after this node's records landed.
-func recordFirstFailure(ctx context.Context, st tracker.RunStore, run tracker.StoredRun, node Node, log *slog.Logger) error {
+// show. run is the job's run as read after this node's records landed;
+// named says whether this node wrote the tag.
+func recordFirstFailure(ctx context.Context, st tracker.RunStore, run tracker.StoredRun, node Node, log *slog.Logger) (named bool, err error) {
 	for range 3 {
 		rr := reportRun(run)
 		f := report.FirstFailureOf(rr)
 		if f == nil {
-			return nil
+			return named, nil
 		}
 		if cur := report.RecordedFailureOf(rr); cur != nil && !f.At().Before(cur.At()) {
-			return nil
+			return named, nil
 		}
 		if err := st.SetTags(ctx, run.ID, map[string]string{report.TagFirstFailure: f.Tag()}); err != nil {
-			return err
+			return named, err
 		}
+		named = true
 		log.Info("named the job's first failure", "run_id", run.ID, "first_failure", f.Node, "reason", f.Reason, "node", node.Who)
-		var err error
 		if run, err = st.GetRun(ctx, run.ID); err != nil {
-			return err
+			return named, err
 		}
 	}
-	return nil
+	return named, nil
 }
 
 // summarize writes, on a run whose status is not bridge's, the job's first

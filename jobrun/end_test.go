@@ -53,15 +53,18 @@ func TestJobEnd(t *testing.T) {
 			if want := map[bool]string{true: mlflow.StatusFinished, false: mlflow.StatusRunning}[i == len(nodes)-1]; r.Info.Status != want {
 				t.Errorf("after %d of %d nodes ended cleanly: %s, want %s", i+1, len(nodes), r.Info.Status, want)
 			}
-			if r.Tags["bridge.node."+n.id+".exit_code"] != "0" || r.Tags["bridge.node."+n.id+".status"] != mlflow.StatusFinished {
-				t.Errorf("%s's end tags: %v", n.id, r.Tags)
+			if l := line(t, srv, win, n.id); l["exit"] != "0" || l["status"] != mlflow.StatusFinished || l["run"] != n.sink.Run().ID {
+				t.Errorf("%s's line: %v", n.id, l)
+			}
+			if own := srv.GetRun(t, n.sink.Run().ID); own.Info.Status != mlflow.StatusFinished || own.Tags["bridge.exit_code"] != "0" {
+				t.Errorf("%s's run: %s, tags %v; want FINISHED with its end", n.id, own.Info.Status, own.Tags)
 			}
 		}
 		r := srv.GetRun(t, win)
 		if by := r.Tags[TagFinishedBy]; by != nodes[2].id || len(r.Params) != 1 || r.Params["bridge.election"] == "" {
 			t.Errorf("tag %s = %q, want the last node; params %v, want the election's alone", TagFinishedBy, by, r.Params)
 		}
-		if last, _ := strconv.ParseInt(r.Tags["bridge.node."+nodes[2].id+".ended"], 10, 64); r.Info.EndTime != last {
+		if last, _ := strconv.ParseInt(line(t, srv, win, nodes[2].id)["ended"], 10, 64); r.Info.EndTime != last {
 			t.Errorf("the run ended at %d, the last node at %d", r.Info.EndTime, last)
 		}
 	})
@@ -96,7 +99,8 @@ func TestJobEnd(t *testing.T) {
 		endNode(t, nodes[0], 0)
 		endNode(t, nodes[1], 0)
 		r := srv.GetRun(t, win)
-		if r.Info.Status != mlflow.StatusKilled || !strings.Contains(r.Tags["bridge.failed.node-1"], "lost") || r.Tags["bridge.node.node-1.previous_attempt_lost"] == "" {
+		if r.Info.Status != mlflow.StatusKilled || !strings.Contains(r.Tags["bridge.failed.node-1"], "lost") ||
+			srv.GetRun(t, nodes[1].sink.Run().ID).Tags[forensics.TagPreviousAttemptLost] == "" {
 			t.Errorf("both nodes ended cleanly after node 1 lost an attempt: %s, tags %v; want KILLED", r.Info.Status, r.Tags)
 		}
 	})
@@ -112,14 +116,21 @@ func TestJobEnd(t *testing.T) {
 		endNode(t, nodes[1], 137)
 		again := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(1))[1:]
 		startTogether(t, again)
-		if again[0].sink.Run().ID != win {
-			t.Fatalf("the restarted node joined %q, want %s", again[0].sink.Run().ID, win)
+		if ri := again[0].sink.Run(); ri.Job != win || ri.ID != nodes[1].sink.Run().ID {
+			t.Fatalf("the restarted node joined %+v, want job's run %s and its run %s", ri, win, nodes[1].sink.Run().ID)
+		}
+		if _, err := again[0].sink.Send(context.Background(), systemSamples(1, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		if l, own := line(t, srv, win, "node-1"), srv.GetRun(t, again[0].sink.Run().ID); l["status"] != mlflow.StatusRunning || l["attempt"] != "1" ||
+			own.Info.Status != mlflow.StatusRunning {
+			t.Errorf("the restarted node's line %v, its run %s; want RUNNING again, attempt 1", l, own.Info.Status)
 		}
 		srv.SetStatus(t, win, mlflow.StatusRunning) // the child's mlflow.start_run() resumes it
 		endNode(t, again[0], 0)
 		r := srv.GetRun(t, win)
-		if r.Info.Status != mlflow.StatusFailed || r.Tags["bridge.node.node-1.attempt"] != "1" || r.Tags["bridge.node.node-1.status"] != mlflow.StatusFinished {
-			t.Errorf("after the clean second attempt: %s, tags %v; want FAILED kept, attempt 1 recorded", r.Info.Status, r.Tags)
+		if l := line(t, srv, win, "node-1"); r.Info.Status != mlflow.StatusFailed || l["attempt"] != "1" || l["status"] != mlflow.StatusFinished {
+			t.Errorf("after the clean second attempt: %s, line %v; want FAILED kept, attempt 1 recorded", r.Info.Status, l)
 		}
 	})
 }

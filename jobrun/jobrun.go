@@ -16,19 +16,21 @@ import (
 	"github.com/bridge-dev/bridge/tracker"
 )
 
-// Node is one bridge of a multi-node job, as its records on the job's run
-// name it (tracker.JobScope).
+// Node is one bridge of a multi-node job, as the job's records name it.
 type Node struct {
-	Scope string // the prefix of its tags: bridge.node.<node>, bridge.task.<node>.<task>
+	Node, Task string // its node's id; "" for the node's lead, else its task
+	// Scope is the prefix of its tags on a run the whole job shares (W&B's
+	// shared run): bridge.node.<node>, bridge.task.<node>.<task>
+	// (tracker.JobScope).
+	Scope string
 	Who   string // its name in the job's records: <node>, <node>.<task>
 	// Nodes is how many nodes the launcher started, 0 when it did not say:
 	// then the run's own record of it (tracker.TagNodes) counts.
-	Nodes int
+	Nodes   int
+	Attempt int // the launcher's restart count; -1 unknown
 	// Lead: the lead bridge of the launcher's first node (rank 0), which
 	// ticks during the run for the whole job (Sink.TicksLive).
 	Lead bool
-	// Task is the further bridge's task on its node, "" for its lead.
-	Task string
 }
 
 // NodeOf is the node a multi-node job's bridge is on its run; nil for a
@@ -38,7 +40,17 @@ func NodeOf(j *tracker.Job) *Node {
 		return nil
 	}
 	scope, who := tracker.JobScope(j.Node, j.Task)
-	return &Node{Scope: scope, Who: who, Nodes: j.Nodes, Lead: j.Rank == 0 && j.Task == "", Task: j.Task}
+	return &Node{Node: j.Node, Task: j.Task, Scope: scope, Who: who, Nodes: j.Nodes, Attempt: j.Attempt, Lead: j.Rank == 0 && j.Task == ""}
+}
+
+// ownScope is the prefix of a bridge's end tags on its node's own run:
+// the lead's are the node's (bridge.*, as a single run has them), a
+// further bridge's under its task (bridge.task.<task>.).
+func (n Node) ownScope() string {
+	if n.Task == "" {
+		return "bridge."
+	}
+	return "bridge.task." + n.Task + "."
 }
 
 // Sink is a tracker's sink whose run is also a run store: after the sink's
@@ -81,7 +93,20 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if err := s.Sink.Finish(ctx, end); err != nil || s.node == nil || end.KeepStatus {
 		return err
 	}
-	return End(ctx, s.store, s.Sink.Run().ID, *s.node, end, s.log)
+	return End(ctx, s.store, runsOf(s.Sink.Run()), *s.node, end, s.log)
+}
+
+// Runs are the runs of a multi-node job's bridge: the job's, and its
+// node's own where it writes to one (MLflow's); Node "" where the job's
+// run is shared by every node (W&B's).
+type Runs struct{ Job, Node string }
+
+// runsOf reads a sink's runs from what it knows of them.
+func runsOf(ri tracker.RunInfo) Runs {
+	if ri.Job == "" {
+		return Runs{Job: ri.ID}
+	}
+	return Runs{Job: ri.Job, Node: ri.ID}
 }
 
 // Reached implements tracker.Reacher as the sink does; one that cannot
@@ -114,5 +139,5 @@ func RecordedEnd(ctx context.Context, sink tracker.Sink, since time.Time) (track
 	if _, owner := s.store.(tracker.RunOwner); !owner && s.node == nil {
 		return tracker.EndInfo{}, false, nil // a run whose end is not bridge's to record
 	}
-	return recordedEnd(ctx, s.store, s.Sink.Run().ID, s.node, since)
+	return recordedEnd(ctx, s.store, runsOf(s.Sink.Run()), s.node, since)
 }

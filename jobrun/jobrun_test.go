@@ -3,6 +3,7 @@ package jobrun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 
 // plainSink is a sink whose run is no run store.
 type plainSink struct {
-	run      string
+	run, job string // job: the job's run, where the sink writes to a run of its own
 	finished int
 	err      error // Finish's
 }
@@ -22,7 +23,7 @@ func (s *plainSink) Start(context.Context, tracker.StartInfo) ([]string, error) 
 	return nil, nil
 }
 func (s *plainSink) Send(_ context.Context, smp []metrics.Sample) (int, error) { return len(smp), nil }
-func (s *plainSink) Run() tracker.RunInfo                                      { return tracker.RunInfo{ID: s.run} }
+func (s *plainSink) Run() tracker.RunInfo                                      { return tracker.RunInfo{ID: s.run, Job: s.job} }
 func (s *plainSink) Finish(context.Context, tracker.EndInfo) error {
 	s.finished++
 	return s.err
@@ -160,12 +161,25 @@ func TestRecordedEnd(t *testing.T) {
 	if _, ok, err := RecordedEnd(context.Background(), &plainSink{run: "r"}, since); err != nil || ok {
 		t.Errorf("a sink with no store: found %v, %v", ok, err)
 	}
+	// A job's node with a run of its own: its end there, the lead's
+	// unscoped, a task's under its scope.
+	own := &ownerSink{storeSink: storeSink{plainSink: plainSink{run: "own", job: "jobrun"}, tags: map[string]string{
+		"bridge.exit_code": "3", "bridge.status": tracker.StatusFailed, "bridge.ended": "1002000",
+		"bridge.task.task-1.exit_code": "0", "bridge.task.task-1.status": tracker.StatusFinished, "bridge.task.task-1.ended": "1003000"}}}
+	if end, ok, err := RecordedEnd(context.Background(), Wrap(own, NodeOf(&tracker.Job{Node: "n1"}), quiet(t)), since); err != nil || !ok || end.ExitCode != 3 || end.Status != tracker.StatusFailed {
+		t.Errorf("the lead's end on its run: %+v %v %v", end, ok, err)
+	}
+	if end, ok, err := RecordedEnd(context.Background(), Wrap(own, NodeOf(&tracker.Job{Node: "n1", Task: "task-1"}), quiet(t)), since); err != nil || !ok || end.ExitCode != 0 || !end.Time.Equal(time.UnixMilli(1003000)) {
+		t.Errorf("the task's end on its node's run: %+v %v %v", end, ok, err)
+	}
 }
 
 // The status the nodes' records call for: the worst failure at once,
-// FINISHED only when every node the launcher started ended so, none
-// without a count.
+// FINISHED only when every node the launcher started ended so (its state
+// line, or its tags before the state lines), none without a count; a
+// task's end does not count as a node's.
 func TestStatus(t *testing.T) {
+	clean := "status=FINISHED exit=0 ended=1000"
 	for _, tc := range []struct {
 		name  string
 		tags  map[string]string
@@ -173,14 +187,55 @@ func TestStatus(t *testing.T) {
 		want  string
 	}{
 		{"none ended", map[string]string{}, 2, ""},
-		{"one of two clean", map[string]string{"bridge.node.a.status": "FINISHED"}, 2, ""},
-		{"both clean", map[string]string{"bridge.node.a.status": "FINISHED", "bridge.node.b.status": "FINISHED"}, 2, "FINISHED"},
-		{"clean, count unknown", map[string]string{"bridge.node.a.status": "FINISHED"}, 0, ""},
+		{"one of two clean", map[string]string{"bridge.state.a": clean, "bridge.state.b": "status=RUNNING"}, 2, ""},
+		{"both clean", map[string]string{"bridge.state.a": clean, "bridge.state.b": clean}, 2, "FINISHED"},
+		{"a node and a task clean", map[string]string{"bridge.state.a": clean, "bridge.state.a/task-1": clean}, 2, ""},
+		{"both clean, one before the state lines", map[string]string{"bridge.state.a": clean,
+			"bridge.node.b.status": "FINISHED", "bridge.node.b.ended": "1000"}, 2, "FINISHED"},
+		{"clean, count unknown", map[string]string{"bridge.state.a": clean}, 0, ""},
 		{"killed and failed", map[string]string{"bridge.failed.a": "KILLED: exit 143", "bridge.failed.b": "FAILED: exit 1"}, 2, "FAILED"},
 		{"a failure, count unknown", map[string]string{"bridge.failed.a": "KILLED: exit 143"}, 0, "KILLED"},
 	} {
 		if got := Status(tc.tags, tc.nodes); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// The report is written again only by a node that changes what the run
+// says, by the last to end (its read shows every node ended), or where a
+// report claim outlived its writer.
+func TestAllEndedAndStaleClaim(t *testing.T) {
+	run := func(nodes string, lines ...string) tracker.StoredRun {
+		tags := map[string]string{tracker.TagNodes: nodes}
+		for i, l := range lines {
+			tags[tracker.StateTag(fmt.Sprintf("n%d", i), "")] = l
+		}
+		return tracker.StoredRun{Tags: tags}
+	}
+	ended := "status=KILLED ended=1000"
+	for _, tc := range []struct {
+		name string
+		run  tracker.StoredRun
+		want bool
+	}{
+		{"every node ended", run("2", ended, ended), true},
+		{"one still running", run("2", ended, "status=RUNNING"), false},
+		{"one never recorded", run("3", ended, ended), false},
+		{"count unknown, every line ended", run("", ended), true},
+		{"nothing recorded", run(""), false},
+	} {
+		if got := allEnded(tc.run, 0); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	now := time.Now()
+	claim := func(until time.Time) string {
+		ctx, cancel := context.WithDeadline(context.Background(), until)
+		defer cancel()
+		return reportClaim(ctx, "n1", now.Add(-time.Minute))
+	}
+	if !staleClaim(claim(now.Add(-time.Second)), now) || staleClaim(claim(now.Add(time.Minute)), now) || staleClaim("artifacts x, written by n1", now) {
+		t.Error("a claim is stale only once its until passed")
 	}
 }

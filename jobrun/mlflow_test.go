@@ -57,7 +57,7 @@ func jobNodes(t *testing.T, url func(i int) string, exp, key string, n int, job 
 		if err != nil {
 			t.Fatal(err)
 		}
-		nodes[i] = &node{id: id, raw: s, sink: Wrap(s, NodeOf(&tracker.Job{Node: id, Nodes: j.Nodes}), quiet(t))}
+		nodes[i] = &node{id: id, raw: s, sink: Wrap(s, NodeOf(&tracker.Job{Node: id, Nodes: j.Nodes, Attempt: j.Attempt}), quiet(t))}
 	}
 	return nodes
 }
@@ -80,20 +80,27 @@ func startTogether(t *testing.T, nodes []*node) {
 	wg.Wait()
 }
 
-// oneRun checks that every node got the same run, the only active run of
-// the key, and returns it.
+// oneRun checks that every node got the same job's run, the only active
+// run of the key, and a run of its own under it (the run its samples go
+// to), and returns the job's run.
 func oneRun(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*node) string {
 	t.Helper()
 	win := ""
+	own := map[string]bool{}
 	for _, n := range nodes {
 		if n.err != nil {
 			t.Fatalf("%s: Start: %v", n.id, n.err)
 		}
+		ri := n.sink.Run()
 		if win == "" {
-			win = n.sink.Run().ID
+			win = ri.Job
 		}
-		if n.sink.Run().ID != win || !slices.Contains(n.env, mlflow.EnvRunID+"="+win) {
-			t.Errorf("%s: run %s, env %v; want run %s", n.id, n.sink.Run().ID, n.env, win)
+		if ri.Job != win || !slices.Contains(n.env, mlflow.EnvRunID+"="+win) || ri.ID == "" || ri.ID == win || own[ri.ID] {
+			t.Errorf("%s: runs %+v, env %v; want job's run %s and a run of its own", n.id, ri, n.env, win)
+		}
+		own[ri.ID] = true
+		if r := srv.GetRun(t, ri.ID); r.Tags[mlflow.TagParentRun] != win || r.Tags[mlflow.TagNodeID] != n.id || r.Tags[mlflow.TagJob] != key {
+			t.Errorf("%s's run %s: tags %v; want it under %s, its node and the job's key", n.id, ri.ID, r.Tags, win)
 		}
 	}
 	active := srv.SearchRuns(t, srv.ExperimentID(t, exp), fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ACTIVE_ONLY")
@@ -101,6 +108,12 @@ func oneRun(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*node
 		t.Fatalf("active runs of key %s: %d, want only %s", key, len(active), win)
 	}
 	return win
+}
+
+// line is node's state line on the job's run, read back.
+func line(t *testing.T, srv *mlflowtest.Server, run, node string) map[string]string {
+	t.Helper()
+	return tracker.ParseLine(srv.GetRun(t, run).Tags[tracker.StateTag(node, "")])
 }
 
 // endNode records one node's end on the job's run.

@@ -18,10 +18,12 @@ const (
 )
 
 // Report reads run id and makes its report (`bridge report`): the run's
-// tags and latest values in one read, and the series of the nodes that
-// recorded no figures of their own, each once. When ctx ends while the
-// series are read, the report so far comes with the error (report.Build).
-// An id that is no valid run id is refused before any request.
+// tags and latest values in one read (a job's run: every node's state
+// line), and the series of the nodes that recorded no figures of their
+// own, each once: on the run itself, or on a node's own run (at most
+// report.DefaultMaxNodeRuns of them). When ctx ends while the series are
+// read, the report so far comes with the error (report.BuildRead). An id
+// that is no valid run id is refused before any request.
 func Report(ctx context.Context, o tracker.RunOwner, id string) (*report.Report, error) {
 	if err := tracker.ValidID("run id", id); err != nil {
 		return nil, err
@@ -30,7 +32,19 @@ func Report(ctx context.Context, o tracker.RunOwner, id string) (*report.Report,
 	if err != nil {
 		return nil, err
 	}
-	return report.Build(ctx, reportRun(run), historyOf(o, id))
+	return report.BuildRead(ctx, reportRun(run), report.Read{History: historyOf(o, id), NodeRun: nodeRunOf(o)})
+}
+
+// nodeRunOf opens a node's own run for the report: one read for its
+// latest values, its series each read once.
+func nodeRunOf(o tracker.RunOwner) report.NodeRun {
+	return func(ctx context.Context, id string) (map[string]float64, report.History, error) {
+		run, err := o.GetRun(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		return run.Latest, historyOf(o, id), nil
+	}
 }
 
 // reportRun is what the report reads of a run: its end time only once it
@@ -79,7 +93,8 @@ func writeReport(ctx context.Context, o tracker.RunOwner, id string, node Node, 
 	if err != nil {
 		return err
 	}
-	rep, err := report.Build(ctx, reportRun(run), historyOf(o, id))
+	// From the run alone: no node's series is read at a node's end.
+	rep, err := report.Build(ctx, reportRun(run), nil)
 	if err != nil {
 		return err
 	}

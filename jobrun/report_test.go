@@ -129,10 +129,9 @@ func TestJobReportOnTheRun(t *testing.T) {
 		// 300 more nodes of the job ended cleanly: their lines do not fit
 		// in the tag.
 		tags := map[string]string{}
-		ms := fmt.Sprint(t0.UnixMilli())
 		for i := 2; i < 302; i++ {
-			s := fmt.Sprintf("bridge.node.node-%d.", i)
-			tags[s+"started"], tags[s+"ended"], tags[s+"status"] = ms, ms, mlflow.StatusFinished
+			tags[tracker.StateTag(fmt.Sprintf("node-%d", i), "")] = report.EndLine(map[string]string{"bridge.exit_code": "0"},
+				report.Ending{Status: mlflow.StatusFinished, Ended: t0, Attempt: 0})
 		}
 		srv.LogBatch(t, win, tags, nil)
 		endAs(t, nodes[1], t0, 1, mlflow.StatusFailed, "app_error", "")

@@ -3,9 +3,12 @@ package jobrun
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/tracker"
@@ -56,12 +59,15 @@ type Progress struct {
 }
 
 // TicksLive reports whether this bridge ticks during the run: a single
-// run's, and in a multi-node job the lead bridge of the launcher's first
-// node (Node.Lead), so that the job's run is read once a tick for the
-// whole job, not once a node. Every node's bridge ticks at its end.
-func (s *Sink) TicksLive() bool { return s.node == nil || s.node.Lead }
+// run's, and in a multi-node job each node's lead bridge: the lead bridge
+// of the launcher's first node (Node.Lead) reads the job's run once a
+// tick for the whole job; every other node's lead only writes its state
+// line, where its node writes to a run of its own (MLflow's node runs).
+// Every node's bridge ticks at its end.
+func (s *Sink) TicksLive() bool { return s.node == nil || s.node.Task == "" }
 
-// Tick is one of the run's ticks on run id, within ctx: one GetRun, the
+// Tick is one of the run's ticks on run id (a job's node writing to a run
+// of its own: the job's run, runs.Job), within ctx: one GetRun, the
 // job's report of it with this node's live tags over its record (no
 // series read), and then, with live.Note or live.End, the run's note
 // (written only when it changed; a person's note kept, withSection), and
@@ -76,6 +82,17 @@ func (s *Sink) Tick(ctx context.Context, id string, live Live) (Progress, error)
 	if s.node != nil && s.node.Task != "" {
 		return Progress{}, nil // a node's further bridge: its node's lead ticks
 	}
+	runs := runsOf(s.Sink.Run())
+	if s.node != nil && runs.Node != "" {
+		id = runs.Job
+	}
+	if s.node != nil && !s.node.Lead && !live.End {
+		if runs.Node == "" {
+			return Progress{}, nil // a run the job shares: the first node's lead reads it
+		}
+		// One write a tick: this node's line with its figures so far.
+		return Progress{}, s.store.SetTags(ctx, id, map[string]string{tracker.StateTag(s.node.Node, ""): s.liveLine(live, runs)})
+	}
 	run, err := s.store.GetRun(ctx, id)
 	if errors.Is(err, tracker.ErrNotReady) {
 		return Progress{}, nil
@@ -83,13 +100,22 @@ func (s *Sink) Tick(ctx context.Context, id string, live Live) (Progress, error)
 	if err != nil {
 		return Progress{}, err
 	}
-	run = s.withLive(run, live)
+	run = s.withLive(run, live, runs)
 	rep, _ := report.Build(ctx, reportRun(run), nil) // no series: no error
 	var p Progress
 	if rep.EnergyPerStepJoules != nil {
 		p = Progress{Steps: rep.Steps, EnergyPerStepJoules: rep.EnergyPerStepJoules.Float64()}
 	}
 	var errs []error
+	if s.node != nil && runs.Node != "" && !live.End {
+		// The first node's lead: its own line, and which nodes differ
+		// now, in the report's words, where that changed.
+		tags := map[string]string{tracker.StateTag(s.node.Node, ""): s.liveLine(live, runs)}
+		if d := DiffersNow(rep, run.Tags); d != run.Tags[TagDiffers] {
+			tags[TagDiffers] = d
+		}
+		errs = append(errs, s.store.SetTags(ctx, id, tags))
+	}
 	if _, owner := s.store.(tracker.RunOwner); live.End && owner && p.Steps > 0 {
 		tags := map[string]string{TagEnergyPerStep: strconv.FormatFloat(p.EnergyPerStepJoules, 'f', -1, 64), TagSteps: strconv.FormatInt(p.Steps, 10)}
 		errs = append(errs, s.store.SetTags(ctx, id, tags))
@@ -100,13 +126,23 @@ func (s *Sink) Tick(ctx context.Context, id string, live Live) (Progress, error)
 	return p, errors.Join(errs...)
 }
 
-// withLive is run with live's tags over this node's record (under its
+// withLive is run with live's tags over this node's record (its state
+// line, where it writes to a run of its own: runs.Node; else under its
 // scope in a job's run) and, where the run's status is not bridge's, the
-// status live gives.
-func (s *Sink) withLive(run tracker.StoredRun, live Live) tracker.StoredRun {
+// status live gives. A state line that holds the node's end already (the
+// end's tick) is kept.
+func (s *Sink) withLive(run tracker.StoredRun, live Live, runs Runs) tracker.StoredRun {
 	tags := maps.Clone(run.Tags)
 	if tags == nil {
 		tags = map[string]string{}
+	}
+	if s.node != nil && runs.Node != "" {
+		tag := tracker.StateTag(s.node.Node, s.node.Task)
+		if st := tracker.ParseLine(tags[tag])[tracker.LineStatus]; st == "" || st == tracker.StatusRunning {
+			tags[tag] = s.liveLine(live, runs)
+		}
+		run.Tags = tags
+		return run
 	}
 	for k, v := range live.Tags {
 		if rest, ok := strings.CutPrefix(k, "bridge."); ok && s.node != nil {
@@ -145,4 +181,69 @@ func (s *Sink) writeNote(ctx context.Context, run tracker.StoredRun, rep *report
 		return nil
 	}
 	return nw.SetNote(ctx, run.ID, note)
+}
+
+// liveLine is this node's state line while it runs: RUNNING, its attempt,
+// when (now), its run and its figures so far (live.Tags).
+func (s *Sink) liveLine(live Live, runs Runs) string {
+	return report.EndLine(live.Tags, report.Ending{Who: s.node.Who, Status: tracker.StatusRunning, Attempt: s.node.Attempt, Run: runs.Node, At: time.Now()})
+}
+
+// TagDiffers holds, on a job's run, the nodes that differ from the job
+// now and why, in the report's words ("node-17: CPU throttled in 85% of
+// periods; node-203: ..."), and the nodes whose line stopped moving;
+// "none" when no node does. The first node's lead writes it on its tick.
+const TagDiffers = "bridge.job.differs"
+
+// staleLine: a running node's line older than this, against the newest
+// line of the job (not this node's clock), has stopped reporting.
+const staleLine = 3 * time.Minute
+
+// differsMax bounds TagDiffers (MLflow takes 8,000 characters a tag).
+const differsMax = 4000
+
+// DiffersNow is TagDiffers' value from a report built of the job's run
+// (its rows' Differs) and the run's lines (their at).
+func DiffersNow(rep *report.Report, tags map[string]string) string {
+	var parts []string
+	for _, n := range rep.Nodes {
+		if len(n.Differs) > 0 {
+			parts = append(parts, n.Node+": "+strings.Join(n.Differs, ", "))
+		}
+	}
+	var newest int64
+	at := map[string]int64{}
+	for k, v := range tags {
+		node, ok := strings.CutPrefix(k, tracker.TagStatePrefix)
+		if !ok || strings.Contains(node, "/") {
+			continue
+		}
+		l := tracker.ParseLine(v)
+		ms, err := strconv.ParseInt(l[tracker.LineAt], 10, 64)
+		if err != nil || l[tracker.LineStatus] != tracker.StatusRunning {
+			continue
+		}
+		at[node], newest = ms, max(newest, ms)
+	}
+	for _, node := range slices.Sorted(maps.Keys(at)) {
+		if newest-at[node] > staleLine.Milliseconds() {
+			parts = append(parts, node+": stopped reporting at "+time.UnixMilli(at[node]).UTC().Format("15:04:05"))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	out := ""
+	for i, p := range parts {
+		next := out
+		if i > 0 {
+			next += "; "
+		}
+		next += p
+		if len(next) > differsMax {
+			return out + fmt.Sprintf("; and %d more", len(parts)-i)
+		}
+		out = next
+	}
+	return out
 }

@@ -3,11 +3,14 @@ package jobrun
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/bridge-dev/bridge/advice"
+	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/summary"
 	"github.com/bridge-dev/bridge/tracker"
 )
@@ -150,13 +153,17 @@ func (s *stepOwner) SetNote(ctx context.Context, id, note string) error {
 	return s.SetTags(ctx, id, map[string]string{"mlflow-note": note})
 }
 
-// A multi-node job: only the first node's lead ticks during the run, a
-// further bridge of a node never; every node's energy is the job's (this
-// node's live, the others' latest series), and the note is the job's,
-// with a row a node.
+// A multi-node job on a run every node shares (W&B's): only the first
+// node's lead reads it during the run (another node's lead ticks, and
+// reads nothing), a further bridge of a node never ticks; every node's
+// energy is the job's (this node's live, the others' latest series), and
+// the note is the job's, with a row a node.
 func TestTickJob(t *testing.T) {
-	if s := Wrap(&notedSink{}, NodeOf(&tracker.Job{Node: "node-1", Rank: 1}), nil).(*Sink); s.TicksLive() {
-		t.Error("node 1 ticks during the run")
+	other := &notedSink{storeSink: storeSink{plainSink: plainSink{run: "r"}}}
+	if s := Wrap(other, NodeOf(&tracker.Job{Node: "node-1", Rank: 1}), nil).(*Sink); !s.TicksLive() {
+		t.Error("node 1's lead does not tick")
+	} else if _, err := s.Tick(context.Background(), "r", Live{Note: true}); err != nil || other.reads != 0 || other.writes != 0 {
+		t.Errorf("node 1's tick on a shared run: %v, %d reads, %d notes; want nothing done", err, other.reads, other.writes)
 	}
 	st := &notedSink{storeSink: storeSink{plainSink: plainSink{run: "r"}, tags: map[string]string{
 		tracker.TagJobKey: "k", "bridge.node.node-0.started": "1", "bridge.node.node-1.started": "1",
@@ -180,5 +187,84 @@ func TestTickJob(t *testing.T) {
 	}
 	if n := utf8.RuneCountInString(st.note); n > NoteMax {
 		t.Errorf("note of %d characters", n)
+	}
+}
+
+// A multi-node job whose nodes write to runs of their own (MLflow's node
+// runs): the tick reads the job's run, not the node's, and this node's
+// live figures stand in its state line; another node's end line counts
+// its energy. A line that holds this node's end is kept.
+func TestTickJobOfNodeRuns(t *testing.T) {
+	st := &notedSink{storeSink: storeSink{plainSink: plainSink{run: "own0", job: "job"}, tags: map[string]string{
+		tracker.TagJobKey: "k", tracker.TagNodes: "2",
+		tracker.StateTag("node-0", ""): "status=RUNNING attempt=0 started=1 at=1 run=own0",
+		tracker.StateTag("node-1", ""): "status=FINISHED exit=0 reason=success ended=2 run=own1 gpu_j=20 cpu_j=30"}},
+		step: 10}
+	got := ""
+	s := Wrap(&runRecorder{notedSink: st, read: &got}, NodeOf(&tracker.Job{Node: "node-0", Rank: 0, Attempt: 0}), nil).(*Sink)
+	p, err := s.Tick(context.Background(), "own0", Live{Tags: map[string]string{summary.TagEnergyNodeCPU: "50.0"}, Note: true})
+	if err != nil || p.EnergyPerStepJoules != 10 || got != "job" {
+		t.Errorf("tick read run %q: %+v %v; want the job's run, (50 + 30 + 20) J over 10 steps", got, p, err)
+	}
+	for _, want := range []string{"| node-0 | RUNNING |", "| node-1 | FINISHED, exit 0"} {
+		if !strings.Contains(st.note, want) {
+			t.Errorf("the job's note has no %q:\n%s", want, st.note)
+		}
+	}
+	st.tags[tracker.StateTag("node-0", "")] = "status=FAILED exit=1 reason=app_error ended=3 run=own0 cpu_j=40"
+	p, err = s.Tick(context.Background(), "own0", Live{Tags: map[string]string{summary.TagEnergyNodeCPU: "50.0"}, End: true, Status: tracker.StatusFailed})
+	if err != nil || p.EnergyPerStepJoules != 9 {
+		t.Errorf("end tick: %+v %v; want node 0's recorded end kept: (40 + 30 + 20) J over 10 steps", p, err)
+	}
+}
+
+// runRecorder records the id of the run read.
+type runRecorder struct {
+	*notedSink
+	read *string
+}
+
+func (r *runRecorder) GetRun(ctx context.Context, id string) (tracker.StoredRun, error) {
+	*r.read = id
+	return r.notedSink.GetRun(ctx, id)
+}
+
+// Nodes that write to runs of their own (MLflow's): another node's lead
+// writes its line on its tick, one request and no read; the first node's
+// lead reads the job's run and writes its own line and which nodes differ
+// now, in the report's words, with a node whose line stopped moving.
+func TestTickLiveLines(t *testing.T) {
+	now := time.Now()
+	ms := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).UnixMilli(), 10) }
+	st := &notedSink{storeSink: storeSink{plainSink: plainSink{run: "own1", job: "job"}, tags: map[string]string{
+		tracker.TagJobKey: "k", tracker.TagNodes: "4",
+		tracker.StateTag("node-2", ""): "status=RUNNING attempt=0 at=" + ms(0) + " run=own2 samples=10 throttled_pct=85",
+		tracker.StateTag("node-3", ""): "status=RUNNING attempt=0 at=" + ms(-10*time.Minute) + " run=own3 samples=10"}}}
+	figs := `{"samples":12,"cpu_mean_cores":1.5}`
+	n1 := Wrap(st, NodeOf(&tracker.Job{Node: "node-1", Rank: 1, Attempt: 0}), nil).(*Sink)
+	if _, err := n1.Tick(context.Background(), "own1", Live{Tags: map[string]string{report.TagFigures: figs}}); err != nil || st.reads != 0 {
+		t.Fatalf("node 1's tick: %v, %d reads; want its line written, no read", err, st.reads)
+	}
+	l := tracker.ParseLine(st.tags[tracker.StateTag("node-1", "")])
+	if l["who"] != "node-1" || !strings.HasPrefix(st.tags[tracker.StateTag("node-1", "")], "who=node-1 ") ||
+		l["status"] != "RUNNING" || l["run"] != "own1" || l["samples"] != "12" || l["cpu_mean"] != "1.5" || l["at"] == "" {
+		t.Errorf("node 1's line %v, want its node first, RUNNING with its run, figures and time", l)
+	}
+	st.plainSink = plainSink{run: "own0", job: "job"}
+	n0 := Wrap(st, NodeOf(&tracker.Job{Node: "node-0", Rank: 0, Attempt: 0}), nil).(*Sink)
+	if _, err := n0.Tick(context.Background(), "own0", Live{Tags: map[string]string{report.TagFigures: figs}}); err != nil || st.reads != 1 {
+		t.Fatalf("node 0's tick: %v, %d reads; want one", err, st.reads)
+	}
+	if l := tracker.ParseLine(st.tags[tracker.StateTag("node-0", "")]); l["status"] != "RUNNING" || l["run"] != "own0" {
+		t.Errorf("node 0's line %v", l)
+	}
+	d := st.tags[TagDiffers]
+	for _, want := range []string{"node-2: CPU throttled in 85% of periods", "node-3: stopped reporting at "} {
+		if !strings.Contains(d, want) {
+			t.Errorf("%s = %q, want %q in it", TagDiffers, d, want)
+		}
+	}
+	if strings.Contains(d, "node-0") || strings.Contains(d, "node-1") {
+		t.Errorf("%s = %q names a node that does not differ", TagDiffers, d)
 	}
 }

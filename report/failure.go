@@ -119,8 +119,9 @@ func recordedFailure(run Run, ends []nodeEnd, tag string) (f *Failure, why strin
 
 // nodeEnd is one node's recorded end.
 type nodeEnd struct {
-	who string
-	rec record
+	who  string
+	task bool // a further bridge of a node (<node>.<task>)
+	rec  record
 }
 
 // failed reports an end that failed, at a known time.

@@ -179,6 +179,26 @@ type Run struct {
 // History reads every point of one metric key of the run, oldest first.
 type History func(ctx context.Context, key string) ([]Point, error)
 
+// NodeRun opens a node's own run (a multi-node job's node, whose state
+// line names its run) for its series: the latest value of each, and a
+// History of them.
+type NodeRun func(ctx context.Context, run string) (latest map[string]float64, history History, err error)
+
+// Read is how Build reads series: the run's own (History), and the runs of
+// the job's nodes (NodeRun), of at most MaxNodeRuns nodes (0:
+// DefaultMaxNodeRuns). A nil one reads none.
+type Read struct {
+	History     History
+	NodeRun     NodeRun
+	MaxNodeRuns int
+}
+
+// DefaultMaxNodeRuns bounds the node runs one report reads: the nodes of a
+// large job that recorded no end (still running, or their bridge died)
+// cost a read each, and a job of a thousand of them would cost minutes.
+// The report names the nodes it did not read.
+const DefaultMaxNodeRuns = 32
+
 // sourceKernel is the peak's source where the report takes the kernel's
 // high-water mark.
 const sourceKernel = summary.SourceKernelPeak + " at the OOM kill"
@@ -192,12 +212,25 @@ const sourceKernel = summary.SourceKernelPeak + " at the OOM kill"
 // of the nodes not read yet left out, and a note naming them and
 // context.Cause) with an error that wraps ctx's.
 func Build(ctx context.Context, run Run, history History) (*Report, error) {
+	return BuildRead(ctx, run, Read{History: history})
+}
+
+// BuildRead is Build, reading series as rd says: a node of a multi-node
+// job whose state line names its own run and records no figures is read
+// from that run (its latest values, then its series), for at most
+// rd.MaxNodeRuns nodes; the others are named in a note.
+func BuildRead(ctx context.Context, run Run, rd Read) (*Report, error) {
 	rep := &Report{Run: run.ID, Status: run.Status, Nodes: []Node{}, multi: run.Tags[TagJobKey] != ""}
 	nodes := nodesOf(run)
 	ends := endsOf(run, nodes)
 	rep.setFirstFailure(run, ends)
 	var stopped error
-	var unread []string
+	var unread, notRead []string
+	maxRuns := rd.MaxNodeRuns
+	if maxRuns <= 0 {
+		maxRuns = DefaultMaxNodeRuns
+	}
+	runsRead := 0
 	for i, n := range nodes {
 		rec := ends[i].rec
 		row := Node{Node: n.id, Status: rec.status, ExitCode: rec.exitCode, Reason: rec.reason, Detail: rec.detail,
@@ -221,8 +254,24 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 			row.Figures = *rec.figures
 		case stopped != nil:
 			unread = append(unread, n.id)
+		case n.line != "" && (rec.run == "" || rd.NodeRun == nil):
+			// A node's line without figures whose run cannot be read: its
+			// row is its line.
+		case n.line != "" && runsRead >= maxRuns:
+			notRead = append(notRead, n.id)
 		default:
-			f, err := n.readFigures(ctx, run, history)
+			latest, history := run.Latest, rd.History
+			var err error
+			if n.line != "" {
+				runsRead++
+				latest, history, err = rd.NodeRun(ctx, rec.run)
+			}
+			var f Figures
+			if err == nil {
+				f, err = n.readFigures(ctx, latest, history)
+			} else if ctx.Err() == nil {
+				err = fmt.Errorf("its run %s: %w", rec.run, err)
+			}
 			if err != nil && ctx.Err() != nil {
 				stopped = ctx.Err()
 				unread = append(unread, n.id)
@@ -253,9 +302,17 @@ func Build(ctx context.Context, run Run, history History) (*Report, error) {
 		rep.Nodes = append(rep.Nodes, row)
 	}
 	rep.missing(run, nodes)
+	if parent := run.Tags[tagParentRun]; run.Tags[TagJob] != "" && parent != "" {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the run of node %s of a multi-node job: the job's run is %s (bridge report %s)",
+			run.Tags["bridge.node_id"], parent, parent))
+	}
 	rep.jobFigures(run)
 	byNode(rep.Nodes)
 	differs(rep.Nodes)
+	if len(notRead) > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d nodes recorded no end and their runs were not read (a report reads at most %d nodes' runs): %s",
+			len(notRead), maxRuns, clipList(notRead, 10)))
+	}
 	if stopped != nil {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the series of %s were not read: %v", strings.Join(unread, ", "), context.Cause(ctx)))
 		return rep, fmt.Errorf("reading the nodes' series: %w", stopped)
@@ -296,52 +353,85 @@ func fromTags(row *Node, rec record) {
 }
 
 // node is one node of a run: its id, the prefix of its tags and of its
-// metric keys.
+// metric keys; or, on a job's run with state lines, the tag of its line
+// (its series are in the run the line names).
 type node struct {
 	id, scope, keys string
 	single          bool
+	line            string
 }
 
-// nodeScopeTag finds a job's nodes: every node records when it started,
-// and when it ended, under bridge.node.<id>. (a node id has no '/', but
-// may have '.', as some of its other tags do: .gpu.status).
+// nodeScopeTag finds a job's nodes in the shared run's layout (no state
+// lines): every node recorded when it started, and when it ended,
+// under bridge.node.<id>. (a node id has no '/', but may have '.', as some
+// of its other tags do: .gpu.status).
 var nodeScopeTag = regexp.MustCompile(`^bridge\.node\.(.+)\.(started|ended)$`)
 
+// tagParentRun is MLflow's tag of a nested run: a node's run names the
+// job's run in it.
+const tagParentRun = "mlflow.parentRunId"
+
+// TagJob marks a node's own run of a multi-node job: its value is the
+// job's key (never TagJobKey, by which the job's run is found).
+const TagJob = "bridge.job"
+
 // nodesOf lists run's nodes: a job's run (tagged bridge.job_key) has the
-// nodes that recorded tags or series; any other run is one node.
+// nodes that wrote a state line, or (the shared run's layout) recorded
+// tags or series under their id; any other run is one node (a
+// node's own run: the node it names).
 func nodesOf(run Run) []node {
 	if run.Tags[TagJobKey] == "" {
 		id := run.Tags["bridge.node_id"]
 		keys := "system/"
-		if id != "" {
+		if id != "" && run.Tags[TagJob] == "" {
 			keys += id + "/"
-		} else if id = run.Tags["bridge.hostname"]; id == "" {
-			id = "-"
+		} else if id == "" {
+			if id = run.Tags["bridge.hostname"]; id == "" {
+				id = "-"
+			}
 		}
 		return []node{{id: id, scope: "bridge.", keys: keys, single: true}}
 	}
-	ids := map[string]bool{}
+	return jobNodes(run)
+}
+
+// jobNodes lists the nodes of a job's run.
+func jobNodes(run Run) []node {
+	byID := map[string]node{}
+	for k := range run.Tags {
+		if id, ok := strings.CutPrefix(k, tracker.TagStatePrefix); ok && id != "" && !strings.Contains(id, "/") {
+			byID[id] = node{id: id, line: k, keys: "system/"}
+		}
+	}
 	for k := range run.Tags {
 		if m := nodeScopeTag.FindStringSubmatch(k); m != nil {
-			ids[m[1]] = true
+			if _, ok := byID[m[1]]; !ok {
+				byID[m[1]] = node{id: m[1], scope: "bridge.node." + m[1] + ".", keys: "system/" + m[1] + "/"}
+			}
 		}
 	}
 	for k := range run.Latest {
 		if rest, ok := strings.CutPrefix(k, "system/"); ok {
 			if id, _, ok := strings.Cut(rest, "/"); ok {
-				ids[id] = true
+				if _, seen := byID[id]; !seen {
+					byID[id] = node{id: id, scope: "bridge.node." + id + ".", keys: "system/" + id + "/"}
+				}
 			}
 		}
 	}
-	out := make([]node, 0, len(ids))
-	for _, id := range sortedKeys(ids) {
-		out = append(out, node{id: id, scope: "bridge.node." + id + ".", keys: "system/" + id + "/"})
+	out := make([]node, 0, len(byID))
+	for _, id := range sortedKeys(byID) {
+		out = append(out, byID[id])
 	}
 	return out
 }
 
 // record reads the node's end; a single run's status and end are the run's.
 func (n node) record(run Run) record {
+	if n.line != "" {
+		rec, _ := lineRecord(n.line, run.Tags[n.line])
+		return rec
+	}
 	rec := readRecord(run.Tags, n.scope)
 	if n.single {
 		rec.status = run.Status
@@ -356,12 +446,13 @@ func (n node) record(run Run) record {
 }
 
 // readFigures reads the node's figures from its series: the last value of
-// each (runs/get gave them all), and every point of those that need it.
-func (n node) readFigures(ctx context.Context, run Run, history History) (Figures, error) {
+// each (latest: runs/get gave them all), and every point of those that
+// need it.
+func (n node) readFigures(ctx context.Context, latest map[string]float64, history History) (Figures, error) {
 	var rs []read
 	var errs []error
 	samples, wsN := 0, -1 // wsN: the working set's points; -1: not read
-	for _, key := range sortedKeys(run.Latest) {
+	for _, key := range sortedKeys(latest) {
 		name, ok := strings.CutPrefix(key, n.keys)
 		if !ok || strings.Contains(name, "/") {
 			continue // another node's, or a task's (system/<node>/task-1/...)
@@ -372,7 +463,7 @@ func (n node) readFigures(ctx context.Context, run Run, history History) (Figure
 		}
 		if !readsOverTime(d) {
 			var st stats.Stat
-			st.Add(time.Time{}, run.Latest[key], 0)
+			st.Add(time.Time{}, latest[key], 0)
 			rs = append(rs, read{name, d, st, nil})
 			continue
 		}
@@ -444,14 +535,21 @@ func endsOf(run Run, nodes []node) []nodeEnd {
 	for _, n := range nodes {
 		ends = append(ends, nodeEnd{who: n.id, rec: n.record(run)})
 	}
-	tasks := map[string]bool{}
-	for k := range run.Tags {
+	tasks := map[string]record{}
+	for k, v := range run.Tags {
 		if m := taskScopeTag.FindStringSubmatch(k); m != nil {
-			tasks[m[1]] = true
+			if _, ok := tasks[m[1]]; !ok {
+				tasks[m[1]] = readRecord(run.Tags, "bridge.task."+m[1]+".")
+			}
+		}
+		if rest, ok := strings.CutPrefix(k, tracker.TagStatePrefix); ok {
+			if node, task, ok := strings.Cut(rest, "/"); ok && node != "" && task != "" {
+				tasks[node+"."+task], _ = lineRecord(k, v)
+			}
 		}
 	}
 	for _, who := range sortedKeys(tasks) {
-		ends = append(ends, nodeEnd{who: who, rec: readRecord(run.Tags, "bridge.task."+who+".")})
+		ends = append(ends, nodeEnd{who: who, task: true, rec: tasks[who]})
 	}
 	return ends
 }
@@ -490,4 +588,12 @@ func digits(s string) int {
 		i++
 	}
 	return i
+}
+
+// clipList is at most n of ids, and how many more.
+func clipList(ids []string, n int) string {
+	if len(ids) <= n {
+		return strings.Join(ids, ", ")
+	}
+	return strings.Join(ids[:n], ", ") + fmt.Sprintf(" and %d more", len(ids)-n)
 }

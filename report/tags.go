@@ -49,19 +49,37 @@ type record struct {
 	gpuJoules, cpuJoules                  *metrics.Float
 	suggestedMB, suggestedCPU, cost       *metrics.Float // the node's advice and cost (package advice)
 	unused, costBasis                     string
+	run                                   string // a state line's: the node's own run, where its series are
 	// refused are the numbers left out, out of their series' range:
 	// "tag=value", "tag name=value" for a figure of TagFigures.
 	refused []string
 }
 
 // readRecord reads a node's end from the run's tags under scope
-// ("bridge.node.<id>." for a job's node, "bridge." for a single run). Every
-// tag name the report reads from a node is here, named by the bridge.* tag
-// a single run records (the constants of the packages that write them,
-// where they have one).
+// ("bridge.node.<id>." for a job's node in the shared run's layout,
+// "bridge." for a single run or a node's own run).
 func readRecord(tags map[string]string, scope string) record {
 	key := func(tag string) string { return scope + strings.TrimPrefix(tag, "bridge.") }
-	get := func(tag string) string { return strings.TrimSpace(tags[key(tag)]) }
+	r := recordFrom(func(tag string) string { return strings.TrimSpace(tags[key(tag)]) }, key)
+	if v := strings.TrimSpace(tags[key(TagFigures)]); v != "" {
+		var f Figures
+		if json.Unmarshal([]byte(v), &f) == nil {
+			for _, x := range f.keepValid() {
+				r.refused = append(r.refused, key(TagFigures)+" "+x)
+			}
+			r.figures = &f
+		}
+	}
+	return r
+}
+
+// recordFrom reads a node's end through get, which gives the value of
+// each tag a single run records, by that tag's name; name says where a
+// value refused came from. Every tag name the report reads from a node is
+// here, named by the bridge.* tag a single run records (the constants of
+// the packages that write them, where they have one); a state line's
+// fields are read by those names too (lineTags).
+func recordFrom(get, name func(tag string) string) record {
 	r := record{
 		status: get("bridge.status"), reason: get(forensics.TagExitReason), detail: get(forensics.TagExitReasonDetail),
 		signal: get("bridge.exit_signal"), clock: get(TagEndedClock),
@@ -74,7 +92,7 @@ func readRecord(tags map[string]string, scope string) record {
 		if !ok {
 			return nil
 		}
-		return r.within(key(tag), v, d)
+		return r.within(name(tag), v, d)
 	}
 	if c, err := strconv.Atoi(get(forensics.TagExitCode)); err == nil {
 		r.exitCode = &c
@@ -86,16 +104,7 @@ func readRecord(tags map[string]string, scope string) record {
 		r.started = t.UTC()
 	}
 	if v, ok := number(get(forensics.TagCommandDuration)); ok {
-		r.duration = r.inRange(key(forensics.TagCommandDuration), v, metrics.UnitSeconds.Range())
-	}
-	if v := get(TagFigures); v != "" {
-		var f Figures
-		if json.Unmarshal([]byte(v), &f) == nil {
-			for _, x := range f.keepValid() {
-				r.refused = append(r.refused, key(TagFigures)+" "+x)
-			}
-			r.figures = &f
-		}
+		r.duration = r.inRange(name(forensics.TagCommandDuration), v, metrics.UnitSeconds.Range())
 	}
 	r.peakMB = figure(forensics.TagPeakWorkingSet, metrics.ContainerMemoryWorkingSet)
 	r.limitMB = figure("bridge.memory_limit_megabytes", metrics.ContainerMemoryLimit) // "no limit": nil
@@ -119,11 +128,11 @@ func readRecord(tags map[string]string, scope string) record {
 		r.kernelPeakMB = figure(forensics.TagPeakUsage, metrics.ContainerMemoryPeak)
 	}
 	if v, ok := number(evidence(get(forensics.TagExitEvidence), "peak_usage_megabytes")); r.kernelPeakMB == nil && ok {
-		r.kernelPeakMB = r.within(key(forensics.TagExitEvidence)+" peak_usage_megabytes", v, metrics.ContainerMemoryPeak)
+		r.kernelPeakMB = r.within(name(forensics.TagExitEvidence)+" peak_usage_megabytes", v, metrics.ContainerMemoryPeak)
 	}
 	if share := figure(forensics.TagPeakUsageShare, metrics.ContainerMemoryWorkingSetPercent); r.kernelPeakMB == nil && share != nil && r.limitMB != nil &&
 		(usageSource == "" || kernelUsage) {
-		r.kernelPeakMB = r.within(key(forensics.TagPeakUsageShare)+" × "+key("bridge.memory_limit_megabytes"),
+		r.kernelPeakMB = r.within(name(forensics.TagPeakUsageShare)+" × "+name("bridge.memory_limit_megabytes"),
 			share.Float64()*r.limitMB.Float64()/100, metrics.ContainerMemoryPeak)
 	}
 	return r

@@ -74,6 +74,9 @@ const (
 	StatusFinished = "FINISHED"
 	StatusFailed   = "FAILED"
 	StatusKilled   = "KILLED"
+	// StatusRunning is no end: a multi-node job's bridge's state line
+	// while it runs (LineStatus).
+	StatusRunning = "RUNNING"
 )
 
 // TerminalStatus is the status bridge gives a run it owns: end.Status when
@@ -177,6 +180,11 @@ type RunInfo struct {
 	// tracker would refuse them (MLflow: a bad key, a time before 1970)
 	// instead of failing the request that carries them.
 	Dropped int
+	// Job is the job's run where this bridge is one of a multi-node job's
+	// and writes to a run of its own (ID, MLflow's node run): the job's
+	// end is decided on Job (package jobrun). "" where the run is the
+	// job's own (a single-node job, W&B's shared run).
+	Job string
 }
 
 // Reacher is implemented by sinks that know whether their tracker ever

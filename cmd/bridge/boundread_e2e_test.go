@@ -29,6 +29,7 @@ import (
 	"github.com/bridge-dev/bridge/metrics/amdgpu"
 	"github.com/bridge-dev/bridge/metrics/infiniband"
 	"github.com/bridge-dev/bridge/metrics/rapl"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // sysFault is what is put in place of a sysfs file: a FIFO nobody writes
@@ -291,20 +292,29 @@ func TestClockSourceFaultAtJobEnd(t *testing.T) {
 			// With the disk stalled, "clocksource unknown" below is the read
 			// given up on: the file says tsc.
 			runs := srv.SearchRuns(t, expID, "", "ACTIVE_ONLY")
-			if len(runs) != 1 {
-				t.Fatalf("%d runs in %s, want the job's one\n%s", len(runs), exp, out)
+			if len(runs) != 2 {
+				t.Fatalf("%d runs in %s, want the job's and its node's\n%s", len(runs), exp, out)
 			}
+			// The node's run has the tag, the job's run the node's line.
 			var clock []string
-			for k, v := range srv.GetRun(t, runs[0].Info.RunID).Tags {
-				if strings.HasSuffix(k, "ended_clock") {
-					clock = append(clock, k+"="+v)
-					if !strings.HasPrefix(v, "clocksource unknown, ") {
-						t.Errorf("tag %s = %q, want the clocksource unknown", k, v)
+			for _, r := range runs {
+				tags := srv.GetRun(t, r.Info.RunID).Tags
+				for k, v := range tags {
+					if strings.HasSuffix(k, "ended_clock") {
+						clock = append(clock, k+"="+v)
 					}
 				}
+				if l := tracker.ParseLine(tags[tracker.StateTag("node-0", "")]); l["status"] != "" {
+					clock = append(clock, "line clock="+l["clock"])
+				}
 			}
-			if len(clock) == 0 {
-				t.Errorf("no ended_clock tag on the job's run\n%s", out)
+			for _, c := range clock {
+				if _, v, _ := strings.Cut(c, "="); !strings.HasPrefix(v, "clocksource unknown, ") {
+					t.Errorf("%s, want the clocksource unknown", c)
+				}
+			}
+			if len(clock) != 2 {
+				t.Errorf("clocks %v, want the node's run's tag and its line's\n%s", clock, out)
 			}
 		})
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/spooltest"
+	"github.com/bridge-dev/bridge/harness/testbin"
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
@@ -142,13 +143,23 @@ func endUnderFailures(t *testing.T, srv *mlflowtest.Server, n, round int, seed u
 	}
 	run := checkJob(t, srv, exp, "slurm:e2e:"+id+".0", nodes)
 	for _, nd := range nodes {
-		if run.Tags["bridge.node."+nd.id+".ended"] == "" || run.Tags["bridge.node."+nd.id+".status"] != mlflow.StatusFinished {
-			t.Errorf("round %d: %s's end is not on the run: ended %q, status %q", round, nd.id, run.Tags["bridge.node."+nd.id+".ended"], run.Tags["bridge.node."+nd.id+".status"])
+		if l := line(run, nd.id); l["ended"] == "" || l["status"] != mlflow.StatusFinished {
+			t.Errorf("round %d: %s's end is not on the job's run: its line %v", round, nd.id, l)
+		}
+		if own := nodeRun(t, srv, run.Info.ExperimentID, run.Info.RunID, nd.id); own.Info.Status != mlflow.StatusFinished || own.Tags["bridge.exit_code"] != "0" {
+			t.Errorf("round %d: %s's run is %s, tags %v; want FINISHED with its end", round, nd.id, own.Info.Status, own.Tags)
 		}
 	}
 	if run.Info.Status != mlflow.StatusFinished {
 		t.Errorf("round %d: the job's run is %s, want FINISHED", round, run.Info.Status)
 	}
+	// `bridge report` lists every node, from the job's run's lines.
+	began = time.Now()
+	rep := (&rjob{bridge: testbin.Bridge(t), srv: srv}).report(t, run.Info.RunID)
+	if rows := rowsByNode(rep); len(rows) != n {
+		t.Errorf("round %d: bridge report has %d rows, want %d", round, len(rows), n)
+	}
+	t.Logf("round %d: bridge report of %d nodes in %v; the job's run: %d bytes of runs/get", round, n, time.Since(began).Round(time.Millisecond), runsGetSize(t, srv.URL, run.Info.RunID))
 	if faults == 0 {
 		t.Errorf("round %d: no fault was applied", round)
 	}
@@ -171,7 +182,9 @@ func TestEndReportFallsBackToTheTag(t *testing.T) {
 	if code := j.run(t); code != 0 {
 		t.Fatalf("bridge exited %d; stderr:\n%s", code, &j.err)
 	}
-	run := srv.GetRun(t, j.runID(t))
+	// The spool records the node's run; the report is on the job's run,
+	// its parent.
+	run := srv.GetRun(t, srv.GetRun(t, j.runID(t)).Tags[mlflow.TagParentRun])
 	if got := run.Tags[report.TagReport]; !strings.HasPrefix(got, "tag "+report.TagReportSummary+", written by node-0 at ") {
 		t.Errorf("%s = %q, want the summary tag's", report.TagReport, got)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/report"
+	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 )
 
@@ -286,10 +287,9 @@ func TestJobReportSummaryCut(t *testing.T) {
 		return run != ""
 	})
 	tags := map[string]string{}
-	ms := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	for i := 1; i < 300; i++ {
-		s := fmt.Sprintf("bridge.node.node-%d.", i)
-		tags[s+"started"], tags[s+"ended"], tags[s+"status"], tags[s+"exit_code"] = ms, ms, mlflow.StatusFinished, "0"
+		tags[tracker.StateTag(fmt.Sprintf("node-%d", i), "")] = report.EndLine(map[string]string{"bridge.exit_code": "0"},
+			report.Ending{Status: mlflow.StatusFinished, Ended: time.Now(), Attempt: 0})
 	}
 	srv.LogBatch(t, run, tags, nil)
 	if err := os.WriteFile(filepath.Join(shared, "go"), nil, 0o600); err != nil {

@@ -14,6 +14,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,7 @@ import (
 	"github.com/bridge-dev/bridge/jobrun"
 	"github.com/bridge-dev/bridge/mocks/faultproxy"
 	"github.com/bridge-dev/bridge/mocks/wandb/wandbserver"
+	"github.com/bridge-dev/bridge/tracker"
 	"github.com/bridge-dev/bridge/tracker/mlflow"
 	wbsink "github.com/bridge-dev/bridge/tracker/wandb"
 )
@@ -142,8 +144,11 @@ func (n *mnNode) seen(t *testing.T) (run, node string, started time.Time) {
 }
 
 // checkJob checks a finished round: one active run of the key, every child
-// saw it and its own node id, every node's every sample in it under its
-// node id, no metric in a deleted candidate; it returns the run.
+// saw it (and no node id: MLflow's own monitor adds no keys a node to the
+// job's run), every node's every sample in a run of its own under the
+// job's run (its node's run, found as a restarted node finds it), named by
+// the node's state line, no series of a node in the job's run, none in a
+// deleted candidate; it returns the job's run.
 func checkJob(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mnNode) mlflowtest.Run {
 	t.Helper()
 	expID := srv.ExperimentID(t, exp)
@@ -153,10 +158,20 @@ func checkJob(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mn
 		t.Fatalf("%d active runs of job %s, want exactly one", len(active), key)
 	}
 	run := active[0]
+	if len(run.Latest) > 0 {
+		t.Errorf("the job's run holds series %v: a node's series belong to its run", slices.Sorted(maps.Keys(run.Latest)))
+	}
 	for _, n := range nodes {
 		got, node, _ := n.seen(t)
-		if got != run.Info.RunID || node != n.id {
-			t.Errorf("%s's child saw MLFLOW_RUN_ID=%s MLFLOW_SYSTEM_METRICS_NODE_ID=%s, want %s and %s", n.id, got, node, run.Info.RunID, n.id)
+		if got != run.Info.RunID || node != "-" {
+			t.Errorf("%s's child saw MLFLOW_RUN_ID=%s MLFLOW_SYSTEM_METRICS_NODE_ID=%s, want %s and none", n.id, got, node, run.Info.RunID)
+		}
+		own := nodeRun(t, srv, expID, run.Info.RunID, n.id)
+		if l := line(run, n.id); l["run"] != own.Info.RunID {
+			t.Errorf("%s's line %v does not name its run %s", n.id, l, own.Info.RunID)
+		}
+		if own.Tags[mlflow.TagJobKey] != "" || own.Tags[mlflow.TagJob] != key {
+			t.Errorf("%s's run has tags %s=%q %s=%q, want none and %s", n.id, mlflow.TagJobKey, own.Tags[mlflow.TagJobKey], mlflow.TagJob, own.Tags[mlflow.TagJob], key)
 		}
 		ss, _, _, err := spooltest.ReadFile(filepath.Join(n.dir, "spool.jsonl"))
 		if err != nil {
@@ -165,7 +180,7 @@ func checkJob(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mn
 		// Each spooled sample is a point of its node's key, at its step
 		// and time (a requeued node's earlier attempt adds its own).
 		stored := map[[2]int64]bool{}
-		for _, m := range srv.History(t, run.Info.RunID, "system/"+n.id+"/node_memory_used_megabytes") {
+		for _, m := range srv.History(t, own.Info.RunID, "system/node_memory_used_megabytes") {
 			stored[[2]int64{m.Step, m.Timestamp}] = true
 		}
 		count := 0
@@ -175,7 +190,7 @@ func checkJob(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mn
 			}
 			count++
 			if !stored[[2]int64{s.Seq, s.Time.UnixMilli()}] {
-				t.Errorf("%s: sample %d (%s) is not in MLflow under system/%s/", n.id, s.Seq, s.Time.Format(time.RFC3339Nano), n.id)
+				t.Errorf("%s: sample %d (%s) is not in its run %s", n.id, s.Seq, s.Time.Format(time.RFC3339Nano), own.Info.RunID)
 			}
 		}
 		if count == 0 {
@@ -188,6 +203,21 @@ func checkJob(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mn
 		}
 	}
 	return run
+}
+
+// nodeRun is node's one active run under the job's run jobRun.
+func nodeRun(t *testing.T, srv *mlflowtest.Server, expID, jobRun, node string) mlflowtest.Run {
+	t.Helper()
+	runs := srv.SearchRuns(t, expID, fmt.Sprintf("tags.`%s` = '%s' and tags.`%s` = '%s'", mlflow.TagParentRun, jobRun, mlflow.TagNodeID, node), "ACTIVE_ONLY")
+	if len(runs) != 1 {
+		t.Fatalf("%d active runs of node %s under job run %s, want one", len(runs), node, jobRun)
+	}
+	return runs[0]
+}
+
+// line is a bridge's state line on the job's run, read back.
+func line(run mlflowtest.Run, node string) map[string]string {
+	return tracker.ParseLine(run.Tags[tracker.StateTag(node, "")])
 }
 
 // reportDelays appends each node's child-start delay to BRIDGE_TEST_MULTINODE_REPORT
@@ -258,13 +288,18 @@ func TestMultinodeRounds(t *testing.T) {
 				}
 				// Every node that writes FINISHED writes the last node's end.
 				var last int64
-				for k, v := range run.Tags {
-					if ms, err := strconv.ParseInt(v, 10, 64); err == nil && strings.HasPrefix(k, "bridge.node.") && strings.HasSuffix(k, ".ended") {
+				for _, nd := range nodes {
+					if ms, err := strconv.ParseInt(line(run, nd.id)["ended"], 10, 64); err == nil {
 						last = max(last, ms)
 					}
 				}
 				if run.Info.EndTime != last {
 					t.Errorf("round %d: the run ended at %d, its last node at %d", r, run.Info.EndTime, last)
+				}
+				// The job's end comes from the nodes' lines: no node reads
+				// another's series.
+				if n := p.Count("metrics/get-history"); n != 0 {
+					t.Errorf("round %d: %d metrics/get-history requests, want none: the end reads the job's run alone", r, n)
 				}
 				reportDelays(t, "multinode", nodes)
 				p.Close()
@@ -364,8 +399,12 @@ func TestMultinodeOneNodeFails(t *testing.T) {
 		t.Errorf("exit codes %d %d, want the children's 0 and 3", nodes[0].code, nodes[1].code)
 	}
 	r := checkJob(t, srv, exp, "slurm:e2e:"+id+".0", nodes)
-	if r.Info.Status != mlflow.StatusFailed || r.Tags["bridge.node.node-1.exit_code"] != "3" || r.Tags["bridge.failed.node-1"] == "" {
+	if l := line(r, "node-1"); r.Info.Status != mlflow.StatusFailed || l["exit"] != "3" || l["status"] != mlflow.StatusFailed || r.Tags["bridge.failed.node-1"] == "" {
 		t.Errorf("run %s, tags %v: want FAILED with node-1's exit recorded", r.Info.Status, r.Tags)
+	}
+	own := nodeRun(t, srv, srv.ExperimentID(t, exp), r.Info.RunID, "node-1")
+	if own.Info.Status != mlflow.StatusFailed || own.Tags["bridge.exit_code"] != "3" {
+		t.Errorf("node-1's run: %s, exit code %q; want FAILED, 3", own.Info.Status, own.Tags["bridge.exit_code"])
 	}
 }
 
@@ -388,9 +427,11 @@ func TestMultinodeRequeue(t *testing.T) {
 	})
 	wait(t, first...)
 	run := checkJob(t, srv, exp, key, first).Info.RunID
-	firstLast := map[string]int64{}
+	expID := srv.ExperimentID(t, exp)
+	firstLast, ownRun := map[string]int64{}, map[string]string{}
 	for _, n := range first {
-		s := steps(t, srv, run, "system/"+n.id+"/node_memory_used_megabytes")
+		ownRun[n.id] = nodeRun(t, srv, expID, run, n.id).Info.RunID
+		s := steps(t, srv, ownRun[n.id], "system/node_memory_used_megabytes")
 		firstLast[n.id] = s[len(s)-1]
 	}
 	again := startNodes(t, srv.URL, exp, 2, slurmJob(id, 2000, 2, 1))
@@ -400,7 +441,10 @@ func TestMultinodeRequeue(t *testing.T) {
 		t.Fatalf("the requeued job's run %s, want the first attempt's %s", r.Info.RunID, run)
 	}
 	for _, n := range again {
-		s := steps(t, srv, run, "system/"+n.id+"/node_memory_used_megabytes") // fails on a step twice
+		if own := nodeRun(t, srv, expID, run, n.id).Info.RunID; own != ownRun[n.id] {
+			t.Errorf("%s's requeued attempt writes to run %s, want its first attempt's %s", n.id, own, ownRun[n.id])
+		}
+		s := steps(t, srv, ownRun[n.id], "system/node_memory_used_megabytes") // fails on a step twice
 		seqs := spooledSeqs(t, filepath.Join(n.dir, "spool.jsonl"))
 		if len(seqs) == 0 || seqs[0] != firstLast[n.id]+1 {
 			t.Errorf("%s: the requeued attempt's steps %v, want them to follow on from the first attempt's last, %d (run's steps %v)",
@@ -411,8 +455,8 @@ func TestMultinodeRequeue(t *testing.T) {
 		}
 	}
 	for _, n := range again {
-		if r.Tags["bridge.node."+n.id+".attempt"] != "1" {
-			t.Errorf("%s's attempt tag %q, want 1", n.id, r.Tags["bridge.node."+n.id+".attempt"])
+		if l := line(r, n.id); l["attempt"] != "1" {
+			t.Errorf("%s's line %v, want attempt 1", n.id, l)
 		}
 	}
 	if r.Info.Status != mlflow.StatusFailed {
@@ -463,9 +507,9 @@ func TestMultinodeElectionUnfinished(t *testing.T) {
 		t.Fatalf("bridge sync: %v\n%s", err, out)
 	}
 	// The child ran without the run; what it would have seen, for checkJob.
-	os.WriteFile(filepath.Join(n1.dir, "seen"), []byte(checkJobRun(t, srv, exp, key)+" node-1 0\n"), 0o644)
-	if r := checkJob(t, srv, exp, key, []*mnNode{n0, n1}); r.Info.Status != mlflow.StatusFinished || r.Tags["bridge.node.node-1.status"] != mlflow.StatusFinished {
-		t.Errorf("after the sync the run is %s, node 1's status %q; want FINISHED\n%s", r.Info.Status, r.Tags["bridge.node.node-1.status"], out)
+	os.WriteFile(filepath.Join(n1.dir, "seen"), []byte(checkJobRun(t, srv, exp, key)+" - 0\n"), 0o644)
+	if r := checkJob(t, srv, exp, key, []*mnNode{n0, n1}); r.Info.Status != mlflow.StatusFinished || line(r, "node-1")["status"] != mlflow.StatusFinished {
+		t.Errorf("after the sync the run is %s, node 1's line %v; want FINISHED\n%s", r.Info.Status, line(r, "node-1"), out)
 	}
 }
 
@@ -560,8 +604,9 @@ func TestMultinodeWandbShared(t *testing.T) {
 // TestMultinodeTasksOnOneNode: two bridges of one job on node 0 (srun
 // --ntasks-per-node=2: one /tmp, SLURM_LOCALID 0 and 1) and one on node
 // 1. Node 0's series are sent once, by the bridge that took the node's
-// lock; the other sends only its own child's process series, under
-// system/node-0/task-<local>/.
+// lock, to node 0's run; the other sends only its own child's process
+// series, under system/task-<local>/ of that run, and has a state line of
+// its own on the job's run.
 func TestMultinodeTasksOnOneNode(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
 	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("tasks-%d", mnJobs.Add(1))
@@ -579,6 +624,7 @@ func TestMultinodeTasksOnOneNode(t *testing.T) {
 	}
 	wait(t, nodes...)
 	run := checkJobRun(t, srv, exp, "slurm:e2e:"+id+".0")
+	own := nodeRun(t, srv, srv.ExperimentID(t, exp), run, "node-0").Info.RunID
 	lead, other := -1, -1
 	for i, n := range nodes[:2] {
 		if n.code != 0 {
@@ -597,25 +643,35 @@ func TestMultinodeTasksOnOneNode(t *testing.T) {
 	if lead < 0 || other < 0 {
 		t.Fatalf("lead %d, other %d: want one bridge of node 0 to send the node's series and one not", lead, other)
 	}
-	keys := srv.MetricKeys(t, run, "system/node-0/")
-	prefix := fmt.Sprintf("system/node-0/task-%d/process_", other)
+	keys := srv.MetricKeys(t, own, "system/")
+	prefix := fmt.Sprintf("system/task-%d/process_", other)
 	if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, prefix) }) {
 		t.Errorf("no %s* key; node 0's keys: %v", prefix, keys)
 	}
+	// Every bridge sends its own bottleneck verdict's ratios (package
+	// whyslow), a further one under its task too.
 	if slices.ContainsFunc(keys, func(k string) bool {
-		return strings.HasPrefix(k, "system/node-0/task-") && !strings.HasPrefix(k, prefix)
+		return strings.HasPrefix(k, "system/task-") && !strings.HasPrefix(k, prefix) &&
+			!strings.HasPrefix(k, fmt.Sprintf("system/task-%d/node_bottleneck_", other))
 	}) {
 		t.Errorf("node-wide series under a task: %v", keys)
 	}
+	if keys := srv.MetricKeys(t, run, "system/"); len(keys) > 0 {
+		t.Errorf("the job's run holds series %v", keys)
+	}
 	ss, _, _, _ := spooltest.ReadFile(filepath.Join(nodes[lead].dir, "spool.jsonl"))
-	if h := srv.History(t, run, "system/node-0/node_memory_used_megabytes"); len(h) != len(ss) {
-		t.Errorf("system/node-0/node_memory_used_megabytes has %d points, the lead's spool %d samples: want them once", len(h), len(ss))
+	if h := srv.History(t, own, "system/node_memory_used_megabytes"); len(h) != len(ss) {
+		t.Errorf("node 0's system/node_memory_used_megabytes has %d points, the lead's spool %d samples: want them once", len(h), len(ss))
 	}
-	if _, node, _ := nodes[other].seen(t); node != fmt.Sprintf("node-0/task-%d", other) {
-		t.Errorf("the other task's child got MLFLOW_SYSTEM_METRICS_NODE_ID=%s", node)
+	if got, node, _ := nodes[other].seen(t); got != run || node != "-" {
+		t.Errorf("the other task's child got MLFLOW_RUN_ID=%s MLFLOW_SYSTEM_METRICS_NODE_ID=%s, want %s and none", got, node, run)
 	}
-	if r := srv.GetRun(t, run); r.Info.Status != mlflow.StatusFinished {
+	r := srv.GetRun(t, run)
+	if r.Info.Status != mlflow.StatusFinished {
 		t.Errorf("run %s, want FINISHED", r.Info.Status)
+	}
+	if l := tracker.ParseLine(r.Tags[tracker.StateTag("node-0", fmt.Sprintf("task-%d", other))]); l["status"] != mlflow.StatusFinished || l["run"] != own {
+		t.Errorf("the other task's line %v, want FINISHED naming node 0's run %s", l, own)
 	}
 }
 
@@ -625,8 +681,8 @@ func TestMultinodeTasksOnOneNode(t *testing.T) {
 // finds the other's locked and goes without one. The second task's
 // log-batch calls are refused (503), so its samples stay in its spool;
 // `bridge sync` of it sends them where its bridge would have: under
-// system/node-0/task-1/ on the job's run, its end under the task's scope,
-// the run's status left to the nodes.
+// system/task-1/ on node 0's run, its end under the task's scope there and
+// in its state line on the job's run, the run's status left to the nodes.
 func TestMultinodeTasksShareWorkdir(t *testing.T) {
 	t.Parallel() // mostly waits on processes and servers (CI: -parallel)
 	srv := mlflowtest.SharedPostgres(t)
@@ -678,7 +734,12 @@ func TestMultinodeTasksShareWorkdir(t *testing.T) {
 	}
 
 	run := checkJobRun(t, srv, exp, "slurm:e2e:"+id+".0")
-	path := filepath.Join(dir, "bridge-spool-node-0.task-1-"+run+".jsonl")
+	own := nodeRun(t, srv, srv.ExperimentID(t, exp), run, "node-0").Info.RunID
+	paths, _ := filepath.Glob(filepath.Join(dir, "bridge-spool-node-0.task-1-*.jsonl"))
+	if len(paths) != 1 {
+		t.Fatalf("task 1's default spools: %v, want one", paths)
+	}
+	path := paths[0]
 	ss, _, attempts, err := spooltest.ReadFile(path)
 	if err != nil || len(attempts) != 1 || attempts[0].Start.PID != other.cmd.Process.Pid {
 		t.Fatalf("task 1's default spool %s: %v, attempts %+v; want task 1's attempt alone", path, err, attempts)
@@ -699,13 +760,15 @@ func TestMultinodeTasksShareWorkdir(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bridge sync: %v\n%s", err, out)
 	}
-	if h := srv.History(t, run, "system/node-0/task-1/process_count"); len(h) != procs {
-		t.Errorf("system/node-0/task-1/process_count has %d points after the sync, task 1's spool %d\n%s", len(h), procs, out)
+	if h := srv.History(t, own, "system/task-1/process_count"); len(h) != procs {
+		t.Errorf("node 0's system/task-1/process_count has %d points after the sync, task 1's spool %d\n%s", len(h), procs, out)
+	}
+	if o := srv.GetRun(t, own); o.Tags["bridge.task.task-1.status"] != mlflow.StatusFinished || o.Tags["bridge.status"] != mlflow.StatusFinished {
+		t.Errorf("node 0's run: task 1's status %q, the node's %q; want both FINISHED", o.Tags["bridge.task.task-1.status"], o.Tags["bridge.status"])
 	}
 	r := srv.GetRun(t, run)
-	if r.Tags["bridge.task.node-0.task-1.status"] != mlflow.StatusFinished || r.Tags["bridge.exit_code"] != "" {
-		t.Errorf("task 1's end: scoped status %q, unscoped exit code %q; want FINISHED under bridge.task.node-0.task-1 only",
-			r.Tags["bridge.task.node-0.task-1.status"], r.Tags["bridge.exit_code"])
+	if l := tracker.ParseLine(r.Tags[tracker.StateTag("node-0", "task-1")]); l["status"] != mlflow.StatusFinished || r.Tags["bridge.exit_code"] != "" {
+		t.Errorf("task 1's end: its line %v, the job's run's exit code %q; want FINISHED in the line only", l, r.Tags["bridge.exit_code"])
 	}
 	if r.Info.Status != mlflow.StatusFinished {
 		t.Errorf("the job's run is %s, want FINISHED (its one node ended cleanly)", r.Info.Status)

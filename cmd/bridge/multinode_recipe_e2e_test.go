@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 
 // recipeChild is docs/multinode.md's "Try it on one machine" command, with
 // a shorter sleep.
-const recipeChild = "echo run $MLFLOW_RUN_ID node $MLFLOW_SYSTEM_METRICS_NODE_ID; sleep 1"
+const recipeChild = "echo run $MLFLOW_RUN_ID node ${MLFLOW_SYSTEM_METRICS_NODE_ID:--}; sleep 1"
 
 // recipeNode starts one node of the recipe: the variables srun gives a
 // node's task, nothing else, and bridge's args.
@@ -35,8 +36,9 @@ func recipeNode(t *testing.T, uri, job string, node int, args ...string) (*exec.
 // The recipe of docs/multinode.md against a server started just before
 // the nodes (it does not answer yet: a cold `mlflow server` takes seconds):
 // with the --start-timeout the page says to raise, both children print the
-// job's run id and their node id, the run is named after the job's
-// command, and it is FINISHED once both ended.
+// job's run id (and no node id: MLflow's own monitor would add keys a node
+// to the job's run), the run is named after the job's command, each node
+// has a run of its own under it, and it is FINISHED once both ended.
 func TestMultinodeRecipeColdServer(t *testing.T) {
 	t.Parallel()
 	srv := mlflowtest.Launch(t)
@@ -55,8 +57,8 @@ func TestMultinodeRecipeColdServer(t *testing.T) {
 		for line := range strings.Lines(outs[i].String()) {
 			if f := strings.Fields(line); len(f) == 4 && f[0] == "run" && f[2] == "node" {
 				ids[i] = f[1]
-				if want := "node-" + string(rune('0'+i)); f[3] != want {
-					t.Errorf("node %d's child got node id %q, want %s", i, f[3], want)
+				if f[3] != "-" {
+					t.Errorf("node %d's child got node id %q, want none", i, f[3])
 				}
 			} else if len(f) > 0 && f[0] == "run" {
 				t.Errorf("node %d's child printed %q: no run id or node id\n%s", i, line, outs[i])
@@ -79,11 +81,18 @@ func TestMultinodeRecipeColdServer(t *testing.T) {
 	if run.Tags["bridge.finished_by"] == "" {
 		t.Errorf("no bridge.finished_by tag: %v", run.Tags)
 	}
+	for i := range 2 {
+		node := "node-" + string(rune('0'+i))
+		own := srv.SearchRuns(t, run.Info.ExperimentID, fmt.Sprintf("tags.`mlflow.parentRunId` = '%s' and tags.`bridge.node_id` = '%s'", ids[0], node), "ACTIVE_ONLY")
+		if len(own) != 1 || own[0].Info.RunName != node || own[0].Info.Status != "FINISHED" {
+			t.Errorf("%s's runs under the job's run: %+v; want one, named by it, FINISHED", node, own)
+		}
+	}
 }
 
 // A node whose election is not over within --start-timeout (here: nothing
-// listens at the address) still gives its child its node id, and says
-// what happened and what to raise.
+// listens at the address) starts its child (no run, no node id for
+// MLflow's monitor), and says what happened and what to raise.
 func TestMultinodeNodeIDWithoutRun(t *testing.T) {
 	t.Parallel()
 	cmd, out := recipeNode(t, refusedURL(t), "norun0", 0, "--start-timeout=1s", "--flush-timeout=1s")
@@ -91,8 +100,8 @@ func TestMultinodeNodeIDWithoutRun(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, out)
 	}
 	s := out.String()
-	if !strings.Contains(s, "run node node-0\n") {
-		t.Errorf("the child did not get its node id without a run (want \"run node node-0\"):\n%s", s)
+	if !strings.Contains(s, "run node -\n") {
+		t.Errorf("the child did not start without a run (want \"run node -\"):\n%s", s)
 	}
 	for _, want := range []string{"tracker not reachable at start", "connection refused", "raise --start-timeout"} {
 		if !strings.Contains(s, want) {

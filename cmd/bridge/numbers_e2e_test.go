@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -31,6 +32,7 @@ import (
 	"github.com/bridge-dev/bridge/metrics/rapl"
 	"github.com/bridge-dev/bridge/report"
 	"github.com/bridge-dev/bridge/snapshot"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // dcgm1e306 is a dcgm-exporter whose GPU 0 says 1e306 for its utilization
@@ -161,12 +163,14 @@ func TestTagOf1e306Refused(t *testing.T) {
 		t.Fatalf("node-1 exited %d", code)
 	}
 	run := j.run(t).Info.RunID
-	for k, v := range map[string]string{
-		"bridge.node.node-1.peak_working_set_megabytes": "1e306",
-		"bridge.node.node-1.figures":                    `{"samples":3,"gpu_utilization_percentage":1e306,"cpu_mean_cores":1e306}`,
-	} {
-		setTag(t, j.srv.URL, run, k, v)
+	// node-1's line on the job's run, three of its figures 1e306.
+	fields := tracker.ParseLine(j.srv.GetRun(t, run).Tags[tracker.StateTag("node-1", "")])
+	fields["ws_peak_mb"], fields["gpu_util_pct"], fields["cpu_mean"] = "1e306", "1e306", "1e306"
+	var forged []tracker.Field
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		forged = append(forged, tracker.Field{Name: k, Value: fields[k]})
 	}
+	setTag(t, j.srv.URL, run, tracker.StateTag("node-1", ""), tracker.FormatLine(forged))
 	if err := os.WriteFile(filepath.Join(j.sharedDir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -85,19 +86,21 @@ func TestTrackerNeverReachedEndsQuickly(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("the advised sync: exit %d:\n%s", code, out)
 			}
+			// A multi-node job's: its run, and its node's run under it
+			// with the node's series.
 			ids := srv.RunIDs(t, exp)
-			if len(ids) != 1 {
-				t.Fatalf("runs %v in the job's experiment after the sync, want one:\n%s", ids, out)
+			if want := map[bool]int{true: 2, false: 1}[tc.args != nil]; len(ids) != want {
+				t.Fatalf("runs %v in the job's experiment after the sync, want %d:\n%s", ids, want, out)
 			}
+			slices.SortFunc(ids, func(a, b string) int {
+				return strings.Compare(srv.GetRun(t, b).Tags[mlflow.TagJobKey], srv.GetRun(t, a).Tags[mlflow.TagJobKey])
+			})
+			series := ids[len(ids)-1]
 			spools, _ := filepath.Glob(filepath.Join(dir, "bridge-spool-*.jsonl"))
 			if len(spools) != 1 {
 				t.Fatalf("default spools %v, want one", spools)
 			}
-			key := memKey
-			if tc.args != nil {
-				key = "system/n0/node_memory_used_megabytes"
-			}
-			requireHistory(t, srv, &job{spool: spools[0]}, ids[0], key)
+			requireHistory(t, srv, &job{spool: spools[0]}, series, memKey)
 			if st := srv.GetRun(t, ids[0]).Info.Status; st != mlflow.StatusFinished {
 				t.Errorf("the run is %s after the sync, want FINISHED (the job exited 0):\n%s", st, out)
 			}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -146,8 +147,8 @@ func TestSyncMultinodeUsesRecordedRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("the advised sync: exit %d:\n%s\nnode 1's bridge:\n%s", code, out, n1.stderr.String())
 	}
-	if r := checkJob(t, srv, exp, key, []*mnNode{n0, n1}); r.Info.Status != mlflow.StatusFinished || r.Tags["bridge.node.node-1.status"] != mlflow.StatusFinished {
-		t.Errorf("after the sync the run is %s, node 1's status %q; want FINISHED\n%s", r.Info.Status, r.Tags["bridge.node.node-1.status"], out)
+	if r := checkJob(t, srv, exp, key, []*mnNode{n0, n1}); r.Info.Status != mlflow.StatusFinished || line(r, "node-1")["status"] != mlflow.StatusFinished {
+		t.Errorf("after the sync the run is %s, node 1's line %v; want FINISHED\n%s", r.Info.Status, line(r, "node-1"), out)
 	}
 	if runs := srv.SearchRuns(t, mlflow.DefaultExperimentID, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ALL"); len(runs) > 0 {
 		t.Errorf("sync made %d runs of the job in the Default experiment", len(runs))
@@ -214,10 +215,14 @@ func TestSyncKeepsEndAfterDiskFull(t *testing.T) {
 				raw, _ := os.ReadFile(path)
 				t.Fatalf("attempts %+v (%v): want one, without its end record (the disk was full)\n%s\n%s", len(attempts), err, raw, &out)
 			}
+			// A multi-node job's: its run and its node's run under it.
 			ids := srv.RunIDs(t, exp)
-			if len(ids) != 1 {
-				t.Fatalf("runs %v, want one", ids)
+			if want := map[bool]int{true: 2, false: 1}[tc.args != nil]; len(ids) != want {
+				t.Fatalf("runs %v, want %d", ids, want)
 			}
+			slices.SortFunc(ids, func(a, b string) int {
+				return strings.Compare(srv.GetRun(t, b).Tags[mlflow.TagJobKey], srv.GetRun(t, a).Tags[mlflow.TagJobKey])
+			})
 			before := srv.GetRun(t, ids[0])
 			if before.Info.Status != mlflow.StatusFinished {
 				t.Fatalf("the job's run is %s before the sync, want FINISHED (its end was recorded)", before.Info.Status)
@@ -236,9 +241,11 @@ func TestSyncKeepsEndAfterDiskFull(t *testing.T) {
 			if after.Info.Status != mlflow.StatusFinished {
 				t.Errorf("the run is %s after the sync, want FINISHED kept:\n%s", after.Info.Status, sout)
 			}
-			for k, v := range after.Tags {
-				if strings.Contains(v, "lost") || strings.HasPrefix(k, "bridge.failed.") {
-					t.Errorf("the sync recorded a lost attempt: %s=%q\n%s", k, v, sout)
+			for _, id := range ids {
+				for k, v := range srv.GetRun(t, id).Tags {
+					if strings.Contains(v, "lost") || strings.HasPrefix(k, "bridge.failed.") {
+						t.Errorf("the sync recorded a lost attempt on run %s: %s=%q\n%s", id, k, v, sout)
+					}
 				}
 			}
 		})
@@ -306,12 +313,13 @@ func TestSyncPatientWhileFindingRun(t *testing.T) {
 	if !strings.Contains(out, "still looking for the job's run (key "+key+") after ") {
 		t.Errorf("sync did not say what it waits for:\n%s", out)
 	}
-	ids := srv.RunIDs(t, exp)
-	if len(ids) != 1 {
-		t.Fatalf("runs %v, want the job's one", ids)
+	expID := srv.ExperimentID(t, exp)
+	jobs := srv.SearchRuns(t, expID, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ALL")
+	if len(jobs) != 1 || len(srv.RunIDs(t, exp)) != 3 {
+		t.Fatalf("runs of the job %d, runs %v; want the job's one and a run a node", len(jobs), srv.RunIDs(t, exp))
 	}
-	if r := srv.GetRun(t, ids[0]); r.Info.Status != mlflow.StatusFinished || r.Tags["bridge.node.n1.status"] != mlflow.StatusFinished {
-		t.Errorf("the job's run is %s, node n1's status %q; want FINISHED:\n%s", r.Info.Status, r.Tags["bridge.node.n1.status"], out)
+	if r := jobs[0]; r.Info.Status != mlflow.StatusFinished || line(r, "n1")["status"] != mlflow.StatusFinished {
+		t.Errorf("the job's run is %s, node n1's line %v; want FINISHED:\n%s", r.Info.Status, line(r, "n1"), out)
 	}
-	requireHistory(t, srv, &job{spool: path}, ids[0], "system/n1/node_memory_used_megabytes")
+	requireHistory(t, srv, &job{spool: path}, nodeRun(t, srv, expID, jobs[0].Info.RunID, "n1").Info.RunID, "system/node_memory_used_megabytes")
 }

@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -76,31 +77,52 @@ func RequireExits(t testing.TB, j Job, want int, procs ...string) {
 	}
 }
 
-// JobRun checks issue 22's promise on the tasks of a job run under bridge
-// (each task's bridge recorded as "task", its child as "child"; several
-// attempts when the job was requeued) and returns the job's run: the
-// experiment holds exactly one active run (election losers are deleted);
-// every child was handed that run's id and its own node id, node-N
-// (N: SLURM_NODEID) from the bridge that leads its node, exactly one per
-// node and attempt, node-N/task-L (L: SLURM_LOCALID) from the others;
-// no bridge found its default spool taken by another; every one of the
-// job's nodes has its series under system/node-N/, and a task's keys under
-// system/node-N/task-L/ are its process's only.
-func JobRun(t testing.TB, srv *mlflowtest.Server, nodes int, tasks []Task, experiment string) mlflowtest.Run {
+// JobRun checks a job's bridges and their runs in experiment, from the
+// tasks the cluster ran (each task's bridge recorded as "task", its child
+// as "child"; several attempts when the job was requeued) and returns the
+// job's run and each node's run by node id: the experiment holds exactly
+// one active run of the job's key (election losers are deleted), and one
+// run of each node under it (mlflow.parentRunId, bridge.node_id node-N,
+// N: SLURM_NODEID), nothing else; every child was handed the job's run's
+// id and no node id; exactly one bridge per node and attempt leads the
+// node (it writes node-N's run as node-N; the others as node-N.task-L, L:
+// SLURM_LOCALID); no bridge found its default spool taken by another; the
+// job's run holds no series; every node's run has the node's series
+// under system/, and a task's keys under system/task-L/ are its process's
+// only.
+func JobRun(t testing.TB, srv *mlflowtest.Server, nodes int, tasks []Task, experiment string) (mlflowtest.Run, map[string]mlflowtest.Run) {
 	t.Helper()
 	exp := srv.ExperimentID(t, experiment)
 	if exp == "" {
 		t.Fatalf("experiment %s does not exist: no bridge made a run", experiment)
 	}
 	active := srv.SearchRuns(t, exp, "", "ACTIVE_ONLY")
-	if len(active) != 1 {
+	var jobs []mlflowtest.Run
+	for _, r := range active {
+		if r.Tags["bridge.job_key"] != "" {
+			jobs = append(jobs, r)
+		}
+	}
+	if len(jobs) != 1 {
 		var ids []string
-		for _, r := range active {
+		for _, r := range jobs {
 			ids = append(ids, r.Info.RunID+" ("+r.Tags["bridge.job_key"]+")")
 		}
-		t.Fatalf("experiment %s holds %d active runs %v, want the job's one", experiment, len(active), ids)
+		t.Fatalf("experiment %s holds %d active runs of a job %v, want the job's one", experiment, len(jobs), ids)
 	}
-	run := active[0]
+	run := jobs[0]
+	own := map[string]mlflowtest.Run{}
+	for _, r := range active {
+		switch {
+		case r.Info.RunID == run.Info.RunID:
+		case r.Tags["mlflow.parentRunId"] != run.Info.RunID:
+			t.Errorf("active run %s (tags %v) is neither the job's run %s nor one of its nodes'", r.Info.RunID, r.Tags, run.Info.RunID)
+		case own[r.Tags["bridge.node_id"]].Info.RunID != "":
+			t.Errorf("node %s has two runs: %s and %s", r.Tags["bridge.node_id"], own[r.Tags["bridge.node_id"]].Info.RunID, r.Info.RunID)
+		default:
+			own[r.Tags["bridge.node_id"]] = r
+		}
+	}
 	type nodeAttempt struct {
 		node    string
 		attempt int
@@ -112,13 +134,16 @@ func JobRun(t testing.TB, srv *mlflowtest.Server, nodes int, tasks []Task, exper
 		if got := child.Env["MLFLOW_RUN_ID"]; got != run.Info.RunID {
 			t.Errorf("%s: the child got MLFLOW_RUN_ID=%q, want the job's run %s; bridge said:\n%s", where, got, run.Info.RunID, bridge.Stderr)
 		}
+		if got := child.Env["MLFLOW_SYSTEM_METRICS_NODE_ID"]; got != "" {
+			t.Errorf("%s: the child got MLFLOW_SYSTEM_METRICS_NODE_ID=%q, want none", where, got)
+		}
 		node, sub := "node-"+bridge.Env["SLURM_NODEID"], "task-"+bridge.Env["SLURM_LOCALID"]
-		switch got := child.Env["MLFLOW_SYSTEM_METRICS_NODE_ID"]; got {
+		switch got := Writes(bridge.Stderr); got {
 		case node:
 			leads[nodeAttempt{node, task.Attempt}]++
-		case node + "/" + sub:
+		case node + "." + sub:
 		default:
-			t.Errorf("%s: the child got MLFLOW_SYSTEM_METRICS_NODE_ID=%q, want %s (or %s/%s)", where, got, node, node, sub)
+			t.Errorf("%s: bridge wrote to the node's run as %q, want %s (or %s.%s)", where, got, node, node, sub)
 		}
 		if strings.Contains(bridge.Stderr, "another bridge is writing this spool") {
 			t.Errorf("%s: bridge found its default spool taken:\n%s", where, bridge.Stderr)
@@ -130,20 +155,44 @@ func JobRun(t testing.TB, srv *mlflowtest.Server, nodes int, tasks []Task, exper
 			t.Errorf("%s, attempt %d: %d bridges sent the node's series, want one", k.node, k.attempt, n)
 		}
 	}
+	if keys := srv.MetricKeys(t, run.Info.RunID, "system/"); len(keys) > 0 {
+		t.Errorf("the job's run %s holds series %v: they belong to the nodes' runs", run.Info.RunID, keys)
+	}
 	for n := range nodes {
-		prefix := fmt.Sprintf("system/node-%d/", n)
-		keys := srv.MetricKeys(t, run.Info.RunID, prefix)
-		if !slices.Contains(keys, prefix+NodeKey) {
-			t.Errorf("run %s has no %s%s: node %d's series are missing (keys: %v)", run.Info.RunID, prefix, NodeKey, n, keys)
+		id := fmt.Sprintf("node-%d", n)
+		r, ok := own[id]
+		if !ok {
+			t.Errorf("node %s has no run under the job's run %s", id, run.Info.RunID)
+			continue
+		}
+		keys := srv.MetricKeys(t, r.Info.RunID, "system/")
+		if !slices.Contains(keys, "system/"+NodeKey) {
+			t.Errorf("%s's run %s has no system/%s: the node's series are missing (keys: %v)", id, r.Info.RunID, NodeKey, keys)
 		}
 		for _, k := range keys {
-			rest := strings.TrimPrefix(k, prefix)
-			if task, name, ok := strings.Cut(rest, "/"); ok && (!strings.HasPrefix(task, "task-") || !strings.HasPrefix(name, "process_")) {
-				t.Errorf("run %s: key %s: under a task only its process's series belong", run.Info.RunID, k)
+			rest := strings.TrimPrefix(k, "system/")
+			// A task's process series, and its bridge's own bottleneck
+			// verdict (package whyslow).
+			if task, name, ok := strings.Cut(rest, "/"); ok && (!strings.HasPrefix(task, "task-") ||
+				!strings.HasPrefix(name, "process_") && !strings.HasPrefix(name, "node_bottleneck_")) {
+				t.Errorf("%s's run %s: key %s: under a task only its process's series belong", id, r.Info.RunID, k)
 			}
 		}
 	}
-	return run
+	return run, own
+}
+
+// writesRe finds, in bridge's log, who it writes to its node's run as.
+var writesRe = regexp.MustCompile(`msg="writing to the node's run" .* node=(\S+)`)
+
+// Writes is who a bridge wrote to its node's run as (<node>, or
+// <node>.<task>), from its log; "" when it never did.
+func Writes(stderr string) string {
+	m := writesRe.FindStringSubmatch(stderr)
+	if m == nil {
+		return ""
+	}
+	return m[1]
 }
 
 // NodeKey is a series only a node's lead bridge sends, under

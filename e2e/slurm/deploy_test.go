@@ -10,6 +10,7 @@ import (
 
 	"github.com/bridge-dev/bridge/harness/mlflowtest"
 	"github.com/bridge-dev/bridge/harness/testbin"
+	"github.com/bridge-dev/bridge/tracker"
 )
 
 // deploySpec is deploy/sbatch.sh as a user submits it, `sbatch
@@ -61,8 +62,8 @@ time.sleep(2)
 		t.Fatalf("batch job %s exited %d:\n%s", j.ID, j.Exit, j.Output)
 	}
 	requireLauncherFacts(t, c, j.ID, j.Tasks, 1)
-	run := JobRun(t, srv, len(c.Nodes), j.Tasks, experiment)
-	requireFinished(t, run, len(c.Nodes))
+	run, own := JobRun(t, srv, len(c.Nodes), j.Tasks, experiment)
+	requireFinished(t, run, own, len(c.Nodes))
 	for _, task := range j.Tasks {
 		child := task.Procs["child"]
 		want := fmt.Sprintf("train.py ['--epochs', '1'] rank %d run %s", task.Rank, run.Info.RunID)
@@ -100,11 +101,11 @@ if "SLURM_RESTART_COUNT" not in os.environ:
 		t.Fatalf("job %s recorded no first attempt", j.ID)
 	}
 
-	run := JobRun(t, srv, len(c.Nodes), j.Tasks, experiment) // both attempts' children got the run
+	run, _ := JobRun(t, srv, len(c.Nodes), j.Tasks, experiment) // both attempts' children got the run, each node one run
 	for n := range c.Nodes {
-		scope := fmt.Sprintf("bridge.node.node-%d.", n)
-		if got := run.Tags[scope+"attempt"]; got != "1" || run.Tags[scope+"status"] != "FINISHED" {
-			t.Errorf("run %s: %sattempt=%q, %sstatus=%q; want the requeued attempt 1, FINISHED", run.Info.RunID, scope, got, scope, run.Tags[scope+"status"])
+		id := fmt.Sprintf("node-%d", n)
+		if l := tracker.ParseLine(run.Tags[tracker.StateTag(id, "")]); l["attempt"] != "1" || l["status"] != "FINISHED" {
+			t.Errorf("run %s: %s's line %v; want the requeued attempt 1, FINISHED", run.Info.RunID, id, l)
 		}
 		// The child died of the SIGTERM, or (here task.sh wrapping
 		// python) lived to exit 143: a stop from outside either way.

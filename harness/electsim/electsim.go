@@ -1,7 +1,9 @@
 // Package electsim runs the multi-node election (package election) of many
-// nodes against an in-memory model of MLflow's run store, in virtual time
-// and deterministically from a seed: the same seed replays the same
-// schedule, request for request.
+// nodes against an in-memory model of MLflow's run store, and with
+// Options.End the job after it (job.go: every node's state line and end,
+// jobrun.End's status, first failure and report), in virtual time and
+// deterministically from a seed: the same seed replays the same schedule,
+// request for request.
 //
 // Each node is the real protocol code in a goroutine of its own; only one
 // runs at a time. Every request and every sleep is a step the engine
@@ -39,10 +41,13 @@ type Options struct {
 	// Faults, each a probability per request (Kill: per step), while the
 	// virtual time is before FaultsUntil.
 	Lose, Drop, Dup, Kill float64
-	Restart               float64       // a killed node comes back (a new bridge), after up to RestartAfter
-	RestartAfter          time.Duration // default 30 s
-	SlowFrom, SlowUntil   time.Duration // requests sent in this window take SlowDelay more each way
-	SlowDelay             time.Duration
+	// Refuse: the server answers with an error at once (a 503, a reset),
+	// the request not applied.
+	Refuse              float64
+	Restart             float64       // a killed node comes back (a new bridge), after up to RestartAfter
+	RestartAfter        time.Duration // default 30 s
+	SlowFrom, SlowUntil time.Duration // requests sent in this window take SlowDelay more each way
+	SlowDelay           time.Duration
 	// Tail: each way of a request, with this probability, takes up to
 	// TailMax more (uniformly): the answers that arrive after T.
 	Tail        float64
@@ -52,6 +57,16 @@ type Options struct {
 	Server *Server // nil: the store answers at once (delays are the network's)
 
 	Horizon time.Duration // a node not joined by then fails the schedule; default 10 min
+
+	// End plays the job after its election (job.go): each joined node's
+	// child runs RunFor plus up to EndSpread, and ends; Fail and Killed
+	// are the shares of children that fail (exit 1) and are killed (137),
+	// per node and attempt. MaxPerNodeMinute bounds the requests one node
+	// sends in a minute (0: not checked).
+	End               bool
+	RunFor, EndSpread time.Duration
+	Fail, Killed      float64
+	MaxPerNodeMinute  int
 
 	Trace func(string) // if set, every step, for replaying a seed
 }
@@ -67,6 +82,7 @@ type Result struct {
 	Failed   []string       // permanent errors
 	Bound    time.Duration  // the liveness bound checked
 	Busy     time.Duration  // server busy time (with a Server)
+	Job      JobResult      // with Options.End
 }
 
 // JoinedBy is, per joined node (in Joined's order), the time from its
@@ -98,6 +114,7 @@ type Join struct {
 
 var errKilled = tracker.Permanent(errors.New("electsim: node killed"))
 var errTimeout = errors.New("electsim: no answer (timeout)")
+var errRefused = errors.New("electsim: refused (503)")
 
 type event struct {
 	at  time.Duration
@@ -136,6 +153,13 @@ type engine struct {
 	srv    *serverState
 	spawns int // nodes still to start (or restart)
 	nodes  []*node
+
+	// The job's phase (Options.End): whether a node's end was recorded
+	// (by any of its lives), its last recorded outcome, and the requests
+	// by node and minute.
+	recorded  map[int]bool
+	outcomes  map[int]int
+	perMinute map[[2]int]int
 }
 
 // step is what a node asks of the engine when it blocks.
@@ -148,8 +172,11 @@ type step struct {
 
 type request struct {
 	kind     string
-	run      string // SetParam, MarkElected, Delete
-	value    string // SetParam; Create: the start id
+	run      string // SetParam, MarkElected, Delete; the job's requests
+	value    string // SetParam; Create: the start id; set-status: the status; put-artifact: the name
+	tags     map[string]string
+	at       time.Time // set-status
+	body     []byte    // put-artifact
 	answer   answer
 	resolved bool // the node was woken (answer or timeout)
 }
@@ -158,6 +185,7 @@ type answer struct {
 	cands []election.Candidate
 	id    string
 	held  string
+	run   tracker.StoredRun // get-run
 	err   error
 }
 
@@ -181,11 +209,15 @@ func newEngine(o Options) *engine {
 	}
 	if o.Horizon == 0 {
 		o.Horizon = 10 * time.Minute
+		if o.End {
+			o.Horizon += o.RunFor + o.EndSpread + 5*time.Minute
+		}
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x9e3779b97f4a7c15))
 	e := &engine{o: o, rng: rng, model: newModel(rand.New(rand.NewPCG(o.Seed, 1))), yield: make(chan step)}
 	e.res.Seed = o.Seed
 	e.res.Requests = map[string]int{}
+	e.recorded, e.outcomes, e.perMinute = map[int]bool{}, map[int]int{}, map[[2]int]int{}
 	if o.Server != nil {
 		e.srv = &serverState{Server: *o.Server, rng: rand.New(rand.NewPCG(o.Seed, 2))}
 	}
@@ -230,7 +262,7 @@ func (e *engine) allSettled() bool {
 		return false
 	}
 	for _, n := range e.nodes {
-		if !n.joined && !n.dead {
+		if !n.dead && (!n.joined || e.o.End && !n.ended) {
 			return false
 		}
 	}
@@ -363,6 +395,7 @@ func (e *engine) trace(format string, a ...any) {
 
 func (e *engine) request(n *node, r *request) {
 	e.res.Requests[r.kind]++
+	e.perMinute[[2]int{n.index, int(e.now / time.Minute)}]++
 	e.trace("node %d.%d sends %s %s %s", n.index, n.life, r.kind, r.run, r.value)
 	if e.chance(e.o.Kill) {
 		// Dies as it sends: the request may still be on its way.
@@ -383,10 +416,13 @@ func (e *engine) request(n *node, r *request) {
 	}
 	e.at(e.o.Timeout, func() { answered(answer{err: errTimeout}) })
 	if e.chance(e.o.Dup) {
-		e.at(e.delay()+e.delay(), func() { e.arrive(&request{kind: r.kind, run: r.run, value: r.value}, nil) })
+		dup := &request{kind: r.kind, run: r.run, value: r.value, tags: r.tags, at: r.at, body: r.body}
+		e.at(e.delay()+e.delay(), func() { e.arrive(dup, nil) })
 	}
 	switch {
 	case e.chance(e.o.Drop):
+	case e.chance(e.o.Refuse):
+		e.at(2*e.delay(), func() { answered(answer{err: errRefused}) })
 	case e.chance(e.o.Lose):
 		e.at(e.delay(), func() { e.arrive(r, nil) })
 	default:
@@ -413,6 +449,9 @@ func (e *engine) arrive(r *request, answered func()) {
 }
 
 func (e *engine) apply(r *request) answer {
+	if jobKinds[r.kind] {
+		return e.applyJob(r)
+	}
 	switch r.kind {
 	case "search":
 		return answer{cands: e.model.search()}
@@ -461,6 +500,9 @@ func (e *engine) check() error {
 	}
 	if len(r.Left) > 0 {
 		return fail("candidates left active after the job's end: %v", r.Left)
+	}
+	if e.o.End {
+		return e.checkJob(fail)
 	}
 	return nil
 }

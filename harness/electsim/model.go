@@ -27,6 +27,7 @@ type model struct {
 	runs    []*run // in creation order
 	byID    map[string]*run
 	elected []string // every run ever marked, in order
+	jobs    map[string]*jobRun
 }
 
 func newModel(rng *rand.Rand) *model { return &model{rng: rng, byID: map[string]*run{}} }

@@ -27,7 +27,8 @@ type node struct {
 	wake        chan answer
 
 	// Owned by the engine while the node is blocked.
-	dead, joined, blocked bool
+	dead, joined, blocked, ended bool
+	spent                        bool // its end gave up within the write budget (job.go)
 }
 
 func (e *engine) spawn(index, life int) {
@@ -64,6 +65,9 @@ func (n *node) main() {
 		if err == nil {
 			n.joined = true
 			n.e.res.Joined = append(n.e.res.Joined, Join{Node: n.index, Run: id, At: n.e.now, Started: n.started})
+			if o.End {
+				n.runJob(ctx, id)
+			}
 			break
 		}
 		if errors.Is(err, errKilled) {

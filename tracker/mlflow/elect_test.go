@@ -76,16 +76,22 @@ func startNodes(nodes []*node) (wait func()) {
 func oneRun(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*node) string {
 	t.Helper()
 	win := ""
+	own := map[string]bool{}
 	for _, n := range nodes {
 		if n.err != nil {
 			t.Fatalf("%s: Start: %v", n.id, n.err)
 		}
+		ri := n.sink.Run()
 		if win == "" {
-			win = n.sink.Run().ID
+			win = ri.Job
 		}
-		if n.sink.Run().ID != win || !slices.Contains(n.env, EnvRunID+"="+win) || !slices.Contains(n.env, EnvNodeID+"="+n.id) {
-			t.Errorf("%s: run %s, env %v; want run %s and its node id", n.id, n.sink.Run().ID, n.env, win)
+		// MLflow's own monitor in the child gets no node id: it would add
+		// a set of keys a node to the job's run.
+		if ri.Job != win || !slices.Contains(n.env, EnvRunID+"="+win) || !slices.Contains(n.env, EnvNodeID+"=") ||
+			ri.ID == "" || ri.ID == win || own[ri.ID] {
+			t.Errorf("%s: runs %+v, env %v; want the job's run %s, an empty node id for the child, and a run of its own", n.id, ri, n.env, win)
 		}
+		own[ri.ID] = true
 	}
 	expID := srv.ExperimentID(t, exp)
 	filter := fmt.Sprintf("tags.`%s` = '%s'", TagJobKey, key)
@@ -246,8 +252,8 @@ func TestElectLostCreateAnswer(t *testing.T) {
 	nodes := jobNodes(t, func(int) string { return p.URL() }, exp, key, 1, nil)
 	startTogether(t, nodes)
 	win := oneRun(t, srv, exp, key, nodes)
-	if all := srv.RunIDs(t, exp); len(all) != 1 || all[0] != win {
-		t.Errorf("runs in the experiment: %v, want only %s (the lost create's run, found again)", all, win)
+	if all := srv.RunIDs(t, exp); len(all) != 2 || !slices.Contains(all, win) || !slices.Contains(all, nodes[0].sink.Run().ID) {
+		t.Errorf("runs in the experiment: %v, want only %s (the lost create's run, found again) and the node's run", all, win)
 	}
 }
 
@@ -259,14 +265,17 @@ func TestElectLatecomer(t *testing.T) {
 	first := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
 	startTogether(t, first)
 	win := oneRun(t, srv, exp, key, first)
-	before := len(srv.RunIDs(t, exp))
+	candidates := func() int {
+		return len(srv.SearchRuns(t, srv.ExperimentID(t, exp), fmt.Sprintf("tags.`%s` = '%s'", TagJobKey, key), "ALL"))
+	}
+	before := candidates()
 	late := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)[2:]
 	startTogether(t, late)
 	if got := oneRun(t, srv, exp, key, append(first, late...)); got != win {
 		t.Errorf("the latecomer joined %s, want %s", got, win)
 	}
-	if after := len(srv.RunIDs(t, exp)); after != before {
-		t.Errorf("runs in the experiment went from %d to %d: the latecomer made a candidate", before, after)
+	if after := candidates(); after != before {
+		t.Errorf("runs of the job's key went from %d to %d: the latecomer made a candidate", before, after)
 	}
 }
 
@@ -283,18 +292,18 @@ func TestElectGenerations(t *testing.T) {
 	}
 	old := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("1000", 0))
 	startTogether(t, old)
-	oldRun := old[0].sink.Run().ID
+	oldRun := old[0].sink.Run().Job
 	reused := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("5000", 0))
 	startTogether(t, reused)
-	newRun := reused[0].sink.Run().ID
-	if newRun == "" || newRun == oldRun || reused[1].sink.Run().ID != newRun {
-		t.Fatalf("the reused job id's runs: %q %q, the old job's %q: want a new run shared by both nodes", newRun, reused[1].sink.Run().ID, oldRun)
+	newRun := reused[0].sink.Run().Job
+	if newRun == "" || newRun == oldRun || reused[1].sink.Run().Job != newRun {
+		t.Fatalf("the reused job id's runs: %q %q, the old job's %q: want a new run shared by both nodes", newRun, reused[1].sink.Run().Job, oldRun)
 	}
 	requeued := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, gen("7000", 1))
 	startTogether(t, requeued)
 	for _, n := range requeued {
-		if n.err != nil || n.sink.Run().ID != newRun {
-			t.Errorf("%s of the requeued attempt: run %q (%v), want %s", n.id, n.sink.Run().ID, n.err, newRun)
+		if n.err != nil || n.sink.Run().Job != newRun {
+			t.Errorf("%s of the requeued attempt: run %q (%v), want %s", n.id, n.sink.Run().Job, n.err, newRun)
 		}
 	}
 }

@@ -93,9 +93,20 @@ type Sink struct {
 	expID    string // the experiment of the run, once known (Place)
 	linkName string // the run's name, once known (Link)
 
-	el    jobElection // a multi-node job's election (Config.Job), kept across Start calls
-	scope string      // a job run: the prefix of this node's tags ("bridge.node.<id>")
-	who   string      // a job run: this node (and task) in the job's records
+	// A multi-node job (Config.Job, jobend.go): the job's run, this
+	// bridge's node and task, its name in the job's records, and the
+	// prefix of its tags on the node's run ("" for the node's lead,
+	// "bridge.task.<task>." for a further bridge of the node). runID is the
+	// node's own run.
+	el              jobElection // the election, kept across Start calls
+	jobRun          string
+	node, task, who string
+	scope           string
+	jobTags         map[string]string // the job's run's start tags (jobStartTags), recorded by the first Send
+	reopen          bool              // the node's run ended in an earlier attempt: RUNNING again with the first Send
+	nodeStartID     string            // finds the node's run a create whose answer was lost made
+	nodeCreates     int
+	taskWait        time.Time // when a further bridge first found no node's run
 
 	// nextStep is the step after the last one this node's series hold on
 	// a run Start joined (tracker.RunInfo.NextStep); 0 for a run it created.
@@ -159,7 +170,7 @@ func (s *Sink) Name() string { return "mlflow" }
 // where this node's steps continue, the run's experiment, and the points
 // left out.
 func (s *Sink) Run() tracker.RunInfo {
-	return tracker.RunInfo{ID: s.runID, Created: s.created, NextStep: s.nextStep, Place: s.place(), Dropped: s.dropped}
+	return tracker.RunInfo{ID: s.runID, Created: s.created, NextStep: s.nextStep, Place: s.place(), Dropped: s.dropped, Job: s.jobRun}
 }
 
 // Key is the MLflow key a metric name is posted under.
@@ -239,16 +250,30 @@ func nextStepOf(latest []Metric, prefix string) int64 {
 	return next
 }
 
-// flushStartTags records the tags attach left for later; after an error
-// they stay pending for the next call.
+// flushStartTags records the tags Start left for later (attach's, a
+// job's node's on its run and on the job's run) and sets a node's run
+// that an earlier attempt ended RUNNING again; after an error what is
+// left stays pending for the next call.
 func (s *Sink) flushStartTags(ctx context.Context) error {
-	if len(s.startTags) == 0 {
-		return nil
+	if len(s.startTags) > 0 {
+		if err := s.SetTags(ctx, s.runID, s.startTags); err != nil {
+			return err
+		}
+		s.startTags = nil
 	}
-	if err := s.SetTags(ctx, s.runID, s.startTags); err != nil {
-		return err
+	if s.reopen {
+		req := map[string]string{"run_id": s.runID, "status": StatusRunning}
+		if err := s.call(ctx, http.MethodPost, "runs/update", nil, req, nil, fmt.Sprintf("setting the node's run %s to RUNNING again", s.runID)); err != nil {
+			return err
+		}
+		s.reopen = false
 	}
-	s.startTags = nil
+	if len(s.jobTags) > 0 {
+		if err := s.SetTags(ctx, s.jobRun, s.jobTags); err != nil {
+			return err
+		}
+		s.jobTags = nil
+	}
 	return nil
 }
 
@@ -733,7 +758,7 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if s.runID == "" {
 		return errNoRun
 	}
-	if s.scope != "" {
+	if s.jobRun != "" {
 		return s.finishJob(ctx, end)
 	}
 	if err := s.follow(ctx); err != nil {

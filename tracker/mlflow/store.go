@@ -131,7 +131,7 @@ func (s *Sink) SetStatus(ctx context.Context, run, status string, end time.Time)
 	if err := s.update(ctx, run, status, end); err != nil {
 		return err
 	}
-	if s.scope != "" && run == s.runID {
+	if s.jobRun != "" && run == s.jobRun {
 		s.sweep(ctx)
 	}
 	return nil
