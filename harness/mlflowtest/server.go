@@ -167,13 +167,23 @@ func startWith(s *Server) (*Server, error) {
 	return s, nil
 }
 
-// wrapper runs the server in the background and kills the whole process
-// group (mlflow's CLI, uvicorn and its workers) when its stdin closes, which
-// happens on Stop and also when the test process dies without cleaning up.
+// wrapper runs the server in the background and ends the whole process
+// group (mlflow's CLI, uvicorn and its workers; postgres and its backends)
+// when its stdin closes, which happens on Stop and also when the test
+// process dies without cleaning up: SIGTERM, then SIGKILL once the server
+// has exited or 10 s have passed, since a server with clients still
+// connected (postgres's smart shutdown waits for them) may never end on
+// SIGTERM alone. The wrapper and its watcher ignore SIGTERM (set after the
+// server started, so the server does not inherit it): the wrapper stays to
+// reap the server, which tells the watcher it is gone. kill's pid 0 is the
+// caller's process group (dash's kill takes no "--" before a group).
 const wrapper = `exec 3<&0
 "$@" </dev/null &
 srv=$!
-( read -r _ <&3; kill -TERM -- -$$ 2>/dev/null ) &
+trap '' TERM
+( read -r _ <&3; kill -TERM 0
+  i=0; while kill -0 "$srv" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  kill -KILL 0 ) &
 wait "$srv"`
 
 func (s *Server) launch() error {
