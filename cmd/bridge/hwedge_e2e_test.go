@@ -8,8 +8,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,29 +198,9 @@ func TestPartitionAndDiesEndToEnd(t *testing.T) {
 		"MLFLOW_TRACKING_URI="+srv.URL, "MLFLOW_EXPERIMENT_NAME=bridge-e2e-"+t.Name())
 	var jobOut syncbuf.Buffer
 	job.Stdout, job.Stderr = &jobOut, &jobOut
-	if err := job.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = job.Wait(); close(exited) }()
-	stop := func() { os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644) }
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			job.Process.Kill()
-			<-exited
-		}
-	})
-	samples := func() []metrics.Sample {
-		ss, _, _, err := spooltest.ReadFile(spoolFile)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Logf("reading the spool: %v", err)
-		}
-		return ss
-	}
+	j := startStoppable(t, job, dir, nil)
+	stop, exited := j.stop, j.exited
+	samples := func() []metrics.Sample { return spoolSamples(t, spoolFile) }
 	childMB := metrics.MB(1 << 30)
 	waitfor.Cond(t, 2*time.Minute, "a spooled sample with the child's GPU memory and the node's CPU energy", func() bool {
 		return slices.ContainsFunc(samples(), func(s metrics.Sample) bool {
@@ -271,7 +249,7 @@ func TestPartitionAndDiesEndToEnd(t *testing.T) {
 	stop()
 	select {
 	case <-exited:
-		if code := exitCode(t, waitErr); code != 0 {
+		if code := exitCode(t, j.err); code != 0 {
 			t.Fatalf("bridge exited %d, want the child's 0\n%s", code, &jobOut)
 		}
 	case <-time.After(2 * time.Minute):

@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"net/http"
 	"os"
@@ -243,30 +241,10 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 		"WANDB_BASE_URL="+wb.URL(), "WANDB_API_KEY="+wbKey, "WANDB_PROJECT="+wbProject, "WANDB_RUN_ID="+wbRun)
 	var jobErr syncbuf.Buffer
 	job.Stdout, job.Stderr = &jobErr, &jobErr
-	if err := job.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = job.Wait(); close(exited) }()
-	stop := func() { os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644) }
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			job.Process.Kill()
-			<-exited
-		}
-	})
+	j := startStoppable(t, job, dir, nil)
+	stop, exited := j.stop, j.exited
 
-	samples := func() []metrics.Sample {
-		ss, _, _, err := spooltest.ReadFile(spoolFile)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Logf("reading the spool: %v", err)
-		}
-		return ss
-	}
+	samples := func() []metrics.Sample { return spoolSamples(t, spoolFile) }
 	// A sample after the baseline: the series are there (the rates 0).
 	waitfor.Cond(t, 2*time.Minute, "a spooled sample with the node's CPU energy", func() bool {
 		return slices.ContainsFunc(samples(), func(s metrics.Sample) bool { _, ok := s.Value(metrics.NodeCPUEnergy.Name); return ok })
@@ -357,7 +335,7 @@ func TestHardwareFixtureEndToEnd(t *testing.T) {
 	stop()
 	select {
 	case <-exited:
-		if code := exitCode(t, waitErr); code != 0 {
+		if code := exitCode(t, j.err); code != 0 {
 			t.Fatalf("bridge exited %d, want the child's 0\n%s", code, &jobErr)
 		}
 	case <-time.After(2 * time.Minute):

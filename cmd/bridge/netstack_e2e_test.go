@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,13 +78,6 @@ exec "$@"`
 	job.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET}
 	var out syncbuf.Buffer
 	job.Stdout, job.Stderr = &out, &out
-	if err := job.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = job.Wait(); close(exited) }()
-	stop := func() { os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644) }
 	// The peer namespace's process: bridge's child after the exec, not
 	// the job's, so it outlives the job unless killed.
 	killPeer := func() {
@@ -96,23 +87,9 @@ exec "$@"`
 			}
 		}
 	}
-	t.Cleanup(func() {
-		killPeer()
-		stop()
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			job.Process.Kill()
-			<-exited
-		}
-	})
-	samples := func() []metrics.Sample {
-		ss, _, _, err := spooltest.ReadFile(spoolFile)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Logf("reading the spool: %v", err)
-		}
-		return ss
-	}
+	j := startStoppable(t, job, dir, killPeer)
+	stop, exited := j.stop, j.exited
+	samples := func() []metrics.Sample { return spoolSamples(t, spoolFile) }
 	received := func(s metrics.Sample) (float64, bool) { return s.Value(nodemetrics.NetnsReceive.Name) }
 	waitfor.Cond(t, 2*time.Minute, "a spooled sample with the namespace's traffic", func() bool {
 		return slices.ContainsFunc(samples(), func(s metrics.Sample) bool { _, ok := received(s); return ok })
@@ -168,7 +145,7 @@ exec "$@"`
 	stop()
 	select {
 	case <-exited:
-		if code := exitCode(t, waitErr); code != 0 {
+		if code := exitCode(t, j.err); code != 0 {
 			t.Fatalf("bridge exited %d, want the child's 0\n%s", code, &out)
 		}
 	case <-time.After(2 * time.Minute):

@@ -249,26 +249,9 @@ func TestCountersStepBackByOne(t *testing.T) {
 	job.Env = append(job.Env, "BRIDGE_SPOOL="+spoolFile)
 	var jobErr syncbuf.Buffer
 	job.Stdout, job.Stderr = &jobErr, &jobErr
-	if err := job.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var waitErr error
-	exited := make(chan struct{})
-	go func() { waitErr = job.Wait(); close(exited) }()
-	stop := func() { os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644) }
-	t.Cleanup(func() {
-		stop()
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			job.Process.Kill()
-			<-exited
-		}
-	})
-	samples := func() []metrics.Sample {
-		ss, _, _, _ := spooltest.ReadFile(spoolFile)
-		return ss
-	}
+	j := startStoppable(t, job, dir, nil)
+	stop, exited := j.stop, j.exited
+	samples := func() []metrics.Sample { return spoolSamples(t, spoolFile) }
 	recv := metrics.InfinibandReceiveRate.For("mlx5_0", "1").Name
 	counted := func(n int) func() bool {
 		return func() bool {
@@ -295,7 +278,7 @@ func TestCountersStepBackByOne(t *testing.T) {
 	stop()
 	select {
 	case <-exited:
-		if code := exitCode(t, waitErr); code != 7 {
+		if code := exitCode(t, j.err); code != 7 {
 			t.Fatalf("bridge exited %d, want the child's 7\n%s", code, &jobErr)
 		}
 	case <-time.After(2 * time.Minute):
