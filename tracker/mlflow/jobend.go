@@ -119,6 +119,7 @@ func (s *Sink) startJob(ctx context.Context, info tracker.StartInfo) ([]string, 
 	// run as found (a run just created holds none).
 	s.nextStep = nextStepOf(own.Data.Metrics, s.prefix)
 	s.runID, s.created = own.Info.RunID, true
+	s.setRunName(own.Info.RunName) // the end table's link names the node's run, not its id
 	s.log.Info("writing to the node's run", "run_id", s.runID, "job_run_id", s.jobRun, "node", s.who, "next_step", s.nextStep)
 	s.jobTags = s.jobStartTags(info)
 	return env, nil

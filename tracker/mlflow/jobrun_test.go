@@ -3,6 +3,7 @@ package mlflow
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +77,10 @@ func TestNodeRunKeepsOffTheJobKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	ri := s.Run()
+	// The end table's link is the node's run, by the name MLflow shows.
+	if lines, ok := s.Link(); !ok || !strings.HasPrefix(lines[0], "🏃 View run n0 at: ") || !strings.HasSuffix(lines[0], "/runs/"+ri.ID) {
+		t.Errorf("Link = %q, %v; want the node's run named n0", lines, ok)
+	}
 	if err := s.Finish(ctx, tracker.EndInfo{ExitCode: 0, Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
