@@ -28,6 +28,7 @@ type Node struct {
 	// then the run's own record of it (tracker.TagNodes) counts.
 	Nodes   int
 	Attempt int // the launcher's restart count; -1 unknown
+	Rank    int // the launcher's index of its node; -1 unknown
 	// Lead: the lead bridge of the launcher's first node (rank 0), which
 	// ticks during the run for the whole job (Sink.TicksLive).
 	Lead bool
@@ -40,7 +41,7 @@ func NodeOf(j *tracker.Job) *Node {
 		return nil
 	}
 	scope, who := tracker.JobScope(j.Node, j.Task)
-	return &Node{Node: j.Node, Task: j.Task, Scope: scope, Who: who, Nodes: j.Nodes, Attempt: j.Attempt, Lead: j.Rank == 0 && j.Task == ""}
+	return &Node{Node: j.Node, Task: j.Task, Scope: scope, Who: who, Nodes: j.Nodes, Attempt: j.Attempt, Rank: j.Rank, Lead: j.Rank == 0 && j.Task == ""}
 }
 
 // ownScope is the prefix of a bridge's end tags on its node's own run:

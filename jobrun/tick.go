@@ -48,6 +48,16 @@ type Live struct {
 	// Status is this node's end status at the end, for a run whose status
 	// is not bridge's (W&B's); "" during the run.
 	Status string
+	// At is the tick's wall time (the caller's clock: Tick never reads
+	// one): the line's at, the tick's minute (Every) and which lines are
+	// stale.
+	At time.Time
+	// Latest are this node's latest values of the signals the job's live
+	// evaluation compares (report.LiveSignals), for its line.
+	Latest report.Latest
+	// Every is the period of the ticks (--run-tick): the evaluators of a
+	// job take turns a period each (evaluates). 0: every tick.
+	Every time.Duration
 }
 
 // Progress is what one tick read of the job: the largest step its run's
@@ -184,9 +194,10 @@ func (s *Sink) writeNote(ctx context.Context, run tracker.StoredRun, rep *report
 }
 
 // liveLine is this node's state line while it runs: RUNNING, its attempt,
-// when (now), its run and its figures so far (live.Tags).
+// when (live.At), its run, its figures so far (live.Tags) and its latest
+// values (live.Latest).
 func (s *Sink) liveLine(live Live, runs Runs) string {
-	return report.EndLine(live.Tags, report.Ending{Who: s.node.Who, Status: tracker.StatusRunning, Attempt: s.node.Attempt, Run: runs.Node, At: time.Now()})
+	return report.EndLine(live.Tags, report.Ending{Who: s.node.Who, Status: tracker.StatusRunning, Attempt: s.node.Attempt, Run: runs.Node, At: live.At, Latest: live.Latest})
 }
 
 // TagDiffers holds, on a job's run, the nodes that differ from the job

@@ -242,7 +242,7 @@ func TestTickLiveLines(t *testing.T) {
 		tracker.StateTag("node-3", ""): "status=RUNNING attempt=0 at=" + ms(-10*time.Minute) + " run=own3 samples=10"}}}
 	figs := `{"samples":12,"cpu_mean_cores":1.5}`
 	n1 := Wrap(st, NodeOf(&tracker.Job{Node: "node-1", Rank: 1, Attempt: 0}), nil).(*Sink)
-	if _, err := n1.Tick(context.Background(), "own1", Live{Tags: map[string]string{report.TagFigures: figs}}); err != nil || st.reads != 0 {
+	if _, err := n1.Tick(context.Background(), "own1", Live{Tags: map[string]string{report.TagFigures: figs}, At: now}); err != nil || st.reads != 0 {
 		t.Fatalf("node 1's tick: %v, %d reads; want its line written, no read", err, st.reads)
 	}
 	l := tracker.ParseLine(st.tags[tracker.StateTag("node-1", "")])
@@ -252,7 +252,7 @@ func TestTickLiveLines(t *testing.T) {
 	}
 	st.plainSink = plainSink{run: "own0", job: "job"}
 	n0 := Wrap(st, NodeOf(&tracker.Job{Node: "node-0", Rank: 0, Attempt: 0}), nil).(*Sink)
-	if _, err := n0.Tick(context.Background(), "own0", Live{Tags: map[string]string{report.TagFigures: figs}}); err != nil || st.reads != 1 {
+	if _, err := n0.Tick(context.Background(), "own0", Live{Tags: map[string]string{report.TagFigures: figs}, At: now}); err != nil || st.reads != 1 {
 		t.Fatalf("node 0's tick: %v, %d reads; want one", err, st.reads)
 	}
 	if l := tracker.ParseLine(st.tags[tracker.StateTag("node-0", "")]); l["status"] != "RUNNING" || l["run"] != "own0" {

@@ -87,6 +87,7 @@ func (s *Session) tickLoop() {
 		case <-t.C:
 		}
 		live := s.live(n%noteEvery == 0)
+		live.At, live.Every = time.Now(), s.set.RunTick
 		for _, ts := range s.tickers {
 			ctx, cancel := context.WithTimeout(s.tickCtx, tickBudget(s.set.RunTick))
 			s.tickOne(ctx, ts, live)
@@ -141,7 +142,7 @@ func (s *Session) stopTick(deadline time.Time) {
 // the run has steps. ends[i] says what became of sink i's end.
 func (s *Session) endTick(ctx context.Context, end map[string]string, status string) {
 	live := s.liveWith(end, false)
-	live.End, live.Status = true, status
+	live.End, live.Status, live.At, live.Every = true, status, time.Now(), s.set.RunTick
 	for i := range s.sinks {
 		r := &s.sinks[i]
 		js, ok := r.Sink.(*jobrun.Sink)
@@ -170,7 +171,9 @@ func (s *Session) live(note bool) jobrun.Live {
 // liveWith is this node's figures for a tick, over end (the end's tags,
 // nil during the run): its figures (jobreport.TagFigures: the report reads
 // them in place of series it would read the history of), its energy, its
-// advice and cost, and the bottleneck's verdict and shares. The
+// advice and cost, the bottleneck's verdict and shares, and during the run
+// its latest sample's values of the signals the job's live evaluation
+// compares (jobreport.LatestOf). The
 // accumulator and the verdict are the sampling loop's: read under accMu,
 // a copy of a few figures.
 func (s *Session) liveWith(end map[string]string, note bool) jobrun.Live {
@@ -190,7 +193,11 @@ func (s *Session) liveWith(end map[string]string, note bool) jobrun.Live {
 		tags[whyslow.Tag] = r.Text()
 	}
 	maps.Copy(tags, end)
-	return jobrun.Live{Tags: tags, Shares: shares, Note: note}
+	live := jobrun.Live{Tags: tags, Shares: shares, Note: note}
+	if end == nil {
+		live.Latest = jobreport.LatestOf(s.acc.Last())
+	}
+	return live
 }
 
 // cost is this node's cost from the session's start to at, at the prices

@@ -94,6 +94,9 @@ type Ending struct {
 	// At is when a running bridge wrote its line (tracker.LineAt): the
 	// job's tick names a node whose line stops moving.
 	At time.Time
+	// Latest are a running bridge's latest values (LiveSignals), after its
+	// figures.
+	Latest Latest
 }
 
 // EndLine is a bridge's state line at its end (tracker.StateTag's value),
@@ -160,6 +163,7 @@ func EndLine(tags map[string]string, e Ending) string {
 	for _, lf := range lineFigures {
 		add(lf.field, lineNumber(*lf.fig(&figs)))
 	}
+	fs = append(fs, e.Latest.fields()...)
 	add("why", why)
 	return tracker.FormatLine(fs)
 }

@@ -70,6 +70,13 @@ type NoteWriter interface {
 	SetNote(ctx context.Context, id, note string) error
 }
 
+// SeriesWriter is a RunStore that takes points of series on a run.
+type SeriesWriter interface {
+	RunStore
+	// LogPoints adds one point to each series in values (the tracker's keys) at time at, step step.
+	LogPoints(ctx context.Context, id string, values map[string]float64, at time.Time, step int64) error
+}
+
 // RunOwner is a RunStore whose runs bridge owns (MLflow's): their status
 // is bridge's to set, their series read back and files written beside
 // them.

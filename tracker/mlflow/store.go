@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/go-resty/resty/v2"
 
+	"github.com/bridge-dev/bridge/metrics"
 	"github.com/bridge-dev/bridge/tracker"
 )
 
@@ -42,6 +45,46 @@ func (s *Sink) GetRun(ctx context.Context, id string) (tracker.StoredRun, error)
 	}
 	r.Note = r.Tags[NoteTag]
 	return r, nil
+}
+
+// LogPoints implements tracker.SeriesWriter: one runs/log-batch of a point
+// a series (more only past the batch's limits), in key order. A value that
+// is not finite is left out; a key MLflow refuses is an error, nothing
+// sent: MLflow refuses the whole batch for one. Repeating it is safe:
+// MLflow drops a point identical to a stored one.
+func (s *Sink) LogPoints(ctx context.Context, id string, values map[string]float64, at time.Time, step int64) error {
+	if id == "" {
+		return errNoRun
+	}
+	b := newBatch(id, s.maxMetrics, s.maxBody)
+	post := func() error {
+		if b.count == 0 {
+			return nil
+		}
+		err := s.call(ctx, http.MethodPost, "runs/log-batch", nil, b.body(), nil, fmt.Sprintf("recording %d series of run %s", b.count, id))
+		b.reset()
+		return err
+	}
+	keys := slices.Sorted(maps.Keys(values))
+	for _, key := range keys {
+		if !validKey(key) {
+			return fmt.Errorf("recording series of run %s: MLflow does not take the key %q", id, key)
+		}
+	}
+	for _, key := range keys {
+		v, ok := metrics.Finite(values[key])
+		if !ok {
+			continue
+		}
+		m := encodeMetric(key, v.Float64(), at.UnixMilli(), step)
+		if !b.fits(m) {
+			if err := post(); err != nil {
+				return err
+			}
+		}
+		b.add(m)
+	}
+	return post()
 }
 
 // NoteTag is the tag MLflow shows as the run's description on its
