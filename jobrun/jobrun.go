@@ -65,6 +65,12 @@ type Sink struct {
 	log   *slog.Logger
 
 	noteFull bool // the run's note had no room for bridge's section (said once)
+
+	// The live evaluation's rotation (evaluate.go): the candidates' slots
+	// this node evaluates for them, and the minute it last read the run.
+	adopted       map[int]bool
+	evaluatedAt   int64
+	evaluatedOnce bool
 }
 
 // Wrap is s with what this package does on its run: the job's end of a
