@@ -147,6 +147,9 @@ type evaluation struct {
 func (s *Sink) evaluate(run tracker.StoredRun, rep *report.Report, live Live, t turn) evaluation {
 	differing := differingNow(rep, run.Tags, live.At)
 	ev := evaluation{tags: map[string]string{TagEvaluated: strconv.FormatInt(t.m, 10) + " by=" + s.node.Node}, series: map[string]float64{}}
+	if e, _, ok := lastEvaluated(run.Tags); ok && e > t.m {
+		delete(ev.tags, TagEvaluated) // a later minute's, by a node whose clock is ahead: the last stays the last
+	}
 	if d := formatDiffers(differing); d != run.Tags[TagDiffers] {
 		ev.tags[TagDiffers] = d
 	}

@@ -282,3 +282,20 @@ func TestDifferedSpans(t *testing.T) {
 		t.Errorf("the cut value reads back as %d spans", len(back))
 	}
 }
+
+// A candidate whose clock is behind another's evaluates its own minute
+// but leaves bridge.job.evaluated at the later minute the run holds: the
+// last minute evaluated never goes back (else the next candidate would
+// see minutes skipped that were not).
+func TestEvaluatedNeverGoesBack(t *testing.T) {
+	m := minuteOf(3)
+	later := strconv.FormatInt(m+4, 10) + " by=node-1"
+	st := &storeSink{plainSink: plainSink{run: "own0", job: "job"}, tags: map[string]string{TagEvaluated: later}}
+	s := Wrap(st, NodeOf(&tracker.Job{Node: "node-0", Nodes: 3, Attempt: 0, Rank: 0}), nil).(*Sink)
+	if _, err := s.Tick(context.Background(), "own0", Live{At: at(m, time.Second), Every: time.Minute}); err != nil || st.reads != 1 {
+		t.Fatalf("rank 0's tick at its minute: %v, %d reads; want one", err, st.reads)
+	}
+	if st.tags[TagEvaluated] != later || st.tags[TagDiffers] != "none" {
+		t.Errorf("%s = %q, %s = %q; want the later minute kept, the evaluation written", TagEvaluated, st.tags[TagEvaluated], TagDiffers, st.tags[TagDiffers])
+	}
+}
