@@ -176,8 +176,8 @@ func runsGetSize(t *testing.T, uri, run string) int {
 
 // TestMultinodeLiveLines: while a 3-node job runs (--run-tick=1s), every
 // node's line on the job's run carries its figures so far and moves (at),
-// each node writing its own, and the first node's lead writes which nodes
-// differ now (bridge.job.differs: none here). The children end once the
+// each node writing its own, and the evaluators (the three nodes' leads,
+// in turn) write which nodes differ now (bridge.job.differs: none here). The children end once the
 // test has seen that; the job ends FINISHED.
 func TestMultinodeLiveLines(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
