@@ -49,11 +49,13 @@ const maxEvaluators = 3
 // Keys of the job's series on its run: seriesPrefix + <signal> + _min,
 // _median, _max, and the counts.
 const (
-	seriesPrefix   = "system/job_"
-	KeyReporting   = seriesPrefix + "nodes_reporting_count"
-	KeyDiffering   = seriesPrefix + "nodes_differing_count"
-	tickPeriodZero = time.Minute // the minute of a tick that gives no Every
+	seriesPrefix = "system/job_"
+	KeyReporting = seriesPrefix + "nodes_reporting_count"
+	KeyDiffering = seriesPrefix + "nodes_differing_count"
 )
+
+// tickPeriodZero is the minute of a tick that gives no Every.
+const tickPeriodZero = time.Minute
 
 // turn is where a tick stands in the evaluators' rotation.
 type turn struct {
@@ -121,7 +123,7 @@ func (s *Sink) adopt(t turn, tags map[string]string) bool {
 	own := t.slotOf(t.m) == t.slot
 	if ok && own && e < t.m-1 {
 		for m := max(e+1, t.m-int64(t.k)+1); m < t.m; m++ {
-			if sl := t.slotOf(m); sl != t.slot {
+			if sl := t.slotOf(m); sl != t.slot && !s.adopted[sl] {
 				s.adopted[sl] = true
 				s.log.Info("a candidate of the job's live evaluation skipped its minute; this node evaluates its minutes too",
 					"skipped_minute", m, "last_evaluated", e, "candidate_rank", sl)

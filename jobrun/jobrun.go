@@ -30,7 +30,9 @@ type Node struct {
 	Attempt int // the launcher's restart count; -1 unknown
 	Rank    int // the launcher's index of its node; -1 unknown
 	// Lead: the lead bridge of the launcher's first node (rank 0), which
-	// ticks during the run for the whole job (Sink.TicksLive).
+	// reads a run the whole job shares on its ticks (Sink.TicksLive); on
+	// a job's run with a run a node, the first nodes take turns
+	// (evaluate.go).
 	Lead bool
 }
 
