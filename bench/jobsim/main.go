@@ -66,10 +66,10 @@ func main() {
 			seed, *nodes, j.Status, j.Want, j.Lines, j.Ended, j.RunBytes, j.MaxPerNodeMinute, float64(total)/float64(*nodes),
 			j.FirstFailure, j.ReportRows, time.Since(began).Seconds(), kinds)
 		l := j.Live
-		fmt.Printf("  live: %d ticks (%d failed within the tick's budget), reads of the job's run a minute: at most %d "+
+		fmt.Printf("  live: run at most %d bytes as a tick read it; %d ticks (%d failed within the tick's budget), reads of the job's run a minute: at most %d "+
 			"(%d minutes read, %d of them twice); candidates killed %d, candidates' live phases ended %d, handovers %d; "+
 			"series minutes %d (%d missed); killed nodes checked as stopped reporting %d; nodes' ends left to the spool %d\n",
-			l.Ticks, l.FailedTicks, l.MaxReadsMinute, l.ReadMinutes, l.TwoReadMinutes, l.CandidatesKilled, l.CandidateDeaths,
+			l.MaxRunBytes, l.Ticks, l.FailedTicks, l.MaxReadsMinute, l.ReadMinutes, l.TwoReadMinutes, l.CandidatesKilled, l.CandidateDeaths,
 			l.Handovers, l.SeriesMinutes, l.MissedMinutes, l.StoppedChecked, len(j.BudgetSpent))
 		if len(j.BudgetSpent) > 0 {
 			fmt.Printf("  ends left to the spool (a request failed on every try within 30 s): %v\n", j.BudgetSpent)

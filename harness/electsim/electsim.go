@@ -199,6 +199,7 @@ type request struct {
 	points   map[string]float64 // log-points, at at, step step, from node from
 	step     int64
 	from     int
+	live     bool // get-run: a tick's read
 	answer   answer
 	resolved bool // the node was woken (answer or timeout)
 }
@@ -381,6 +382,7 @@ func (e *engine) chance(p float64) bool { return p > 0 && e.faulty() && e.rng.Fl
 func (e *engine) kill(n *node) {
 	e.trace("node %d.%d killed", n.index, n.life)
 	n.dead = true
+	n.diedAt = e.now
 	if n.living {
 		n.liveEnd = e.now
 		if n.index < evaluators {
@@ -445,7 +447,7 @@ func (e *engine) request(n *node, r *request) {
 	}
 	e.at(e.o.Timeout, func() { answered(answer{err: errTimeout}) })
 	if e.chance(e.o.Dup) {
-		dup := &request{kind: r.kind, run: r.run, value: r.value, tags: r.tags, at: r.at, body: r.body, points: r.points, step: r.step, from: r.from}
+		dup := &request{kind: r.kind, run: r.run, value: r.value, tags: r.tags, at: r.at, body: r.body, points: r.points, step: r.step, from: r.from, live: r.live}
 		e.at(e.delay()+e.delay(), func() { e.arrive(dup, nil) })
 	}
 	switch {

@@ -88,6 +88,9 @@ func (e *engine) applyJob(r *request) answer {
 	j := e.model.job(r.run)
 	switch r.kind {
 	case "get-run":
+		if r.live {
+			e.res.Job.Live.MaxRunBytes = max(e.res.Job.Live.MaxRunBytes, j.size())
+		}
 		st := j.status
 		if st == "" {
 			st = tracker.StatusRunning
@@ -218,7 +221,7 @@ func (n *node) GetRun(ctx context.Context, id string) (tracker.StoredRun, error)
 		n.reads++
 		n.e.liveReads[int(n.e.now/time.Minute)]++
 	}
-	a := n.write(ctx, request{kind: "get-run", run: id})
+	a := n.write(ctx, request{kind: "get-run", run: id, live: n.deadline > 0})
 	return a.run, a.err
 }
 
@@ -277,8 +280,7 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 			r.Lines++
 		}
 	}
-	b, _ := json.Marshal(map[string]any{"tags": tagList(j.tags), "metrics": metricList(j.latestOf())})
-	r.RunBytes = len(b)
+	r.RunBytes = j.size()
 	r.History = e.res.Requests["history"]
 	for _, c := range e.perMinute {
 		r.MaxPerNodeMinute = max(r.MaxPerNodeMinute, c)
@@ -321,8 +323,8 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 			return fail("report %q with %d rows, want the report of %d nodes written", r.Report, r.ReportRows, e.o.Nodes)
 		}
 	}
-	if r.RunBytes >= 1<<20 {
-		return fail("the job's run is %d bytes, want under 1 MiB", r.RunBytes)
+	if r.RunBytes >= 1<<20 || r.Live.MaxRunBytes >= 1<<20 {
+		return fail("the job's run is %d bytes (%d at most as a tick read it), want under 1 MiB", r.RunBytes, r.Live.MaxRunBytes)
 	}
 	if e.o.MaxPerNodeMinute > 0 && r.MaxPerNodeMinute > e.o.MaxPerNodeMinute {
 		return fail("a node sent %d requests in a minute, the bound is %d", r.MaxPerNodeMinute, e.o.MaxPerNodeMinute)
@@ -331,6 +333,13 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 		return e.checkLive(j, fail)
 	}
 	return nil
+}
+
+// size is the job's run as runs/get answers it: its tags' JSON and its
+// series' latest values'.
+func (j *jobRun) size() int {
+	b, _ := json.Marshal(map[string]any{"tags": tagList(j.tags), "metrics": metricList(j.latestOf())})
+	return len(b)
 }
 
 // tagList is tags as runs/get lists them, in a stable order.

@@ -80,6 +80,7 @@ type LiveResult struct {
 	// naming as stopped reporting was checked (an evaluation late enough).
 	StoppedChecked int
 	LineRefreshes  int // a live node's line landing, a tick
+	MaxRunBytes    int // the job's run at its largest as a tick read it
 }
 
 // sinkOf is a node's sink on the job's run as jobrun wraps MLflow's: the
@@ -256,9 +257,10 @@ var truncated = regexp.MustCompile(`; and \d+ more$`)
 //   - with Options.Evaluated, the job's series has a point for every
 //     minute some candidate (ranks 0..2) ticked through, but at most one
 //     minute for each candidate's death (killed, or its child ended) in
-//     the 3 minutes before.
+//     the 3 minutes before (k = min(3, nodes) candidates).
 func (e *engine) checkLive(j *jobRun, fail func(string, ...any) error) error {
 	r := &e.res.Job.Live
+	k := int64(min(evaluators, e.o.Nodes))
 	for _, c := range e.liveReads {
 		r.MaxReadsMinute = max(r.MaxReadsMinute, c)
 		r.ReadMinutes++
@@ -267,7 +269,7 @@ func (e *engine) checkLive(j *jobRun, fail func(string, ...any) error) error {
 		}
 	}
 	for _, n := range e.nodes {
-		if n.index < evaluators && n.liveEnd > 0 {
+		if n.index < int(k) && n.liveEnd > 0 {
 			r.CandidateDeaths++
 		}
 	}
@@ -275,7 +277,7 @@ func (e *engine) checkLive(j *jobRun, fail func(string, ...any) error) error {
 	for step, by := range e.evaluatedBy {
 		r.SeriesMinutes++
 		for who := range by {
-			if int((step-baseMinute)%evaluators) != who {
+			if int(step%k) != who {
 				r.Handovers++
 			}
 		}
@@ -333,7 +335,8 @@ func (e *engine) checkStopped(j *jobRun, fail func(string, ...any) error) error 
 				value = d.value
 			}
 		}
-		if !strings.Contains(value, who+": stopped reporting") && !truncated.MatchString(value) {
+		named := regexp.MustCompile(`(^|; )` + who + `: [^;]*stopped reporting`)
+		if !named.MatchString(value) && !truncated.MatchString(value) {
 			return fail("%s died with its line at %d ms; an evaluation from %v to %v left %s = %q, not naming it",
 				who, last, e.liveTicks[i].began, due, jobrun.TagDiffers, value)
 		}
@@ -346,19 +349,20 @@ func (e *engine) checkStopped(j *jobRun, fail func(string, ...any) error) error 
 func (e *engine) checkSeries(j *jobRun, baseMinute int64, fail func(string, ...any) error) error {
 	r := &e.res.Job.Live
 	tick := e.o.Tick.Milliseconds()
+	k := min(evaluators, e.o.Nodes)
 	need := map[int64]bool{}
 	for _, n := range e.nodes {
-		if n.index >= evaluators {
+		if n.index >= k {
 			continue
 		}
 		for i := 1; i+1 < len(n.tickAts); i++ {
 			need[n.tickAts[i]/tick] = true // a tick before it and one after
 		}
 	}
-	var deaths []int64 // the minutes candidates' live phases ended in
+	var deaths []int64 // the minutes candidates died in, or their live phases ended
 	for _, n := range e.nodes {
-		if n.index < evaluators && n.liveEnd > 0 {
-			deaths = append(deaths, int64(base.Add(n.liveEnd).UnixMilli()/tick))
+		if n.index < k && (n.liveEnd > 0 || n.diedAt > 0) {
+			deaths = append(deaths, int64(base.Add(max(n.liveEnd, n.diedAt)).UnixMilli()/tick))
 		}
 	}
 	slices.Sort(deaths)
@@ -368,18 +372,18 @@ func (e *engine) checkSeries(j *jobRun, baseMinute int64, fail func(string, ...a
 			continue
 		}
 		r.MissedMinutes++
-		k := slices.IndexFunc(deaths, func(d int64) bool { return d >= m-evaluators && d <= m })
-		for k >= 0 && k < len(deaths) && used[k] {
-			k++
-			if k < len(deaths) && deaths[k] > m {
-				k = -1
+		d := slices.IndexFunc(deaths, func(d int64) bool { return d >= m-int64(k) && d <= m })
+		for d >= 0 && d < len(deaths) && used[d] {
+			d++
+			if d < len(deaths) && deaths[d] > m {
+				d = -1
 			}
 		}
-		if k < 0 || k >= len(deaths) {
+		if d < 0 || d >= len(deaths) {
 			return fail("the job's series %s has no point for minute %d, when a candidate lived, and no candidate's death excuses it",
 				keyReporting, m-baseMinute)
 		}
-		used[k] = true
+		used[d] = true
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ type node struct {
 	// its ticks' at (unix ms); reads of the job's run in this tick.
 	living, liveDone  bool
 	liveEnd, deadline time.Duration
+	diedAt            time.Duration // when it was killed
 	tickAts           []int64
 	reads             int
 }
