@@ -381,7 +381,7 @@ func (e *engine) chance(p float64) bool { return p > 0 && e.faulty() && e.rng.Fl
 // kill ends a node at its current step; it may come back as a new bridge.
 func (e *engine) kill(n *node) {
 	e.trace("node %d.%d killed", n.index, n.life)
-	n.dead = true
+	n.dead, n.killed = true, true
 	n.diedAt = e.now
 	if n.living {
 		n.liveEnd = e.now

@@ -298,7 +298,7 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 		return fail("the job's end read %d series", r.History)
 	}
 	for _, n := range e.nodes {
-		if n.dead || !n.joined || n.spent {
+		if n.killed || !n.joined || n.spent {
 			continue
 		}
 		who := fmt.Sprintf("node-%d", n.index)

@@ -138,7 +138,7 @@ func TestLiveCatchesViolations(t *testing.T) {
 		e := newEngine(o)
 		j := e.model.job("r")
 		for i := range 4 {
-			n := &node{e: e, index: i, liveDone: i != 3, dead: i == 3}
+			n := &node{e: e, index: i, liveDone: i != 3, dead: true, killed: i == 3}
 			last := 10
 			if i == 3 {
 				last, n.liveEnd = 3, 2*time.Minute+20*time.Second
@@ -267,5 +267,25 @@ func TestModelSeries(t *testing.T) {
 	}
 	if len(e.evaluatedBy) != 3 {
 		t.Errorf("minutes evaluated %v, want 5, 6 and 7", e.evaluatedBy)
+	}
+}
+
+// TestJobSimulatedCatchesAnEndNotRecorded: a node that lived to the end of
+// the schedule (stopped with the others, not killed) and whose line is
+// still RUNNING is refused: every live node's end recorded.
+func TestJobSimulatedCatchesAnEndNotRecorded(t *testing.T) {
+	e := newEngine(jobOptions(1, 2, 0, 0))
+	e.res.Elected = []string{"r"}
+	j := e.model.job("r")
+	j.tags["bridge.nodes"] = "2"
+	j.tags["bridge.state.node-0"] = "who=node-0 status=RUNNING attempt=0"
+	e.nodes = []*node{{e: e, index: 0, joined: true, dead: true}}
+	err := e.checkJob(func(f string, a ...any) error { return fmt.Errorf(f, a...) })
+	if err == nil || !strings.Contains(err.Error(), "live node 0") {
+		t.Errorf("got %v, want the live node whose end is not in its line refused", err)
+	}
+	e.nodes[0].killed = true
+	if err := e.checkJob(func(f string, a ...any) error { return fmt.Errorf(f, a...) }); err != nil {
+		t.Errorf("a killed node's line left RUNNING is refused: %v", err)
 	}
 }

@@ -317,7 +317,7 @@ func (e *engine) checkStopped(j *jobRun, fail func(string, ...any) error) error 
 		who := fmt.Sprintf("node-%d", n.index)
 		l := tracker.ParseLine(j.tags[tracker.StateTag(who, "")])
 		last, err := strconv.ParseInt(l[tracker.LineAt], 10, 64)
-		if !n.dead || l[tracker.LineStatus] != tracker.StatusRunning || l[tracker.LineAttempt] != strconv.Itoa(n.life) || err != nil {
+		if !n.killed || l[tracker.LineStatus] != tracker.StatusRunning || l[tracker.LineAttempt] != strconv.Itoa(n.life) || err != nil {
 			continue
 		}
 		// An evaluation that read the run late enough: its own line's at
