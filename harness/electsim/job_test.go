@@ -201,33 +201,36 @@ func TestLiveCatchesViolations(t *testing.T) {
 	}
 }
 
-// TestLiveExcusesAHandover: a minute without the job's series is allowed
-// once after a candidate's death, not twice.
+// TestLiveExcusesAHandover: minutes without the job's series are allowed
+// after a candidate's death, one a slot it may have held (k-1 of k = 3)
+// within the k minutes after it; a third, or one later, is refused.
 func TestLiveExcusesAHandover(t *testing.T) {
-	o := liveOptions(1, 3, 0, 0, 0)
-	o.Evaluated = true
-	e := newEngine(o)
 	m0 := base.UnixMilli() / time.Minute.Milliseconds()
-	n := &node{e: e, index: 0, liveDone: true}
-	for m := range 10 {
-		n.tickAts = append(n.tickAts, base.Add(time.Duration(m)*time.Minute+10*time.Second).UnixMilli())
-		if m != 4 && m != 5 {
-			e.evaluatedBy[m0+int64(m)] = map[int]bool{0: true}
+	for _, c := range []struct {
+		missed []int
+		want   string // "": allowed
+	}{
+		{[]int{4, 5}, ""},
+		{[]int{4, 5, 6}, "no point for minute 6"},
+		{[]int{4, 8}, "no point for minute 8"},
+	} {
+		o := liveOptions(1, 3, 0, 0, 0)
+		o.Evaluated = true
+		e := newEngine(o)
+		n := &node{e: e, index: 0, liveDone: true}
+		for m := range 10 {
+			n.tickAts = append(n.tickAts, base.Add(time.Duration(m)*time.Minute+10*time.Second).UnixMilli())
+			if !slices.Contains(c.missed, m) {
+				e.evaluatedBy[m0+int64(m)] = map[int]bool{0: true}
+			}
 		}
-	}
-	e.lineAts["node-0#0"] = n.tickAts
-	dead := &node{e: e, index: 1, dead: true, liveEnd: 3*time.Minute + 30*time.Second}
-	e.nodes = []*node{n, dead}
-	check := func() error {
-		return e.checkLive(e.model.job("r"), func(f string, a ...any) error { return fmt.Errorf(f, a...) })
-	}
-	if err := check(); err == nil || !strings.Contains(err.Error(), "no point for minute 5") {
-		t.Errorf("two minutes missed after one death: got %v, want minute 5 refused", err)
-	}
-	e.evaluatedBy[m0+5] = map[int]bool{0: true}
-	e.res.Job.Live = LiveResult{}
-	if err := check(); err != nil {
-		t.Errorf("one minute missed after a death: %v", err)
+		e.lineAts["node-0#0"] = n.tickAts
+		dead := &node{e: e, index: 1, dead: true, killed: true, diedAt: 3*time.Minute + 30*time.Second}
+		e.nodes = []*node{n, dead}
+		err := e.checkLive(e.model.job("r"), func(f string, a ...any) error { return fmt.Errorf(f, a...) })
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("minutes %v missed after a death in minute 3: got %v, want %q", c.missed, err, c.want)
+		}
 	}
 }
 

@@ -74,7 +74,7 @@ type LiveResult struct {
 	Handovers int
 	// SeriesMinutes are the minutes the job's series has a point of;
 	// MissedMinutes those a live candidate should have evaluated and none
-	// did (each excused by a candidate's death).
+	// did (each excused by a candidate's death: checkSeries).
 	SeriesMinutes, MissedMinutes int
 	// StoppedChecked are the nodes killed for good while running whose
 	// naming as stopped reporting was checked (an evaluation late enough).
@@ -255,9 +255,10 @@ var truncated = regexp.MustCompile(`; and \d+ more$`)
 //     staleness bound (3 min) after its line's last at, and finished
 //     within 3 minutes more;
 //   - with Options.Evaluated, the job's series has a point for every
-//     minute some candidate (ranks 0..2) ticked through, but at most one
-//     minute for each candidate's death (killed, or its child ended) in
-//     the 3 minutes before (k = min(3, nodes) candidates).
+//     minute some candidate (ranks 0..k-1, k = min(3, nodes)) ticked
+//     through, but for minutes lost with a candidate's death (killed, or
+//     its child ended): at most one a slot it held (its own and those it
+//     adopted: k-1 at most), each within the k minutes after it.
 func (e *engine) checkLive(j *jobRun, fail func(string, ...any) error) error {
 	r := &e.res.Job.Live
 	k := int64(min(evaluators, e.o.Nodes))
@@ -366,14 +367,20 @@ func (e *engine) checkSeries(j *jobRun, baseMinute int64, fail func(string, ...a
 		}
 	}
 	slices.Sort(deaths)
-	used := make([]bool, len(deaths))
+	// A dying candidate holds its own minutes and those it adopted: at
+	// most k-1 minutes are lost with it (its slots), each before a live
+	// candidate's own minute reads the run: within k minutes.
+	left := make([]int, len(deaths))
+	for i := range left {
+		left[i] = k - 1
+	}
 	for _, m := range slices.Sorted(maps.Keys(need)) {
 		if e.evaluatedBy[m] != nil {
 			continue
 		}
 		r.MissedMinutes++
 		d := slices.IndexFunc(deaths, func(d int64) bool { return d >= m-int64(k) && d <= m })
-		for d >= 0 && d < len(deaths) && used[d] {
+		for d >= 0 && d < len(deaths) && left[d] == 0 {
 			d++
 			if d < len(deaths) && deaths[d] > m {
 				d = -1
@@ -383,7 +390,7 @@ func (e *engine) checkSeries(j *jobRun, baseMinute int64, fail func(string, ...a
 			return fail("the job's series %s has no point for minute %d, when a candidate lived, and no candidate's death excuses it",
 				keyReporting, m-baseMinute)
 		}
-		used[d] = true
+		left[d]--
 	}
 	return nil
 }
