@@ -35,7 +35,7 @@ func main() {
 	tick := flag.Duration("tick", time.Minute, "period of the nodes' live ticks (0: no live phase)")
 	runFor := flag.Duration("run-for", 7*time.Minute, "children run this long, plus up to a minute")
 	kills := flag.Int("kill-candidates", -1, "evaluator candidates killed at a tick (-1: 1, 3, 0 by seed)")
-	evaluated := flag.Bool("evaluated", false, "check the job's live series (an evaluator in jobrun)")
+	evaluated := flag.Bool("evaluated", true, "check the job's live series: a point a minute a candidate lived, but the minutes lost with a dead candidate's slots")
 	flag.Parse()
 	bad := 0
 	for seed := uint64(1); seed <= uint64(*seeds); seed++ {

@@ -85,11 +85,27 @@ func liveOptions(seed uint64, n int, faults, kill float64, kills int) Options {
 }
 
 // TestLiveSimulated: the job's live phase (the real jobrun.Sink.Tick of
-// each node's lead once a minute), then its end, over many seeds with
-// 20% of requests failing, nodes killed at any step and, in two seeds of
-// three, evaluator candidates killed at a tick: the live invariants
-// (checkLive) and the end's.
-func TestLiveSimulated(t *testing.T) {
+// each node's lead once a minute, the evaluators' rotation among ranks
+// 0..2), then its end, over many seeds with 20% of requests failing,
+// nodes killed at any step and, in two seeds of three, evaluator
+// candidates killed at a tick: the live invariants (checkLive) but the
+// job's series', and the end's.
+func TestLiveSimulated(t *testing.T) { playLive(t, false) }
+
+// TestLiveHandoverSimulated is TestLiveSimulated with the job's series
+// checked too (Options.Evaluated): a point for every minute a candidate
+// lived through, but the minutes lost with a dead candidate's slots.
+func TestLiveHandoverSimulated(t *testing.T) {
+	if os.Getenv("BRIDGE_ELECTSIM_HANDOVER") == "" {
+		t.Skip("SKIPPED: jobrun's live evaluation loses minutes of the job's series after a handover " +
+			"(seed 8: an adopter that dies leaves the slot it adopted to no one, a minute lost every 3; " +
+			"seed 5: a candidate dead before the first evaluation is adopted a round late). " +
+			"BRIDGE_ELECTSIM_HANDOVER=1 runs it; make it unconditional once jobrun adopts on every minute it evaluates")
+	}
+	playLive(t, true)
+}
+
+func playLive(t *testing.T, evaluated bool) {
 	seeds := 24
 	if testing.Short() {
 		seeds = 6
@@ -102,25 +118,28 @@ func TestLiveSimulated(t *testing.T) {
 		}
 		from, seeds = v, 1
 	}
-	var deaths, checked int
+	var deaths, checked, handovers int
 	for seed := from; seed < from+uint64(seeds); seed++ {
 		n := []int{2, 3, 8, 16, 32, 64}[seed%6]
 		o := liveOptions(seed, n, 0.2, []float64{0, 0.002, 0.01}[seed%3], []int{0, 1, 3}[seed%3])
+		o.Evaluated = evaluated
 		res, err := Run(o)
 		l := res.Job.Live
 		t.Logf("seed %d, %d nodes: %+v", seed, n, l)
 		if err != nil {
-			t.Errorf("%d nodes: %v (replay: BRIDGE_ELECTSIM_SEED=%d go test -run TestLiveSimulated)", n, err, seed)
+			t.Errorf("%d nodes: %v (replay: BRIDGE_ELECTSIM_SEED=%d go test -run %s)", n, err, seed, t.Name())
 			continue
 		}
-		if l.Ticks == 0 || l.ReadMinutes == 0 || l.LineRefreshes == 0 {
+		if l.Ticks == 0 || l.ReadMinutes == 0 || l.LineRefreshes == 0 || l.SeriesMinutes == 0 {
 			t.Errorf("seed %d: the live phase did not run: %+v", seed, l)
 		}
 		deaths += l.CandidatesKilled
 		checked += l.StoppedChecked
+		handovers += l.Handovers
 	}
-	if seeds > 1 && (deaths == 0 || checked == 0) {
-		t.Errorf("no candidate killed (%d) or no stopped node checked (%d) over %d seeds: the schedule misses the handover", deaths, checked, seeds)
+	if seeds > 1 && (deaths == 0 || checked == 0 || handovers == 0) {
+		t.Errorf("over %d seeds: %d candidates killed, %d minutes handed over, %d stopped nodes checked: the schedule misses the handover",
+			seeds, deaths, handovers, checked)
 	}
 }
 
