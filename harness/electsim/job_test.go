@@ -76,8 +76,8 @@ func TestJobSimulatedCatchesAWrongStatus(t *testing.T) {
 
 // liveOptions is jobOptions with the live phase: each node's lead ticks
 // once a minute over a child that runs 7 to 8 minutes (long enough for a
-// killed node's line to go stale and be named), and kill of the
-// evaluator candidates (ranks 0..2) killed at a tick of their live phase.
+// killed node's line to go stale and be named), and kills that many
+// evaluator candidates (ranks 0..2) at a tick of their live phase.
 func liveOptions(seed uint64, n int, faults, kill float64, kills int) Options {
 	o := jobOptions(seed, n, faults, kill)
 	o.Tick, o.RunFor, o.KillCandidates = time.Minute, 7*time.Minute, kills

@@ -83,7 +83,7 @@ type LiveResult struct {
 	MaxRunBytes    int // the job's run at its largest as a tick read it
 }
 
-// sinkOf is a node's sink on the job's run as jobrun wraps MLflow's: the
+// simSink is a node's sink on the job's run as jobrun wraps MLflow's: the
 // node's requests are the store's.
 type simSink struct {
 	*node
