@@ -35,15 +35,16 @@ import (
 
 // scaleLiveChild writes what it was given (as mnChild does, for checkJob),
 // then runs until $SHARED/go appears (15 minutes at most, so that a child
-// of a failed test ends), and exits with $CHILD_EXIT.
+// of a failed test ends; looked for every 3 s, which hundreds of children
+// can afford), and exits with $CHILD_EXIT.
 const scaleLiveChild = `printf '%s %s %s\n' "${MLFLOW_RUN_ID:--}" "${MLFLOW_SYSTEM_METRICS_NODE_ID:--}" "$(date +%s%N)" > seen
-i=0; while [ ! -e "$SHARED/go" ] && [ $i -lt 900 ]; do sleep 1; i=$((i+1)); done
+i=0; while [ ! -e "$SHARED/go" ] && [ $i -lt 300 ]; do sleep 3; i=$((i+1)); done
 exit "${CHILD_EXIT:-0}"`
 
 // scaleOOMChild writes what it was given, waits for $SHARED/oom and then
 // allocates past its memory cgroup's limit: the kernel kills it.
 const scaleOOMChild = `printf '%s %s %s\n' "${MLFLOW_RUN_ID:--}" "${MLFLOW_SYSTEM_METRICS_NODE_ID:--}" "$(date +%s%N)" > seen
-i=0; while [ ! -e "$SHARED/oom" ] && [ $i -lt 900 ]; do sleep 1; i=$((i+1)); done
+i=0; while [ ! -e "$SHARED/oom" ] && [ $i -lt 300 ]; do sleep 3; i=$((i+1)); done
 exec python3 -c 'import time
 b = []
 while True:
@@ -99,13 +100,30 @@ func release(t *testing.T, shared string) {
 func waitLive(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mnNode, min int, within time.Duration) mlflowtest.Run {
 	t.Helper()
 	var run mlflowtest.Run
-	missing := ""
+	var last time.Time
+	missing, expID := "", ""
+	defer func() {
+		if t.Failed() { // also when Cond gave up
+			t.Logf("last seen: %s", missing)
+		}
+	}()
 	waitfor.Cond(t, within, "a live line of every node on the job's one run", func() bool {
-		expID := srv.ExperimentID(t, exp)
-		if expID == "" {
+		// A search returns every node's line: at most one a second, so
+		// that the test does not load the server the bridges share.
+		if time.Since(last) < time.Second {
 			return false
 		}
-		runs := srv.SearchRuns(t, expID, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ACTIVE_ONLY")
+		last = time.Now()
+		if expID == "" {
+			if expID = srv.ExperimentID(t, exp); expID == "" {
+				return false
+			}
+		}
+		runs, ok := srv.PollRuns(t, expID, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ACTIVE_ONLY")
+		if !ok {
+			missing = "no answer from the server"
+			return false
+		}
 		if len(runs) != 1 {
 			missing = fmt.Sprintf("%d active runs of the job", len(runs))
 			return false
@@ -120,9 +138,6 @@ func waitLive(t *testing.T, srv *mlflowtest.Server, exp, key string, nodes []*mn
 		}
 		return true
 	})
-	if t.Failed() {
-		t.Logf("last seen: %s", missing)
-	}
 	return run
 }
 
