@@ -226,6 +226,28 @@ func (s *Server) SearchRuns(t testing.TB, experimentID, filter, view string) []R
 	}
 }
 
+// PollRuns is SearchRuns for a test that polls a busy server: a call that
+// gets no answer (a timeout, a reset) or a 5xx is "not yet" (ok false),
+// not a failure; any other error fails the test. One page.
+func (s *Server) PollRuns(t testing.TB, experimentID, filter, view string) (runs []Run, ok bool) {
+	t.Helper()
+	req := map[string]any{"experiment_ids": []string{experimentID}, "filter": filter, "run_view_type": view, "max_results": 1000}
+	var out struct {
+		Runs []wireRun `json:"runs"`
+	}
+	switch code, msg := s.try(http.MethodPost, "runs/search", nil, req, &out); {
+	case code == 0 || code/100 == 5:
+		t.Logf("polling MLflow runs/search: %d %s (tried again)", code, msg)
+		return nil, false
+	case code/100 != 2:
+		t.Fatalf("MLflow POST runs/search: %d %s", code, msg)
+	}
+	for _, w := range out.Runs {
+		runs = append(runs, w.run(t))
+	}
+	return runs, true
+}
+
 // OrderedRuns is the experiment's active runs as runs/search orders them
 // by orderBy (MLflow's order_by, e.g. "metrics.`system/x` DESC"): the
 // server's sort, one page of at most 1000.

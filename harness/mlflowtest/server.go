@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ type Server struct {
 	python  string
 	port    int
 	logPath string
+	logName string   // the log's name in Dir; "" for mlflow-server.log
 	backend string   // --backend-store-uri; "" for sqlite in Dir
 	env     []string // extra environment for the server
 
@@ -149,6 +151,27 @@ func Launch(t testing.TB) *Server {
 	return s
 }
 
+// StartAnother starts a second server process on s's backend store and
+// artifact root, as a site runs several behind a load balancer: a run
+// written through one is read through the other. It is stopped when the
+// test ends. s must have been started by this package.
+func (s *Server) StartAnother(t testing.TB) *Server {
+	t.Helper()
+	if !s.owner {
+		t.Fatalf("the MLflow server at %s was not started by this test: its store is not known here", s.URL)
+	}
+	o, err := startWith(&Server{python: s.python, Dir: s.Dir, backend: s.backend, env: s.env,
+		logName: fmt.Sprintf("mlflow-server-%d.log", another.Add(1))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(o.kill)
+	return o
+}
+
+// another numbers the logs of StartAnother's servers.
+var another atomic.Int64
+
 // startWith fills in and launches s (python, Dir, and optionally backend
 // and env set by the caller).
 func startWith(s *Server) (*Server, error) {
@@ -156,8 +179,11 @@ func startWith(s *Server) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := s.Dir
-	s.URL, s.port, s.logPath, s.owner = "http://127.0.0.1:"+strconv.Itoa(port), port, filepath.Join(dir, "mlflow-server.log"), true
+	dir, log := s.Dir, s.logName
+	if log == "" {
+		log = "mlflow-server.log"
+	}
+	s.URL, s.port, s.logPath, s.owner = "http://127.0.0.1:"+strconv.Itoa(port), port, filepath.Join(dir, log), true
 	if err := os.MkdirAll(filepath.Join(dir, "artifacts"), 0o755); err != nil {
 		return nil, err
 	}

@@ -60,7 +60,8 @@ func (f *fakeT) Fatalf(format string, args ...any) {
 }
 
 // TestPostgres: a server on PostgreSQL stores runs, and PostgreSQL holds
-// them (read back with psycopg2, past MLflow).
+// them (read back with psycopg2, past MLflow); a second server on the same
+// database (StartAnother) reads them and writes to them.
 func TestPostgres(t *testing.T) {
 	s := StartPostgres(t)
 	exp := s.CreateExperiment(t, "pg-check")
@@ -76,6 +77,15 @@ print(c.fetchone()[0])`
 	out, err := exec.Command(Python(t), "-c", q, uri, run).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "r" {
 		t.Errorf("the run in PostgreSQL at %s: %v %s", uri, err, out)
+	}
+
+	o := s.StartAnother(t)
+	if o.URL == s.URL || o.logPath == s.logPath {
+		t.Errorf("the second server shares %s, log %s with the first", o.URL, o.logPath)
+	}
+	o.LogBatch(t, run, map[string]string{"via": "second"}, nil)
+	if r := s.GetRun(t, run); r.Tags["via"] != "second" || o.GetRun(t, run).Info.ExperimentID != exp {
+		t.Errorf("a tag written through the second server, read through the first: %v", r.Tags)
 	}
 }
 
