@@ -209,7 +209,8 @@ func (s *Sink) liveLine(live Live, runs Runs) string {
 // TagDiffers holds, on a job's run, the nodes that differ from the job
 // now and why, in the report's words ("node-17: CPU throttled in 85% of
 // periods; node-203: ..."), and the nodes whose line stopped moving;
-// "none" when no node does. The first node's lead writes it on its tick.
+// "none" when no node does. The evaluator writes it on its tick
+// (evaluate.go).
 const TagDiffers = "bridge.job.differs"
 
 // staleLine: a running node's line older than this, against the tick's
@@ -218,9 +219,3 @@ const staleLine = 3 * time.Minute
 
 // differsMax bounds TagDiffers (MLflow takes 8,000 characters a tag).
 const differsMax = 4000
-
-// DiffersNow is TagDiffers' value at at from a report built of the job's
-// run (its rows' Differs) and the run's lines (their at).
-func DiffersNow(rep *report.Report, tags map[string]string, at time.Time) string {
-	return formatDiffers(differingNow(rep, tags, at))
-}
