@@ -30,7 +30,9 @@ type Node struct {
 	Attempt int // the launcher's restart count; -1 unknown
 	Rank    int // the launcher's index of its node; -1 unknown
 	// Lead: the lead bridge of the launcher's first node (rank 0), which
-	// ticks during the run for the whole job (Sink.TicksLive).
+	// reads a run the whole job shares on its ticks (Sink.TicksLive); on
+	// a job's run with a run a node, the first nodes take turns
+	// (evaluate.go).
 	Lead bool
 }
 
@@ -65,6 +67,12 @@ type Sink struct {
 	log   *slog.Logger
 
 	noteFull bool // the run's note had no room for bridge's section (said once)
+
+	// The live evaluation's rotation (evaluate.go): the candidates' slots
+	// this node evaluates for them, and the minute it last read the run.
+	adopted       map[int]bool
+	evaluatedAt   int64
+	evaluatedOnce bool
 }
 
 // Wrap is s with what this package does on its run: the job's end of a

@@ -3,9 +3,7 @@ package jobrun
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,17 +67,19 @@ type Progress struct {
 }
 
 // TicksLive reports whether this bridge ticks during the run: a single
-// run's, and in a multi-node job each node's lead bridge: the lead bridge
-// of the launcher's first node (Node.Lead) reads the job's run once a
-// tick for the whole job; every other node's lead only writes its state
-// line, where its node writes to a run of its own (MLflow's node runs).
-// Every node's bridge ticks at its end.
+// run's, and in a multi-node job each node's lead bridge: each writes its
+// state line, where its node writes to a run of its own (MLflow's node
+// runs), and the lead bridges of the launcher's first nodes take turns to
+// read the job's run for the whole job (evaluate.go); on a run the job
+// shares (W&B's) the first node's lead (Node.Lead) reads it. Every node's
+// bridge ticks at its end.
 func (s *Sink) TicksLive() bool { return s.node == nil || s.node.Task == "" }
 
 // Tick is one of the run's ticks on run id (a job's node writing to a run
 // of its own: the job's run, runs.Job), within ctx: one GetRun, the
 // job's report of it with this node's live tags over its record (no
-// series read), and then, with live.Note or live.End, the run's note
+// series read), on a job's run the live evaluation (evaluate.go; a node
+// whose minute it is not writes its line only, no read), and then, with live.Note or live.End, the run's note
 // (written only when it changed; a person's note kept, withSection), and
 // with live.End on a run bridge owns, the job's energy per step. Every
 // request goes through tracker.Request, retried within ctx's deadline. A
@@ -96,12 +96,19 @@ func (s *Sink) Tick(ctx context.Context, id string, live Live) (Progress, error)
 	if s.node != nil && runs.Node != "" {
 		id = runs.Job
 	}
-	if s.node != nil && !s.node.Lead && !live.End {
-		if runs.Node == "" {
-			return Progress{}, nil // a run the job shares: the first node's lead reads it
+	// A job's node whose node writes to a run of its own (MLflow's): one
+	// write a tick, its line, but on the minutes it evaluates the job
+	// (evaluate.go).
+	ownRun := s.node != nil && runs.Node != "" && !live.End
+	var t turn
+	if ownRun {
+		t = s.turnOf(live)
+		if !s.evaluates(t) {
+			return Progress{}, s.store.SetTags(ctx, id, map[string]string{tracker.StateTag(s.node.Node, ""): s.liveLine(live, runs)})
 		}
-		// One write a tick: this node's line with its figures so far.
-		return Progress{}, s.store.SetTags(ctx, id, map[string]string{tracker.StateTag(s.node.Node, ""): s.liveLine(live, runs)})
+		s.evaluatedAt, s.evaluatedOnce = t.m, true
+	} else if s.node != nil && !s.node.Lead && !live.End {
+		return Progress{}, nil // a run the job shares: the first node's lead reads it
 	}
 	run, err := s.store.GetRun(ctx, id)
 	if errors.Is(err, tracker.ErrNotReady) {
@@ -117,14 +124,13 @@ func (s *Sink) Tick(ctx context.Context, id string, live Live) (Progress, error)
 		p = Progress{Steps: rep.Steps, EnergyPerStepJoules: rep.EnergyPerStepJoules.Float64()}
 	}
 	var errs []error
-	if s.node != nil && runs.Node != "" && !live.End {
-		// The first node's lead: its own line, and which nodes differ
-		// now, in the report's words, where that changed.
-		tags := map[string]string{tracker.StateTag(s.node.Node, ""): s.liveLine(live, runs)}
-		if d := DiffersNow(rep, run.Tags); d != run.Tags[TagDiffers] {
-			tags[TagDiffers] = d
+	if ownRun {
+		ev := evaluation{tags: map[string]string{}}
+		if s.adopt(t, run.Tags) {
+			ev = s.evaluate(run, rep, live, t)
 		}
-		errs = append(errs, s.store.SetTags(ctx, id, tags))
+		ev.tags[tracker.StateTag(s.node.Node, "")] = run.Tags[tracker.StateTag(s.node.Node, "")]
+		errs = append(errs, s.write(ctx, id, ev, t))
 	}
 	if _, owner := s.store.(tracker.RunOwner); live.End && owner && p.Steps > 0 {
 		tags := map[string]string{TagEnergyPerStep: strconv.FormatFloat(p.EnergyPerStepJoules, 'f', -1, 64), TagSteps: strconv.FormatInt(p.Steps, 10)}
@@ -206,55 +212,15 @@ func (s *Sink) liveLine(live Live, runs Runs) string {
 // "none" when no node does. The first node's lead writes it on its tick.
 const TagDiffers = "bridge.job.differs"
 
-// staleLine: a running node's line older than this, against the newest
-// line of the job (not this node's clock), has stopped reporting.
+// staleLine: a running node's line older than this, against the tick's
+// At, has stopped reporting.
 const staleLine = 3 * time.Minute
 
 // differsMax bounds TagDiffers (MLflow takes 8,000 characters a tag).
 const differsMax = 4000
 
-// DiffersNow is TagDiffers' value from a report built of the job's run
-// (its rows' Differs) and the run's lines (their at).
-func DiffersNow(rep *report.Report, tags map[string]string) string {
-	var parts []string
-	for _, n := range rep.Nodes {
-		if len(n.Differs) > 0 {
-			parts = append(parts, n.Node+": "+strings.Join(n.Differs, ", "))
-		}
-	}
-	var newest int64
-	at := map[string]int64{}
-	for k, v := range tags {
-		node, ok := strings.CutPrefix(k, tracker.TagStatePrefix)
-		if !ok || strings.Contains(node, "/") {
-			continue
-		}
-		l := tracker.ParseLine(v)
-		ms, err := strconv.ParseInt(l[tracker.LineAt], 10, 64)
-		if err != nil || l[tracker.LineStatus] != tracker.StatusRunning {
-			continue
-		}
-		at[node], newest = ms, max(newest, ms)
-	}
-	for _, node := range slices.Sorted(maps.Keys(at)) {
-		if newest-at[node] > staleLine.Milliseconds() {
-			parts = append(parts, node+": stopped reporting at "+time.UnixMilli(at[node]).UTC().Format("15:04:05"))
-		}
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	out := ""
-	for i, p := range parts {
-		next := out
-		if i > 0 {
-			next += "; "
-		}
-		next += p
-		if len(next) > differsMax {
-			return out + fmt.Sprintf("; and %d more", len(parts)-i)
-		}
-		out = next
-	}
-	return out
+// DiffersNow is TagDiffers' value at at from a report built of the job's
+// run (its rows' Differs) and the run's lines (their at).
+func DiffersNow(rep *report.Report, tags map[string]string, at time.Time) string {
+	return formatDiffers(differingNow(rep, tags, at))
 }

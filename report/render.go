@@ -295,6 +295,9 @@ func (r *Report) Markdown(w io.Writer) error {
 	if s := r.JobLine(); s != "" {
 		b.WriteString("**Energy and cost:** " + s + "\n\n")
 	}
+	if s := r.differedText(); s != "" {
+		b.WriteString("**Differed from the job** (UTC): " + printable.Markdown(s) + "\n\n")
+	}
 	heads, cells := r.table()
 	b.WriteString("| " + strings.Join(heads, " | ") + " |\n|")
 	for range heads {
@@ -326,6 +329,15 @@ func (r *Report) Markdown(w io.Writer) error {
 	return err
 }
 
+// differedText is when each node differed from the job, "" for none.
+func (r *Report) differedText() string {
+	parts := make([]string, len(r.Differed))
+	for i, s := range r.Differed {
+		parts[i] = s.String()
+	}
+	return strings.Join(parts, "; ")
+}
+
 // footnote says how a job's nodes are read against each other; "" for a
 // run of one node, which has none to compare.
 func (r *Report) footnote() string {
@@ -343,6 +355,9 @@ func (r *Report) Text(w io.Writer) error {
 	fmt.Fprintf(w, "run %s\n%s\n", printable.Line(r.Run), printable.Line(r.headline()))
 	if s := r.JobLine(); s != "" {
 		fmt.Fprintf(w, "%s\n", s)
+	}
+	if s := r.differedText(); s != "" {
+		fmt.Fprintf(w, "differed from the job (UTC): %s\n", printable.Line(s))
 	}
 	fmt.Fprintln(w)
 	heads, cells := r.table()

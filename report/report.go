@@ -71,6 +71,9 @@ type Report struct {
 	Steps               int64          `json:"steps,omitempty"`
 	EnergyPerStepJoules *metrics.Float `json:"energy_per_step_joules,omitempty"`
 	Cost                *metrics.Float `json:"cost,omitempty"`
+	// Differed is when each node differed from the job while it ran (a
+	// multi-node job's TagDiffered), oldest first.
+	Differed []Span `json:"differed,omitempty"`
 
 	multi bool // a multi-node job's run (TagJobKey), not a single run's
 }
@@ -307,6 +310,9 @@ func BuildRead(ctx context.Context, run Run, rd Read) (*Report, error) {
 			run.Tags["bridge.node_id"], parent, parent))
 	}
 	rep.jobFigures(run)
+	if rep.multi {
+		rep.Differed = ParseSpans(run.Tags[TagDiffered])
+	}
 	byNode(rep.Nodes)
 	differs(rep.Nodes)
 	if len(notRead) > 0 {

@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,8 +176,8 @@ func runsGetSize(t *testing.T, uri, run string) int {
 
 // TestMultinodeLiveLines: while a 3-node job runs (--run-tick=1s), every
 // node's line on the job's run carries its figures so far and moves (at),
-// each node writing its own, and the first node's lead writes which nodes
-// differ now (bridge.job.differs: none here). The children end once the
+// each node writing its own, and the evaluators (the three nodes' leads,
+// in turn) write which nodes differ now (bridge.job.differs: none here). The children end once the
 // test has seen that; the job ends FINISHED.
 func TestMultinodeLiveLines(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
@@ -244,5 +246,117 @@ func TestMultinodeLiveLines(t *testing.T) {
 	}
 	if r := srv.GetRun(t, run.Info.RunID); r.Info.Status != mlflow.StatusFinished || line(r, "node-1")["status"] != mlflow.StatusFinished {
 		t.Errorf("the job's run %s, node 1's line %v; want FINISHED", r.Info.Status, line(r, "node-1"))
+	}
+}
+
+// TestMultinodeLiveEvaluationHandover: a 3-node job (--run-tick=1s: a
+// "minute" of the rotation is a second) whose three nodes are the
+// evaluators. Their lines carry the nodes' latest values, and the job's
+// run gets the job's series (system/job_*: min, median and max of the
+// values, nodes reporting) and bridge.job.evaluated. When rank 0's bridge
+// and its child are SIGKILLed, the job's series go on, rank 0's minutes
+// (step mod 3 == 0) evaluated by another node.
+func TestMultinodeLiveEvaluationHandover(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("handover-%d", mnJobs.Add(1))
+	env := slurmJob(id, time.Now().Unix(), 3, 0)
+	shared := t.TempDir()
+	child := `echo $$ > child.pid; i=0; while [ ! -e "$SHARED/go" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`
+	var nodes []*mnNode
+	for i := range 3 {
+		n := &mnNode{id: fmt.Sprintf("node-%d", i), dir: t.TempDir()}
+		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "250ms", "--run-tick", "1s", "--start-timeout", "3m", "--flush-timeout", "1m",
+			"--", "/bin/sh", "-c", child)
+		n.cmd.Dir = n.dir
+		n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + srv.URL, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n.dir,
+			"BRIDGE_SCOPES=node,netns", "SHARED=" + shared}, env(i)...)...)
+		n.cmd.Stderr = &n.stderr
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = n.cmd.Process.Kill()
+			if t.Failed() {
+				t.Logf("%s: bridge's stderr:\n%s", n.id, n.stderr.String())
+			}
+		})
+		nodes = append(nodes, n)
+	}
+	key := "slurm:e2e:" + id + ".0"
+	var run mlflowtest.Run
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the job's run last read: tags %v, series %v", run.Tags, run.Latest)
+		}
+	})
+	waitfor.Cond(t, 40*time.Second, "the job's series and bridge.job.evaluated on the job's run", func() bool {
+		expID := srv.ExperimentID(t, exp)
+		if expID == "" {
+			return false
+		}
+		runs := srv.SearchRuns(t, expID, fmt.Sprintf("tags.`%s` = '%s'", mlflow.TagJobKey, key), "ACTIVE_ONLY")
+		if len(runs) != 1 {
+			return false
+		}
+		run = runs[0]
+		for _, n := range nodes {
+			if l := line(run, n.id); l["l_nrx"] == "" || l["l_ntx"] == "" {
+				return false // its latest network rates
+			}
+		}
+		return run.Tags[jobrun.TagEvaluated] != "" && run.Latest[jobrun.KeyReporting].Value == 3 &&
+			run.Latest["system/job_network_receive_megabytes_per_second_median"].Key != ""
+	})
+	job := run.Info.RunID
+	for _, suffix := range []string{"_min", "_median", "_max"} {
+		if _, ok := run.Latest["system/job_network_transmit_megabytes_per_second"+suffix]; !ok {
+			t.Errorf("no series system/job_network_transmit_megabytes_per_second%s on the job's run", suffix)
+		}
+	}
+
+	pid, err := os.ReadFile(filepath.Join(nodes[0].dir, "child.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[0].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := strconv.Atoi(strings.TrimSpace(string(pid))); err == nil {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	_ = nodes[0].cmd.Wait()                 // once the child, which holds its stderr, is gone too
+	killed := time.Now().UnixMilli() / 1000 // the minute (a second here) rank 0 died in
+	var adopted int64
+	var steps []int64
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("rank 0 killed in minute %d; the minutes evaluated: %v", killed, steps)
+		}
+	})
+	waitfor.Cond(t, 2*time.Minute, "rank 0's minutes evaluated by another node after it was killed", func() bool {
+		steps = steps[:0]
+		for _, p := range srv.History(t, job, jobrun.KeyReporting) {
+			steps = append(steps, p.Step)
+		}
+		for _, p := range srv.History(t, job, jobrun.KeyReporting) {
+			if p.Step%3 == 0 && p.Step > killed+3 {
+				adopted = p.Step
+				return true
+			}
+		}
+		return false
+	})
+	e, by, _ := strings.Cut(srv.GetRun(t, job).Tags[jobrun.TagEvaluated], " by=")
+	if m, err := strconv.ParseInt(e, 10, 64); err != nil || m < adopted || by == "node-0" {
+		t.Errorf("%s = %q after rank 0 died (minute %d evaluated by another), want a later minute by node-1 or node-2", jobrun.TagEvaluated, e+" by="+by, adopted)
+	}
+	if err := os.WriteFile(filepath.Join(shared, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, nodes[1:]...)
+	for _, n := range nodes[1:] {
+		if n.code != 0 {
+			t.Errorf("%s exited %d", n.id, n.code)
+		}
 	}
 }
