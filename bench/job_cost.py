@@ -12,11 +12,11 @@
       fills a job of each size (the job's run with the job's tags and a line
       a node as the real job wrote them, a run a node with its tags and a
       sample), for a CPU node (as counted) and an 8-GPU node (its sample
-      from docs/metrics.md's catalogue, 8 InfiniBand ports; its line and
-      tags the stand-in GPU node's), and times each kind of request counted
+      from docs/metrics.md's catalogue, 8 InfiniBand ports; its lines
+      GPU8_LINES; its run's tags the stand-in GPU node's), and times each
+      kind of request counted
       by sending the real request again (its run ids, experiment, key,
-      steps and times replaced) from the server's CPU (bench/jobsize.py's
-      timed: median over batches).
+      steps and times replaced) from the server's CPU (median over batches).
   job_cost.py table --counted counted.json --costs costs-sqlite.jsonl [--costs costs-postgres.jsonl]
       the tables: counted requests times measured costs.
 """
@@ -36,6 +36,22 @@ ENDED = re.compile(r"\bstatus=(FINISHED|FAILED|KILLED)\b")
 # The evaluator's job series (b39-eval, not in this build until it lands):
 # min, median and max of 12 signals and two counts, a point each a minute.
 MODEL_JOB_SERIES = jobsize.JOB_SERIES
+
+
+# An 8-GPU node's lines (docs/multinode.md's examples: every field of a
+# busy 8-GPU node with InfiniBand, report.TestLatestInTheLine's while it
+# runs): the stand-in NVML's one GPU writes fewer.
+GPU8_LINES = {
+    "live": "who=node-1023 status=RUNNING attempt=0 at=1796583600000 run=0123456789abcdef0123456789abcdef samples=360 "
+            "ws_peak_mb=250.0 mem_limit_mb=256.4 cpu_limit=112 throttled_pct=12.5 gpu_j=8623841.5 cpu_j=1234568 "
+            "sug_mem_mb=320 sug_cpu=104 cost=1234.56 cpu_mean=95.967 cpu_peak=110.97 gpu_util_pct=97.312 sm_active=0.781 "
+            "net_mbps=12.345 ib_mbps=18235 xid=0 ecc_unc=2 l_sm=0.735 l_gu=97 l_gw=650 l_mhz=1980 l_gm=88.3 l_cpu=85.7 "
+            "l_thr=12.3 l_ws=61.5 l_nrx=123.5 l_ntx=99.9 l_irx=98765.4 l_itx=96000",
+    "end": "who=node-17 status=FINISHED exit=0 reason=success attempt=0 ended=1796656418450 "
+           "clock=\"tsc, synchronized (max error 16 ms)\" run=5f0c2b7e9a0d4c1e8b3f6a2d7c9e1b40 samples=360 ws_peak_mb=412611 "
+           "mem_limit_mb=1717987 cpu_limit=112 throttled_pct=0.412 gpu_j=8623841 cpu_j=1234568 dur_s=3600.2 cpu_mean=95.967 "
+           "cpu_peak=110.97 gpu_util_pct=97.312 sm_active=0.781 net_mbps=12.345 ib_mbps=18235 xid=0 ecc_unc=0",
+}
 
 
 # ---------------------------------------------------------------- count
@@ -267,8 +283,8 @@ class Filled:
         self.sample_keys = gpu_sample_keys(cpu_keys, metrics_doc) if shape == "gpu8" else cpu_keys
         self.runs = {}
         self.nodes = 0
-        print(f"== {shape}: a sample of {len(self.sample_keys)} points; lines of {len(self.line('live', 'node-0'))} characters "
-              f"while it runs, {len(self.line('end', 'node-0'))} at the end (as node {self.tmpl} wrote them)", flush=True)
+        print(f"== {shape}: a sample of {len(self.sample_keys)} points; lines of {len(self.line('live', 'node-0')) + 32} characters "
+              f"while it runs, {len(self.line('end', 'node-0')) + 32} at the end", flush=True)
 
     def log_tags(self, run, tags):
         items = [{"key": k, "value": v} for k, v in tags.items()]
@@ -291,7 +307,7 @@ class Filled:
             {"key": k, "value": 0.5, "timestamp": 1796656418450 + s, "step": s} for k in MODEL_JOB_SERIES]}))
 
     def line(self, ph, node):
-        v = self.c["lines"][ph][self.tmpl] or self.c["lines"][ph]["node-2"]
+        v = GPU8_LINES[ph] if self.shape == "gpu8" else self.c["lines"][ph]["node-2"]
         v = re.sub(r"\bwho=\S+", f"who={node}", v)
         return re.sub(r"\brun=\w+", f"run={self.runs.get(node, '')}", v)
 
@@ -344,6 +360,11 @@ class Filled:
         if "experiment_ids" in body:
             body["experiment_ids"] = [self.exp]
         path = ex["path"].split("/mlflow/", 1)[1]
+        for t in body.get("tags") or []:
+            if t["key"].startswith("bridge.state.") and self.shape == "gpu8":
+                t["value"] = self.line("end" if ENDED.search(t["value"]) else "live", node)
+        if path == "runs/set-tag" and body.get("key", "").startswith("bridge.state.") and self.shape == "gpu8":
+            body["value"] = self.line("end" if ENDED.search(body["value"]) else "live", node)
         if path == "experiments/create":
             body["name"] = self.exp_name  # there already: the 400 most nodes get
         if path == "runs/create":
@@ -365,6 +386,29 @@ class Filled:
             if ex.get("status", 200) != 200 and f": {ex['status']}:" in str(e) or path == "experiments/create":
                 return 0
             raise
+
+
+def timed(cl, fn, label, batches=5, batch_cpu=0.15, most=40):
+    """The server's CPU a request of fn, as bench/jobsize.py's timed but
+    with batches sized by the server's CPU, not by wall time: on a machine
+    busy with other work a request's wall time is mostly waiting, and a
+    batch of one request would be one 10 ms tick of /proc. Each batch is
+    about batch_cpu seconds of the server's CPU (at most `most` requests);
+    per request: the median and range over the batches."""
+    c0 = cl.cpu()
+    size = 0
+    for _ in range(3):
+        size = fn()
+    one = max((cl.cpu() - c0) / 3, 0.002)
+    per = max(3, min(most, int(batch_cpu / one)))
+    cpus = []
+    for _ in range(batches):
+        c = cl.cpu()
+        for _ in range(per):
+            fn()
+        cpus.append((cl.cpu() - c) / per * 1000)
+    return {"what": label, "bytes": size, "requests": per * batches, "batches": batches,
+            "cpu_ms": statistics.median(cpus), "cpu_ms_min": min(cpus), "cpu_ms_max": max(cpus)}
 
 
 def measure(a):
@@ -392,10 +436,18 @@ def measure(a):
                     job.lines("end")
                     job.log_tags(job.job, job.end_tags)
                 for k, e in c["phases"][ph].items():
+                    # Sent again at every N and for both shapes: what goes
+                    # to the job's run or reads it (it grows with N, and an
+                    # 8-GPU node's line is longer) and the samples; the
+                    # rest once, at the first N of the CPU shape (the same
+                    # request whatever the job's size and the node's).
+                    grows = "job's run" in k or k.startswith(("runs/search", "job series", "sample:"))
+                    if not grows and (n != ns[0] or shape != "cpu"):
+                        continue
                     if k.startswith("sample:") and (ph == "live" or shape == "gpu8"):
                         fn = lambda: job.post_sample(job.runs[f"node-{job.nodes - 1}"])  # noqa: E731
-                    elif k.startswith("job series"):
-                        fn = job.post_job_series
+                    elif k.startswith("job series") and (shape == "gpu8" or not job.series_counted):
+                        fn = job.post_job_series  # an 8-GPU job's: every signal, 38 points
                     else:
                         ex = c["examples"][ph].get(k, {})
                         ex = ex.get("gpu" if shape == "gpu8" else "cpu") or ex.get("cpu") or ex.get("gpu")
@@ -404,9 +456,9 @@ def measure(a):
                         if ex["path"].endswith(("runs/delete", "runs/restore")):
                             continue  # needs a run of its own each time: measured below
                         fn = job.replay(ex)
-                    add(shape, n, ph, k, jobsize.timed(cl, fn, k, budget=8))
+                    add(shape, n, ph, k, timed(cl, fn, k))
                 if ph == "live" and not job.series_counted:
-                    add(shape, n, ph, "job series: log-batch to the job's run (modelled)", jobsize.timed(cl, job.post_job_series, "", budget=8))
+                    add(shape, n, ph, "job series: log-batch to the job's run (modelled)", timed(cl, job.post_job_series, ""))
             del_kinds = [k for ph in c["phases"].values() for k in ph if "runs/delete" in k]
             if del_kinds:
                 spare = []
@@ -415,7 +467,7 @@ def measure(a):
                     if not spare:
                         spare.extend(cl.post("runs/create", {"experiment_id": job.exp})["run"]["info"]["run_id"] for _ in range(30))
                     return len(cl.call("POST", "runs/delete", {"run_id": spare.pop()}))
-                add(shape, n, "start", del_kinds[0], jobsize.timed(cl, delete, "", budget=8, max_batch=10))
+                add(shape, n, "start", del_kinds[0], timed(cl, delete, "", most=10))
             job.lines("live")
             for k in job.end_tags:
                 cl.post("runs/delete-tag", {"run_id": job.job, "key": k})
@@ -437,12 +489,16 @@ def table(a):
     by_kind = {}
     for r in rows:
         by_kind.setdefault((r["backend"], r["shape"], r["phase"], r["what"]), []).append(r)
+    ns_all = sorted({r["n"] for r in rows})
     for (b, shape, ph, what), rs in by_kind.items():
         if what.startswith(("runs/get", "runs/search")):
             continue
         med = statistics.median(r["cpu_ms"] for r in rs)
-        for r in rs:
-            cost[(b, shape, r["n"], ph, what)] = dict(r, cpu_ms=med)
+        for n in ns_all:
+            cost[(b, shape, n, ph, what)] = dict(rs[0], cpu_ms=med, n=n)
+            # measured once, for the CPU node: the same request for the other
+            if shape == "cpu" and (b, "gpu8", ph, what) not in by_kind:
+                cost[(b, "gpu8", n, ph, what)] = dict(rs[0], cpu_ms=med, n=n, shape="gpu8")
     backends = sorted({r["backend"] for r in rows}, key=lambda b: b != "sqlite")
     shapes = [s for s in ("cpu", "gpu8") if any(r["shape"] == s for r in rows)]
     ns = sorted({r["n"] for r in rows})
