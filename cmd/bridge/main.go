@@ -48,11 +48,21 @@ func main() {
 	// a closed, full or stalled stdout or stderr costs lines, not the job.
 	stdout, stderr := safeout.New(os.Stdout), safeout.New(os.Stderr)
 	slog.SetDefault(newLogger(stderr, "info")) // for anything logged without a logger of its own
-	code := run(os.Args[1:], stdout, stderr)
+	var out io.Writer = stdout
+	if len(os.Args) > 1 && answers[os.Args[1]] {
+		out = os.Stdout
+	}
+	code := run(os.Args[1:], out, stderr)
 	stdout.Flush(exitFlush)
 	stderr.Flush(exitFlush)
 	os.Exit(code)
 }
+
+// answers are the subcommands whose stdout is their answer, with no child
+// to protect: it is written whole, as any command-line tool writes it,
+// blocking on a slow reader, and a failed write is their exit status 1.
+// safeout's queue (a few hundred lines) would drop a large report whole.
+var answers = map[string]bool{"report": true, "sample": true}
 
 // exitFlush bounds the wait for bridge's last lines (the end-of-run table)
 // at exit: a stalled reader must not hold back the child's exit status.

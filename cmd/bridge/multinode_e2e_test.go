@@ -523,12 +523,18 @@ func checkJobRun(t *testing.T, srv *mlflowtest.Server, exp, key string) string {
 	return runs[0].Info.RunID
 }
 
-// TestMultinodeWandbShared: two nodes of one job with W&B. Each child's
-// real wandb reads the shared-mode variables bridge exported: the run id
-// derived from the job's key, mode shared, its node's label, primary on
-// node 0 only, no finish-state updates from node 1. Each bridge's own
-// lines carry its node's label in that run.
-func TestMultinodeWandbShared(t *testing.T) {
+// TestMultinodeWandbGroup: three nodes of one job with W&B, and node 1
+// restarted after the job's end. Each child's real wandb reads the
+// variables bridge exported: the job's run id derived from the key, mode
+// shared, its node's label, primary on node 0 only, no finish-state
+// updates elsewhere, and the job's group, so the job's run sits in it.
+// Each bridge writes its node's series to a run of its own in the group
+// (job type node, named by the node, keys unlabelled), marked complete
+// with its child's exit code; bridge writes no series to the job's run,
+// only the job's records in its summary: every node's end, the report.
+// The restarted node writes the same node run again, as a new writer,
+// and its end replaces its record in the job's run.
+func TestMultinodeWandbGroup(t *testing.T) {
 	py := wbPython(t)
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: wbKey})
 	script, err := filepath.Abs(filepath.Join("testdata", "wandb_shared.py"))
@@ -537,26 +543,30 @@ func TestMultinodeWandbShared(t *testing.T) {
 	}
 	id := fmt.Sprint(mnJobs.Add(1))
 	start := time.Now().Unix()
-	env := slurmJob(id, start, 2, 0)
+	const count = 3
 	runID := wbsink.RunIDFor("slurm:e2e:"+id+".0", strconv.FormatInt(start, 10))
-	nodes := make([]*mnNode, 2)
-	var outs [2]syncbuf.Buffer
-	for i := range nodes {
+	var outs [count + 1]syncbuf.Buffer
+	run := func(i, out, restarts int) *mnNode {
 		n := &mnNode{id: fmt.Sprintf("node-%d", i), dir: t.TempDir()}
 		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "1s", "--scopes", "node", "--trackers", "wandb",
 			"--spool", filepath.Join(n.dir, "spool.jsonl"), "--", py, script, wbProject)
 		n.cmd.Dir = n.dir
-		n.cmd.Env = append(cleanEnv(srv.ClientEnv(n.dir, wbKey)...), append(env(i), "WANDB_PROJECT="+wbProject, "TMPDIR="+n.dir)...)
-		n.cmd.Stdout, n.cmd.Stderr = &outs[i], &n.stderr
+		n.cmd.Env = append(cleanEnv(srv.ClientEnv(n.dir, wbKey)...), append(slurmJob(id, start, count, restarts)(i), "WANDB_PROJECT="+wbProject, "TMPDIR="+n.dir)...)
+		n.cmd.Stdout, n.cmd.Stderr = &outs[out], &n.stderr
+		n.began = time.Now()
 		if err := n.cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		nodes[i] = n
 		t.Cleanup(func() {
 			if t.Failed() {
-				t.Logf("%s: stdout:\n%s\nstderr:\n%s", n.id, outs[i].String(), n.stderr.String())
+				t.Logf("%s: stdout:\n%s\nstderr:\n%s", n.id, outs[out].String(), n.stderr.String())
 			}
 		})
+		return n
+	}
+	nodes := make([]*mnNode, count)
+	for i := range nodes {
+		nodes[i] = run(i, i, 0)
 	}
 	wait(t, nodes...)
 	for i, n := range nodes {
@@ -564,40 +574,98 @@ func TestMultinodeWandbShared(t *testing.T) {
 			t.Errorf("%s's bridge exited %d", n.id, n.code)
 		}
 		primary := map[bool]string{true: "True", false: "False"}[i == 0] // Python's bool
-		want := fmt.Sprintf("shared %s shared %s %s %s", runID, n.id, primary, primary)
+		want := fmt.Sprintf("shared %s shared %s %s %s %s", runID, n.id, primary, primary, runID)
 		if !strings.Contains(outs[i].String(), want) {
 			t.Errorf("%s's wandb read %q, want %q", n.id, outs[i].String(), want)
 		}
 	}
-	run, ok := srv.Run(srv.Entity(), wbProject, runID)
+	job, ok := srv.Run(srv.Entity(), wbProject, runID)
 	if !ok {
 		t.Fatalf("no W&B run %s", runID)
 	}
-	for _, n := range nodes {
-		key := "system.node_memory_used_megabytes/l:" + n.id
-		found := false
-		for _, w := range run.Writers {
-			for _, l := range w.Files[wandbserver.EventsFile].Lines {
-				if strings.Contains(l.Content, `"`+key+`"`) {
-					found = true
-				}
+	if job.Group != runID {
+		t.Errorf("the job's run is in group %q, want %s", job.Group, runID)
+	}
+	for _, w := range job.Writers {
+		for _, l := range w.Files[wandbserver.EventsFile].Lines {
+			if strings.Contains(l.Content, `"system.node_memory_used_megabytes`) {
+				t.Errorf("a bridge line in the job's run: %s", l.Content)
 			}
 		}
-		if !found {
-			t.Errorf("no line of %s's bridge (%s) in run %s", n.id, key, runID)
+	}
+	// nodeRun checks node i's run and returns it.
+	nodeRun := func(i int) wandbserver.Run {
+		t.Helper()
+		name := fmt.Sprintf("node-%d", i)
+		r, ok := srv.Run(srv.Entity(), wbProject, wbsink.NodeRunID(runID, name))
+		if !ok {
+			t.Fatalf("no run of %s (%s)", name, wbsink.NodeRunID(runID, name))
+		}
+		if r.Group != runID || r.JobType != wbsink.JobTypeNode || r.DisplayName != name {
+			t.Errorf("%s's run: group %q, job type %q, name %q", name, r.Group, r.JobType, r.DisplayName)
+		}
+		if !r.Complete || r.ExitCode == nil || *r.ExitCode != 0 {
+			t.Errorf("%s's run: complete %v, exit code %v; want complete with 0", name, r.Complete, r.ExitCode)
+		}
+		return r
+	}
+	// lines are the events lines of each bridge writer of r holding key.
+	lines := func(r wandbserver.Run, key string) (out []int) {
+		for _, w := range r.Writers {
+			n := 0
+			for _, l := range w.Files[wandbserver.EventsFile].Lines {
+				if strings.Contains(l.Content, `"`+key+`"`) {
+					n++
+				}
+			}
+			if w.Files[wandbserver.EventsFile].Overwrites > 0 {
+				t.Errorf("run %s: writer %s overwrote lines", r.Name, w.ID)
+			}
+			out = append(out, n)
+		}
+		return out
+	}
+	for i := range nodes {
+		if got := lines(nodeRun(i), "system.node_memory_used_megabytes"); len(got) != 1 || got[0] == 0 {
+			t.Errorf("node-%d's run: lines with system.node_memory_used_megabytes by writer %v, want bridge's", i, got)
 		}
 	}
-	// The job's report in the run's summary: each bridge writes it after
-	// its child's last summary line, so the last write is a bridge's. Both
-	// nodes end at the same moment here, and W&B has no compare-and-set:
-	// one node's write may replace the other's (docs/multinode.md), and
-	// which child line a bridge read depends on when each wandb sent it.
-	// tracker/wandb's TestJobReportInSummary checks the merge in order.
-	sum := run.Summary()
+	if n := len(srv.Runs()); n != count+1 {
+		t.Errorf("%d runs, want the job's and one a node", n)
+	}
+	// The job's records in its run's summary: each bridge writes them
+	// after its child's last summary line, so the last write is a
+	// bridge's. The nodes end at the same moment here, and W&B has no
+	// compare-and-set: one node's write may replace another's
+	// (docs/multinode.md); tracker/wandb's TestNodeRunFinish and jobrun's
+	// TestJobReportInSummary check each record in order.
+	sum := job.Summary()
 	b, _ := sum["bridge"].(map[string]any)
 	ends, _ := b["nodes"].(map[string]any)
 	if report, _ := b["report"].(string); len(ends) == 0 || !strings.HasPrefix(report, "No node failed.") {
-		t.Errorf("the run's summary: %v; want bridge's report", sum)
+		t.Errorf("the job's run's summary: %v; want bridge's report", sum)
+	}
+
+	// Node 1 again, its launcher's next attempt, alone: its end is the
+	// job's run's last write.
+	again := run(1, count, 1)
+	wait(t, again)
+	if again.code != 0 {
+		t.Fatalf("the restarted node-1's bridge exited %d", again.code)
+	}
+	if got := lines(nodeRun(1), "system.node_memory_used_megabytes"); len(got) != 2 || got[0] == 0 || got[1] == 0 {
+		t.Errorf("node-1's run: lines by writer %v, want both attempts' bridges", got)
+	}
+	if n := len(srv.Runs()); n != count+1 {
+		t.Errorf("after the restart %d runs, want the job's and one a node", n)
+	}
+	job, _ = srv.Run(srv.Entity(), wbProject, runID)
+	b, _ = job.Summary()["bridge"].(map[string]any)
+	ends, _ = b["nodes"].(map[string]any)
+	rec, _ := ends["node-1"].(map[string]any)
+	ended, _ := strconv.ParseInt(fmt.Sprint(rec["ended"]), 10, 64)
+	if rec["status"] != tracker.StatusFinished || ended < again.began.UnixMilli() {
+		t.Errorf("node-1's record in the job's run: %v; want the restarted attempt's end (after %d)", rec, again.began.UnixMilli())
 	}
 }
 

@@ -28,8 +28,19 @@ import (
 // scaleNodes is the size of the job TestMultinodeRestartIn300NodeJob
 // restarts a node of (issue 39: at about 100 nodes of the earlier layout
 // the job's run passed the 1 MiB a bridge reads of an answer, and a
-// restarted node could not find it).
-const scaleNodes = 300
+// restarted node could not find it): 300, or BRIDGE_TEST_RESTART_NODES
+// (bench/job_report.sh runs 1,024).
+func scaleNodes(t *testing.T) int {
+	v := os.Getenv("BRIDGE_TEST_RESTART_NODES")
+	if v == "" {
+		return 300
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 8 {
+		t.Fatalf("BRIDGE_TEST_RESTART_NODES=%q: want a node count of at least 8", v)
+	}
+	return n
+}
 
 // TestMultinodeRestartIn300NodeJob: a job of 300 nodes whose run holds
 // every node's state line and has a run a node under it (two real
@@ -45,6 +56,7 @@ func TestMultinodeRestartIn300NodeJob(t *testing.T) {
 	srv := mlflowtest.SharedPostgres(t)
 	id, exp := fmt.Sprint(mnJobs.Add(1)), fmt.Sprintf("restart-300-%d", mnJobs.Add(1))
 	key := "slurm:e2e:" + id + ".0"
+	scaleNodes := scaleNodes(t)
 	env := slurmJob(id, 1000, scaleNodes, 0)
 	first := []*mnNode{startMN(t, srv.URL, exp, env(0)), startMN(t, srv.URL, exp, env(7))}
 	first[0].id, first[1].id = "node-0", "node-7"
@@ -62,7 +74,7 @@ func TestMultinodeRestartIn300NodeJob(t *testing.T) {
 
 	// The other 298 nodes: a run each under the job's run, and each one's
 	// end line on the job's run, as their bridges write them.
-	seedNodes(t, srv, expID, job, key)
+	seedNodes(t, srv, expID, job, key, scaleNodes)
 
 	again := startMNIn(t, srv.URL, exp, t.TempDir(), slurmJob(id, 2000, scaleNodes, 1)(7))
 	again.id = "node-7"
@@ -110,7 +122,7 @@ func TestMultinodeRestartIn300NodeJob(t *testing.T) {
 	took := time.Since(began)
 	var rep report.Report
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatalf("bridge report --json: %v\n%s", err, &out)
+		t.Fatalf("bridge report --json: %v\n%s\nits stderr: %s", err, &out, &errb)
 	}
 	rows := rowsByNode(&rep)
 	for i := range scaleNodes {
@@ -126,7 +138,7 @@ func TestMultinodeRestartIn300NodeJob(t *testing.T) {
 // seedNodes writes the nodes of a job other than node-0 and node-7: a
 // run each under the job's run, tagged as bridge tags it, and an end line
 // each on the job's run (report.EndLine of a clean end with figures).
-func seedNodes(t *testing.T, srv *mlflowtest.Server, expID, job, key string) {
+func seedNodes(t *testing.T, srv *mlflowtest.Server, expID, job, key string, scaleNodes int) {
 	t.Helper()
 	ended := time.Now()
 	lines := map[string]string{}

@@ -68,6 +68,15 @@ type Options struct {
 	Fail, Killed      float64
 	MaxPerNodeMinute  int
 
+	// Tick plays the job's live phase (live.go): each node's lead ticks
+	// once a Tick while its child runs (0: none). KillCandidates of the
+	// evaluator candidates (ranks 0..2) are killed at a tick each, drawn
+	// in their live phase, so that another takes their minutes over.
+	// Evaluated: the job's run is evaluated live (its series checked).
+	Tick           time.Duration
+	KillCandidates int
+	Evaluated      bool
+
 	Trace func(string) // if set, every step, for replaying a seed
 }
 
@@ -160,6 +169,16 @@ type engine struct {
 	recorded  map[int]bool
 	outcomes  map[int]int
 	perMinute map[[2]int]int
+
+	// The live phase (live.go): reads of the job's run by ticks a minute,
+	// the ticks that read it and landed, bridge.job.differs as written,
+	// the running lines' at as applied (by node#attempt), and the
+	// candidates that evaluated each minute (the series' step).
+	liveReads   map[int]int
+	liveTicks   []liveTick
+	differs     []stamped
+	lineAts     map[string][]int64
+	evaluatedBy map[int64]map[int]bool
 }
 
 // step is what a node asks of the engine when it blocks.
@@ -175,8 +194,12 @@ type request struct {
 	run      string // SetParam, MarkElected, Delete; the job's requests
 	value    string // SetParam; Create: the start id; set-status: the status; put-artifact: the name
 	tags     map[string]string
-	at       time.Time // set-status
-	body     []byte    // put-artifact
+	at       time.Time          // set-status
+	body     []byte             // put-artifact
+	points   map[string]float64 // log-points, at at, step step, from node from
+	step     int64
+	from     int
+	live     bool // get-run: a tick's read
 	answer   answer
 	resolved bool // the node was woken (answer or timeout)
 }
@@ -218,6 +241,7 @@ func newEngine(o Options) *engine {
 	e.res.Seed = o.Seed
 	e.res.Requests = map[string]int{}
 	e.recorded, e.outcomes, e.perMinute = map[int]bool{}, map[int]int{}, map[[2]int]int{}
+	e.liveReads, e.lineAts, e.evaluatedBy = map[int]int{}, map[string][]int64{}, map[int64]map[int]bool{}
 	if o.Server != nil {
 		e.srv = &serverState{Server: *o.Server, rng: rand.New(rand.NewPCG(o.Seed, 2))}
 	}
@@ -357,7 +381,14 @@ func (e *engine) chance(p float64) bool { return p > 0 && e.faulty() && e.rng.Fl
 // kill ends a node at its current step; it may come back as a new bridge.
 func (e *engine) kill(n *node) {
 	e.trace("node %d.%d killed", n.index, n.life)
-	n.dead = true
+	n.dead, n.killed = true, true
+	n.diedAt = e.now
+	if n.living {
+		n.liveEnd = e.now
+		if n.index < evaluators {
+			e.res.Job.Live.CandidatesKilled++
+		}
+	}
 	if e.o.Restart > 0 && e.rng.Float64() < e.o.Restart {
 		e.spawns++
 		e.at(time.Duration(e.rng.Int64N(int64(e.o.RestartAfter))), func() { e.spawn(n.index, n.life+1) })
@@ -416,7 +447,7 @@ func (e *engine) request(n *node, r *request) {
 	}
 	e.at(e.o.Timeout, func() { answered(answer{err: errTimeout}) })
 	if e.chance(e.o.Dup) {
-		dup := &request{kind: r.kind, run: r.run, value: r.value, tags: r.tags, at: r.at, body: r.body}
+		dup := &request{kind: r.kind, run: r.run, value: r.value, tags: r.tags, at: r.at, body: r.body, points: r.points, step: r.step, from: r.from, live: r.live}
 		e.at(e.delay()+e.delay(), func() { e.arrive(dup, nil) })
 	}
 	switch {

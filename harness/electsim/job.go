@@ -55,11 +55,13 @@ type JobResult struct {
 	// on every try within the write policy's budget (tracker.Writes, 30
 	// s). Their end stays in their spool, for `bridge sync`.
 	BudgetSpent []string
+	Live        LiveResult // with Options.Tick
 }
 
 // jobRun is the job's run in the model: what runs/get returns.
 type jobRun struct {
 	tags      map[string]string
+	series    map[string][]point // LogPoints
 	status    string
 	end       time.Time
 	artifacts map[string][]byte
@@ -72,7 +74,7 @@ func (m *model) job(id string) *jobRun {
 	j := m.jobs[id]
 	if j == nil {
 		// Created by the election (its candidate's tags): the job's key.
-		j = &jobRun{tags: map[string]string{tracker.TagJobKey: "sim"}, artifacts: map[string][]byte{}}
+		j = &jobRun{tags: map[string]string{tracker.TagJobKey: "sim"}, artifacts: map[string][]byte{}, series: map[string][]point{}}
 		m.jobs[id] = j
 	}
 	return j
@@ -86,13 +88,23 @@ func (e *engine) applyJob(r *request) answer {
 	j := e.model.job(r.run)
 	switch r.kind {
 	case "get-run":
+		if r.live {
+			e.res.Job.Live.MaxRunBytes = max(e.res.Job.Live.MaxRunBytes, j.size())
+		}
 		st := j.status
 		if st == "" {
 			st = tracker.StatusRunning
 		}
-		return answer{run: tracker.StoredRun{ID: r.run, Status: st, End: j.end, Tags: maps.Clone(j.tags)}}
+		latest := map[string]float64{}
+		for k, p := range j.latestOf() {
+			latest[k] = p.value
+		}
+		return answer{run: tracker.StoredRun{ID: r.run, Status: st, End: j.end, Tags: maps.Clone(j.tags), Latest: latest}}
 	case "set-tags":
 		maps.Copy(j.tags, r.tags)
+		e.applyLive(j, r)
+	case "log-points":
+		e.applyLive(j, r)
 	case "set-status":
 		j.status, j.end = r.value, r.at
 	case "put-artifact":
@@ -106,7 +118,7 @@ func (e *engine) applyJob(r *request) answer {
 }
 
 // jobKinds are the requests of the job's phase.
-var jobKinds = map[string]bool{"get-run": true, "set-tags": true, "set-status": true, "put-artifact": true, "history": true}
+var jobKinds = map[string]bool{"log-points": true, "get-run": true, "set-tags": true, "set-status": true, "put-artifact": true, "history": true}
 
 // outcome is node index's child's exit in its life.
 func (e *engine) outcome(index, life int) int {
@@ -140,7 +152,11 @@ func (n *node) runJob(ctx context.Context, job string) {
 		return // killed, or the start failed: the sink retries it with the first samples
 	}
 	runFor := e.o.RunFor + time.Duration(n.rng.Int64N(int64(e.o.EndSpread)+1))
-	if n.Sleep(ctx, runFor) != nil {
+	if e.o.Tick > 0 {
+		if !n.live(ctx, job, own, e.now+runFor) {
+			return
+		}
+	} else if n.Sleep(ctx, runFor) != nil {
 		return
 	}
 	code := e.outcome(n.index, n.life)
@@ -189,7 +205,7 @@ func (n *node) write(ctx context.Context, r request) answer {
 		try := r
 		a := n.block(step{n: n, req: &try})
 		if a.err == nil || errors.Is(a.err, errKilled) || errors.Is(a.err, tracker.ErrPermanent) ||
-			n.e.now-began+wait > tracker.Writes.MaxElapsed {
+			n.e.now-began+wait > tracker.Writes.MaxElapsed || n.deadline > 0 && n.e.now+wait > n.deadline {
 			return a
 		}
 		if err := n.Sleep(ctx, wait); err != nil {
@@ -201,7 +217,11 @@ func (n *node) write(ctx context.Context, r request) answer {
 
 // GetRun implements tracker.RunStore.
 func (n *node) GetRun(ctx context.Context, id string) (tracker.StoredRun, error) {
-	a := n.write(ctx, request{kind: "get-run", run: id})
+	if n.deadline > 0 { // a tick's read of the job's run
+		n.reads++
+		n.e.liveReads[int(n.e.now/time.Minute)]++
+	}
+	a := n.write(ctx, request{kind: "get-run", run: id, live: n.deadline > 0})
 	return a.run, a.err
 }
 
@@ -260,8 +280,7 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 			r.Lines++
 		}
 	}
-	b, _ := json.Marshal(tagList(j.tags))
-	r.RunBytes = len(b)
+	r.RunBytes = j.size()
 	r.History = e.res.Requests["history"]
 	for _, c := range e.perMinute {
 		r.MaxPerNodeMinute = max(r.MaxPerNodeMinute, c)
@@ -279,7 +298,7 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 		return fail("the job's end read %d series", r.History)
 	}
 	for _, n := range e.nodes {
-		if n.dead || !n.joined || n.spent {
+		if n.killed || !n.joined || n.spent {
 			continue
 		}
 		who := fmt.Sprintf("node-%d", n.index)
@@ -304,13 +323,23 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 			return fail("report %q with %d rows, want the report of %d nodes written", r.Report, r.ReportRows, e.o.Nodes)
 		}
 	}
-	if r.RunBytes >= 1<<20 {
-		return fail("the job's run is %d bytes, want under 1 MiB", r.RunBytes)
+	if r.RunBytes >= 1<<20 || r.Live.MaxRunBytes >= 1<<20 {
+		return fail("the job's run is %d bytes (%d at most as a tick read it), want under 1 MiB", r.RunBytes, r.Live.MaxRunBytes)
 	}
 	if e.o.MaxPerNodeMinute > 0 && r.MaxPerNodeMinute > e.o.MaxPerNodeMinute {
 		return fail("a node sent %d requests in a minute, the bound is %d", r.MaxPerNodeMinute, e.o.MaxPerNodeMinute)
 	}
+	if e.o.Tick > 0 {
+		return e.checkLive(j, fail)
+	}
 	return nil
+}
+
+// size is the job's run as runs/get answers it: its tags' JSON and its
+// series' latest values'.
+func (j *jobRun) size() int {
+	b, _ := json.Marshal(map[string]any{"tags": tagList(j.tags), "metrics": metricList(j.latestOf())})
+	return len(b)
 }
 
 // tagList is tags as runs/get lists them, in a stable order.

@@ -29,6 +29,18 @@ type node struct {
 	// Owned by the engine while the node is blocked.
 	dead, joined, blocked, ended bool
 	spent                        bool // its end gave up within the write budget (job.go)
+	// killed: by the schedule (dead is also every node stop ended, after
+	// the schedule: the invariants ask killed).
+	killed bool
+
+	// The live phase (live.go): ticking, ran to its child's end; when its
+	// live phase ended (killed or not); a tick's deadline (its budget);
+	// its ticks' at (unix ms); reads of the job's run in this tick.
+	living, liveDone  bool
+	liveEnd, deadline time.Duration
+	diedAt            time.Duration // when it was killed
+	tickAts           []int64
+	reads             int
 }
 
 func (e *engine) spawn(index, life int) {

@@ -55,10 +55,12 @@ func (w *Writer) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	if w.queued+len(p) > maxQueued {
 		w.markLost(1)
-		return len(p), nil
+	} else {
+		w.queue = append(w.queue, item{p: append([]byte(nil), p...)})
+		w.queued += len(p)
 	}
-	w.queue = append(w.queue, item{p: append([]byte(nil), p...)})
-	w.queued += len(p)
+	// A drop wakes the loop too: the last lines lost are said even when
+	// nothing is written after them.
 	select {
 	case w.wake <- struct{}{}:
 	default:

@@ -121,3 +121,30 @@ func (fw *failingWriter) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// A Write larger than the queue, with nothing written after it, is not
+// lost silently: the output says so once the queue drains.
+func TestLastDropIsSaid(t *testing.T) {
+	r, pw := pipe(t)
+	w := New(pw)
+	fmt.Fprintf(w, "first\n")
+	if !w.Flush(time.Minute) { // the writer is idle: nothing else wakes it
+		t.Fatal("the queue did not drain")
+	}
+	if m, err := w.Write(make([]byte, maxQueued+1)); err != nil || m != maxQueued+1 {
+		t.Fatalf("Write = %d, %v", m, err)
+	}
+	if !w.Flush(time.Minute) {
+		t.Fatal("the queue did not drain")
+	}
+	pw.Close()
+	var got []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		got = append(got, sc.Text())
+	}
+	want := []string{"first", "bridge: 1 lines of bridge's own output were lost here (its output could not be written)"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("output %q, want %q", got, want)
+	}
+}

@@ -43,11 +43,16 @@ type Config struct {
 	// end it sooner.
 	Timeout time.Duration
 
-	// Shared: the run is a multi-node job's, written by every node in W&B's
-	// shared mode. Start then hands the child the shared-mode settings
-	// (SharedEnv). Primary says whether this node's child is the job's
+	// Shared: the run is a multi-node job's, which every node's child
+	// writes in W&B's shared mode. Start then hands the child the
+	// shared-mode settings and the group (SharedEnv). Primary says whether this node's child is the job's
 	// primary writer; PrimaryKnown false leaves wandb's default (primary).
 	Shared, Primary, PrimaryKnown bool
+	// NodeRun, with Shared, is the run of this node's own that bridge
+	// creates and writes the node's series to, in the group named by RunID
+	// (the job's run; noderun.go); the job's run gets only the job's
+	// records from bridge. Empty: Start derives it (NodeRunID).
+	NodeRun string
 }
 
 // Configured reports whether the job is set up for W&B: an API key in the

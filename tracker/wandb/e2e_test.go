@@ -271,3 +271,79 @@ func attempts(t *testing.T, dir string) int {
 	}
 	return n
 }
+
+// TestNodeRunUpsertLikeRealClient: bridge creates a job's node's run with
+// UpsertBucket as the real wandb client creates a run in a group
+// (wandb.init's group, job_type and name, here from WANDB_RUN_GROUP,
+// WANDB_JOB_TYPE and WANDB_NAME): the same input fields bound to the same
+// variables of the same declared types, and the mock holds the same group
+// and job type for both runs.
+func TestNodeRunUpsertLikeRealClient(t *testing.T) {
+	py := os.Getenv("BRIDGE_TEST_PYTHON")
+	if py == "" {
+		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to compare bridge's UpsertBucket with the real client's; scripts/test.sh, the README's test command, creates .venv and sets it")
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
+	dir := t.TempDir()
+	const real = "realrun1"
+	cmd := exec.CommandContext(ctx, py, script, "demo", "0")
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "WANDB_RUN_ID=" + real, "WANDB_RUN_GROUP=job-1", "WANDB_JOB_TYPE=" + JobTypeNode,
+		"WANDB_NAME=node-0"}, srv.ClientEnv(dir, "")...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the real client: %v\n%s", err, out)
+	}
+	s := newSink(t, srv, func(c *Config) { c.RunID, c.Shared, c.Label = "job-1", true, "node-1" })
+	start(t, s)
+	if n, err := s.Send(ctx, samples(0, 1)); n != 1 || err != nil {
+		t.Fatalf("Send = %d, %v", n, err)
+	}
+	upsert := func(run string) (fields map[string]string, types map[string]string, vars map[string]any) {
+		t.Helper()
+		for _, r := range srv.Requests() {
+			var q struct {
+				Query     string         `json:"query"`
+				Variables map[string]any `json:"variables"`
+			}
+			if r.Operation != "UpsertBucket" || json.Unmarshal([]byte(r.Body), &q) != nil || q.Variables["name"] != run || q.Variables["groupName"] == nil {
+				continue
+			}
+			flat := strings.Join(strings.Fields(q.Query), "")
+			fields, types = map[string]string{}, map[string]string{}
+			head, body, _ := strings.Cut(flat, "{")
+			for _, m := range regexp.MustCompile(`\$(\w+):([\w!\[\]]+)`).FindAllStringSubmatch(head, -1) {
+				types[m[1]] = strings.TrimSuffix(m[2], ",")
+			}
+			_, input, _ := strings.Cut(body, "input:{")
+			input, _, _ = strings.Cut(input, "}")
+			for _, m := range regexp.MustCompile(`(\w+):\$(\w+)`).FindAllStringSubmatch(input, -1) {
+				fields[m[1]] = m[2]
+			}
+			return fields, types, q.Variables
+		}
+		t.Fatalf("no UpsertBucket of run %s with a group", run)
+		return nil, nil, nil
+	}
+	rf, rt, rv := upsert(real)
+	bf, bt, bv := upsert(s.cfg.NodeRun)
+	for _, f := range []string{"name", "modelName", "entityName", "groupName", "jobType", "displayName"} {
+		if rf[f] == "" || rf[f] != bf[f] || rt[rf[f]] != bt[bf[f]] {
+			t.Errorf("input field %s: the real client binds $%s (%s), bridge $%s (%s)", f, rf[f], rt[rf[f]], bf[f], bt[bf[f]])
+			continue
+		}
+		if fmt.Sprintf("%T", rv[rf[f]]) != fmt.Sprintf("%T", bv[bf[f]]) && bv[bf[f]] != nil {
+			t.Errorf("variable %s: the real client sends a %T, bridge a %T", rf[f], rv[rf[f]], bv[bf[f]])
+		}
+	}
+	for _, id := range []string{real, s.cfg.NodeRun} {
+		if run, ok := srv.Run(srv.Entity(), "demo", id); !ok || run.Group != "job-1" || run.JobType != JobTypeNode {
+			t.Errorf("run %s: group %q job type %q", id, run.Group, run.JobType)
+		}
+	}
+}

@@ -11,8 +11,8 @@ import (
 	"github.com/bridge-dev/bridge/tracker"
 )
 
-// A job's shared run keeps the job's records in its summary, under
-// summaryKey: "nodes" (each node's end, the same facts as its MLflow end
+// A job's run keeps the job's records in its summary, under summaryKey
+// (its nodes' series are in runs of their own: noderun.go): "nodes" (each node's end, the same facts as its MLflow end
 // tags, under its label), "first_failure" (as MLflow's
 // bridge.job.first_failure) and "report" (the report's summary, a line for
 // the job and one a node). The sink records its node's end there
@@ -143,33 +143,27 @@ func (s *Sink) recordNodeEnd(ctx context.Context, end tracker.EndInfo, who strin
 	return s.writeSummary(ctx, s.cfg.RunID, sum)
 }
 
-// figureKey is the summary key of one of the job's figures:
-// bridge/<name>, or bridge/<label>/<name> for a node of a job's shared
-// run: a column the runs table sorts by.
-func figureKey(name, who string) string {
-	if who == "" {
-		return "bridge/" + name
-	}
-	return "bridge/" + who + "/" + name
-}
+// figureKey is the summary key of one of the job's figures,
+// bridge/<name>: a column the runs table sorts by.
+func figureKey(name string) string { return "bridge/" + name }
 
 // recordFigures writes the job's figures (tracker.EndInfo.Figures) into
-// the run's summary, who's (a node's label, "" for a run of its own),
-// each finite and within its range; the rest of the summary is kept.
-func (s *Sink) recordFigures(ctx context.Context, end tracker.EndInfo, who string) error {
+// run's summary, each finite and within its range; the rest of the
+// summary is kept.
+func (s *Sink) recordFigures(ctx context.Context, run string, end tracker.EndInfo) error {
 	if len(end.Figures) == 0 {
 		return nil
 	}
-	sum, err := s.readSummary(ctx, s.cfg.RunID)
+	sum, err := s.readSummary(ctx, run)
 	if err != nil {
 		return err
 	}
 	for _, p := range end.Figures {
 		if f, ok := metrics.Finite(p.Value); ok && p.Desc != nil && p.Desc.Range().Holds(p.Value) {
-			sum.all[figureKey(p.Name(), who)] = f
+			sum.all[figureKey(p.Name())] = f
 		}
 	}
-	return s.writeSummary(ctx, s.cfg.RunID, sum)
+	return s.writeSummary(ctx, run, sum)
 }
 
 // nodeEnd is a node's end as the summary keeps it: its end tags without

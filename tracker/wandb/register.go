@@ -10,7 +10,7 @@ import (
 // Registration is the W&B tracker as bridge registers it
 // (pipeline.Trackers): its variables, its help and its sink. bridge reads
 // no W&B run by id (`bridge report` is MLflow's): it has no Store; a job's
-// sink is the run store of its shared run (jobstore.go).
+// sink is the run store of the job's run (jobstore.go).
 func Registration() tracker.Registration {
 	return tracker.Registration{
 		Name: "wandb", RunIDEnv: "WANDB_RUN_ID", Configured: Configured, Build: build,
@@ -43,7 +43,9 @@ func build(b tracker.Build) (tracker.Sink, error) {
 		wc.RunID = b.RunID
 	}
 	if j := b.Job; j != nil {
-		// One run for the whole job, written by every node in shared mode.
+		// The job's run, which every node's child writes in shared mode;
+		// each node's series go to a run of its own in its group
+		// (noderun.go).
 		if wc.RunID == "" {
 			wc.RunID = RunIDFor(j.Key, j.Generation)
 		}

@@ -1,10 +1,11 @@
 // Package wandb is bridge's W&B sink: it writes bridge's samples into the
 // run the training process creates, as a second, non-primary file_stream
-// writer in W&B's "shared mode".
+// writer in W&B's "shared mode"; in a multi-node job, into a run of the
+// node's own that bridge creates, in the job's group (noderun.go).
 //
-// The sink never creates the run and never sends config, summary, complete
-// or exitcode: the child's wandb.init() owns the run, so resume and the
-// run's final state behave as without bridge. Start hands the child a
+// The sink never creates the child's run and never sends it config,
+// complete or exitcode: the child's wandb.init() owns the run, so resume
+// and the run's final state behave as without bridge. Start hands the child a
 // WANDB_RUN_ID; Send waits (ErrNotReady) until that run exists, then posts
 // one wandb-events.jsonl line per sample, keys "system.<name>/l:<label>",
 // under its own client id (X-WANDB-ASYNC-CLIENT-ID) so the server keeps its
@@ -12,8 +13,11 @@
 //
 // Wire details follow wandb-core: core/internal/stream/stream_init.go
 // (shared-mode headers), core/internal/filestream (request shape, events
-// lines), core/api/graphql/query_run_resume_status.graphql and
-// core/internal/runbranch/resume.go (when a run counts as started).
+// lines; filestreamrequest.go and updateexit.go: the last request's
+// "complete" and "exitcode"), core/api/graphql/query_run_resume_status.graphql
+// and core/internal/runbranch/resume.go (when a run counts as started),
+// core/api/graphql/mutation_run.graphql and core/internal/runupserter
+// (UpsertBucket: a run's groupName, jobType, displayName).
 package wandb
 
 import (
@@ -162,10 +166,16 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 	s.start = time.Now()
 	env := []string{"WANDB_RUN_ID=" + s.cfg.RunID}
 	if s.cfg.Shared {
-		env = append(env, SharedEnv(s.label, s.cfg.Primary, s.cfg.PrimaryKnown)...)
+		if s.cfg.NodeRun == "" {
+			s.cfg.NodeRun = NodeRunID(s.cfg.RunID, s.label)
+		}
+		env = append(env, SharedEnv(s.label, s.cfg.RunID, s.cfg.Primary, s.cfg.PrimaryKnown)...)
+		s.log.Info("W&B: the training process creates the job's run; bridge writes this node's system metrics to a run of its own in the job's group",
+			"run_id", s.cfg.RunID, "node_run_id", s.cfg.NodeRun, "label", s.label, "base_url", s.url, "key_from", s.cfg.KeySource)
+	} else {
+		s.log.Info("W&B: the training process creates the run; bridge writes its system metrics as a second writer",
+			"run_id", s.cfg.RunID, "label", s.label, "base_url", s.url, "key_from", s.cfg.KeySource)
 	}
-	s.log.Info("W&B: the training process creates the run; bridge writes its system metrics as a second writer",
-		"run_id", s.cfg.RunID, "label", s.label, "base_url", s.url, "key_from", s.cfg.KeySource)
 
 	var resp struct {
 		Viewer *struct {
@@ -183,7 +193,8 @@ func (s *Sink) Start(ctx context.Context, info tracker.StartInfo) ([]string, err
 }
 
 // Send implements tracker.Sink. Until the run exists (created by the child's
-// wandb.init) it returns an error wrapping tracker.ErrNotReady. Then it posts
+// wandb.init) it returns an error wrapping tracker.ErrNotReady; a job's
+// node's run it creates itself (createNodeRun). Then it posts
 // the samples as events lines at this writer's next offsets; a repeat after
 // an error reuses the same offsets, and samples already acknowledged (Seq
 // at or below the last one) are skipped, so a resend never duplicates or
@@ -196,7 +207,11 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 		return 0, errors.New("W&B sink: Send before Start")
 	}
 	if !s.ready {
-		if err := s.checkRun(ctx); err != nil {
+		check := s.checkRun
+		if s.cfg.Shared {
+			check = s.createNodeRun
+		}
+		if err := check(ctx); err != nil {
 			return 0, err
 		}
 	}
@@ -222,16 +237,22 @@ func (s *Sink) Send(ctx context.Context, samples []metrics.Sample) (int, error) 
 	return acked, nil
 }
 
-// Finish implements tracker.Sink. It never sends complete or exitcode (the
-// child's wandb finishes the run with its own exit code, and a non-primary
-// writer must not); it makes the exit verdict visible on the run: W&B tags
-// "bridge-exit-<code>" and "bridge-<exit_reason>" added to the run's own,
-// and a section appended to the run's notes listing end.Tags (exit code,
-// reason, evidence), through UpsertBucket with only name, project, entity,
-// tags and notes, so the child's config is not touched; then the job's
-// figures (end.Figures) go into the run's summary, the child's keys kept
-// (recordFigures). A
-// repeated Finish replaces bridge's section instead of adding another.
+// Finish implements tracker.Sink. On the run the training process
+// created it never sends complete or exitcode (the child's wandb finishes
+// the run with its own exit code, and a non-primary writer must not); it
+// makes the exit verdict visible on the run: W&B tags "bridge-exit-<code>"
+// and "bridge-<exit_reason>" added to the run's own, and a section
+// appended to the run's notes listing end.Tags (exit code, reason,
+// evidence), through UpsertBucket with only name, project, entity, tags
+// and notes, so the child's config is not touched; then the job's figures
+// (end.Figures) go into the run's summary, the child's keys kept
+// (recordFigures). A repeated Finish replaces bridge's section instead of
+// adding another.
+//
+// A job's node records that on its own run, which it then marks complete
+// with the child's exit code (finishNodeRun), and its end among the job's
+// records in the job's run's summary (recordNodeEnd), where package
+// jobrun reads every node's in one request.
 //
 // Each request is retried by the write policy (tracker.Request) within
 // ctx. Repeating one is safe: UpsertBucket sets the whole of the tags and
@@ -246,7 +267,12 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 	if len(end.Tags) == 0 || s.start.IsZero() {
 		return nil
 	}
-	b, err := s.lookupRun(ctx)
+	if s.cfg.Shared {
+		if err := s.finishNodeRun(ctx, end); err != nil {
+			return err
+		}
+	}
+	b, err := s.lookupRun(ctx, s.cfg.RunID)
 	if err != nil {
 		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
 	}
@@ -254,14 +280,26 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 		s.log.Info("W&B run was never created by the training process; the exit verdict is in the spool and on stderr only", "run", s.runPath())
 		return nil
 	}
-	// A job's run holds every node's verdict, each under its label.
-	who := ""
 	if s.cfg.Shared {
-		who = s.label
+		if err := s.recordNodeEnd(ctx, end, s.label); err != nil {
+			return fmt.Errorf("recording this node's end in W&B run %s's summary: %w", s.runPath(), err)
+		}
+		return nil
 	}
-	tags := mergeTags(b.Tags, verdictTags(end, who), tagPrefix(who))
-	notes := withVerdict(derefOr(b.Notes, ""), end, who)
-	v := map[string]any{"name": s.cfg.RunID, "project": s.project, "entity": s.entity, "tags": tags, "notes": notes}
+	if err := s.recordVerdict(ctx, s.cfg.RunID, b, end); err != nil {
+		return err
+	}
+	if err := s.recordFigures(ctx, s.cfg.RunID, end); err != nil {
+		return fmt.Errorf("recording the job's figures in W&B run %s's summary: %w", s.runPath(), err)
+	}
+	return nil
+}
+
+// recordVerdict adds the exit verdict to run b's tags and notes.
+func (s *Sink) recordVerdict(ctx context.Context, run string, b *bucket, end tracker.EndInfo) error {
+	tags := mergeTags(b.Tags, verdictTags(end), tagPrefix)
+	notes := withVerdict(derefOr(b.Notes, ""), end)
+	v := map[string]any{"name": run, "project": s.project, "entity": s.entity, "tags": tags, "notes": notes}
 	var out struct {
 		UpsertBucket *struct {
 			Bucket *struct {
@@ -269,47 +307,24 @@ func (s *Sink) Finish(ctx context.Context, end tracker.EndInfo) error {
 			} `json:"bucket"`
 		} `json:"upsertBucket"`
 	}
+	path := s.entity + "/" + s.project + "/" + run
 	if err := s.graphql(ctx, "UpsertBucket", upsertBucketMutation, v, &out); err != nil {
-		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", s.runPath(), err)
+		return fmt.Errorf("recording the exit verdict on W&B run %s: %w", path, err)
 	}
-	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", s.entity+"/"+s.project+"/"+s.cfg.RunID, "tags", verdictTags(end, who))
-	if s.cfg.Shared {
-		if err := s.recordNodeEnd(ctx, end, who); err != nil {
-			return fmt.Errorf("recording this node's end in W&B run %s's summary: %w", s.runPath(), err)
-		}
-	}
-	if err := s.recordFigures(ctx, end, who); err != nil {
-		return fmt.Errorf("recording the job's figures in W&B run %s's summary: %w", s.runPath(), err)
-	}
+	s.log.Info("W&B: exit verdict recorded in the run's tags and notes", "run", path, "tags", verdictTags(end))
 	return nil
 }
 
-// verdictSection starts bridge's part of the run's notes; a job's run has
-// one per node: verdictHeader.
-const verdictSection = "\n\n---\nbridge (end of job"
+// verdictHeader starts bridge's part of the run's notes.
+const verdictHeader = "\n\n---\nbridge (end of job):\n"
 
-func verdictHeader(who string) string {
-	if who == "" {
-		return verdictSection + "):\n"
-	}
-	return verdictSection + ", " + who + "):\n"
-}
-
-// withVerdict appends (or replaces) bridge's section of the notes, who's
-// (a node's label, "" for a single run): one "key: value" line per end
-// tag, the exit code and reason first (what a reader looks for), the rest
-// sorted. Other nodes' sections are kept. Nodes ending at the same
-// moment may each write over the other's notes (W&B has no
-// compare-and-set); the MLflow run's node tags are the record.
-func withVerdict(notes string, end tracker.EndInfo, who string) string {
-	h := verdictHeader(who)
+// withVerdict appends (or replaces) bridge's section of the notes: one
+// "key: value" line per end tag, the exit code and reason first (what a
+// reader looks for), the rest sorted.
+func withVerdict(notes string, end tracker.EndInfo) string {
+	h := verdictHeader
 	if i := strings.Index(notes, h); i >= 0 {
-		rest := notes[i+len(h):]
-		if j := strings.Index(rest, verdictSection); j >= 0 {
-			notes = notes[:i] + rest[j:]
-		} else {
-			notes = notes[:i]
-		}
+		notes = notes[:i]
 	}
 	first := []string{"bridge.exit_code", "bridge.exit_reason"}
 	keys := slices.SortedFunc(maps.Keys(end.Tags), func(a, b string) int {
@@ -333,20 +348,15 @@ func withVerdict(notes string, end tracker.EndInfo, who string) string {
 	return b.String()
 }
 
-// tagPrefix starts who's verdict tags ("bridge-", "bridge-<label>-").
-func tagPrefix(who string) string {
-	if who == "" {
-		return "bridge-"
-	}
-	return "bridge-" + who + "-"
-}
+// tagPrefix starts bridge's verdict tags.
+const tagPrefix = "bridge-"
 
-// verdictTags are the W&B tags for who's verdict: letters, digits, '-' and
+// verdictTags are the W&B tags of the verdict: letters, digits, '-' and
 // '_', at most 64 characters (W&B's tag limit).
-func verdictTags(end tracker.EndInfo, who string) []string {
-	tags := []string{tagPrefix(who) + "exit-" + strconv.Itoa(end.ExitCode)}
+func verdictTags(end tracker.EndInfo) []string {
+	tags := []string{tagPrefix + "exit-" + strconv.Itoa(end.ExitCode)}
 	if r := end.Tags["bridge.exit_reason"]; r != "" {
-		tags = append(tags, tagPrefix(who)+r)
+		tags = append(tags, tagPrefix+r)
 	}
 	for i, t := range tags {
 		t = sanitizeLabel(t)
@@ -394,7 +404,7 @@ func (s *Sink) lines(ss []metrics.Sample) ([]string, int, error) {
 				s.skipped++
 				continue
 			}
-			row[Key(p.Name(), s.label)] = v
+			row[s.key(p.Name())] = v
 		}
 		if len(row) == 0 {
 			taken++
@@ -419,9 +429,22 @@ func (s *Sink) lines(ss []metrics.Sample) ([]string, int, error) {
 	return out, taken, nil
 }
 
-// Key is the W&B key of a bridge metric: "system.<name>/l:<label>", the form
-// wandb itself gives a labelled writer's system metrics.
+// Key is the W&B key of a bridge metric in a run it shares with the
+// training process: "system.<name>/l:<label>", the form wandb itself gives
+// a labelled writer's system metrics.
 func Key(name, label string) string { return "system." + name + "/l:" + label }
+
+// NodeKey is the W&B key of a bridge metric in a job's node's run, which
+// bridge alone writes: "system.<name>", the same on every node's run, so
+// that W&B draws a job's group as one line a metric.
+func NodeKey(name string) string { return "system." + name }
+
+func (s *Sink) key(name string) string {
+	if s.cfg.Shared {
+		return NodeKey(name)
+	}
+	return Key(name, s.label)
+}
 
 // bucket is what bridge reads of a run.
 type bucket struct {
@@ -431,10 +454,10 @@ type bucket struct {
 	Notes       *string  `json:"notes"`
 }
 
-// lookupRun reads the run (nil when it does not exist yet) and resolves
-// the entity and project it lives in, for the file_stream path.
-func (s *Sink) lookupRun(ctx context.Context) (*bucket, error) {
-	v := map[string]any{"name": s.cfg.RunID, "project": nilIfEmpty(s.cfg.Project), "entity": nilIfEmpty(s.cfg.Entity)}
+// lookupRun reads run (nil when it does not exist yet) and resolves the
+// entity and project it lives in, for the file_stream path.
+func (s *Sink) lookupRun(ctx context.Context, run string) (*bucket, error) {
+	v := map[string]any{"name": run, "project": nilIfEmpty(s.cfg.Project), "entity": nilIfEmpty(s.cfg.Entity)}
 	var resp struct {
 		Model *struct {
 			Name   string `json:"name"`
@@ -457,7 +480,7 @@ func (s *Sink) lookupRun(ctx context.Context) (*bucket, error) {
 // checkRun asks whether the run exists and has started, by wandb's own rule
 // (a bucket whose config holds _wandb.t).
 func (s *Sink) checkRun(ctx context.Context) error {
-	b, err := s.lookupRun(ctx)
+	b, err := s.lookupRun(ctx, s.cfg.RunID)
 	if err != nil {
 		return err
 	}
@@ -486,28 +509,40 @@ func (s *Sink) runPath() string {
 	return firstNonEmpty(s.cfg.Entity, "<default entity>") + "/" + firstNonEmpty(s.cfg.Project, "<default project>") + "/" + s.cfg.RunID
 }
 
-// postEvents makes one file_stream request with lines at offset.
+// postEvents makes one file_stream request with lines at offset, to the
+// run bridge's series go to.
 func (s *Sink) postEvents(ctx context.Context, offset int, lines []string) error {
-	body, err := json.Marshal(map[string]any{
+	fb, err := s.fileStream(ctx, s.seriesRun(), map[string]any{
 		"files": map[string]any{
 			"wandb-events.jsonl": map[string]any{"offset": offset, "content": lines},
 		},
 	})
 	if err != nil {
-		return tracker.Permanent(fmt.Errorf("encoding a W&B file_stream request: %w", err))
-	}
-	path := "/files/" + url.PathEscape(s.entity) + "/" + url.PathEscape(s.project) + "/" +
-		url.PathEscape(s.cfg.RunID) + "/file_stream"
-	raw, err := s.exchange(ctx, "file_stream "+s.url+path, path, "X-WANDB-ASYNC-CLIENT-ID", body)
-	if err != nil {
 		return err
 	}
-	fb, err := decodeFileStream(raw)
-	if err == nil && fb.Stopped && !s.stopped {
+	if fb.Stopped && !s.stopped {
 		s.stopped = true
 		s.log.Info("W&B says the run was stopped from the UI; the training process's wandb handles that, bridge keeps sending")
 	}
 	return nil
+}
+
+// fileStream makes one file_stream request with body to run, as this
+// writer (X-WANDB-ASYNC-CLIENT-ID: lines of a restarted bridge, a new
+// writer, never overwrite an earlier one's).
+func (s *Sink) fileStream(ctx context.Context, run string, body map[string]any) (fileStreamAnswer, error) {
+	js, err := json.Marshal(body)
+	if err != nil {
+		return fileStreamAnswer{}, tracker.Permanent(fmt.Errorf("encoding a W&B file_stream request: %w", err))
+	}
+	path := "/files/" + url.PathEscape(s.entity) + "/" + url.PathEscape(s.project) + "/" +
+		url.PathEscape(run) + "/file_stream"
+	raw, err := s.exchange(ctx, "file_stream "+s.url+path, path, "X-WANDB-ASYNC-CLIENT-ID", js)
+	if err != nil {
+		return fileStreamAnswer{}, err
+	}
+	fb, _ := decodeFileStream(raw) // exchange checked it is a JSON object; only "stopped" is read
+	return fb, nil
 }
 
 // newClient builds the resty client: one attempt per request (retries belong
@@ -748,13 +783,14 @@ func nilIfEmpty(s string) any {
 }
 
 // SharedEnv are the variables that put the child's wandb in shared mode,
-// one labelled writer of the job's run: wandb reads WANDB_MODE, and a
+// one labelled writer of the job's run, in the job's group: wandb reads
+// WANDB_MODE and WANDB_RUN_GROUP (its setting run_group), and a
 // WANDB__NAME variable as its private setting x_name
 // (wandb/sdk/wandb_settings.py, Settings.update_from_env_vars, wandb
 // 0.31): x_label names its series, x_primary says who uploads config and
 // files, x_update_finish_state whether it may mark the run finished.
-func SharedEnv(label string, primary, known bool) []string {
-	env := []string{"WANDB_MODE=shared", "WANDB__LABEL=" + label}
+func SharedEnv(label, group string, primary, known bool) []string {
+	env := []string{"WANDB_MODE=shared", "WANDB__LABEL=" + label, "WANDB_RUN_GROUP=" + group}
 	if known {
 		env = append(env, "WANDB__PRIMARY="+strconv.FormatBool(primary))
 		if !primary {

@@ -506,43 +506,9 @@ func TestFinishRecordsVerdict(t *testing.T) {
 	}
 }
 
-// A job's shared run: each node's verdict under its label, in tags and a
-// section of the notes of its own; a node's second Finish replaces only
-// its own.
-func TestFinishVerdictPerNode(t *testing.T) {
-	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
-	ctx := context.Background()
-	nodes := make([]*Sink, 2)
-	for i := range nodes {
-		nodes[i] = newSink(t, srv, func(c *Config) { c.RunID, c.Shared, c.Label = "job-1", true, fmt.Sprintf("node-%d", i) })
-		start(t, nodes[i])
-	}
-	createRun(t, srv, "demo", "job-1", true)
-	end := func(code int, reason string) tracker.EndInfo {
-		return tracker.EndInfo{ExitCode: code, Tags: map[string]string{"bridge.exit_code": fmt.Sprint(code), "bridge.exit_reason": reason}}
-	}
-	for _, f := range []struct {
-		node int
-		end  tracker.EndInfo
-	}{{0, end(0, "success")}, {1, end(1, "error")}, {1, end(3, "error")}} {
-		if err := nodes[f.node].Finish(ctx, f.end); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run, _ := srv.FindRun("job-1")
-	if fmt.Sprint(run.Tags) != "[bridge-node-0-exit-0 bridge-node-0-success bridge-node-1-exit-3 bridge-node-1-error]" {
-		t.Errorf("tags %q", run.Tags)
-	}
-	want := "\n\n---\nbridge (end of job, node-0):\nbridge.exit_code: 0\nbridge.exit_reason: success\n" +
-		"\n\n---\nbridge (end of job, node-1):\nbridge.exit_code: 3\nbridge.exit_reason: error\n"
-	if run.Notes != want {
-		t.Errorf("notes %q, want %q", run.Notes, want)
-	}
-}
-
 // The job's figures go into the run's summary, a key each, beside the
 // child's own keys; a figure outside its range is not written; a job's
-// shared run keeps each node's under its label.
+// node keeps its own in its node's run.
 func TestFinishRecordsFigures(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
 	ctx := context.Background()
@@ -579,9 +545,12 @@ func TestFinishRecordsFigures(t *testing.T) {
 	if err := node.Finish(ctx, end); err != nil {
 		t.Fatal(err)
 	}
-	run, _ = srv.FindRun("job-1")
-	if v := run.Summary()["bridge/node-0/container_memory_peak_working_set_megabytes"]; v != 512.5 {
-		t.Errorf("the node's figure in the shared run's summary: %v (summary %v)", v, run.Summary())
+	run, _ = srv.FindRun(node.cfg.NodeRun)
+	if v := run.Summary()["bridge/container_memory_peak_working_set_megabytes"]; v != 512.5 {
+		t.Errorf("the node's figure in its run's summary: %v (summary %v)", v, run.Summary())
+	}
+	if job, _ := srv.FindRun("job-1"); len(job.Summary()) != 1 || job.Summary()["bridge"] == nil {
+		t.Errorf("the job's run's summary %v, want only the job's records", job.Summary())
 	}
 }
 
@@ -644,16 +613,16 @@ func TestRunIDFor(t *testing.T) {
 }
 
 // A shared run: Start hands the child wandb's shared-mode settings, the
-// primary's on node 0 only.
+// job's group, the primary's on node 0 only.
 func TestStartSharedEnv(t *testing.T) {
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
 	cases := []struct {
 		primary, known bool
 		want           string
 	}{
-		{true, true, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB__PRIMARY=true"},
-		{false, true, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB__PRIMARY=false WANDB__UPDATE_FINISH_STATE=false"},
-		{false, false, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a"},
+		{true, true, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB_RUN_GROUP=job-1 WANDB__PRIMARY=true"},
+		{false, true, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB_RUN_GROUP=job-1 WANDB__PRIMARY=false WANDB__UPDATE_FINISH_STATE=false"},
+		{false, false, "WANDB_RUN_ID=job-1 WANDB_MODE=shared WANDB__LABEL=node-a WANDB_RUN_GROUP=job-1"},
 	}
 	for _, c := range cases {
 		s := newSink(t, srv, func(cfg *Config) {

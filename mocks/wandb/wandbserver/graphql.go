@@ -169,6 +169,15 @@ func (s *Server) upsertBucket(v vars, clientID string) any {
 	if d := v.str("displayName"); d != "" {
 		ru.display = d
 	}
+	// wandb-core sends groupName and jobType with the run's other
+	// parameters, null when unset (runupserter.lockedDoUpsert): a null
+	// leaves them as they are.
+	if g := v.str("groupName"); g != "" {
+		ru.group = g
+	}
+	if j := v.str("jobType"); j != "" {
+		ru.jobType = j
+	}
 	if c := v.str("config"); c != "" {
 		var cfg map[string]any
 		if err := json.Unmarshal([]byte(c), &cfg); err == nil {
@@ -343,7 +352,7 @@ func (s *Server) publicRun(v vars) any {
 	}
 	return map[string]any{"project": map[string]any{"run": map[string]any{
 		"projectId": "1", "id": ru.storageID, "name": key.name, "displayName": ru.display, "tags": append([]string{}, ru.tags...),
-		"sweepName": nil, "state": state, "config": string(cfgJSON), "group": nil, "jobType": nil, "commit": nil,
+		"sweepName": nil, "state": state, "config": string(cfgJSON), "group": nilIfEmpty(ru.group), "jobType": nilIfEmpty(ru.jobType), "commit": nil,
 		"readOnly": false, "createdAt": ru.created.UTC().Format("2006-01-02T15:04:05"), "heartbeatAt": ru.created.UTC().Format("2006-01-02T15:04:05"),
 		"description": nil, "notes": ru.notesOrNil(), "systemMetrics": "{}", "summaryMetrics": summary,
 		"historyLineCount": ru.lineCount(Primary, HistoryFile), "user": map[string]any{"name": s.opts.Username, "username": s.opts.Username},
@@ -394,4 +403,11 @@ func (s *Server) createRunFiles(v vars) any {
 		"uploadHeaders": []any{},
 		"files":         files,
 	}}
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }

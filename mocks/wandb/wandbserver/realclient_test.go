@@ -189,3 +189,64 @@ func TestRealClientNotes(t *testing.T) {
 		}
 	}
 }
+
+// TestRealClientGroup: a run the real client creates in a group
+// (WANDB_RUN_GROUP, WANDB_JOB_TYPE: wandb.init's group and job_type) has
+// them in the mock, sent as wandb-core's UpsertBucket sends them
+// (groupName and jobType, core/api/graphql/mutation_run.graphql), and the
+// public API reads them back (query Run).
+func TestRealClientGroup(t *testing.T) {
+	py := pythonOrSkip(t)
+	srv := StartTest(t, Options{APIKey: testKey})
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const project, runID, group = "grouped", "gr0up001", "job-1"
+	cmd := exec.CommandContext(ctx, py, script, project, runID, "1")
+	cmd.Dir = dir
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "WANDB_RUN_GROUP=" + group, "WANDB_JOB_TYPE=node"}, srv.ClientEnv(dir, "")...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if out, err := cmd.Output(); err != nil {
+		t.Fatalf("wandb client failed: %v\n%s\n%s", err, out, stderr.String())
+	}
+	problems, err := ClientProblems(dir, stderr.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("client reported a problem: %s", p)
+	}
+	run, ok := srv.Run(srv.Entity(), project, runID)
+	if !ok || run.Group != group || run.JobType != "node" {
+		t.Fatalf("run %s: group %q job type %q; want %s and node", runID, run.Group, run.JobType, group)
+	}
+	sent := false
+	for _, r := range srv.Requests() {
+		var q struct {
+			Query     string         `json:"query"`
+			Variables map[string]any `json:"variables"`
+		}
+		if r.Operation != "UpsertBucket" || json.Unmarshal([]byte(r.Body), &q) != nil || q.Variables["groupName"] == nil {
+			continue
+		}
+		sent = true
+		flat := strings.Join(strings.Fields(q.Query), "")
+		if q.Variables["groupName"] != group || q.Variables["jobType"] != "node" ||
+			!strings.Contains(flat, "groupName:$groupName") || !strings.Contains(flat, "jobType:$jobType") {
+			t.Errorf("the client's UpsertBucket: variables %v\n%s", q.Variables, q.Query)
+		}
+	}
+	if !sent {
+		t.Error("the client sent no UpsertBucket with groupName")
+	}
+	read := exec.CommandContext(ctx, py, "-c", "import sys, wandb; r = wandb.Api().run(sys.argv[1]); print(r.group, r.job_type)",
+		srv.Entity()+"/"+project+"/"+runID)
+	read.Env = append([]string{"PATH=" + os.Getenv("PATH")}, srv.ClientEnv(dir, "")...)
+	if out, err := read.CombinedOutput(); err != nil || !strings.HasSuffix(string(out), group+" node\n") {
+		t.Errorf("the public API reads: %v\n%s", err, out)
+	}
+	if u := srv.UnknownOperations(); len(u) > 0 {
+		t.Errorf("client used GraphQL operations the mock lacks: %q", u)
+	}
+}

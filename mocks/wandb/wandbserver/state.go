@@ -30,6 +30,8 @@ type run struct {
 	key       runKey
 	storageID string
 	display   string
+	group     string // groupName: the runs W&B shows together
+	jobType   string
 	created   time.Time
 	config    map[string]any // as the client sends it: {"key": {"value": v}}
 	tags      []string
@@ -79,6 +81,8 @@ type Run struct {
 	Name        string         `json:"name"` // the run id
 	StorageID   string         `json:"storage_id"`
 	DisplayName string         `json:"display_name"`
+	Group       string         `json:"group"`    // groupName, as the last UpsertBucket that sent one set it
+	JobType     string         `json:"job_type"` // jobType, likewise
 	Created     time.Time      `json:"created"`
 	Config      map[string]any `json:"config"`
 	Tags        []string       `json:"tags"`
@@ -239,7 +243,7 @@ func (s *Server) Writers(entity, project, name string) []string {
 func (r *run) snapshot() Run {
 	out := Run{
 		Entity: r.key.entity, Project: r.key.project, Name: r.key.name,
-		StorageID: r.storageID, DisplayName: r.display, Created: r.created,
+		StorageID: r.storageID, DisplayName: r.display, Group: r.group, JobType: r.jobType, Created: r.created,
 		Config:        deepCopy(r.config),
 		Tags:          slices.Clone(r.tags),
 		UpsertClients: slices.Clone(r.upserts),
