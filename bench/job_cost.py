@@ -99,8 +99,8 @@ class Runs:
 
 
 def kind(r, runs):
-    """A request's kind and whether it is the job's (made once a job) or
-    a node's (once a node)."""
+    """A request's kind, and "read" for a read of the job's run (whether
+    another kind is a node's or the job's, count decides by its count)."""
     path = r["path"].split("/mlflow/", 1)[-1] if "/mlflow/" in r["path"] else r["path"]
     target = runs.target(r.get("run_id"))
     if path == "runs/log-batch" and r.get("metrics") and target == "node run":
@@ -167,8 +167,8 @@ def count(a):
         slot = "gpu" if node == "node-1" else "cpu"
         if "body" in r or r["method"] == "GET":
             if slot not in ex or node == "node-2":
-                ex[slot] = {"method": r["method"], "path": r["path"], "query": r.get("query", ""), "run_id": r.get("run_id", ""), "status": r["status"],
-                            "body": r.get("body", ""), "node": node}
+                ex[slot] = {"method": r["method"], "path": r["path"], "query": r.get("query", ""),
+                            "run_id": r.get("run_id", ""), "status": r["status"], "body": r.get("body", ""), "node": node}
     for ph, kinds in phases.items():
         for e in kinds.values():
             # A node's kind is made about once a node (a minute, while
