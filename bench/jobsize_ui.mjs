@@ -1,8 +1,8 @@
 // Screenshots of a nested job in MLflow's UI (bench/jobsize_ui.sh): the
 // experiment's runs table (the job's run, then expanded to its node runs),
-// the experiment's chart view, the job's run (overview and System metrics)
-// and one node's run (System metrics). Uses e2e/browser's playwright-core
-// and Debian's chromium, offline.
+// the experiment's chart view, the job's run (overview, its report
+// unfolded, System metrics) and one node's run (System metrics). Uses
+// e2e/browser's playwright-core and Debian's chromium, offline.
 //
 //   node bench/jobsize_ui.mjs --url http://127.0.0.1:5000 --job job.json --out DIR
 import { createRequire } from 'node:module';
@@ -82,6 +82,11 @@ try {
   await page.getByText('train.py').first().waitFor({ timeout: 90000 });
   await settle();
   await shot('4-job-run-overview.png');
+  // The job's report in the run's description, unfolded.
+  await page.getByText('Show more', { exact: true }).first().click({ timeout: 10000 })
+    .catch((e) => console.error('no "Show more":', e.message));
+  await settle();
+  await shot('4b-job-run-report.png');
   await page.goto(`${base}/#/experiments/${exp}/runs/${job.parent}/system-metrics`);
   await settle();
   await page.waitForTimeout(3000);
