@@ -69,10 +69,13 @@ type Sink struct {
 	noteFull bool // the run's note had no room for bridge's section (said once)
 
 	// The live evaluation's rotation (evaluate.go): the candidates' slots
-	// this node evaluates for them, and the minute it last read the run.
+	// this node evaluates for them, the minute it last read the run, and
+	// the minute of its first tick as a candidate.
 	adopted       map[int]bool
 	evaluatedAt   int64
 	evaluatedOnce bool
+	firstMinute   int64
+	ticked        bool
 }
 
 // Wrap is s with what this package does on its run: the job's end of a
