@@ -61,7 +61,7 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 	if err != nil {
 		return err
 	}
-	if !wrote && !named && !allEnded(run, node.Nodes) && !staleClaim(run.Tags[report.TagReport], time.Now()) {
+	if !wrote && !named && !allEnded(run, node.Nodes) && !staleClaim(run.Tags[report.TagReport], node.now()) {
 		return nil
 	}
 	return writeReport(ctx, o, runs.Job, node, log)

@@ -187,3 +187,46 @@ func TestReportClaimSettledByTheNextNode(t *testing.T) {
 		t.Errorf("after node-1's end: %s = %q, summary %q; want node-1's report", report.TagReport, got, r.Tags[report.TagReportSummary])
 	}
 }
+
+// Whether a report claim outlived its writer is read on the ending node's
+// clock (Node.Clock), never the wall's: an hour ahead of it, a claim
+// whose until passed on that clock (still ahead of the wall's) is
+// settled, and the report says when by that clock; one whose until is
+// still ahead is left to its writer.
+func TestReportClaimStaleByTheNodesClock(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	for _, tc := range []struct {
+		name    string
+		after   time.Duration // the ending node's clock, after the claim's until
+		written bool
+	}{
+		{"stale on its clock", time.Minute, true},
+		{"still held on its clock", -10 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exp, key := unique(t), "clock:"+unique(t)
+			nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+			startTogether(t, nodes)
+			win := oneRun(t, srv, exp, key, nodes)
+			began := time.Now().Add(time.Hour).Truncate(time.Second)
+			until := began.Add(30 * time.Second)
+			held, cancel := context.WithDeadline(context.Background(), until)
+			claim := reportClaim(held, "node-0", began)
+			cancel()
+			if err := nodes[0].raw.SetTags(context.Background(), win, map[string]string{report.TagReport: claim}); err != nil {
+				t.Fatal(err)
+			}
+			now := until.Add(tc.after)
+			node := *NodeOf(&tracker.Job{Node: "node-1", Nodes: 2, Attempt: -1, Rank: 1})
+			node.Clock = func() time.Time { return now }
+			end := tracker.EndInfo{ExitCode: 0, Time: now, Tags: map[string]string{"bridge.exit_code": "0"}}
+			if err := End(endCtx(t), nodes[1].raw, runsOf(nodes[1].raw.Run()), node, end, quiet(t)); err != nil {
+				t.Fatal(err)
+			}
+			got := srv.GetRun(t, win).Tags[report.TagReport]
+			if want := "written by node-1 at " + now.UTC().Format(time.RFC3339); tc.written != strings.HasSuffix(got, want) || !tc.written && got != claim {
+				t.Errorf("%s = %q; want written %v (%q)", report.TagReport, got, tc.written, want)
+			}
+		})
+	}
+}

@@ -34,6 +34,18 @@ type Node struct {
 	// a job's run with a run a node, the first nodes take turns
 	// (evaluate.go).
 	Lead bool
+	// Clock is the end's clock: when this node claims the report, and
+	// whether another's claim went stale; nil: the wall clock (the
+	// simulation gives its virtual one).
+	Clock func() time.Time
+}
+
+// now is the node's clock's time.
+func (n Node) now() time.Time {
+	if n.Clock == nil {
+		return time.Now()
+	}
+	return n.Clock()
 }
 
 // NodeOf is the node a multi-node job's bridge is on its run; nil for a

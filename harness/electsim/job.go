@@ -177,7 +177,7 @@ func (n *node) runJob(ctx context.Context, job string) {
 		end.Signal = 9
 		end.Tags["bridge.exit_reason"] = "killed_by_signal"
 	}
-	node := jobrun.Node{Node: who, Who: who, Nodes: e.o.Nodes, Attempt: n.life}
+	node := jobrun.Node{Node: who, Who: who, Nodes: e.o.Nodes, Attempt: n.life, Clock: n.Now}
 	err := jobrun.End(ctx, n, jobrun.Runs{Job: job, Node: own}, node, end, discard)
 	switch {
 	case errors.Is(err, errKilled) || n.dead:
