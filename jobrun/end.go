@@ -25,7 +25,8 @@ const TagFinishedBy = "bridge.finished_by"
 //
 // On a run bridge owns (tracker.RunOwner, MLflow's), the node's state line
 // (its end, report.EndLine) and, when it did not end cleanly, its failure
-// (bridge.failed.<who>, a record that stays) go to the job's run; then one
+// (bridge.failed.<who>, a record that stays) go to the job's run (again
+// where the read shows a tick's late write over the line); then one
 // read of the job's run decides, from every node's line, the run's status
 // (FAILED or KILLED as soon as one node's child failed; FINISHED once every
 // node the launcher started ended cleanly; with the node count unknown
@@ -48,14 +49,25 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 	if !ok {
 		return summarize(ctx, st, runs.Job, log)
 	}
+	var tags map[string]string
 	if runs.Node != "" {
-		if err := o.SetTags(ctx, runs.Job, endTags(runs, node, end)); err != nil {
+		tags = endTags(runs, node, end)
+		if err := o.SetTags(ctx, runs.Job, tags); err != nil {
 			return err
 		}
 	}
 	run, wrote, err := settle(ctx, o, runs.Job, node, end, log)
 	if err != nil {
 		return err
+	}
+	if again, err := keepEndLine(ctx, o, run, node, tags); err != nil {
+		return err
+	} else if again {
+		var w bool
+		if run, w, err = settle(ctx, o, runs.Job, node, end, log); err != nil {
+			return err
+		}
+		wrote = wrote || w
 	}
 	named, err := recordFirstFailure(ctx, o, run, node, log)
 	if err != nil {
@@ -65,6 +77,19 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 		return nil
 	}
 	return writeReport(ctx, o, runs.Job, node, log)
+}
+
+// keepEndLine writes this node's end (tags, its endTags) again where the
+// run as read after it (run) holds the node's running line of the same
+// attempt: a tick's write whose answer never came, applied by the server
+// after the end's. again: it wrote, and the job's end is to be read again.
+func keepEndLine(ctx context.Context, o tracker.RunOwner, run tracker.StoredRun, node Node, tags map[string]string) (again bool, err error) {
+	key := tracker.StateTag(node.Node, node.Task)
+	l := tracker.ParseLine(run.Tags[key])
+	if tags == nil || l[tracker.LineStatus] != tracker.StatusRunning || l[tracker.LineAttempt] != tracker.ParseLine(tags[key])[tracker.LineAttempt] {
+		return false, nil
+	}
+	return true, o.SetTags(ctx, run.ID, tags)
 }
 
 // endTags are what a node's end writes on the job's run: its state line,

@@ -230,3 +230,52 @@ func TestReportClaimStaleByTheNodesClock(t *testing.T) {
 		})
 	}
 }
+
+// lateTick is a node's MLflow sink on which the server applies, just
+// before the end's read, a tick's write of the node's running line whose
+// answer never came (the client gave up on it before the end began).
+type lateTick struct {
+	*mlflow.Sink
+	key, line string
+	applied   bool
+}
+
+func (l *lateTick) GetRun(ctx context.Context, id string) (tracker.StoredRun, error) {
+	if !l.applied {
+		l.applied = true
+		if err := l.Sink.SetTags(ctx, id, map[string]string{l.key: l.line}); err != nil {
+			return tracker.StoredRun{}, err
+		}
+	}
+	return l.Sink.GetRun(ctx, id)
+}
+
+// A tick's write of the node's running line that the server applies after
+// the node's end line does not leave the node running: the end's read
+// shows it, and the end is written again; the last node to end then sees
+// every node ended (the job FINISHED).
+func TestEndLineKeptOverALateTick(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp, key := unique(t), "late:"+unique(t)
+	nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+	startTogether(t, nodes)
+	win := oneRun(t, srv, exp, key, nodes)
+	if _, err := nodes[1].sink.Send(context.Background(), systemSamples(1, time.Now())); err != nil {
+		t.Fatal(err) // its running line, with its first samples
+	}
+	endNode(t, nodes[0], 0)
+	node := *NodeOf(&tracker.Job{Node: "node-1", Nodes: 2, Attempt: -1, Rank: 1})
+	tag := tracker.StateTag("node-1", "")
+	late := &lateTick{Sink: nodes[1].raw, key: tag, line: srv.GetRun(t, win).Tags[tag]}
+	if tracker.ParseLine(late.line)[tracker.LineStatus] != tracker.StatusRunning {
+		t.Fatalf("node-1's line before its end: %q, want it running", late.line)
+	}
+	end := tracker.EndInfo{ExitCode: 0, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": "0"}}
+	if err := End(endCtx(t), late, runsOf(nodes[1].raw.Run()), node, end, quiet(t)); err != nil {
+		t.Fatal(err)
+	}
+	r := srv.GetRun(t, win)
+	if l := tracker.ParseLine(r.Tags[tag]); !late.applied || l[tracker.LineStatus] != mlflow.StatusFinished || r.Info.Status != mlflow.StatusFinished {
+		t.Errorf("after a late tick (applied %v): node-1's line %v, the job %s; want node-1 FINISHED, the job FINISHED", late.applied, l, r.Info.Status)
+	}
+}
