@@ -33,8 +33,9 @@ const TagFinishedBy = "bridge.finished_by"
 // nothing more, the child's mlflow.end_run() decides; a status only gets
 // worse), the job's first failure, and whether to write its report: the
 // node that set the job's status writes it, and so does a node whose read
-// shows every node ended (the last to end), or a report claim left by a
-// bridge that stopped first. No node's series is read: a node's end costs
+// shows every node ended (the last to end), a report claim left by a
+// bridge that stopped first (stale on node.Clock), or a status set with
+// no report nor claim (its setter stopped before it claimed). No node's series is read: a node's end costs
 // a write and a read of the job's run (more only where it changes what the
 // run says), whatever the job's size.
 //
@@ -73,7 +74,10 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 	if err != nil {
 		return err
 	}
-	if !wrote && !named && !allEnded(run, node.Nodes) && !staleClaim(run.Tags[report.TagReport], node.now()) {
+	// A run whose status is set and holds no report (nor a claim): the
+	// node that set it stopped before it claimed the report.
+	unclaimed := tracker.Severity(run.Status) > 0 && run.Tags[report.TagReport] == ""
+	if !wrote && !named && !unclaimed && !allEnded(run, node.Nodes) && !staleClaim(run.Tags[report.TagReport], node.now()) {
 		return nil
 	}
 	return writeReport(ctx, o, runs.Job, node, log)

@@ -7,6 +7,7 @@ package jobrun
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -277,5 +278,39 @@ func TestEndLineKeptOverALateTick(t *testing.T) {
 	r := srv.GetRun(t, win)
 	if l := tracker.ParseLine(r.Tags[tag]); !late.applied || l[tracker.LineStatus] != mlflow.StatusFinished || r.Info.Status != mlflow.StatusFinished {
 		t.Errorf("after a late tick (applied %v): node-1's line %v, the job %s; want node-1 FINISHED, the job FINISHED", late.applied, l, r.Info.Status)
+	}
+}
+
+// killedAtClaim is a node's MLflow sink whose bridge is killed as it
+// claims the job's report: that write never lands.
+type killedAtClaim struct{ *mlflow.Sink }
+
+func (k killedAtClaim) SetTags(ctx context.Context, id string, tags map[string]string) error {
+	if _, ok := tags[report.TagReport]; ok {
+		return errors.New("killed")
+	}
+	return k.Sink.SetTags(ctx, id, tags)
+}
+
+// The node that set the job's status (FAILED) is killed before it claims
+// the report: the next node to end, not the last (one node still runs),
+// writes it.
+func TestReportWrittenWhenItsSetterDiedUnclaimed(t *testing.T) {
+	srv := mlflowtest.SharedPostgres(t)
+	exp, key := unique(t), "unclaimed:"+unique(t)
+	nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 3, nil)
+	startTogether(t, nodes)
+	win := oneRun(t, srv, exp, key, nodes)
+	node := *NodeOf(&tracker.Job{Node: "node-0", Nodes: 3, Attempt: -1, Rank: 0})
+	end := tracker.EndInfo{ExitCode: 1, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": "1"}}
+	if err := End(endCtx(t), killedAtClaim{nodes[0].raw}, runsOf(nodes[0].raw.Run()), node, end, quiet(t)); err == nil {
+		t.Fatal("node-0's end went through its claim")
+	}
+	if r := srv.GetRun(t, win); r.Info.Status != mlflow.StatusFailed || r.Tags[report.TagReport] != "" {
+		t.Fatalf("after node-0 died at its claim: %s, %s = %q; want FAILED, no claim", r.Info.Status, report.TagReport, r.Tags[report.TagReport])
+	}
+	endNode(t, nodes[1], 0)
+	if got := srv.GetRun(t, win).Tags[report.TagReport]; !strings.Contains(got, "written by node-1 at ") {
+		t.Errorf("after node-1's end: %s = %q; want node-1's report", report.TagReport, got)
 	}
 }
