@@ -53,6 +53,9 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 	var tags map[string]string
 	if runs.Node != "" {
 		tags = endTags(runs, node, end)
+		if err := keepWorseRecord(ctx, o, runs.Job, node, tags); err != nil {
+			return err
+		}
 		if err := o.SetTags(ctx, runs.Job, tags); err != nil {
 			return err
 		}
@@ -81,6 +84,32 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 		return nil
 	}
 	return writeReport(ctx, o, runs.Job, node, log)
+}
+
+// keepWorseRecord leaves out of tags (a restarted attempt's endTags) its
+// failure where the job's run holds one of the node's earlier attempts as
+// bad or worse (tracker.Severity): bridge.failed.<who> is a record no
+// later attempt lowers (a FAILED attempt stays FAILED after a KILLED
+// one). One read, only for a restarted attempt that did not end cleanly.
+func keepWorseRecord(ctx context.Context, o tracker.RunOwner, id string, node Node, tags map[string]string) error {
+	key := "bridge.failed." + node.Who
+	if node.Attempt <= 0 || tags[key] == "" {
+		return nil
+	}
+	run, err := o.GetRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	if tracker.Severity(recordStatus(run.Tags[key])) >= tracker.Severity(recordStatus(tags[key])) {
+		delete(tags, key)
+	}
+	return nil
+}
+
+// recordStatus is the status a bridge.failed.<who> record names.
+func recordStatus(v string) string {
+	st, _, _ := strings.Cut(v, ":")
+	return st
 }
 
 // keepEndLine writes this node's end (tags, its endTags) again where the
@@ -119,8 +148,7 @@ func Status(tags map[string]string, nodes int) string {
 	worst := ""
 	for k, v := range tags {
 		if strings.HasPrefix(k, "bridge.failed.") {
-			st, _, _ := strings.Cut(v, ":")
-			if tracker.Severity(st) > tracker.Severity(worst) {
+			if st := recordStatus(v); tracker.Severity(st) > tracker.Severity(worst) {
 				worst = st
 			}
 		}

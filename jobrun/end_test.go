@@ -134,6 +134,60 @@ func TestJobEnd(t *testing.T) {
 			t.Errorf("after the clean second attempt: %s, line %v; want FAILED kept, attempt 1 recorded", r.Info.Status, l)
 		}
 	})
+	t.Run("a lost attempt after a failed one", func(t *testing.T) {
+		// node-1's attempt 0 FAILED, and its end was recorded on the job's
+		// run; its bridge found that attempt lost (killed before its spool
+		// held the end): the record of the failure stays FAILED.
+		exp, key := unique(t), "lost-after-fail:"+unique(t)
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[1], 1)
+		again := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, nil)[1:]
+		env, err := again[0].sink.Start(context.Background(), tracker.StartInfo{NodeID: "node-1",
+			Tags: map[string]string{forensics.TagPreviousAttemptLost: "attempt 0 stopped without a clean shutdown"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again[0].env = env
+		if _, err := again[0].sink.Send(context.Background(), systemSamples(1, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		r := srv.GetRun(t, win)
+		if rec := r.Tags["bridge.failed.node-1"]; !strings.HasPrefix(rec, "FAILED: exit 1") || Status(r.Tags, 2) != mlflow.StatusFailed ||
+			line(t, srv, win, "node-1")["status"] != mlflow.StatusRunning {
+			t.Errorf("after the lost attempt's record: %q, the records call for %s; want the FAILED record kept", rec, Status(r.Tags, 2))
+		}
+	})
+	t.Run("a restarted node killed after a failed attempt", func(t *testing.T) {
+		// node-1's attempt 0 FAILED; its attempt 1 is KILLED: the record
+		// of the node's failure stays the worse, FAILED, and the job's
+		// status is what its records call for.
+		exp, key := unique(t), "refail:"+unique(t)
+		att := func(a int) func(int) tracker.Job {
+			return func(int) tracker.Job { return tracker.Job{Key: key, Attempt: a, Nodes: 2, Settle: time.Second} }
+		}
+		nodes := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(0))
+		startTogether(t, nodes)
+		win := oneRun(t, srv, exp, key, nodes)
+		endNode(t, nodes[1], 1)
+		again := jobNodes(t, func(int) string { return srv.URL }, exp, key, 2, att(1))[1:]
+		startTogether(t, again)
+		if _, err := again[0].sink.Send(context.Background(), systemSamples(1, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+		killed := tracker.EndInfo{ExitCode: 137, Signal: 9, Time: time.Now(), Tags: map[string]string{"bridge.exit_code": "137"}}
+		if err := again[0].sink.Finish(context.Background(), killed); err != nil {
+			t.Fatal(err)
+		}
+		endNode(t, nodes[0], 0)
+		r := srv.GetRun(t, win)
+		if rec := r.Tags["bridge.failed.node-1"]; rec != "FAILED: exit 1, attempt 0" || r.Info.Status != mlflow.StatusFailed ||
+			Status(r.Tags, 2) != r.Info.Status || line(t, srv, win, "node-1")["attempt"] != "1" {
+			t.Errorf("after a KILLED attempt 1: record %q, the job %s, its records call for %s; want attempt 0's FAILED kept, the job FAILED",
+				rec, r.Info.Status, Status(r.Tags, 2))
+		}
+	})
 }
 
 // A multi-node job's end, its lost answers: each write whose answer was

@@ -145,7 +145,15 @@ func (n *node) runJob(ctx context.Context, job string) {
 		{Name: tracker.LineWho, Value: who}, {Name: tracker.LineStatus, Value: tracker.StatusRunning}, {Name: tracker.LineAttempt, Value: strconv.Itoa(n.life)},
 		{Name: tracker.LineStarted, Value: strconv.FormatInt(n.Now().UnixMilli(), 10)}, {Name: tracker.LineRun, Value: own}})}
 	if n.life > 0 && !e.recorded[n.index] {
-		start["bridge.failed."+who] = tracker.StatusKilled + ": the previous attempt was lost: electsim"
+		// As MLflow's sink does: an earlier attempt's failure recorded
+		// on the job's run stays (one read first).
+		run, err := n.GetRun(ctx, job)
+		if err != nil {
+			return
+		}
+		if run.Tags["bridge.failed."+who] == "" {
+			start["bridge.failed."+who] = tracker.StatusKilled + ": the previous attempt was lost: electsim"
+		}
 	}
 	start[tracker.TagNodes] = strconv.Itoa(e.o.Nodes)
 	if err := n.SetTags(ctx, job, start); err != nil {
