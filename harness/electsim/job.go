@@ -185,7 +185,11 @@ func (n *node) runJob(ctx context.Context, job string) {
 		end.Signal = 9
 		end.Tags["bridge.exit_reason"] = "killed_by_signal"
 	}
-	node := jobrun.Node{Node: who, Who: who, Nodes: e.o.Nodes, Attempt: n.life, Clock: n.Now}
+	// The end's clock is the wall's, synchronized as the ticks' is (not
+	// the election's clock of any offset): report claims are compared
+	// across nodes.
+	wall := func() time.Time { return base.Add(e.now) }
+	node := jobrun.Node{Node: who, Who: who, Nodes: e.o.Nodes, Attempt: n.life, Clock: wall}
 	err := jobrun.End(ctx, n, jobrun.Runs{Job: job, Node: own}, node, end, discard)
 	switch {
 	case errors.Is(err, errKilled) || n.dead:
@@ -321,8 +325,11 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 	}
 	// A failure whose line a restarted attempt replaced stays the first
 	// (a record that stays): its failed tag names it.
+	// So does one earlier than the lines' first (as the report reads it).
 	named, _, _ := strings.Cut(r.FirstFailure, ":")
-	kept := r.WantFailure == "" && j.tags["bridge.failed."+named] != ""
+	rec, want := report.RecordedFailureOf(rr), report.FirstFailureOf(rr)
+	kept := r.WantFailure == "" && j.tags["bridge.failed."+named] != "" ||
+		rec != nil && want != nil && rec.Tag() == r.FirstFailure && rec.At().Before(want.At())
 	if r.FirstFailure != r.WantFailure && !kept {
 		return fail("first failure %q, the lines call for %q", r.FirstFailure, r.WantFailure)
 	}
