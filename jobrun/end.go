@@ -25,15 +25,17 @@ const TagFinishedBy = "bridge.finished_by"
 //
 // On a run bridge owns (tracker.RunOwner, MLflow's), the node's state line
 // (its end, report.EndLine) and, when it did not end cleanly, its failure
-// (bridge.failed.<who>, a record that stays) go to the job's run; then one
+// (bridge.failed.<who>, a record that stays) go to the job's run (again
+// where the read shows a tick's late write over the line); then one
 // read of the job's run decides, from every node's line, the run's status
 // (FAILED or KILLED as soon as one node's child failed; FINISHED once every
 // node the launcher started ended cleanly; with the node count unknown
 // nothing more, the child's mlflow.end_run() decides; a status only gets
 // worse), the job's first failure, and whether to write its report: the
 // node that set the job's status writes it, and so does a node whose read
-// shows every node ended (the last to end), or a report claim left by a
-// bridge that stopped first. No node's series is read: a node's end costs
+// shows every node ended (the last to end), a report claim left by a
+// bridge that stopped first (stale on node.Clock), or a status set with
+// no report nor claim (its setter stopped before it claimed). No node's series is read: a node's end costs
 // a write and a read of the job's run (more only where it changes what the
 // run says), whatever the job's size.
 //
@@ -48,8 +50,13 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 	if !ok {
 		return summarize(ctx, st, runs.Job, log)
 	}
+	var tags map[string]string
 	if runs.Node != "" {
-		if err := o.SetTags(ctx, runs.Job, endTags(runs, node, end)); err != nil {
+		tags = endTags(runs, node, end)
+		if err := keepWorseRecord(ctx, o, runs.Job, node, tags); err != nil {
+			return err
+		}
+		if err := o.SetTags(ctx, runs.Job, tags); err != nil {
 			return err
 		}
 	}
@@ -57,14 +64,65 @@ func End(ctx context.Context, st tracker.RunStore, runs Runs, node Node, end tra
 	if err != nil {
 		return err
 	}
+	if again, err := keepEndLine(ctx, o, run, node, tags); err != nil {
+		return err
+	} else if again {
+		var w bool
+		if run, w, err = settle(ctx, o, runs.Job, node, end, log); err != nil {
+			return err
+		}
+		wrote = wrote || w
+	}
 	named, err := recordFirstFailure(ctx, o, run, node, log)
 	if err != nil {
 		return err
 	}
-	if !wrote && !named && !allEnded(run, node.Nodes) && !staleClaim(run.Tags[report.TagReport], time.Now()) {
+	// A run whose status is set and holds no report (nor a claim): the
+	// node that set it stopped before it claimed the report.
+	unclaimed := tracker.Severity(run.Status) > 0 && run.Tags[report.TagReport] == ""
+	if !wrote && !named && !unclaimed && !allEnded(run, node.Nodes) && !staleClaim(run.Tags[report.TagReport], node.now()) {
 		return nil
 	}
 	return writeReport(ctx, o, runs.Job, node, log)
+}
+
+// keepWorseRecord leaves out of tags (a restarted attempt's endTags) its
+// failure where the job's run holds one of the node's earlier attempts as
+// bad or worse (tracker.Severity): bridge.failed.<who> is a record no
+// later attempt lowers (a FAILED attempt stays FAILED after a KILLED
+// one). One read, only for a restarted attempt that did not end cleanly.
+func keepWorseRecord(ctx context.Context, o tracker.RunOwner, id string, node Node, tags map[string]string) error {
+	key := "bridge.failed." + node.Who
+	if node.Attempt <= 0 || tags[key] == "" {
+		return nil
+	}
+	run, err := o.GetRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	if tracker.Severity(recordStatus(run.Tags[key])) >= tracker.Severity(recordStatus(tags[key])) {
+		delete(tags, key)
+	}
+	return nil
+}
+
+// recordStatus is the status a bridge.failed.<who> record names.
+func recordStatus(v string) string {
+	st, _, _ := strings.Cut(v, ":")
+	return st
+}
+
+// keepEndLine writes this node's end (tags, its endTags) again where the
+// run as read after it (run) holds the node's running line of the same
+// attempt: a tick's write whose answer never came, applied by the server
+// after the end's. again: it wrote, and the job's end is to be read again.
+func keepEndLine(ctx context.Context, o tracker.RunOwner, run tracker.StoredRun, node Node, tags map[string]string) (again bool, err error) {
+	key := tracker.StateTag(node.Node, node.Task)
+	l := tracker.ParseLine(run.Tags[key])
+	if tags == nil || l[tracker.LineStatus] != tracker.StatusRunning || l[tracker.LineAttempt] != tracker.ParseLine(tags[key])[tracker.LineAttempt] {
+		return false, nil
+	}
+	return true, o.SetTags(ctx, run.ID, tags)
 }
 
 // endTags are what a node's end writes on the job's run: its state line,
@@ -90,8 +148,7 @@ func Status(tags map[string]string, nodes int) string {
 	worst := ""
 	for k, v := range tags {
 		if strings.HasPrefix(k, "bridge.failed.") {
-			st, _, _ := strings.Cut(v, ":")
-			if tracker.Severity(st) > tracker.Severity(worst) {
+			if st := recordStatus(v); tracker.Severity(st) > tracker.Severity(worst) {
 				worst = st
 			}
 		}

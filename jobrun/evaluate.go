@@ -29,12 +29,13 @@ import (
 // Who evaluates: the lead bridges of the launcher's ranks 0..k-1, k =
 // min(maxEvaluators, nodes). Minute m is floor(At / Every); candidate i
 // evaluates the minutes with m mod k == i: the job's run is read once a
-// minute, by one node. A candidate whose read shows that the last minute
-// evaluated is older than m-1 (a candidate died, or is late) takes the
-// skipped candidates' minutes too (adopted), until it reads a run one of
-// those minutes was evaluated on by another node; a candidate always
-// evaluates its own minutes, even one another node evaluated already, so
-// that its adopter sees it back. No compare-and-set: two evaluations of
+// minute, by one node. A candidate whose read (on any minute it
+// evaluates) shows that the last minute evaluated is older than m-1 (a
+// candidate died, or is late; with none recorded, older than its own
+// first tick) takes the skipped candidates' minutes too (adopted), until
+// it reads a run one of those minutes was evaluated on by another node;
+// a candidate always evaluates its own minutes, even one another node
+// evaluated already, so that its adopter sees it back. No compare-and-set: two evaluations of
 // one minute write the same tags and the same points (at the minute's
 // start, step m), MLflow keeping one of two identical points.
 
@@ -120,13 +121,22 @@ func (s *Sink) adopt(t turn, tags map[string]string) bool {
 	if ok && by != s.node.Node && s.adopted[t.slotOf(e)] {
 		delete(s.adopted, t.slotOf(e)) // its candidate (or another adopter) evaluates it
 	}
+	// The last minute evaluated; where the run holds none yet, the minute
+	// before this node's first tick: a candidate dead before the first
+	// evaluation is adopted like one dead later.
+	last := e
+	if !ok {
+		last = s.firstMinute - 1
+	}
+	// On every minute it evaluates (its own or adopted ones): an adopter
+	// that died leaves the slots it held to the next candidate reading.
 	own := t.slotOf(t.m) == t.slot
-	if ok && own && e < t.m-1 {
-		for m := max(e+1, t.m-int64(t.k)+1); m < t.m; m++ {
+	if last < t.m-1 {
+		for m := max(last+1, t.m-int64(t.k)+1); m < t.m; m++ {
 			if sl := t.slotOf(m); sl != t.slot && !s.adopted[sl] {
 				s.adopted[sl] = true
 				s.log.Info("a candidate of the job's live evaluation skipped its minute; this node evaluates its minutes too",
-					"skipped_minute", m, "last_evaluated", e, "candidate_rank", sl)
+					"skipped_minute", m, "last_evaluated", last, "candidate_rank", sl)
 			}
 		}
 	}

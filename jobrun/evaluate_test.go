@@ -3,6 +3,7 @@ package jobrun
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -243,6 +244,98 @@ func TestLiveEvaluationRotation(t *testing.T) {
 			t.Errorf("minute %d after rank 1 came back: %d reads, evaluated by %q; want by node-%d (and 1 read after its first minute)", m, r, by, m%3)
 		}
 	}
+}
+
+// rotation ticks a job's first three ranks (of a 4-node job on srv,
+// their reads counted) minute by minute, the dead ones left out.
+type rotation struct {
+	t     *testing.T
+	srv   *mlflowtest.Server
+	job   string
+	sinks []*Sink
+	reads atomic.Int64
+	dead  map[int]bool
+}
+
+func newRotation(t *testing.T) *rotation {
+	r := &rotation{t: t, srv: mlflowtest.Shared(t), dead: map[int]bool{}}
+	r.job, r.sinks = liveJob(t, r.srv, 4, &r.reads)
+	r.sinks = r.sinks[:3] // node-3: not a candidate
+	return r
+}
+
+// tick is minute m's ticks: the job's run's reads, and the node that
+// evaluated m ("" none).
+func (r *rotation) tick(m int64) (reads int64, by string) {
+	r.t.Helper()
+	r.reads.Store(0)
+	for i, s := range r.sinks {
+		if r.dead[i] {
+			continue
+		}
+		if _, err := s.Tick(context.Background(), "own", Live{At: at(m, time.Duration(i)*time.Second), Every: time.Minute}); err != nil {
+			r.t.Fatalf("minute %d, rank %d: %v", m, i, err)
+		}
+	}
+	if e, by, ok := lastEvaluated(r.srv.GetRun(r.t, r.job).Tags); ok && e == m {
+		return r.reads.Load(), by
+	}
+	return r.reads.Load(), ""
+}
+
+// Two candidates of three die one after the other, the second after it
+// adopted the first one's minutes: the third takes every minute, with one
+// read a minute, once each slot the dead held lost one minute (rank 1's
+// own; rank 2's own and the one it adopted).
+func TestLiveEvaluationCascade(t *testing.T) {
+	r := newRotation(t)
+	m0 := minuteOf(3)
+	var missed []int64
+	for m := m0; m < m0+24; m++ {
+		r.dead[1] = m >= m0+6  // after its minute m0+4
+		r.dead[2] = m >= m0+11 // after m0+10, rank 1's minute it adopted
+		reads, by := r.tick(m)
+		if by == "" {
+			missed = append(missed, m)
+		}
+		if m >= m0+14 && (reads != 1 || by != "node-0") {
+			t.Errorf("minute m0+%d, ranks 1 and 2 dead: %d reads, evaluated by %q; want 1 read, by node-0", m-m0, reads, by)
+		}
+	}
+	if want := []int64{m0 + 7, m0 + 11, m0 + 13}; !slices.Equal(missed, want) {
+		t.Errorf("minutes not evaluated: %v, want %v (one a slot the dead held)", offsets(missed, m0), offsets(want, m0))
+	}
+}
+
+// A candidate dead before any evaluation was recorded (killed during the
+// election) loses one minute, not two: the first candidate to read the
+// run takes the minutes skipped since its own first tick.
+func TestLiveEvaluationFirstMinuteAdopted(t *testing.T) {
+	r := newRotation(t)
+	r.dead[0] = true
+	m0 := minuteOf(3) // rank 0's
+	var missed []int64
+	for m := m0; m < m0+9; m++ {
+		reads, by := r.tick(m)
+		if by == "" {
+			missed = append(missed, m)
+		}
+		if m > m0 && reads != 1 {
+			t.Errorf("minute m0+%d: %d reads, want 1", m-m0, reads)
+		}
+	}
+	if want := []int64{m0}; !slices.Equal(missed, want) {
+		t.Errorf("minutes not evaluated: %v, want %v (rank 0 dead from the start)", offsets(missed, m0), offsets(want, m0))
+	}
+}
+
+// offsets are minutes ms from m0.
+func offsets(ms []int64, m0 int64) []string {
+	out := []string{}
+	for _, m := range ms {
+		out = append(out, "m0+"+strconv.FormatInt(m-m0, 10))
+	}
+	return out
 }
 
 // bridge.job.differed: a span opens when a node differs, stays open while

@@ -34,6 +34,18 @@ type Node struct {
 	// a job's run with a run a node, the first nodes take turns
 	// (evaluate.go).
 	Lead bool
+	// Clock is the end's clock: when this node claims the report, and
+	// whether another's claim went stale; nil: the wall clock (the
+	// simulation gives its virtual one).
+	Clock func() time.Time
+}
+
+// now is the node's clock's time.
+func (n Node) now() time.Time {
+	if n.Clock == nil {
+		return time.Now()
+	}
+	return n.Clock()
 }
 
 // NodeOf is the node a multi-node job's bridge is on its run; nil for a
@@ -69,10 +81,13 @@ type Sink struct {
 	noteFull bool // the run's note had no room for bridge's section (said once)
 
 	// The live evaluation's rotation (evaluate.go): the candidates' slots
-	// this node evaluates for them, and the minute it last read the run.
+	// this node evaluates for them, the minute it last read the run, and
+	// the minute of its first tick as a candidate.
 	adopted       map[int]bool
 	evaluatedAt   int64
 	evaluatedOnce bool
+	firstMinute   int64
+	ticked        bool
 }
 
 // Wrap is s with what this package does on its run: the job's end of a

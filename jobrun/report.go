@@ -82,7 +82,7 @@ func historyOf(o tracker.RunOwner, run string) report.History {
 // bridge-report.json as artifacts where the server takes them, else its
 // summary in a tag.
 func writeReport(ctx context.Context, o tracker.RunOwner, id string, node Node, log *slog.Logger) error {
-	began := time.Now()
+	began := node.now()
 	now := began.UTC().Format(time.RFC3339)
 	// The claim comes before the read: a node whose end lands after this
 	// read finds the claim at its own end and writes the report again.

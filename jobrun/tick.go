@@ -103,6 +103,9 @@ func (s *Sink) Tick(ctx context.Context, id string, live Live) (Progress, error)
 	var t turn
 	if ownRun {
 		t = s.turnOf(live)
+		if !s.ticked {
+			s.firstMinute, s.ticked = t.m, true
+		}
 		if !s.evaluates(t) {
 			return Progress{}, s.store.SetTags(ctx, id, map[string]string{tracker.StateTag(s.node.Node, ""): s.liveLine(live, runs)})
 		}

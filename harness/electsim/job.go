@@ -145,7 +145,15 @@ func (n *node) runJob(ctx context.Context, job string) {
 		{Name: tracker.LineWho, Value: who}, {Name: tracker.LineStatus, Value: tracker.StatusRunning}, {Name: tracker.LineAttempt, Value: strconv.Itoa(n.life)},
 		{Name: tracker.LineStarted, Value: strconv.FormatInt(n.Now().UnixMilli(), 10)}, {Name: tracker.LineRun, Value: own}})}
 	if n.life > 0 && !e.recorded[n.index] {
-		start["bridge.failed."+who] = tracker.StatusKilled + ": the previous attempt was lost: electsim"
+		// As MLflow's sink does: an earlier attempt's failure recorded
+		// on the job's run stays (one read first).
+		run, err := n.GetRun(ctx, job)
+		if err != nil {
+			return
+		}
+		if run.Tags["bridge.failed."+who] == "" {
+			start["bridge.failed."+who] = tracker.StatusKilled + ": the previous attempt was lost: electsim"
+		}
 	}
 	start[tracker.TagNodes] = strconv.Itoa(e.o.Nodes)
 	if err := n.SetTags(ctx, job, start); err != nil {
@@ -177,7 +185,11 @@ func (n *node) runJob(ctx context.Context, job string) {
 		end.Signal = 9
 		end.Tags["bridge.exit_reason"] = "killed_by_signal"
 	}
-	node := jobrun.Node{Node: who, Who: who, Nodes: e.o.Nodes, Attempt: n.life}
+	// The end's clock is the wall's, synchronized as the ticks' is (not
+	// the election's clock of any offset): report claims are compared
+	// across nodes.
+	wall := func() time.Time { return base.Add(e.now) }
+	node := jobrun.Node{Node: who, Who: who, Nodes: e.o.Nodes, Attempt: n.life, Clock: wall}
 	err := jobrun.End(ctx, n, jobrun.Runs{Job: job, Node: own}, node, end, discard)
 	switch {
 	case errors.Is(err, errKilled) || n.dead:
@@ -313,8 +325,11 @@ func (e *engine) checkJob(fail func(string, ...any) error) error {
 	}
 	// A failure whose line a restarted attempt replaced stays the first
 	// (a record that stays): its failed tag names it.
+	// So does one earlier than the lines' first (as the report reads it).
 	named, _, _ := strings.Cut(r.FirstFailure, ":")
-	kept := r.WantFailure == "" && j.tags["bridge.failed."+named] != ""
+	rec, want := report.RecordedFailureOf(rr), report.FirstFailureOf(rr)
+	kept := r.WantFailure == "" && j.tags["bridge.failed."+named] != "" ||
+		rec != nil && want != nil && rec.Tag() == r.FirstFailure && rec.At().Before(want.At())
 	if r.FirstFailure != r.WantFailure && !kept {
 		return fail("first failure %q, the lines call for %q", r.FirstFailure, r.WantFailure)
 	}

@@ -95,15 +95,7 @@ func TestLiveSimulated(t *testing.T) { playLive(t, false) }
 // TestLiveHandoverSimulated is TestLiveSimulated with the job's series
 // checked too (Options.Evaluated): a point for every minute a candidate
 // lived through, but the minutes lost with a dead candidate's slots.
-func TestLiveHandoverSimulated(t *testing.T) {
-	if os.Getenv("BRIDGE_ELECTSIM_HANDOVER") == "" {
-		t.Skip("SKIPPED: jobrun's live evaluation loses minutes of the job's series after a handover " +
-			"(seed 8: an adopter that dies leaves the slot it adopted to no one, a minute lost every 3; " +
-			"seed 5: a candidate dead before the first evaluation is adopted a round late). " +
-			"BRIDGE_ELECTSIM_HANDOVER=1 runs it; make it unconditional once jobrun adopts on every minute it evaluates")
-	}
-	playLive(t, true)
-}
+func TestLiveHandoverSimulated(t *testing.T) { playLive(t, true) }
 
 func playLive(t *testing.T, evaluated bool) {
 	seeds := 24

@@ -44,8 +44,8 @@ type point struct {
 	value float64
 }
 
-// liveTick is one tick of a node that read the job's run and returned
-// without an error: the evaluation whose writes landed.
+// liveTick is one tick of a node that read the job's run, evaluated it
+// and returned without an error: the evaluation whose writes landed.
 type liveTick struct {
 	node        int
 	began, done time.Duration
@@ -100,6 +100,7 @@ func (s simSink) Finish(context.Context, tracker.EndInfo) error       { return n
 
 // LogPoints implements tracker.SeriesWriter.
 func (n *node) LogPoints(ctx context.Context, id string, values map[string]float64, at time.Time, step int64) error {
+	n.evaluated = true
 	return n.write(ctx, request{kind: "log-points", run: id, points: maps.Clone(values), at: at, step: step, from: n.index}).err
 }
 
@@ -133,7 +134,7 @@ func (n *node) live(ctx context.Context, job, own string, until time.Duration) b
 		}
 		at := base.Add(e.now + skew)
 		n.tickAts = append(n.tickAts, at.UnixMilli())
-		n.reads, n.deadline = 0, e.now+budget
+		n.reads, n.deadline, n.evaluated = 0, e.now+budget, false
 		began := e.now
 		_, err := sink.Tick(ctx, job, jobrun.Live{At: at, Every: tick, Latest: n.latest(), Tags: n.figures()})
 		n.deadline = 0
@@ -143,7 +144,7 @@ func (n *node) live(ctx context.Context, job, own string, until time.Duration) b
 		e.res.Job.Live.Ticks++
 		if err != nil {
 			e.res.Job.Live.FailedTicks++
-		} else if n.reads > 0 {
+		} else if n.reads > 0 && n.evaluated {
 			e.liveTicks = append(e.liveTicks, liveTick{node: n.index, began: began, done: e.now})
 		}
 	}

@@ -35,12 +35,15 @@ type node struct {
 
 	// The live phase (live.go): ticking, ran to its child's end; when its
 	// live phase ended (killed or not); a tick's deadline (its budget);
-	// its ticks' at (unix ms); reads of the job's run in this tick.
+	// its ticks' at (unix ms); reads of the job's run in this tick, and
+	// whether it wrote an evaluation's points (a read of an adopted minute
+	// another node evaluated already writes none).
 	living, liveDone  bool
 	liveEnd, deadline time.Duration
 	diedAt            time.Duration // when it was killed
 	tickAts           []int64
 	reads             int
+	evaluated         bool
 }
 
 func (e *engine) spawn(index, life int) {

@@ -149,6 +149,26 @@ func (s *Sink) jobStartTags(info tracker.StartInfo) map[string]string {
 	return tags
 }
 
+// keepEarlierFailure leaves out of the job's start tags the record of a
+// previous attempt lost where the job's run holds one of this bridge's
+// failures already: an earlier attempt's record (FAILED, or KILLED) is as
+// bad or worse, and a later attempt never replaces it. One read, only
+// after a lost attempt.
+func (s *Sink) keepEarlierFailure(ctx context.Context) error {
+	key := "bridge.failed." + s.who
+	if s.jobTags[key] == "" {
+		return nil
+	}
+	run, err := s.getRun(ctx, s.jobRun)
+	if err != nil {
+		return err
+	}
+	if run.Data.TagMap()[key] != "" {
+		delete(s.jobTags, key)
+	}
+	return nil
+}
+
 // knownJobRun is the job's run when the spool recorded it (Config.JobRun)
 // and it is still the job's: the recorded run is the job's run itself, or
 // this node's run of it (whose parent is the job's run; it comes back too,

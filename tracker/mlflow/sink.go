@@ -269,6 +269,9 @@ func (s *Sink) flushStartTags(ctx context.Context) error {
 		s.reopen = false
 	}
 	if len(s.jobTags) > 0 {
+		if err := s.keepEarlierFailure(ctx); err != nil {
+			return err
+		}
 		if err := s.SetTags(ctx, s.jobRun, s.jobTags); err != nil {
 			return err
 		}
