@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -50,7 +51,7 @@ func main() {
 	slog.SetDefault(newLogger(stderr, "info")) // for anything logged without a logger of its own
 	var out io.Writer = stdout
 	if len(os.Args) > 1 && answers[os.Args[1]] {
-		out = os.Stdout
+		out = &answerOut{out: os.Stdout}
 	}
 	code := run(os.Args[1:], out, stderr)
 	stdout.Flush(exitFlush)
@@ -60,9 +61,31 @@ func main() {
 
 // answers are the subcommands whose stdout is their answer, with no child
 // to protect: it is written whole, as any command-line tool writes it,
-// blocking on a slow reader, and a failed write is their exit status 1.
+// blocking on a slow reader, and a failed write (but a reader gone:
+// answerOut) is their exit status 1.
 // safeout's queue (a few hundred lines) would drop a large report whole.
 var answers = map[string]bool{"report": true, "sample": true}
+
+// answerOut is an answer's stdout (answers): written whole, blocking; a
+// reader that went away (EPIPE: `bridge report | head -1`) ends the output,
+// not the command, as it does through safeout. Any other failed write is
+// the command's.
+type answerOut struct {
+	out  io.Writer
+	gone bool
+}
+
+func (w *answerOut) Write(p []byte) (int, error) {
+	if w.gone {
+		return len(p), nil
+	}
+	n, err := w.out.Write(p)
+	if errors.Is(err, syscall.EPIPE) {
+		w.gone = true
+		return len(p), nil
+	}
+	return n, err
+}
 
 // exitFlush bounds the wait for bridge's last lines (the end-of-run table)
 // at exit: a stalled reader must not hold back the child's exit status.

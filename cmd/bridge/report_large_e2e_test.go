@@ -42,6 +42,15 @@ func TestReportLargerThanTheOutputQueue(t *testing.T) {
 	}
 	srv.LogBatch(t, job, tags, nil)
 
+	// A reader that went away (`bridge report | head -1`) ends the
+	// output, not the command.
+	gone := exec.Command(testbin.Bridge(t), "report", "--json", job)
+	gone.Env = cleanEnv("MLFLOW_TRACKING_URI=" + srv.URL)
+	gone.Stdout = deadPipe(t)
+	if code := exitCode(t, gone.Run()); code != 0 {
+		t.Errorf("bridge report into a closed pipe: exit %d, want 0", code)
+	}
+
 	for _, format := range []string{"--json", "--markdown", ""} {
 		args := []string{"report", job}
 		if format != "" {
