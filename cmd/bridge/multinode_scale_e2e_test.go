@@ -197,26 +197,7 @@ func TestMultinodeLiveLines(t *testing.T) {
 	env := slurmJob(id, time.Now().Unix(), 3, 0)
 	shared := t.TempDir()
 	child := `i=0; while [ ! -e "$SHARED/go" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done`
-	var nodes []*mnNode
-	for i := range 3 {
-		n := &mnNode{id: fmt.Sprintf("node-%d", i), dir: t.TempDir()}
-		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "250ms", "--run-tick", "1s", "--start-timeout", "3m", "--flush-timeout", "1m",
-			"--", "/bin/sh", "-c", child)
-		n.cmd.Dir = n.dir
-		n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + srv.URL, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n.dir,
-			"BRIDGE_SCOPES=node", "SHARED=" + shared}, env(i)...)...)
-		n.cmd.Stderr = &n.stderr
-		if err := n.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = n.cmd.Process.Kill()
-			if t.Failed() {
-				t.Logf("%s: bridge's stderr:\n%s", n.id, n.stderr.String())
-			}
-		})
-		nodes = append(nodes, n)
-	}
+	nodes := startLiveNodes(t, srv.URL, exp, shared, child, "node", env)
 	key := "slurm:e2e:" + id + ".0"
 	var run mlflowtest.Run
 	first := map[string]string{}
@@ -274,26 +255,7 @@ func TestMultinodeLiveEvaluationHandover(t *testing.T) {
 	env := slurmJob(id, time.Now().Unix(), 3, 0)
 	shared := t.TempDir()
 	child := `echo $$ > child.pid; i=0; while [ ! -e "$SHARED/go" ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done`
-	var nodes []*mnNode
-	for i := range 3 {
-		n := &mnNode{id: fmt.Sprintf("node-%d", i), dir: t.TempDir()}
-		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "250ms", "--run-tick", "1s", "--start-timeout", "3m", "--flush-timeout", "1m",
-			"--", "/bin/sh", "-c", child)
-		n.cmd.Dir = n.dir
-		n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + srv.URL, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n.dir,
-			"BRIDGE_SCOPES=node,netns", "SHARED=" + shared}, env(i)...)...)
-		n.cmd.Stderr = &n.stderr
-		if err := n.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = n.cmd.Process.Kill()
-			if t.Failed() {
-				t.Logf("%s: bridge's stderr:\n%s", n.id, n.stderr.String())
-			}
-		})
-		nodes = append(nodes, n)
-	}
+	nodes := startLiveNodes(t, srv.URL, exp, shared, child, "node,netns", env)
 	key := "slurm:e2e:" + id + ".0"
 	var run mlflowtest.Run
 	t.Cleanup(func() {
@@ -371,4 +333,33 @@ func TestMultinodeLiveEvaluationHandover(t *testing.T) {
 			t.Errorf("%s exited %d", n.id, n.code)
 		}
 	}
+}
+
+// startLiveNodes starts a 3-node job's bridges (env(i): node i's launcher
+// variables) with a short interval and a 1 s run tick, each child running
+// child with SHARED=shared, the scopes given (BRIDGE_SCOPES); each is
+// killed at cleanup, its stderr logged when the test failed.
+func startLiveNodes(t *testing.T, uri, exp, shared, child, scopes string, env func(int) []string) []*mnNode {
+	t.Helper()
+	var nodes []*mnNode
+	for i := range 3 {
+		n := &mnNode{id: fmt.Sprintf("node-%d", i), dir: t.TempDir()}
+		n.cmd = exec.Command(testbin.Bridge(t), "--interval", "250ms", "--run-tick", "1s", "--start-timeout", "3m", "--flush-timeout", "1m",
+			"--", "/bin/sh", "-c", child)
+		n.cmd.Dir = n.dir
+		n.cmd.Env = cleanEnv(append([]string{"MLFLOW_TRACKING_URI=" + uri, "MLFLOW_EXPERIMENT_NAME=" + exp, "TMPDIR=" + n.dir,
+			"BRIDGE_SCOPES=" + scopes, "SHARED=" + shared}, env(i)...)...)
+		n.cmd.Stderr = &n.stderr
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = n.cmd.Process.Kill()
+			if t.Failed() {
+				t.Logf("%s: bridge's stderr:\n%s", n.id, n.stderr.String())
+			}
+		})
+		nodes = append(nodes, n)
+	}
+	return nodes
 }
