@@ -32,18 +32,7 @@ func jobOptions(seed uint64, n int, faults, kill float64) Options {
 // step. BRIDGE_ELECTSIM_SEED=<seed> replays one; 1,024 nodes are
 // bench/jobsim (large N is not CI's).
 func TestJobSimulated(t *testing.T) {
-	seeds := 40
-	if testing.Short() {
-		seeds = 10
-	}
-	from := uint64(1)
-	if s := os.Getenv("BRIDGE_ELECTSIM_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("BRIDGE_ELECTSIM_SEED=%q: %v", s, err)
-		}
-		from, seeds = v, 1
-	}
+	from, seeds := seedRange(t, 40, 10)
 	for seed := from; seed < from+uint64(seeds); seed++ {
 		n := []int{2, 3, 8, 16, 32}[seed%5]
 		o := jobOptions(seed, n, 0.2, []float64{0, 0.002, 0.01}[seed%3])
@@ -98,18 +87,7 @@ func TestLiveSimulated(t *testing.T) { playLive(t, false) }
 func TestLiveHandoverSimulated(t *testing.T) { playLive(t, true) }
 
 func playLive(t *testing.T, evaluated bool) {
-	seeds := 24
-	if testing.Short() {
-		seeds = 6
-	}
-	from := uint64(1)
-	if s := os.Getenv("BRIDGE_ELECTSIM_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("BRIDGE_ELECTSIM_SEED=%q: %v", s, err)
-		}
-		from, seeds = v, 1
-	}
+	from, seeds := seedRange(t, 24, 6)
 	var deaths, checked, handovers int
 	for seed := from; seed < from+uint64(seeds); seed++ {
 		n := []int{2, 3, 8, 16, 32, 64}[seed%6]
@@ -302,4 +280,21 @@ func TestJobSimulatedCatchesAnEndNotRecorded(t *testing.T) {
 	if err := e.checkJob(func(f string, a ...any) error { return fmt.Errorf(f, a...) }); err != nil {
 		t.Errorf("a killed node's line left RUNNING is refused: %v", err)
 	}
+}
+
+// seedRange is the seeds a simulated test plays: n from 1 (short with
+// -short), or the one BRIDGE_ELECTSIM_SEED names.
+func seedRange(t *testing.T, n, short int) (from uint64, seeds int) {
+	t.Helper()
+	if s := os.Getenv("BRIDGE_ELECTSIM_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("BRIDGE_ELECTSIM_SEED=%q: %v", s, err)
+		}
+		return v, 1
+	}
+	if testing.Short() {
+		return 1, short
+	}
+	return 1, n
 }
