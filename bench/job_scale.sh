@@ -20,6 +20,7 @@ cd "$(dirname "$0")/.."
 export BRIDGE_TEST_PYTHON=${BRIDGE_TEST_PYTHON:-$PWD/.venv/bin/python}
 export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true
 export BRIDGE_TEST_SCALE_JOBS=${JOBS:-clean oom}
+export BRIDGE_TEST_SCALE_PACE=default # bridge's 10 s interval and 1-minute run tick
 [ -n "${SEED:-}" ] && export BRIDGE_TEST_SCALE_SEED=$SEED
 for n in ${NS:-128}; do
 	echo "== $n nodes a job ($BRIDGE_TEST_SCALE_JOBS); $(nproc) CPUs, $(free -g | awk '/^Mem/{print $7}') GiB available, load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -11,6 +11,10 @@ package main
 //   BRIDGE_TEST_SCALE_NODES  nodes a job (8)
 //   BRIDGE_TEST_SCALE_JOBS   which jobs, run side by side ("clean oom")
 //   BRIDGE_TEST_SCALE_SEED   the fault draws' seed (a new one each run)
+//   BRIDGE_TEST_SCALE_PACE   "default": bridge's interval and run tick
+//                            (10 s, 1 minute); else (CI) 2 s and 10 s,
+//                            so that CI waits seconds, not a minute, for
+//                            the first tick
 
 import (
 	"fmt"
@@ -153,7 +157,8 @@ func failFifth(p *faultproxy.Proxy, seed uint64) {
 }
 
 // TestJobScaleUnderFailures: BRIDGE_TEST_SCALE_NODES real bridges (8) of a
-// job at the default interval and run tick, node ids from Slurm's
+// job (at the default interval and run tick with BRIDGE_TEST_SCALE_PACE=
+// default, as bench/job_scale.sh runs it), node ids from Slurm's
 // variables, behind a proxy that fails about 20% of calls; two jobs side
 // by side.
 //   - clean: every child lives until every node's line on the job's one
@@ -208,8 +213,12 @@ func scaleJob(t *testing.T, srv *mlflowtest.Server, bridge string, n int, oom bo
 	t.Cleanup(func() { release(t, shared) })
 	began := time.Now()
 	nodes := make([]*mnNode, n)
+	var pace []string // bridge's defaults
+	if os.Getenv("BRIDGE_TEST_SCALE_PACE") != "default" {
+		pace = []string{"--interval", "2s", "--run-tick", "10s"}
+	}
 	for i := range nodes {
-		l := liveNode{bridge: bridge, uri: p.URL(), exp: exp, shared: shared, child: scaleLiveChild, env: append(env(i), "BRIDGE_SCOPES=node")}
+		l := liveNode{bridge: bridge, uri: p.URL(), exp: exp, shared: shared, child: scaleLiveChild, env: append(env(i), "BRIDGE_SCOPES=node"), flags: pace}
 		if i == victim {
 			// bridge in the cgroup too, as in a pod; every scope, so that
 			// it sees the cgroup's OOM kill.
@@ -217,9 +226,9 @@ func scaleJob(t *testing.T, srv *mlflowtest.Server, bridge string, n int, oom bo
 		}
 		nodes[i] = l.start(t, fmt.Sprintf("node-%d", i))
 	}
-	// The children live past the first run tick (a minute) and several
-	// 10 s samples; a node whose tick's write failed every try has its
-	// line at the next tick.
+	// The children live past the first run tick and several samples; a
+	// node whose tick's write failed every try has its line at the next
+	// tick.
 	waitLive(t, srv, exp, key, nodes, 3, 10*time.Minute)
 	if t.Failed() {
 		return
