@@ -29,14 +29,7 @@ import (
 // writer's offsets monotonic, no line overwritten, nothing lost or doubled,
 // and the run finished by the child with its exit code.
 func TestWithRealClient(t *testing.T) {
-	py := os.Getenv("BRIDGE_TEST_PYTHON")
-	if py == "" {
-		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to run the W&B end-to-end test; scripts/test.sh, the README's test command, creates .venv and sets it")
-	}
-	script, err := filepath.Abs(filepath.Join("testdata", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	py, script := realClient(t, "run the W&B end-to-end test")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -279,14 +272,7 @@ func attempts(t *testing.T, dir string) int {
 // variables of the same declared types, and the mock holds the same group
 // and job type for both runs.
 func TestNodeRunUpsertLikeRealClient(t *testing.T) {
-	py := os.Getenv("BRIDGE_TEST_PYTHON")
-	if py == "" {
-		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to compare bridge's UpsertBucket with the real client's; scripts/test.sh, the README's test command, creates .venv and sets it")
-	}
-	script, err := filepath.Abs(filepath.Join("testdata", "train.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	py, script := realClient(t, "compare bridge's UpsertBucket with the real client's")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	srv := wandbserver.StartTest(t, wandbserver.Options{APIKey: testKey})
@@ -346,4 +332,19 @@ func TestNodeRunUpsertLikeRealClient(t *testing.T) {
 			t.Errorf("run %s: group %q job type %q", id, run.Group, run.JobType)
 		}
 	}
+}
+
+// realClient is the python with the real wandb client (BRIDGE_TEST_PYTHON)
+// and the training script it runs; the test skips, saying why, without it.
+func realClient(t *testing.T, why string) (py, script string) {
+	t.Helper()
+	py = os.Getenv("BRIDGE_TEST_PYTHON")
+	if py == "" {
+		t.Skip("BRIDGE_TEST_PYTHON is unset: set it to a python with wandb==0.31.0 to " + why + "; scripts/test.sh, the README's test command, creates .venv and sets it")
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "train.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return py, script
 }
